@@ -1,0 +1,121 @@
+/* kl_net.h - kiln's wire: ZeroMQ sockets carrying one kiln.Envelope per
+ * frame, CURVE security with an allow-list, and the Envelope codec.
+ *
+ * The coordinator binds one ROUTER (kl_net_server_new); each agent connects
+ * one DEALER (kl_net_client_new). With security on (the default), the
+ * server holds a keypair and admits only clients whose public key is in
+ * its allow-list directory (a ZAP handler thread checks every handshake);
+ * a client pins the server's public key. Key files hold the Z85 text of
+ * one key (40 characters) and a newline: NAME.key is the secret key
+ * (mode 0600), NAME.pub the public one.
+ *
+ * Frames that do not decode, exceed KL_NET_MAX_FRAME or fail the bounds
+ * checks are dropped and counted (kl_net_stats), never trusted.
+ */
+#ifndef KL_NET_H
+#define KL_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.pb-c.h"
+
+#define KL_PROTO_MAJOR 1
+#define KL_PROTO_MINOR 0
+
+/* Largest frame accepted (bytes). */
+#define KL_NET_MAX_FRAME (64u << 20)
+/* Bounds checked on every decoded message. */
+#define KL_NET_MAX_CANDIDATES 4096
+#define KL_NET_MAX_ARGS 64
+#define KL_NET_MAX_DIMS 8
+#define KL_NET_MAX_SOURCE (4u << 20)
+#define KL_NET_MAX_SAMPLES 100000
+#define KL_NET_MAX_DEVICES 64
+
+typedef struct {
+    /* Server: directory holding NAME.key and NAME.pub of this side.
+     * Client: the same, for the agent's own keypair. */
+    const char *keys_dir;
+    const char *name;
+    /* Server: directory of allowed client *.pub files (rescanned when an
+     * unknown key knocks, so keys added while running are picked up).
+     * NULL means keys_dir. */
+    const char *allow_dir;
+    /* Client: file holding the server's public key. */
+    const char *server_key_file;
+    /* No CURVE at all. Allowed only for loopback endpoints (tcp://127.x,
+     * tcp://localhost, ipc://, inproc://); otherwise KL_ERR_INVAL. Logs a
+     * warning. */
+    bool insecure;
+} kl_net_security_t;
+
+/* Writes DIR/NAME.key (mode 0600) and DIR/NAME.pub with a fresh CURVE
+ * keypair, creating DIR if needed. Refuses (KL_ERR_EXISTS) to overwrite an
+ * existing key. */
+int kl_net_keygen(const char *dir, const char *name, char *err);
+/* Reads one Z85 key file into out (41 bytes, NUL-terminated). A missing
+ * file, a file that is not 40 Z85 characters, is an error naming it. */
+int kl_net_read_key(const char *path, char out[41], char *err);
+
+typedef struct kl_net_s kl_net_t;
+
+/* A ROUTER's view of a peer: its routing id. */
+typedef struct {
+    uint8_t id[256];
+    size_t len;
+} kl_peer_t;
+
+typedef struct {
+    uint64_t frames_in;
+    uint64_t frames_out;
+    uint64_t dropped_malformed; /* did not decode or failed bounds */
+    uint64_t dropped_oversize;
+    uint64_t dropped_version; /* other major version */
+    uint64_t auth_denied;     /* ZAP refusals (server) */
+} kl_net_stats_t;
+
+/* Binds a ROUTER on endpoint ("tcp://*:7070", "tcp://127.0.0.1:*"). */
+int kl_net_server_new(kl_net_t **out, const char *endpoint,
+                      const kl_net_security_t *sec, char *err);
+/* Connects a DEALER to endpoint. ZeroMQ reconnects by itself when the
+ * server goes away and comes back. */
+int kl_net_client_new(kl_net_t **out, const char *endpoint,
+                      const kl_net_security_t *sec, char *err);
+/* Closes the socket (linger 0) and the ZAP thread; NULLs *self_p. */
+void kl_net_destroy(kl_net_t **self_p);
+
+/* The zmq socket, for zmq_poll (borrowed). */
+void *kl_net_socket(kl_net_t *self);
+/* The endpoint actually bound (wildcard ports resolved), e.g.
+ * "tcp://127.0.0.1:40123". Borrowed. */
+const char *kl_net_endpoint(const kl_net_t *self);
+
+/* Stamps the protocol version into env and sends it as one frame (ROUTER:
+ * to peer; DEALER: peer is NULL). Does not block longer than a full send
+ * queue allows (ZMQ_SNDTIMEO 1000 ms); KL_ERR_TIMEOUT then. */
+int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
+                char *err);
+/* Receives one envelope, waiting up to timeout_ms (0: do not wait, -1:
+ * forever). Returns KL_OK and *env (free with kl_net_envelope_free), or
+ * KL_ERR_TIMEOUT when nothing came. A frame that is malformed, oversize or
+ * of another major version is dropped, counted, and reported as
+ * KL_ERR_PROTO / KL_ERR_VERSION with a message (and, for VERSION, *env
+ * still set so the caller can answer with a Goodbye naming both
+ * versions). */
+int kl_net_recv(kl_net_t *self, kl_peer_t *peer, Kiln__Envelope **env,
+                int timeout_ms, char *err);
+void kl_net_stats(const kl_net_t *self, kl_net_stats_t *out);
+
+/* The codec alone (used by kl_net_recv and the fuzz target): unpacks len
+ * bytes and checks every bound above. */
+int kl_net_decode(const void *buf, size_t len, Kiln__Envelope **out, char *err);
+/* Packs env into a fresh heap buffer (*len bytes); free() it. */
+void *kl_net_encode(Kiln__Envelope *env, size_t *len);
+void kl_net_envelope_free(Kiln__Envelope **env_p);
+
+/* True for endpoints that stay on this machine. */
+bool kl_net_is_loopback(const char *endpoint);
+
+#endif

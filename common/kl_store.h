@@ -1,0 +1,96 @@
+/* kl_store.h - the record store: one LMDB environment (a directory).
+ *
+ * Named databases (DESIGN.md section 7):
+ *   workloads  key(16)                        -> Workload
+ *   records    key(16) | target-id(8) | seq(8, big-endian) -> TuningRecord
+ *   best       key(16) | target-id(8)        -> seq of the best valid record
+ *   seen       key(16) | target-id(8) | trace-hash(16) -> seq
+ *   meta       text -> bytes (schema version, jobs)
+ * target-id is kl_hash64 of the target string, big-endian.
+ *
+ * Only the coordinator writes; any number of processes may read at the same
+ * time (open with KL_STORE_RDONLY). LMDB errors are translated once, here:
+ * MDB_MAP_FULL grows the map and retries the transaction; a disk that
+ * cannot take it is KL_ERR_NOSPC, and nothing committed before is lost.
+ *
+ * Messages returned to the caller are heap copies owned by the caller; free
+ * them with the protobuf-c free_unpacked functions.
+ */
+#ifndef KL_STORE_H
+#define KL_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kiln.pb-c.h"
+
+#define KL_STORE_SCHEMA 1
+
+typedef struct kl_store_s kl_store_t;
+
+enum {
+    KL_STORE_RDONLY = 1 << 0,
+};
+
+/* Opens (creating if needed, unless RDONLY) the store in directory dir. A
+ * store of another schema version is KL_ERR_CORRUPT with a message. */
+int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err);
+void kl_store_close(kl_store_t **self_p);
+
+/* Inserts or replaces a workload (keyed by w->key, 16 bytes). */
+int kl_store_put_workload(kl_store_t *self, const Kiln__Workload *w, char *err);
+/* KL_ERR_NOTFOUND when absent. */
+int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
+                          Kiln__Workload **out, char *err);
+
+/* Commits n records in ONE write transaction: each gets the next seq of its
+ * (workload, target) (written back into recs[i]->seq), is added to seen
+ * (when it has a 16-byte trace_hash) and replaces best when its status is
+ * OK and its median is lower (a simulated record never replaces a real
+ * one as best). Returns only after the
+ * commit is durable. On failure nothing of the batch is written. */
+int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
+                    char *err);
+
+/* The best valid record of (key, target): KL_ERR_NOTFOUND when none. */
+int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
+                  Kiln__TuningRecord **out, char *err);
+/* Whether a trace with this hash was measured for (key, target). */
+int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
+                  const uint8_t trace_hash[16], bool *seen, char *err);
+
+/* Calls fn for every record of key (all keys when key is NULL) on target
+ * (every target when NULL), in (key, target, seq) order, inside one read
+ * transaction. The record is borrowed for the call only. fn returns
+ * non-zero to stop (that value is returned). */
+typedef int (*kl_store_record_fn)(const Kiln__TuningRecord *rec, void *arg);
+int kl_store_foreach_record(kl_store_t *self, const uint8_t *key,
+                            const char *target, kl_store_record_fn fn,
+                            void *arg, char *err);
+typedef int (*kl_store_workload_fn)(const Kiln__Workload *w, void *arg);
+int kl_store_foreach_workload(kl_store_t *self, kl_store_workload_fn fn,
+                              void *arg, char *err);
+/* Number of records of (key, target); target NULL counts every target. */
+int kl_store_count(kl_store_t *self, const uint8_t key[16], const char *target,
+                   size_t *count, char *err);
+
+/* Small values in meta. get: KL_ERR_NOTFOUND when absent; *val is heap. */
+int kl_store_meta_put(kl_store_t *self, const char *name, const void *val,
+                      size_t len, char *err);
+int kl_store_meta_get(kl_store_t *self, const char *name, void **val,
+                      size_t *len, char *err);
+
+/* Current map size in bytes (grows on MDB_MAP_FULL). */
+size_t kl_store_map_size(const kl_store_t *self);
+
+/* JSON lines interchange: one object per line, {"type":"workload",...} or
+ * {"type":"record",...}. Import of an export is lossless (same records,
+ * same seqs, same best). A malformed line is an error naming its line
+ * number; lines before it stay imported. */
+int kl_store_export_jsonl(kl_store_t *self, FILE *out, char *err);
+int kl_store_import_jsonl(kl_store_t *self, FILE *in, size_t *imported,
+                          char *err);
+
+#endif

@@ -1,0 +1,191 @@
+/* kl_ir.h - workloads: one tensor operator with fixed shapes and dtypes.
+ *
+ * A workload is written in kiln's expression language (DESIGN.md section 5):
+ *
+ *   C[i,j] += A[i,k] * B[k,j] where i=1024, j=1024, k=1024
+ *   Y[n,f,y,x] += X[n,c,y*2+r-3,x*2+s-3] * W[f,c,r,s] | + bias[f] | relu
+ *       where n=1, f=64, y=112, x=112, c=3, r=7, s=7;
+ *       X: f32[1,3,224,224], bias: f32[64]
+ *
+ * Grammar (whitespace free-form, identifiers [A-Za-z_][A-Za-z0-9_]*):
+ *
+ *   workload := access assign expr { '|' epilogue } 'where' iters
+ *               [ ';' decl { ',' decl } ]
+ *   assign   := '=' | '+=' | 'max='
+ *   expr     := term { ('+' | '-') term }
+ *   term     := factor { ('*' | '/') factor }
+ *   factor   := NUMBER | access | '(' expr ')' | ('max'|'min') '(' expr ','
+ *               expr ')' | '-' factor
+ *   access   := NAME '[' index { ',' index } ']'
+ *   index    := affine expression of iterators and integers (c*v, v*c,
+ *               v+c, ...), optionally wrapped as '(' affine ')' '/' INT for
+ *               a strided gather (valid only where it divides exactly)
+ *   epilogue := '+' access | '*' access | '*' NUMBER | '+' NUMBER |
+ *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')'
+ *   iters    := NAME '=' INT { ',' NAME '=' INT }
+ *   decl     := NAME ':' dtype '[' INT { ',' INT } ']'      dtype f32|f16|bf16
+ *
+ * Iterators that index the output are spatial; the others are reductions
+ * (with '+=' summed, with 'max=' maxed; '=' allows none). A read whose
+ * index falls outside the tensor (or does not divide exactly) reads zero:
+ * that is how padding is written. A tensor without a decl is f32 with the
+ * shape its indices reach (each index must then stay >= 0); a tensor whose
+ * index can go negative must be declared. Epilogue accesses may only use
+ * spatial iterators.
+ *
+ * The canonical text is the workload printed back in one fixed form (all
+ * shapes and dtypes declared); its key is kl_hash128 of that text, so two
+ * spellings of the same operator share one key.
+ */
+#ifndef KL_IR_H
+#define KL_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_IR_MAX_ITERS 16
+#define KL_IR_MAX_DIMS 8
+#define KL_IR_MAX_TENSORS 8
+#define KL_IR_MAX_EPILOGUE 8
+#define KL_IR_MAX_NAME 32
+
+typedef enum {
+    KL_DT_F32 = 0, /* same numbers as kiln.DType */
+    KL_DT_F16 = 1,
+    KL_DT_BF16 = 2,
+} kl_dtype;
+
+typedef enum {
+    KL_RED_NONE, /* '=' : no reduction iterators */
+    KL_RED_SUM,  /* '+=' */
+    KL_RED_MAX,  /* 'max=' */
+} kl_reduce;
+
+typedef struct {
+    char name[KL_IR_MAX_NAME];
+    int64_t extent;
+    bool reduce;
+} kl_iter_t;
+
+/* index = (sum_k coef[k] * iter_k + offset) / div, where div >= 1; with
+ * div > 1 the read is valid only where the numerator divides exactly. */
+typedef struct {
+    int64_t coef[KL_IR_MAX_ITERS];
+    int64_t offset;
+    int64_t div;
+} kl_affine_t;
+
+typedef struct {
+    int tensor; /* index into kl_workload_t.tensors */
+    kl_affine_t idx[KL_IR_MAX_DIMS];
+} kl_access_t;
+
+typedef struct {
+    char name[KL_IR_MAX_NAME];
+    kl_dtype dtype;
+    int ndim;
+    int64_t shape[KL_IR_MAX_DIMS];
+    bool is_output;
+} kl_tensor_t;
+
+typedef enum {
+    KL_EX_CONST,
+    KL_EX_LOAD,
+    KL_EX_ADD,
+    KL_EX_SUB,
+    KL_EX_MUL,
+    KL_EX_DIV,
+    KL_EX_MAX,
+    KL_EX_MIN,
+    KL_EX_NEG,
+} kl_expr_kind;
+
+typedef struct kl_expr_s kl_expr_t;
+struct kl_expr_s {
+    kl_expr_kind kind;
+    double value;       /* CONST */
+    kl_access_t access; /* LOAD */
+    kl_expr_t *a, *b;   /* operands (NEG uses a) */
+};
+
+typedef enum {
+    KL_EPI_ADD_TENSOR, /* out = out + T[spatial access] */
+    KL_EPI_MUL_TENSOR, /* out = out * T[...] */
+    KL_EPI_ADD_CONST,
+    KL_EPI_MUL_CONST,
+    KL_EPI_RELU,
+    KL_EPI_CLIP, /* lo, hi */
+} kl_epi_kind;
+
+typedef struct {
+    kl_epi_kind kind;
+    kl_access_t access; /* *_TENSOR */
+    double lo, hi;      /* CLIP; *_CONST uses lo */
+} kl_epilogue_t;
+
+typedef struct {
+    int niters;
+    kl_iter_t iters[KL_IR_MAX_ITERS];
+    int ntensors; /* inputs in order of appearance, output last */
+    kl_tensor_t tensors[KL_IR_MAX_TENSORS];
+    kl_access_t out; /* output access: spatial iterators only */
+    kl_reduce reduce;
+    kl_expr_t *body; /* owned */
+    int nepi;
+    kl_epilogue_t epi[KL_IR_MAX_EPILOGUE];
+    char op_kind[KL_IR_MAX_NAME]; /* "matmul", "conv2d", ... or "custom" */
+    char *name;                   /* "conv2d_1_64_56_56_64_3_3_s1_p1", owned */
+    char *canonical;              /* owned */
+    uint8_t key[16];
+    double flop; /* exact; padding reads are not FLOPs */
+} kl_workload_t;
+
+/* Parses text. On error returns KL_ERR_INVAL with a message that names the
+ * 1-based column and what was expected, e.g. "column 17: expected ']'".
+ * On success *out is owned by the caller (kl_workload_free). */
+int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
+
+/* Builds a named operator from its CLI form, e.g.
+ *   "matmul M=1024 N=1024 K=1024"
+ *   "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1"
+ * Ops and parameters (defaults in brackets):
+ *   matmul M N K [bias=0 relu=0]           C[M,N] = A[M,K] B[K,N]
+ *   batch_matmul B M N K                   C[b,M,N] = A[b,M,K] B[b,K,N]
+ *   dense N I O [bias=1 relu=0]            Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ *   conv2d N C H W K R S [stride=1 pad=0 dilation=1 groups=1
+ *          layout=NCHW|NHWC bias=0 relu=0 residual=0]
+ *   depthwise_conv2d N C H W R S [stride pad dilation multiplier=1 ...]
+ *   conv2d_transpose N C H W K R S [stride pad output_pad=0]
+ *          (the gradient of conv2d w.r.t. its input: C input channels of
+ *          size HxW, K output channels)
+ *   max_pool2d / avg_pool2d N C H W R S [stride=R pad=0]
+ *   add N... (shape=AxBxC), relu (shape=...)
+ * Sets op_kind and name. Errors name the bad parameter. */
+int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err);
+
+/* Either form: text starting with a known op name goes to _from_op, the
+ * rest to _parse. */
+int kl_workload_from_string(const char *s, kl_workload_t **out, char *err);
+
+void kl_workload_free(kl_workload_t **self_p);
+kl_workload_t *kl_workload_clone(const kl_workload_t *w);
+
+/* Index helpers. */
+int kl_workload_output(const kl_workload_t *w);  /* tensor index */
+int kl_workload_ninputs(const kl_workload_t *w); /* = ntensors - 1 */
+int64_t kl_tensor_numel(const kl_tensor_t *t);
+size_t kl_dtype_size(kl_dtype dt);
+const char *kl_dtype_name(kl_dtype dt); /* "f32" */
+
+/* The argument list in ABI order (inputs, then the output) as the
+ * "A:f32[256,256] B:f32[256,256] C:f32[256,256]:out" text used by
+ * `kiln measure --args`; heap string. */
+char *kl_workload_args_text(const kl_workload_t *w);
+
+/* Reference interpreter: computes the output from the inputs in double
+ * precision, straight from the definition (slow; for tests and small
+ * shapes). bufs follow ABI order, all f32. */
+void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
+
+#endif

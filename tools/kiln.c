@@ -1,0 +1,34 @@
+/* kiln - the user's command line. Each subcommand lives in its own file;
+ * this file only dispatches. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kiln_cmds.h"
+#include "kl_log.h"
+
+static const kiln_cmd_t s_cmds[] = {
+    {NULL, NULL, NULL},
+};
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: kiln COMMAND [options]   (kiln COMMAND --help)\n\n"
+               "Commands:\n");
+    for (const kiln_cmd_t *c = s_cmds; c->name; c++)
+        fprintf(f, "  %-10s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+    kl_log_init("kiln");
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        s_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (const kiln_cmd_t *c = s_cmds; c->name; c++)
+        if (strcmp(c->name, argv[1]) == 0)
+            return c->fn(argc - 2, argv + 2);
+    fprintf(stderr, "kiln: unknown command '%s'\n", argv[1]);
+    s_usage(stderr);
+    return 2;
+}

@@ -1,0 +1,16 @@
+/* kiln_cmds.h - the kiln CLI's subcommands, one file each (tools/kiln_*.c).
+ * Each takes the arguments after its own name and returns the process exit
+ * code: 0 success, 1 the job failed, 2 bad usage, 3 a missing record (export),
+ * 69 a device that is not there. */
+#ifndef KILN_CMDS_H
+#define KILN_CMDS_H
+
+typedef int (*kiln_cmd_fn)(int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    kiln_cmd_fn fn;
+    const char *summary;
+} kiln_cmd_t;
+
+#endif
