@@ -4,14 +4,23 @@
  *   workloads  key(16)                        -> Workload
  *   records    key(16) | target-id(8) | seq(8, big-endian) -> TuningRecord
  *   best       key(16) | target-id(8)        -> seq of the best valid record
+ *              (value: seq(8, BE) | median_s bits(8, BE) | simulated(1))
  *   seen       key(16) | target-id(8) | trace-hash(16) -> seq
  *   meta       text -> bytes (schema version, jobs)
- * target-id is kl_hash64 of the target string, big-endian.
+ * target-id is kl_hash64 of the target string, big-endian. Seqs start at 1
+ * per (workload, target), so records iterate in commit order.
  *
  * Only the coordinator writes; any number of processes may read at the same
- * time (open with KL_STORE_RDONLY). LMDB errors are translated once, here:
- * MDB_MAP_FULL grows the map and retries the transaction; a disk that
- * cannot take it is KL_ERR_NOSPC, and nothing committed before is lost.
+ * time (open with KL_STORE_RDONLY); a reader adopts a map grown by the
+ * writer on its next read. LMDB errors are translated once, here:
+ * MDB_MAP_FULL doubles the map and retries the whole transaction; a disk
+ * that cannot take it (ENOSPC, EDQUOT, EFBIG) is KL_ERR_NOSPC with a
+ * message naming the directory and the map size, and nothing committed
+ * before is lost. Every commit is durable (fsync) when it returns.
+ *
+ * A handle is used by one thread at a time. Callbacks of the foreach
+ * functions may read the store (other reads are separate transactions) but
+ * must not write to it.
  *
  * Messages returned to the caller are heap copies owned by the caller; free
  * them with the protobuf-c free_unpacked functions.
@@ -27,6 +36,8 @@
 #include "kiln.pb-c.h"
 
 #define KL_STORE_SCHEMA 1
+/* Map size of a new store; it doubles each time it fills. */
+#define KL_STORE_INITIAL_MAP ((size_t)64 << 20)
 
 typedef struct kl_store_s kl_store_t;
 
@@ -35,8 +46,14 @@ enum {
 };
 
 /* Opens (creating if needed, unless RDONLY) the store in directory dir. A
- * store of another schema version is KL_ERR_CORRUPT with a message. */
+ * store of another schema version is KL_ERR_CORRUPT with a message; with
+ * RDONLY, a missing directory or store is KL_ERR_NOTFOUND. */
 int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err);
+/* The same with the map of a writer made at least initial_map bytes
+ * (kl_store_open uses KL_STORE_INITIAL_MAP); tests start small to exercise
+ * growth. An existing larger map is kept. */
+int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
+                        size_t initial_map, char *err);
 void kl_store_close(kl_store_t **self_p);
 
 /* Inserts or replaces a workload (keyed by w->key, 16 bytes). */
@@ -46,11 +63,17 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
                           Kiln__Workload **out, char *err);
 
 /* Commits n records in ONE write transaction: each gets the next seq of its
- * (workload, target) (written back into recs[i]->seq), is added to seen
- * (when it has a 16-byte trace_hash) and replaces best when its status is
- * OK and its median is lower (a simulated record never replaces a real
- * one as best). Returns only after the
- * commit is durable. On failure nothing of the batch is written. */
+ * (workload, target) (written back into recs[i]->seq; time_us is set to
+ * now when 0), is added to seen (when it has a 16-byte trace_hash; seen
+ * keeps the first seq of a trace) and becomes best when it can: its
+ * status is OK with a finite median >= 0, and either there is no best
+ * yet, or it is real and the best is simulated, or both are of the same
+ * kind and its median is strictly lower (a simulated record never
+ * replaces a real one). Each record needs a 16-byte workload_key, a
+ * target and a trace_hash of 0 or 16 bytes (else KL_ERR_INVAL naming the
+ * record's index in the batch). Returns only after the commit is
+ * durable. On failure nothing of the batch is written and the records'
+ * seq and time_us are as they were. */
 int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
                     char *err);
 
@@ -86,11 +109,25 @@ int kl_store_meta_get(kl_store_t *self, const char *name, void **val,
 size_t kl_store_map_size(const kl_store_t *self);
 
 /* JSON lines interchange: one object per line, {"type":"workload",...} or
- * {"type":"record",...}. Import of an export is lossless (same records,
- * same seqs, same best). A malformed line is an error naming its line
- * number; lines before it stay imported. */
+ * {"type":"record",...}, every field of the message under its proto
+ * name; bytes as lower-case hex, enums by name ("STATUS_OK"), doubles
+ * with 17 digits ("nan", "inf", "-inf" as strings), uint64 as numbers.
+ * Export writes every workload, then every record in (key, target, seq)
+ * order, from one snapshot. Import of an export is lossless (same
+ * records, same seqs, same best, same seen); it commits many lines per
+ * transaction. A record with seq 0 gets the next seq; one whose slot
+ * holds the same bytes is skipped (re-importing a file is harmless), one
+ * whose slot holds another record is KL_ERR_EXISTS. Records whose
+ * workload is missing are accepted. A malformed line (bad JSON, unknown
+ * type or field, wrong value type, bad hex) is an error naming its line
+ * number; lines before it stay imported. *imported (optional) counts the
+ * workloads and records written. */
 int kl_store_export_jsonl(kl_store_t *self, FILE *out, char *err);
 int kl_store_import_jsonl(kl_store_t *self, FILE *in, size_t *imported,
                           char *err);
+
+/* One JSON line (without the newline) for a Workload or TuningRecord, in
+ * the export format, with "type" first. Returns a heap string. */
+char *kl_store_json_line(const char *type, const ProtobufCMessage *msg);
 
 #endif

@@ -1,0 +1,906 @@
+/* kl_store.c - the record store on LMDB (see kl_store.h for the contract).
+ *
+ * Every LMDB return code is translated in s_lmdb(), and nowhere else. Write
+ * transactions go through s_write(), which owns the MDB_MAP_FULL policy:
+ * abort, double the map, run the whole transaction again. */
+#include <errno.h>
+#include <lmdb.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kl_err.h"
+#include "kl_store_priv.h"
+#include "kl_util.h"
+
+/* Growth stops here: past it the store says KL_ERR_NOSPC. */
+#define KL_STORE_MAX_MAP ((size_t)1 << 40)
+
+struct kl_store_s {
+    MDB_env *env;
+    MDB_dbi db_workloads, db_records, db_best, db_seen, db_meta;
+    char *dir;
+    size_t map_size;
+    bool rdonly;
+    bool map_full; /* set by s_lmdb() when LMDB said MDB_MAP_FULL */
+    uint8_t *pack; /* reusable buffer for packed values */
+    size_t pack_cap;
+};
+
+/* ---- keys ---------------------------------------------------------------- */
+
+static void s_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t s_get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t s_tid(const char *target)
+{
+    return kl_hash64(target, strlen(target));
+}
+
+/* key(16) | target-id(8): the prefix of records, best and seen keys. */
+static void s_prefix(uint8_t out[24], const uint8_t key[16], uint64_t tid)
+{
+    memcpy(out, key, 16);
+    s_be64(out + 16, tid);
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+static int s_lmdb(kl_store_t *self, int rc, const char *what, char *err)
+{
+    const char *dir = self->dir;
+    size_t mib = self->map_size >> 20;
+    switch (rc) {
+    case MDB_NOTFOUND:
+        return kl_seterr(err, KL_ERR_NOTFOUND, "store %s: %s: not found", dir,
+                         what);
+    case MDB_MAP_FULL:
+        self->map_full = true;
+        return kl_seterr(err, KL_ERR_NOSPC, "store %s: %s: map full at %zu MiB",
+                         dir, what, mib);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return kl_seterr(err, KL_ERR_NOSPC,
+                         "store %s: %s: the disk refused the write (%s); map "
+                         "size %zu MiB; nothing of this transaction was kept",
+                         dir, what, mdb_strerror(rc), mib);
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+    case MDB_VERSION_MISMATCH:
+    case MDB_INCOMPATIBLE:
+        return kl_seterr(err, KL_ERR_CORRUPT, "store %s: %s: %s", dir, what,
+                         mdb_strerror(rc));
+    case ENOENT:
+        return kl_seterr(err, KL_ERR_NOTFOUND, "store %s: %s: %s", dir, what,
+                         mdb_strerror(rc));
+    default:
+        return kl_seterr(err, KL_ERR_IO, "store %s: %s: %s", dir, what,
+                         mdb_strerror(rc));
+    }
+}
+
+static void s_refresh_map_size(kl_store_t *self)
+{
+    MDB_envinfo info;
+    if (mdb_env_info(self->env, &info) == 0)
+        self->map_size = info.me_mapsize;
+}
+
+/* ---- transactions ------------------------------------------------------- */
+
+/* A read transaction. Another process may have grown the map since this
+ * one last looked: adopt its size and try again. */
+static int s_begin_read(kl_store_t *self, MDB_txn **txn, char *err)
+{
+    for (int tries = 0;; tries++) {
+        int rc = mdb_txn_begin(self->env, NULL, MDB_RDONLY, txn);
+        if (rc == MDB_MAP_RESIZED && tries < 8) {
+            rc = mdb_env_set_mapsize(self->env, 0);
+            if (rc)
+                return s_lmdb(self, rc, "adopt the new map size", err);
+            s_refresh_map_size(self);
+            continue;
+        }
+        return rc ? s_lmdb(self, rc, "begin read", err) : KL_OK;
+    }
+}
+
+static int s_grow(kl_store_t *self, char *err)
+{
+    size_t cur = self->map_size, next = cur * 2;
+    if (next > KL_STORE_MAX_MAP)
+        return kl_seterr(err, KL_ERR_NOSPC,
+                         "store %s: map full at %zu MiB, the largest allowed",
+                         self->dir, cur >> 20);
+    int rc = mdb_env_set_mapsize(self->env, next);
+    if (rc)
+        return kl_seterr(
+            err, KL_ERR_NOSPC,
+            "store %s: cannot grow the map from %zu to %zu MiB: %s", self->dir,
+            cur >> 20, next >> 20, mdb_strerror(rc));
+    s_refresh_map_size(self);
+    return KL_OK;
+}
+
+/* fn does the writes and returns a kl_err; an LMDB failure inside it goes
+ * through s_lmdb(), which flags MDB_MAP_FULL for the retry below. */
+typedef int (*s_write_fn)(kl_store_t *self, MDB_txn *txn, void *ctx, char *err);
+
+static int s_write(kl_store_t *self, s_write_fn fn, void *ctx, char *err)
+{
+    if (self->rdonly)
+        return kl_seterr(err, KL_ERR_INVAL, "store %s: opened read-only",
+                         self->dir);
+    for (int tries = 0;; tries++) {
+        MDB_txn *txn;
+        int rc = mdb_txn_begin(self->env, NULL, 0, &txn);
+        if (rc == MDB_MAP_RESIZED && tries < 8) {
+            mdb_env_set_mapsize(self->env, 0);
+            s_refresh_map_size(self);
+            continue;
+        }
+        if (rc)
+            return s_lmdb(self, rc, "begin write", err);
+        self->map_full = false;
+        rc = fn(self, txn, ctx, err);
+        if (rc == KL_OK) {
+            int mrc = mdb_txn_commit(txn);
+            if (mrc == 0)
+                return KL_OK;
+            rc = s_lmdb(self, mrc, "commit", err);
+        } else {
+            mdb_txn_abort(txn);
+        }
+        if (!self->map_full)
+            return rc;
+        rc = s_grow(self, err);
+        if (rc)
+            return rc;
+    }
+}
+
+static uint8_t *s_pack_buf(kl_store_t *self, size_t n)
+{
+    if (n > self->pack_cap) {
+        self->pack_cap = n * 2;
+        free(self->pack);
+        self->pack = kl_xmalloc(self->pack_cap);
+    }
+    return self->pack;
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static int s_open_dbs(kl_store_t *self, char *err)
+{
+    static const char *names[] = {"workloads", "records", "best", "seen",
+                                  "meta"};
+    MDB_dbi *dbis[] = {&self->db_workloads, &self->db_records, &self->db_best,
+                       &self->db_seen, &self->db_meta};
+    MDB_txn *txn;
+    int rc = self->rdonly
+                 ? s_begin_read(self, &txn, err)
+                 : s_lmdb(self, mdb_txn_begin(self->env, NULL, 0, &txn),
+                          "begin write", err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 5; i++) {
+        int mrc =
+            mdb_dbi_open(txn, names[i], self->rdonly ? 0 : MDB_CREATE, dbis[i]);
+        if (mrc == MDB_NOTFOUND) {
+            mdb_txn_abort(txn);
+            return kl_seterr(err, KL_ERR_CORRUPT,
+                             "store %s: no '%s' database: not a kiln store",
+                             self->dir, names[i]);
+        }
+        if (mrc) {
+            mdb_txn_abort(txn);
+            return s_lmdb(self, mrc, names[i], err);
+        }
+    }
+    /* The schema: written by the first writer, checked by everyone. */
+    MDB_val k = {6, "schema"}, v;
+    int mrc = mdb_get(txn, self->db_meta, &k, &v);
+    uint8_t mine[4] = {0, 0, 0, KL_STORE_SCHEMA};
+    if (mrc == MDB_NOTFOUND && !self->rdonly) {
+        MDB_val nv = {4, mine};
+        mrc = mdb_put(txn, self->db_meta, &k, &nv, 0);
+    } else if (mrc == MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        return kl_seterr(err, KL_ERR_CORRUPT,
+                         "store %s: no schema version: not a kiln store",
+                         self->dir);
+    } else if (mrc == 0 && (v.mv_size != 4 || memcmp(v.mv_data, mine, 4))) {
+        const uint8_t *p = v.mv_data;
+        unsigned got = v.mv_size == 4
+                           ? (unsigned)p[0] << 24 | (unsigned)p[1] << 16 |
+                                 (unsigned)p[2] << 8 | p[3]
+                           : 0;
+        mdb_txn_abort(txn);
+        return kl_seterr(err, KL_ERR_CORRUPT,
+                         "store %s: schema version %u, this kiln reads "
+                         "schema %d",
+                         self->dir, got, KL_STORE_SCHEMA);
+    }
+    if (mrc) {
+        mdb_txn_abort(txn);
+        return s_lmdb(self, mrc, "schema", err);
+    }
+    mrc = mdb_txn_commit(txn);
+    return mrc ? s_lmdb(self, mrc, "open", err) : KL_OK;
+}
+
+int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
+                        size_t initial_map, char *err)
+{
+    *out = NULL;
+    if (!dir || !*dir)
+        return kl_seterr(err, KL_ERR_INVAL, "store: no directory given");
+    struct stat st;
+    if (flags & KL_STORE_RDONLY) {
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return kl_seterr(err, KL_ERR_NOTFOUND,
+                             "store %s: no such directory", dir);
+    } else {
+        int rc = kl_mkdirs(dir, err);
+        if (rc)
+            return rc;
+    }
+    kl_store_t *self = kl_xcalloc(1, sizeof *self);
+    self->dir = kl_xstrdup(dir);
+    self->rdonly = flags & KL_STORE_RDONLY;
+    int rc = mdb_env_create(&self->env);
+    if (rc == 0)
+        rc = mdb_env_set_maxdbs(self->env, 8);
+    if (rc == 0)
+        rc = mdb_env_open(self->env, dir,
+                          MDB_NOTLS | (self->rdonly ? MDB_RDONLY : 0), 0644);
+    if (rc) {
+        int code = rc == ENOENT && self->rdonly
+                       ? kl_seterr(err, KL_ERR_NOTFOUND,
+                                   "store %s: no store in this directory", dir)
+                       : s_lmdb(self, rc, "open", err);
+        kl_store_close(&self);
+        return code;
+    }
+    s_refresh_map_size(self);
+    if (!self->rdonly && self->map_size < initial_map) {
+        rc = mdb_env_set_mapsize(self->env, initial_map);
+        if (rc) {
+            int code = s_lmdb(self, rc, "set map size", err);
+            kl_store_close(&self);
+            return code;
+        }
+        s_refresh_map_size(self);
+    }
+    rc = s_open_dbs(self, err);
+    if (rc) {
+        kl_store_close(&self);
+        return rc;
+    }
+    *out = self;
+    return KL_OK;
+}
+
+int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err)
+{
+    return kl_store_open_sized(out, dir, flags, KL_STORE_INITIAL_MAP, err);
+}
+
+void kl_store_close(kl_store_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kl_store_t *self = *self_p;
+    if (self->env)
+        mdb_env_close(self->env);
+    free(self->pack);
+    free(self->dir);
+    free(self);
+    *self_p = NULL;
+}
+
+size_t kl_store_map_size(const kl_store_t *self)
+{
+    return self->map_size;
+}
+
+const char *kl_store__dir(const kl_store_t *self)
+{
+    return self->dir;
+}
+
+/* ---- workloads ----------------------------------------------------------- */
+
+static int s_put_workload(kl_store_t *self, MDB_txn *txn,
+                          const Kiln__Workload *w, char *err)
+{
+    if (w->key.len != 16)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "workload '%s': key is %zu bytes, want 16",
+                         w->name ? w->name : "", w->key.len);
+    size_t n = kiln__workload__get_packed_size(w);
+    uint8_t *buf = s_pack_buf(self, n);
+    kiln__workload__pack(w, buf);
+    MDB_val k = {16, w->key.data}, v = {n, buf};
+    int rc = mdb_put(txn, self->db_workloads, &k, &v, 0);
+    return rc ? s_lmdb(self, rc, "put workload", err) : KL_OK;
+}
+
+static int s_put_workload_fn(kl_store_t *self, MDB_txn *txn, void *ctx,
+                             char *err)
+{
+    return s_put_workload(self, txn, ctx, err);
+}
+
+int kl_store_put_workload(kl_store_t *self, const Kiln__Workload *w, char *err)
+{
+    return s_write(self, s_put_workload_fn, (void *)w, err);
+}
+
+int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
+                          Kiln__Workload **out, char *err)
+{
+    *out = NULL;
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    MDB_val k = {16, (void *)key}, v;
+    int mrc = mdb_get(txn, self->db_workloads, &k, &v);
+    if (mrc == 0) {
+        *out = kiln__workload__unpack(NULL, v.mv_size, v.mv_data);
+        if (!*out) {
+            char hex[33];
+            kl_hex128(key, hex);
+            rc = kl_seterr(err, KL_ERR_CORRUPT,
+                           "store %s: workload %s does not decode (%zu bytes)",
+                           self->dir, hex, v.mv_size);
+        }
+    } else {
+        rc = s_lmdb(self, mrc, "workload", err);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+/* ---- commit ---------------------------------------------------------------
+ * best value: seq(8, BE) | median_s bits(8, BE) | simulated(1), so that a
+ * new record is ranked without unpacking the old best. */
+
+#define S_BEST_LEN 17
+
+static bool s_can_be_best(const Kiln__TuningRecord *r)
+{
+    return r->status == KILN__STATUS__STATUS_OK && isfinite(r->median_s) &&
+           r->median_s >= 0;
+}
+
+/* A real record beats a simulated one; otherwise the lower median wins
+ * (ties keep the older best). */
+static bool s_beats(const Kiln__TuningRecord *r, const MDB_val *old)
+{
+    const uint8_t *p = old->mv_data;
+    uint64_t bits = s_get_be64(p + 8);
+    double old_median;
+    memcpy(&old_median, &bits, sizeof bits);
+    bool old_sim = p[16] != 0;
+    if (old_sim != (bool)r->simulated)
+        return old_sim;
+    return r->median_s < old_median;
+}
+
+static int s_update_best(kl_store_t *self, MDB_txn *txn,
+                         const Kiln__TuningRecord *r, const uint8_t pre[24],
+                         char *err)
+{
+    MDB_val k = {24, (void *)pre}, old;
+    int mrc = mdb_get(txn, self->db_best, &k, &old);
+    if (mrc && mrc != MDB_NOTFOUND)
+        return s_lmdb(self, mrc, "best", err);
+    if (mrc == 0 && old.mv_size != S_BEST_LEN)
+        return kl_seterr(err, KL_ERR_CORRUPT,
+                         "store %s: best entry of %s is %zu bytes, want %d",
+                         self->dir, r->target, old.mv_size, S_BEST_LEN);
+    if (mrc == 0 && !s_beats(r, &old))
+        return KL_OK;
+    uint8_t val[S_BEST_LEN];
+    uint64_t bits;
+    memcpy(&bits, &r->median_s, sizeof bits);
+    s_be64(val, r->seq);
+    s_be64(val + 8, bits);
+    val[16] = r->simulated ? 1 : 0;
+    MDB_val v = {S_BEST_LEN, val};
+    mrc = mdb_put(txn, self->db_best, &k, &v, 0);
+    return mrc ? s_lmdb(self, mrc, "put best", err) : KL_OK;
+}
+
+static int s_update_seen(kl_store_t *self, MDB_txn *txn,
+                         const Kiln__TuningRecord *r, const uint8_t pre[24],
+                         char *err)
+{
+    uint8_t sk[40], sv[8];
+    memcpy(sk, pre, 24);
+    memcpy(sk + 24, r->trace_hash.data, 16);
+    s_be64(sv, r->seq);
+    MDB_val k = {40, sk}, v = {8, sv};
+    /* The first record of a trace stays the one seen points at. */
+    int mrc = mdb_put(txn, self->db_seen, &k, &v, MDB_NOOVERWRITE);
+    if (mrc && mrc != MDB_KEYEXIST)
+        return s_lmdb(self, mrc, "put seen", err);
+    return KL_OK;
+}
+
+/* The last seq of (key, target) in this transaction, 0 when none. */
+static int s_last_seq(kl_store_t *self, MDB_cursor *cur, const uint8_t pre[24],
+                      uint64_t *seq, char *err)
+{
+    uint8_t probe[32];
+    memcpy(probe, pre, 24);
+    memset(probe + 24, 0xff, 8);
+    MDB_val k = {32, probe}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    if (mrc == 0)
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+    else if (mrc == MDB_NOTFOUND)
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    *seq = 0;
+    if (mrc == MDB_NOTFOUND)
+        return KL_OK;
+    if (mrc)
+        return s_lmdb(self, mrc, "find last seq", err);
+    if (k.mv_size == 32 && memcmp(k.mv_data, pre, 24) == 0)
+        *seq = s_get_be64((const uint8_t *)k.mv_data + 24);
+    return KL_OK;
+}
+
+static int s_check_record(const Kiln__TuningRecord *r, char *err)
+{
+    if (!r)
+        return kl_seterr(err, KL_ERR_INVAL, "record is NULL");
+    if (r->workload_key.len != 16)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "record: workload_key is %zu bytes, want 16",
+                         r->workload_key.len);
+    if (!r->target || !*r->target)
+        return kl_seterr(err, KL_ERR_INVAL, "record: empty target");
+    if (r->trace_hash.len != 0 && r->trace_hash.len != 16)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "record: trace_hash is %zu bytes, want 16 or none",
+                         r->trace_hash.len);
+    return KL_OK;
+}
+
+typedef struct {
+    kl_store_item_t *items;
+    size_t n;
+    bool keep_seq;
+    size_t written;
+    size_t failed;
+    MDB_cursor *cur;
+    uint8_t last_pre[24]; /* (key, target) of last_seq, when have_last */
+    uint64_t last_seq;
+    bool have_last;
+} s_batch_t;
+
+/* Puts one record; 1 (not an error) means an identical record already
+ * held its slot and nothing was written. */
+static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
+                        Kiln__TuningRecord *r, char *err)
+{
+    int rc = s_check_record(r, err);
+    if (rc)
+        return rc;
+    uint8_t pre[24], rk[32];
+    s_prefix(pre, r->workload_key.data, s_tid(r->target));
+    bool explicit_seq = b->keep_seq && r->seq != 0;
+    if (!explicit_seq) {
+        if (!b->have_last || memcmp(pre, b->last_pre, 24) != 0) {
+            rc = s_last_seq(self, b->cur, pre, &b->last_seq, err);
+            if (rc)
+                return rc;
+        }
+        r->seq = ++b->last_seq;
+        memcpy(b->last_pre, pre, 24);
+        b->have_last = true;
+    } else {
+        b->have_last = false; /* may no longer be the last seq */
+    }
+    if (r->time_us == 0 && !b->keep_seq)
+        r->time_us = kl_unix_us();
+    memcpy(rk, pre, 24);
+    s_be64(rk + 24, r->seq);
+    size_t n = kiln__tuning_record__get_packed_size(r);
+    uint8_t *buf = s_pack_buf(self, n);
+    kiln__tuning_record__pack(r, buf);
+    MDB_val k = {32, rk}, v = {n, buf};
+    int mrc = mdb_put(txn, self->db_records, &k, &v, MDB_NOOVERWRITE);
+    if (mrc == MDB_KEYEXIST) {
+        if (v.mv_size == n && memcmp(v.mv_data, buf, n) == 0)
+            return 1;
+        return kl_seterr(err, KL_ERR_EXISTS,
+                         "store %s: target %s already has another record "
+                         "with seq %llu",
+                         self->dir, r->target, (unsigned long long)r->seq);
+    }
+    if (mrc)
+        return s_lmdb(self, mrc, "put record", err);
+    if (r->trace_hash.len == 16) {
+        rc = s_update_seen(self, txn, r, pre, err);
+        if (rc)
+            return rc;
+    }
+    return s_can_be_best(r) ? s_update_best(self, txn, r, pre, err) : KL_OK;
+}
+
+static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
+{
+    s_batch_t *b = ctx;
+    b->written = 0;
+    b->have_last = false;
+    int mrc = mdb_cursor_open(txn, self->db_records, &b->cur);
+    if (mrc)
+        return s_lmdb(self, mrc, "cursor", err);
+    int rc = KL_OK;
+    for (size_t i = 0; i < b->n && rc == KL_OK; i++) {
+        kl_store_item_t *it = &b->items[i];
+        rc = it->w ? s_put_workload(self, txn, it->w, err)
+                   : s_put_record(self, txn, b, it->r, err);
+        if (rc == 1)
+            rc = KL_OK;
+        else if (rc == KL_OK)
+            b->written++;
+        b->failed = i;
+    }
+    mdb_cursor_close(b->cur);
+    if (rc == KL_OK)
+        b->failed = b->n;
+    return rc;
+}
+
+int kl_store__write_items(kl_store_t *self, kl_store_item_t *items, size_t n,
+                          bool keep_seq, size_t *written, size_t *failed,
+                          char *err)
+{
+    /* A retry or a failure must not leave seqs or times of a batch that was
+     * not written in the caller's records. */
+    uint64_t *saved = kl_xmalloc(2 * (n ? n : 1) * sizeof *saved);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].r) {
+            saved[2 * i] = items[i].r->seq;
+            saved[2 * i + 1] = items[i].r->time_us;
+        }
+    s_batch_t b = {.items = items, .n = n, .keep_seq = keep_seq};
+    int rc = s_write(self, s_batch_fn, &b, err);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            if (items[i].r) {
+                items[i].r->seq = saved[2 * i];
+                items[i].r->time_us = saved[2 * i + 1];
+            }
+    }
+    free(saved);
+    if (written)
+        *written = rc ? 0 : b.written;
+    if (failed)
+        *failed = rc && rc != KL_ERR_NOSPC ? b.failed : n;
+    return rc;
+}
+
+int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
+                    char *err)
+{
+    if (n == 0)
+        return KL_OK;
+    kl_store_item_t *items = kl_xcalloc(n, sizeof *items);
+    for (size_t i = 0; i < n; i++)
+        items[i].r = recs[i];
+    size_t failed = n;
+    int rc = kl_store__write_items(self, items, n, false, NULL, &failed, err);
+    free(items);
+    if (rc && failed < n && err) {
+        char msg[KL_ERRMSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err);
+        kl_seterr(err, rc, "record %zu of the batch: %s", failed, msg);
+    }
+    return rc;
+}
+
+/* ---- reads --------------------------------------------------------------- */
+
+static int s_corrupt_record(kl_store_t *self, const MDB_val *k, size_t vlen,
+                            char *err)
+{
+    if (k->mv_size != 32)
+        return kl_seterr(err, KL_ERR_CORRUPT,
+                         "store %s: a records key is %zu bytes, want 32",
+                         self->dir, k->mv_size);
+    char hex[33];
+    kl_hex128(k->mv_data, hex);
+    const uint8_t *p = k->mv_data;
+    return kl_seterr(err, KL_ERR_CORRUPT,
+                     "store %s: record %s target-id %016llx seq %llu does not "
+                     "decode (%zu bytes)",
+                     self->dir, hex, (unsigned long long)s_get_be64(p + 16),
+                     (unsigned long long)s_get_be64(p + 24), vlen);
+}
+
+int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
+                  Kiln__TuningRecord **out, char *err)
+{
+    *out = NULL;
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    uint8_t pre[24], rk[32];
+    s_prefix(pre, key, s_tid(target));
+    MDB_val k = {24, pre}, v;
+    int mrc = mdb_get(txn, self->db_best, &k, &v);
+    if (mrc == 0 && v.mv_size != S_BEST_LEN)
+        rc = kl_seterr(err, KL_ERR_CORRUPT, "store %s: best entry is %zu bytes",
+                       self->dir, v.mv_size);
+    else if (mrc)
+        rc = s_lmdb(self, mrc, "best record", err);
+    if (rc == KL_OK) {
+        memcpy(rk, pre, 24);
+        memcpy(rk + 24, v.mv_data, 8);
+        k = (MDB_val){32, rk};
+        mrc = mdb_get(txn, self->db_records, &k, &v);
+        if (mrc == MDB_NOTFOUND)
+            rc = kl_seterr(err, KL_ERR_CORRUPT,
+                           "store %s: best of %s points at a missing record",
+                           self->dir, target);
+        else if (mrc)
+            rc = s_lmdb(self, mrc, "best record", err);
+        else if (!(*out =
+                       kiln__tuning_record__unpack(NULL, v.mv_size, v.mv_data)))
+            rc = s_corrupt_record(self, &k, v.mv_size, err);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
+                  const uint8_t trace_hash[16], bool *seen, char *err)
+{
+    *seen = false;
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    uint8_t sk[40];
+    s_prefix(sk, key, s_tid(target));
+    memcpy(sk + 24, trace_hash, 16);
+    MDB_val k = {40, sk}, v;
+    int mrc = mdb_get(txn, self->db_seen, &k, &v);
+    if (mrc == 0)
+        *seen = true;
+    else if (mrc != MDB_NOTFOUND)
+        rc = s_lmdb(self, mrc, "seen", err);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+/* Walks records whose key starts with pre[0..plen) (plen 0: all). With
+ * fn NULL it only counts keys (of target, when given) into *count. */
+static int s_walk_records(kl_store_t *self, MDB_txn *txn, const uint8_t *pre,
+                          size_t plen, const char *target,
+                          kl_store_record_fn fn, void *arg, size_t *count,
+                          char *err)
+{
+    MDB_cursor *cur;
+    int mrc = mdb_cursor_open(txn, self->db_records, &cur);
+    if (mrc)
+        return s_lmdb(self, mrc, "cursor", err);
+    uint8_t tid[8];
+    if (target)
+        s_be64(tid, s_tid(target));
+    MDB_val k = {plen, (void *)pre}, v;
+    mrc = mdb_cursor_get(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
+    int rc = KL_OK;
+    for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 32) {
+            rc = s_corrupt_record(self, &k, v.mv_size, err);
+            break;
+        }
+        if (plen && memcmp(k.mv_data, pre, plen) != 0)
+            break;
+        if (target && memcmp((uint8_t *)k.mv_data + 16, tid, 8) != 0)
+            continue;
+        if (!fn) {
+            (*count)++;
+            continue;
+        }
+        Kiln__TuningRecord *r =
+            kiln__tuning_record__unpack(NULL, v.mv_size, v.mv_data);
+        if (!r) {
+            rc = s_corrupt_record(self, &k, v.mv_size, err);
+            break;
+        }
+        /* target-ids could collide; the stored string decides. */
+        if (!target || strcmp(r->target, target) == 0)
+            rc = fn(r, arg);
+        kiln__tuning_record__free_unpacked(r, NULL);
+        if (rc)
+            break;
+    }
+    if (mrc && mrc != MDB_NOTFOUND && rc == KL_OK)
+        rc = s_lmdb(self, mrc, "records", err);
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+static void s_range(const uint8_t *key, const char *target, uint8_t pre[24],
+                    size_t *plen)
+{
+    *plen = 0;
+    if (key && target) {
+        s_prefix(pre, key, s_tid(target));
+        *plen = 24;
+    } else if (key) {
+        memcpy(pre, key, 16);
+        *plen = 16;
+    }
+}
+
+int kl_store_foreach_record(kl_store_t *self, const uint8_t *key,
+                            const char *target, kl_store_record_fn fn,
+                            void *arg, char *err)
+{
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    uint8_t pre[24];
+    size_t plen;
+    s_range(key, target, pre, &plen);
+    rc = s_walk_records(self, txn, pre, plen, target, fn, arg, NULL, err);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int kl_store_count(kl_store_t *self, const uint8_t key[16], const char *target,
+                   size_t *count, char *err)
+{
+    *count = 0;
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    uint8_t pre[24];
+    size_t plen;
+    s_range(key, target, pre, &plen);
+    rc = s_walk_records(self, txn, pre, plen, NULL, NULL, NULL, count, err);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+static int s_walk_workloads(kl_store_t *self, MDB_txn *txn,
+                            kl_store_workload_fn fn, void *arg, char *err)
+{
+    MDB_cursor *cur;
+    int mrc = mdb_cursor_open(txn, self->db_workloads, &cur);
+    if (mrc)
+        return s_lmdb(self, mrc, "cursor", err);
+    MDB_val k, v;
+    int rc = KL_OK;
+    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !rc;
+         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        Kiln__Workload *w = kiln__workload__unpack(NULL, v.mv_size, v.mv_data);
+        if (!w || k.mv_size != 16) {
+            if (w)
+                kiln__workload__free_unpacked(w, NULL);
+            rc = kl_seterr(err, KL_ERR_CORRUPT,
+                           "store %s: a workload (%zu-byte key) does not "
+                           "decode",
+                           self->dir, k.mv_size);
+            break;
+        }
+        rc = fn(w, arg);
+        kiln__workload__free_unpacked(w, NULL);
+    }
+    if (mrc && mrc != MDB_NOTFOUND && rc == KL_OK)
+        rc = s_lmdb(self, mrc, "workloads", err);
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+int kl_store_foreach_workload(kl_store_t *self, kl_store_workload_fn fn,
+                              void *arg, char *err)
+{
+    return kl_store__foreach_all(self, fn, NULL, arg, err);
+}
+
+int kl_store__foreach_all(kl_store_t *self, kl_store_workload_fn wfn,
+                          kl_store_record_fn rfn, void *arg, char *err)
+{
+    MDB_txn *txn;
+    int rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    if (wfn)
+        rc = s_walk_workloads(self, txn, wfn, arg, err);
+    if (rc == KL_OK && rfn)
+        rc = s_walk_records(self, txn, NULL, 0, NULL, rfn, arg, NULL, err);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+/* ---- meta ------------------------------------------------------------------
+ */
+
+typedef struct {
+    const char *name;
+    const void *val;
+    size_t len;
+} s_meta_t;
+
+static int s_meta_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
+{
+    s_meta_t *m = ctx;
+    MDB_val k = {strlen(m->name), (void *)m->name},
+            v = {m->len, (void *)m->val};
+    int mrc = mdb_put(txn, self->db_meta, &k, &v, 0);
+    return mrc ? s_lmdb(self, mrc, "put meta", err) : KL_OK;
+}
+
+static int s_check_meta_name(const char *name, char *err)
+{
+    if (!name || !*name || strlen(name) > 256)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "meta name must be 1 to 256 characters");
+    return KL_OK;
+}
+
+int kl_store_meta_put(kl_store_t *self, const char *name, const void *val,
+                      size_t len, char *err)
+{
+    int rc = s_check_meta_name(name, err);
+    if (rc)
+        return rc;
+    if (strcmp(name, "schema") == 0)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "meta 'schema' is the store's own; pick another name");
+    s_meta_t m = {name, val, len};
+    return s_write(self, s_meta_fn, &m, err);
+}
+
+int kl_store_meta_get(kl_store_t *self, const char *name, void **val,
+                      size_t *len, char *err)
+{
+    *val = NULL;
+    *len = 0;
+    int rc = s_check_meta_name(name, err);
+    if (rc)
+        return rc;
+    MDB_txn *txn;
+    rc = s_begin_read(self, &txn, err);
+    if (rc)
+        return rc;
+    MDB_val k = {strlen(name), (void *)name}, v;
+    int mrc = mdb_get(txn, self->db_meta, &k, &v);
+    if (mrc == 0) {
+        *val = kl_xmalloc(v.mv_size ? v.mv_size : 1);
+        memcpy(*val, v.mv_data, v.mv_size);
+        *len = v.mv_size;
+    } else {
+        rc = s_lmdb(self, mrc, name, err);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
