@@ -33,6 +33,12 @@
 #define KL_NET_MAX_SOURCE (4u << 20)
 #define KL_NET_MAX_SAMPLES 100000
 #define KL_NET_MAX_DEVICES 64
+/* Names, targets, entry symbols, host names (bytes). */
+#define KL_NET_MAX_STRING 4096
+/* MeasureResult.error and Goodbye.reason (bytes): senders truncate. */
+#define KL_NET_MAX_ERROR (64u << 10)
+/* DeviceInfo.measure_cores entries. */
+#define KL_NET_MAX_CORES 4096
 
 typedef struct {
     /* Server: directory holding NAME.key and NAME.pub of this side.
@@ -76,7 +82,8 @@ typedef struct {
     uint64_t auth_denied;     /* ZAP refusals (server) */
 } kl_net_stats_t;
 
-/* Binds a ROUTER on endpoint ("tcp://*:7070", "tcp://127.0.0.1:*"). */
+/* Binds a ROUTER on endpoint (e.g. "tcp://0.0.0.0:7070" on every
+ * interface, "tcp://127.0.0.1:*" on a free loopback port). */
 int kl_net_server_new(kl_net_t **out, const char *endpoint,
                       const kl_net_security_t *sec, char *err);
 /* Connects a DEALER to endpoint. ZeroMQ reconnects by itself when the
@@ -94,7 +101,10 @@ const char *kl_net_endpoint(const kl_net_t *self);
 
 /* Stamps the protocol version into env and sends it as one frame (ROUTER:
  * to peer; DEALER: peer is NULL). Does not block longer than a full send
- * queue allows (ZMQ_SNDTIMEO 1000 ms); KL_ERR_TIMEOUT then. */
+ * queue allows (ZMQ_SNDTIMEO 1000 ms); KL_ERR_TIMEOUT then. The bounds of
+ * kl_net_decode are checked first: an envelope the peer would drop is not
+ * sent (KL_ERR_PROTO naming the field). ROUTER: a peer that is not
+ * connected (any more) is KL_ERR_CLOSED at once. env stays the caller's. */
 int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
                 char *err);
 /* Receives one envelope, waiting up to timeout_ms (0: do not wait, -1:
@@ -103,13 +113,26 @@ int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
  * of another major version is dropped, counted, and reported as
  * KL_ERR_PROTO / KL_ERR_VERSION with a message (and, for VERSION, *env
  * still set so the caller can answer with a Goodbye naming both
- * versions). */
+ * versions; it then holds only version_major / version_minor, no body).
+ * A ROUTER frame set is [routing id][envelope] and a DEALER one is
+ * [envelope]; any other number of frames is dropped (KL_ERR_PROTO).
+ * peer (optional) receives the sender's routing id on a ROUTER. */
 int kl_net_recv(kl_net_t *self, kl_peer_t *peer, Kiln__Envelope **env,
                 int timeout_ms, char *err);
 void kl_net_stats(const kl_net_t *self, kl_net_stats_t *out);
 
 /* The codec alone (used by kl_net_recv and the fuzz target): unpacks len
- * bytes and checks every bound above. */
+ * bytes and checks every bound above. Repeated fields are counted on the
+ * wire before anything is allocated. Beyond the counts: a body must be
+ * set; strings within KL_NET_MAX_STRING (sources and trace bytes
+ * KL_NET_MAX_SOURCE, result.error and goodbye.reason KL_NET_MAX_ERROR);
+ * request.workload_key empty or exactly 16 bytes; request.evaluator
+ * present, its repeat <= KL_NET_MAX_SAMPLES, rtol/atol finite and >= 0;
+ * candidate grid and block 0 or 3 values; shape dimensions >= 0 without
+ * overflow of their product; enum values known; result samples finite and
+ * >= 0; a sub-message at most once. On failure: KL_ERR_PROTO, *out NULL,
+ * and a message naming the field ("request.candidates[3].grid: ..."). The
+ * version is not checked here (kl_net_recv does). */
 int kl_net_decode(const void *buf, size_t len, Kiln__Envelope **out, char *err);
 /* Packs env into a fresh heap buffer (*len bytes); free() it. */
 void *kl_net_encode(Kiln__Envelope *env, size_t *len);
