@@ -8,7 +8,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "kl_err.h"
 #include "kl_store_priv.h"
@@ -58,10 +60,30 @@ static void s_prefix(uint8_t out[24], const uint8_t key[16], uint64_t tid)
 
 /* ---- errors -------------------------------------------------------------- */
 
+/* LMDB reports a short write as EIO ("filesystem full?"): tell a full
+ * disk or a file size limit from a real I/O error. */
+static bool s_disk_full(const kl_store_t *self)
+{
+    struct statvfs vfs;
+    if (statvfs(self->dir, &vfs) == 0 &&
+        (unsigned long long)vfs.f_bavail * vfs.f_frsize < (1ull << 20))
+        return true;
+    struct rlimit rl;
+    char *path = kl_xasprintf("%s/data.mdb", self->dir);
+    struct stat st;
+    bool full = getrlimit(RLIMIT_FSIZE, &rl) == 0 &&
+                rl.rlim_cur != RLIM_INFINITY && stat(path, &st) == 0 &&
+                (rlim_t)st.st_size + (1u << 20) >= rl.rlim_cur;
+    free(path);
+    return full;
+}
+
 static int s_lmdb(kl_store_t *self, int rc, const char *what, char *err)
 {
     const char *dir = self->dir;
     size_t mib = self->map_size >> 20;
+    if (rc == EIO && s_disk_full(self))
+        rc = ENOSPC;
     switch (rc) {
     case MDB_NOTFOUND:
         return kl_seterr(err, KL_ERR_NOTFOUND, "store %s: %s: not found", dir,
@@ -192,10 +214,14 @@ static int s_open_dbs(kl_store_t *self, char *err)
     MDB_dbi *dbis[] = {&self->db_workloads, &self->db_records, &self->db_best,
                        &self->db_seen, &self->db_meta};
     MDB_txn *txn;
-    int rc = self->rdonly
-                 ? s_begin_read(self, &txn, err)
-                 : s_lmdb(self, mdb_txn_begin(self->env, NULL, 0, &txn),
-                          "begin write", err);
+    int rc;
+    if (self->rdonly) {
+        rc = s_begin_read(self, &txn, err);
+    } else {
+        rc = mdb_txn_begin(self->env, NULL, 0, &txn);
+        if (rc)
+            rc = s_lmdb(self, rc, "begin write", err);
+    }
     if (rc)
         return rc;
     for (int i = 0; i < 5; i++) {
@@ -497,8 +523,10 @@ typedef struct {
     bool have_last;
 } s_batch_t;
 
-/* Puts one record; 1 (not an error) means an identical record already
- * held its slot and nothing was written. */
+/* Puts one record; S_SKIPPED (not an error) means an identical record
+ * already held its slot and nothing was written. */
+#define S_SKIPPED (-1)
+
 static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
                         Kiln__TuningRecord *r, char *err)
 {
@@ -531,7 +559,7 @@ static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
     int mrc = mdb_put(txn, self->db_records, &k, &v, MDB_NOOVERWRITE);
     if (mrc == MDB_KEYEXIST) {
         if (v.mv_size == n && memcmp(v.mv_data, buf, n) == 0)
-            return 1;
+            return S_SKIPPED;
         return kl_seterr(err, KL_ERR_EXISTS,
                          "store %s: target %s already has another record "
                          "with seq %llu",
@@ -560,7 +588,7 @@ static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
         kl_store_item_t *it = &b->items[i];
         rc = it->w ? s_put_workload(self, txn, it->w, err)
                    : s_put_record(self, txn, b, it->r, err);
-        if (rc == 1)
+        if (rc == S_SKIPPED)
             rc = KL_OK;
         else if (rc == KL_OK)
             b->written++;
