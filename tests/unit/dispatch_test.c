@@ -1,0 +1,428 @@
+/* Unit tests of coordinator/dispatch's bookkeeping (kl_dispatch_core): target
+ * matching, batch checks, credit, idempotence, loss, retries, deadlines and
+ * cancellation, driven with a synthetic clock. The fleet behaviour over real
+ * sockets and processes is covered by tests/integration. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kl_dispatch.h"
+#include "kl_dispatch_core.h"
+#include "kl_err.h"
+#include "kl_net.h"
+#include "kl_util.h"
+
+/* ---- helpers ---- */
+
+#define MAXC 64
+
+typedef struct {
+    Kiln__Candidate c[MAXC];
+    Kiln__Candidate *p[MAXC];
+    char src[MAXC][32];
+    uint8_t key[16];
+    Kiln__Evaluator ev;
+    kl_dispatch_batch_t b;
+} s_batch_t;
+
+static void s_batch(s_batch_t *sb, const char *target, size_t n,
+                    uint32_t timeout_ms)
+{
+    memset(sb, 0, sizeof *sb);
+    for (size_t i = 0; i < n; i++) {
+        kiln__candidate__init(&sb->c[i]);
+        snprintf(sb->src[i], sizeof sb->src[i], "void kernel() {} // %zu", i);
+        sb->c[i].id = 1000 + i;
+        sb->c[i].source = sb->src[i];
+        sb->c[i].entry = "kernel";
+        sb->p[i] = &sb->c[i];
+    }
+    kiln__evaluator__init(&sb->ev);
+    sb->ev.timeout_ms = timeout_ms;
+    sb->b.workload_key = sb->key;
+    sb->b.target = target;
+    sb->b.evaluator = &sb->ev;
+    sb->b.candidates = sb->p;
+    sb->b.n_candidates = n;
+}
+
+static void s_submit(kl_dcore_t *core, s_batch_t *sb, uint64_t id, double now)
+{
+    kl_dreq_t *req;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dreq_new(&req, &sb->b, err), KL_OK);
+    req->id = id;
+    kl_dcore_submit(core, &req, now);
+    assert_null(req);
+}
+
+static int s_hello(kl_dcore_t *core, uint8_t peer_id, const char *name,
+                   const char *target, uint32_t slots, double now)
+{
+    kl_peer_t peer = {{0}, 5};
+    peer.id[4] = peer_id;
+    Kiln__DeviceInfo dev = KILN__DEVICE_INFO__INIT;
+    Kiln__DeviceInfo *devs[1] = {&dev};
+    dev.kind = "cpu";
+    dev.name = "test cpu";
+    dev.target = (char *)target;
+    Kiln__Hello h = KILN__HELLO__INIT;
+    h.agent_name = (char *)name;
+    h.hostname = "localhost";
+    h.build_slots = slots;
+    h.n_devices = 1;
+    h.devices = devs;
+    char err[KL_ERRMSG_LEN];
+    return kl_dcore_hello(core, &peer, &h, now, err);
+}
+
+/* What the core asked to send: (slot, request, candidate index). */
+typedef struct {
+    int slot[1024];
+    uint64_t req[1024];
+    uint32_t idx[1024];
+    size_t n, messages;
+    int fail_slot;
+} s_sent_t;
+
+static int s_capture(void *arg, const kl_dpick_t *p)
+{
+    s_sent_t *s = arg;
+    if (p->slot == s->fail_slot)
+        return -1;
+    s->messages++;
+    for (size_t i = 0; i < p->n; i++) {
+        s->slot[s->n] = p->slot;
+        s->req[s->n] = p->req->id;
+        s->idx[s->n++] = p->idx[i];
+    }
+    return 0;
+}
+
+/* An envelope as kl_net_recv would hand it (decoded from bytes). */
+static Kiln__Envelope *s_result_env(uint64_t req, uint64_t cand, int status)
+{
+    Kiln__MeasureResult r = KILN__MEASURE_RESULT__INIT;
+    double samples[3] = {1e-3, 1.1e-3, 0.9e-3};
+    r.request_id = req;
+    r.candidate_id = cand;
+    r.status = (Kiln__Status)status;
+    r.n_samples = 3;
+    r.samples = samples;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.version_major = KL_PROTO_MAJOR;
+    env.body_case = KILN__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    size_t len;
+    void *buf = kl_net_encode(&env, &len);
+    Kiln__Envelope *out = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_net_decode(buf, len, &out, err), KL_OK);
+    free(buf);
+    return out;
+}
+
+static size_t s_take(kl_dcore_t *core, kl_dispatch_result_t **keep, size_t max)
+{
+    size_t n;
+    kl_dispatch_result_t **v = kl_dcore_take_results(core, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (keep && i < max)
+            keep[i] = v[i];
+        else
+            kl_dispatch_result_free(&v[i]);
+    }
+    free(v);
+    return n;
+}
+
+/* ---- tests ---- */
+
+static void test_target_match(void **state)
+{
+    (void)state;
+    assert_true(kl_dispatch_target_match("cpu", "cpu/x86_64-avx512"));
+    assert_true(kl_dispatch_target_match("cpu", "cpu/aarch64"));
+    assert_true(kl_dispatch_target_match("cpu/x86_64-avx2", "cpu/x86_64-avx2"));
+    assert_false(
+        kl_dispatch_target_match("cpu/x86_64-avx2", "cpu/x86_64-avx512"));
+    assert_false(kl_dispatch_target_match("cpu", "cuda/sm_90"));
+    assert_false(kl_dispatch_target_match("cpu", "cpux/foo"));
+    assert_false(kl_dispatch_target_match("cuda/sm_80", "cuda/sm_90"));
+    assert_true(kl_dispatch_target_match("cuda", "cuda/sm_90"));
+    assert_false(kl_dispatch_target_match("", "cpu/x86_64"));
+    assert_false(kl_dispatch_target_match(NULL, "cpu/x86_64"));
+}
+
+static void test_batch_checks(void **state)
+{
+    (void)state;
+    s_batch_t sb;
+    kl_dreq_t *req = NULL;
+    char err[KL_ERRMSG_LEN];
+    s_batch(&sb, "cpu", 3, 0);
+    sb.c[2].id = sb.c[0].id;
+    assert_int_equal(kl_dreq_new(&req, &sb.b, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "given twice"));
+    s_batch(&sb, "cpu", 3, 0);
+    sb.c[1].source = "";
+    assert_int_equal(kl_dreq_new(&req, &sb.b, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "candidate 1 has no source"));
+    s_batch(&sb, "", 3, 0);
+    assert_int_equal(kl_dreq_new(&req, &sb.b, err), KL_ERR_INVAL);
+    s_batch(&sb, "cpu", 0, 0);
+    assert_int_equal(kl_dreq_new(&req, &sb.b, err), KL_ERR_INVAL);
+    s_batch(&sb, "cpu", 3, 2000);
+    assert_int_equal(kl_dreq_new(&req, &sb.b, err), KL_OK);
+    /* A deep copy: wire ids are indices, the caller's ids are kept. */
+    sb.src[1][0] = 'X';
+    assert_string_equal(req->cands[1].source, "void kernel() {} // 1");
+    assert_int_equal(req->cands[2].id, 2);
+    assert_int_equal(req->user_ids[2], 1002);
+    assert_true(req->run_s == 2.0);
+    kl_dreq_free(&req);
+    assert_null(req);
+}
+
+static void test_credit_and_targets(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 10, 1000);
+    s_submit(core, &sb, 1, 0);
+    s_batch_t gpu;
+    s_batch(&gpu, "cuda/sm_90", 2, 1000);
+    s_submit(core, &gpu, 2, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64-avx512", 2, 0); /* credit 3 */
+    int b = s_hello(core, 2, "b", "cpu/x86_64-avx2", 0, 0);   /* credit 1 */
+    assert_true(a >= 0 && b >= 0 && a != b);
+    assert_int_equal(kl_dcore_agents(core, "cpu"), 2);
+    assert_int_equal(kl_dcore_agents(core, "cuda/sm_90"), 0);
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.5, s_capture, &sent), 4);
+    size_t on_a = 0, on_b = 0;
+    for (size_t i = 0; i < sent.n; i++) {
+        assert_int_equal(sent.req[i], 1); /* no cpu agent gets cuda work */
+        on_a += sent.slot[i] == a;
+        on_b += sent.slot[i] == b;
+    }
+    assert_int_equal(on_a, 3);
+    assert_int_equal(on_b, 1);
+    /* Agent a's three candidates went in one message. */
+    assert_int_equal(sent.messages, 2);
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.queued, 8);
+    assert_int_equal(st.in_flight, 4);
+    assert_true(st.latency_p50_s > 0.49 && st.latency_p50_s < 0.51);
+    /* No credit left: nothing more is sent. */
+    memset(&sent, 0, sizeof sent);
+    sent.fail_slot = -1;
+    assert_int_equal(kl_dcore_dispatch(core, 1, s_capture, &sent), 0);
+    /* One answer from b frees one credit on b. */
+    kl_dagent_t *ab = kl_dcore_agent(core, b);
+    uint32_t held = ab->held[0].idx;
+    Kiln__Envelope *env = s_result_env(1, held, 0);
+    assert_true(kl_dcore_result(core, b, &env, 1.5));
+    assert_null(env);
+    assert_int_equal(kl_dcore_dispatch(core, 1.5, s_capture, &sent), 1);
+    assert_int_equal(sent.slot[0], b);
+    kl_dispatch_result_t *r[4];
+    assert_int_equal(s_take(core, r, 4), 1);
+    assert_int_equal(r[0]->candidate_id, 1000 + held);
+    assert_int_equal(r[0]->result->candidate_id, 1000 + held);
+    assert_string_equal(r[0]->agent, "b");
+    assert_string_equal(r[0]->device_target, "cpu/x86_64-avx2");
+    assert_int_equal(r[0]->attempts, 1);
+    kl_dispatch_result_free(&r[0]);
+    kl_dcore_destroy(&core);
+    assert_null(core);
+}
+
+static void test_idempotent_results(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 2, 1000);
+    s_submit(core, &sb, 7, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64", 4, 0);
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0, s_capture, &sent), 2);
+    Kiln__Envelope *env = s_result_env(7, 0, 0);
+    assert_true(kl_dcore_result(core, a, &env, 1));
+    env = s_result_env(7, 0, 4); /* the same candidate again */
+    assert_false(kl_dcore_result(core, a, &env, 1));
+    assert_null(env);
+    env = s_result_env(7, 99, 0); /* a candidate that does not exist */
+    assert_false(kl_dcore_result(core, a, &env, 1));
+    env = s_result_env(8, 0, 0); /* a request that does not exist */
+    assert_false(kl_dcore_result(core, a, &env, 1));
+    env = s_result_env(7, 1, 4);
+    assert_true(kl_dcore_result(core, a, &env, 1));
+    /* The request is finished: a late duplicate is still dropped. */
+    env = s_result_env(7, 1, 0);
+    assert_false(kl_dcore_result(core, a, &env, 2));
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.results, 2);
+    assert_int_equal(st.duplicates, 4);
+    assert_int_equal(st.by_status[0], 1);
+    assert_int_equal(st.by_status[4], 1);
+    assert_int_equal(st.requests, 0);
+    assert_int_equal(st.in_flight, 0);
+    assert_int_equal(kl_dcore_agent(core, a)->n_held, 0);
+    assert_int_equal(s_take(core, NULL, 0), 2);
+    kl_dcore_destroy(&core);
+}
+
+static void test_lost_agent_retries(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 1, 1, 1, err), KL_OK); /* retries 1 */
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 1, 1000);
+    s_submit(core, &sb, 1, 0);
+    s_sent_t sent = {.fail_slot = -1};
+    /* First agent goes silent: its candidate is re-queued. */
+    int a = s_hello(core, 1, "a", "cpu/x86_64", 0, 0);
+    assert_int_equal(kl_dcore_dispatch(core, 0, s_capture, &sent), 1);
+    kl_dcore_tick(core, 2.0, 3.0);
+    assert_int_equal(kl_dcore_agents(core, NULL), 1);
+    kl_dcore_tick(core, 3.5, 3.0);
+    assert_int_equal(kl_dcore_agents(core, NULL), 0);
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.queued, 1);
+    assert_int_equal(st.resent, 1);
+    assert_int_equal(st.agents_lost, 1);
+    assert_int_equal(s_take(core, NULL, 0), 0);
+    /* Second agent is lost too: retries exhausted -> AGENT_LOST. */
+    int b = s_hello(core, 2, "b", "cpu/x86_64", 0, 4);
+    assert_int_equal(kl_dcore_dispatch(core, 4, s_capture, &sent), 1);
+    assert_int_equal(sent.slot[1], b);
+    (void)a;
+    kl_dcore_agent_lost(core, b, 5, "said Goodbye");
+    kl_dispatch_result_t *r[2];
+    assert_int_equal(s_take(core, r, 2), 1);
+    assert_int_equal(r[0]->result->status, KILN__STATUS__STATUS_AGENT_LOST);
+    assert_int_equal(r[0]->attempts, 2);
+    assert_non_null(strstr(r[0]->result->error, "said Goodbye"));
+    assert_string_equal(r[0]->agent, "");
+    kl_dispatch_result_free(&r[0]);
+    /* A late answer from the lost agent's peer id is just unknown now. */
+    kl_peer_t peer = {{0}, 5};
+    peer.id[4] = 2;
+    assert_int_equal(kl_dcore_find(core, &peer), -1);
+    kl_dcore_destroy(&core);
+}
+
+static void test_deadline_and_send_failure(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1.0, 0.5, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 2, 1000); /* 1 s run + 1 s compile + 0.5 s margin */
+    s_submit(core, &sb, 1, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64", 0, 0); /* credit 1 */
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0, s_capture, &sent), 1);
+    kl_dcore_heard(core, a, 2.4);
+    kl_dcore_tick(core, 2.4, 10);
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.resent, 0);
+    kl_dcore_heard(core, a, 2.6);
+    kl_dcore_tick(core, 2.6, 10);
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.resent, 1);
+    assert_int_equal(st.queued, 2);
+    /* The stuck agent keeps its credit consumed: it gets nothing more. */
+    assert_int_equal(kl_dcore_dispatch(core, 2.6, s_capture, &sent), 0);
+    /* Its late answer is still accepted once, and frees the credit. */
+    Kiln__Envelope *env = s_result_env(1, sent.idx[0], 0);
+    assert_true(kl_dcore_result(core, a, &env, 3));
+    assert_int_equal(kl_dcore_agent(core, a)->n_held, 0);
+    /* A send that fails declares the agent lost and re-queues. */
+    kl_dcore_agent_lost(core, a, 3, "stopped");
+    int b = s_hello(core, 2, "b", "cpu/x86_64", 0, 3);
+    sent.fail_slot = b;
+    kl_dcore_dispatch(core, 3, s_capture, &sent);
+    assert_false(kl_dcore_agent(core, b)->live);
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.queued + st.results, 2);
+    assert_int_equal(st.results, 1);
+    assert_int_equal(s_take(core, NULL, 0), 1);
+    kl_dcore_destroy(&core);
+}
+
+static void test_cancel_and_rehello(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 5, 1000);
+    s_submit(core, &sb, 3, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64", 1, 0); /* credit 2 */
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0, s_capture, &sent), 2);
+    int slots[4];
+    size_t n;
+    assert_int_equal(kl_dcore_cancel(core, 3, slots, 4, &n), KL_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(slots[0], a);
+    kl_dispatch_result_t *r[8];
+    assert_int_equal(s_take(core, r, 8), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i]->result->status, KILN__STATUS__STATUS_CANCELLED);
+        kl_dispatch_result_free(&r[i]);
+    }
+    /* The agent answers its two as CANCELLED; the request then ends. */
+    for (size_t i = 0; i < 2; i++) {
+        Kiln__Envelope *env = s_result_env(3, sent.idx[i], 6);
+        assert_true(kl_dcore_result(core, a, &env, 1));
+    }
+    assert_int_equal(kl_dcore_cancel(core, 3, slots, 4, &n), KL_ERR_NOTFOUND);
+    assert_int_equal(s_take(core, NULL, 0), 2);
+    /* Hello again from the same peer: held work is re-queued. */
+    s_batch(&sb, "cpu", 2, 1000);
+    s_submit(core, &sb, 4, 1);
+    assert_int_equal(kl_dcore_dispatch(core, 1, s_capture, &sent), 2);
+    assert_int_equal(s_hello(core, 1, "a", "cpu/x86_64", 1, 2), a);
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.queued, 2);
+    assert_int_equal(st.agents, 1);
+    assert_int_equal(kl_dcore_agent(core, a)->n_held, 0);
+    kl_dcore_destroy(&core);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_target_match),
+        cmocka_unit_test(test_batch_checks),
+        cmocka_unit_test(test_credit_and_targets),
+        cmocka_unit_test(test_idempotent_results),
+        cmocka_unit_test(test_lost_agent_retries),
+        cmocka_unit_test(test_deadline_and_send_failure),
+        cmocka_unit_test(test_cancel_and_rehello),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
