@@ -24,7 +24,7 @@
 typedef struct {
     Kiln__Candidate c[MAXC];
     Kiln__Candidate *p[MAXC];
-    char src[MAXC][32];
+    char src[MAXC][48];
     uint8_t key[16];
     Kiln__Evaluator ev;
     kl_dispatch_batch_t b;
