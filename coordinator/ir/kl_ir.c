@@ -1,0 +1,568 @@
+/* kl_ir.c - workloads: ownership, canonical text, key, argument list and
+ * the reference interpreter. Parsing is in kl_ir_parse.c, named operators
+ * in kl_ir_ops.c, FLOP counting in kl_ir_flop.c. */
+#include "kl_ir_int.h"
+
+#include "kl_err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kl_expr_t *kl_ir__expr_new(kl_expr_kind kind)
+{
+    kl_expr_t *e = kl_xcalloc(1, sizeof(*e));
+    e->kind = kind;
+    return e;
+}
+
+void kl_ir__expr_free(kl_expr_t *e)
+{
+    if (!e)
+        return;
+    kl_ir__expr_free(e->a);
+    kl_ir__expr_free(e->b);
+    free(e);
+}
+
+kl_expr_t *kl_ir__expr_clone(const kl_expr_t *e)
+{
+    if (!e)
+        return NULL;
+    kl_expr_t *c = kl_xmalloc(sizeof(*c));
+    *c = *e;
+    c->a = kl_ir__expr_clone(e->a);
+    c->b = kl_ir__expr_clone(e->b);
+    return c;
+}
+
+int kl_ir__expr_ops(const kl_expr_t *e)
+{
+    if (!e)
+        return 0;
+    switch (e->kind) {
+    case KL_EX_CONST:
+    case KL_EX_LOAD:
+        return 0;
+    case KL_EX_NEG:
+        return 1 + kl_ir__expr_ops(e->a);
+    default:
+        return 1 + kl_ir__expr_ops(e->a) + kl_ir__expr_ops(e->b);
+    }
+}
+
+void kl_workload_free(kl_workload_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kl_workload_t *w = *self_p;
+    kl_ir__expr_free(w->body);
+    free(w->name);
+    free(w->canonical);
+    free(w);
+    *self_p = NULL;
+}
+
+kl_workload_t *kl_workload_clone(const kl_workload_t *w)
+{
+    if (!w)
+        return NULL;
+    kl_workload_t *c = kl_xmalloc(sizeof(*c));
+    *c = *w;
+    c->body = kl_ir__expr_clone(w->body);
+    c->name = w->name ? kl_xstrdup(w->name) : NULL;
+    c->canonical = w->canonical ? kl_xstrdup(w->canonical) : NULL;
+    return c;
+}
+
+int kl_workload_output(const kl_workload_t *w)
+{
+    return w->ntensors - 1;
+}
+
+int kl_workload_ninputs(const kl_workload_t *w)
+{
+    return w->ntensors - 1;
+}
+
+int64_t kl_tensor_numel(const kl_tensor_t *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+size_t kl_dtype_size(kl_dtype dt)
+{
+    return dt == KL_DT_F32 ? 4 : 2;
+}
+
+const char *kl_dtype_name(kl_dtype dt)
+{
+    switch (dt) {
+    case KL_DT_F32:
+        return "f32";
+    case KL_DT_F16:
+        return "f16";
+    case KL_DT_BF16:
+        return "bf16";
+    }
+    return "?";
+}
+
+void kl_ir__affine_range(const kl_workload_t *w, const kl_affine_t *a,
+                         __int128 *lo, __int128 *hi)
+{
+    __int128 l = a->offset, h = a->offset;
+    for (int k = 0; k < w->niters; k++) {
+        __int128 t = (__int128)a->coef[k] * (w->iters[k].extent - 1);
+        if (t < 0)
+            l += t;
+        else
+            h += t;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* ---- canonical text ---------------------------------------------------- */
+
+/* Shortest of %.15g / %.17g that reads back to the same double. */
+static void s_fmt_num(char out[40], double v)
+{
+    snprintf(out, 40, "%.15g", v);
+    if (strtod(out, NULL) != v)
+        snprintf(out, 40, "%.17g", v);
+}
+
+static void s_print_affine(kl_buf_t *b, const kl_workload_t *w,
+                           const kl_affine_t *a)
+{
+    bool first = true;
+    if (a->div > 1)
+        kl_buf_puts(b, "(");
+    for (int k = 0; k < w->niters; k++) {
+        int64_t c = a->coef[k];
+        if (c == 0)
+            continue;
+        if (c < 0)
+            kl_buf_puts(b, "-");
+        else if (!first)
+            kl_buf_puts(b, "+");
+        int64_t m = c < 0 ? -c : c;
+        if (m != 1)
+            kl_buf_printf(b, "%lld*", (long long)m);
+        kl_buf_puts(b, w->iters[k].name);
+        first = false;
+    }
+    if (first)
+        kl_buf_printf(b, "%lld", (long long)a->offset);
+    else if (a->offset != 0)
+        kl_buf_printf(b, "%+lld", (long long)a->offset);
+    if (a->div > 1)
+        kl_buf_printf(b, ")/%lld", (long long)a->div);
+}
+
+static void s_print_access(kl_buf_t *b, const kl_workload_t *w,
+                           const kl_access_t *acc)
+{
+    const kl_tensor_t *t = &w->tensors[acc->tensor];
+    kl_buf_printf(b, "%s[", t->name);
+    for (int d = 0; d < t->ndim; d++) {
+        if (d)
+            kl_buf_puts(b, ",");
+        s_print_affine(b, w, &acc->idx[d]);
+    }
+    kl_buf_puts(b, "]");
+}
+
+static int s_prec(const kl_expr_t *e)
+{
+    switch (e->kind) {
+    case KL_EX_ADD:
+    case KL_EX_SUB:
+        return 1;
+    case KL_EX_MUL:
+    case KL_EX_DIV:
+        return 2;
+    default:
+        return 3;
+    }
+}
+
+static void s_print_expr(kl_buf_t *b, const kl_workload_t *w,
+                         const kl_expr_t *e, int minprec)
+{
+    static const char *ops[] = {
+        [KL_EX_ADD] = " + ",
+        [KL_EX_SUB] = " - ",
+        [KL_EX_MUL] = " * ",
+        [KL_EX_DIV] = " / ",
+    };
+    int p = s_prec(e);
+    if (p < minprec)
+        kl_buf_puts(b, "(");
+    char num[40];
+    switch (e->kind) {
+    case KL_EX_CONST:
+        s_fmt_num(num, e->value);
+        kl_buf_puts(b, num);
+        break;
+    case KL_EX_LOAD:
+        s_print_access(b, w, &e->access);
+        break;
+    case KL_EX_NEG:
+        kl_buf_puts(b, "-");
+        s_print_expr(b, w, e->a, 3);
+        break;
+    case KL_EX_MAX:
+    case KL_EX_MIN:
+        kl_buf_puts(b, e->kind == KL_EX_MAX ? "max(" : "min(");
+        s_print_expr(b, w, e->a, 1);
+        kl_buf_puts(b, ", ");
+        s_print_expr(b, w, e->b, 1);
+        kl_buf_puts(b, ")");
+        break;
+    default: /* binary, left-associative */
+        s_print_expr(b, w, e->a, p);
+        kl_buf_puts(b, ops[e->kind]);
+        s_print_expr(b, w, e->b, p + 1);
+        break;
+    }
+    if (p < minprec)
+        kl_buf_puts(b, ")");
+}
+
+static void s_print_epilogue(kl_buf_t *b, const kl_workload_t *w,
+                             const kl_epilogue_t *ep)
+{
+    char lo[40], hi[40];
+    s_fmt_num(lo, ep->lo);
+    s_fmt_num(hi, ep->hi);
+    switch (ep->kind) {
+    case KL_EPI_ADD_TENSOR:
+    case KL_EPI_MUL_TENSOR:
+        kl_buf_puts(b, ep->kind == KL_EPI_ADD_TENSOR ? " | + " : " | * ");
+        s_print_access(b, w, &ep->access);
+        break;
+    case KL_EPI_ADD_CONST:
+        kl_buf_printf(b, " | + %s", lo);
+        break;
+    case KL_EPI_MUL_CONST:
+        kl_buf_printf(b, " | * %s", lo);
+        break;
+    case KL_EPI_RELU:
+        kl_buf_puts(b, " | relu");
+        break;
+    case KL_EPI_CLIP:
+        kl_buf_printf(b, " | clip(%s, %s)", lo, hi);
+        break;
+    }
+}
+
+void kl_ir__print(kl_buf_t *b, const kl_workload_t *w)
+{
+    static const char *assign[] = {
+        [KL_RED_NONE] = " = ",
+        [KL_RED_SUM] = " += ",
+        [KL_RED_MAX] = " max= ",
+    };
+    s_print_access(b, w, &w->out);
+    kl_buf_puts(b, assign[w->reduce]);
+    s_print_expr(b, w, w->body, 1);
+    for (int i = 0; i < w->nepi; i++)
+        s_print_epilogue(b, w, &w->epi[i]);
+    kl_buf_puts(b, " where ");
+    for (int k = 0; k < w->niters; k++)
+        kl_buf_printf(b, "%s%s=%lld", k ? ", " : "", w->iters[k].name,
+                      (long long)w->iters[k].extent);
+    kl_buf_puts(b, "; ");
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_tensor_t *ts = &w->tensors[t];
+        kl_buf_printf(b, "%s%s: %s[", t ? ", " : "", ts->name,
+                      kl_dtype_name(ts->dtype));
+        for (int d = 0; d < ts->ndim; d++)
+            kl_buf_printf(b, "%s%lld", d ? "," : "", (long long)ts->shape[d]);
+        kl_buf_puts(b, "]");
+    }
+}
+
+int kl_ir__finish(kl_workload_t *w, char *err)
+{
+    kl_buf_t b = {0};
+    kl_ir__print(&b, w);
+    free(w->canonical);
+    w->canonical = kl_buf_take(&b);
+    kl_hash128(w->canonical, strlen(w->canonical), w->key);
+    return kl_ir__count_flop(w, &w->flop, err);
+}
+
+char *kl_workload_args_text(const kl_workload_t *w)
+{
+    kl_buf_t b = {0};
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_tensor_t *ts = &w->tensors[t];
+        kl_buf_printf(&b, "%s%s:%s[", t ? " " : "", ts->name,
+                      kl_dtype_name(ts->dtype));
+        for (int d = 0; d < ts->ndim; d++)
+            kl_buf_printf(&b, "%s%lld", d ? "," : "", (long long)ts->shape[d]);
+        kl_buf_puts(&b, ts->is_output ? "]:out" : "]");
+    }
+    return kl_buf_take(&b);
+}
+
+/* ---- reference interpreter --------------------------------------------- */
+
+/* One index dimension with only its nonzero terms, for speed. */
+typedef struct {
+    int n;
+    int it[KL_IR_MAX_ITERS];
+    int64_t c[KL_IR_MAX_ITERS];
+    int64_t off, div, dim, stride;
+} s_cdim_t;
+
+typedef struct {
+    int tensor, ndim;
+    s_cdim_t d[KL_IR_MAX_DIMS];
+} s_cload_t;
+
+/* The body in postfix form. */
+typedef struct {
+    kl_expr_kind kind;
+    double value;
+    int load;
+} s_cop_t;
+
+typedef struct {
+    const kl_workload_t *w;
+    float *const *bufs;
+    s_cload_t *loads;
+    int nloads;
+    s_cop_t *ops;
+    int nops;
+    double *stack;
+    int64_t iv[KL_IR_MAX_ITERS];
+} s_eval_t;
+
+static void s_compile_access(const kl_workload_t *w, const kl_access_t *a,
+                             s_cload_t *out)
+{
+    const kl_tensor_t *t = &w->tensors[a->tensor];
+    out->tensor = a->tensor;
+    out->ndim = t->ndim;
+    int64_t stride = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        s_cdim_t *cd = &out->d[d];
+        cd->n = 0;
+        for (int k = 0; k < w->niters; k++) {
+            if (a->idx[d].coef[k]) {
+                cd->it[cd->n] = k;
+                cd->c[cd->n++] = a->idx[d].coef[k];
+            }
+        }
+        cd->off = a->idx[d].offset;
+        cd->div = a->idx[d].div > 1 ? a->idx[d].div : 1;
+        cd->dim = t->shape[d];
+        cd->stride = stride;
+        stride *= t->shape[d];
+    }
+}
+
+/* Flat offset of the access at the current point, or -1 when it falls
+ * outside the tensor or does not divide exactly. */
+static int64_t s_offset(const s_cload_t *l, const int64_t *iv)
+{
+    int64_t flat = 0;
+    for (int d = 0; d < l->ndim; d++) {
+        const s_cdim_t *cd = &l->d[d];
+        int64_t v = cd->off;
+        for (int j = 0; j < cd->n; j++)
+            v += cd->c[j] * iv[cd->it[j]];
+        if (cd->div > 1) {
+            if (v % cd->div)
+                return -1;
+            v /= cd->div;
+        }
+        if (v < 0 || v >= cd->dim)
+            return -1;
+        flat += v * cd->stride;
+    }
+    return flat;
+}
+
+static void s_compile_expr(s_eval_t *ev, const kl_expr_t *e)
+{
+    if (e->a)
+        s_compile_expr(ev, e->a);
+    if (e->b)
+        s_compile_expr(ev, e->b);
+    s_cop_t *op = &ev->ops[ev->nops++];
+    op->kind = e->kind;
+    op->value = e->value;
+    op->load = -1;
+    if (e->kind == KL_EX_LOAD) {
+        op->load = ev->nloads;
+        s_compile_access(ev->w, &e->access, &ev->loads[ev->nloads++]);
+    }
+}
+
+static int s_count_nodes(const kl_expr_t *e)
+{
+    return e ? 1 + s_count_nodes(e->a) + s_count_nodes(e->b) : 0;
+}
+
+/* Evaluates the body at ev->iv; *valid becomes false when a read falls
+ * outside its tensor (that read gives zero). */
+static double s_eval_body(s_eval_t *ev, bool *valid)
+{
+    double *st = ev->stack;
+    int sp = 0;
+    for (int i = 0; i < ev->nops; i++) {
+        const s_cop_t *op = &ev->ops[i];
+        switch (op->kind) {
+        case KL_EX_CONST:
+            st[sp++] = op->value;
+            break;
+        case KL_EX_LOAD: {
+            const s_cload_t *l = &ev->loads[op->load];
+            int64_t off = s_offset(l, ev->iv);
+            if (off < 0)
+                *valid = false;
+            st[sp++] = off < 0 ? 0.0 : ev->bufs[l->tensor][off];
+            break;
+        }
+        case KL_EX_NEG:
+            st[sp - 1] = -st[sp - 1];
+            break;
+        default: {
+            double b = st[--sp], a = st[sp - 1], r = 0;
+            switch (op->kind) {
+            case KL_EX_ADD:
+                r = a + b;
+                break;
+            case KL_EX_SUB:
+                r = a - b;
+                break;
+            case KL_EX_MUL:
+                r = a * b;
+                break;
+            case KL_EX_DIV:
+                r = a / b;
+                break;
+            case KL_EX_MAX:
+                r = a > b ? a : b;
+                break;
+            default:
+                r = a < b ? a : b;
+                break;
+            }
+            st[sp - 1] = r;
+        }
+        }
+    }
+    return st[0];
+}
+
+/* Advances the odometer over the iterators in its[0..n) (last fastest);
+ * returns false after the last point. */
+static bool s_next(const kl_workload_t *w, int64_t *iv, const int *its, int n)
+{
+    for (int j = n - 1; j >= 0; j--) {
+        if (++iv[its[j]] < w->iters[its[j]].extent)
+            return true;
+        iv[its[j]] = 0;
+    }
+    return false;
+}
+
+static double s_reduce_point(s_eval_t *ev, const int *rd, int nrd)
+{
+    const kl_workload_t *w = ev->w;
+    double acc = 0;
+    bool any = false;
+    for (int j = 0; j < nrd; j++)
+        ev->iv[rd[j]] = 0;
+    do {
+        bool valid = true;
+        double v = s_eval_body(ev, &valid);
+        if (w->reduce == KL_RED_MAX) {
+            /* Out-of-range points are skipped (-inf padding). */
+            if (valid && (!any || v > acc))
+                acc = v;
+            any = any || valid;
+        } else if (w->reduce == KL_RED_SUM) {
+            acc += v;
+        } else {
+            acc = v;
+        }
+    } while (nrd > 0 && s_next(w, ev->iv, rd, nrd));
+    return acc;
+}
+
+static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
+{
+    const kl_workload_t *w = ev->w;
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        int64_t off;
+        double t = 0;
+        switch (ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+        case KL_EPI_MUL_TENSOR:
+            off = s_offset(&epl[i], ev->iv);
+            t = off < 0 ? 0.0 : ev->bufs[epl[i].tensor][off];
+            v = ep->kind == KL_EPI_ADD_TENSOR ? v + t : v * t;
+            break;
+        case KL_EPI_ADD_CONST:
+            v += ep->lo;
+            break;
+        case KL_EPI_MUL_CONST:
+            v *= ep->lo;
+            break;
+        case KL_EPI_RELU:
+            v = v > 0 ? v : 0;
+            break;
+        case KL_EPI_CLIP:
+            v = v < ep->lo ? ep->lo : (v > ep->hi ? ep->hi : v);
+            break;
+        }
+    }
+    return v;
+}
+
+void kl_workload_eval(const kl_workload_t *w, float *const *bufs)
+{
+    int nodes = s_count_nodes(w->body);
+    s_eval_t ev = {.w = w, .bufs = bufs};
+    ev.loads = kl_xcalloc((size_t)nodes, sizeof(*ev.loads));
+    ev.ops = kl_xcalloc((size_t)nodes, sizeof(*ev.ops));
+    ev.stack = kl_xcalloc((size_t)nodes + 1, sizeof(*ev.stack));
+    s_compile_expr(&ev, w->body);
+    s_cload_t outl, epl[KL_IR_MAX_EPILOGUE];
+    s_compile_access(w, &w->out, &outl);
+    for (int i = 0; i < w->nepi; i++)
+        if (w->epi[i].kind == KL_EPI_ADD_TENSOR ||
+            w->epi[i].kind == KL_EPI_MUL_TENSOR)
+            s_compile_access(w, &w->epi[i].access, &epl[i]);
+    int sp[KL_IR_MAX_ITERS], rd[KL_IR_MAX_ITERS], nsp = 0, nrd = 0;
+    for (int k = 0; k < w->niters; k++) {
+        if (w->iters[k].reduce)
+            rd[nrd++] = k;
+        else
+            sp[nsp++] = k;
+    }
+    memset(ev.iv, 0, sizeof(ev.iv));
+    float *out = bufs[kl_workload_output(w)];
+    do {
+        double v = s_reduce_point(&ev, rd, nrd);
+        v = s_apply_epilogue(&ev, epl, v);
+        int64_t off = s_offset(&outl, ev.iv);
+        if (off >= 0)
+            out[off] = (float)v;
+    } while (nsp > 0 && s_next(w, ev.iv, sp, nsp));
+    free(ev.loads);
+    free(ev.ops);
+    free(ev.stack);
+}
