@@ -45,6 +45,7 @@ typedef struct {
     kl_tensor_t tens[KL_IR_MAX_TENSORS];
     size_t tcol[KL_IR_MAX_TENSORS];
     bool tdecl[KL_IR_MAX_TENSORS];
+    size_t tdecl_col[KL_IR_MAX_TENSORS];
     /* Every access, for the checks that need the extents. */
     s_use_t *uses;
     int nuses, capuses;
@@ -525,7 +526,7 @@ static kl_expr_t *s_factor(s_p_t *p, int depth)
     }
     if ((s_ident_is(p, "max") || s_ident_is(p, "min")) && s_peek_char(p) == '(')
         return s_func(p, depth);
-    if (p->tok == T_IDENT) {
+    if (p->tok == T_IDENT && !s_ident_is(p, "where")) {
         kl_expr_t *e = kl_ir__expr_new(KL_EX_LOAD);
         if (s_access(p, &e->access, NULL)) {
             free(e);
@@ -758,6 +759,7 @@ static int s_decl(s_p_t *p)
         return s_fail(p, col, "tensor %s used with %d and %d dimensions", name,
                       p->tens[t].ndim, nd);
     p->tdecl[t] = true;
+    p->tdecl_col[t] = col;
     p->tens[t].dtype = dtype;
     memcpy(p->tens[t].shape, shape, sizeof(shape[0]) * (size_t)nd);
     return 0;
@@ -801,9 +803,9 @@ static int s_iters(s_p_t *p)
     for (int k = 0; k < p->nslots; k++) {
         if (!p->extent[k])
             return s_fail(p, p->slot_col[k],
-                          "unknown iterator '%s' (it has no extent in "
-                          "'where')",
-                          p->slot[k]);
+                          "unknown iterator '%s': iterator %s has no extent "
+                          "in 'where'",
+                          p->slot[k], p->slot[k]);
         if (!p->slot_out[k] && w->reduce == KL_RED_NONE)
             return s_fail(p, p->slot_col[k],
                           "reduction with '=': iterator %s is not in the "
@@ -850,7 +852,7 @@ static int s_shapes(s_p_t *p)
         while (!w->out.idx[d].coef[k])
             k++;
         if (p->tdecl[0] && o->shape[d] != w->iters[k].extent)
-            return s_fail(p, p->tcol[0],
+            return s_fail(p, p->tdecl_col[0],
                           "output %s is declared with %lld in dimension %d "
                           "but iterator %s has extent %lld",
                           o->name, (long long)o->shape[d], d + 1,

@@ -1,0 +1,418 @@
+/* Unit tests of coordinator/ir (kl_ir.h): named operators, canonical text,
+ * keys, FLOPs and parse errors. The interpreter and the check harness are
+ * tested in ir_eval_test.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_ir.h"
+#include "kl_util.h"
+
+static kl_workload_t *s_op(const char *spec)
+{
+    char err[KL_ERRMSG_LEN] = "";
+    kl_workload_t *w = NULL;
+    int rc = kl_workload_from_string(spec, &w, err);
+    if (rc)
+        fail_msg("%s: %s", spec, err);
+    return w;
+}
+
+/* ---- named operators, canonical text, keys ------------------------------ */
+
+static const struct {
+    const char *spec, *kind;
+} s_ops[] = {
+    {"matmul M=1024 N=1024 K=1024", "matmul"},
+    {"matmul M=7 N=7 K=7", "matmul"},
+    {"matmul M=1000 N=1 K=13 bias=1 relu=1", "matmul"},
+    {"batch_matmul B=3 M=7 N=9 K=1000", "batch_matmul"},
+    {"batch_matmul B=1 M=64 N=64 K=64", "batch_matmul"},
+    {"dense N=1 I=512 O=1000", "dense"},
+    {"dense N=7 I=7 O=7 bias=0 relu=1", "dense"},
+    {"conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1", "conv2d"},
+    {"conv2d N=1 C=3 H=224 W=224 K=64 R=7 S=7 stride=2 pad=3 bias=1 relu=1",
+     "conv2d"},
+    {"conv2d N=2 C=8 H=7 W=7 K=16 R=3 S=3 pad=2 dilation=2 groups=4", "conv2d"},
+    {"conv2d N=1 C=16 H=7 W=7 K=8 R=1 S=1 layout=NHWC residual=1 relu=1",
+     "conv2d"},
+    {"conv2d N=1 C=6 H=9 W=11 K=6 R=3 S=3 stride=2 pad=1 groups=3 "
+     "layout=NHWC bias=1",
+     "conv2d"},
+    {"depthwise_conv2d N=1 C=32 H=112 W=112 R=3 S=3 pad=1", "depthwise_conv2d"},
+    {"depthwise_conv2d N=1 C=4 H=7 W=7 R=3 S=3 stride=2 pad=1 multiplier=3 "
+     "bias=1",
+     "depthwise_conv2d"},
+    {"conv2d_transpose N=1 C=8 H=7 W=7 K=4 R=3 S=3 stride=2 pad=1 "
+     "output_pad=1",
+     "conv2d_transpose"},
+    {"conv2d_transpose N=1 C=3 H=5 W=6 K=2 R=4 S=4 stride=3",
+     "conv2d_transpose"},
+    {"max_pool2d N=1 C=64 H=112 W=112 R=3 S=3 stride=2 pad=1", "max_pool2d"},
+    {"max_pool2d N=2 C=3 H=7 W=7 R=2 S=2", "max_pool2d"},
+    {"avg_pool2d N=1 C=8 H=7 W=7 R=3 S=3 stride=1 pad=1", "avg_pool2d"},
+    {"avg_pool2d N=1 C=1000 H=7 W=7 R=7 S=7", "avg_pool2d"},
+    {"add shape=4x1000", "add"},
+    {"add shape=7x7x3", "add"},
+    {"relu shape=1000", "relu"},
+    {"relu shape=1x64x56x56", "relu"},
+};
+
+static void test_ops_round_trip(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(s_ops) / sizeof(s_ops[0]); i++) {
+        kl_workload_t *w = s_op(s_ops[i].spec);
+        assert_string_equal(w->op_kind, s_ops[i].kind);
+        assert_true(strncmp(w->name, s_ops[i].kind, strlen(s_ops[i].kind)) ==
+                    0);
+        assert_true(w->flop > 0);
+        char err[KL_ERRMSG_LEN];
+        kl_workload_t *back = NULL;
+        if (kl_workload_parse(w->canonical, &back, err))
+            fail_msg("%s: canonical does not parse: %s\n%s", s_ops[i].spec, err,
+                     w->canonical);
+        assert_string_equal(back->canonical, w->canonical);
+        assert_memory_equal(back->key, w->key, 16);
+        assert_true(back->flop == w->flop);
+        assert_string_equal(back->op_kind, "custom");
+        kl_workload_t *again = s_op(s_ops[i].spec);
+        assert_memory_equal(again->key, w->key, 16);
+        kl_workload_t *c = kl_workload_clone(w);
+        assert_string_equal(c->canonical, w->canonical);
+        assert_string_equal(c->name, w->name);
+        assert_true(c->body != w->body);
+        kl_workload_free(&c);
+        assert_null(c);
+        kl_workload_free(&again);
+        kl_workload_free(&back);
+        kl_workload_free(&w);
+    }
+    kl_workload_free(NULL);
+}
+
+static void s_assert_key(const char *spec, const char *hex)
+{
+    kl_workload_t *w = s_op(spec);
+    char got[33];
+    kl_hex128(w->key, got);
+    if (strcmp(got, hex) != 0)
+        fail_msg("%s: key %s, expected %s\n%s", spec, got, hex, w->canonical);
+    kl_workload_free(&w);
+}
+
+static void test_golden_keys(void **state)
+{
+    (void)state;
+    s_assert_key("matmul M=1024 N=1024 K=1024",
+                 "85a640b298b161ae13838d2d2baf46a2");
+    s_assert_key("conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1",
+                 "7c783a654ce2aaae86e41192666bfbee");
+    /* Other spellings of the same operators. */
+    s_assert_key("C[i,j]+=A[i,k]*B[k,j] where k=1024,j=1024,i=1024",
+                 "85a640b298b161ae13838d2d2baf46a2");
+    s_assert_key("  C[ i , j ] += A[i, k] * B[k ,j]\n where j=1024, i=1024, "
+                 "k=1024; C: f32[1024,1024], A: f32[1024,1024]",
+                 "85a640b298b161ae13838d2d2baf46a2");
+    s_assert_key("Y[n,f,y,x] += X[n,c,r+y*1-1,-1+s+1*x] * W[f,c,r,s] where "
+                 "s=3, r=3, c=64, x=56, y=56, f=64, n=1; X: f32[1,64,56,56]",
+                 "7c783a654ce2aaae86e41192666bfbee");
+    kl_workload_t *a = s_op("Y[y] += X[2*y+r] where y=4, r=3");
+    kl_workload_t *b = s_op("Y[y] += X[y*2+r] where r=3, y=4");
+    kl_workload_t *c = s_op("Y[y] += X[(y+r)*2-r] where r=3, y=4");
+    assert_string_equal(a->canonical, b->canonical);
+    assert_string_equal(a->canonical, c->canonical);
+    assert_string_equal(a->canonical,
+                        "Y[y] += X[2*y+r] where y=4, r=3; X: f32[9], Y: "
+                        "f32[4]");
+    kl_workload_free(&a);
+    kl_workload_free(&b);
+    kl_workload_free(&c);
+}
+
+static void test_parse_forms(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_op("Y[y] += X[-x+4, (y+1-r)/2] * K[r] | * 0.5 | + 1 "
+                            "| clip(-1, 2) | relu where y=5, x=3, r=3; "
+                            "X: f16[5,3]");
+    /* Spatial iterators first in output order, then reductions in order of
+     * first use. */
+    assert_int_equal(w->niters, 3);
+    assert_string_equal(w->iters[0].name, "y");
+    assert_false(w->iters[0].reduce);
+    assert_string_equal(w->iters[1].name, "x");
+    assert_true(w->iters[1].reduce);
+    assert_int_equal(w->ntensors, 3);
+    assert_string_equal(w->tensors[0].name, "X");
+    assert_int_equal(w->tensors[0].dtype, KL_DT_F16);
+    assert_string_equal(w->tensors[2].name, "Y");
+    assert_true(w->tensors[2].is_output);
+    const kl_affine_t *a0 = &w->body->a->access.idx[0];
+    assert_int_equal(a0->coef[1], -1);
+    assert_int_equal(a0->offset, 4);
+    const kl_affine_t *a1 = &w->body->a->access.idx[1];
+    assert_int_equal(a1->div, 2);
+    assert_int_equal(a1->coef[0], 1);
+    assert_int_equal(a1->coef[2], -1);
+    assert_int_equal(w->nepi, 4);
+    assert_int_equal(w->epi[2].kind, KL_EPI_CLIP);
+    assert_true(w->epi[2].lo == -1 && w->epi[2].hi == 2);
+    assert_int_equal(kl_workload_output(w), 2);
+    assert_int_equal(kl_workload_ninputs(w), 2);
+    assert_int_equal(kl_dtype_size(KL_DT_BF16), 2);
+    assert_string_equal(kl_dtype_name(KL_DT_BF16), "bf16");
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *back;
+    assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
+    assert_string_equal(back->canonical, w->canonical);
+    kl_workload_free(&back);
+    kl_workload_free(&w);
+
+    w = s_op("M[i] max= max(A[i,k], -B[k]) - min(A[i,k], 2.5e-1) / (1 + "
+             "A[i,k]) where i=3, k=4");
+    assert_int_equal(w->reduce, KL_RED_MAX);
+    assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
+    assert_string_equal(back->canonical, w->canonical);
+    kl_workload_free(&back);
+    kl_workload_free(&w);
+}
+
+static void test_args_text(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_op("matmul M=256 N=256 K=256");
+    char *a = kl_workload_args_text(w);
+    assert_string_equal(a, "A:f32[256,256] B:f32[256,256] C:f32[256,256]:out");
+    free(a);
+    kl_workload_free(&w);
+    w = s_op("conv2d N=1 C=3 H=8 W=8 K=4 R=3 S=3 bias=1");
+    a = kl_workload_args_text(w);
+    assert_string_equal(a, "X:f32[1,3,8,8] W:f32[4,3,3,3] bias:f32[4] "
+                           "Y:f32[1,4,6,6]:out");
+    free(a);
+    kl_workload_free(&w);
+}
+
+/* ---- FLOPs --------------------------------------------------------------- */
+
+/* Valid (y, r) pairs of one spatial dimension of a convolution. */
+static int64_t s_valid_1d(int64_t H, int64_t P, int64_t R, int64_t st,
+                          int64_t pad, int64_t dil)
+{
+    int64_t n = 0;
+    for (int64_t y = 0; y < P; y++)
+        for (int64_t r = 0; r < R; r++) {
+            int64_t iy = y * st + r * dil - pad;
+            n += iy >= 0 && iy < H;
+        }
+    return n;
+}
+
+static void test_flops(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_op("matmul M=1024 N=1024 K=1024");
+    assert_true(w->flop == 2.0 * 1073741824.0);
+    kl_workload_free(&w);
+
+    /* 3x3, pad 1 on 56x56: the no-padding formula minus the padded border
+     * points, counted here by brute force over (y, x, r, s). */
+    w = s_op("conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1");
+    int64_t border = 0;
+    for (int y = 0; y < 56; y++)
+        for (int x = 0; x < 56; x++)
+            for (int r = 0; r < 3; r++)
+                for (int s = 0; s < 3; s++) {
+                    int iy = y + r - 1, ix = x + s - 1;
+                    border += iy < 0 || iy >= 56 || ix < 0 || ix >= 56;
+                }
+    double nopad = 2.0 * 64 * 64 * 56 * 56 * 9;
+    assert_int_equal(border, 668);
+    assert_true(w->flop == nopad - 2.0 * 64 * 64 * (double)border);
+    kl_workload_free(&w);
+
+    /* Stride, dilation, groups, epilogue ops. */
+    w = s_op("conv2d N=2 C=8 H=7 W=9 K=6 R=3 S=2 stride=2 pad=2 dilation=2 "
+             "groups=2 bias=1 relu=1");
+    int64_t P = (7 + 4 - 4 - 1) / 2 + 1, Q = (9 + 4 - 2 - 1) / 2 + 1;
+    double valid = (double)s_valid_1d(7, P, 3, 2, 2, 2) *
+                   (double)s_valid_1d(9, Q, 2, 2, 2, 2);
+    assert_true(w->flop == 2.0 * 2 * 6 * 4 * valid + 2.0 * (2 * 6 * P * Q));
+    kl_workload_free(&w);
+
+    /* Transposed convolution: count the (h, r) pairs of the forward
+     * scatter, y = h*stride - pad + r inside the output. */
+    w = s_op("conv2d_transpose N=1 C=5 H=7 W=6 K=3 R=3 S=4 stride=2 pad=1 "
+             "output_pad=1");
+    int64_t Ho = 6 * 2 - 2 + 3 + 1, Wo = 5 * 2 - 2 + 4 + 1, vy = 0, vx = 0;
+    for (int h = 0; h < 7; h++)
+        for (int r = 0; r < 3; r++)
+            vy += h * 2 - 1 + r >= 0 && h * 2 - 1 + r < Ho;
+    for (int h = 0; h < 6; h++)
+        for (int s = 0; s < 4; s++)
+            vx += h * 2 - 1 + s >= 0 && h * 2 - 1 + s < Wo;
+    assert_true(w->flop == 2.0 * 5 * 3 * (double)(vy * vx));
+    kl_workload_free(&w);
+
+    w = s_op("max_pool2d N=1 C=2 H=7 W=7 R=3 S=3 stride=2 pad=1");
+    int64_t pv = s_valid_1d(7, 4, 3, 2, 1, 1);
+    assert_true(w->flop == 2.0 * (double)(pv * pv));
+    kl_workload_free(&w);
+    w = s_op("avg_pool2d N=1 C=2 H=7 W=7 R=3 S=3 stride=2 pad=1");
+    assert_true(w->flop == 2.0 * (double)(pv * pv) + 2 * 16);
+    kl_workload_free(&w);
+    w = s_op("add shape=7x1000");
+    assert_true(w->flop == 7000);
+    kl_workload_free(&w);
+
+    /* A constant index outside its tensor: nothing is ever computed. */
+    w = s_op("Y[i] += X[i,5] where i=4; X: f32[4,3]");
+    assert_true(w->flop == 0);
+    kl_workload_free(&w);
+
+    /* ResNet-50's convolutions must count in milliseconds. */
+    static const char *resnet[] = {
+        "conv2d N=1 C=3 H=224 W=224 K=64 R=7 S=7 stride=2 pad=3",
+        "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 pad=1",
+        "conv2d N=1 C=128 H=28 W=28 K=128 R=3 S=3 pad=1",
+        "conv2d N=1 C=256 H=14 W=14 K=256 R=3 S=3 pad=1",
+        "conv2d N=1 C=512 H=7 W=7 K=512 R=3 S=3 pad=1",
+        "conv2d N=1 C=1024 H=14 W=14 K=2048 R=1 S=1 stride=2",
+    };
+    double t0 = kl_now_s();
+    for (size_t i = 0; i < sizeof(resnet) / sizeof(resnet[0]); i++) {
+        w = s_op(resnet[i]);
+        kl_workload_free(&w);
+    }
+    assert_true(kl_now_s() - t0 < 0.5);
+}
+
+/* ---- malformed input -------------------------------------------------- */
+
+static const struct {
+    const char *text;
+    int col;
+    const char *frag;
+} s_bad[] = {
+    {"C[i,j] += A[i,k] * B[k,j where i=4, j=4, k=4", 26,
+     "expected ']' after index list"},
+    {"C[i,j] += A[i,k] * B[k,q] where i=4, j=4, k=4", 24,
+     "unknown iterator 'q'"},
+    {"C[i,j] += A[i,k] * B[k,j] where i=4, j=4", 15,
+     "iterator k has no extent in 'where'"},
+    {"Y[n,y] += X[n,y*r] * W[r] where n=1, y=4, r=3", 16,
+     "product of iterators"},
+    {"C[i,j] = A[i,k] * B[k,j] where i=4, j=4, k=4", 14,
+     "reduction with '=': iterator k"},
+    {"C[i,j] += A[i,k] * A[k,j,i] where i=4, j=4, k=4", 20,
+     "tensor A used with 2 and 3 dimensions"},
+    {"C[i+1,j] += A[i,j] where i=4, j=4", 3,
+     "output index 1 must be a single iterator"},
+    {"C[i,i] += A[i] where i=4", 5, "iterator i appears twice"},
+    {"C[i] += A[i] where i=0", 22, "extent of i must be at least 1"},
+    {"C[i] += A[i] where i=4, j=5", 25, "iterator j in 'where' is not used"},
+    {"C[i] += A[i] where i=4, i=5", 25, "given twice"},
+    {"C[i] += A[i] * where i=4", 16, "expected a number, a tensor access"},
+    {"C[i] += A[i] where i=4; A: f64[4]", 28, "unknown dtype 'f64'"},
+    {"C[i] += A[i] where i=4; B: f32[4]", 25,
+     "tensor B is declared but not used"},
+    {"C[i] += A[i-1] where i=4", 9, "tensor A needs a declaration"},
+    {"C[i] += A[i] | + bias[k] where i=4", 23,
+     "epilogue reads with iterator k"},
+    {"C[i] += C[i] where i=4", 9, "is the output and cannot be read"},
+    {"C[i] ++ A[i] where i=4", 6, "expected '=', '+=' or 'max='"},
+    {"C[i] += A[i] where i=4 extra", 24, "unexpected 'extra'"},
+    {"C[i] += A[i] | sqrt where i=4", 16, "expected '+', '*', 'relu'"},
+    {"C[i] += A[(i+1)/0] where i=4", 17, "divisor must be between"},
+    {"C[i] += A[i] where i=4; C: f32[5]", 25, "output C is declared with 5"},
+    {"C[i] += A[1.5] where i=4", 11, "is not an integer"},
+    {"C[i] += A[i] where i=4;", 24, "expected a tensor name, got end"},
+    {"C[i] += A[i] | clip(6, 0) where i=4", 20, "clip bounds are reversed"},
+    {"", 1, "expected a tensor name"},
+    {"C[i] += A[i] where i=99999999999999", 22, "too large"},
+    {"C[i] += max(A[i] A[i]) where i=4", 18, "expected ',' between"},
+    {"C[i] += A[i]) where i=4", 13, "expected 'where'"},
+    {"C[i] += A i where i=4", 11, "expected '[' after the tensor name"},
+    {"C[i] += A[(i+1] where i=4", 15, "expected ')' in index"},
+};
+
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(s_bad) / sizeof(s_bad[0]); i++) {
+        char err[KL_ERRMSG_LEN] = "", want[32];
+        kl_workload_t *w = (kl_workload_t *)1;
+        int rc = kl_workload_parse(s_bad[i].text, &w, err);
+        if (rc != KL_ERR_INVAL || w != NULL)
+            fail_msg("'%s' was accepted", s_bad[i].text);
+        snprintf(want, sizeof(want), "column %d: ", s_bad[i].col);
+        if (strncmp(err, want, strlen(want)) != 0 ||
+            !strstr(err, s_bad[i].frag))
+            fail_msg("'%s': got \"%s\", expected \"%s... %s\"", s_bad[i].text,
+                     err, want, s_bad[i].frag);
+    }
+}
+
+static void test_op_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"conv2d N=1 C=64 H=56 W=56 R=3 S=3", "conv2d: missing K"},
+        {"conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 groups=3",
+         "conv2d: groups=3 does not divide C=64"},
+        {"conv2d N=1 C=63 H=56 W=56 K=64 R=3 S=3 groups=3",
+         "conv2d: groups=3 does not divide K=64"},
+        {"conv2d N=1 C=64 H=2 W=56 K=64 R=3 S=3",
+         "conv2d: the kernel (3 with dilation 1) does not fit"},
+        {"conv2d N=1 C=64 H=5 W=5 K=64 R=3 S=3 layout=CHWN",
+         "conv2d: bad value 'CHWN' for layout"},
+        {"matmul M=4 N=4 K=4 bogus=1", "matmul: unknown parameter 'bogus'"},
+        {"matmul M=4 N=x K=4", "matmul: bad value 'x' for N"},
+        {"matmul M=0 N=4 K=4", "matmul: M=0 is out of range"},
+        {"matmul M=4 N=4 K", "matmul: expected NAME=VALUE, got 'K'"},
+        {"matmul M=4 M=5 N=4 K=4", "matmul: M given twice"},
+        {"matmul M=4 N=4 K=4 relu=2", "matmul: relu must be 0 or 1"},
+        {"max_pool2d N=1 C=1 H=7 W=7 R=3 S=3 pad=3",
+         "max_pool2d: pad=3 must be less than the window"},
+        {"conv2d_transpose N=1 C=1 H=7 W=7 K=1 R=3 S=3 stride=2 output_pad=2",
+         "conv2d_transpose: output_pad=2 must be less than stride=2"},
+        {"add shape=4xx5", "add: bad value '4xx5' for shape"},
+        {"relu", "relu: missing shape"},
+        {"softmax N=4", "unknown operator 'softmax'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[KL_ERRMSG_LEN] = "";
+        kl_workload_t *w = NULL;
+        assert_int_equal(kl_workload_from_op(bad[i].spec, &w, err),
+                         KL_ERR_INVAL);
+        assert_null(w);
+        if (strncmp(err, bad[i].msg, strlen(bad[i].msg)) != 0)
+            fail_msg("'%s': got \"%s\", expected \"%s...\"", bad[i].spec, err,
+                     bad[i].msg);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ops_round_trip),
+        cmocka_unit_test(test_golden_keys),
+        cmocka_unit_test(test_parse_forms),
+        cmocka_unit_test(test_args_text),
+        cmocka_unit_test(test_flops),
+        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_op_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
