@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct {
     char *value; /* last value, NULL when unset */
@@ -218,7 +219,7 @@ double kl_opts_double(const kl_opts_t *self, const char *name)
 bool kl_opts_bool(const kl_opts_t *self, const char *name)
 {
     const char *v = s_slot(self, name, NULL)->value;
-    return v && strcmp(v, "0") != 0;
+    return v && strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "no");
 }
 
 int kl_opts_all(const kl_opts_t *self, const char *name,
