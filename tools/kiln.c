@@ -7,6 +7,8 @@
 #include "kl_log.h"
 
 static const kiln_cmd_t s_cmds[] = {
+    {"measure", kiln_cmd_measure,
+     "measure candidate kernels of one workload on agents"},
     {NULL, NULL, NULL},
 };
 

@@ -13,4 +13,6 @@ typedef struct {
     const char *summary;
 } kiln_cmd_t;
 
+int kiln_cmd_measure(int argc, char **argv);
+
 #endif

@@ -100,7 +100,7 @@ static int s_send_pick(void *arg, const kl_dpick_t *p)
     m.request_id = r->id;
     m.workload_key.data = r->key;
     m.workload_key.len = 16;
-    m.target = r->target;
+    m.target = (char *)p->dev_target;
     m.n_args = r->n_args;
     m.args = r->args;
     m.reference_source = r->ref_source;

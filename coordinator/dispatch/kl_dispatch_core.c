@@ -537,7 +537,8 @@ static size_t s_pick(kl_dcore_t *c, int slot, double now, kl_dpick_t *pick)
             continue;
         for (size_t i = 0; i < n; i++)
             s_mark_sent(c, a, req, c->pick_idx[i], now);
-        *pick = (kl_dpick_t){slot, req, a->dev_index[dev], n, c->pick_idx};
+        *pick = (kl_dpick_t){
+            slot, req, a->dev_index[dev], a->dev_target[dev], n, c->pick_idx};
         return n;
     }
     return 0;

@@ -76,11 +76,14 @@ typedef struct {
 } kl_dagent_t;
 
 /* What the core picked for one agent: candidates idx[0..n) of req, to be
- * sent in one MeasureRequest on device dev_index. */
+ * sent in one MeasureRequest on device dev_index. The request names the
+ * device's exact target (a task for "cpu" goes out as, e.g.,
+ * "cpu/x86_64-avx512"), so agents only ever compare exact strings. */
 typedef struct {
     int slot;
     kl_dreq_t *req;
     uint32_t dev_index;
+    const char *dev_target; /* the device's exact target */
     size_t n;
     uint32_t *idx; /* owned by the core, valid until the next pick */
 } kl_dpick_t;
