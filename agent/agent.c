@@ -1,0 +1,498 @@
+/* agent.c - the kiln-agent actor: connection, Hello/Welcome, heartbeats,
+ * requests, cancels, goodbyes and results. */
+#include "kla_agent.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_util.h"
+#include "kla_agent_int.h"
+#include "kla_simulate.h"
+
+/* ---- sending ----------------------------------------------------------- */
+
+static void s_send(kla_agent_t *a, Kiln__Envelope *env)
+{
+    char err[KL_ERRMSG_LEN];
+    if (kl_net_send(a->net, NULL, env, err) != KL_OK)
+        kl_warn("agent: send to coordinator: %s", err);
+}
+
+void kla_agent_send_result(kla_agent_t *a, uint64_t request_id,
+                           uint64_t cand_id, const kla_result_t *r,
+                           const kla_build_t *b, double overhead_s,
+                           bool simulated)
+{
+    Kiln__MeasureResult m = KILN__MEASURE_RESULT__INIT;
+    m.request_id = request_id;
+    m.candidate_id = cand_id;
+    m.status = r->status;
+    m.n_samples = r->n_samples;
+    m.samples = r->samples;
+    m.error = (char *)r->error; /* bounded: KLA_ERROR_MAX */
+    m.max_abs_err = r->max_abs_err;
+    m.simulated = simulated;
+    m.number = r->number;
+    m.spread = r->spread;
+    m.overhead_s = overhead_s;
+    if (b) {
+        m.compile_s = b->compile_s;
+        m.cache_hit = b->cache_hit;
+    }
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_RESULT;
+    env.result = &m;
+    atomic_fetch_add(&a->st_results, 1); /* before: a peer may look now */
+    s_send(a, &env);
+}
+
+static void s_send_hello(kla_agent_t *a)
+{
+    Kiln__DeviceInfo d = KILN__DEVICE_INFO__INIT;
+    d.kind = "cpu";
+    d.name = a->dev.name;
+    d.target = a->dev.target;
+    d.cores = a->dev.cores;
+    d.memory_bytes = a->dev.memory_bytes;
+    d.llc_bytes = a->dev.llc_bytes;
+    uint32_t cores[KLA_MAX_CORES];
+    for (int i = 0; i < a->measure.n; i++)
+        cores[i] = (uint32_t)a->measure.cpu[i];
+    d.n_measure_cores = (size_t)a->measure.n;
+    d.measure_cores = cores;
+    d.simulated = a->cfg.simulate;
+    d.index = 0;
+    Kiln__DeviceInfo *devs[1] = {&d};
+    Kiln__Hello h = KILN__HELLO__INIT;
+    h.agent_name = a->name;
+    h.hostname = a->hostname;
+    h.pid = (uint32_t)getpid();
+    h.build_slots = (uint32_t)a->build_slots;
+    h.n_devices = 1;
+    h.devices = devs;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    atomic_fetch_add(&a->st_hellos, 1);
+    s_send(a, &env);
+}
+
+static void s_send_heartbeat(kla_agent_t *a)
+{
+    Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
+    hb.seq = ++a->hb_seq;
+    hb.busy = (uint32_t)(a->held > 0 ? a->held : 0);
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    s_send(a, &env);
+}
+
+static void s_send_goodbye(kla_agent_t *a, const char *reason)
+{
+    Kiln__Goodbye g = KILN__GOODBYE__INIT;
+    g.reason = (char *)reason;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &g;
+    s_send(a, &env);
+}
+
+/* ---- receiving -------------------------------------------------------- */
+
+/* Answers every candidate of m with one status and message. */
+static void s_reject(kla_agent_t *a, const Kiln__MeasureRequest *m,
+                     Kiln__Status st, const char *msg)
+{
+    kla_result_t r = {.status = st};
+    snprintf(r.error, sizeof r.error, "%s", msg);
+    for (size_t i = 0; i < m->n_candidates; i++)
+        kla_agent_send_result(a, m->request_id, m->candidates[i]->id, &r, NULL,
+                              0, a->cfg.simulate);
+}
+
+static void s_simulate(kla_agent_t *a, const Kiln__MeasureRequest *m)
+{
+    for (size_t i = 0; i < m->n_candidates; i++) {
+        double t0 = kl_now_s();
+        const Kiln__Candidate *c = m->candidates[i];
+        kla_result_t r;
+        kla_simulate(c->source, strlen(c->source), &r);
+        kla_agent_send_result(a, m->request_id, c->id, &r, NULL,
+                              kl_now_s() - t0, true);
+        kla_result_clear(&r);
+    }
+}
+
+static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
+{
+    atomic_fetch_add(&a->st_requests, 1);
+    char err[KL_ERRMSG_LEN];
+    if (a->cfg.simulate) {
+        s_simulate(a, m);
+        return;
+    }
+    kla_problem_t p;
+    uint64_t max_bytes = a->cfg.max_mem_mb << 20;
+    int rc = kla_problem_from_request(&p, m, max_bytes, err);
+    if (rc == KL_OK && m->device_index != 0)
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "device index %u: this agent has device 0 only",
+                       m->device_index);
+    if (rc == KL_OK && m->target && *m->target &&
+        strcmp(m->target, a->dev.target) != 0)
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "target %.100s does not match this agent's %s",
+                       m->target, a->dev.target);
+    if (rc == KL_OK && (!*m->reference_source || !*m->reference_entry))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "request has no reference kernel (source and entry)");
+    for (size_t i = 0; rc == KL_OK && i < m->n_candidates; i++)
+        if (!*m->candidates[i]->source || !*m->candidates[i]->entry)
+            rc = kl_seterr(err, KL_ERR_INVAL,
+                           "candidate %llu has no source or no entry",
+                           (unsigned long long)m->candidates[i]->id);
+    if (rc != KL_OK) {
+        kl_warn("agent: request %llu rejected: %s",
+                (unsigned long long)m->request_id, err);
+        s_reject(a, m, KILN__STATUS__STATUS_INVALID, err);
+        return;
+    }
+    kla_work_add(a, m, &p);
+}
+
+/* The coordinator left or was lost: forget its work, Hello again later. */
+static void s_lost(kla_agent_t *a, double hello_in_s)
+{
+    kla_work_forget(a);
+    a->welcomed = false;
+    a->next_hello = kl_now_s() + hello_in_s;
+}
+
+static void s_on_envelope(kla_agent_t *a, Kiln__Envelope *env)
+{
+    a->last_heard = kl_now_s();
+    switch (env->body_case) {
+    case KILN__ENVELOPE__BODY_WELCOME:
+        atomic_fetch_add(&a->st_welcomes, 1);
+        a->welcomed = true;
+        if (env->welcome->heartbeat_ms >= 10 &&
+            env->welcome->heartbeat_ms <= 600000)
+            a->hb_ms = (int)env->welcome->heartbeat_ms;
+        kl_info("agent: welcomed by %s (heartbeat %d ms)",
+                env->welcome->coordinator_id, a->hb_ms);
+        break;
+    case KILN__ENVELOPE__BODY_REQUEST:
+        s_on_request(a, env->request);
+        break;
+    case KILN__ENVELOPE__BODY_CANCEL:
+        kla_work_cancel(a, env->cancel->request_id);
+        break;
+    case KILN__ENVELOPE__BODY_GOODBYE:
+        atomic_fetch_add(&a->st_goodbyes, 1);
+        kl_info("agent: coordinator said goodbye: %s", env->goodbye->reason);
+        s_lost(a, a->hb_ms / 1000.0);
+        break;
+    case KILN__ENVELOPE__BODY_HEARTBEAT:
+        break;
+    default:
+        kl_debug("agent: ignored a message of kind %d", env->body_case);
+    }
+}
+
+static void s_drain_net(kla_agent_t *a)
+{
+    for (;;) {
+        Kiln__Envelope *env = NULL;
+        char err[KL_ERRMSG_LEN];
+        int rc = kl_net_recv(a->net, NULL, &env, 0, err);
+        if (rc == KL_ERR_TIMEOUT)
+            break;
+        if (rc == KL_OK)
+            s_on_envelope(a, env);
+        else
+            kl_warn("agent: dropped a message: %s", err);
+        kl_net_envelope_free(&env);
+        if (rc != KL_OK && rc != KL_ERR_PROTO && rc != KL_ERR_VERSION)
+            break;
+    }
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static void s_timers(kla_agent_t *a)
+{
+    double now = kl_now_s(), hb = a->hb_ms / 1000.0;
+    if (a->welcomed && now - a->last_heard > 3 * hb) {
+        kl_warn("agent: coordinator silent for %.1f s, saying Hello again",
+                now - a->last_heard);
+        s_lost(a, 0);
+    }
+    if (!a->welcomed && now >= a->next_hello) {
+        s_send_hello(a);
+        a->last_heard = now;
+        a->next_hello = now + 3 * hb;
+    }
+    if (a->welcomed && now >= a->next_hb) {
+        s_send_heartbeat(a);
+        a->next_hb = now + hb;
+    }
+}
+
+static double s_next_timer(kla_agent_t *a)
+{
+    double hb = a->hb_ms / 1000.0;
+    if (!a->welcomed)
+        return a->next_hello;
+    double t = a->last_heard + 3 * hb + 0.001;
+    return a->next_hb < t ? a->next_hb : t;
+}
+
+static void *s_actor(void *arg)
+{
+    kla_agent_t *a = arg;
+    int nb = a->cfg.simulate ? 0 : a->build_slots;
+    int n = 2 + nb + (a->cfg.simulate ? 0 : 1);
+    zmq_pollitem_t *items = kl_xcalloc((size_t)n, sizeof *items);
+    a->next_hello = kl_now_s();
+    while (!a->stopping) {
+        s_timers(a);
+        if (!a->cfg.simulate)
+            kla_work_dispatch(a);
+        items[0] = (zmq_pollitem_t){a->pipe_actor, 0, ZMQ_POLLIN, 0};
+        items[1] = (zmq_pollitem_t){kl_net_socket(a->net), 0, ZMQ_POLLIN, 0};
+        for (int i = 0; i < nb; i++)
+            items[2 + i] =
+                (zmq_pollitem_t){a->builders[i].sock, 0, ZMQ_POLLIN, 0};
+        if (!a->cfg.simulate)
+            items[n - 1] = (zmq_pollitem_t){a->runw.sock, 0, ZMQ_POLLIN, 0};
+        double wait = s_next_timer(a) - kl_now_s();
+        long ms = wait <= 0 ? 0 : (long)(wait * 1000.0) + 1;
+        int rc = zmq_poll(items, n, ms);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (rc <= 0)
+            continue;
+        if (items[0].revents & ZMQ_POLLIN)
+            a->stopping = true;
+        for (int i = 0; i < nb; i++)
+            if (items[2 + i].revents & ZMQ_POLLIN)
+                kla_work_collect(a, &a->builders[i], false);
+        if (!a->cfg.simulate && (items[n - 1].revents & ZMQ_POLLIN))
+            kla_work_collect(a, &a->runw, true);
+        if (items[1].revents & ZMQ_POLLIN)
+            s_drain_net(a);
+    }
+    free(items);
+    s_send_goodbye(a, "agent shutting down");
+    if (!a->cfg.simulate)
+        kla_work_stop(a);
+    return NULL;
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static int s_rm_entry(const char *path, const struct stat *st, int flag,
+                      struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Parses a core list that must lie inside the allowed set. */
+static int s_cores(const char *what, const char *text,
+                   const kla_cores_t *allowed, kla_cores_t *out, char *err)
+{
+    if (!text || !*text) {
+        *out = *allowed;
+        return KL_OK;
+    }
+    char msg[KL_ERRMSG_LEN];
+    if (kla_cores_parse(text, out, msg) != KL_OK)
+        return kl_seterr(err, KL_ERR_INVAL, "--%s: %s", what, msg);
+    for (int i = 0; i < out->n; i++) {
+        bool ok = false;
+        for (int j = 0; j < allowed->n && !ok; j++)
+            ok = allowed->cpu[j] == out->cpu[i];
+        if (!ok) {
+            char have[256];
+            kla_cores_format(allowed, have, sizeof have);
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "--%s: core %d is not available to this process "
+                             "(allowed: %s)",
+                             what, out->cpu[i], have);
+        }
+    }
+    return KL_OK;
+}
+
+static int s_workdir(kla_agent_t *a, const char *given, char *err)
+{
+    if (given && *given) {
+        snprintf(a->workdir, sizeof a->workdir, "%s", given);
+        return kl_mkdirs(given, err);
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(a->workdir, sizeof a->workdir, "%s/kiln-agent-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(a->workdir))
+        return kl_seterr(err, KL_ERR_IO, "mkdtemp %s: %s", a->workdir,
+                         strerror(errno));
+    a->own_workdir = true;
+    return KL_OK;
+}
+
+/* Builder, runner and gate (not in --simulate). */
+static int s_backend(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
+{
+    if (!a->disjoint)
+        kla_gate_new(&a->gate);
+    kla_builder_config_t bc = {.workdir = a->workdir,
+                               .cc = cfg->cc,
+                               .cflags = cfg->cflags,
+                               .cores = a->disjoint ? &a->build : NULL,
+                               .gate = a->gate};
+    int rc = kla_builder_new(&a->builder, &bc, err);
+    if (rc != KL_OK)
+        return rc;
+    kla_runner_config_t rcfg = {.llc_bytes = a->dev.llc_bytes,
+                                .max_mem_bytes = cfg->max_mem_mb << 20,
+                                .pin = a->measure_given ? &a->measure : NULL,
+                                .gate = a->gate};
+    return kla_runner_new(&a->runner, &rcfg, err);
+}
+
+static int s_pipes(kla_agent_t *a, char *err)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://kla-%p-pipe", (void *)a);
+    a->zctx = zmq_ctx_new();
+    if (!a->zctx)
+        return kl_seterr(err, KL_ERR_IO, "zmq_ctx_new: %s",
+                         zmq_strerror(errno));
+    a->pipe_actor = zmq_socket(a->zctx, ZMQ_PAIR);
+    a->pipe_api = zmq_socket(a->zctx, ZMQ_PAIR);
+    if (!a->pipe_actor || !a->pipe_api || zmq_bind(a->pipe_actor, ep) != 0 ||
+        zmq_connect(a->pipe_api, ep) != 0)
+        return kl_seterr(err, KL_ERR_IO, "inproc pipe: %s",
+                         zmq_strerror(errno));
+    return KL_OK;
+}
+
+static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
+{
+    kla_device_detect(&a->dev);
+    if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
+        snprintf(a->hostname, sizeof a->hostname, "unknown");
+    snprintf(a->name, sizeof a->name, "%s",
+             cfg->name && *cfg->name ? cfg->name : "");
+    if (!a->name[0])
+        snprintf(a->name, sizeof a->name, "%.200s-%d", a->hostname,
+                 (int)getpid());
+    kla_cores_t allowed;
+    kla_cores_affinity(&allowed);
+    int rc = s_cores("measure-cores", cfg->measure_cores, &allowed, &a->measure,
+                     err);
+    if (rc == KL_OK)
+        rc = s_cores("build-cores", cfg->build_cores, &allowed, &a->build, err);
+    if (rc != KL_OK)
+        return rc;
+    a->measure_given = cfg->measure_cores && *cfg->measure_cores;
+    a->disjoint = a->measure_given && cfg->build_cores && *cfg->build_cores &&
+                  kla_cores_disjoint(&a->measure, &a->build);
+    a->build_slots = cfg->build_slots > 0 ? cfg->build_slots
+                     : a->disjoint        ? a->build.n
+                                          : (int)a->dev.cores;
+    if (a->build_slots < 1)
+        a->build_slots = 1;
+    a->hb_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : 1000;
+    rc = s_workdir(a, cfg->workdir, err);
+    if (rc == KL_OK && !cfg->simulate)
+        rc = s_backend(a, cfg, err);
+    if (rc == KL_OK)
+        rc = s_pipes(a, err);
+    if (rc == KL_OK)
+        rc = kl_net_client_new(&a->net, cfg->endpoint, &cfg->sec, err);
+    if (rc == KL_OK && !cfg->simulate)
+        rc = kla_work_start(a, err);
+    return rc;
+}
+
+int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
+{
+    *out = NULL;
+    if (!cfg->endpoint || !*cfg->endpoint)
+        return kl_seterr(err, KL_ERR_INVAL, "no coordinator endpoint");
+    kla_agent_t *a = kl_xcalloc(1, sizeof *a);
+    a->cfg = *cfg;
+    int rc = s_setup(a, cfg, err);
+    /* Strings of cfg are borrowed for the call only. */
+    a->cfg = (kla_agent_config_t){.simulate = cfg->simulate,
+                                  .max_mem_mb = cfg->max_mem_mb};
+    if (rc == KL_OK && pthread_create(&a->actor, NULL, s_actor, a) != 0)
+        rc = kl_seterr(err, KL_ERR_IO, "pthread_create failed");
+    if (rc != KL_OK) {
+        kla_agent_destroy(&a);
+        return rc;
+    }
+    a->actor_started = true;
+    char targets[256];
+    kla_cores_format(&a->measure, targets, sizeof targets);
+    kl_info("agent %s: %s (%s), %u cores, measuring on %s, %d build slots%s",
+            a->name, a->dev.name, a->dev.target, a->dev.cores, targets,
+            a->build_slots, cfg->simulate ? ", simulated" : "");
+    *out = a;
+    return KL_OK;
+}
+
+void kla_agent_destroy(kla_agent_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kla_agent_t *a = *self_p;
+    if (a->actor_started) {
+        zmq_send(a->pipe_api, "$TERM", 5, 0);
+        pthread_join(a->actor, NULL);
+    } else if (!a->cfg.simulate) {
+        kla_work_stop(a);
+    }
+    kl_net_destroy(&a->net);
+    if (a->pipe_api)
+        zmq_close(a->pipe_api);
+    if (a->pipe_actor)
+        zmq_close(a->pipe_actor);
+    if (a->zctx)
+        zmq_ctx_term(a->zctx);
+    kla_runner_destroy(&a->runner);
+    kla_builder_destroy(&a->builder);
+    kla_gate_destroy(&a->gate);
+    if (a->own_workdir)
+        nftw(a->workdir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(a);
+    *self_p = NULL;
+}
+
+void kla_agent_stats(kla_agent_t *a, kla_agent_stats_t *out)
+{
+    out->hellos = atomic_load(&a->st_hellos);
+    out->welcomes = atomic_load(&a->st_welcomes);
+    out->goodbyes = atomic_load(&a->st_goodbyes);
+    out->requests = atomic_load(&a->st_requests);
+    out->results = atomic_load(&a->st_results);
+    out->cancelled = atomic_load(&a->st_cancelled);
+}
+
+const char *kla_agent_workdir(const kla_agent_t *a)
+{
+    return a->workdir;
+}

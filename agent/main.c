@@ -1,0 +1,132 @@
+/* kiln-agent - compiles, runs, verifies and times candidate kernels for a
+ * kiln coordinator. Options come from one table (flags > KILN_* > default);
+ * SIGTERM or SIGINT say Goodbye and exit cleanly. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_opt.h"
+#include "kla_agent.h"
+
+static const kl_opt_t s_opts[] = {
+    {"connect", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
+     "coordinator endpoint, e.g. tcp://head:7070 (required)"},
+    {"keys", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
+     "directory holding NAME.key and NAME.pub, this agent's CURVE keypair"},
+    {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME",
+     "agent name: the key pair's file name and the name in Hello "
+     "(default: HOSTNAME-PID; required with --keys)"},
+    {"coordinator-key", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
+     "the coordinator's public key file (pinned)"},
+    {"insecure", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
+     "no CURVE: loopback endpoints only, for tests"},
+    {"build-slots", KL_OPT_INT, "0", 0, 256, "N",
+     "parallel compiles (0: one per core, or per --build-cores core)"},
+    {"cc", KL_OPT_STR, "cc", KL_NOBOUNDS, "CC", "C compiler for candidates"},
+    {"cflags", KL_OPT_STR, "-O3 -march=native -fopenmp", KL_NOBOUNDS, "FLAGS",
+     "compiler flags, split on spaces (-shared -fPIC are added)"},
+    {"workdir", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
+     "build directory, kept, so its cache survives restarts (default: a "
+     "fresh directory under $TMPDIR, removed on exit)"},
+    {"simulate", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
+     "answer with synthetic latencies, compiling and running nothing"},
+    {"heartbeat-ms", KL_OPT_INT, "1000", 10, 600000, "MS",
+     "heartbeat interval until the coordinator's Welcome says otherwise"},
+    {"measure-cores", KL_OPT_STR, NULL, KL_NOBOUNDS, "LIST",
+     "cores that time candidates, e.g. 0-3 (default: all allowed)"},
+    {"build-cores", KL_OPT_STR, NULL, KL_NOBOUNDS, "LIST",
+     "cores for compilers; when disjoint from --measure-cores builds go on "
+     "while candidates are timed, otherwise builds pause during timing"},
+    {"max-mem-mb", KL_OPT_INT, "8192", 0, 1 << 24, "N",
+     "address-space limit of each kernel process in MiB (0: none)"},
+    {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "KIND",
+     "device to serve; this agent serves \"cpu\""},
+    KL_OPT_END,
+};
+
+static const char *s_usage =
+    "usage: kiln-agent --connect EP [--keys DIR --name NAME "
+    "--coordinator-key FILE | --insecure] [options]\n\n"
+    "Compiles, runs (sandboxed), verifies and times candidate kernels for a "
+    "kiln coordinator.\nExit codes: 0 stopped by SIGTERM/SIGINT, 1 could not "
+    "start, 2 usage, 69 no such device.";
+
+static int s_run(const kl_opts_t *o)
+{
+    kla_agent_config_t cfg = {0};
+    cfg.endpoint = kl_opts_str(o, "connect");
+    cfg.sec.insecure = kl_opts_bool(o, "insecure");
+    cfg.sec.keys_dir = kl_opts_str(o, "keys");
+    cfg.sec.name = kl_opts_str(o, "name");
+    cfg.sec.server_key_file = kl_opts_str(o, "coordinator-key");
+    cfg.name = kl_opts_str(o, "name");
+    cfg.build_slots = (int)kl_opts_int(o, "build-slots");
+    cfg.cc = kl_opts_str(o, "cc");
+    cfg.cflags = kl_opts_str(o, "cflags");
+    cfg.workdir = kl_opts_str(o, "workdir");
+    cfg.simulate = kl_opts_bool(o, "simulate");
+    cfg.heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms");
+    cfg.measure_cores = kl_opts_str(o, "measure-cores");
+    cfg.build_cores = kl_opts_str(o, "build-cores");
+    cfg.max_mem_mb = (uint64_t)kl_opts_int(o, "max-mem-mb");
+
+    /* Every thread inherits this mask; only sigwait below sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[KL_ERRMSG_LEN];
+    kla_agent_t *agent = NULL;
+    if (kla_agent_new(&agent, &cfg, err) != KL_OK) {
+        fprintf(stderr, "kiln-agent: %s\n", err);
+        return 1;
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    kl_info("agent: %s, saying goodbye", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    kla_agent_destroy(&agent);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    kl_log_init("agent");
+    char err[KL_ERRMSG_LEN];
+    kl_opts_t *o = NULL;
+    if (kl_opts_parse(s_opts, argc - 1, argv + 1, &o, err) != KL_OK) {
+        fprintf(stderr, "kiln-agent: %s\n", err);
+        kl_opts_print_help(stderr, s_usage, s_opts);
+        return 2;
+    }
+    int rc = 0;
+    if (kl_opts_help_asked(o)) {
+        kl_opts_print_help(stdout, s_usage, s_opts);
+    } else if (kl_opts_npos(o) > 0) {
+        fprintf(stderr, "kiln-agent: unexpected argument '%s'\n",
+                kl_opts_pos(o, 0));
+        rc = 2;
+    } else if (!kl_opts_str(o, "connect")) {
+        fprintf(stderr, "kiln-agent: --connect EP is required\n");
+        rc = 2;
+    } else if (!kl_opts_bool(o, "insecure") &&
+               (!kl_opts_str(o, "keys") || !kl_opts_str(o, "name") ||
+                !kl_opts_str(o, "coordinator-key"))) {
+        fprintf(stderr, "kiln-agent: give --keys DIR --name NAME "
+                        "--coordinator-key FILE, or --insecure (loopback)\n");
+        rc = 2;
+    } else if (strcmp(kl_opts_str(o, "device"), "cpu") != 0) {
+        fprintf(stderr,
+                "kiln-agent: device '%s': this agent serves the cpu only\n",
+                kl_opts_str(o, "device"));
+        rc = 69;
+    } else {
+        rc = s_run(o);
+    }
+    kl_opts_free(&o);
+    return rc;
+}

@@ -1,0 +1,354 @@
+/* The kiln-agent actor against a real kl_net ROUTER in this process
+ * (insecure, tcp://127.0.0.1:*): Hello/Welcome, a request of three
+ * candidates (good, segfault, wrong), cancel, goodbye and --simulate. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_net.h"
+#include "kl_util.h"
+#include "kla_agent.h"
+#include "kla_device.h"
+
+#define HB_MS 200
+
+typedef struct {
+    kl_net_t *server;
+    kl_peer_t peer;
+    double next_hb;
+} coord_t;
+
+static const char *s_ref =
+    "void ref(void *const *args) {\n"
+    "  const float *A = args[0], *B = args[1]; float *C = args[2];\n"
+    "  for (int i = 0; i < 64; i++)\n"
+    "    for (int j = 0; j < 64; j++) {\n"
+    "      float s = 0;\n"
+    "      for (int k = 0; k < 64; k++) s += A[i*64+k] * B[k*64+j];\n"
+    "      C[i*64+j] = s;\n"
+    "    }\n"
+    "}\n";
+
+static char *s_cand(const char *pre, const char *post)
+{
+    return kl_xasprintf(
+        "void mm(void *const *args) {\n"
+        "  const float *A = args[0], *B = args[1]; float *C = args[2];\n"
+        "  %s\n"
+        "  for (int i = 0; i < 64; i++)\n"
+        "    for (int k = 0; k < 64; k++) {\n"
+        "      if (k == 0) for (int j = 0; j < 64; j++) C[i*64+j] = 0;\n"
+        "      for (int j = 0; j < 64; j++) C[i*64+j] += A[i*64+k] * "
+        "B[k*64+j]%s;\n"
+        "    }\n"
+        "}\n",
+        pre, post);
+}
+
+static void s_send(coord_t *c, Kiln__Envelope *env)
+{
+    char err[KL_ERRMSG_LEN];
+    int rc = kl_net_send(c->server, &c->peer, env, err);
+    if (rc != KL_OK)
+        fprintf(stderr, "send: %s\n", err);
+    assert_int_equal(rc, KL_OK);
+}
+
+static void s_heartbeat(coord_t *c)
+{
+    if (c->peer.len == 0 || kl_now_s() < c->next_hb)
+        return;
+    Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    char err[KL_ERRMSG_LEN]; /* the agent may be gone (s_stop) */
+    (void)kl_net_send(c->server, &c->peer, &env, err);
+    c->next_hb = kl_now_s() + HB_MS / 1000.0;
+}
+
+/* Waits (heartbeating) for a message of kind `want`; NULL on timeout. */
+static Kiln__Envelope *s_expect(coord_t *c, int want, double timeout_s)
+{
+    double end = kl_now_s() + timeout_s;
+    while (kl_now_s() < end) {
+        s_heartbeat(c);
+        Kiln__Envelope *env = NULL;
+        kl_peer_t from;
+        char err[KL_ERRMSG_LEN];
+        if (kl_net_recv(c->server, &from, &env, 50, err) != KL_OK)
+            continue;
+        c->peer = from;
+        if ((int)env->body_case == want)
+            return env;
+        kl_net_envelope_free(&env);
+    }
+    return NULL;
+}
+
+static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
+{
+    memset(c, 0, sizeof *c);
+    char err[KL_ERRMSG_LEN];
+    kl_net_security_t sec = {.insecure = true};
+    assert_int_equal(
+        kl_net_server_new(&c->server, "tcp://127.0.0.1:*", &sec, err), KL_OK);
+    kla_agent_config_t cfg = {.endpoint = kl_net_endpoint(c->server),
+                              .sec = sec,
+                              .name = "test-agent",
+                              .build_slots = 2,
+                              .cflags = "-O2",
+                              .simulate = simulate,
+                              .heartbeat_ms = HB_MS,
+                              .max_mem_mb = 2048};
+    assert_int_equal(kla_agent_new(agent, &cfg, err), KL_OK);
+    Kiln__Envelope *env = s_expect(c, KILN__ENVELOPE__BODY_HELLO, 10);
+    assert_non_null(env);
+    Kiln__Hello *h = env->hello;
+    assert_string_equal(h->agent_name, "test-agent");
+    assert_int_equal(h->build_slots, 2);
+    assert_int_equal(h->n_devices, 1);
+    assert_string_equal(h->devices[0]->kind, "cpu");
+    assert_string_equal(h->devices[0]->target, kla_device_target());
+    assert_true(h->devices[0]->cores >= 1);
+    assert_true(h->devices[0]->n_measure_cores >= 1);
+    assert_true(h->devices[0]->simulated == simulate);
+    kl_net_envelope_free(&env);
+    Kiln__Welcome w = KILN__WELCOME__INIT;
+    w.coordinator_id = "test";
+    w.heartbeat_ms = HB_MS;
+    Kiln__Envelope out = KILN__ENVELOPE__INIT;
+    out.body_case = KILN__ENVELOPE__BODY_WELCOME;
+    out.welcome = &w;
+    s_send(c, &out);
+}
+
+static void s_stop(coord_t *c, kla_agent_t **agent)
+{
+    kla_agent_destroy(agent);
+    assert_null(*agent);
+    /* The agent said Goodbye on its way out. */
+    Kiln__Envelope *env = s_expect(c, KILN__ENVELOPE__BODY_GOODBYE, 5);
+    assert_non_null(env);
+    kl_net_envelope_free(&env);
+    kl_net_destroy(&c->server);
+}
+
+/* Sends a 64x64 matmul request with n candidates (sources given). */
+static void s_request(coord_t *c, uint64_t id, char **srcs, int n)
+{
+    int64_t shape[2] = {64, 64};
+    Kiln__KernelArg a = KILN__KERNEL_ARG__INIT, b, o;
+    a.name = "A";
+    a.n_shape = 2;
+    a.shape = shape;
+    b = a;
+    b.name = "B";
+    o = a;
+    o.name = "C";
+    o.role = KILN__ARG_ROLE__ROLE_OUTPUT;
+    Kiln__KernelArg *args[3] = {&a, &b, &o};
+    Kiln__Evaluator ev = KILN__EVALUATOR__INIT;
+    ev.number = 1;
+    ev.repeat = 3;
+    ev.timeout_ms = 5000;
+    ev.seed = 3;
+    Kiln__Candidate cs[16], *cp[16];
+    for (int i = 0; i < n; i++) {
+        cs[i] = (Kiln__Candidate)KILN__CANDIDATE__INIT;
+        cs[i].id = (uint64_t)i + 1;
+        cs[i].source = srcs[i];
+        cs[i].entry = "mm";
+        cp[i] = &cs[i];
+    }
+    uint8_t key[16] = {9};
+    Kiln__MeasureRequest m = KILN__MEASURE_REQUEST__INIT;
+    m.request_id = id;
+    m.workload_key.data = key;
+    m.workload_key.len = 16;
+    m.target = (char *)kla_device_target();
+    m.n_args = 3;
+    m.args = args;
+    m.reference_source = (char *)s_ref;
+    m.reference_entry = "ref";
+    m.evaluator = &ev;
+    m.n_candidates = (size_t)n;
+    m.candidates = cp;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_REQUEST;
+    env.request = &m;
+    s_send(c, &env);
+}
+
+static void test_hello_request_three_results(void **state)
+{
+    (void)state;
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start(&c, &agent, false);
+    char *srcs[3] = {s_cand("", ""), s_cand("*(volatile int *)0 = 1;", ""),
+                     s_cand("", " + 1.0f")};
+    s_request(&c, 42, srcs, 3);
+    Kiln__Status want[3] = {KILN__STATUS__STATUS_OK,
+                            KILN__STATUS__STATUS_RUNTIME_ERROR,
+                            KILN__STATUS__STATUS_WRONG_RESULT};
+    bool seen[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        Kiln__Envelope *env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        assert_non_null(env);
+        Kiln__MeasureResult *r = env->result;
+        assert_int_equal(r->request_id, 42);
+        assert_in_range(r->candidate_id, 1, 3);
+        int k = (int)r->candidate_id - 1;
+        assert_false(seen[k]);
+        seen[k] = true;
+        if (r->status != want[k])
+            fprintf(stderr, "candidate %d: status %d: %s\n", k, r->status,
+                    r->error);
+        assert_int_equal(r->status, want[k]);
+        assert_false(r->simulated);
+        assert_true(r->overhead_s >= 0 && r->overhead_s < 1.0);
+        if (k == 0) {
+            assert_int_equal(r->n_samples, 3);
+            assert_true(r->compile_s > 0);
+            assert_true(r->spread >= 0);
+        } else if (k == 1) {
+            assert_string_equal(r->error, "killed by signal 11 (SIGSEGV)");
+        } else {
+            assert_true(r->max_abs_err > 0.9);
+        }
+        kl_net_envelope_free(&env);
+    }
+    kla_agent_stats_t st;
+    kla_agent_stats(agent, &st);
+    assert_int_equal(st.results, 3);
+    assert_int_equal(st.requests, 1);
+    for (int i = 0; i < 3; i++)
+        free(srcs[i]);
+    s_stop(&c, &agent);
+}
+
+static void test_cancel_and_goodbye(void **state)
+{
+    (void)state;
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start(&c, &agent, false);
+    char *srcs[8];
+    for (int i = 0; i < 8; i++)
+        srcs[i] = s_cand(i ? "/* variant */" : "", i % 2 ? " * 1.0f" : "");
+    for (int i = 1; i < 8; i++) { /* distinct sources: real compiles */
+        free(srcs[i]);
+        char pre[64];
+        snprintf(pre, sizeof pre, "volatile int v%d = %d; (void)v%d;", i, i, i);
+        srcs[i] = s_cand(pre, "");
+    }
+    s_request(&c, 7, srcs, 8);
+    Kiln__Cancel cancel = KILN__CANCEL__INIT;
+    cancel.request_id = 7;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    env.body_case = KILN__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cancel;
+    s_send(&c, &env);
+    int cancelled = 0, done = 0;
+    for (int i = 0; i < 8; i++) {
+        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        assert_non_null(r);
+        if (r->result->status == KILN__STATUS__STATUS_CANCELLED)
+            cancelled++;
+        else
+            done++;
+        kl_net_envelope_free(&r);
+    }
+    /* Every candidate answered exactly once; the two build slots had
+     * started at most two (plus none on the runner yet). */
+    assert_int_equal(cancelled + done, 8);
+    assert_true(cancelled >= 5);
+
+    /* A coordinator's Goodbye: the agent says Hello again. */
+    Kiln__Goodbye g = KILN__GOODBYE__INIT;
+    g.reason = "unknown agent, say Hello";
+    Kiln__Envelope ge = KILN__ENVELOPE__INIT;
+    ge.body_case = KILN__ENVELOPE__BODY_GOODBYE;
+    ge.goodbye = &g;
+    s_send(&c, &ge);
+    Kiln__Envelope *h = s_expect(&c, KILN__ENVELOPE__BODY_HELLO, 5);
+    assert_non_null(h);
+    kl_net_envelope_free(&h);
+    for (int i = 0; i < 8; i++)
+        free(srcs[i]);
+    s_stop(&c, &agent);
+}
+
+static void test_silence_means_hello(void **state)
+{
+    (void)state;
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start(&c, &agent, true);
+    /* Say nothing for more than 3 intervals: the agent says Hello. */
+    double t0 = kl_now_s();
+    Kiln__Envelope *env = NULL;
+    while (!env && kl_now_s() - t0 < 5) {
+        kl_peer_t from;
+        char err[KL_ERRMSG_LEN];
+        if (kl_net_recv(c.server, &from, &env, 100, err) == KL_OK &&
+            env->body_case != KILN__ENVELOPE__BODY_HELLO)
+            kl_net_envelope_free(&env);
+    }
+    assert_non_null(env);
+    double took = kl_now_s() - t0;
+    assert_true(took >= 3 * HB_MS / 1000.0 * 0.9);
+    kl_net_envelope_free(&env);
+    s_stop(&c, &agent);
+}
+
+static void test_simulate_fast(void **state)
+{
+    (void)state;
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start(&c, &agent, true);
+    char *srcs[16];
+    for (int i = 0; i < 16; i++)
+        srcs[i] = kl_xasprintf("void mm(void *const *a) { /* %d %s */ }", i,
+                               i % 4 == 0 ? "KILN_SIMULATE_FAIL" : "");
+    double t0 = kl_now_s();
+    s_request(&c, 5, srcs, 16);
+    int ok = 0, fail = 0;
+    for (int i = 0; i < 16; i++) {
+        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 5);
+        assert_non_null(r);
+        assert_true(r->result->simulated);
+        if (r->result->status == KILN__STATUS__STATUS_OK) {
+            ok++;
+            assert_int_equal(r->result->n_samples, 3);
+        } else {
+            fail++;
+        }
+        kl_net_envelope_free(&r);
+    }
+    assert_int_equal(ok, 12);
+    assert_int_equal(fail, 4);
+    assert_true(kl_now_s() - t0 < 2.0);
+    for (int i = 0; i < 16; i++)
+        free(srcs[i]);
+    s_stop(&c, &agent);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello_request_three_results),
+        cmocka_unit_test(test_cancel_and_goodbye),
+        cmocka_unit_test(test_silence_means_hello),
+        cmocka_unit_test(test_simulate_fast),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
