@@ -20,6 +20,8 @@
 #define S_SNDTIMEO_MS 1000
 #define S_HEARTBEAT_MS 1000
 #define S_HEARTBEAT_TIMEOUT_MS 3000
+#define S_RETRY_MIN_S 1.0
+#define S_RETRY_MAX_S 30.0
 
 struct kl_net_s {
     void *sock;
@@ -28,6 +30,9 @@ struct kl_net_s {
     char domain[32]; /* ZAP domain of a CURVE server, else "" */
     char endpoint[512];
     kl_net_stats_t stats;
+    /* CURVE client: handshake events, and the retry after a refusal. */
+    void *mon;
+    double retry_at, backoff_s;
 };
 
 /* ---- keys -------------------------------------------------------------- */
@@ -317,6 +322,79 @@ int kl_net_server_new(kl_net_t **out, const char *endpoint,
     return KL_OK;
 }
 
+/* ZeroMQ never retries a handshake that the server refused (the session
+ * ends on a ZAP "400"), which would leave an agent started before its key
+ * was allowed cut off for good. The client watches its handshakes and
+ * reconnects itself, backing off. */
+static int s_monitor(kl_net_t *self, char *err)
+{
+    static unsigned s_seq;
+    char addr[64];
+    snprintf(addr, sizeof addr, "inproc://kl-net-mon-%u-%p",
+             __atomic_fetch_add(&s_seq, 1, __ATOMIC_RELAXED), (void *)self);
+    int events =
+        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    if (zmq_socket_monitor(self->sock, addr, events) != 0)
+        return kl_seterr(err, KL_ERR_IO, "zmq_socket_monitor: %s",
+                         zmq_strerror(errno));
+    self->mon = zmq_socket(kl_net__ctx_acquire(err), ZMQ_PAIR);
+    kl_net__ctx_release(); /* self already holds a reference */
+    if (!self->mon || zmq_connect(self->mon, addr) != 0)
+        return kl_seterr(err, KL_ERR_IO, "monitor %s: %s", addr,
+                         zmq_strerror(errno));
+    self->backoff_s = S_RETRY_MIN_S;
+    return KL_OK;
+}
+
+/* Reads pending handshake events; reconnects when a refusal's wait is
+ * over. */
+static void s_watch(kl_net_t *self)
+{
+    if (!self->mon)
+        return;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, self->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        uint16_t ev = 0;
+        uint32_t val = 0;
+        if (zmq_msg_size(&m) >= 6) {
+            memcpy(&ev, zmq_msg_data(&m), 2);
+            memcpy(&val, (char *)zmq_msg_data(&m) + 2, 4);
+        }
+        bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        while (more) { /* the endpoint frame */
+            zmq_msg_init(&m);
+            more = zmq_msg_recv(&m, self->mon, ZMQ_DONTWAIT) >= 0 &&
+                   zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            self->backoff_s = S_RETRY_MIN_S;
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH &&
+                   self->retry_at == 0) {
+            self->stats.auth_denied++;
+            kl_warn("%s refused this side's key (status %u): retrying in "
+                    "%.0f s (is its .pub in the server's allow dir?)",
+                    self->endpoint, val, self->backoff_s);
+            self->retry_at = kl_now_s() + self->backoff_s;
+            self->backoff_s = self->backoff_s * 2 < S_RETRY_MAX_S
+                                  ? self->backoff_s * 2
+                                  : S_RETRY_MAX_S;
+        }
+    }
+    if (self->retry_at > 0 && kl_now_s() >= self->retry_at) {
+        self->retry_at = 0;
+        zmq_disconnect(self->sock, self->endpoint);
+        if (zmq_connect(self->sock, self->endpoint) != 0)
+            kl_warn("reconnect %s: %s", self->endpoint, zmq_strerror(errno));
+    }
+}
+
 int kl_net_client_new(kl_net_t **out, const char *endpoint,
                       const kl_net_security_t *sec, char *err)
 {
@@ -338,6 +416,7 @@ int kl_net_client_new(kl_net_t **out, const char *endpoint,
     kl_net_t *self = s_new(false, ZMQ_DEALER, err);
     if (!self)
         return KL_ERR_IO;
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", endpoint);
     int ivl = 100, ivl_max = 2000;
     rc = s_common_opts(self->sock, endpoint, err);
     if (rc == KL_OK)
@@ -357,6 +436,8 @@ int kl_net_client_new(kl_net_t **out, const char *endpoint,
                        "CURVE_SERVERKEY", err);
     }
     memset(secret, 0, sizeof secret);
+    if (rc == KL_OK && !sec->insecure)
+        rc = s_monitor(self, err);
     if (rc == KL_OK && zmq_connect(self->sock, endpoint) != 0)
         rc = kl_seterr(err, KL_ERR_IO, "connect %s: %s", endpoint,
                        zmq_strerror(errno));
@@ -364,7 +445,6 @@ int kl_net_client_new(kl_net_t **out, const char *endpoint,
         kl_net_destroy(&self);
         return rc;
     }
-    snprintf(self->endpoint, sizeof self->endpoint, "%s", endpoint);
     *out = self;
     return KL_OK;
 }
@@ -374,6 +454,10 @@ void kl_net_destroy(kl_net_t **self_p)
     if (!self_p || !*self_p)
         return;
     kl_net_t *self = *self_p;
+    if (self->mon) {
+        zmq_socket_monitor(self->sock, NULL, 0);
+        zmq_close(self->mon);
+    }
     if (self->sock) {
         int zero = 0;
         zmq_setsockopt(self->sock, ZMQ_LINGER, &zero, sizeof zero);
@@ -432,6 +516,12 @@ int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
         return kl_seterr(err, KL_ERR_INVAL, "send: a server needs a peer");
     env->version_major = KL_PROTO_MAJOR;
     env->version_minor = KL_PROTO_MINOR;
+    s_watch(self);
+    if (self->retry_at > 0)
+        return kl_seterr(err, KL_ERR_AUTH,
+                         "not sent: %s refused this side's key; retrying in "
+                         "%.1f s",
+                         self->endpoint, self->retry_at - kl_now_s());
     char why[KL_ERRMSG_LEN];
     int rc = kl_net__check(env, why);
     if (rc != KL_OK)
@@ -535,25 +625,51 @@ static int s_take(kl_net_t *self, const void *data, size_t len,
     return KL_OK;
 }
 
+/* Waits until the socket is readable; a CURVE client also serves its
+ * handshake events meanwhile. */
+static int s_wait(kl_net_t *self, int timeout_ms, char *err)
+{
+    double deadline = kl_now_s() + (timeout_ms < 0 ? 0 : timeout_ms / 1e3);
+    for (;;) {
+        s_watch(self);
+        zmq_pollitem_t it[2] = {{self->sock, 0, ZMQ_POLLIN, 0},
+                                {self->mon, 0, ZMQ_POLLIN, 0}};
+        long wait = -1;
+        if (timeout_ms >= 0) {
+            double left = deadline - kl_now_s();
+            wait = left > 0 ? (long)(left * 1e3 + 0.999) : 0;
+        }
+        if (self->retry_at > 0) {
+            long r = (long)((self->retry_at - kl_now_s()) * 1e3 + 1);
+            r = r < 0 ? 0 : r;
+            wait = wait < 0 || r < wait ? r : wait;
+        }
+        int n = zmq_poll(it, self->mon ? 2 : 1, wait);
+        if (n < 0) {
+            if (errno == EINTR)
+                return kl_seterr(err, KL_ERR_TIMEOUT, "recv: interrupted");
+            return s_zmq_err("recv", err);
+        }
+        if (it[0].revents & ZMQ_POLLIN)
+            return KL_OK;
+        if (timeout_ms >= 0 && kl_now_s() >= deadline)
+            return kl_seterr(err, KL_ERR_TIMEOUT, "recv: nothing within %d ms",
+                             timeout_ms);
+    }
+}
+
 int kl_net_recv(kl_net_t *self, kl_peer_t *peer, Kiln__Envelope **env,
                 int timeout_ms, char *err)
 {
     *env = NULL;
     if (peer)
         peer->len = 0;
-    zmq_pollitem_t it = {self->sock, 0, ZMQ_POLLIN, 0};
-    int n = zmq_poll(&it, 1, timeout_ms < 0 ? -1 : timeout_ms);
-    if (n < 0) {
-        if (errno == EINTR)
-            return kl_seterr(err, KL_ERR_TIMEOUT, "recv: interrupted");
-        return s_zmq_err("recv", err);
-    }
-    if (n == 0)
-        return kl_seterr(err, KL_ERR_TIMEOUT, "recv: nothing within %d ms",
-                         timeout_ms);
+    int rc = s_wait(self, timeout_ms, err);
+    if (rc != KL_OK)
+        return rc;
     zmq_msg_t m;
     int frames;
-    int rc = s_recv_set(self, peer, &m, &frames, err);
+    rc = s_recv_set(self, peer, &m, &frames, err);
     if (rc != KL_OK)
         return rc;
     self->stats.frames_in++;

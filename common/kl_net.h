@@ -126,8 +126,9 @@ void kl_net_stats(const kl_net_t *self, kl_net_stats_t *out);
  * wire before anything is allocated. Beyond the counts: a body must be
  * set; strings within KL_NET_MAX_STRING (sources and trace bytes
  * KL_NET_MAX_SOURCE, result.error and goodbye.reason KL_NET_MAX_ERROR);
- * request.workload_key empty or exactly 16 bytes; request.evaluator
- * present, its repeat <= KL_NET_MAX_SAMPLES, rtol/atol finite and >= 0;
+ * request.workload_key empty or exactly 16 bytes; request.evaluator (may
+ * be absent: the agent's defaults) repeat <= KL_NET_MAX_SAMPLES, rtol and
+ * atol finite and >= 0;
  * candidate grid and block 0 or 3 values; shape dimensions >= 0 without
  * overflow of their product; enum values known; result samples finite and
  * >= 0; a sub-message at most once. On failure: KL_ERR_PROTO, *out NULL,

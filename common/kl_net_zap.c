@@ -166,6 +166,7 @@ static bool s_admit(const char *domain, const char *key, const char *addr)
         d->keys = keys;
         d->nkeys = nkeys;
         keys = NULL;
+        nkeys = 0;
         ok = s_has_key(d, key);
         if (!ok) {
             d->denied++;
