@@ -294,7 +294,9 @@ int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
         rc = mdb_env_set_maxdbs(self->env, 8);
     if (rc == 0)
         rc = mdb_env_open(self->env, dir,
-                          MDB_NOTLS | (self->rdonly ? MDB_RDONLY : 0), 0644);
+                          MDB_NOTLS | (self->rdonly ? MDB_RDONLY : 0) |
+                              (flags & KL_STORE_NOSYNC ? MDB_NOSYNC : 0),
+                          0644);
     if (rc) {
         int code = rc == ENOENT && self->rdonly
                        ? kl_seterr(err, KL_ERR_NOTFOUND,

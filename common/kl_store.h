@@ -43,6 +43,10 @@ typedef struct kl_store_s kl_store_t;
 
 enum {
     KL_STORE_RDONLY = 1 << 0,
+    /* Commits return before they reach the disk (MDB_NOSYNC): a crash of
+     * the machine may lose the last commits. For benchmarks and stores
+     * that can be thrown away; never the default. */
+    KL_STORE_NOSYNC = 1 << 1,
 };
 
 /* Opens (creating if needed, unless RDONLY) the store in directory dir. A

@@ -7,6 +7,7 @@
 #include "kl_log.h"
 
 static const kiln_cmd_t s_cmds[] = {
+    {"db", kiln_cmd_db, "look into a record store: ls, best, export, import"},
     {"keygen", kiln_cmd_keygen, "make a CURVE keypair (DIR NAME)"},
     {"measure", kiln_cmd_measure,
      "measure candidate kernels of one workload on agents"},

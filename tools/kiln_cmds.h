@@ -13,6 +13,7 @@ typedef struct {
     const char *summary;
 } kiln_cmd_t;
 
+int kiln_cmd_db(int argc, char **argv);
 int kiln_cmd_keygen(int argc, char **argv);
 int kiln_cmd_measure(int argc, char **argv);
 

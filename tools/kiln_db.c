@@ -1,0 +1,442 @@
+/* kiln db - look into a record store: ls, best, export, import. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_cmds.h"
+#include "kl_err.h"
+#include "kl_opt.h"
+#include "kl_store.h"
+#include "kl_util.h"
+
+#define S_USAGE                                                                \
+    "usage: kiln db ls --db DIR\n"                                             \
+    "       kiln db best --db DIR (--key HEX | --name NAME) [--target T] "     \
+    "[--json]\n"                                                               \
+    "       kiln db export --db DIR [--out FILE]\n"                            \
+    "       kiln db import --db DIR FILE    (FILE '-' reads stdin)\n"
+
+static const kl_opt_t s_opts[] = {
+    {"db", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", "record store directory"},
+    {"key", KL_OPT_STR, NULL, KL_NOBOUNDS, "HEX",
+     "best: workload key (32 hex digits)"},
+    {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME", "best: workload name"},
+    {"target", KL_OPT_STR, NULL, KL_NOBOUNDS, "T",
+     "best: only this target (default: every target with records)"},
+    {"json", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
+     "best: print the record as one JSON line (the export format)"},
+    {"out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
+     "export: write here instead of stdout"},
+    KL_OPT_END,
+};
+
+/* ---- ls ---------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t key[16];
+    char *target;
+    size_t n, ok;
+} group_t;
+
+typedef struct {
+    group_t *g;
+    size_t n, cap;
+    Kiln__Workload **w;
+    size_t nw, capw;
+} ls_t;
+
+static int s_ls_rec(const Kiln__TuningRecord *r, void *arg)
+{
+    ls_t *ls = arg;
+    group_t *last = ls->n ? &ls->g[ls->n - 1] : NULL;
+    if (!last || memcmp(last->key, r->workload_key.data, 16) ||
+        strcmp(last->target, r->target)) {
+        if (ls->n == ls->cap) {
+            ls->cap = ls->cap ? 2 * ls->cap : 16;
+            ls->g = kl_xrealloc(ls->g, ls->cap * sizeof *ls->g);
+        }
+        last = &ls->g[ls->n++];
+        memcpy(last->key, r->workload_key.data, 16);
+        last->target = kl_xstrdup(r->target);
+        last->n = last->ok = 0;
+    }
+    last->n++;
+    last->ok += r->status == KILN__STATUS__STATUS_OK;
+    return 0;
+}
+
+static int s_ls_w(const Kiln__Workload *w, void *arg)
+{
+    ls_t *ls = arg;
+    if (ls->nw == ls->capw) {
+        ls->capw = ls->capw ? 2 * ls->capw : 16;
+        ls->w = kl_xrealloc(ls->w, ls->capw * sizeof *ls->w);
+    }
+    /* A deep copy: the callback's workload is borrowed. */
+    size_t len = kiln__workload__get_packed_size(w);
+    uint8_t *buf = kl_xmalloc(len ? len : 1);
+    kiln__workload__pack(w, buf);
+    ls->w[ls->nw++] = kiln__workload__unpack(NULL, len, buf);
+    free(buf);
+    return 0;
+}
+
+static const Kiln__Workload *s_find_w(const ls_t *ls, const uint8_t key[16])
+{
+    for (size_t i = 0; i < ls->nw; i++)
+        if (ls->w[i]->key.len == 16 && !memcmp(ls->w[i]->key.data, key, 16))
+            return ls->w[i];
+    return NULL;
+}
+
+static void s_ls_row(kl_store_t *st, const uint8_t key[16],
+                     const Kiln__Workload *w, const group_t *g)
+{
+    char hex[33], best[32] = "-", speed[32] = "-";
+    kl_hex128(key, hex);
+    Kiln__TuningRecord *b = NULL;
+    char err[KL_ERRMSG_LEN];
+    if (g && kl_store_best(st, key, g->target, &b, err) == KL_OK) {
+        snprintf(best, sizeof best, "%.2f", b->median_s * 1e6);
+        if (w && w->flop > 0 && b->median_s > 0)
+            snprintf(speed, sizeof speed, "%.1f", w->flop / b->median_s / 1e9);
+        if (b->simulated)
+            strcat(best, " (sim)");
+        kiln__tuning_record__free_unpacked(b, NULL);
+    }
+    printf("%-12.12s  %-28s %-12s %-20s %8zu %8zu %12s %10s\n", hex,
+           w && *w->name ? w->name : "-", w && *w->op_kind ? w->op_kind : "-",
+           g ? g->target : "-", g ? g->n : 0, g ? g->ok : 0, best, speed);
+}
+
+static int s_ls(kl_store_t *st, char *err)
+{
+    ls_t ls = {0};
+    int rc = kl_store_foreach_workload(st, s_ls_w, &ls, err);
+    if (rc == KL_OK)
+        rc = kl_store_foreach_record(st, NULL, NULL, s_ls_rec, &ls, err);
+    if (rc == KL_OK) {
+        printf("%-12s  %-28s %-12s %-20s %8s %8s %12s %10s\n", "KEY", "NAME",
+               "OP", "TARGET", "RECORDS", "OK", "BEST_US", "GFLOP/S");
+        for (size_t i = 0; i < ls.n; i++)
+            s_ls_row(st, ls.g[i].key, s_find_w(&ls, ls.g[i].key), &ls.g[i]);
+        /* Workloads that have no record yet. */
+        for (size_t i = 0; i < ls.nw; i++) {
+            bool has = false;
+            for (size_t j = 0; j < ls.n && !has; j++)
+                has = ls.w[i]->key.len == 16 &&
+                      !memcmp(ls.g[j].key, ls.w[i]->key.data, 16);
+            if (!has && ls.w[i]->key.len == 16)
+                s_ls_row(st, ls.w[i]->key.data, ls.w[i], NULL);
+        }
+    }
+    for (size_t i = 0; i < ls.n; i++)
+        free(ls.g[i].target);
+    for (size_t i = 0; i < ls.nw; i++)
+        kiln__workload__free_unpacked(ls.w[i], NULL);
+    free(ls.g);
+    free(ls.w);
+    return rc ? 1 : 0;
+}
+
+/* ---- best -------------------------------------------------------------- */
+
+static void s_trace_ops(const Kiln__Inst *const *insts, size_t n, size_t *count,
+                        kl_buf_t *names)
+{
+    for (size_t i = 0; i < n; i++) {
+        (*count)++;
+        kl_buf_printf(names, "%s%s", names->len ? ", " : "", insts[i]->op);
+        if (insts[i]->n_then_body || insts[i]->n_else_body) {
+            kl_buf_puts(names, " {");
+            s_trace_ops((const Kiln__Inst *const *)insts[i]->then_body,
+                        insts[i]->n_then_body, count, names);
+            kl_buf_puts(names, " } else {");
+            s_trace_ops((const Kiln__Inst *const *)insts[i]->else_body,
+                        insts[i]->n_else_body, count, names);
+            kl_buf_puts(names, " }");
+        }
+    }
+}
+
+/* Prints what the record's trace holds. The full text form of a trace
+ * belongs to the schedule module; until it is linked here this prints
+ * the instruction count and the op names only. */
+static void s_print_trace(FILE *f, const ProtobufCBinaryData *trace)
+{
+    if (trace->len == 0) {
+        fprintf(f, "trace      none\n");
+        return;
+    }
+    Kiln__Trace *t = kiln__trace__unpack(NULL, trace->len, trace->data);
+    if (!t) {
+        fprintf(f, "trace      %zu bytes that do not decode as a Trace\n",
+                trace->len);
+        return;
+    }
+    size_t count = 0;
+    kl_buf_t names = {0};
+    s_trace_ops((const Kiln__Inst *const *)t->insts, t->n_insts, &count,
+                &names);
+    fprintf(f, "trace      %zu bytes, %zu instructions%s%s%s\n", trace->len,
+            count, *t->space ? " (space " : "", t->space, *t->space ? ")" : "");
+    if (names.len)
+        fprintf(f, "ops        %s\n", names.data);
+    kl_buf_free(&names);
+    kiln__trace__free_unpacked(t, NULL);
+}
+
+static void s_print_best(const Kiln__TuningRecord *r, const Kiln__Workload *w)
+{
+    char hex[33];
+    kl_hex128(r->workload_key.data, hex);
+    printf("workload   %s %s\n", hex, w ? w->name : "(not in the store)");
+    printf("target     %s\n", r->target);
+    printf("seq        %llu\n", (unsigned long long)r->seq);
+    printf("latency    %.3f us median%s", r->median_s * 1e6,
+           r->simulated ? " (simulated)" : "");
+    if (w && w->flop > 0 && r->median_s > 0)
+        printf(", %.1f GFLOP/s", w->flop / r->median_s / 1e9);
+    printf("\n");
+    if (r->n_samples) {
+        double lo = r->samples[0], hi = r->samples[0];
+        for (size_t i = 1; i < r->n_samples; i++) {
+            lo = r->samples[i] < lo ? r->samples[i] : lo;
+            hi = r->samples[i] > hi ? r->samples[i] : hi;
+        }
+        printf("samples    %zu x %u runs, min %.3f us, max %.3f us\n",
+               r->n_samples, r->number, lo * 1e6, hi * 1e6);
+    }
+    printf("agent      %s%s%s%s\n", *r->agent ? r->agent : "-",
+           *r->device_name ? " (" : "", r->device_name,
+           *r->device_name ? ")" : "");
+    if (*r->job)
+        printf("job        %s\n", r->job);
+    s_print_trace(stdout, &r->trace);
+}
+
+typedef struct {
+    const char *name;
+    uint8_t key[16];
+    size_t matches;
+} byname_t;
+
+static int s_by_name(const Kiln__Workload *w, void *arg)
+{
+    byname_t *b = arg;
+    if (strcmp(w->name, b->name) == 0 && w->key.len == 16) {
+        if (b->matches == 0)
+            memcpy(b->key, w->key.data, 16);
+        b->matches++;
+    }
+    return 0;
+}
+
+typedef struct {
+    char **t;
+    size_t n;
+} targets_t;
+
+static int s_targets(const Kiln__TuningRecord *r, void *arg)
+{
+    targets_t *ts = arg;
+    for (size_t i = 0; i < ts->n; i++)
+        if (strcmp(ts->t[i], r->target) == 0)
+            return 0;
+    ts->t = kl_xrealloc(ts->t, (ts->n + 1) * sizeof *ts->t);
+    ts->t[ts->n++] = kl_xstrdup(r->target);
+    return 0;
+}
+
+static int s_resolve_key(kl_store_t *st, const kl_opts_t *o, uint8_t key[16],
+                         char *err)
+{
+    const char *hex = kl_opts_str(o, "key"), *name = kl_opts_str(o, "name");
+    if (!hex == !name) {
+        fprintf(stderr, "kiln db best: give exactly one of --key, --name\n");
+        return 2;
+    }
+    if (hex) {
+        if (kl_unhex128(hex, key)) {
+            fprintf(stderr, "kiln db best: --key '%s' is not 32 hex digits\n",
+                    hex);
+            return 2;
+        }
+        return 0;
+    }
+    byname_t b = {.name = name};
+    if (kl_store_foreach_workload(st, s_by_name, &b, err)) {
+        fprintf(stderr, "kiln db best: %s\n", err);
+        return 1;
+    }
+    if (b.matches != 1) {
+        fprintf(stderr, "kiln db best: %s workload named '%s'%s\n",
+                b.matches ? "more than one" : "no", name,
+                b.matches ? "; use --key" : "");
+        return 1;
+    }
+    memcpy(key, b.key, 16);
+    return 0;
+}
+
+static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
+{
+    uint8_t key[16];
+    int rc = s_resolve_key(st, o, key, err);
+    if (rc)
+        return rc;
+    char hex[33];
+    kl_hex128(key, hex);
+    targets_t ts = {0};
+    const char *target = kl_opts_str(o, "target");
+    if (target)
+        s_targets(&(Kiln__TuningRecord){.target = (char *)target}, &ts);
+    else if (kl_store_foreach_record(st, key, NULL, s_targets, &ts, err)) {
+        fprintf(stderr, "kiln db best: %s\n", err);
+        return 1;
+    }
+    Kiln__Workload *w = NULL;
+    if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
+        fprintf(stderr, "kiln db best: %s\n", err);
+    size_t found = 0;
+    rc = 0;
+    for (size_t i = 0; i < ts.n && rc != 1; i++) {
+        Kiln__TuningRecord *r = NULL;
+        int brc = kl_store_best(st, key, ts.t[i], &r, err);
+        if (brc == KL_ERR_NOTFOUND)
+            continue;
+        if (brc) {
+            fprintf(stderr, "kiln db best: %s\n", err);
+            rc = 1;
+            continue;
+        }
+        if (kl_opts_bool(o, "json")) {
+            char *line = kl_store_json_line("record", &r->base);
+            printf("%s\n", line);
+            free(line);
+        } else {
+            if (found)
+                printf("\n");
+            s_print_best(r, w);
+        }
+        found++;
+        kiln__tuning_record__free_unpacked(r, NULL);
+    }
+    if (rc == 0 && found == 0) {
+        fprintf(stderr, "kiln db best: no valid record for workload %s%s%s\n",
+                hex, target ? " on " : "", target ? target : "");
+        rc = 3;
+    }
+    for (size_t i = 0; i < ts.n; i++)
+        free(ts.t[i]);
+    free(ts.t);
+    if (w)
+        kiln__workload__free_unpacked(w, NULL);
+    return rc;
+}
+
+/* ---- export / import --------------------------------------------------- */
+
+static int s_export(kl_store_t *st, const kl_opts_t *o, char *err)
+{
+    const char *path = kl_opts_str(o, "out");
+    FILE *f = path ? fopen(path, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "kiln db export: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int rc = kl_store_export_jsonl(st, f, err);
+    if (path && fclose(f) != 0 && rc == KL_OK)
+        rc = kl_seterr(err, KL_ERR_IO, "%s: %s", path, strerror(errno));
+    if (rc) {
+        fprintf(stderr, "kiln db export: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+static int s_import(kl_store_t *st, const char *path, char *err)
+{
+    bool std_in = strcmp(path, "-") == 0;
+    FILE *f = std_in ? stdin : fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kiln db import: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    size_t n = 0;
+    double t0 = kl_now_s();
+    int rc = kl_store_import_jsonl(st, f, &n, err);
+    if (!std_in)
+        fclose(f);
+    if (rc) {
+        fprintf(stderr, "kiln db import: %s: %s (%zu written before it)\n",
+                path, err, n);
+        return 1;
+    }
+    fprintf(stderr,
+            "kiln db import: %zu workloads and records from %s in "
+            "%.2f s\n",
+            n, path, kl_now_s() - t0);
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+static int s_run(const char *sub, const kl_opts_t *o)
+{
+    const char *dir = kl_opts_str(o, "db");
+    bool imp = strcmp(sub, "import") == 0;
+    if (!dir) {
+        fprintf(stderr, "kiln db %s: --db DIR is required\n%s", sub, S_USAGE);
+        return 2;
+    }
+    if (imp != (kl_opts_npos(o) == 1) || (!imp && kl_opts_npos(o) != 0)) {
+        fprintf(stderr, "%s", S_USAGE);
+        return 2;
+    }
+    char err[KL_ERRMSG_LEN];
+    kl_store_t *st = NULL;
+    if (kl_store_open(&st, dir, imp ? 0 : KL_STORE_RDONLY, err)) {
+        fprintf(stderr, "kiln db %s: %s\n", sub, err);
+        return 1;
+    }
+    int rc = !strcmp(sub, "ls")       ? s_ls(st, err)
+             : !strcmp(sub, "best")   ? s_best(st, o, err)
+             : !strcmp(sub, "export") ? s_export(st, o, err)
+                                      : s_import(st, kl_opts_pos(o, 0), err);
+    if (rc == 1 && !strcmp(sub, "ls"))
+        fprintf(stderr, "kiln db ls: %s\n", err);
+    kl_store_close(&st);
+    return rc;
+}
+
+int kiln_cmd_db(int argc, char **argv)
+{
+    static const char *subs[] = {"ls", "best", "export", "import"};
+    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+        kl_opts_print_help(argc < 1 ? stderr : stdout, S_USAGE, s_opts);
+        return argc < 1 ? 2 : 0;
+    }
+    bool known = false;
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+        known |= strcmp(argv[0], subs[i]) == 0;
+    if (!known) {
+        fprintf(stderr, "kiln db: unknown subcommand '%s'\n%s", argv[0],
+                S_USAGE);
+        return 2;
+    }
+    char err[KL_ERRMSG_LEN];
+    kl_opts_t *o = NULL;
+    if (kl_opts_parse(s_opts, argc - 1, argv + 1, &o, err)) {
+        fprintf(stderr, "kiln db %s: %s\n", argv[0], err);
+        return 2;
+    }
+    int rc = 0;
+    if (kl_opts_help_asked(o))
+        kl_opts_print_help(stdout, S_USAGE, s_opts);
+    else
+        rc = s_run(argv[0], o);
+    kl_opts_free(&o);
+    return rc;
+}
