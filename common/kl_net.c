@@ -602,8 +602,10 @@ static int s_take(kl_net_t *self, const void *data, size_t len,
                          (unsigned)KL_NET_MAX_FRAME);
     }
     uint32_t major, minor;
+    /* Major 0 is no version at all: every kiln since 1.0 stamps one, so
+     * such a frame is malformed rather than foreign. */
     if (kl_net__peek_version(data, len, &major, &minor) == KL_OK &&
-        major != KL_PROTO_MAJOR) {
+        major != 0 && major != KL_PROTO_MAJOR) {
         /* Not interpreted with this side's schema: only the versions are
          * handed back, so the caller can say goodbye. */
         self->stats.dropped_version++;
@@ -618,6 +620,10 @@ static int s_take(kl_net_t *self, const void *data, size_t len,
     }
     char why[KL_ERRMSG_LEN];
     int rc = kl_net_decode(data, len, env, why);
+    if (rc == KL_OK && (*env)->version_major != KL_PROTO_MAJOR) {
+        kl_net_envelope_free(env);
+        rc = kl_seterr(why, KL_ERR_PROTO, "envelope: no protocol version");
+    }
     if (rc != KL_OK) {
         self->stats.dropped_malformed++;
         return kl_seterr(err, KL_ERR_PROTO, "dropped a frame: %s", why);

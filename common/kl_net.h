@@ -1,5 +1,6 @@
 /* kl_net.h - kiln's wire: ZeroMQ sockets carrying one kiln.Envelope per
- * frame, CURVE security with an allow-list, and the Envelope codec.
+ * frame, CURVE security with an allow-list, and the Envelope codec. The
+ * message flow built on it is docs/protocol.md.
  *
  * The coordinator binds one ROUTER (kl_net_server_new); each agent connects
  * one DEALER (kl_net_client_new). With security on (the default), the
@@ -79,7 +80,8 @@ typedef struct {
     uint64_t dropped_malformed; /* did not decode or failed bounds */
     uint64_t dropped_oversize;
     uint64_t dropped_version; /* other major version */
-    uint64_t auth_denied;     /* ZAP refusals (server) */
+    uint64_t auth_denied;     /* server: clients its ZAP handler refused;
+                                 client: times the server refused it */
 } kl_net_stats_t;
 
 /* Binds a ROUTER on endpoint (e.g. "tcp://0.0.0.0:7070" on every
@@ -87,7 +89,10 @@ typedef struct {
 int kl_net_server_new(kl_net_t **out, const char *endpoint,
                       const kl_net_security_t *sec, char *err);
 /* Connects a DEALER to endpoint. ZeroMQ reconnects by itself when the
- * server goes away and comes back. */
+ * server goes away and comes back. A CURVE handshake the server refuses
+ * (key not in its allow dir) is retried by kl_net itself, after 1 s and
+ * then backing off to 30 s (libzmq alone would give up), inside
+ * kl_net_send / kl_net_recv; meanwhile kl_net_send returns KL_ERR_AUTH. */
 int kl_net_client_new(kl_net_t **out, const char *endpoint,
                       const kl_net_security_t *sec, char *err);
 /* Closes the socket (linger 0) and the ZAP thread; NULLs *self_p. */
@@ -104,7 +109,9 @@ const char *kl_net_endpoint(const kl_net_t *self);
  * queue allows (ZMQ_SNDTIMEO 1000 ms); KL_ERR_TIMEOUT then. The bounds of
  * kl_net_decode are checked first: an envelope the peer would drop is not
  * sent (KL_ERR_PROTO naming the field). ROUTER: a peer that is not
- * connected (any more) is KL_ERR_CLOSED at once. env stays the caller's. */
+ * connected (any more) is KL_ERR_CLOSED at once. A CURVE client the
+ * server refused: KL_ERR_AUTH until its next try. env stays the
+ * caller's. */
 int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
                 char *err);
 /* Receives one envelope, waiting up to timeout_ms (0: do not wait, -1:

@@ -658,6 +658,17 @@ static void test_insecure_exchange_and_drops(void **state)
     free(buf);
     assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_ERR_PROTO);
     assert_non_null(strstr(err, "request.candidates"));
+    /* A body but no version; an empty frame. */
+    fill(&m, KILN__ENVELOPE__BODY_HEARTBEAT);
+    m.env.version_major = 0;
+    buf = kl_net_encode(&m.env, &len);
+    raw_send(cli, buf, len);
+    free(buf);
+    assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_ERR_PROTO);
+    assert_non_null(strstr(err, "no protocol version"));
+    assert_null(got);
+    raw_send(cli, "", 0);
+    assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_ERR_PROTO);
     void *zs = kl_net_socket(cli);
     assert_int_equal(zmq_send(zs, "a", 1, ZMQ_SNDMORE), 1);
     assert_int_equal(zmq_send(zs, "b", 1, 0), 1);
@@ -678,9 +689,9 @@ static void test_insecure_exchange_and_drops(void **state)
 
     kl_net_stats_t st;
     kl_net_stats(srv, &st);
-    assert_int_equal(st.frames_in, 7);
+    assert_int_equal(st.frames_in, 9);
     assert_int_equal(st.frames_out, N_ALL);
-    assert_int_equal(st.dropped_malformed, 4);
+    assert_int_equal(st.dropped_malformed, 6);
     assert_int_equal(st.dropped_oversize, 1);
     assert_int_equal(st.dropped_version, 0);
     assert_int_equal(st.auth_denied, 0);
