@@ -37,7 +37,9 @@
  *   bind(l15, kind="blockIdx.x")
  *   annotate(l15, key="unroll_max_step", value=64)
  *
- * Split factors are RVs or integer literals (`split(l0, v3, 4)`).
+ * Split factors are RVs, integer literals (`split(l0, v3, 4)`) or, for at
+ * most one factor, `?`: inferred as ceil(extent / product of the others),
+ * which makes the split imperfect (guarded) when that does not divide.
  *
  * Predicates: integers, RV names (an integer RV stands for its value, a
  * loop RV for its extent), + - * / % (C semantics, division by zero is an
@@ -46,9 +48,10 @@
  *
  * Proto form: kiln.Trace (proto/kiln.proto), one kiln.Inst per
  * instruction: op, inputs (RV numbers; a split factor literal f is stored
- * as the input -f), int_attrs, str_attrs, float_attrs, outputs, decision,
- * predicate, then_body, else_body. The trace hash is kl_hash128 of the
- * packed proto bytes, which protobuf-c writes deterministically.
+ * as the input -f, an inferred factor as KL_SPLIT_INFER), int_attrs, str_attrs,
+ * float_attrs, outputs, decision, predicate, then_body, else_body. The trace
+ * hash is kl_hash128 of the packed proto bytes, which protobuf-c writes
+ * deterministically.
  */
 #ifndef KL_TRACE_H
 #define KL_TRACE_H
@@ -62,6 +65,8 @@
 
 #define KL_INST_MAX 64
 #define KL_PRED_MAX 256
+/* A split factor inferred from the extent and the other factors. */
+#define KL_SPLIT_INFER INT64_MIN
 
 typedef enum {
     KL_OP_GET_LOOPS = 0,
@@ -155,9 +160,9 @@ void kl_trace_strip_decisions(kl_trace_t *t);
 /* ---- building a program ----
  * Each builder appends one instruction to the innermost open body and
  * returns the RV numbers it defines through outs. The RV numbers are
- * fresh. Factors of split: an RV number >= 0, or a literal f >= 1 passed as
- * -f. Builders return 0, or KL_ERR_INVAL for a bad argument (a predicate
- * that does not parse, a body nesting error). */
+ * fresh. Factors of split: an RV number >= 0, a literal f >= 1 passed as
+ * -f, or KL_SPLIT_INFER (at most once). Builders return 0, or KL_ERR_INVAL for
+ * a bad argument (a predicate that does not parse, a body nesting error). */
 void kl_tr_get_loops(kl_trace_t *t, int nloops, int64_t *outs);
 void kl_tr_split(kl_trace_t *t, int64_t loop, const int64_t *factors, int n,
                  int64_t *outs);

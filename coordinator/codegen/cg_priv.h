@@ -1,0 +1,107 @@
+/* cg_priv.h - the C code generator's insides, shared by codegen_c.c and
+ * codegen_expr.c (not part of the public contract).
+ *
+ * Every loop part is a *symbol*; iterator values, tensor indices and
+ * guards are linear forms over symbols. While the generator walks the nest
+ * each symbol is unset, a C variable, or a constant (a loop unrolled at
+ * generation time). The vectorized loop's symbol additionally spans
+ * `lanes` consecutive values starting at its base. */
+#ifndef CG_PRIV_H
+#define CG_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kl_codegen.h"
+#include "kl_util.h"
+
+#define CG_MAXSYM 96
+
+typedef enum { SYM_UNSET = 0, SYM_VAR, SYM_CONST } sym_state;
+
+typedef struct {
+    int pos, part;  /* loop position and part index */
+    int iter;       /* workload iterator it feeds */
+    int64_t stride; /* into that iterator */
+    int64_t extent; /* of the part */
+    int64_t inner;  /* product of the extents of later parts */
+    sym_state st;
+    int64_t value; /* SYM_CONST */
+    char name[48]; /* SYM_VAR (a C expression) */
+} cg_sym_t;
+
+typedef struct {
+    int64_t c;
+    int64_t k[CG_MAXSYM];
+} cg_lin_t;
+
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_target_t *t;
+    kl_buf_t b;
+    int ind;
+    int n;
+    const kl_loop_t *L[KL_SCHED_MAX_LOOPS];
+    int nsym;
+    cg_sym_t sym[CG_MAXSYM];
+    int symbase[KL_SCHED_MAX_LOOPS]; /* first symbol of each loop */
+    cg_lin_t it[KL_IR_MAX_ITERS];    /* iterator value */
+    bool it_guarded[KL_IR_MAX_ITERS];
+    int vpos;      /* position of the vectorized loop, -1 */
+    int lanes;     /* lanes of the vector loop (1: scalar) */
+    int wc_pos;    /* write cache attach position; -2: none */
+    bool in_acc;   /* emitting below the write cache */
+    bool lanes_on; /* the vector symbol spans lanes (off while packing) */
+    bool lin_ok;   /* cleared when a linear form meets an unset symbol */
+    int acc_pos[KL_SCHED_MAX_LOOPS]; /* spatial positions below wc */
+    int nacc_pos;
+    int pack_pos[KL_IR_MAX_TENSORS]; /* attach position, -2: none */
+    int rc;
+    char *err;
+} cg_t;
+
+void cg_line(cg_t *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int cg_fail(cg_t *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Linear forms. */
+void cg_lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult);
+/* The C text of f + lane * (coefficient of the vector symbol), folded. */
+void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out);
+/* Range of f over the current symbol states (lanes included). */
+void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi);
+/* Coefficient of the vector symbol in f (0 without a vector loop). */
+int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f);
+/* The value of the loop at position pos as a linear form. */
+void cg_loop_lin(const cg_t *g, int pos, cg_lin_t *out);
+
+/* Expressions: the body's value at the current point as a C expression of
+ * vector type (lanes > 1 and vec) or float. *valid (MAX reductions) gets
+ * the validity condition text, or "" when always valid. */
+void cg_body_value(cg_t *g, bool vec, kl_buf_t *out);
+/* Scalar value at one lane with the validity test folded in (invalid
+ * reads give 0; for MAX reductions an invalid point gives -INFINITY). */
+void cg_body_lane(cg_t *g, int lane, kl_buf_t *out);
+/* Whether the body can be evaluated as whole vectors (every read
+ * contiguous or broadcast along the vector symbol, without per-lane
+ * bounds tests, and not a MAX reduction with padding). */
+bool cg_body_vectorizable(cg_t *g);
+/* Flat index of an access as a linear form; false when a dimension
+ * divides (strided gather) or an iterator needs clamping. */
+bool cg_access_lin(cg_t *g, const kl_access_t *a, bool clamp, cg_lin_t *out);
+/* Flat index of an access at the current point and lane, as text.
+ * Iterators that may exceed their extent are clamped when clamp. */
+void cg_access_index(cg_t *g, const kl_access_t *a, int lane, bool clamp,
+                     kl_buf_t *out);
+/* Condition that the access is inside its tensor ("" when always). */
+void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
+                     kl_buf_t *out);
+/* Guards that can fail at this point, joined with &&, "" when none.
+ * spatial / reduce select which guards to include. */
+void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
+/* Scalar epilogue applied to variable `var` at output lane `lane`. */
+void cg_epilogue(cg_t *g, const char *var, int lane);
+
+#endif

@@ -1,0 +1,872 @@
+/* codegen_c.c - scheduled loop nest -> C11 with GCC/Clang vector
+ * extensions and OpenMP (kl_codegen.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_priv.h"
+#include "kl_err.h"
+
+static const char s_prelude[] =
+    "#ifndef KL_PRELUDE_H\n"
+    "#define KL_PRELUDE_H\n"
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "#define KL_VEC(W) \\\n"
+    "typedef float kl_v##W __attribute__((vector_size(4 * W))); \\\n"
+    "typedef int32_t kl_m##W __attribute__((vector_size(4 * W))); \\\n"
+    "static inline kl_v##W kl_ld##W(const float *p) \\\n"
+    "{ kl_v##W v; memcpy(&v, p, sizeof v); return v; } \\\n"
+    "static inline void kl_st##W(float *p, kl_v##W v) \\\n"
+    "{ memcpy(p, &v, sizeof v); } \\\n"
+    "static inline kl_v##W kl_bc##W(float x) { return (kl_v##W){0} + x; } \\\n"
+    "static inline kl_v##W kl_max##W(kl_v##W a, kl_v##W b) \\\n"
+    "{ kl_m##W m = a > b; \\\n"
+    "  return (kl_v##W)((m & (kl_m##W)a) | (~m & (kl_m##W)b)); } \\\n"
+    "static inline kl_v##W kl_min##W(kl_v##W a, kl_v##W b) \\\n"
+    "{ kl_m##W m = a < b; \\\n"
+    "  return (kl_v##W)((m & (kl_m##W)a) | (~m & (kl_m##W)b)); }\n"
+    "KL_VEC(4)\n"
+    "KL_VEC(8)\n"
+    "KL_VEC(16)\n"
+    "static inline float kl_maxf(float a, float b) { return a > b ? a : b; }\n"
+    "static inline float kl_minf(float a, float b) { return a < b ? a : b; }\n"
+    "static inline int64_t kl_mini(int64_t a, int64_t b)\n"
+    "{ return a < b ? a : b; }\n"
+    "static inline float *kl_alloc(size_t n)\n"
+    "{ void *p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);\n"
+    "  if (!p) abort(); return (float *)p; }\n"
+    "#endif\n";
+
+void cg_line(cg_t *g, const char *fmt, ...)
+{
+    kl_buf_printf(&g->b, "%*s", 4 * g->ind, "");
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    kl_buf_puts(&g->b, s);
+    kl_buf_puts(&g->b, "\n");
+    free(s);
+}
+
+int cg_fail(cg_t *g, int code, const char *fmt, ...)
+{
+    if (g->rc)
+        return g->rc;
+    char m[KL_ERRMSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    g->rc = code;
+    return kl_seterr(g->err, code, "codegen: %s", m);
+}
+
+static const char *s_ident(const cg_t *g)
+{
+    return g->w->reduce == KL_RED_MAX ? "-INFINITY" : "0.0f";
+}
+
+static bool s_max(const cg_t *g)
+{
+    return g->w->reduce == KL_RED_MAX;
+}
+
+/* ---- setup ---- */
+
+static int s_setup(cg_t *g)
+{
+    g->n = kl_sched_nloops(g->s);
+    g->vpos = -1;
+    g->wc_pos = -2;
+    g->lanes = 1;
+    g->lanes_on = true;
+    for (int t = 0; t < KL_IR_MAX_TENSORS; t++)
+        g->pack_pos[t] = -2;
+    for (int p = 0; p < g->n; p++) {
+        const kl_loop_t *l = kl_sched_loop(g->s, p);
+        g->L[p] = l;
+        g->symbase[p] = g->nsym;
+        if (l->kind >= KL_LOOP_BLOCK_X)
+            return cg_fail(g, KL_ERR_UNSUPPORTED,
+                           "loop %d is bound to %s (a GPU schedule)", l->id,
+                           kl_loop_kind_name(l->kind));
+        if (l->kind == KL_LOOP_PARALLEL && p != 0)
+            return cg_fail(g, KL_ERR_INVAL,
+                           "parallel loop %d is not the outermost", l->id);
+        if (l->kind == KL_LOOP_VECTORIZE) {
+            if (p != g->n - 1 || l->nparts != 1)
+                return cg_fail(g, KL_ERR_INVAL,
+                               "vectorized loop %d is not innermost", l->id);
+            g->vpos = p;
+        }
+        int64_t inner = 1;
+        for (int q = l->nparts - 1; q >= 0; q--) {
+            if (g->nsym + l->nparts > CG_MAXSYM)
+                return cg_fail(g, KL_ERR_UNSUPPORTED, "too many loop parts");
+            cg_sym_t *s = &g->sym[g->nsym + q];
+            s->pos = p;
+            s->part = q;
+            s->iter = l->parts[q].iter;
+            s->stride = l->parts[q].stride;
+            s->extent = l->parts[q].extent;
+            s->inner = inner;
+            inner *= s->extent;
+            g->it[s->iter].k[g->nsym + q] += s->stride;
+        }
+        g->nsym += l->nparts;
+    }
+    for (int i = 0; i < kl_sched_nguards(g->s); i++)
+        g->it_guarded[kl_sched_guard(g->s, i)->iter] = true;
+    if (g->vpos >= 0) {
+        const kl_loop_t *v = g->L[g->vpos];
+        if (!g->it_guarded[v->parts[0].iter]) {
+            for (int W = g->t->vec_lanes; W >= 4; W /= 2)
+                if (v->extent % W == 0) {
+                    g->lanes = W;
+                    break;
+                }
+        }
+    }
+    for (int i = 0; i < kl_sched_nstages(g->s); i++) {
+        const kl_stage_t *st = kl_sched_stage(g->s, i);
+        int ap = kl_sched_stage_attach_pos(g->s, st);
+        if (st->attach != KL_ATTACH_ROOT && ap < 0)
+            return cg_fail(g, KL_ERR_INVAL, "stage %d: attach loop is gone",
+                           st->id);
+        if (st->scope == KL_SCOPE_SHARED)
+            return cg_fail(g, KL_ERR_UNSUPPORTED,
+                           "stage %d: shared memory is GPU only", st->id);
+        if (st->kind == KL_STAGE_WRITE)
+            g->wc_pos = ap;
+        else
+            g->pack_pos[st->tensor] = ap;
+    }
+    if (g->wc_pos != -2) {
+        for (int p = g->wc_pos + 1; p < g->n; p++) {
+            if (g->L[p]->reduce)
+                continue;
+            if (g->L[p]->kind != KL_LOOP_UNROLL &&
+                g->L[p]->kind != KL_LOOP_VECTORIZE)
+                return cg_fail(g, KL_ERR_INVAL,
+                               "write cache: spatial loop %d below it is "
+                               "not unrolled or vectorized",
+                               g->L[p]->id);
+            g->acc_pos[g->nacc_pos++] = p;
+        }
+    }
+    return KL_OK;
+}
+
+/* Packs need one access per tensor. */
+static const kl_access_t *s_find_access(const kl_expr_t *e, int t, int *count,
+                                        const kl_access_t *first)
+{
+    if (!e)
+        return first;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t) {
+        if (!first)
+            first = &e->access;
+        else if (memcmp(first, &e->access, sizeof *first))
+            (*count)++;
+    }
+    first = s_find_access(e->a, t, count, first);
+    return s_find_access(e->b, t, count, first);
+}
+
+static int64_t s_pack_elems(const cg_t *g, int t)
+{
+    int64_t n = 1;
+    for (int p = g->pack_pos[t] + 1; p < g->n; p++)
+        if (kl_sched_loop_touches(g->s, p, t))
+            n *= g->L[p]->extent;
+    return n;
+}
+
+/* ---- symbols ---- */
+
+static void s_set_loop_var(cg_t *g, int pos, const char *var)
+{
+    const kl_loop_t *l = g->L[pos];
+    for (int q = 0; q < l->nparts; q++) {
+        cg_sym_t *s = &g->sym[g->symbase[pos] + q];
+        s->st = SYM_VAR;
+        if (l->nparts == 1)
+            snprintf(s->name, sizeof s->name, "%s", var);
+        else
+            snprintf(s->name, sizeof s->name, "%s_%d", var, q);
+    }
+}
+
+static void s_set_loop_const(cg_t *g, int pos, int64_t v)
+{
+    const kl_loop_t *l = g->L[pos];
+    for (int q = 0; q < l->nparts; q++) {
+        cg_sym_t *s = &g->sym[g->symbase[pos] + q];
+        s->st = SYM_CONST;
+        s->value = (v / s->inner) % s->extent;
+    }
+}
+
+static void s_unset_loop(cg_t *g, int pos)
+{
+    const kl_loop_t *l = g->L[pos];
+    for (int q = 0; q < l->nparts; q++)
+        g->sym[g->symbase[pos] + q].st = SYM_UNSET;
+}
+
+/* ---- packing ---- */
+
+static void s_emit_pack(cg_t *g, int t)
+{
+    const kl_workload_t *w = g->w;
+    int cnt = 0;
+    const kl_access_t *a = s_find_access(w->body, t, &cnt, NULL);
+    int pa = g->pack_pos[t];
+    int dims[KL_SCHED_MAX_LOOPS], nd = 0;
+    for (int p = pa + 1; p < g->n; p++) {
+        if (kl_sched_loop_touches(g->s, p, t))
+            dims[nd++] = p;
+        else
+            s_set_loop_const(g, p, 0);
+    }
+    bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
+    g->lanes_on = false;
+    g->in_acc = false;
+    cg_line(g, "/* pack %s */", w->tensors[t].name);
+    for (int i = 0; i < nd; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "p%d", dims[i]);
+        cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", v, v,
+                (long long)g->L[dims[i]]->extent, v);
+        g->ind++;
+        const kl_loop_t *l = g->L[dims[i]];
+        for (int q = 0; q < l->nparts; q++) {
+            cg_sym_t *s = &g->sym[g->symbase[dims[i]] + q];
+            s->st = SYM_VAR;
+            if (l->nparts == 1)
+                snprintf(s->name, sizeof s->name, "%s", v);
+            else
+                snprintf(s->name, sizeof s->name, "(%s / %lld %% %lld)", v,
+                         (long long)s->inner, (long long)s->extent);
+        }
+    }
+    kl_buf_t cond = {0}, idx = {0}, chk = {0}, pidx = {0};
+    for (int it = 0; it < w->niters; it++) {
+        bool used = false;
+        for (int d = 0; d < w->tensors[t].ndim; d++)
+            used = used || a->idx[d].coef[it];
+        int64_t lo, hi;
+        cg_lin_range(g, &g->it[it], &lo, &hi);
+        if (!used || hi < w->iters[it].extent)
+            continue;
+        if (cond.len)
+            kl_buf_puts(&cond, " && ");
+        cg_lin_print(g, &g->it[it], 0, &cond);
+        kl_buf_printf(&cond, " < %lld", (long long)w->iters[it].extent);
+    }
+    cg_access_check(g, a, 0, false, &chk);
+    if (chk.len)
+        kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
+    cg_access_index(g, a, 0, false, &idx);
+    cg_lin_t pl;
+    memset(&pl, 0, sizeof pl);
+    int64_t stride = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        cg_lin_t l;
+        cg_loop_lin(g, dims[i], &l);
+        cg_lin_add(&pl, &l, stride);
+        stride *= g->L[dims[i]]->extent;
+    }
+    cg_lin_print(g, &pl, 0, &pidx);
+    if (cond.len)
+        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
+                pidx.data, cond.data, w->tensors[t].name, idx.data);
+    else
+        cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
+                w->tensors[t].name, idx.data);
+    for (int i = 0; i < nd; i++) {
+        g->ind--;
+        cg_line(g, "}");
+    }
+    for (int p = pa + 1; p < g->n; p++)
+        s_unset_loop(g, p);
+    g->lanes_on = saved_lanes;
+    g->in_acc = saved_acc;
+    kl_buf_free(&cond);
+    kl_buf_free(&idx);
+    kl_buf_free(&chk);
+    kl_buf_free(&pidx);
+}
+
+static void s_emit_packs_at(cg_t *g, int pos)
+{
+    for (int t = 0; t < g->w->ntensors; t++)
+        if (g->pack_pos[t] == pos && g->pack_pos[t] != -2)
+            s_emit_pack(g, t);
+}
+
+/* ---- accumulators ---- */
+
+/* Odometer over the spatial loops below the write cache: sets their
+ * symbols to constants; returns the flat accumulator number, or -1 past
+ * the end. state holds one counter per acc loop. */
+static int64_t s_acc_combo(cg_t *g, int64_t *state, bool first)
+{
+    if (!first) {
+        int i = g->nacc_pos - 1;
+        for (; i >= 0; i--) {
+            int p = g->acc_pos[i];
+            int64_t ext =
+                p == g->vpos ? g->L[p]->extent / g->lanes : g->L[p]->extent;
+            if (++state[i] < ext)
+                break;
+            state[i] = 0;
+        }
+        if (i < 0)
+            return -1;
+    }
+    int64_t flat = 0;
+    for (int i = 0; i < g->nacc_pos; i++) {
+        int p = g->acc_pos[i];
+        int64_t ext =
+            p == g->vpos ? g->L[p]->extent / g->lanes : g->L[p]->extent;
+        flat = flat * ext + state[i];
+        s_set_loop_const(g, p, p == g->vpos ? state[i] * g->lanes : state[i]);
+    }
+    return flat;
+}
+
+/* "l0 == 0 && l3 == 0" over the reduction loops above the write cache
+ * (value at = 0 for first, extent - 1 for last); "" when none. */
+static void s_red_cond(cg_t *g, bool last, kl_buf_t *out)
+{
+    for (int p = 0; p <= g->wc_pos; p++) {
+        if (!g->L[p]->reduce)
+            continue;
+        if (out->len)
+            kl_buf_puts(out, " && ");
+        kl_buf_printf(out, "l%d == %lld", p,
+                      (long long)(last ? g->L[p]->extent - 1 : 0));
+    }
+}
+
+static const char *s_vtype(const cg_t *g, char *buf)
+{
+    if (g->lanes > 1)
+        sprintf(buf, "kl_v%d", g->lanes);
+    else
+        strcpy(buf, "float");
+    return buf;
+}
+
+static void s_store_lanes(cg_t *g, int64_t k, bool epi)
+{
+    char x[32];
+    const kl_access_t *o = &g->w->out;
+    const char *on = g->w->tensors[kl_workload_output(g->w)].name;
+    for (int e = 0; e < g->lanes; e++) {
+        kl_buf_t idx = {0};
+        cg_access_index(g, o, e, false, &idx);
+        if (g->lanes > 1)
+            snprintf(x, sizeof x, "acc%lld[%d]", (long long)k, e);
+        else
+            snprintf(x, sizeof x, "acc%lld", (long long)k);
+        if (!epi) {
+            cg_line(g, "%s[%s] = %s;", on, idx.data, x);
+        } else {
+            cg_line(g, "{");
+            g->ind++;
+            cg_line(g, "float x = %s;", x);
+            if (s_max(g))
+                cg_line(g, "x = x == -INFINITY ? 0.0f : x;");
+            cg_epilogue(g, "x", e);
+            cg_line(g, "%s[%s] = x;", on, idx.data);
+            g->ind--;
+            cg_line(g, "}");
+        }
+        kl_buf_free(&idx);
+    }
+}
+
+static void s_store_acc(cg_t *g, int64_t k, bool epi)
+{
+    const kl_access_t *o = &g->w->out;
+    cg_lin_t ol;
+    bool lin = cg_access_lin(g, o, false, &ol);
+    if (epi || g->lanes == 1 || !lin || cg_lin_vcoef(g, &ol) != 1) {
+        s_store_lanes(g, k, epi);
+        return;
+    }
+    kl_buf_t idx = {0};
+    cg_access_index(g, o, 0, false, &idx);
+    cg_line(g, "kl_st%d(&%s[%s], acc%lld);", g->lanes,
+            g->w->tensors[kl_workload_output(g->w)].name, idx.data,
+            (long long)k);
+    kl_buf_free(&idx);
+}
+
+static void s_emit_loop(cg_t *g, int pos);
+
+static void s_emit_acc_region(cg_t *g, int pos)
+{
+    char vt[16];
+    int64_t st[KL_SCHED_MAX_LOOPS] = {0};
+    s_vtype(g, vt);
+    kl_buf_t first = {0}, last = {0};
+    s_red_cond(g, false, &first);
+    s_red_cond(g, true, &last);
+    const char *on = g->w->tensors[kl_workload_output(g->w)].name;
+    char init[48];
+    if (g->lanes > 1)
+        snprintf(init, sizeof init, "kl_bc%d(%s)", g->lanes, s_ident(g));
+    else
+        snprintf(init, sizeof init, "%s", s_ident(g));
+    for (int64_t k = s_acc_combo(g, st, true); k >= 0;
+         k = s_acc_combo(g, st, false))
+        cg_line(g, "%s acc%lld = %s;", vt, (long long)k, init);
+    if (first.len) {
+        cg_line(g, "if (!(%s)) {", first.data);
+        g->ind++;
+        memset(st, 0, sizeof st);
+        for (int64_t k = s_acc_combo(g, st, true); k >= 0;
+             k = s_acc_combo(g, st, false)) {
+            kl_buf_t gd = {0}, idx = {0};
+            cg_guards(g, true, false, &gd);
+            cg_access_index(g, &g->w->out, 0, false, &idx);
+            cg_lin_t ol;
+            bool lin = cg_access_lin(g, &g->w->out, false, &ol);
+            if (gd.len) {
+                cg_line(g, "if (%s) {", gd.data);
+                g->ind++;
+            }
+            if (g->lanes > 1 && lin && cg_lin_vcoef(g, &ol) == 1)
+                cg_line(g, "acc%lld = kl_ld%d(&%s[%s]);", (long long)k,
+                        g->lanes, on, idx.data);
+            else if (g->lanes == 1)
+                cg_line(g, "acc%lld = %s[%s];", (long long)k, on, idx.data);
+            else
+                for (int e = 0; e < g->lanes; e++) {
+                    kl_buf_t ie = {0};
+                    cg_access_index(g, &g->w->out, e, false, &ie);
+                    cg_line(g, "acc%lld[%d] = %s[%s];", (long long)k, e, on,
+                            ie.data);
+                    kl_buf_free(&ie);
+                }
+            if (gd.len) {
+                g->ind--;
+                cg_line(g, "}");
+            }
+            kl_buf_free(&gd);
+            kl_buf_free(&idx);
+        }
+        g->ind--;
+        cg_line(g, "}");
+    }
+    for (int i = 0; i < g->nacc_pos; i++)
+        s_unset_loop(g, g->acc_pos[i]);
+    g->in_acc = true;
+    s_emit_loop(g, pos + 1);
+    g->in_acc = false;
+    memset(st, 0, sizeof st);
+    bool epi = g->w->nepi > 0 || s_max(g);
+    for (int64_t k = s_acc_combo(g, st, true); k >= 0;
+         k = s_acc_combo(g, st, false)) {
+        kl_buf_t gd = {0};
+        cg_guards(g, true, false, &gd);
+        if (gd.len) {
+            cg_line(g, "if (%s) {", gd.data);
+            g->ind++;
+        }
+        if (epi && last.len) {
+            cg_line(g, "if (%s) {", last.data);
+            g->ind++;
+            s_store_acc(g, k, true);
+            g->ind--;
+            cg_line(g, "} else {");
+            g->ind++;
+            s_store_acc(g, k, false);
+            g->ind--;
+            cg_line(g, "}");
+        } else {
+            s_store_acc(g, k, epi);
+        }
+        if (gd.len) {
+            g->ind--;
+            cg_line(g, "}");
+        }
+        kl_buf_free(&gd);
+    }
+    for (int i = 0; i < g->nacc_pos; i++)
+        s_unset_loop(g, g->acc_pos[i]);
+    kl_buf_free(&first);
+    kl_buf_free(&last);
+}
+
+/* ---- the statement ---- */
+
+static int64_t s_acc_index(cg_t *g)
+{
+    int64_t flat = 0;
+    for (int i = 0; i < g->nacc_pos; i++) {
+        int p = g->acc_pos[i];
+        const cg_sym_t *s = &g->sym[g->symbase[p]];
+        int64_t ext = g->L[p]->extent, v = 0;
+        for (int q = 0; q < g->L[p]->nparts; q++)
+            v += g->sym[g->symbase[p] + q].value *
+                 g->sym[g->symbase[p] + q].inner;
+        if (p == g->vpos) {
+            ext /= g->lanes;
+            v = s->value / g->lanes;
+        }
+        flat = flat * ext + v;
+    }
+    return flat;
+}
+
+static void s_emit_stmt(cg_t *g)
+{
+    bool vec = g->vpos >= 0 && g->lanes > 1;
+    kl_buf_t gd = {0}, val = {0};
+    cg_guards(g, !g->in_acc, true, &gd);
+    if (gd.len) {
+        cg_line(g, "if (%s) {", gd.data);
+        g->ind++;
+    }
+    cg_body_value(g, vec, &val);
+    const char *upd = s_max(g) ? "max" : NULL;
+    if (g->in_acc) {
+        int64_t k = s_acc_index(g);
+        if (upd)
+            cg_line(g, "acc%lld = kl_max%s(acc%lld, %s);", (long long)k,
+                    vec ? (g->lanes == 16  ? "16"
+                           : g->lanes == 8 ? "8"
+                                           : "4")
+                        : "f",
+                    (long long)k, val.data);
+        else
+            cg_line(g, "acc%lld += %s;", (long long)k, val.data);
+    } else {
+        const char *on = g->w->tensors[kl_workload_output(g->w)].name;
+        cg_lin_t ol;
+        bool lin = cg_access_lin(g, &g->w->out, false, &ol);
+        kl_buf_t idx = {0};
+        cg_access_index(g, &g->w->out, 0, false, &idx);
+        if (!vec) {
+            if (upd)
+                cg_line(g, "%s[%s] = kl_maxf(%s[%s], %s);", on, idx.data, on,
+                        idx.data, val.data);
+            else
+                cg_line(g, "%s[%s] += %s;", on, idx.data, val.data);
+        } else if (lin && cg_lin_vcoef(g, &ol) == 1) {
+            if (upd)
+                cg_line(g, "kl_st%d(&%s[%s], kl_max%d(kl_ld%d(&%s[%s]), %s));",
+                        g->lanes, on, idx.data, g->lanes, g->lanes, on,
+                        idx.data, val.data);
+            else
+                cg_line(g, "kl_st%d(&%s[%s], kl_ld%d(&%s[%s]) + %s);", g->lanes,
+                        on, idx.data, g->lanes, on, idx.data, val.data);
+        } else {
+            cg_line(g, "{");
+            g->ind++;
+            cg_line(g, "kl_v%d v = %s;", g->lanes, val.data);
+            for (int e = 0; e < g->lanes; e++) {
+                kl_buf_t ie = {0};
+                cg_access_index(g, &g->w->out, e, false, &ie);
+                if (upd)
+                    cg_line(g, "%s[%s] = kl_maxf(%s[%s], v[%d]);", on, ie.data,
+                            on, ie.data, e);
+                else
+                    cg_line(g, "%s[%s] += v[%d];", on, ie.data, e);
+                kl_buf_free(&ie);
+            }
+            g->ind--;
+            cg_line(g, "}");
+        }
+        kl_buf_free(&idx);
+    }
+    if (gd.len) {
+        g->ind--;
+        cg_line(g, "}");
+    }
+    kl_buf_free(&gd);
+    kl_buf_free(&val);
+}
+
+/* ---- loops ---- */
+
+static void s_emit_body(cg_t *g, int pos)
+{
+    s_emit_packs_at(g, pos);
+    if (g->wc_pos == pos)
+        s_emit_acc_region(g, pos);
+    else
+        s_emit_loop(g, pos + 1);
+}
+
+static int64_t s_annot(const kl_loop_t *l, const char *key)
+{
+    for (int i = 0; i < l->nannots; i++)
+        if (!strcmp(l->annots[i].key, key))
+            return l->annots[i].value;
+    return 0;
+}
+
+static bool s_has_inner_packs(const cg_t *g)
+{
+    for (int t = 0; t < g->w->ntensors; t++)
+        if (g->pack_pos[t] >= 0)
+            return true;
+    return false;
+}
+
+static void s_emit_loop(cg_t *g, int pos)
+{
+    if (pos == g->n) {
+        s_emit_stmt(g);
+        return;
+    }
+    const kl_loop_t *l = g->L[pos];
+    char var[16];
+    snprintf(var, sizeof var, "l%d", pos);
+    bool acc_here = g->in_acc;
+    if (l->kind == KL_LOOP_VECTORIZE) {
+        int64_t W = g->lanes, chunks = l->extent / W;
+        if (acc_here || chunks == 1) {
+            for (int64_t c = 0; c < chunks; c++) {
+                s_set_loop_const(g, pos, c * W);
+                s_emit_body(g, pos);
+            }
+            s_unset_loop(g, pos);
+            return;
+        }
+        cg_line(g, "for (int64_t %s = 0; %s < %lld; %s += %lld) {", var, var,
+                (long long)l->extent, var, (long long)W);
+        g->ind++;
+        s_set_loop_var(g, pos, var);
+        s_emit_body(g, pos);
+        s_unset_loop(g, pos);
+        g->ind--;
+        cg_line(g, "}");
+        return;
+    }
+    if (l->kind == KL_LOOP_UNROLL && acc_here && !l->reduce) {
+        for (int64_t c = 0; c < l->extent; c++) {
+            s_set_loop_const(g, pos, c);
+            s_emit_body(g, pos);
+        }
+        s_unset_loop(g, pos);
+        return;
+    }
+    if (l->kind == KL_LOOP_PARALLEL)
+        cg_line(g, "#pragma omp %s schedule(static)",
+                s_has_inner_packs(g) ? "for" : "parallel for");
+    else if (l->kind == KL_LOOP_UNROLL)
+        cg_line(g, "#pragma GCC unroll %lld", (long long)l->extent);
+    else if (s_annot(l, "unroll_max_step") > 0)
+        cg_line(g, "#pragma GCC unroll %lld",
+                (long long)s_annot(l, "unroll_max_step"));
+    cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", var, var,
+            (long long)l->extent, var);
+    g->ind++;
+    s_set_loop_var(g, pos, var);
+    if (l->nparts > 1)
+        for (int q = 0; q < l->nparts; q++) {
+            const cg_sym_t *s = &g->sym[g->symbase[pos] + q];
+            cg_line(g, "const int64_t %s = %s / %lld %% %lld;", s->name, var,
+                    (long long)s->inner, (long long)s->extent);
+        }
+    s_emit_body(g, pos);
+    s_unset_loop(g, pos);
+    g->ind--;
+    cg_line(g, "}");
+}
+
+/* ---- whole function ---- */
+
+/* Output set to the reduction's identity (no write cache). */
+static void s_emit_prepass(cg_t *g)
+{
+    const kl_workload_t *w = g->w;
+    int o = kl_workload_output(w);
+    cg_line(g, "for (int64_t i = 0; i < %lld; ++i)",
+            (long long)kl_tensor_numel(&w->tensors[o]));
+    cg_line(g, "    %s[i] = %s;", w->tensors[o].name, s_ident(g));
+}
+
+/* Epilogue (and the MAX fix-up) over the output (no write cache): a naive
+ * nest over the spatial iterators. */
+static void s_emit_postpass(cg_t *g)
+{
+    const kl_workload_t *w = g->w;
+    cg_t *h = kl_xmalloc(sizeof *h);
+    memcpy(h, g, sizeof *h);
+    memset(h->it, 0, sizeof h->it);
+    h->nsym = 0;
+    h->vpos = -1;
+    h->lanes = 1;
+    h->in_acc = false;
+    h->b = (kl_buf_t){0};
+    int opened = 0;
+    for (int it = 0; it < w->niters; it++) {
+        if (w->iters[it].reduce)
+            continue;
+        cg_sym_t *s = &h->sym[h->nsym];
+        memset(s, 0, sizeof *s);
+        s->iter = it;
+        s->pos = -1;
+        s->stride = s->inner = 1;
+        s->extent = w->iters[it].extent;
+        s->st = SYM_VAR;
+        snprintf(s->name, sizeof s->name, "e%d", it);
+        h->it[it].k[h->nsym++] = 1;
+        cg_line(h, "for (int64_t e%d = 0; e%d < %lld; ++e%d) {", it, it,
+                (long long)w->iters[it].extent, it);
+        h->ind++;
+        opened++;
+    }
+    kl_buf_t idx = {0};
+    cg_access_index(h, &w->out, 0, false, &idx);
+    const char *on = w->tensors[kl_workload_output(w)].name;
+    cg_line(h, "float x = %s[%s];", on, idx.data);
+    if (s_max(h))
+        cg_line(h, "x = x == -INFINITY ? 0.0f : x;");
+    cg_epilogue(h, "x", 0);
+    cg_line(h, "%s[%s] = x;", on, idx.data);
+    kl_buf_free(&idx);
+    for (int i = 0; i < opened; i++) {
+        h->ind--;
+        cg_line(h, "}");
+    }
+    kl_buf_puts(&g->b, h->b.data);
+    kl_buf_free(&h->b);
+    free(h);
+}
+
+static void s_emit_function(cg_t *g, const char *entry)
+{
+    const kl_workload_t *w = g->w;
+    int o = kl_workload_output(w);
+    kl_buf_puts(&g->b, s_prelude);
+    kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
+    g->ind = 1;
+    for (int t = 0; t < w->ntensors; t++)
+        cg_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
+                t == o ? "" : "const ", w->tensors[t].name,
+                t == o ? "" : "const ", t);
+    if (g->wc_pos == -2)
+        s_emit_prepass(g);
+    bool par = g->n > 0 && g->L[0]->kind == KL_LOOP_PARALLEL;
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
+            cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
+                    (long long)s_pack_elems(g, t));
+    s_emit_packs_at(g, -1);
+    bool region = par && s_has_inner_packs(g);
+    if (region) {
+        cg_line(g, "#pragma omp parallel");
+        cg_line(g, "{");
+        g->ind++;
+        for (int t = 0; t < w->ntensors; t++)
+            if (g->pack_pos[t] >= 0)
+                cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
+                        (long long)s_pack_elems(g, t));
+    }
+    if (g->wc_pos == -1)
+        s_emit_acc_region(g, -1);
+    else
+        s_emit_loop(g, 0);
+    if (region) {
+        for (int t = 0; t < w->ntensors; t++)
+            if (g->pack_pos[t] >= 0)
+                cg_line(g, "free(pk_%s);", w->tensors[t].name);
+        g->ind--;
+        cg_line(g, "}");
+    }
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
+            cg_line(g, "free(pk_%s);", w->tensors[t].name);
+    if (g->wc_pos == -2 && (w->nepi > 0 || s_max(g)))
+        s_emit_postpass(g);
+    kl_buf_puts(&g->b, "}\n");
+}
+
+void kl_kernel_free(kl_kernel_t *k)
+{
+    if (!k)
+        return;
+    free(k->source);
+    free(k->entry);
+    memset(k, 0, sizeof *k);
+}
+
+int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
+                 kl_kernel_t *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (t && t->cuda)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "codegen: target %s is not a CPU target", t->name);
+    kl_target_t def;
+    if (!t) {
+        if (kl_target_parse("cpu", &def, err))
+            return KL_ERR_INTERNAL;
+        t = &def;
+    }
+    cg_t *g = kl_xcalloc(1, sizeof *g);
+    g->s = s;
+    g->w = kl_sched_workload(s);
+    g->t = t;
+    g->err = err;
+    g->lin_ok = true;
+    int rc = s_setup(g);
+    for (int tn = 0; !rc && tn < g->w->ntensors; tn++) {
+        int cnt = 0;
+        if (g->pack_pos[tn] == -2)
+            continue;
+        if (!s_find_access(g->w->body, tn, &cnt, NULL))
+            rc = cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
+                         g->w->tensors[tn].name);
+        else if (cnt)
+            rc = cg_fail(g, KL_ERR_UNSUPPORTED,
+                         "packed tensor %s is read with different indices",
+                         g->w->tensors[tn].name);
+    }
+    if (!rc) {
+        s_emit_function(g, entry ? entry : "kl_main");
+        if (!g->lin_ok)
+            rc = cg_fail(g, KL_ERR_INTERNAL,
+                         "an index used a loop outside its scope");
+    }
+    if (rc) {
+        kl_buf_free(&g->b);
+        free(g);
+        return rc;
+    }
+    out->source = kl_buf_take(&g->b);
+    out->entry = kl_xstrdup(entry ? entry : "kl_main");
+    for (int i = 0; i < 3; i++)
+        out->grid[i] = out->block[i] = 1;
+    free(g);
+    return KL_OK;
+}
+
+int kl_codegen_reference(const kl_workload_t *w, const char *entry,
+                         kl_kernel_t *out, char *err)
+{
+    kl_sched_t *s = NULL;
+    int rc = kl_sched_create(&s, w, err);
+    if (rc)
+        return rc;
+    kl_target_t t;
+    kl_target_parse("cpu/generic", &t, NULL);
+    rc = kl_codegen_c(s, &t, entry ? entry : "kl_ref", out, err);
+    kl_sched_destroy(&s);
+    return rc;
+}

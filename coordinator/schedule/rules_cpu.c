@@ -1,0 +1,328 @@
+/* rules_cpu.c - the CPU design space (BENCHMARKING.md): multi-level tiling
+ * SSRSRS, a register-tile write cache, packing of reused operands, parallel
+ * outer tiles, a vectorized innermost spatial loop, unrolled register
+ * tiles, auto-unroll annotations.
+ *
+ * Tiling. Every spatial iterator s is split into s0 s1 s2 s3 and every
+ * reduction r into r0 r1; the nest becomes
+ *     S0 S1 R0 S2 R1 S3
+ * S0 is fused and parallel; S3 is the register tile: the vector iterator
+ * (the one indexing the output's last dimension) is innermost and
+ * vectorized, with a sampled multiple of the vector width; the "row"
+ * iterator (the largest other spatial one) gets a sampled row count,
+ * which may not divide its extent (an imperfect, guarded split), so that
+ * shapes like 12 x 32 are in the space for 1024; the others get small
+ * perfect tiles. reject_if keeps rows x vectors within the register file.
+ * A sampled branch orders the S2 loops (row-major or column-major over the
+ * register tiles) and attaches the local write cache (accumulators) at the
+ * last S2 loop. Each reused input (one that some spatial iterator does not
+ * index) may be packed at a sampled location (the last R0 or S1 loop).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kl_space.h"
+
+#define MAXL KL_SCHED_MAX_LOOPS
+
+typedef struct {
+    const kl_workload_t *w;
+    const kl_target_t *t;
+    kl_trace_t *tr;
+    int nsp, nrd;
+    int sp[KL_IR_MAX_ITERS], rd[KL_IR_MAX_ITERS]; /* iterator indices */
+    int vec, row;                                 /* positions in sp[] or -1 */
+    int64_t loop[KL_IR_MAX_ITERS];                /* naive loop RV per iter */
+    int64_t s[KL_IR_MAX_ITERS][4], r[KL_IR_MAX_ITERS][2]; /* tiled loops */
+    int64_t s3v[KL_IR_MAX_ITERS]; /* RV (or -literal) of the s3 factor */
+    char err[KL_ERRMSG_LEN];
+} rule_t;
+
+static int s_vec_iter(const kl_workload_t *w)
+{
+    const kl_tensor_t *o = &w->tensors[kl_workload_output(w)];
+    const kl_affine_t *a = &w->out.idx[o->ndim - 1];
+    for (int i = 0; i < w->niters; i++)
+        if (a->coef[i] == 1 && !w->iters[i].reduce)
+            return i;
+    return -1;
+}
+
+/* Tiles every iterator; fills r->s, r->r, r->s3v. */
+static void s_tile(rule_t *r)
+{
+    kl_trace_t *tr = r->tr;
+    int L = r->t->vec_lanes;
+    for (int k = 0; k < r->nsp; k++) {
+        int it = r->sp[k];
+        int64_t ext = r->w->iters[it].extent, v[4], rest[3];
+        if (k == r->vec && ext % L == 0 && ext >= L) {
+            /* Vector width multiples that divide the extent. */
+            int64_t vals[4];
+            double probs[4] = {0.3, 0.45, 0.1, 0.15};
+            int n = 0;
+            for (int m = 1; m <= 4; m++)
+                if (ext % (m * L) == 0)
+                    vals[n++] = m * L;
+            double ps[4];
+            for (int i = 0; i < n; i++)
+                ps[i] = probs[vals[i] / L - 1];
+            int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
+            int64_t f[2] = {KL_SPLIT_INFER, c};
+            int64_t o[2];
+            kl_tr_split(tr, r->loop[it], f, 2, o);
+            kl_tr_sample_perfect_tile(tr, o[0], 3, 0, v);
+            kl_tr_split(tr, o[0], v, 3, rest);
+            r->s[k][0] = rest[0], r->s[k][1] = rest[1], r->s[k][2] = rest[2];
+            r->s[k][3] = o[1];
+            r->s3v[k] = c;
+        } else if (k == r->row && ext >= 8) {
+            int64_t vals[8] = {1, 2, 3, 4, 6, 8, 12, 16};
+            double ps[8] = {0.02, 0.05, 0.05, 0.15, 0.18, 0.2, 0.25, 0.1};
+            int64_t c = kl_tr_sample_categorical(tr, vals, ps, 8);
+            int64_t f[2] = {KL_SPLIT_INFER, c};
+            int64_t o[2];
+            kl_tr_split(tr, r->loop[it], f, 2, o);
+            kl_tr_sample_perfect_tile(tr, o[0], 3, 0, v);
+            kl_tr_split(tr, o[0], v, 3, rest);
+            r->s[k][0] = rest[0], r->s[k][1] = rest[1], r->s[k][2] = rest[2];
+            r->s[k][3] = o[1];
+            r->s3v[k] = c;
+        } else {
+            int64_t maxin = k == r->vec ? 4 * L : 4;
+            kl_tr_sample_perfect_tile(tr, r->loop[it], 4, maxin, v);
+            kl_tr_split(tr, r->loop[it], v, 4, r->s[k]);
+            r->s3v[k] = v[3];
+        }
+    }
+    for (int k = 0; k < r->nrd; k++) {
+        int it = r->rd[k];
+        int64_t v[2];
+        kl_tr_sample_perfect_tile(tr, r->loop[it], 2, 512, v);
+        kl_tr_split(tr, r->loop[it], v, 2, r->r[k]);
+    }
+}
+
+/* The SSRSRS order; S2 loops reversed when flip. Returns the count. */
+static int s_order(const rule_t *r, bool flip, int64_t *ord)
+{
+    int n = 0;
+    for (int k = 0; k < r->nsp; k++)
+        ord[n++] = r->s[k][0];
+    for (int k = 0; k < r->nsp; k++)
+        ord[n++] = r->s[k][1];
+    for (int k = 0; k < r->nrd; k++)
+        ord[n++] = r->r[k][0];
+    for (int k = 0; k < r->nsp; k++)
+        ord[n++] = r->s[flip ? r->nsp - 1 - k : k][2];
+    for (int k = 0; k < r->nrd; k++)
+        ord[n++] = r->r[k][1];
+    /* S3: the vector iterator last. */
+    for (int k = 0; k < r->nsp; k++)
+        if (k != r->vec)
+            ord[n++] = r->s[k][3];
+    if (r->vec >= 0)
+        ord[n++] = r->s[r->vec][3];
+    return n;
+}
+
+/* Register pressure: rows x vectors <= usable registers. */
+static int s_reject_pressure(rule_t *r)
+{
+    char pred[KL_PRED_MAX];
+    int n = 0, regs = r->t->vec_regs - 4;
+    n += snprintf(pred + n, sizeof pred - (size_t)n, "1");
+    for (int k = 0; k < r->nsp; k++) {
+        char rv[40];
+        int64_t x = r->s3v[k];
+        snprintf(rv, sizeof rv, x < 0 ? "%lld" : "v%lld",
+                 (long long)(x < 0 ? -x : x));
+        if (k == r->vec)
+            n += snprintf(pred + n, sizeof pred - (size_t)n,
+                          " * ((%s + %d) / %d)", rv, r->t->vec_lanes - 1,
+                          r->t->vec_lanes);
+        else
+            n += snprintf(pred + n, sizeof pred - (size_t)n, " * %s", rv);
+    }
+    snprintf(pred + n, sizeof pred - (size_t)n, " > %d", regs);
+    return kl_tr_reject_if(r->tr, pred, r->err);
+}
+
+static int s_branch(rule_t *r, bool flip, int64_t acc)
+{
+    int64_t ord[MAXL];
+    int n = s_order(r, flip, ord);
+    kl_tr_reorder(r->tr, ord, n);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 1", (long long)acc);
+    int rc = kl_tr_if(r->tr, pred, r->err);
+    if (rc)
+        return rc;
+    int64_t b = kl_tr_cache_write(r->tr, KL_SCOPE_LOCAL);
+    int last = flip ? 0 : r->nsp - 1;
+    kl_tr_reverse_compute_at(r->tr, b, r->s[last][2]);
+    return kl_tr_end(r->tr, r->err);
+}
+
+/* Inputs that some spatial iterator does not index: reused, worth
+ * packing. */
+static int s_reused(const kl_workload_t *w, int *out)
+{
+    int n = 0;
+    for (int t = 0; t < kl_workload_ninputs(w) && n < 2; t++) {
+        kl_sched_t *s = NULL;
+        if (kl_sched_create(&s, w, NULL))
+            return n;
+        bool in_body = false, reused = false;
+        for (int p = 0; p < kl_sched_nloops(s); p++) {
+            bool tch = kl_sched_loop_touches(s, p, t);
+            in_body = in_body || tch;
+            if (!kl_sched_loop(s, p)->reduce && !tch)
+                reused = true;
+        }
+        kl_sched_destroy(&s);
+        if (in_body && reused)
+            out[n++] = t;
+    }
+    return n;
+}
+
+static int s_pack(rule_t *r)
+{
+    int reused[2];
+    int n = s_reused(r->w, reused);
+    for (int i = 0; i < n; i++) {
+        int64_t vals[2] = {0, 1};
+        double ps[2] = {0.4, 0.6};
+        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
+        char pred[64];
+        snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+        int rc = kl_tr_if(r->tr, pred, r->err);
+        if (rc)
+            return rc;
+        int64_t b = kl_tr_cache_read(r->tr, r->w->tensors[reused[i]].name,
+                                     KL_SCOPE_PACKED);
+        int64_t cands[2];
+        int nc = 0;
+        if (r->nrd > 0)
+            cands[nc++] = r->r[r->nrd - 1][0];
+        cands[nc++] = r->s[r->nsp - 1][1];
+        int64_t at = kl_tr_sample_compute_location(r->tr, b, cands, nc);
+        kl_tr_compute_at(r->tr, b, at);
+        if ((rc = kl_tr_end(r->tr, r->err)))
+            return rc;
+    }
+    return KL_OK;
+}
+
+static int s_build(rule_t *r)
+{
+    kl_trace_t *tr = r->tr;
+    const kl_workload_t *w = r->w;
+    int64_t naive[KL_IR_MAX_ITERS];
+    kl_tr_get_loops(tr, w->niters, naive);
+    /* The naive nest lists spatial iterators, then reductions. */
+    int k = 0;
+    for (int i = 0; i < r->nsp; i++)
+        r->loop[r->sp[i]] = naive[k++];
+    for (int i = 0; i < r->nrd; i++)
+        r->loop[r->rd[i]] = naive[k++];
+    s_tile(r);
+    int rc = s_reject_pressure(r);
+    if (rc)
+        return rc;
+    /* Parallel: fused outer tiles, at least one chunk per core when the
+     * workload has that much spatial work. */
+    int64_t s0[KL_IR_MAX_ITERS], total = 1;
+    for (int i = 0; i < r->nsp; i++) {
+        s0[i] = r->s[i][0];
+        total *= w->iters[r->sp[i]].extent;
+    }
+    int64_t vals[2] = {0, 1};
+    double pacc[2] = {0.1, 0.9}, pord[2] = {0.5, 0.5};
+    int64_t acc = kl_tr_sample_categorical(tr, vals, pacc, 2);
+    int64_t ord = kl_tr_sample_categorical(tr, vals, pord, 2);
+    char pred[96];
+    snprintf(pred, sizeof pred, "v%lld == 0 || %d < 2", (long long)ord, r->nsp);
+    if ((rc = kl_tr_if(tr, pred, r->err)) || (rc = s_branch(r, false, acc)) ||
+        (rc = kl_tr_else(tr, r->err)) || (rc = s_branch(r, true, acc)) ||
+        (rc = kl_tr_end(tr, r->err)))
+        return rc;
+    int64_t par = r->nsp > 1 ? kl_tr_fuse(tr, s0, r->nsp) : s0[0];
+    int64_t minpar = total < r->t->cores ? total : r->t->cores;
+    snprintf(pred, sizeof pred, "l%lld < %lld || l%lld > 4096", (long long)par,
+             (long long)minpar, (long long)par);
+    if ((rc = kl_tr_reject_if(tr, pred, r->err)))
+        return rc;
+    kl_tr_parallel(tr, par);
+    for (int i = 0; i < r->nsp; i++)
+        if (i != r->vec)
+            kl_tr_unroll(tr, r->s[i][3]);
+    if (r->vec >= 0)
+        kl_tr_vectorize(tr, r->s[r->vec][3]);
+    if ((rc = s_pack(r)))
+        return rc;
+    if (r->nrd > 0) {
+        int64_t uv[4] = {0, 2, 4, 8};
+        double up[4] = {0.4, 0.3, 0.2, 0.1};
+        int64_t u = kl_tr_sample_categorical(tr, uv, up, 4);
+        (void)u;
+        /* The decision picks the step; the annotation carries it. */
+        snprintf(pred, sizeof pred, "v%lld > 0", (long long)u);
+        for (int i = 1; i < 4; i++) {
+            snprintf(pred, sizeof pred, "v%lld == %lld", (long long)u,
+                     (long long)uv[i]);
+            if ((rc = kl_tr_if(tr, pred, r->err)))
+                return rc;
+            kl_tr_annotate(tr, r->r[r->nrd - 1][1], "unroll_max_step", uv[i]);
+            if ((rc = kl_tr_end(tr, r->err)))
+                return rc;
+        }
+    }
+    return KL_OK;
+}
+
+int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
+                         kl_trace_t **out, char *err)
+{
+    rule_t r;
+    memset(&r, 0, sizeof r);
+    r.w = w;
+    r.t = t;
+    r.vec = r.row = -1;
+    int vit = s_vec_iter(w);
+    for (int i = 0; i < w->niters; i++) {
+        if (w->iters[i].reduce) {
+            r.rd[r.nrd++] = i;
+            continue;
+        }
+        if (i == vit)
+            r.vec = r.nsp;
+        r.sp[r.nsp++] = i;
+    }
+    if (r.nsp == 0)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cpu rules: workload %s has no spatial iterator",
+                         w->name ? w->name : "?");
+    /* 4 loops per spatial and 2 per reduction iterator must fit. */
+    if (4 * r.nsp + 2 * r.nrd + 2 > KL_SCHED_MAX_LOOPS)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cpu rules: %d iterators is too many to tile",
+                         w->niters);
+    int64_t best = 0;
+    for (int k = 0; k < r.nsp; k++)
+        if (k != r.vec && w->iters[r.sp[k]].extent > best) {
+            best = w->iters[r.sp[k]].extent;
+            r.row = k;
+        }
+    r.tr = kl_trace_new(t->name);
+    int rc = s_build(&r);
+    if (rc) {
+        kl_trace_free(&r.tr);
+        return kl_seterr(err, rc, "cpu rules: %s", r.err);
+    }
+    *out = r.tr;
+    return KL_OK;
+}
