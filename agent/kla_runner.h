@@ -73,7 +73,10 @@ typedef struct {
     uint32_t number;
     double spread; /* (max - min) / median */
     double max_abs_err;
-    double run_s; /* wall time of the candidate's child (fork to reap) */
+    /* The candidate child's run: its own time from the start of its body
+     * to its report, or fork to reap when it sent none (crash, timeout).
+     * Fork, pipe and reaping are the agent's overhead, not this. */
+    double run_s;
     char error[KLA_ERROR_MAX + 1];
 } kla_result_t;
 

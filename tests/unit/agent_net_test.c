@@ -92,7 +92,8 @@ static Kiln__Envelope *s_expect(coord_t *c, int want, double timeout_s)
     return NULL;
 }
 
-static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
+static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
+                          const char *measure, const char *build)
 {
     memset(c, 0, sizeof *c);
     char err[KL_ERRMSG_LEN];
@@ -106,6 +107,8 @@ static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
                               .cflags = "-O2",
                               .simulate = simulate,
                               .heartbeat_ms = HB_MS,
+                              .measure_cores = measure,
+                              .build_cores = build,
                               .max_mem_mb = 2048};
     assert_int_equal(kla_agent_new(agent, &cfg, err), KL_OK);
     Kiln__Envelope *env = s_expect(c, KILN__ENVELOPE__BODY_HELLO, 10);
@@ -119,6 +122,13 @@ static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
     assert_true(h->devices[0]->cores >= 1);
     assert_true(h->devices[0]->n_measure_cores >= 1);
     assert_true(h->devices[0]->simulated == simulate);
+    if (measure) {
+        kla_cores_t m;
+        assert_int_equal(kla_cores_parse(measure, &m, err), KL_OK);
+        assert_int_equal(h->devices[0]->n_measure_cores, m.n);
+        for (int i = 0; i < m.n; i++)
+            assert_int_equal(h->devices[0]->measure_cores[i], m.cpu[i]);
+    }
     kl_net_envelope_free(&env);
     Kiln__Welcome w = KILN__WELCOME__INIT;
     w.coordinator_id = "test";
@@ -127,6 +137,11 @@ static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
     out.body_case = KILN__ENVELOPE__BODY_WELCOME;
     out.welcome = &w;
     s_send(c, &out);
+}
+
+static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
+{
+    s_start_cores(c, agent, simulate, NULL, NULL);
 }
 
 static void s_stop(coord_t *c, kla_agent_t **agent)
@@ -234,6 +249,34 @@ static void test_hello_request_three_results(void **state)
     s_stop(&c, &agent);
 }
 
+/* Disjoint --measure-cores and --build-cores: builds run on their own
+ * cores (no pause), the timed child on the measure cores. */
+static void test_disjoint_cores(void **state)
+{
+    (void)state;
+    kla_cores_t all;
+    kla_cores_affinity(&all);
+    if (all.n < 2)
+        skip();
+    char m[16], b[16];
+    snprintf(m, sizeof m, "%d", all.cpu[0]);
+    snprintf(b, sizeof b, "%d", all.cpu[1]);
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start_cores(&c, &agent, false, m, b);
+    char *srcs[2] = {s_cand("", ""), s_cand("/* second */", "")};
+    s_request(&c, 11, srcs, 2);
+    for (int i = 0; i < 2; i++) {
+        Kiln__Envelope *env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        assert_non_null(env);
+        assert_int_equal(env->result->status, KILN__STATUS__STATUS_OK);
+        kl_net_envelope_free(&env);
+    }
+    free(srcs[0]);
+    free(srcs[1]);
+    s_stop(&c, &agent);
+}
+
 static void test_cancel_and_goodbye(void **state)
 {
     (void)state;
@@ -337,6 +380,10 @@ static void test_simulate_fast(void **state)
     assert_int_equal(ok, 12);
     assert_int_equal(fail, 4);
     assert_true(kl_now_s() - t0 < 2.0);
+    /* Welcomed: it heartbeats every HB_MS. */
+    Kiln__Envelope *hb = s_expect(&c, KILN__ENVELOPE__BODY_HEARTBEAT, 1.0);
+    assert_non_null(hb);
+    kl_net_envelope_free(&hb);
     for (int i = 0; i < 16; i++)
         free(srcs[i]);
     s_stop(&c, &agent);
@@ -346,6 +393,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_request_three_results),
+        cmocka_unit_test(test_disjoint_cores),
         cmocka_unit_test(test_cancel_and_goodbye),
         cmocka_unit_test(test_silence_means_hello),
         cmocka_unit_test(test_simulate_fast),

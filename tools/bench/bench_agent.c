@@ -5,9 +5,9 @@
  *   - overhead_s as the agent reports it (median, p99), pipelined with the
  *     full credit (build slots + 1 in flight);
  *   - one-at-a-time wall time per result (send to receipt, through the
- *     socket) minus the median wall time of the kernel's child process
- *     measured on its own (kla_runner), i.e. what the agent, the sockets
- *     and the threads add around the sandboxed run.
+ *     socket) minus the median run time of the kernel's child measured on
+ *     its own (kla_runner run_s: from the child's start to its report),
+ *     i.e. what the agent, fork, the sockets and the threads add.
  * Goal: < 5 ms per candidate.
  * Usage: bench_agent [N]   (default 200) */
 #include <stdio.h>
@@ -116,7 +116,7 @@ static void s_print(const char *what, const double *v, int n)
            n);
 }
 
-/* Median wall time of the kernel's sandboxed child alone. */
+/* Median run time of the kernel's sandboxed child alone. */
 static double s_child_wall(int n)
 {
     char dir[] = "/tmp/bench-agent-XXXXXX", err[KL_ERRMSG_LEN];
@@ -247,7 +247,7 @@ int main(int argc, char **argv)
            n, hits, n, credit);
     s_print("overhead_s reported (pipelined)", ovh, n);
     s_print("wall per result - child run (one at a time)", seq, seq_n);
-    printf("  child process alone (fork..reap), median      %7.3f ms\n",
+    printf("  child run alone (kla_runner run_s), median    %7.3f ms\n",
            1e3 * child);
     printf("  pipelined wall per result                      %7.3f ms\n",
            1e3 * pipelined);
