@@ -375,15 +375,22 @@ static int s_aexpr(s_p_t *p, s_lin_t *out, int depth)
 static int s_index(s_p_t *p, kl_affine_t *a)
 {
     s_lin_t l;
+    size_t col = p->col;
     if (s_aexpr(p, &l, 0))
         return p->rc;
+    /* Keeps the canonical spelling within what the lexer reads back. */
+    bool big = l.off > KL_IR__INT_MAX || l.off < -KL_IR__INT_MAX;
+    for (int k = 0; k < KL_IR_MAX_ITERS; k++)
+        big |= l.c[k] > KL_IR__INT_MAX || l.c[k] < -KL_IR__INT_MAX;
+    if (big)
+        return s_fail(p, col, "an index constant exceeds 2^40");
     memset(a, 0, sizeof(*a));
     memcpy(a->coef, l.c, sizeof(a->coef));
     a->offset = l.off;
     a->div = 1;
     if (p->tok == '/') {
         s_next(p);
-        size_t col = p->col;
+        col = p->col;
         if (s_int(p, &a->div, "a divisor"))
             return p->rc;
         if (a->div < 1 || a->div > S_DIV_MAX)
@@ -795,6 +802,52 @@ static int s_statement(s_p_t *p)
     return 0;
 }
 
+/* Renumbers the iterators in order of first nonzero use (output first,
+ * then the body and the epilogue as written; inside one index in the
+ * current order), which is how the canonical text prints them, so that
+ * the canonical text parses back to the same order. An iterator whose
+ * every coefficient cancels ("0*r", "r-r") has no place and is an error. */
+static int s_order_slots(s_p_t *p)
+{
+    int order[KL_IR_MAX_ITERS], placed = 0;
+    int pos[KL_IR_MAX_ITERS];
+    for (int k = 0; k < p->nslots; k++)
+        pos[k] = -1;
+    for (int i = 0; i < p->nuses; i++) {
+        const kl_access_t *acc = p->uses[i].acc;
+        for (int d = 0; d < p->tens[acc->tensor].ndim; d++)
+            for (int k = 0; k < p->nslots; k++)
+                if (acc->idx[d].coef[k] && pos[k] < 0) {
+                    pos[k] = placed;
+                    order[placed++] = k;
+                }
+    }
+    for (int k = 0; k < p->nslots; k++)
+        if (pos[k] < 0)
+            return s_fail(p, p->slot_col[k],
+                          "iterator %s cancels out of every index", p->slot[k]);
+    s_p_t old = *p;
+    for (int j = 0; j < placed; j++) {
+        int k = order[j];
+        strcpy(p->slot[j], old.slot[k]);
+        p->slot_col[j] = old.slot_col[k];
+        p->slot_out[j] = old.slot_out[k];
+        p->extent[j] = old.extent[k];
+        p->extent_col[j] = old.extent_col[k];
+    }
+    for (int i = 0; i < p->nuses; i++) {
+        kl_access_t *acc = p->uses[i].acc;
+        for (int d = 0; d < KL_IR_MAX_DIMS; d++) {
+            int64_t c[KL_IR_MAX_ITERS] = {0};
+            for (int k = 0; k < p->nslots; k++)
+                if (pos[k] >= 0)
+                    c[pos[k]] = acc->idx[d].coef[k];
+            memcpy(acc->idx[d].coef, c, sizeof(c));
+        }
+    }
+    return 0;
+}
+
 /* ---- checks that need the extents ---------------------------------------- */
 
 static int s_iters(s_p_t *p)
@@ -897,6 +950,8 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err)
     p.w = kl_xcalloc(1, sizeof(*p.w));
     s_next(&p);
     int rc = s_statement(&p);
+    if (!rc)
+        rc = s_order_slots(&p);
     if (!rc)
         rc = s_iters(&p);
     if (!rc)
