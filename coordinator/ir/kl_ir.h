@@ -26,16 +26,34 @@
  *   decl     := NAME ':' dtype '[' INT { ',' INT } ']'      dtype f32|f16|bf16
  *
  * Iterators that index the output are spatial; the others are reductions
- * (with '+=' summed, with 'max=' maxed; '=' allows none). A read whose
+ * (with '+=' summed, with 'max=' maxed; '=' allows none). Output indices
+ * are exactly the spatial iterators, each once, in any order. A read whose
  * index falls outside the tensor (or does not divide exactly) reads zero:
- * that is how padding is written. A tensor without a decl is f32 with the
- * shape its indices reach (each index must then stay >= 0); a tensor whose
- * index can go negative must be declared. Epilogue accesses may only use
- * spatial iterators.
+ * that is how padding is written. Under 'max=' a reduction point with such
+ * a read is skipped instead (-inf padding, so max pooling is exact for any
+ * input); an output whose every point is skipped is 0. A tensor without a
+ * decl is f32 with the shape its indices reach (each index must then stay
+ * >= 0); a tensor whose index can go negative must be declared. Epilogue
+ * accesses may only use spatial iterators; epilogue operations apply in
+ * order to the reduced value. Every iterator of 'where' must appear in an
+ * index with a nonzero coefficient. Limits: integers and index constants up
+ * to 2^40, divisors up to 2^20, tensors up to 2^40 elements.
  *
  * The canonical text is the workload printed back in one fixed form (all
  * shapes and dtypes declared); its key is kl_hash128 of that text, so two
- * spellings of the same operator share one key.
+ * spellings of the same operator share one key: the order of 'where', the
+ * spacing, the spelling of coefficients (y*2, 2*y) and optional decls do not
+ * change it; tensor and iterator names do. Parsing a canonical text gives
+ * the same canonical text. Example:
+ *   C[i,j] += A[i,k] * B[k,j] where i=1024, j=1024, k=1024; A: f32[1024,1024],
+ *   B: f32[1024,1024], C: f32[1024,1024]
+ *
+ * FLOPs are exact: each iteration point whose body reads are all inside
+ * their tensors counts the body's operations (+, -, *, /, max, min,
+ * negation) plus one for the reduction ('+=' or 'max='); points with a
+ * padding read count nothing. Each epilogue operation counts one per output
+ * element. Matmul MxNxK is 2*M*N*K; a padded convolution is less than
+ * 2*N*K*C*P*Q*R*S by exactly its padded points.
  */
 #ifndef KL_IR_H
 #define KL_IR_H
@@ -125,6 +143,8 @@ typedef struct {
 } kl_epilogue_t;
 
 typedef struct {
+    /* Spatial iterators first, in output order, then the reductions in
+     * order of first use in the body. */
     int niters;
     kl_iter_t iters[KL_IR_MAX_ITERS];
     int ntensors; /* inputs in order of appearance, output last */
@@ -135,15 +155,19 @@ typedef struct {
     int nepi;
     kl_epilogue_t epi[KL_IR_MAX_EPILOGUE];
     char op_kind[KL_IR_MAX_NAME]; /* "matmul", "conv2d", ... or "custom" */
-    char *name;                   /* "conv2d_1_64_56_56_64_3_3_s1_p1", owned */
+    char *name; /* "conv2d_1_64_56_56_64_3_3_s1_p1", "custom_1a2b3c4d" (the
+                   key's first 8 hex digits) for parsed text; owned */
     char *canonical;              /* owned */
     uint8_t key[16];
     double flop; /* exact; padding reads are not FLOPs */
 } kl_workload_t;
 
-/* Parses text. On error returns KL_ERR_INVAL with a message that names the
- * 1-based column and what was expected, e.g. "column 17: expected ']'".
- * On success *out is owned by the caller (kl_workload_free). */
+/* Parses text. On error returns KL_ERR_INVAL (with *out NULL) and a message
+ * that starts with the 1-based column and says what was expected, e.g.
+ * "column 17: expected ']' after index list", "column 9: unknown iterator
+ * 'q': iterator q has no extent in 'where'", "column 20: tensor A used with
+ * 2 and 3 dimensions". On success *out is owned by the caller
+ * (kl_workload_free); op_kind is "custom". */
 int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
 
 /* Builds a named operator from its CLI form, e.g.
@@ -160,8 +184,24 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *          (the gradient of conv2d w.r.t. its input: C input channels of
  *          size HxW, K output channels)
  *   max_pool2d / avg_pool2d N C H W R S [stride=R pad=0]
- *   add N... (shape=AxBxC), relu (shape=...)
- * Sets op_kind and name. Errors name the bad parameter. */
+ *   add shape=AxBxC, relu shape=AxBxC        (up to 8 dimensions)
+ * Layouts (all NCHW unless said): conv2d weight [K,C/groups,R,S]; NHWC
+ * takes X [N,H,W,C] and weight [R,S,C/groups,K] (HWIO). With groups > 1
+ * the output channel is split into (group, channel) iterators, so Y is
+ * declared [N,G,K/G,P,Q] (NHWC: [N,P,Q,G,K/G]): the same memory as the 4-D
+ * tensor. bias is bias[K]; residual is a tensor Res shaped like Y; the
+ * epilogue order is bias, residual, relu. depthwise_conv2d has weight
+ * [C*M,1,R,S] (M = multiplier; with M > 1, Y is [N,C,M,P,Q]).
+ * conv2d_transpose is PyTorch's ConvTranspose2d: weight [C,K,R,S],
+ * Y [N,K,(H-1)*stride-2*pad+R+output_pad, ...], output_pad < stride,
+ * written with the exact '(y+pad-r)/stride' gather. max_pool2d skips padded
+ * points (pad < R and S); avg_pool2d sums the window and multiplies by
+ * 1/(R*S) (padding counted, count_include_pad). The ABI argument order is
+ * X, W, [bias], [Res], Y (conv); A, B, [bias], C (matmul); X, W, [b], Y
+ * (dense).
+ * Sets op_kind (the op's name) and name. Errors return KL_ERR_INVAL with a
+ * message naming the bad parameter: "conv2d: missing K", "conv2d: groups=3
+ * does not divide C=64", "matmul: unknown parameter 'bogus'". */
 int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err);
 
 /* Either form: text starting with a known op name goes to _from_op, the
@@ -184,8 +224,11 @@ const char *kl_dtype_name(kl_dtype dt); /* "f32" */
 char *kl_workload_args_text(const kl_workload_t *w);
 
 /* Reference interpreter: computes the output from the inputs in double
- * precision, straight from the definition (slow; for tests and small
- * shapes). bufs follow ABI order, all f32. */
+ * precision, straight from the definition (zero for out-of-range reads,
+ * respecting the division form; skipped points under 'max='), and stores
+ * it as f32. Slow (about 10^7 body evaluations a second); for tests and
+ * small shapes. bufs follow ABI order, all f32 (whatever the declared
+ * dtype), dense row-major. */
 void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
 
 #endif
