@@ -155,9 +155,10 @@ typedef struct {
     int nepi;
     kl_epilogue_t epi[KL_IR_MAX_EPILOGUE];
     char op_kind[KL_IR_MAX_NAME]; /* "matmul", "conv2d", ... or "custom" */
-    char *name; /* "conv2d_1_64_56_56_64_3_3_s1_p1", "custom_1a2b3c4d" (the
-                   key's first 8 hex digits) for parsed text; owned */
-    char *canonical;              /* owned */
+    /* "conv2d_1_64_56_56_64_3_3_s1_p1"; for parsed text "custom_" and the
+     * key's first 8 hex digits. Owned. */
+    char *name;
+    char *canonical; /* owned */
     uint8_t key[16];
     double flop; /* exact; padding reads are not FLOPs */
 } kl_workload_t;
