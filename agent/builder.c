@@ -371,8 +371,9 @@ static int s_compile(kla_builder_t *b, const char *src_path, const char *tmp,
     b->compiles++;
     pthread_mutex_unlock(&b->mu);
     if (timed_out) {
-        snprintf(out->log, sizeof out->log, "compiler killed after %d s",
-                 b->timeout_ms / 1000);
+        snprintf(out->log, sizeof out->log,
+                 "compiler still running after %.1f s: killed",
+                 b->timeout_ms / 1000.0);
         return KL_ERR_COMPILE;
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -181,6 +182,39 @@ static void test_builder_log_bounded(void **state)
                      KL_ERR_COMPILE);
     assert_int_equal(strlen(bd.log), KLA_BUILD_LOG_MAX);
     kl_buf_free(&b);
+}
+
+/* A "compiler" that hangs is killed after the builder's timeout, with its
+ * whole process group (the shell and its sleep). */
+static void test_builder_timeout(void **state)
+{
+    (void)state;
+    char cc[128], err[KL_ERRMSG_LEN];
+    snprintf(cc, sizeof cc, "%s/hang-cc.sh", F.dir);
+    const char *script = "#!/bin/sh\nsleep 30\n";
+    assert_int_equal(kl_write_file(cc, script, strlen(script), err), KL_OK);
+    assert_int_equal(chmod(cc, 0755), 0);
+    kla_builder_t *b = NULL;
+    kla_builder_config_t bc = {.workdir = F.dir, .cc = cc, .timeout_ms = 500};
+    assert_int_equal(kla_builder_new(&b, &bc, err), KL_OK);
+    kla_build_t bd;
+    const char *src = "int hang(void) { return 1; }\n";
+    double t0 = kl_now_s();
+    assert_int_equal(kla_builder_build(b, src, strlen(src), &bd),
+                     KL_ERR_COMPILE);
+    assert_true(kl_now_s() - t0 < 2.0);
+    assert_non_null(strstr(bd.log, "still running after 0.5 s: killed"));
+    kla_builder_destroy(&b);
+    /* A missing compiler is a clear error too. */
+    kla_builder_config_t nc = {.workdir = F.dir, .cc = "/nonexistent/cc"};
+    assert_int_equal(kla_builder_new(&b, &nc, err), KL_OK);
+    assert_int_equal(kla_builder_build(b, src, strlen(src), &bd),
+                     KL_ERR_COMPILE);
+    assert_non_null(strstr(bd.log, "cannot run"));
+    kla_builder_destroy(&b);
+    kla_builder_config_t bad = {.workdir = "/nonexistent/dir"};
+    assert_int_equal(kla_builder_new(&b, &bad, err), KL_ERR_IO);
+    assert_non_null(strstr(err, "/nonexistent/dir"));
 }
 
 typedef struct {
@@ -518,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_problem_from_request),
         cmocka_unit_test(test_builder_ok_error_cache),
         cmocka_unit_test(test_builder_log_bounded),
+        cmocka_unit_test(test_builder_timeout),
         cmocka_unit_test(test_gate_pauses_builds),
         cmocka_unit_test(test_run_ok_and_reference_cached),
         cmocka_unit_test(test_segfault),
