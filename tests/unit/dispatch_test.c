@@ -413,6 +413,65 @@ static void test_cancel_and_rehello(void **state)
     kl_dcore_destroy(&core);
 }
 
+/* The actor through its API, with no agent connected: binding, errors,
+ * queueing, cancel and stats over the inproc pipes. */
+static void test_actor_api(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_dispatch_t *d = NULL;
+    kl_dispatch_config_t cfg = {.endpoint = "tcp://127.0.0.1:*", .retries = -1};
+    /* Neither keys nor --insecure: refused, with a reason. */
+    assert_int_equal(kl_dispatch_new(&d, &cfg, err), KL_ERR_INVAL);
+    assert_null(d);
+    assert_true(strlen(err) > 10);
+    cfg.security.insecure = true;
+    cfg.heartbeat_ms = 100;
+    assert_int_equal(kl_dispatch_new(&d, &cfg, err), KL_OK);
+    assert_non_null(strstr(kl_dispatch_endpoint(d), "tcp://127.0.0.1:"));
+    assert_null(strstr(kl_dispatch_endpoint(d), "*"));
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 0, 0);
+    uint64_t id = 0;
+    assert_int_equal(kl_dispatch_submit(d, &sb.b, &id, err), KL_ERR_INVAL);
+    s_batch(&sb, "cpu", 5, 1000);
+    assert_int_equal(kl_dispatch_submit(d, &sb.b, &id, err), KL_OK);
+    assert_true(id > 0);
+    size_t n = 99;
+    assert_int_equal(kl_dispatch_agents(d, "cpu", &n, err), KL_OK);
+    assert_int_equal(n, 0);
+    kl_dispatch_result_t *r = NULL;
+    assert_int_equal(kl_dispatch_recv(d, &r, 50, err), KL_ERR_TIMEOUT);
+    kl_dispatch_stats_t st;
+    assert_int_equal(kl_dispatch_stats(d, &st, err), KL_OK);
+    assert_int_equal(st.queued, 5);
+    assert_int_equal(st.submitted, 5);
+    assert_int_equal(kl_dispatch_cancel(d, id, err), KL_OK);
+    assert_int_equal(kl_dispatch_cancel(d, id + 7, err), KL_ERR_NOTFOUND);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(kl_dispatch_recv(d, &r, 2000, err), KL_OK);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
+        assert_int_equal(r->candidate_id, 1000 + r->index);
+        kl_dispatch_result_free(&r);
+    }
+    assert_int_equal(kl_dispatch_stats(d, &st, err), KL_OK);
+    assert_int_equal(st.queued, 0);
+    assert_int_equal(st.requests, 0);
+    assert_int_equal(st.by_status[KILN__STATUS__STATUS_CANCELLED], 5);
+    /* Results not taken are freed by destroy (ASan checks). */
+    assert_int_equal(kl_dispatch_submit(d, &sb.b, &id, err), KL_OK);
+    assert_int_equal(kl_dispatch_cancel(d, id, err), KL_OK);
+    kl_dispatch_destroy(&d);
+    assert_null(d);
+    /* A second coordinator on a taken port fails with the bind error. */
+    kl_dispatch_t *d1 = NULL, *d2 = NULL;
+    assert_int_equal(kl_dispatch_new(&d1, &cfg, err), KL_OK);
+    cfg.endpoint = kl_dispatch_endpoint(d1);
+    assert_int_not_equal(kl_dispatch_new(&d2, &cfg, err), KL_OK);
+    assert_non_null(strstr(err, "bind"));
+    kl_dispatch_destroy(&d1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_lost_agent_retries),
         cmocka_unit_test(test_deadline_and_send_failure),
         cmocka_unit_test(test_cancel_and_rehello),
+        cmocka_unit_test(test_actor_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
