@@ -7,6 +7,7 @@
  * gigabytes before any check could run. Counting on the wire first keeps
  * the memory of a decode close to the size of the frame. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,6 @@
 #define S_MAX_UNKNOWN 64   /* unknown fields per message (newer minors) */
 #define S_MAX_FIELDS 32    /* fields of the largest message in kiln.proto */
 #define S_DEFAULT_MAX 1024 /* repeated fields not in s_limits */
-#define S_PATH_LEN 160
 
 static const struct {
     const ProtobufCMessageDescriptor *desc;
@@ -81,16 +81,41 @@ static size_t s_packed_count(ProtobufCType t, const uint8_t *p, size_t len)
     }
 }
 
-static void s_subpath(char *out, const char *path, const char *name, long idx)
+/* Where a field sits, for messages only: formatted on failure, never on
+ * the way down (a request holds thousands of fields). */
+typedef struct s_path {
+    const struct s_path *up;
+    const char *name;
+    long idx; /* element index, -1 for a plain field */
+} s_path_t;
+
+#define S_AT(up_, name_, idx_) (&(s_path_t){(up_), (name_), (long)(idx_)})
+
+static void s_fmt(const s_path_t *p, kl_buf_t *b)
 {
-    const char *dot = path[0] ? "." : "";
-    int n;
-    if (idx >= 0)
-        n = snprintf(out, S_PATH_LEN, "%s%s%s[%ld]", path, dot, name, idx);
-    else
-        n = snprintf(out, S_PATH_LEN, "%s%s%s", path, dot, name);
-    if (n >= S_PATH_LEN) /* a cut path still names the field's start */
-        out[S_PATH_LEN - 1] = '\0';
+    if (!p)
+        return;
+    s_fmt(p->up, b);
+    if (b->len)
+        kl_buf_puts(b, ".");
+    kl_buf_puts(b, p->name);
+    if (p->idx >= 0)
+        kl_buf_printf(b, "[%ld]", p->idx);
+}
+
+__attribute__((format(printf, 3, 4))) static int
+s_fail(char *err, const s_path_t *p, const char *fmt, ...)
+{
+    kl_buf_t b = {0};
+    s_fmt(p, &b);
+    char msg[KL_ERRMSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kl_seterr(err, KL_ERR_PROTO, "%s: %s", b.len ? b.data : "envelope", msg);
+    kl_buf_free(&b);
+    return KL_ERR_PROTO;
 }
 
 /* Reads one field header and its payload bounds; returns 0 or -1. */
@@ -131,11 +156,10 @@ static int s_field(const uint8_t **p, const uint8_t *end, uint32_t *id, int *wt,
 }
 
 static int s_scan(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
-                  size_t len, int depth, const char *path, char *err)
+                  size_t len, int depth, const s_path_t *path, char *err)
 {
-    const char *where = path[0] ? path : "envelope";
     if (depth > S_MAX_DEPTH)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: nested too deep", where);
+        return s_fail(err, path, "nested too deep");
     size_t counts[S_MAX_FIELDS] = {0}, unknown = 0;
     const uint8_t *p = buf, *end = buf + len;
     while (p < end) {
@@ -144,23 +168,20 @@ static int s_scan(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
         const uint8_t *pay;
         size_t plen;
         if (s_field(&p, end, &id, &wt, &pay, &plen) != 0)
-            return kl_seterr(err, KL_ERR_PROTO,
-                             "%s: malformed field at byte %zu", where,
-                             (size_t)(p - buf));
+            return s_fail(err, path, "malformed field at byte %zu",
+                          (size_t)(p - buf));
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field(d, id);
         if (!f) {
             if (++unknown > S_MAX_UNKNOWN)
-                return kl_seterr(err, KL_ERR_PROTO,
-                                 "%s: more than %d unknown fields", where,
-                                 S_MAX_UNKNOWN);
+                return s_fail(err, path, "more than %d unknown fields",
+                              S_MAX_UNKNOWN);
             continue;
         }
         size_t idx = (size_t)(f - d->fields);
         if (idx >= S_MAX_FIELDS)
             return kl_seterr(err, KL_ERR_INTERNAL, "%s: too many fields",
-                             where);
-        char sub[S_PATH_LEN];
+                             d->name);
         bool rep = f->label == PROTOBUF_C_LABEL_REPEATED;
         size_t n = 1;
         if (rep && wt == 2 && f->type != PROTOBUF_C_TYPE_STRING &&
@@ -168,20 +189,18 @@ static int s_scan(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
             f->type != PROTOBUF_C_TYPE_MESSAGE)
             n = s_packed_count(f->type, pay, plen);
         counts[idx] += n;
-        s_subpath(sub, path, f->name, -1);
+        s_path_t sub = {path, f->name, -1};
         if (rep && counts[idx] > s_limit(d, id))
-            return kl_seterr(err, KL_ERR_PROTO, "%s: more than %zu entries",
-                             sub, s_limit(d, id));
+            return s_fail(err, &sub, "more than %zu entries", s_limit(d, id));
         if (f->type != PROTOBUF_C_TYPE_MESSAGE)
             continue;
         if (!rep && counts[idx] > 1)
-            return kl_seterr(err, KL_ERR_PROTO, "%s: appears more than once",
-                             sub);
+            return s_fail(err, &sub, "appears more than once");
         if (wt != 2)
-            return kl_seterr(err, KL_ERR_PROTO, "%s: wrong wire type %d", sub,
-                             wt);
-        s_subpath(sub, path, f->name, rep ? (long)counts[idx] - 1 : -1);
-        int rc = s_scan(f->descriptor, pay, plen, depth + 1, sub, err);
+            return s_fail(err, &sub, "wrong wire type %d", wt);
+        if (rep)
+            sub.idx = (long)counts[idx] - 1;
+        int rc = s_scan(f->descriptor, pay, plen, depth + 1, &sub, err);
         if (rc != KL_OK)
             return rc;
     }
@@ -209,20 +228,21 @@ int kl_net__peek_version(const void *buf, size_t len, uint32_t *major,
 
 /* ---- bounds of the unpacked message ------------------------------------ */
 
-static int s_str(const char *s, size_t max, const char *path, char *err)
+static int s_str(const char *s, size_t max, const s_path_t *p, const char *name,
+                 char *err)
 {
     size_t n = s ? strlen(s) : 0;
     if (n > max)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: %zu bytes (limit %zu)", path,
-                         n, max);
+        return s_fail(err, S_AT(p, name, -1), "%zu bytes (limit %zu)", n, max);
     return KL_OK;
 }
 
-static int s_count(size_t n, size_t max, const char *path, char *err)
+static int s_count(size_t n, size_t max, const s_path_t *p, const char *name,
+                   char *err)
 {
     if (n > max)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: %zu entries (limit %zu)", path,
-                         n, max);
+        return s_fail(err, S_AT(p, name, -1), "%zu entries (limit %zu)", n,
+                      max);
     return KL_OK;
 }
 
@@ -233,142 +253,123 @@ static int s_count(size_t n, size_t max, const char *path, char *err)
             return rc_;                                                        \
     } while (0)
 
-static int s_check_device(const Kiln__DeviceInfo *dv, const char *path,
+static int s_check_device(const Kiln__DeviceInfo *dv, const s_path_t *p,
                           char *err)
 {
-    char p[S_PATH_LEN];
     if (!dv)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: missing", path);
-    s_subpath(p, path, "kind", -1);
-    S_TRY(s_str(dv->kind, KL_NET_MAX_STRING, p, err));
-    s_subpath(p, path, "name", -1);
-    S_TRY(s_str(dv->name, KL_NET_MAX_STRING, p, err));
-    s_subpath(p, path, "target", -1);
-    S_TRY(s_str(dv->target, KL_NET_MAX_STRING, p, err));
-    s_subpath(p, path, "driver_version", -1);
-    S_TRY(s_str(dv->driver_version, KL_NET_MAX_STRING, p, err));
-    s_subpath(p, path, "measure_cores", -1);
-    return s_count(dv->n_measure_cores, KL_NET_MAX_CORES, p, err);
+        return s_fail(err, p, "missing");
+    S_TRY(s_str(dv->kind, KL_NET_MAX_STRING, p, "kind", err));
+    S_TRY(s_str(dv->name, KL_NET_MAX_STRING, p, "name", err));
+    S_TRY(s_str(dv->target, KL_NET_MAX_STRING, p, "target", err));
+    S_TRY(
+        s_str(dv->driver_version, KL_NET_MAX_STRING, p, "driver_version", err));
+    return s_count(dv->n_measure_cores, KL_NET_MAX_CORES, p, "measure_cores",
+                   err);
 }
 
 static int s_check_hello(const Kiln__Hello *h, char *err)
 {
-    S_TRY(s_str(h->agent_name, KL_NET_MAX_STRING, "hello.agent_name", err));
-    S_TRY(s_str(h->hostname, KL_NET_MAX_STRING, "hello.hostname", err));
-    S_TRY(s_count(h->n_devices, KL_NET_MAX_DEVICES, "hello.devices", err));
-    for (size_t i = 0; i < h->n_devices; i++) {
-        char p[S_PATH_LEN];
-        s_subpath(p, "hello", "devices", (long)i);
-        S_TRY(s_check_device(h->devices[i], p, err));
-    }
+    const s_path_t *p = S_AT(NULL, "hello", -1);
+    S_TRY(s_str(h->agent_name, KL_NET_MAX_STRING, p, "agent_name", err));
+    S_TRY(s_str(h->hostname, KL_NET_MAX_STRING, p, "hostname", err));
+    S_TRY(s_count(h->n_devices, KL_NET_MAX_DEVICES, p, "devices", err));
+    for (size_t i = 0; i < h->n_devices; i++)
+        S_TRY(s_check_device(h->devices[i], S_AT(p, "devices", i), err));
     return KL_OK;
 }
 
-static int s_check_arg(const Kiln__KernelArg *a, const char *path, char *err)
+static int s_check_arg(const Kiln__KernelArg *a, const s_path_t *p, char *err)
 {
-    char p[S_PATH_LEN];
     if (!a)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: missing", path);
-    s_subpath(p, path, "name", -1);
-    S_TRY(s_str(a->name, KL_NET_MAX_STRING, p, err));
+        return s_fail(err, p, "missing");
+    S_TRY(s_str(a->name, KL_NET_MAX_STRING, p, "name", err));
     if ((int)a->dtype < 0 || a->dtype > KILN__DTYPE__DTYPE_I32)
-        return kl_seterr(err, KL_ERR_PROTO, "%s.dtype: unknown value %d", path,
-                         (int)a->dtype);
+        return s_fail(err, S_AT(p, "dtype", -1), "unknown value %d",
+                      (int)a->dtype);
     if ((int)a->role < 0 || a->role > KILN__ARG_ROLE__ROLE_OUTPUT)
-        return kl_seterr(err, KL_ERR_PROTO, "%s.role: unknown value %d", path,
-                         (int)a->role);
-    s_subpath(p, path, "shape", -1);
-    S_TRY(s_count(a->n_shape, KL_NET_MAX_DIMS, p, err));
+        return s_fail(err, S_AT(p, "role", -1), "unknown value %d",
+                      (int)a->role);
+    S_TRY(s_count(a->n_shape, KL_NET_MAX_DIMS, p, "shape", err));
     int64_t elems = 1;
     for (size_t i = 0; i < a->n_shape; i++) {
         if (a->shape[i] < 0)
-            return kl_seterr(err, KL_ERR_PROTO, "%s[%zu]: negative (%lld)", p,
-                             i, (long long)a->shape[i]);
+            return s_fail(err, S_AT(p, "shape", i), "negative (%lld)",
+                          (long long)a->shape[i]);
         if (__builtin_mul_overflow(elems, a->shape[i], &elems))
-            return kl_seterr(err, KL_ERR_PROTO, "%s: element count overflows",
-                             p);
+            return s_fail(err, S_AT(p, "shape", -1), "element count overflows");
     }
     return KL_OK;
 }
 
-static int s_check_evaluator(const Kiln__Evaluator *e, char *err)
+static int s_check_evaluator(const Kiln__Evaluator *e, const s_path_t *p,
+                             char *err)
 {
     if (!e)
         return KL_OK; /* the agent's defaults */
     if (e->repeat > KL_NET_MAX_SAMPLES)
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "request.evaluator.repeat: %u (limit %u)", e->repeat,
-                         (unsigned)KL_NET_MAX_SAMPLES);
+        return s_fail(err, S_AT(p, "repeat", -1), "%u (limit %u)", e->repeat,
+                      (unsigned)KL_NET_MAX_SAMPLES);
     if (!isfinite(e->rtol) || e->rtol < 0)
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "request.evaluator.rtol: not a finite value >= 0");
+        return s_fail(err, S_AT(p, "rtol", -1), "not a finite value >= 0");
     if (!isfinite(e->atol) || e->atol < 0)
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "request.evaluator.atol: not a finite value >= 0");
+        return s_fail(err, S_AT(p, "atol", -1), "not a finite value >= 0");
     return KL_OK;
 }
 
-static int s_check_candidate(const Kiln__Candidate *c, const char *path,
+static int s_check_candidate(const Kiln__Candidate *c, const s_path_t *p,
                              char *err)
 {
-    char p[S_PATH_LEN];
     if (!c)
-        return kl_seterr(err, KL_ERR_PROTO, "%s: missing", path);
-    s_subpath(p, path, "source", -1);
-    S_TRY(s_str(c->source, KL_NET_MAX_SOURCE, p, err));
-    s_subpath(p, path, "entry", -1);
-    S_TRY(s_str(c->entry, KL_NET_MAX_STRING, p, err));
+        return s_fail(err, p, "missing");
+    S_TRY(s_str(c->source, KL_NET_MAX_SOURCE, p, "source", err));
+    S_TRY(s_str(c->entry, KL_NET_MAX_STRING, p, "entry", err));
     if (c->n_grid != 0 && c->n_grid != 3)
-        return kl_seterr(err, KL_ERR_PROTO, "%s.grid: %zu values (want 0 or 3)",
-                         path, c->n_grid);
+        return s_fail(err, S_AT(p, "grid", -1), "%zu values (want 0 or 3)",
+                      c->n_grid);
     if (c->n_block != 0 && c->n_block != 3)
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "%s.block: %zu values (want 0 or 3)", path,
-                         c->n_block);
+        return s_fail(err, S_AT(p, "block", -1), "%zu values (want 0 or 3)",
+                      c->n_block);
     if (c->trace.len > KL_NET_MAX_SOURCE)
-        return kl_seterr(err, KL_ERR_PROTO, "%s.trace: %zu bytes (limit %u)",
-                         path, c->trace.len, (unsigned)KL_NET_MAX_SOURCE);
+        return s_fail(err, S_AT(p, "trace", -1), "%zu bytes (limit %u)",
+                      c->trace.len, (unsigned)KL_NET_MAX_SOURCE);
     return KL_OK;
 }
 
 static int s_check_request(const Kiln__MeasureRequest *r, char *err)
 {
+    const s_path_t *p = S_AT(NULL, "request", -1);
     if (r->workload_key.len != 0 && r->workload_key.len != 16)
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "request.workload_key: %zu bytes (want 16)",
-                         r->workload_key.len);
-    S_TRY(s_str(r->target, KL_NET_MAX_STRING, "request.target", err));
-    S_TRY(s_count(r->n_args, KL_NET_MAX_ARGS, "request.args", err));
-    char p[S_PATH_LEN];
-    for (size_t i = 0; i < r->n_args; i++) {
-        s_subpath(p, "request", "args", (long)i);
-        S_TRY(s_check_arg(r->args[i], p, err));
-    }
-    S_TRY(s_str(r->reference_source, KL_NET_MAX_SOURCE,
-                "request.reference_source", err));
-    S_TRY(s_str(r->reference_entry, KL_NET_MAX_STRING,
-                "request.reference_entry", err));
-    S_TRY(s_check_evaluator(r->evaluator, err));
-    S_TRY(s_count(r->n_candidates, KL_NET_MAX_CANDIDATES, "request.candidates",
-                  err));
-    for (size_t i = 0; i < r->n_candidates; i++) {
-        s_subpath(p, "request", "candidates", (long)i);
-        S_TRY(s_check_candidate(r->candidates[i], p, err));
-    }
+        return s_fail(err, S_AT(p, "workload_key", -1), "%zu bytes (want 16)",
+                      r->workload_key.len);
+    S_TRY(s_str(r->target, KL_NET_MAX_STRING, p, "target", err));
+    S_TRY(s_count(r->n_args, KL_NET_MAX_ARGS, p, "args", err));
+    for (size_t i = 0; i < r->n_args; i++)
+        S_TRY(s_check_arg(r->args[i], S_AT(p, "args", i), err));
+    S_TRY(s_str(r->reference_source, KL_NET_MAX_SOURCE, p, "reference_source",
+                err));
+    S_TRY(s_str(r->reference_entry, KL_NET_MAX_STRING, p, "reference_entry",
+                err));
+    S_TRY(s_check_evaluator(r->evaluator, S_AT(p, "evaluator", -1), err));
+    S_TRY(
+        s_count(r->n_candidates, KL_NET_MAX_CANDIDATES, p, "candidates", err));
+    for (size_t i = 0; i < r->n_candidates; i++)
+        S_TRY(
+            s_check_candidate(r->candidates[i], S_AT(p, "candidates", i), err));
     return KL_OK;
 }
 
 static int s_check_result(const Kiln__MeasureResult *r, char *err)
 {
+    const s_path_t *p = S_AT(NULL, "result", -1);
     if ((int)r->status < 0 || r->status > KILN__STATUS__STATUS_INVALID)
-        return kl_seterr(err, KL_ERR_PROTO, "result.status: unknown value %d",
-                         (int)r->status);
-    S_TRY(s_count(r->n_samples, KL_NET_MAX_SAMPLES, "result.samples", err));
+        return s_fail(err, S_AT(p, "status", -1), "unknown value %d",
+                      (int)r->status);
+    S_TRY(s_count(r->n_samples, KL_NET_MAX_SAMPLES, p, "samples", err));
     for (size_t i = 0; i < r->n_samples; i++)
         if (!isfinite(r->samples[i]) || r->samples[i] < 0)
-            return kl_seterr(err, KL_ERR_PROTO,
-                             "result.samples[%zu]: not a finite value >= 0", i);
-    return s_str(r->error, KL_NET_MAX_ERROR, "result.error", err);
+            return s_fail(err, S_AT(p, "samples", i),
+                          "not a finite value >= 0");
+    return s_str(r->error, KL_NET_MAX_ERROR, p, "error", err);
 }
 
 int kl_net__check(const Kiln__Envelope *env, char *err)
@@ -376,31 +377,29 @@ int kl_net__check(const Kiln__Envelope *env, char *err)
     switch (env->body_case) {
     case KILN__ENVELOPE__BODY_HELLO:
         return env->hello ? s_check_hello(env->hello, err)
-                          : kl_seterr(err, KL_ERR_PROTO, "hello: missing");
+                          : s_fail(err, S_AT(NULL, "hello", -1), "missing");
     case KILN__ENVELOPE__BODY_WELCOME:
         if (!env->welcome)
-            return kl_seterr(err, KL_ERR_PROTO, "welcome: missing");
+            return s_fail(err, S_AT(NULL, "welcome", -1), "missing");
         return s_str(env->welcome->coordinator_id, KL_NET_MAX_STRING,
-                     "welcome.coordinator_id", err);
+                     S_AT(NULL, "welcome", -1), "coordinator_id", err);
     case KILN__ENVELOPE__BODY_HEARTBEAT:
     case KILN__ENVELOPE__BODY_CANCEL:
         /* Only integers inside; a NULL pointer is still a missing body. */
-        return env->heartbeat ? KL_OK
-                              : kl_seterr(err, KL_ERR_PROTO, "body: missing");
+        return env->heartbeat ? KL_OK : s_fail(err, NULL, "body missing");
     case KILN__ENVELOPE__BODY_REQUEST:
         return env->request ? s_check_request(env->request, err)
-                            : kl_seterr(err, KL_ERR_PROTO, "request: missing");
+                            : s_fail(err, S_AT(NULL, "request", -1), "missing");
     case KILN__ENVELOPE__BODY_RESULT:
         return env->result ? s_check_result(env->result, err)
-                           : kl_seterr(err, KL_ERR_PROTO, "result: missing");
+                           : s_fail(err, S_AT(NULL, "result", -1), "missing");
     case KILN__ENVELOPE__BODY_GOODBYE:
         if (!env->goodbye)
-            return kl_seterr(err, KL_ERR_PROTO, "goodbye: missing");
-        return s_str(env->goodbye->reason, KL_NET_MAX_ERROR, "goodbye.reason",
-                     err);
+            return s_fail(err, S_AT(NULL, "goodbye", -1), "missing");
+        return s_str(env->goodbye->reason, KL_NET_MAX_ERROR,
+                     S_AT(NULL, "goodbye", -1), "reason", err);
     default:
-        return kl_seterr(err, KL_ERR_PROTO,
-                         "envelope: no body (oneof body not set)");
+        return s_fail(err, NULL, "no body (oneof body not set)");
     }
 }
 
@@ -415,7 +414,7 @@ int kl_net_decode(const void *buf, size_t len, Kiln__Envelope **out, char *err)
         return kl_seterr(err, KL_ERR_INVAL, "decode: NULL buffer");
     if (len == 0)
         buf = ""; /* no arithmetic on NULL below */
-    S_TRY(s_scan(&kiln__envelope__descriptor, buf, len, 0, "", err));
+    S_TRY(s_scan(&kiln__envelope__descriptor, buf, len, 0, NULL, err));
     Kiln__Envelope *env = kiln__envelope__unpack(NULL, len, buf);
     if (!env)
         return kl_seterr(err, KL_ERR_PROTO,
