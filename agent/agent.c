@@ -428,6 +428,37 @@ static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
     return rc;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define S_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define S_ASAN 1
+#endif
+#endif
+
+/* Kernel processes inherit the agent's address space, so a limit close to
+ * it leaves them no room; say so once at start. */
+static void s_check_mem(uint64_t max_mb)
+{
+#ifndef S_ASAN
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!max_mb || !f || fscanf(f, "%lu", &pages) != 1) {
+        if (f)
+            fclose(f);
+        return;
+    }
+    fclose(f);
+    uint64_t own = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) >> 20;
+    if (own + 256 > max_mb)
+        kl_warn("agent: --max-mem-mb %llu leaves kernels little room: they "
+                "inherit the agent's %llu MiB of address space",
+                (unsigned long long)max_mb, (unsigned long long)own);
+#else
+    (void)max_mb;
+#endif
+}
+
 int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
 {
     *out = NULL;
@@ -446,6 +477,8 @@ int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
         return rc;
     }
     a->actor_started = true;
+    if (!cfg->simulate)
+        s_check_mem(cfg->max_mem_mb);
     char targets[256];
     kla_cores_format(&a->measure, targets, sizeof targets);
     kl_info("agent %s: %s (%s), %u cores, measuring on %s, %d build slots%s",
