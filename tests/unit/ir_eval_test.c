@@ -319,6 +319,27 @@ static void test_eval_pool(void **state)
     }
 }
 
+/* The interpreter is meant for small shapes, but must not be so slow that
+ * a kernel test on a 100^3 matmul drags. */
+static void test_eval_speed(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w;
+    assert_int_equal(kl_workload_from_op("matmul M=128 N=128 K=128", &w, err),
+                     KL_OK);
+    float **bufs = kl_check_alloc(w, 3, err);
+    double t0 = kl_now_s();
+    kl_workload_eval(w, bufs);
+    double dt = kl_now_s() - t0;
+    print_message("eval matmul 128^3: %.3f s, %.1f M body evaluations/s\n", dt,
+                  128.0 * 128 * 128 / dt / 1e6);
+    assert_true(dt < 10);
+    assert_false(isnan(bufs[2][0]));
+    kl_check_free(w, &bufs);
+    kl_workload_free(&w);
+}
+
 /* ---- check harness ------------------------------------------------------ */
 
 static char s_dir[64];
@@ -424,6 +445,55 @@ static void test_check_harness(void **state)
     kl_workload_free(&w);
 }
 
+/* 50 candidates, one compiler run: each source carries its own static
+ * helper, so the concatenation compiles. */
+static void test_check_many(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w;
+    assert_int_equal(kl_workload_from_op("matmul M=33 N=17 K=9", &w, err), 0);
+    enum { NC = 50 };
+    char *srcs[NC], *entries[NC];
+    for (int i = 0; i < NC; i++) {
+        entries[i] = kl_xasprintf("cand_%d", i);
+        /* Candidate 13 starts j one column late: wrong. */
+        srcs[i] = kl_xasprintf(
+            "static float dot_%d(const float *a, const float *b)\n"
+            "{\n    float acc = 0;\n"
+            "    for (int k = 0; k < 9; k++)\n"
+            "        acc += a[k] * b[k * 17];\n    return acc;\n}\n"
+            "void cand_%d(void *const *args)\n{\n"
+            "    const float *A = args[0], *B = args[1];\n"
+            "    float *C = args[2];\n"
+            "    for (int i = 0; i < 33; i++)\n"
+            "        for (int j = %d; j < 17; j++)\n"
+            "            C[i * 17 + j] = dot_%d(A + i * 9, B + j);\n"
+            "    for (int i = 0; i < 33 && %d; i++)\n"
+            "        C[i * 17] = 0;\n}\n",
+            i, i, i == 13 ? 1 : 0, i, i == 13);
+    }
+    char *so = NULL;
+    double t0 = kl_now_s();
+    if (kl_check_build_many((const char *const *)srcs, NC, s_dir, &so, err))
+        fail_msg("%s", err);
+    double t1 = kl_now_s();
+    int rcs[NC];
+    int rc = kl_check_run_many(so, (const char *const *)entries, NC, w, 5, 1e-4,
+                               1e-5, NULL, rcs, err);
+    print_message("%d candidates: one compile %.2f s, checking all %.3f s\n",
+                  NC, t1 - t0, kl_now_s() - t1);
+    assert_int_equal(rc, KL_ERR_RUNTIME);
+    assert_non_null(strstr(err, "cand_13: wrong result at C[0,0]"));
+    for (int i = 0; i < NC; i++) {
+        assert_int_equal(rcs[i], i == 13 ? KL_ERR_RUNTIME : KL_OK);
+        free(srcs[i]);
+        free(entries[i]);
+    }
+    free(so);
+    kl_workload_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,8 +501,10 @@ int main(void)
         cmocka_unit_test(test_eval_conv2d),
         cmocka_unit_test(test_eval_depthwise_transpose),
         cmocka_unit_test(test_eval_pool),
+        cmocka_unit_test(test_eval_speed),
         cmocka_unit_test_setup_teardown(test_check_harness, s_setup,
                                         s_teardown),
+        cmocka_unit_test_setup_teardown(test_check_many, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
