@@ -348,7 +348,7 @@ static int64_t s_acc_combo(cg_t *g, int64_t *state, bool first)
 static void s_red_cond(cg_t *g, bool last, kl_buf_t *out)
 {
     for (int p = 0; p <= g->wc_pos; p++) {
-        if (!g->L[p]->reduce)
+        if (!g->L[p]->reduce || g->L[p]->extent == 1)
             continue;
         if (out->len)
             kl_buf_puts(out, " && ");
@@ -656,7 +656,8 @@ static void s_emit_loop(cg_t *g, int pos)
         cg_line(g, "}");
         return;
     }
-    if (l->kind == KL_LOOP_UNROLL && acc_here && !l->reduce) {
+    if ((l->kind == KL_LOOP_UNROLL && acc_here && !l->reduce) ||
+        (l->extent == 1 && l->kind != KL_LOOP_PARALLEL)) {
         for (int64_t c = 0; c < l->extent; c++) {
             s_set_loop_const(g, pos, c);
             s_emit_body(g, pos);

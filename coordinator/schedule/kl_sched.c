@@ -642,16 +642,6 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err)
         if (s->loops[pos].kind == KL_LOOP_VECTORIZE)
             return kl_seterr(err, KL_ERR_INVAL,
                              "reverse_compute_at: loop %d is vectorized", loop);
-        /* A reduction loop at the attach point itself would write partial
-         * sums back once per step: the attach loop must not be a
-         * reduction unless every reduction loop is at or above it. */
-        for (int p = pos + 1; s->loops[pos].reduce && p < s->nloops; p++)
-            if (s->loops[p].reduce)
-                return kl_seterr(err, KL_ERR_INVAL,
-                                 "reverse_compute_at: loop %d does not "
-                                 "cover the stage (reduction loop %d "
-                                 "below a reduction attach point)",
-                                 loop, s->loops[p].id);
     }
     st->attach = loop;
     return KL_OK;

@@ -237,16 +237,17 @@ int kl_sched_cache_write(kl_sched_t *s, kl_scope scope, int *out_stage,
 int kl_sched_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 
 /* Attaches a write stage inside loop: accumulators cover the spatial
- * loops below it, are initialised at the start of an iteration and written
- * back (with the epilogue) at its end. The loop must cover the stage: it
- * must be spatial-or-reduction with every reduction loop either below it
- * or above it, and every spatial loop below it must be unrolled or
- * vectorized in the end (postprocessors check that). Error: a read stage,
- * a loop not in the nest, or a loop below a vectorized loop. */
+ * loops below it; they start at the reduction's identity (or, when a
+ * reduction loop at or above the attach point is past its first
+ * iteration, at the output's current value) at the start of an iteration
+ * and are written back at its end (with the epilogue once every such
+ * reduction loop is at its last iteration). Every spatial loop below must
+ * be unrolled or vectorized by codegen time (postprocessors check that).
+ * Errors: a read stage, a loop not in the nest, a vectorized loop. */
 int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 
 /* Sets (or replaces) an annotation on a loop. Keys: "unroll_max_step"
- * (codegen adds `#pragma GCC unroll value` to loops inside), "pragma_..."
+ * (codegen puts `#pragma GCC unroll value` on that loop), "pragma_..."
  * (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);

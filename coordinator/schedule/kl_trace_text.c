@@ -41,6 +41,18 @@ static char s_in_letter(kl_op op, int k)
 static void s_print_body(kl_buf_t *b, const kl_inst_t *v, int n,
                          const char *sep);
 
+/* The shortest text that reads back as exactly x. */
+static void s_print_double(kl_buf_t *b, const char *pre, double x)
+{
+    char t[40];
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(t, sizeof t, "%.*g", prec, x);
+        if (strtod(t, NULL) == x)
+            break;
+    }
+    kl_buf_printf(b, "%s%s", pre, t);
+}
+
 static void s_print_inst(kl_buf_t *b, const kl_inst_t *in)
 {
     if (in->op == KL_OP_IF) {
@@ -101,7 +113,7 @@ static void s_print_inst(kl_buf_t *b, const kl_inst_t *in)
             kl_buf_printf(b, "%s%lld", k ? ", " : "", (long long)in->ints[k]);
         kl_buf_puts(b, "], probs=[");
         for (int k = 0; k < in->nfloats; k++)
-            kl_buf_printf(b, "%s%.17g", k ? ", " : "", in->floats[k]);
+            s_print_double(b, k ? ", " : "", in->floats[k]);
         kl_buf_puts(b, "]");
         break;
     default:

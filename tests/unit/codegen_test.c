@@ -1,0 +1,288 @@
+/* Unit tests of the C code generator: reference kernels and random CPU
+ * schedules of every named operator are compiled with the real compiler,
+ * run, and compared with the interpreter (kl_check.h).
+ *
+ * `codegen_test` runs the default sweep (a few samples per shape);
+ * `codegen_test --sweep OP [N]` runs N (default 50) random traces for every
+ * shape of one operator (the 'slow' suite registers one per operator). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_check.h"
+#include "kl_codegen.h"
+#include "kl_err.h"
+#include "kl_ir.h"
+#include "kl_space.h"
+#include "kl_trace.h"
+#include "kl_util.h"
+
+static char s_dir[256];
+
+/* Shapes per operator; odd sizes included. */
+static const char *const s_shapes[] = {
+    "matmul M=64 N=64 K=64",
+    "matmul M=7 N=7 K=7",
+    "matmul M=1000 N=24 K=20 bias=1 relu=1",
+    "matmul M=50 N=48 K=33",
+    "batch_matmul B=2 M=12 N=32 K=24",
+    "dense N=8 I=64 O=100 bias=1 relu=1",
+    "conv2d N=1 C=8 H=14 W=14 K=16 R=3 S=3 stride=1 pad=1",
+    "conv2d N=1 C=3 H=15 W=15 K=8 R=7 S=7 stride=2 pad=3 bias=1 relu=1",
+    "conv2d N=1 C=8 H=7 W=7 K=16 R=3 S=3 pad=1 layout=NHWC residual=1",
+    "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1",
+    "conv2d_transpose N=1 C=8 H=7 W=7 K=4 R=3 S=3 stride=2 pad=1",
+    "max_pool2d N=1 C=8 H=14 W=14 R=3 S=3 stride=2 pad=1",
+    "avg_pool2d N=1 C=4 H=12 W=12 R=2 S=2",
+    "add shape=4x7x9",
+    "relu shape=1000",
+    NULL,
+};
+
+static int s_setup(void **state)
+{
+    (void)state;
+    snprintf(s_dir, sizeof s_dir, "/tmp/kiln-codegen-test-XXXXXX");
+    return mkdtemp(s_dir) ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static kl_workload_t *s_wl(const char *spec)
+{
+    kl_workload_t *w = NULL;
+    char err[KL_ERRMSG_LEN];
+    if (kl_workload_from_string(spec, &w, err))
+        fail_msg("%s: %s", spec, err);
+    return w;
+}
+
+/* Builds and checks n kernels of w in one compile. */
+static void s_check_many(const kl_workload_t *w, char **srcs, char **entries,
+                         int n, const char *what)
+{
+    char err[KL_ERRMSG_LEN], *so = NULL;
+    int rc = kl_check_build_many((const char *const *)srcs, n, s_dir, &so,
+                                 err);
+    if (rc)
+        fail_msg("%s: %s: build: %s", w->name, what, err);
+    int *rcs = kl_xcalloc((size_t)n, sizeof(int));
+    rc = kl_check_run_many(so, (const char *const *)entries, n, w, 7, 1e-4,
+                           1e-4, NULL, rcs, err);
+    if (rc)
+        fail_msg("%s: %s: %s", w->name, what, err);
+    unlink(so);
+    free(so);
+    free(rcs);
+}
+
+static void test_reference_all_ops(void **state)
+{
+    (void)state;
+    for (int i = 0; s_shapes[i]; i++) {
+        kl_workload_t *w = s_wl(s_shapes[i]);
+        kl_kernel_t k;
+        char err[KL_ERRMSG_LEN];
+        assert_int_equal(kl_codegen_reference(w, NULL, &k, err), KL_OK);
+        assert_string_equal(k.entry, "kl_ref");
+        /* The reference is plain serial C: no vectors, no OpenMP. */
+        const char *body = strstr(k.source, "void kl_ref(");
+        assert_non_null(body);
+        assert_null(strstr(body, "#pragma omp"));
+        assert_null(strstr(body, "kl_ld"));
+        char *srcs[1] = {k.source}, *ents[1] = {k.entry};
+        s_check_many(w, srcs, ents, 1, "reference");
+        kl_kernel_free(&k);
+        kl_workload_free(&w);
+    }
+}
+
+/* Samples n CPU schedules of spec, generates C and checks them all; also
+ * checks that replaying each trace gives byte-identical source. */
+static void s_sweep(const char *spec, int n, uint64_t seed)
+{
+    kl_workload_t *w = s_wl(spec);
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    if (kl_space_for_target("cpu", w, &sp, err))
+        fail_msg("%s: %s", spec, err);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    char **srcs = kl_xcalloc((size_t)n, sizeof(char *));
+    char **ents = kl_xcalloc((size_t)n, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("%s: sample %d: %s", spec, i, err);
+        char entry[32];
+        snprintf(entry, sizeof entry, "kl_c%d", i);
+        kl_kernel_t k;
+        if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err)) {
+            char *txt = kl_trace_to_text(tr);
+            fail_msg("%s: codegen %d: %s\n%s", spec, i, err, txt);
+        }
+        /* Replay gives the same bytes. */
+        kl_sched_t *s2 = NULL;
+        kl_kernel_t k2;
+        assert_int_equal(kl_space_replay(sp, tr, &s2, err), KL_OK);
+        assert_int_equal(kl_codegen_c(s2, kl_space_target(sp), entry, &k2, err),
+                         KL_OK);
+        assert_string_equal(k.source, k2.source);
+        kl_kernel_free(&k2);
+        kl_sched_destroy(&s2);
+        srcs[i] = k.source;
+        ents[i] = k.entry;
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    s_check_many(w, srcs, ents, n, "random schedules");
+    for (int i = 0; i < n; i++) {
+        free(srcs[i]);
+        free(ents[i]);
+    }
+    free(srcs);
+    free(ents);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+static void test_random_small_sweep(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    int n = 2;
+#else
+    int n = 4;
+#endif
+    for (int i = 0; s_shapes[i]; i++)
+        s_sweep(s_shapes[i], n, 100 + (uint64_t)i);
+}
+
+/* A hand-written trace with the structure of BENCHMARKING.md's fast
+ * kernel: 12 x 32 register tile (imperfect rows), packed A and B panels. */
+static const char s_blas_trace[] =
+    "l0, l1, l2 = get_loops()\n"
+    "l3, l4 = split(l0, ?, 12)\n"
+    "l5, l6 = split(l1, ?, 32)\n"
+    "l7, l8 = split(l2, ?, 32)\n"
+    "reorder(l3, l5, l7, l4, l8, l6)\n"
+    "b9 = cache_write(scope=\"local\")\n"
+    "reverse_compute_at(b9, l7)\n"
+    "parallel(l3)\n"
+    "unroll(l4)\n"
+    "vectorize(l6)\n"
+    "b10 = cache_read(tensor=\"A\", scope=\"packed\")\n"
+    "compute_at(b10, l7)\n"
+    "b11 = cache_read(tensor=\"B\", scope=\"packed\")\n"
+    "compute_at(b11, l7)\n";
+
+static void test_register_tile_structure(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_wl("matmul M=100 N=64 K=96 bias=1 relu=1");
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_trace_from_text(s_blas_trace, &tr, err), KL_OK);
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    bool rej = true;
+    if (kl_trace_apply(tr, s, NULL, NULL, &rej, err))
+        fail_msg("%s", err);
+    assert_false(rej);
+    kl_target_t t;
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx512", &t, err), KL_OK);
+    assert_int_equal(kl_postproc_cpu(&t, s, err), KL_OK);
+    kl_kernel_t k;
+    if (kl_codegen_c(s, &t, "kl_blas", &k, err))
+        fail_msg("%s", err);
+    /* 24 named vector accumulators, per-thread packed panels, OpenMP. */
+    assert_non_null(strstr(k.source, "kl_v16 acc23 = "));
+    assert_null(strstr(k.source, "acc24"));
+    assert_non_null(strstr(k.source, "#pragma omp parallel\n"));
+    assert_non_null(strstr(k.source, "float *pk_A = kl_alloc(384);"));
+    assert_non_null(strstr(k.source, "float *pk_B = kl_alloc(1024);"));
+    char *srcs[1] = {k.source}, *ents[1] = {k.entry};
+    s_check_many(w, srcs, ents, 1, "12x32 packed");
+    kl_kernel_free(&k);
+    kl_sched_destroy(&s);
+    kl_trace_free(&tr);
+    kl_workload_free(&w);
+}
+
+static void test_codegen_errors(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_wl("matmul M=16 N=16 K=16");
+    kl_sched_t *s = NULL;
+    char err[KL_ERRMSG_LEN];
+    kl_kernel_t k;
+    kl_target_t cpu, gpu;
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx2", &cpu, err), KL_OK);
+    assert_int_equal(kl_target_parse("cuda/sm_90", &gpu, err), KL_OK);
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    assert_int_equal(kl_codegen_c(s, &gpu, NULL, &k, err), KL_ERR_INVAL);
+    int id = kl_sched_loop(s, 0)->id;
+    assert_int_equal(kl_sched_bind(s, id, KL_LOOP_BLOCK_X, err), KL_OK);
+    assert_int_equal(kl_codegen_c(s, &cpu, NULL, &k, err), KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "blockIdx.x"));
+    kl_sched_destroy(&s);
+    /* A write cache over a serial spatial loop cannot keep accumulators. */
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int b;
+    assert_int_equal(kl_sched_cache_write(s, KL_SCOPE_LOCAL, &b, err), KL_OK);
+    assert_int_equal(
+        kl_sched_reverse_compute_at(s, b, kl_sched_loop(s, 0)->id, err),
+        KL_OK);
+    assert_int_equal(kl_codegen_c(s, &cpu, NULL, &k, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "not unrolled"));
+    assert_int_equal(kl_postproc_cpu(&cpu, s, err), KL_ERR_INVAL);
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+}
+
+static int s_sweep_main(const char *op, int n)
+{
+    if (s_setup(NULL))
+        return 1;
+    int count = 0;
+    for (int i = 0; s_shapes[i]; i++) {
+        size_t l = strlen(op);
+        if (strncmp(s_shapes[i], op, l) || s_shapes[i][l] != ' ')
+            continue;
+        s_sweep(s_shapes[i], n, 1000 + (uint64_t)i);
+        printf("ok %d random schedules: %s\n", n, s_shapes[i]);
+        count++;
+    }
+    s_teardown(NULL);
+    if (!count) {
+        fprintf(stderr, "no shapes for operator '%s'\n", op);
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "--sweep"))
+        return s_sweep_main(argv[2], argc >= 4 ? atoi(argv[3]) : 50);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codegen_errors),
+        cmocka_unit_test(test_reference_all_ops),
+        cmocka_unit_test(test_register_tile_structure),
+        cmocka_unit_test(test_random_small_sweep),
+    };
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
+}
