@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fleet.h"
 #include "kiln_cmds.h"
@@ -442,7 +443,9 @@ static int s_wait_agent(s_job_t *j, double since, char *err)
         int rc = kl_dispatch_agents(j->disp, j->target, &n, err);
         if (rc != KL_OK || n > 0)
             return rc;
-        if (kl_now_s() - since > wait || s_stop)
+        if (s_stop)
+            return kl_seterr(err, KL_ERR_CLOSED, "interrupted");
+        if (kl_now_s() - since > wait)
             return kl_seterr(err, KL_ERR_TIMEOUT,
                              "no agent for target '%s' connected to %s "
                              "within %.0f s",
@@ -451,9 +454,10 @@ static int s_wait_agent(s_job_t *j, double since, char *err)
             return kl_seterr(err, KL_ERR_CLOSED,
                              "every local kiln-agent exited (see its log "
                              "above)");
-        kl_dispatch_result_t *r = NULL;
-        if (kl_dispatch_recv(j->disp, &r, 100, NULL) == KL_OK)
-            kl_dispatch_result_free(&r); /* none expected yet */
+        /* Sleep, not recv: results that come meanwhile stay queued for
+         * s_collect. */
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
 }
 
