@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,25 +203,32 @@ int kl_store_export_jsonl(kl_store_t *self, FILE *out, char *err)
 /* ---- JSON -> message ------------------------------------------------------
  */
 
+/* Hex digit values; 0xff for anything else. Traces make most of an
+ * import's bytes, so this is a table rather than branches. */
+static uint8_t s_hexval[256];
+
+static void s_hex_init(void)
+{
+    memset(s_hexval, 0xff, sizeof s_hexval);
+    for (int i = 0; i < 10; i++)
+        s_hexval['0' + i] = (uint8_t)i;
+    for (int i = 0; i < 6; i++)
+        s_hexval['a' + i] = s_hexval['A' + i] = (uint8_t)(10 + i);
+}
+
 static int s_unhex(const char *s, size_t len, ProtobufCBinaryData *out)
 {
     if (len % 2)
         return -1;
     uint8_t *p = kl_xmalloc(len / 2 + 1);
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        int v = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (v < 0) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len / 2; i++) {
+        uint8_t hi = s_hexval[u[2 * i]], lo = s_hexval[u[2 * i + 1]];
+        if ((hi | lo) & 0xf0) {
             free(p);
             return -1;
         }
-        if (i % 2 == 0)
-            p[i / 2] = (uint8_t)(v << 4);
-        else
-            p[i / 2] |= (uint8_t)v;
+        p[i] = (uint8_t)(hi << 4 | lo);
     }
     out->data = p;
     out->len = len / 2;
@@ -405,6 +413,7 @@ static int s_from_json(json_object *o, ProtobufCMessage *msg, bool skip_type,
 
 typedef struct {
     kl_store_t *store;
+    json_tokener *tok;
     kl_store_item_t items[S_IMPORT_BATCH];
     size_t n;
     size_t imported;
@@ -446,12 +455,12 @@ static int s_flush(s_import_t *im, char *err)
 static int s_parse_line(s_import_t *im, const char *text, size_t len,
                         size_t line, char *err)
 {
-    json_tokener *tok = json_tokener_new();
+    json_tokener *tok = im->tok;
+    json_tokener_reset(tok);
     json_object *o = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     if (o && json_tokener_get_parse_end(tok) < len)
         jerr = json_tokener_error_parse_unexpected;
-    json_tokener_free(tok);
     if (!o || jerr != json_tokener_success) {
         json_object_put(o);
         return kl_seterr(err, KL_ERR_INVAL, "line %zu: bad JSON: %s", line,
@@ -504,8 +513,11 @@ static bool s_blank(const char *s, size_t n)
 int kl_store_import_jsonl(kl_store_t *self, FILE *in, size_t *imported,
                           char *err)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, s_hex_init);
     s_import_t *im = kl_xcalloc(1, sizeof *im);
     im->store = self;
+    im->tok = json_tokener_new();
     char *buf = NULL;
     size_t cap = 0, line = 0;
     ssize_t got;
@@ -540,6 +552,7 @@ int kl_store_import_jsonl(kl_store_t *self, FILE *in, size_t *imported,
     free(buf);
     if (imported)
         *imported = im->imported;
+    json_tokener_free(im->tok);
     free(im);
     return rc;
 }
