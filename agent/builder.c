@@ -302,10 +302,9 @@ static int s_drain(kla_builder_t *b, int fd, char *log, size_t *len,
     }
 }
 
-/* Runs the compiler; fills out->log on failure. Returns KL_OK,
- * KL_ERR_COMPILE, KL_ERR_IO or KL_ERR_CLOSED. */
-static int s_compile(kla_builder_t *b, const char *src_path, const char *tmp,
-                     kla_build_t *out)
+/* The compiler's argument vector (strings borrowed from b and the
+ * caller); free() the array. */
+static char **s_argv(kla_builder_t *b, const char *src_path, const char *tmp)
 {
     int argc = 0;
     char **argv = kl_xcalloc((size_t)b->nflags + 8, sizeof(char *));
@@ -317,34 +316,68 @@ static int s_compile(kla_builder_t *b, const char *src_path, const char *tmp,
     argv[argc++] = "-o";
     argv[argc++] = (char *)tmp;
     argv[argc++] = (char *)src_path;
+    return argv;
+}
+
+/* Forks the compiler in its own process group, stderr into errfd. Between
+ * fork and exec only system calls: other threads may hold locks. */
+static pid_t s_spawn(kla_builder_t *b, char **argv, int errfd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* the agent blocks SIGTERM */
+    signal(SIGPIPE, SIG_DFL);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(errfd, 2);
+    if (b->pin)
+        kla_cores_pin(&b->cores);
+    execvp(argv[0], argv);
+    static const char msg[] = "cannot run the compiler\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(127);
+}
+
+/* Says why a compiler that wrote nothing (or could not start) failed. */
+static void s_status_msg(kla_builder_t *b, int status, size_t len,
+                         kla_build_t *out)
+{
+    if (len > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 127))
+        return; /* its own stderr says it */
+    if (WIFSIGNALED(status))
+        snprintf(out->log, sizeof out->log, "compiler %s killed by signal %d",
+                 b->cc, WTERMSIG(status));
+    else
+        snprintf(out->log, sizeof out->log,
+                 "compiler %s exited with status %d%s", b->cc,
+                 WEXITSTATUS(status),
+                 WEXITSTATUS(status) == 127 ? " (cannot run it)" : "");
+}
+
+/* Runs the compiler; fills out->log on failure. Returns KL_OK,
+ * KL_ERR_COMPILE, KL_ERR_TIMEOUT, KL_ERR_IO or KL_ERR_CLOSED. */
+static int s_compile(kla_builder_t *b, const char *src_path, const char *tmp,
+                     kla_build_t *out)
+{
     double waited;
     if (s_gate_enter(b->gate, &waited) != 0) {
-        free(argv);
         snprintf(out->log, sizeof out->log, "build aborted: agent stopping");
         return KL_ERR_CLOSED;
     }
     out->paused_s += waited;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
-        free(argv);
         snprintf(out->log, sizeof out->log, "pipe: %s", strerror(errno));
         return KL_ERR_IO;
     }
+    char **argv = s_argv(b, src_path, tmp);
     double start = kl_now_s(), closed0 = s_gate_closed(b->gate);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(fds[1], 2);
-        if (b->pin)
-            kla_cores_pin(&b->cores);
-        execvp(argv[0], argv);
-        static const char msg[] = "cannot run the compiler\n";
-        (void)!write(2, msg, sizeof msg - 1);
-        _exit(127);
-    }
+    pid_t pid = s_spawn(b, argv, fds[1]);
     close(fds[1]);
     free(argv);
     if (pid < 0) {
@@ -374,21 +407,11 @@ static int s_compile(kla_builder_t *b, const char *src_path, const char *tmp,
         snprintf(out->log, sizeof out->log,
                  "compiler still running after %.1f s: killed",
                  b->timeout_ms / 1000.0);
-        return KL_ERR_COMPILE;
+        return KL_ERR_TIMEOUT; /* maybe load, not the source: not cached */
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return KL_OK;
-    if (len == 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) {
-        if (WIFSIGNALED(status))
-            snprintf(out->log, sizeof out->log,
-                     "compiler %s killed by signal %d", b->cc,
-                     WTERMSIG(status));
-        else
-            snprintf(out->log, sizeof out->log,
-                     "compiler %s exited with status %d%s", b->cc,
-                     WEXITSTATUS(status),
-                     WEXITSTATUS(status) == 127 ? " (cannot run it)" : "");
-    }
+    s_status_msg(b, status, len, out);
     return KL_ERR_COMPILE;
 }
 
@@ -480,5 +503,5 @@ int kla_builder_build(kla_builder_t *b, const char *source, size_t len,
     }
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    return rc;
+    return rc == KL_ERR_TIMEOUT ? KL_ERR_COMPILE : rc;
 }

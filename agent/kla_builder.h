@@ -5,7 +5,8 @@
  * A build of (source, cc, cflags) lands in WORKDIR/HEX.so where HEX is the
  * kl_hash128 of the three; a second build of the same triple is a cache
  * hit (the compiler does not run), also across agent restarts when the
- * workdir is kept. Failed builds are remembered too, with their message.
+ * workdir is kept. Failed builds are remembered too, with their message
+ * (not those that timed out or failed for want of a pipe or a fork).
  * The compiler runs as a child process (fork + execvp, never a shell) in
  * its own process group, with stdout on /dev/null and stderr captured (the
  * first KLA_BUILD_LOG_MAX bytes). A compiler still running after the

@@ -204,6 +204,11 @@ static void test_builder_timeout(void **state)
                      KL_ERR_COMPILE);
     assert_true(kl_now_s() - t0 < 2.0);
     assert_non_null(strstr(bd.log, "still running after 0.5 s: killed"));
+    /* Not remembered: the compiler runs (and hangs) again. */
+    assert_int_equal(kla_builder_build(b, src, strlen(src), &bd),
+                     KL_ERR_COMPILE);
+    assert_false(bd.cache_hit);
+    assert_int_equal(kla_builder_compiles(b), 2);
     kla_builder_destroy(&b);
     /* A missing compiler is a clear error too. */
     kla_builder_config_t nc = {.workdir = F.dir, .cc = "/nonexistent/cc"};
