@@ -300,6 +300,79 @@ static void test_flops(void **state)
     assert_true(dt < 0.5);
 }
 
+/* Brute force over the whole iteration space of a small workload: a
+ * point counts when every read of the body lands inside its tensor. */
+static bool s_loads_valid(const kl_workload_t *w, const kl_expr_t *e,
+                          const int64_t *iv)
+{
+    if (!e)
+        return true;
+    if (e->kind == KL_EX_LOAD) {
+        const kl_tensor_t *t = &w->tensors[e->access.tensor];
+        for (int d = 0; d < t->ndim; d++) {
+            const kl_affine_t *a = &e->access.idx[d];
+            int64_t v = a->offset;
+            for (int k = 0; k < w->niters; k++)
+                v += a->coef[k] * iv[k];
+            if (a->div > 1 && v % a->div)
+                return false;
+            v /= a->div > 1 ? a->div : 1;
+            if (v < 0 || v >= t->shape[d])
+                return false;
+        }
+    }
+    return s_loads_valid(w, e->a, iv) && s_loads_valid(w, e->b, iv);
+}
+
+static double s_brute_points(const kl_workload_t *w)
+{
+    int64_t iv[KL_IR_MAX_ITERS] = {0};
+    double n = 0;
+    for (;;) {
+        n += s_loads_valid(w, w->body, iv);
+        int k = w->niters - 1;
+        for (; k >= 0; k--) {
+            if (++iv[k] < w->iters[k].extent)
+                break;
+            iv[k] = 0;
+        }
+        if (k < 0)
+            return n;
+    }
+}
+
+static void test_flops_brute_force(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int ops; /* body ops + reduction */
+    } cases[] = {
+        {"Y[y,x] += X[2*y+r-2,3*x+s-1] * W[r,s] where y=5, x=4, r=4, s=3; "
+         "X: f32[9,10]",
+         2},
+        {"Y[y] += X[(y+2-r)/3] * W[r] where y=11, r=5; X: f32[4]", 2},
+        {"Y[y,x] += X[(2*y+1-r)/2,(x-s+4)/3] where y=6, x=7, r=5, s=4; "
+         "X: f32[5,3]",
+         1},
+        {"Y[i,j] max= A[i+k-1,j-k+2] + B[k,(k+j-1)/2] where i=4, j=5, k=6; "
+         "A: f32[5,6], B: f32[6,3]",
+         2},
+        {"Y[y] += X[y+r+s-4] * X[y-r+1] where y=6, r=3, s=3; X: f32[6]", 2},
+        {"Y[a,b,c] = A[a-b,c] - B[c+b-2] * 2 where a=3, b=4, c=5; "
+         "A: f32[3,5], B: f32[5]",
+         2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kl_workload_t *w = s_op(cases[i].text);
+        double want = cases[i].ops * s_brute_points(w);
+        if (w->flop != want)
+            fail_msg("%s: flop %.0f, brute force %.0f", cases[i].text, w->flop,
+                     want);
+        kl_workload_free(&w);
+    }
+}
+
 /* ---- malformed input -------------------------------------------------- */
 
 static const struct {
@@ -415,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_parse_forms),
         cmocka_unit_test(test_args_text),
         cmocka_unit_test(test_flops),
+        cmocka_unit_test(test_flops_brute_force),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_op_errors),
     };
