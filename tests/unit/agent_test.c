@@ -253,6 +253,54 @@ static void test_gate_pauses_builds(void **state)
     assert_int_equal(kla_builder_compiles(F.builder), before + 1);
 }
 
+static long s_file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* A compile already running when the gate closes is stopped (SIGSTOP to
+ * its process group) and goes on after the gate opens. */
+static void test_gate_stops_running_compile(void **state)
+{
+    (void)state;
+    char cc[128], mark[128], err[KL_ERRMSG_LEN];
+    snprintf(cc, sizeof cc, "%s/ticking-cc.sh", F.dir);
+    snprintf(mark, sizeof mark, "%s/ticks", F.dir);
+    char *script = kl_xasprintf("#!/bin/sh\n"
+                                "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do\n"
+                                "  echo $i >> %s; sleep 0.05\n"
+                                "done\n"
+                                "exit 1\n",
+                                mark);
+    assert_int_equal(kl_write_file(cc, script, strlen(script), err), KL_OK);
+    free(script);
+    assert_int_equal(chmod(cc, 0755), 0);
+    kla_builder_t *saved = F.builder, *b = NULL;
+    kla_builder_config_t bc = {.workdir = F.dir, .cc = cc, .gate = F.gate};
+    assert_int_equal(kla_builder_new(&b, &bc, err), KL_OK);
+    F.builder = b; /* s_bg_build uses F.builder */
+    s_bg_build_t job = {.src = "int ticking(void) { return 3; }\n"};
+    pthread_t t;
+    pthread_create(&t, NULL, s_bg_build, &job);
+    double t0 = kl_now_s();
+    while (s_file_size(mark) < 4 && kl_now_s() - t0 < 5)
+        usleep(10 * 1000);
+    kla_gate_pause(F.gate);
+    usleep(100 * 1000); /* a tick in flight lands */
+    long stopped_at = s_file_size(mark);
+    usleep(400 * 1000);
+    assert_int_equal(s_file_size(mark), stopped_at);
+    kla_gate_resume(F.gate);
+    pthread_join(t, NULL);
+    assert_int_equal(job.rc, KL_ERR_COMPILE);
+    assert_true(s_file_size(mark) > stopped_at);
+    assert_true(job.out.paused_s >= 0.4);
+    assert_true(job.out.compile_s < kl_now_s() - t0 - 0.4);
+    F.builder = saved;
+    kla_builder_destroy(&b);
+}
+
 static void test_run_ok_and_reference_cached(void **state)
 {
     (void)state;
@@ -559,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_builder_log_bounded),
         cmocka_unit_test(test_builder_timeout),
         cmocka_unit_test(test_gate_pauses_builds),
+        cmocka_unit_test(test_gate_stops_running_compile),
         cmocka_unit_test(test_run_ok_and_reference_cached),
         cmocka_unit_test(test_segfault),
         cmocka_unit_test(test_timeout),
