@@ -8,6 +8,7 @@
 #include "kl_err.h"
 #include "kl_log.h"
 #include "kl_opt.h"
+#include "kl_util.h"
 #include "kla_agent.h"
 
 static const kl_opt_t s_opts[] = {
@@ -26,7 +27,8 @@ static const kl_opt_t s_opts[] = {
      "parallel compiles (0: one per core, or per --build-cores core)"},
     {"cc", KL_OPT_STR, "cc", KL_NOBOUNDS, "CC", "C compiler for candidates"},
     {"cflags", KL_OPT_STR, "-O3 -march=native -fopenmp", KL_NOBOUNDS, "FLAGS",
-     "compiler flags, split on spaces (-shared -fPIC are added)"},
+     "compiler flags, split on spaces, no shell quoting (-shared -fPIC are "
+     "added; given twice, both are used)"},
     {"workdir", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
      "build directory, kept, so its cache survives restarts (default: a "
      "fresh directory under $TMPDIR, removed on exit)"},
@@ -64,7 +66,13 @@ static int s_run(const kl_opts_t *o)
     cfg.name = kl_opts_str(o, "name");
     cfg.build_slots = (int)kl_opts_int(o, "build-slots");
     cfg.cc = kl_opts_str(o, "cc");
-    cfg.cflags = kl_opts_str(o, "cflags");
+    /* --cflags given more than once: all of them, in order. */
+    const char *const *all = NULL;
+    int nall = kl_opts_all(o, "cflags", &all);
+    kl_buf_t flags = {0};
+    for (int i = 0; i < nall; i++)
+        kl_buf_printf(&flags, "%s%s", i ? " " : "", all[i]);
+    cfg.cflags = nall > 1 ? flags.data : kl_opts_str(o, "cflags");
     cfg.workdir = kl_opts_str(o, "workdir");
     cfg.simulate = kl_opts_bool(o, "simulate");
     cfg.heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms");
@@ -82,7 +90,9 @@ static int s_run(const kl_opts_t *o)
 
     char err[KL_ERRMSG_LEN];
     kla_agent_t *agent = NULL;
-    if (kla_agent_new(&agent, &cfg, err) != KL_OK) {
+    int rc = kla_agent_new(&agent, &cfg, err);
+    kl_buf_free(&flags);
+    if (rc != KL_OK) {
         fprintf(stderr, "kiln-agent: %s\n", err);
         return 1;
     }
