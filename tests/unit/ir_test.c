@@ -125,6 +125,16 @@ static void test_golden_keys(void **state)
     s_assert_key("Y[n,f,y,x] += X[n,c,r+y*1-1,-1+s+1*x] * W[f,c,r,s] where "
                  "s=3, r=3, c=64, x=56, y=56, f=64, n=1; X: f32[1,64,56,56]",
                  "7c783a654ce2aaae86e41192666bfbee");
+    /* The example of kl_ir.h is the named ResNet stem. */
+    kl_workload_t *hdr =
+        s_op("Y[n,f,y,x] += X[n,c,y*2+r-3,x*2+s-3] * W[f,c,r,s] | + bias[f] | "
+             "relu\n    where n=1, f=64, y=112, x=112, c=3, r=7, s=7;\n    "
+             "X: f32[1,3,224,224], bias: f32[64]");
+    kl_workload_t *named = s_op("conv2d N=1 C=3 H=224 W=224 K=64 R=7 S=7 "
+                                "stride=2 pad=3 bias=1 relu=1");
+    assert_string_equal(hdr->canonical, named->canonical);
+    kl_workload_free(&hdr);
+    kl_workload_free(&named);
     kl_workload_t *a = s_op("Y[y] += X[2*y+r] where y=4, r=3");
     kl_workload_t *b = s_op("Y[y] += X[y*2+r] where r=3, y=4");
     kl_workload_t *c = s_op("Y[y] += X[(y+r)*2-r] where r=3, y=4");
