@@ -18,200 +18,9 @@
 #include "kl_err.h"
 #include "kl_net.h"
 #include "kl_util.h"
+#include "net_msgs.h"
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* Every message of kiln.proto with every field set (non-zero, so that the
- * encoding carries it). */
-typedef struct {
-    Kiln__Envelope env;
-    Kiln__Hello hello;
-    Kiln__DeviceInfo dev[2];
-    Kiln__DeviceInfo *devp[2];
-    uint32_t cores[3];
-    Kiln__Welcome welcome;
-    Kiln__Heartbeat hb;
-    Kiln__MeasureRequest req;
-    Kiln__KernelArg arg[3];
-    Kiln__KernelArg *argp[3];
-    int64_t shape[3][2];
-    Kiln__Evaluator ev;
-    Kiln__Candidate cand[2];
-    Kiln__Candidate *candp[2];
-    uint32_t grid[3], block[3];
-    uint8_t key[16], trace[5];
-    Kiln__MeasureResult res;
-    double samples[3];
-    Kiln__Cancel cancel;
-    Kiln__Goodbye bye;
-} msgs_t;
-
-static const Kiln__Envelope__BodyCase s_all[] = {
-    KILN__ENVELOPE__BODY_HELLO,     KILN__ENVELOPE__BODY_WELCOME,
-    KILN__ENVELOPE__BODY_HEARTBEAT, KILN__ENVELOPE__BODY_REQUEST,
-    KILN__ENVELOPE__BODY_RESULT,    KILN__ENVELOPE__BODY_CANCEL,
-    KILN__ENVELOPE__BODY_GOODBYE,
-};
-#define N_ALL (sizeof s_all / sizeof s_all[0])
-
-static void fill_hello(msgs_t *m)
-{
-    kiln__hello__init(&m->hello);
-    m->hello.agent_name = "agent-7";
-    m->hello.hostname = "box7";
-    m->hello.pid = 4242;
-    m->hello.build_slots = 6;
-    for (int i = 0; i < 3; i++)
-        m->cores[i] = (uint32_t)(2 + i);
-    for (int i = 0; i < 2; i++) {
-        Kiln__DeviceInfo *d = &m->dev[i];
-        kiln__device_info__init(d);
-        d->kind = i ? "cuda" : "cpu";
-        d->name = i ? "NVIDIA H100" : "Xeon 8480";
-        d->target = i ? "cuda/sm_90" : "cpu/x86_64-avx512";
-        d->cores = 132;
-        d->memory_bytes = 80ull << 30;
-        d->clock_mhz = 1980;
-        d->llc_bytes = 50u << 20;
-        d->max_threads_per_block = 1024;
-        d->max_shared_per_block = 227 << 10;
-        d->driver_version = "12.4";
-        d->n_measure_cores = 3;
-        d->measure_cores = m->cores;
-        d->simulated = true;
-        d->index = (uint32_t)i + 1;
-        d->max_registers_per_block = 65536;
-        d->mem_clock_mhz = 2619;
-        m->devp[i] = d;
-    }
-    m->hello.n_devices = 2;
-    m->hello.devices = m->devp;
-}
-
-static void fill_request(msgs_t *m)
-{
-    kiln__measure_request__init(&m->req);
-    m->req.request_id = 99;
-    for (int i = 0; i < 16; i++)
-        m->key[i] = (uint8_t)(i * 7 + 1);
-    m->req.workload_key.data = m->key;
-    m->req.workload_key.len = 16;
-    m->req.target = "cpu/x86_64-avx512";
-    for (int i = 0; i < 3; i++) {
-        kiln__kernel_arg__init(&m->arg[i]);
-        m->arg[i].name = i == 0 ? "A" : i == 1 ? "B" : "C";
-        m->arg[i].dtype = KILN__DTYPE__DTYPE_BF16;
-        m->shape[i][0] = 64 + i;
-        m->shape[i][1] = 32;
-        m->arg[i].n_shape = 2;
-        m->arg[i].shape = m->shape[i];
-        m->arg[i].role =
-            i == 2 ? KILN__ARG_ROLE__ROLE_OUTPUT : KILN__ARG_ROLE__ROLE_INPUT;
-        m->argp[i] = &m->arg[i];
-    }
-    m->req.n_args = 3;
-    m->req.args = m->argp;
-    m->req.reference_source = "void ref(void *const *a) { }";
-    m->req.reference_entry = "ref";
-    kiln__evaluator__init(&m->ev);
-    m->ev.number = 3;
-    m->ev.repeat = 5;
-    m->ev.min_repeat_ms = 10;
-    m->ev.flush_cache = true;
-    m->ev.timeout_ms = 2000;
-    m->ev.rtol = 1e-3;
-    m->ev.atol = 1e-5;
-    m->ev.seed = 12345;
-    m->ev.skip_verify = true;
-    m->req.evaluator = &m->ev;
-    for (int i = 0; i < 3; i++) {
-        m->grid[i] = (uint32_t)(10 + i);
-        m->block[i] = (uint32_t)(32 >> i);
-    }
-    memcpy(m->trace,
-           "\x0a\x03"
-           "abc",
-           5);
-    for (int i = 0; i < 2; i++) {
-        Kiln__Candidate *c = &m->cand[i];
-        kiln__candidate__init(c);
-        c->id = 1000 + (uint64_t)i;
-        c->source = "void k(void *const *a) { }";
-        c->entry = "k";
-        c->n_grid = c->n_block = 3;
-        c->grid = m->grid;
-        c->block = m->block;
-        c->shared_bytes = 4096;
-        c->trace.data = m->trace;
-        c->trace.len = 5;
-        m->candp[i] = c;
-    }
-    m->req.n_candidates = 2;
-    m->req.candidates = m->candp;
-    m->req.device_index = 1;
-}
-
-static void fill(msgs_t *m, Kiln__Envelope__BodyCase which)
-{
-    memset(m, 0, sizeof *m);
-    kiln__envelope__init(&m->env);
-    m->env.version_major = KL_PROTO_MAJOR;
-    m->env.version_minor = KL_PROTO_MINOR;
-    m->env.body_case = which;
-    fill_hello(m);
-    kiln__welcome__init(&m->welcome);
-    m->welcome.coordinator_id = "coord-1";
-    m->welcome.heartbeat_ms = 1000;
-    kiln__heartbeat__init(&m->hb);
-    m->hb.seq = 77;
-    m->hb.busy = 3;
-    fill_request(m);
-    kiln__measure_result__init(&m->res);
-    m->res.request_id = 99;
-    m->res.candidate_id = 1001;
-    m->res.status = KILN__STATUS__STATUS_WRONG_RESULT;
-    for (int i = 0; i < 3; i++)
-        m->samples[i] = 1e-4 * (i + 1);
-    m->res.n_samples = 3;
-    m->res.samples = m->samples;
-    m->res.error = "max abs err 0.5";
-    m->res.compile_s = 0.25;
-    m->res.max_abs_err = 0.5;
-    m->res.simulated = true;
-    m->res.number = 3;
-    m->res.spread = 0.02;
-    m->res.cache_hit = true;
-    m->res.overhead_s = 0.01;
-    kiln__cancel__init(&m->cancel);
-    m->cancel.request_id = 99;
-    kiln__goodbye__init(&m->bye);
-    m->bye.reason = "shutting down";
-    switch (which) {
-    case KILN__ENVELOPE__BODY_HELLO:
-        m->env.hello = &m->hello;
-        break;
-    case KILN__ENVELOPE__BODY_WELCOME:
-        m->env.welcome = &m->welcome;
-        break;
-    case KILN__ENVELOPE__BODY_HEARTBEAT:
-        m->env.heartbeat = &m->hb;
-        break;
-    case KILN__ENVELOPE__BODY_REQUEST:
-        m->env.request = &m->req;
-        break;
-    case KILN__ENVELOPE__BODY_RESULT:
-        m->env.result = &m->res;
-        break;
-    case KILN__ENVELOPE__BODY_CANCEL:
-        m->env.cancel = &m->cancel;
-        break;
-    case KILN__ENVELOPE__BODY_GOODBYE:
-        m->env.goodbye = &m->bye;
-        break;
-    default:
-        break;
-    }
-}
 
 /* Decodes buf and expects KL_ERR_PROTO with needle in the message. */
 static void expect_proto(const void *buf, size_t len, const char *needle)
@@ -272,7 +81,7 @@ static void keygen(const char *dir, const char *name)
 
 static Kiln__Envelope *hello_env(msgs_t *m)
 {
-    fill(m, KILN__ENVELOPE__BODY_HELLO);
+    net_fill(m, KILN__ENVELOPE__BODY_HELLO);
     return &m->env;
 }
 
@@ -291,14 +100,14 @@ static void test_roundtrip_all(void **state)
     msgs_t m;
     char err[KL_ERRMSG_LEN];
     for (size_t i = 0; i < N_ALL; i++) {
-        fill(&m, s_all[i]);
+        net_fill(&m, net_all[i]);
         size_t len, len2;
         uint8_t *a = kl_net_encode(&m.env, &len);
         Kiln__Envelope *d = NULL;
         int rc = kl_net_decode(a, len, &d, err);
         if (rc != KL_OK)
-            fail_msg("case %d: %s", (int)s_all[i], err);
-        assert_int_equal(d->body_case, s_all[i]);
+            fail_msg("case %d: %s", (int)net_all[i], err);
+        assert_int_equal(d->body_case, net_all[i]);
         assert_int_equal(d->version_major, KL_PROTO_MAJOR);
         /* protobuf-c packs fields in order: equal bytes, equal message. */
         uint8_t *b = kl_net_encode(d, &len2);
@@ -306,7 +115,7 @@ static void test_roundtrip_all(void **state)
         assert_memory_equal(a, b, len);
         free(a);
         free(b);
-        switch (s_all[i]) {
+        switch (net_all[i]) {
         case KILN__ENVELOPE__BODY_HELLO:
             assert_int_equal(d->hello->n_devices, 2);
             assert_string_equal(d->hello->devices[1]->target, "cuda/sm_90");
@@ -363,7 +172,7 @@ static void test_garbage_never_crashes(void **state)
     /* Truncations and byte flips of every valid message. */
     msgs_t m;
     for (size_t k = 0; k < N_ALL; k++) {
-        fill(&m, s_all[k]);
+        net_fill(&m, net_all[k]);
         size_t len;
         uint8_t *a = kl_net_encode(&m.env, &len);
         for (size_t cut = 0; cut < len; cut++) {
@@ -386,7 +195,7 @@ static void test_garbage_never_crashes(void **state)
         free(a);
     }
     /* A request cut in the middle of its last candidate's source. */
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     size_t len;
     uint8_t *a = kl_net_encode(&m.env, &len);
     expect_proto(a, len - 20, "malformed field");
@@ -403,7 +212,7 @@ static void test_bounds(void **state)
     expect_proto_env(&e, "no body");
 
     /* 5000 candidates: refused while counting, before unpacking. */
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     Kiln__Candidate **many = kl_xcalloc(5000, sizeof *many);
     for (int i = 0; i < 5000; i++)
         many[i] = &m.cand[0];
@@ -412,21 +221,21 @@ static void test_bounds(void **state)
     expect_proto_env(&m.env, "request.candidates");
     free(many);
 
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.cand[1].n_grid = 2;
     expect_proto_env(&m.env, "request.candidates[1].grid");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     uint32_t four[4] = {1, 2, 3, 4};
     m.cand[0].block = four;
     m.cand[0].n_block = 4;
     expect_proto_env(&m.env, "request.candidates[0].block");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.req.workload_key.len = 15;
     expect_proto_env(&m.env, "request.workload_key");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.ev.repeat = KL_NET_MAX_SAMPLES + 1;
     expect_proto_env(&m.env, "request.evaluator.repeat");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.req.evaluator = NULL; /* absent: the agent's defaults */
     size_t elen;
     void *ebuf = kl_net_encode(&m.env, &elen);
@@ -436,36 +245,36 @@ static void test_bounds(void **state)
     assert_null(ok->request->evaluator);
     kl_net_envelope_free(&ok);
     free(ebuf);
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.ev.rtol = NAN;
     expect_proto_env(&m.env, "rtol");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     int64_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     m.arg[1].shape = dims;
     m.arg[1].n_shape = 9;
     expect_proto_env(&m.env, "request.args[1].shape");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.shape[2][1] = -4;
     expect_proto_env(&m.env, "request.args[2].shape");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     int64_t huge[2] = {INT64_MAX / 2, 3};
     m.arg[0].shape = huge;
     expect_proto_env(&m.env, "overflows");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.arg[0].dtype = 9;
     expect_proto_env(&m.env, "request.args[0].dtype");
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     char *big = kl_xmalloc(KL_NET_MAX_STRING + 2);
     memset(big, 'x', KL_NET_MAX_STRING + 1);
     big[KL_NET_MAX_STRING + 1] = '\0';
     m.cand[1].entry = big;
     expect_proto_env(&m.env, "request.candidates[1].entry");
-    fill(&m, KILN__ENVELOPE__BODY_HELLO);
+    net_fill(&m, KILN__ENVELOPE__BODY_HELLO);
     m.hello.hostname = big;
     expect_proto_env(&m.env, "hello.hostname");
     free(big);
 
-    fill(&m, KILN__ENVELOPE__BODY_HELLO);
+    net_fill(&m, KILN__ENVELOPE__BODY_HELLO);
     Kiln__DeviceInfo **devs = kl_xcalloc(KL_NET_MAX_DEVICES + 1, sizeof *devs);
     for (int i = 0; i <= KL_NET_MAX_DEVICES; i++)
         devs[i] = &m.dev[0];
@@ -474,7 +283,7 @@ static void test_bounds(void **state)
     expect_proto_env(&m.env, "hello.devices");
     free(devs);
 
-    fill(&m, KILN__ENVELOPE__BODY_RESULT);
+    net_fill(&m, KILN__ENVELOPE__BODY_RESULT);
     double *s = kl_xcalloc(KL_NET_MAX_SAMPLES + 1, sizeof *s);
     m.res.samples = s;
     m.res.n_samples = KL_NET_MAX_SAMPLES + 1;
@@ -483,7 +292,7 @@ static void test_bounds(void **state)
     s[1] = -1;
     expect_proto_env(&m.env, "result.samples[1]");
     free(s);
-    fill(&m, KILN__ENVELOPE__BODY_RESULT);
+    net_fill(&m, KILN__ENVELOPE__BODY_RESULT);
     m.res.status = 42;
     expect_proto_env(&m.env, "result.status");
 
@@ -616,17 +425,17 @@ static void test_insecure_exchange_and_drops(void **state)
     assert_true(peer.len > 0);
     kl_net_envelope_free(&got);
     for (size_t i = 0; i < N_ALL; i++) {
-        fill(&m, s_all[i]);
+        net_fill(&m, net_all[i]);
         assert_int_equal(kl_net_send(srv, &peer, &m.env, err), KL_OK);
         assert_int_equal(recv_one(cli, NULL, &got, 5000, err), KL_OK);
-        assert_int_equal(got->body_case, s_all[i]);
+        assert_int_equal(got->body_case, net_all[i]);
         kl_net_envelope_free(&got);
     }
     /* Nothing more: a timeout. */
     assert_int_equal(recv_one(cli, NULL, &got, 50, err), KL_ERR_TIMEOUT);
 
     /* The sender refuses what the receiver would drop. */
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.cand[0].n_grid = 1;
     assert_int_equal(kl_net_send(srv, &peer, &m.env, err), KL_ERR_PROTO);
     assert_non_null(strstr(err, "grid"));
@@ -646,7 +455,7 @@ static void test_insecure_exchange_and_drops(void **state)
     free(buf);
     assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_ERR_PROTO);
     assert_non_null(strstr(err, "no body"));
-    fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     Kiln__Candidate **many = kl_xcalloc(5000, sizeof *many);
     for (int i = 0; i < 5000; i++)
         many[i] = &m.cand[0];
@@ -659,7 +468,7 @@ static void test_insecure_exchange_and_drops(void **state)
     assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_ERR_PROTO);
     assert_non_null(strstr(err, "request.candidates"));
     /* A body but no version; an empty frame. */
-    fill(&m, KILN__ENVELOPE__BODY_HEARTBEAT);
+    net_fill(&m, KILN__ENVELOPE__BODY_HEARTBEAT);
     m.env.version_major = 0;
     buf = kl_net_encode(&m.env, &len);
     raw_send(cli, buf, len);
@@ -698,7 +507,7 @@ static void test_insecure_exchange_and_drops(void **state)
 
     /* A peer that is not there: fails at once. */
     kl_peer_t ghost = {.id = {0, 1, 2, 3}, .len = 4};
-    fill(&m, KILN__ENVELOPE__BODY_HEARTBEAT);
+    net_fill(&m, KILN__ENVELOPE__BODY_HEARTBEAT);
     assert_int_equal(kl_net_send(srv, &ghost, &m.env, err), KL_ERR_CLOSED);
     assert_int_equal(kl_net_send(srv, NULL, &m.env, err), KL_ERR_INVAL);
 
@@ -714,7 +523,7 @@ static void test_version_mismatch(void **state)
     kl_net_t *srv = NULL, *cli = NULL;
     pair_insecure(&srv, &cli);
     msgs_t m;
-    fill(&m, KILN__ENVELOPE__BODY_HELLO);
+    net_fill(&m, KILN__ENVELOPE__BODY_HELLO);
     m.env.version_major = 2;
     m.env.version_minor = 3;
     size_t len;
@@ -733,7 +542,7 @@ static void test_version_mismatch(void **state)
     kl_net_envelope_free(&got);
 
     /* The answer reaches the peer of the other version. */
-    fill(&m, KILN__ENVELOPE__BODY_GOODBYE);
+    net_fill(&m, KILN__ENVELOPE__BODY_GOODBYE);
     m.bye.reason = "protocol 2.3 is not 1.0";
     assert_int_equal(kl_net_send(srv, &peer, &m.env, err), KL_OK);
     assert_int_equal(recv_one(cli, NULL, &got, 5000, err), KL_OK);
@@ -840,7 +649,7 @@ static void test_curve(void **state)
     assert_int_equal(recv_one(srv, &peer, &got, 5000, err), KL_OK);
     assert_string_equal(got->hello->agent_name, "agent-7");
     kl_net_envelope_free(&got);
-    fill(&m, KILN__ENVELOPE__BODY_WELCOME);
+    net_fill(&m, KILN__ENVELOPE__BODY_WELCOME);
     assert_int_equal(kl_net_send(srv, &peer, &m.env, err), KL_OK);
     assert_int_equal(recv_one(good, NULL, &got, 5000, err), KL_OK);
     assert_int_equal(got->body_case, KILN__ENVELOPE__BODY_WELCOME);
