@@ -12,6 +12,9 @@
 
 #define S_LAT_RING 65536
 #define S_MAX_CREDIT KL_NET_MAX_CANDIDATES
+/* Candidate bytes per MeasureRequest: a quarter of the frame limit, so the
+ * request's reference source and args always fit too. */
+#define S_MAX_MSG_BYTES (KL_NET_MAX_FRAME / 4)
 
 /* ---- a uint64 -> pointer map: linear probing, backward-shift delete ---- */
 
@@ -478,10 +481,11 @@ static int s_match(const kl_dagent_t *a, const char *target)
     return -1;
 }
 
-/* Takes up to max live entries of one request from the head of q. */
+/* Takes up to max live entries of one request from the head of q, and no
+ * more source bytes than fit well inside one frame (at least one). */
 static size_t s_take(kl_dcore_t *c, s_queue_t *q, size_t max, kl_dreq_t **req)
 {
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     *req = NULL;
     while (q->len && n < max) {
         s_qent_t e = q->ring[q->head];
@@ -492,6 +496,10 @@ static size_t s_take(kl_dcore_t *c, s_queue_t *q, size_t max, kl_dreq_t **req)
         }
         if (*req && r != *req)
             break;
+        size_t sz = r->cand_bytes[e.idx];
+        if (n && bytes + sz > S_MAX_MSG_BYTES)
+            break;
+        bytes += sz;
         *req = r;
         s_q_pop(q);
         c->pick_idx[n++] = e.idx;
@@ -544,6 +552,29 @@ static size_t s_pick(kl_dcore_t *c, int slot, double now, kl_dpick_t *pick)
     return 0;
 }
 
+/* A pick that kl_net refused to send (out of bounds): its candidates are
+ * answered INVALID and the agent's credit is given back. */
+static void s_unsendable(kl_dcore_t *c, kl_dagent_t *a, const kl_dpick_t *p,
+                         double now)
+{
+    uint64_t req_id = p->req->id;
+    size_t n = p->n;
+    uint32_t *idx = kl_xmalloc(n * sizeof *idx);
+    memcpy(idx, p->idx, n * sizeof *idx);
+    for (size_t i = 0; i < n; i++) {
+        s_held_remove(a, req_id, idx[i]);
+        kl_dreq_t *req = s_map_get(&c->reqs, req_id);
+        if (req)
+            s_finish(c, req, idx[i],
+                     kl_dcore_make_result(req, idx[i], 7,
+                                          "the request could not be sent "
+                                          "(over the wire limits)",
+                                          now),
+                     now);
+    }
+    free(idx);
+}
+
 size_t kl_dcore_dispatch(kl_dcore_t *self, double now, kl_dcore_send_fn send,
                          void *arg)
 {
@@ -557,7 +588,12 @@ size_t kl_dcore_dispatch(kl_dcore_t *self, double now, kl_dcore_send_fn send,
         kl_dpick_t pick;
         while (a->live && a->n_held < a->credit && self->queued &&
                s_pick(self, slot, now, &pick)) {
-            if (send(arg, &pick) != 0) {
+            int rc = send(arg, &pick);
+            if (rc == KL_ERR_PROTO || rc == KL_ERR_INVAL) {
+                s_unsendable(self, a, &pick, now);
+                continue;
+            }
+            if (rc != KL_OK) {
                 kl_dcore_agent_lost(self, slot, now, "send failed");
                 break;
             }

@@ -36,8 +36,9 @@ typedef struct {
     Kiln__Candidate *cands; /* n structs */
     Kiln__Candidate **cand_ptrs;
     uint64_t *user_ids;
-    uint8_t *state;    /* KL_DC_* per candidate */
-    uint8_t *attempts; /* sends so far per candidate */
+    uint32_t *cand_bytes; /* source + trace bytes per candidate */
+    uint8_t *state;       /* KL_DC_* per candidate */
+    uint8_t *attempts;    /* sends so far per candidate */
     size_t n;
     size_t n_done;
     double t_submit;
@@ -124,8 +125,10 @@ bool kl_dcore_result(kl_dcore_t *self, int slot, Kiln__Envelope **env,
 
 /* Hands out work: for each agent with free credit and a matching queue,
  * picks up to its free credit candidates of one request and calls
- * send(arg, pick). A non-zero return from send declares that agent lost.
- * Returns the number of candidates sent. */
+ * send(arg, pick). send returns a kl_err: KL_ERR_PROTO or KL_ERR_INVAL (the
+ * message is out of bounds) answers those candidates STATUS_INVALID; any
+ * other error declares that agent lost. Returns the number of candidates
+ * sent. */
 typedef int (*kl_dcore_send_fn)(void *arg, const kl_dpick_t *pick);
 size_t kl_dcore_dispatch(kl_dcore_t *self, double now, kl_dcore_send_fn send,
                          void *arg);

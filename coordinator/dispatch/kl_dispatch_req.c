@@ -39,6 +39,23 @@ static int s_check(const kl_dispatch_batch_t *b, char *err)
                              "submit: arg %zu is missing or has more than %d "
                              "dimensions",
                              i, KL_NET_MAX_DIMS);
+    if (strlen(b->target) > KL_NET_MAX_STRING ||
+        (b->reference_entry && strlen(b->reference_entry) > KL_NET_MAX_STRING))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "submit: target or reference entry over %d bytes",
+                         KL_NET_MAX_STRING);
+    if (b->reference_source && strlen(b->reference_source) > KL_NET_MAX_SOURCE)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "submit: reference source over %u bytes",
+                         KL_NET_MAX_SOURCE);
+    if (b->evaluator && b->evaluator->repeat > KL_NET_MAX_SAMPLES)
+        return kl_seterr(err, KL_ERR_INVAL, "submit: repeat %u over %u",
+                         b->evaluator->repeat, KL_NET_MAX_SAMPLES);
+    for (size_t i = 0; i < b->n_args; i++)
+        if (b->args[i] && b->args[i]->name &&
+            strlen(b->args[i]->name) > KL_NET_MAX_STRING)
+            return kl_seterr(err, KL_ERR_INVAL, "submit: arg %zu: long name",
+                             i);
     for (size_t i = 0; i < b->n_candidates; i++) {
         const Kiln__Candidate *c = b->candidates[i];
         if (!c || !c->source || !*c->source)
@@ -47,6 +64,14 @@ static int s_check(const kl_dispatch_batch_t *b, char *err)
         if (!c->entry || !*c->entry)
             return kl_seterr(err, KL_ERR_INVAL,
                              "submit: candidate %zu has no entry", i);
+        if (strlen(c->entry) > KL_NET_MAX_STRING)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "submit: candidate %zu: entry over %d bytes", i,
+                             KL_NET_MAX_STRING);
+        if (c->trace.len > KL_NET_MAX_SOURCE)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "submit: candidate %zu: trace over %u bytes", i,
+                             KL_NET_MAX_SOURCE);
         if (strlen(c->source) > KL_NET_MAX_SOURCE)
             return kl_seterr(err, KL_ERR_INVAL,
                              "submit: candidate %zu: source over %u bytes", i,
@@ -132,12 +157,15 @@ int kl_dreq_new(kl_dreq_t **out, const kl_dispatch_batch_t *b, char *err)
     r->cands = kl_xcalloc(r->n, sizeof *r->cands);
     r->cand_ptrs = kl_xcalloc(r->n, sizeof *r->cand_ptrs);
     r->user_ids = kl_xcalloc(r->n, sizeof *r->user_ids);
+    r->cand_bytes = kl_xcalloc(r->n, sizeof *r->cand_bytes);
     r->state = kl_xcalloc(r->n, 1);
     r->attempts = kl_xcalloc(r->n, 1);
     for (size_t i = 0; i < r->n; i++) {
         s_copy_cand(&r->cands[i], b->candidates[i], i);
         r->cand_ptrs[i] = &r->cands[i];
         r->user_ids[i] = b->candidates[i]->id;
+        r->cand_bytes[i] =
+            (uint32_t)(strlen(r->cands[i].source) + r->cands[i].trace.len + 64);
     }
     *out = r;
     return KL_OK;
@@ -164,6 +192,7 @@ void kl_dreq_free(kl_dreq_t **self_p)
     free(r->cands);
     free(r->cand_ptrs);
     free(r->user_ids);
+    free(r->cand_bytes);
     free(r->state);
     free(r->attempts);
     free(r->target);

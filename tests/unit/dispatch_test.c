@@ -88,13 +88,14 @@ typedef struct {
     uint32_t idx[1024];
     size_t n, messages;
     int fail_slot;
+    int fail_rc;
 } s_sent_t;
 
 static int s_capture(void *arg, const kl_dpick_t *p)
 {
     s_sent_t *s = arg;
     if (p->slot == s->fail_slot)
-        return -1;
+        return s->fail_rc ? s->fail_rc : -1;
     s->messages++;
     for (size_t i = 0; i < p->n; i++) {
         s->slot[s->n] = p->slot;
@@ -370,6 +371,34 @@ static void test_deadline_and_send_failure(void **state)
     kl_dcore_destroy(&core);
 }
 
+static void test_unsendable(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 3, 1000);
+    s_submit(core, &sb, 1, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64", 0, 0); /* credit 1 */
+    /* kl_net refuses the message itself: INVALID, the agent stays. */
+    s_sent_t sent = {.fail_slot = a, .fail_rc = KL_ERR_PROTO};
+    assert_int_equal(kl_dcore_dispatch(core, 0, s_capture, &sent), 0);
+    kl_dispatch_result_t *r[4];
+    assert_int_equal(s_take(core, r, 4), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i]->result->status, KILN__STATUS__STATUS_INVALID);
+        kl_dispatch_result_free(&r[i]);
+    }
+    assert_true(kl_dcore_agent(core, a)->live);
+    assert_int_equal(kl_dcore_agent(core, a)->n_held, 0);
+    kl_dispatch_stats_t st;
+    kl_dcore_stats(core, &st);
+    assert_int_equal(st.requests, 0);
+    assert_int_equal(st.agents_lost, 0);
+    kl_dcore_destroy(&core);
+}
+
 static void test_cancel_and_rehello(void **state)
 {
     (void)state;
@@ -481,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_idempotent_results),
         cmocka_unit_test(test_lost_agent_retries),
         cmocka_unit_test(test_deadline_and_send_failure),
+        cmocka_unit_test(test_unsendable),
         cmocka_unit_test(test_cancel_and_rehello),
         cmocka_unit_test(test_actor_api),
     };
