@@ -47,7 +47,8 @@ typedef struct {
     const char *keys_dir;
     const char *name;
     /* Server: directory of allowed client *.pub files (rescanned when an
-     * unknown key knocks, so keys added while running are picked up).
+     * unknown key knocks, at most every 0.2 s, so keys added while running
+     * are picked up).
      * NULL means keys_dir. */
     const char *allow_dir;
     /* Client: file holding the server's public key. */

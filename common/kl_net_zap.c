@@ -27,6 +27,7 @@
 #define S_ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define S_CTL_ENDPOINT "inproc://kl-net-zap-ctl"
 #define S_ZAP_FRAMES 8
+#define S_RESCAN_S 0.2
 
 typedef struct s_dom {
     char domain[32];
@@ -34,6 +35,7 @@ typedef struct s_dom {
     char **keys; /* Z85 public keys */
     size_t nkeys;
     uint64_t denied;
+    double last_scan;
     char last_denied[41];
     struct s_dom *next;
 } s_dom_t;
@@ -149,7 +151,16 @@ static bool s_admit(const char *domain, const char *key, const char *addr)
         pthread_mutex_unlock(&s_lock);
         return true;
     }
-    char *dir = d ? kl_xstrdup(d->allow_dir) : NULL;
+    /* A flood of unknown keys must not turn into a flood of directory
+     * scans: at most one per S_RESCAN_S per server. */
+    double now = kl_now_s();
+    char *dir = NULL;
+    if (d && now - d->last_scan >= S_RESCAN_S) {
+        dir = kl_xstrdup(d->allow_dir);
+        d->last_scan = now;
+    } else if (d) {
+        d->denied++;
+    }
     pthread_mutex_unlock(&s_lock);
     if (!dir)
         return false; /* a socket of ours without a registered domain */
@@ -331,6 +342,7 @@ int kl_net__zap_register(const char *allow_dir, char domain[32], char *err)
     d->allow_dir = kl_xstrdup(allow_dir);
     d->keys = keys;
     d->nkeys = nkeys;
+    d->last_scan = kl_now_s();
     pthread_mutex_lock(&s_lock);
     snprintf(d->domain, sizeof d->domain, "kiln-%u", s_next_id++);
     d->next = s_doms;
