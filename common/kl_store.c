@@ -1,7 +1,7 @@
 /* kl_store.c - the record store on LMDB (see kl_store.h for the contract).
  *
- * Every LMDB return code is translated in s_lmdb(), and nowhere else. Write
- * transactions go through s_write(), which owns the MDB_MAP_FULL policy:
+ * Every LMDB return code is translated in kl_store__lmdb(), and nowhere else.
+ * Write transactions go through s_write(), which owns the MDB_MAP_FULL policy:
  * abort, double the map, run the whole transaction again. */
 #include <errno.h>
 #include <lmdb.h>
@@ -18,45 +18,6 @@
 
 /* Growth stops here: past it the store says KL_ERR_NOSPC. */
 #define KL_STORE_MAX_MAP ((size_t)1 << 40)
-
-struct kl_store_s {
-    MDB_env *env;
-    MDB_dbi db_workloads, db_records, db_best, db_seen, db_meta;
-    char *dir;
-    size_t map_size;
-    bool rdonly;
-    bool map_full; /* set by s_lmdb() when LMDB said MDB_MAP_FULL */
-    uint8_t *pack; /* reusable buffer for packed values */
-    size_t pack_cap;
-};
-
-/* ---- keys ---------------------------------------------------------------- */
-
-static void s_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t s_get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t s_tid(const char *target)
-{
-    return kl_hash64(target, strlen(target));
-}
-
-/* key(16) | target-id(8): the prefix of records, best and seen keys. */
-static void s_prefix(uint8_t out[24], const uint8_t key[16], uint64_t tid)
-{
-    memcpy(out, key, 16);
-    s_be64(out + 16, tid);
-}
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -78,7 +39,7 @@ static bool s_disk_full(const kl_store_t *self)
     return full;
 }
 
-static int s_lmdb(kl_store_t *self, int rc, const char *what, char *err)
+int kl_store__lmdb(kl_store_t *self, int rc, const char *what, char *err)
 {
     const char *dir = self->dir;
     size_t mib = self->map_size >> 20;
@@ -126,18 +87,18 @@ static void s_refresh_map_size(kl_store_t *self)
 
 /* A read transaction. Another process may have grown the map since this
  * one last looked: adopt its size and try again. */
-static int s_begin_read(kl_store_t *self, MDB_txn **txn, char *err)
+int kl_store__begin_read(kl_store_t *self, MDB_txn **txn, char *err)
 {
     for (int tries = 0;; tries++) {
         int rc = mdb_txn_begin(self->env, NULL, MDB_RDONLY, txn);
         if (rc == MDB_MAP_RESIZED && tries < 8) {
             rc = mdb_env_set_mapsize(self->env, 0);
             if (rc)
-                return s_lmdb(self, rc, "adopt the new map size", err);
+                return kl_store__lmdb(self, rc, "adopt the new map size", err);
             s_refresh_map_size(self);
             continue;
         }
-        return rc ? s_lmdb(self, rc, "begin read", err) : KL_OK;
+        return rc ? kl_store__lmdb(self, rc, "begin read", err) : KL_OK;
     }
 }
 
@@ -159,7 +120,7 @@ static int s_grow(kl_store_t *self, char *err)
 }
 
 /* fn does the writes and returns a kl_err; an LMDB failure inside it goes
- * through s_lmdb(), which flags MDB_MAP_FULL for the retry below. */
+ * through kl_store__lmdb(), which flags MDB_MAP_FULL for the retry below. */
 typedef int (*s_write_fn)(kl_store_t *self, MDB_txn *txn, void *ctx, char *err);
 
 static int s_write(kl_store_t *self, s_write_fn fn, void *ctx, char *err)
@@ -176,14 +137,14 @@ static int s_write(kl_store_t *self, s_write_fn fn, void *ctx, char *err)
             continue;
         }
         if (rc)
-            return s_lmdb(self, rc, "begin write", err);
+            return kl_store__lmdb(self, rc, "begin write", err);
         self->map_full = false;
         rc = fn(self, txn, ctx, err);
         if (rc == KL_OK) {
             int mrc = mdb_txn_commit(txn);
             if (mrc == 0)
                 return KL_OK;
-            rc = s_lmdb(self, mrc, "commit", err);
+            rc = kl_store__lmdb(self, mrc, "commit", err);
         } else {
             mdb_txn_abort(txn);
         }
@@ -216,11 +177,11 @@ static int s_open_dbs(kl_store_t *self, char *err)
     MDB_txn *txn;
     int rc;
     if (self->rdonly) {
-        rc = s_begin_read(self, &txn, err);
+        rc = kl_store__begin_read(self, &txn, err);
     } else {
         rc = mdb_txn_begin(self->env, NULL, 0, &txn);
         if (rc)
-            rc = s_lmdb(self, rc, "begin write", err);
+            rc = kl_store__lmdb(self, rc, "begin write", err);
     }
     if (rc)
         return rc;
@@ -235,7 +196,7 @@ static int s_open_dbs(kl_store_t *self, char *err)
         }
         if (mrc) {
             mdb_txn_abort(txn);
-            return s_lmdb(self, mrc, names[i], err);
+            return kl_store__lmdb(self, mrc, names[i], err);
         }
     }
     /* The schema: written by the first writer, checked by everyone. */
@@ -264,10 +225,10 @@ static int s_open_dbs(kl_store_t *self, char *err)
     }
     if (mrc) {
         mdb_txn_abort(txn);
-        return s_lmdb(self, mrc, "schema", err);
+        return kl_store__lmdb(self, mrc, "schema", err);
     }
     mrc = mdb_txn_commit(txn);
-    return mrc ? s_lmdb(self, mrc, "open", err) : KL_OK;
+    return mrc ? kl_store__lmdb(self, mrc, "open", err) : KL_OK;
 }
 
 int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
@@ -301,15 +262,20 @@ int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
         int code = rc == ENOENT && self->rdonly
                        ? kl_seterr(err, KL_ERR_NOTFOUND,
                                    "store %s: no store in this directory", dir)
-                       : s_lmdb(self, rc, "open", err);
+                       : kl_store__lmdb(self, rc, "open", err);
         kl_store_close(&self);
         return code;
+    }
+    if (!self->rdonly) {
+        /* Read slots of crashed readers would pin old pages forever. */
+        int dead = 0;
+        mdb_reader_check(self->env, &dead);
     }
     s_refresh_map_size(self);
     if (!self->rdonly && self->map_size < initial_map) {
         rc = mdb_env_set_mapsize(self->env, initial_map);
         if (rc) {
-            int code = s_lmdb(self, rc, "set map size", err);
+            int code = kl_store__lmdb(self, rc, "set map size", err);
             kl_store_close(&self);
             return code;
         }
@@ -366,7 +332,7 @@ static int s_put_workload(kl_store_t *self, MDB_txn *txn,
     kiln__workload__pack(w, buf);
     MDB_val k = {16, w->key.data}, v = {n, buf};
     int rc = mdb_put(txn, self->db_workloads, &k, &v, 0);
-    return rc ? s_lmdb(self, rc, "put workload", err) : KL_OK;
+    return rc ? kl_store__lmdb(self, rc, "put workload", err) : KL_OK;
 }
 
 static int s_put_workload_fn(kl_store_t *self, MDB_txn *txn, void *ctx,
@@ -385,7 +351,7 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
 {
     *out = NULL;
     MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
+    int rc = kl_store__begin_read(self, &txn, err);
     if (rc)
         return rc;
     MDB_val k = {16, (void *)key}, v;
@@ -400,7 +366,7 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
                            self->dir, hex, v.mv_size);
         }
     } else {
-        rc = s_lmdb(self, mrc, "workload", err);
+        rc = kl_store__lmdb(self, mrc, "workload", err);
     }
     mdb_txn_abort(txn);
     return rc;
@@ -409,8 +375,6 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
 /* ---- commit ---------------------------------------------------------------
  * best value: seq(8, BE) | median_s bits(8, BE) | simulated(1), so that a
  * new record is ranked without unpacking the old best. */
-
-#define S_BEST_LEN 17
 
 static bool s_can_be_best(const Kiln__TuningRecord *r)
 {
@@ -439,22 +403,22 @@ static int s_update_best(kl_store_t *self, MDB_txn *txn,
     MDB_val k = {24, (void *)pre}, old;
     int mrc = mdb_get(txn, self->db_best, &k, &old);
     if (mrc && mrc != MDB_NOTFOUND)
-        return s_lmdb(self, mrc, "best", err);
-    if (mrc == 0 && old.mv_size != S_BEST_LEN)
+        return kl_store__lmdb(self, mrc, "best", err);
+    if (mrc == 0 && old.mv_size != KL_STORE_BEST_LEN)
         return kl_seterr(err, KL_ERR_CORRUPT,
                          "store %s: best entry of %s is %zu bytes, want %d",
-                         self->dir, r->target, old.mv_size, S_BEST_LEN);
+                         self->dir, r->target, old.mv_size, KL_STORE_BEST_LEN);
     if (mrc == 0 && !s_beats(r, &old))
         return KL_OK;
-    uint8_t val[S_BEST_LEN];
+    uint8_t val[KL_STORE_BEST_LEN];
     uint64_t bits;
     memcpy(&bits, &r->median_s, sizeof bits);
     s_be64(val, r->seq);
     s_be64(val + 8, bits);
     val[16] = r->simulated ? 1 : 0;
-    MDB_val v = {S_BEST_LEN, val};
+    MDB_val v = {KL_STORE_BEST_LEN, val};
     mrc = mdb_put(txn, self->db_best, &k, &v, 0);
-    return mrc ? s_lmdb(self, mrc, "put best", err) : KL_OK;
+    return mrc ? kl_store__lmdb(self, mrc, "put best", err) : KL_OK;
 }
 
 static int s_update_seen(kl_store_t *self, MDB_txn *txn,
@@ -469,7 +433,7 @@ static int s_update_seen(kl_store_t *self, MDB_txn *txn,
     /* The first record of a trace stays the one seen points at. */
     int mrc = mdb_put(txn, self->db_seen, &k, &v, MDB_NOOVERWRITE);
     if (mrc && mrc != MDB_KEYEXIST)
-        return s_lmdb(self, mrc, "put seen", err);
+        return kl_store__lmdb(self, mrc, "put seen", err);
     return KL_OK;
 }
 
@@ -490,7 +454,7 @@ static int s_last_seq(kl_store_t *self, MDB_cursor *cur, const uint8_t pre[24],
     if (mrc == MDB_NOTFOUND)
         return KL_OK;
     if (mrc)
-        return s_lmdb(self, mrc, "find last seq", err);
+        return kl_store__lmdb(self, mrc, "find last seq", err);
     if (k.mv_size == 32 && memcmp(k.mv_data, pre, 24) == 0)
         *seq = s_get_be64((const uint8_t *)k.mv_data + 24);
     return KL_OK;
@@ -568,7 +532,7 @@ static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
                          self->dir, r->target, (unsigned long long)r->seq);
     }
     if (mrc)
-        return s_lmdb(self, mrc, "put record", err);
+        return kl_store__lmdb(self, mrc, "put record", err);
     if (r->trace_hash.len == 16) {
         rc = s_update_seen(self, txn, r, pre, err);
         if (rc)
@@ -584,7 +548,7 @@ static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
     b->have_last = false;
     int mrc = mdb_cursor_open(txn, self->db_records, &b->cur);
     if (mrc)
-        return s_lmdb(self, mrc, "cursor", err);
+        return kl_store__lmdb(self, mrc, "cursor", err);
     int rc = KL_OK;
     for (size_t i = 0; i < b->n && rc == KL_OK; i++) {
         kl_store_item_t *it = &b->items[i];
@@ -650,227 +614,6 @@ int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
     return rc;
 }
 
-/* ---- reads --------------------------------------------------------------- */
-
-static int s_corrupt_record(kl_store_t *self, const MDB_val *k, size_t vlen,
-                            char *err)
-{
-    if (k->mv_size != 32)
-        return kl_seterr(err, KL_ERR_CORRUPT,
-                         "store %s: a records key is %zu bytes, want 32",
-                         self->dir, k->mv_size);
-    char hex[33];
-    kl_hex128(k->mv_data, hex);
-    const uint8_t *p = k->mv_data;
-    return kl_seterr(err, KL_ERR_CORRUPT,
-                     "store %s: record %s target-id %016llx seq %llu does not "
-                     "decode (%zu bytes)",
-                     self->dir, hex, (unsigned long long)s_get_be64(p + 16),
-                     (unsigned long long)s_get_be64(p + 24), vlen);
-}
-
-int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
-                  Kiln__TuningRecord **out, char *err)
-{
-    *out = NULL;
-    MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
-    if (rc)
-        return rc;
-    uint8_t pre[24], rk[32];
-    s_prefix(pre, key, s_tid(target));
-    MDB_val k = {24, pre}, v;
-    int mrc = mdb_get(txn, self->db_best, &k, &v);
-    if (mrc == 0 && v.mv_size != S_BEST_LEN)
-        rc = kl_seterr(err, KL_ERR_CORRUPT, "store %s: best entry is %zu bytes",
-                       self->dir, v.mv_size);
-    else if (mrc)
-        rc = s_lmdb(self, mrc, "best record", err);
-    if (rc == KL_OK) {
-        memcpy(rk, pre, 24);
-        memcpy(rk + 24, v.mv_data, 8);
-        k = (MDB_val){32, rk};
-        mrc = mdb_get(txn, self->db_records, &k, &v);
-        if (mrc == MDB_NOTFOUND)
-            rc = kl_seterr(err, KL_ERR_CORRUPT,
-                           "store %s: best of %s points at a missing record",
-                           self->dir, target);
-        else if (mrc)
-            rc = s_lmdb(self, mrc, "best record", err);
-        else if (!(*out =
-                       kiln__tuning_record__unpack(NULL, v.mv_size, v.mv_data)))
-            rc = s_corrupt_record(self, &k, v.mv_size, err);
-    }
-    mdb_txn_abort(txn);
-    return rc;
-}
-
-int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
-                  const uint8_t trace_hash[16], bool *seen, char *err)
-{
-    *seen = false;
-    MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
-    if (rc)
-        return rc;
-    uint8_t sk[40];
-    s_prefix(sk, key, s_tid(target));
-    memcpy(sk + 24, trace_hash, 16);
-    MDB_val k = {40, sk}, v;
-    int mrc = mdb_get(txn, self->db_seen, &k, &v);
-    if (mrc == 0)
-        *seen = true;
-    else if (mrc != MDB_NOTFOUND)
-        rc = s_lmdb(self, mrc, "seen", err);
-    mdb_txn_abort(txn);
-    return rc;
-}
-
-/* Walks records whose key starts with pre[0..plen) (plen 0: all). With
- * fn NULL it only counts keys (of target, when given) into *count. */
-static int s_walk_records(kl_store_t *self, MDB_txn *txn, const uint8_t *pre,
-                          size_t plen, const char *target,
-                          kl_store_record_fn fn, void *arg, size_t *count,
-                          char *err)
-{
-    MDB_cursor *cur;
-    int mrc = mdb_cursor_open(txn, self->db_records, &cur);
-    if (mrc)
-        return s_lmdb(self, mrc, "cursor", err);
-    uint8_t tid[8];
-    if (target)
-        s_be64(tid, s_tid(target));
-    MDB_val k = {plen, (void *)pre}, v;
-    mrc = mdb_cursor_get(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
-    int rc = KL_OK;
-    for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size != 32) {
-            rc = s_corrupt_record(self, &k, v.mv_size, err);
-            break;
-        }
-        if (plen && memcmp(k.mv_data, pre, plen) != 0)
-            break;
-        if (target && memcmp((uint8_t *)k.mv_data + 16, tid, 8) != 0)
-            continue;
-        if (!fn) {
-            (*count)++;
-            continue;
-        }
-        Kiln__TuningRecord *r =
-            kiln__tuning_record__unpack(NULL, v.mv_size, v.mv_data);
-        if (!r) {
-            rc = s_corrupt_record(self, &k, v.mv_size, err);
-            break;
-        }
-        /* target-ids could collide; the stored string decides. */
-        if (!target || strcmp(r->target, target) == 0)
-            rc = fn(r, arg);
-        kiln__tuning_record__free_unpacked(r, NULL);
-        if (rc)
-            break;
-    }
-    if (mrc && mrc != MDB_NOTFOUND && rc == KL_OK)
-        rc = s_lmdb(self, mrc, "records", err);
-    mdb_cursor_close(cur);
-    return rc;
-}
-
-static void s_range(const uint8_t *key, const char *target, uint8_t pre[24],
-                    size_t *plen)
-{
-    *plen = 0;
-    if (key && target) {
-        s_prefix(pre, key, s_tid(target));
-        *plen = 24;
-    } else if (key) {
-        memcpy(pre, key, 16);
-        *plen = 16;
-    }
-}
-
-int kl_store_foreach_record(kl_store_t *self, const uint8_t *key,
-                            const char *target, kl_store_record_fn fn,
-                            void *arg, char *err)
-{
-    MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
-    if (rc)
-        return rc;
-    uint8_t pre[24];
-    size_t plen;
-    s_range(key, target, pre, &plen);
-    rc = s_walk_records(self, txn, pre, plen, target, fn, arg, NULL, err);
-    mdb_txn_abort(txn);
-    return rc;
-}
-
-int kl_store_count(kl_store_t *self, const uint8_t key[16], const char *target,
-                   size_t *count, char *err)
-{
-    *count = 0;
-    MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
-    if (rc)
-        return rc;
-    uint8_t pre[24];
-    size_t plen;
-    s_range(key, target, pre, &plen);
-    rc = s_walk_records(self, txn, pre, plen, NULL, NULL, NULL, count, err);
-    mdb_txn_abort(txn);
-    return rc;
-}
-
-static int s_walk_workloads(kl_store_t *self, MDB_txn *txn,
-                            kl_store_workload_fn fn, void *arg, char *err)
-{
-    MDB_cursor *cur;
-    int mrc = mdb_cursor_open(txn, self->db_workloads, &cur);
-    if (mrc)
-        return s_lmdb(self, mrc, "cursor", err);
-    MDB_val k, v;
-    int rc = KL_OK;
-    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !rc;
-         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        Kiln__Workload *w = kiln__workload__unpack(NULL, v.mv_size, v.mv_data);
-        if (!w || k.mv_size != 16) {
-            if (w)
-                kiln__workload__free_unpacked(w, NULL);
-            rc = kl_seterr(err, KL_ERR_CORRUPT,
-                           "store %s: a workload (%zu-byte key) does not "
-                           "decode",
-                           self->dir, k.mv_size);
-            break;
-        }
-        rc = fn(w, arg);
-        kiln__workload__free_unpacked(w, NULL);
-    }
-    if (mrc && mrc != MDB_NOTFOUND && rc == KL_OK)
-        rc = s_lmdb(self, mrc, "workloads", err);
-    mdb_cursor_close(cur);
-    return rc;
-}
-
-int kl_store_foreach_workload(kl_store_t *self, kl_store_workload_fn fn,
-                              void *arg, char *err)
-{
-    return kl_store__foreach_all(self, fn, NULL, arg, err);
-}
-
-int kl_store__foreach_all(kl_store_t *self, kl_store_workload_fn wfn,
-                          kl_store_record_fn rfn, void *arg, char *err)
-{
-    MDB_txn *txn;
-    int rc = s_begin_read(self, &txn, err);
-    if (rc)
-        return rc;
-    if (wfn)
-        rc = s_walk_workloads(self, txn, wfn, arg, err);
-    if (rc == KL_OK && rfn)
-        rc = s_walk_records(self, txn, NULL, 0, NULL, rfn, arg, NULL, err);
-    mdb_txn_abort(txn);
-    return rc;
-}
-
 /* ---- meta ------------------------------------------------------------------
  */
 
@@ -886,7 +629,7 @@ static int s_meta_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
     MDB_val k = {strlen(m->name), (void *)m->name},
             v = {m->len, (void *)m->val};
     int mrc = mdb_put(txn, self->db_meta, &k, &v, 0);
-    return mrc ? s_lmdb(self, mrc, "put meta", err) : KL_OK;
+    return mrc ? kl_store__lmdb(self, mrc, "put meta", err) : KL_OK;
 }
 
 static int s_check_meta_name(const char *name, char *err)
@@ -919,7 +662,7 @@ int kl_store_meta_get(kl_store_t *self, const char *name, void **val,
     if (rc)
         return rc;
     MDB_txn *txn;
-    rc = s_begin_read(self, &txn, err);
+    rc = kl_store__begin_read(self, &txn, err);
     if (rc)
         return rc;
     MDB_val k = {strlen(name), (void *)name}, v;
@@ -929,7 +672,7 @@ int kl_store_meta_get(kl_store_t *self, const char *name, void **val,
         memcpy(*val, v.mv_data, v.mv_size);
         *len = v.mv_size;
     } else {
-        rc = s_lmdb(self, mrc, name, err);
+        rc = kl_store__lmdb(self, mrc, name, err);
     }
     mdb_txn_abort(txn);
     return rc;

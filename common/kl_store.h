@@ -99,7 +99,8 @@ int kl_store_foreach_record(kl_store_t *self, const uint8_t *key,
 typedef int (*kl_store_workload_fn)(const Kiln__Workload *w, void *arg);
 int kl_store_foreach_workload(kl_store_t *self, kl_store_workload_fn fn,
                               void *arg, char *err);
-/* Number of records of (key, target); target NULL counts every target. */
+/* Number of records of (key, target); target NULL counts every target of
+ * key, key NULL every record (of target, when given). */
 int kl_store_count(kl_store_t *self, const uint8_t key[16], const char *target,
                    size_t *count, char *err);
 

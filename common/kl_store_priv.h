@@ -3,7 +3,60 @@
 #ifndef KL_STORE_PRIV_H
 #define KL_STORE_PRIV_H
 
+#include <lmdb.h>
+#include <string.h>
+
 #include "kl_store.h"
+#include "kl_util.h"
+
+/* Length of a best value: seq(8) | median_s bits(8) | simulated(1). */
+#define KL_STORE_BEST_LEN 17
+
+struct kl_store_s {
+    MDB_env *env;
+    MDB_dbi db_workloads, db_records, db_best, db_seen, db_meta;
+    char *dir;
+    size_t map_size;
+    bool rdonly;
+    bool map_full; /* set by kl_store__lmdb() when LMDB said MDB_MAP_FULL */
+    uint8_t *pack; /* reusable buffer for packed values */
+    size_t pack_cap;
+};
+
+/* ---- keys (all integers big-endian) ---- */
+
+static inline void s_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static inline uint64_t s_get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline uint64_t s_tid(const char *target)
+{
+    return kl_hash64(target, strlen(target));
+}
+
+/* key(16) | target-id(8): the prefix of records, best and seen keys. */
+static inline void s_prefix(uint8_t out[24], const uint8_t key[16],
+                            uint64_t tid)
+{
+    memcpy(out, key, 16);
+    s_be64(out + 16, tid);
+}
+
+/* Translates an LMDB return code (never 0) into a kl_err with a message
+ * naming the store and what was being done; flags MDB_MAP_FULL. */
+int kl_store__lmdb(kl_store_t *self, int rc, const char *what, char *err);
+/* Begins a read transaction, adopting a map grown by another process. */
+int kl_store__begin_read(kl_store_t *self, MDB_txn **txn, char *err);
 
 /* One value to write: exactly one of w and r is set. line is the JSON
  * line it came from (0 when none), used only in messages. */

@@ -275,6 +275,18 @@ static int s_only_gpu(const Kiln__TuningRecord *r, void *arg)
     return 0;
 }
 
+/* A callback may read the same store (its own read transaction). */
+static int s_nested(const Kiln__TuningRecord *r, void *arg)
+{
+    fx_t *fx = arg;
+    size_t n = 0;
+    assert_int_equal(
+        kl_store_count(fx->st, r->workload_key.data, r->target, &n, fx->err),
+        KL_OK);
+    assert_int_equal(n, 5);
+    return 0;
+}
+
 static void test_foreach_filter(void **state)
 {
     fx_t *fx = *state;
@@ -305,6 +317,11 @@ static void test_foreach_filter(void **state)
     assert_int_equal(
         kl_store_foreach_record(fx->st, NULL, NULL, s_walk, &stop, fx->err), 7);
     assert_int_equal(stop.n, 4);
+    assert_int_equal(
+        kl_store_foreach_record(fx->st, NULL, NULL, s_nested, fx, fx->err),
+        KL_OK);
+    assert_int_equal(kl_store_count(fx->st, NULL, GPU, &n, fx->err), KL_OK);
+    assert_int_equal(n, 15);
     uint8_t none[16] = {0};
     assert_int_equal(kl_store_count(fx->st, none, NULL, &n, fx->err), KL_OK);
     assert_int_equal(n, 0);
