@@ -93,8 +93,52 @@ static int s_find(int *parent, int x)
     return x;
 }
 
+static int64_t s_gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Inverse of a modulo m (gcd(a, m) = 1, m <= 2^20). */
+static int64_t s_inverse(int64_t a, int64_t m)
+{
+    int64_t r0 = m, r1 = a % m, t0 = 0, t1 = 1;
+    while (r1) {
+        int64_t q = r0 / r1, t;
+        t = r0 - q * r1;
+        r0 = r1;
+        r1 = t;
+        t = t0 - q * t1;
+        t0 = t1;
+        t1 = t;
+    }
+    return ((t0 % m) + m) % m;
+}
+
+/* How many v in [lo, hi] make b + c*v a multiple of m. */
+static int64_t s_count_congruent(int64_t b, int64_t c, int64_t m, int64_t lo,
+                                 int64_t hi)
+{
+    int64_t cm = ((c % m) + m) % m, bm = ((-(b % m)) % m + m) % m;
+    int64_t g = s_gcd(cm, m);
+    if (bm % g)
+        return 0;
+    int64_t m2 = m / g;
+    if (m2 == 1)
+        return hi - lo + 1;
+    int64_t v0 = (bm / g) % m2 * s_inverse((cm / g) % m2, m2) % m2;
+    int64_t first = lo + (((v0 - lo) % m2) + m2) % m2;
+    return first > hi ? 0 : (hi - first) / m2 + 1;
+}
+
 /* Valid values of iterator L given the other iterators' values in iv, for
- * the constraints that mention the group. */
+ * the constraints that mention the group: an interval, thinned by one
+ * congruence in closed form, or scanned when there are several (-1 when
+ * the scan would pass the work limit). */
 static int64_t s_count_last(const kl_workload_t *w, const s_risks_t *rs,
                             const int *in_group, int L, const int64_t *iv,
                             int64_t *work)
@@ -132,6 +176,16 @@ static int64_t s_count_last(const kl_workload_t *w, const s_risks_t *rs,
         return 0;
     if (ncong == 0)
         return hi - lo + 1;
+    if (ncong == 1) {
+        int64_t b = cong[0]->offset;
+        for (int k = 0; k < w->niters; k++)
+            if (k != L)
+                b += cong[0]->coef[k] * iv[k];
+        return s_count_congruent(b, cong[0]->coef[L], cong[0]->div, lo, hi);
+    }
+    /* Several divisions on L: scan the interval. */
+    if (hi - lo + 1 > S_WORK_MAX - *work)
+        return -1;
     int64_t n = 0;
     *work += hi - lo + 1;
     for (int64_t v = lo; v <= hi; v++) {
@@ -174,8 +228,9 @@ static int s_count_group(const kl_workload_t *w, const s_risks_t *rs,
     int64_t iv[KL_IR_MAX_ITERS] = {0}, work = 0;
     double total = 0;
     for (;;) {
-        total += (double)s_count_last(w, rs, in_group, L, iv, &work);
-        if (++work > S_WORK_MAX)
+        int64_t n = s_count_last(w, rs, in_group, L, iv, &work);
+        total += (double)n;
+        if (n < 0 || ++work > S_WORK_MAX)
             return kl_seterr(err, KL_ERR_INVAL,
                              "FLOP count: iterator %s needs more than %lld "
                              "steps to count its valid points",

@@ -369,6 +369,10 @@ static void test_flops_brute_force(void **state)
          "A: f32[5,6], B: f32[6,3]",
          2},
         {"Y[y] += X[y+r+s-4] * X[y-r+1] where y=6, r=3, s=3; X: f32[6]", 2},
+        {"Y[y] += X[(y+r)/2] * Z[(y-r+1)/3] + X[(3*y+2*r-7)/5] where y=17, "
+         "r=11; X: f32[9], Z: f32[6]",
+         3},
+        {"Y[y] += X[(5*y-3*r+2)/7] where y=23, r=19; X: f32[14]", 1},
         {"Y[a,b,c] = A[a-b,c] - B[c+b-2] * 2 where a=3, b=4, c=5; "
          "A: f32[3,5], B: f32[5]",
          2},
