@@ -3,8 +3,9 @@
  * run, and compared with the interpreter (kl_check.h).
  *
  * `codegen_test` runs the default sweep (a few samples per shape);
- * `codegen_test --sweep OP [N]` runs N (default 50) random traces for every
- * shape of one operator (the 'slow' suite registers one per operator). */
+ * `codegen_test --sweep OP|INDEX [N]` runs N (default 50) random traces
+ * for every shape of one operator, or for the shape at INDEX (the 'slow'
+ * suite registers one test per shape). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,8 +75,7 @@ static void s_check_many(const kl_workload_t *w, char **srcs, char **entries,
                          int n, const char *what)
 {
     char err[KL_ERRMSG_LEN], *so = NULL;
-    int rc = kl_check_build_many((const char *const *)srcs, n, s_dir, &so,
-                                 err);
+    int rc = kl_check_build_many((const char *const *)srcs, n, s_dir, &so, err);
     if (rc)
         fail_msg("%s: %s: build: %s", w->name, what, err);
     int *rcs = kl_xcalloc((size_t)n, sizeof(int));
@@ -244,8 +244,7 @@ static void test_codegen_errors(void **state)
     int b;
     assert_int_equal(kl_sched_cache_write(s, KL_SCOPE_LOCAL, &b, err), KL_OK);
     assert_int_equal(
-        kl_sched_reverse_compute_at(s, b, kl_sched_loop(s, 0)->id, err),
-        KL_OK);
+        kl_sched_reverse_compute_at(s, b, kl_sched_loop(s, 0)->id, err), KL_OK);
     assert_int_equal(kl_codegen_c(s, &cpu, NULL, &k, err), KL_ERR_INVAL);
     assert_non_null(strstr(err, "not unrolled"));
     assert_int_equal(kl_postproc_cpu(&cpu, s, err), KL_ERR_INVAL);
@@ -253,14 +252,27 @@ static void test_codegen_errors(void **state)
     kl_workload_free(&w);
 }
 
+/* Sweeps the shapes of one operator (op a name) or one shape (op its
+ * index in s_shapes). */
 static int s_sweep_main(const char *op, int n)
 {
     if (s_setup(NULL))
         return 1;
-    int count = 0;
+    int count = 0, nshapes = 0;
+    while (s_shapes[nshapes])
+        nshapes++;
+    char *end;
+    long only = strtol(op, &end, 10);
+    bool by_index = *op && !*end;
+    if (by_index && (only < 0 || only >= nshapes)) {
+        fprintf(stderr, "shape index %ld out of range (0..%d)\n", only,
+                nshapes - 1);
+        return 2;
+    }
     for (int i = 0; s_shapes[i]; i++) {
         size_t l = strlen(op);
-        if (strncmp(s_shapes[i], op, l) || s_shapes[i][l] != ' ')
+        if (by_index ? i != only
+                     : (strncmp(s_shapes[i], op, l) || s_shapes[i][l] != ' '))
             continue;
         s_sweep(s_shapes[i], n, 1000 + (uint64_t)i);
         printf("ok %d random schedules: %s\n", n, s_shapes[i]);
