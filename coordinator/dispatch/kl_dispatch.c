@@ -177,7 +177,9 @@ static void s_on_message(s_actor_t *s, const kl_peer_t *peer,
 static void s_drain_net(s_actor_t *s)
 {
     char err[KL_ERRMSG_LEN];
-    for (int i = 0; i < 4096; i++) {
+    /* A bounded drain: new submits and freed credit are looked at between
+     * chunks, which keeps the dispatch latency low under a flood. */
+    for (int i = 0; i < 256; i++) {
         kl_peer_t peer;
         Kiln__Envelope *env = NULL;
         int rc = kl_net_recv(s->net, &peer, &env, 0, err);
@@ -447,6 +449,7 @@ int kl_dispatch_submit(kl_dispatch_t *self, const kl_dispatch_batch_t *batch,
     if (rc != KL_OK)
         return rc;
     req->id = self->next_req++;
+    req->t_submit = kl_now_s(); /* latency counts the trip to the actor */
     *request_id = req->id;
     s_cmd_t c = {.op = S_SUBMIT, .ptr = req};
     if (zmq_send(self->cmd, &c, sizeof c, 0) != (int)sizeof c) {

@@ -283,9 +283,10 @@ void kl_dcore_submit(kl_dcore_t *self, kl_dreq_t **req_p, double now)
 {
     kl_dreq_t *req = *req_p;
     *req_p = NULL;
-    req->t_submit = now;
+    if (req->t_submit <= 0) /* else stamped by the caller's submit */
+        req->t_submit = now;
     if (self->t_first_submit < 0)
-        self->t_first_submit = now;
+        self->t_first_submit = req->t_submit;
     s_map_put(&self->reqs, req->id, req);
     s_queue_t *q = s_queue_for(self, req->target);
     for (size_t i = 0; i < req->n; i++)

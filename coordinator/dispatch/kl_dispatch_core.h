@@ -96,7 +96,8 @@ int kl_dcore_new(kl_dcore_t **out, int retries, double compile_s,
 /* Frees every table, request and result not taken. */
 void kl_dcore_destroy(kl_dcore_t **self_p);
 
-/* Takes ownership of *req (ids must grow) and queues its candidates. */
+/* Takes ownership of *req (ids must grow) and queues its candidates.
+ * req->t_submit, when not set (0), becomes now. */
 void kl_dcore_submit(kl_dcore_t *self, kl_dreq_t **req, double now);
 
 /* Registers (or re-registers: its held candidates go back to the queue) the
