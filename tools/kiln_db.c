@@ -299,9 +299,14 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     Kiln__Workload *w = NULL;
     if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
         fprintf(stderr, "kiln db best: %s\n", err);
-    size_t found = 0;
+    size_t found = 0, nrec = 0;
     rc = 0;
-    for (size_t i = 0; i < ts.n && rc != 1; i++) {
+    if (!w && kl_store_count(st, key, NULL, &nrec, err) == KL_OK && !nrec) {
+        fprintf(stderr, "kiln db best: no workload or record with key %s\n",
+                hex);
+        rc = 1;
+    }
+    for (size_t i = 0; i < ts.n && rc == 0; i++) {
         Kiln__TuningRecord *r = NULL;
         int brc = kl_store_best(st, key, ts.t[i], &r, err);
         if (brc == KL_ERR_NOTFOUND)
@@ -309,7 +314,7 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
         if (brc) {
             fprintf(stderr, "kiln db best: %s\n", err);
             rc = 1;
-            continue;
+            break;
         }
         if (kl_opts_bool(o, "json")) {
             char *line = kl_store_json_line("record", &r->base);

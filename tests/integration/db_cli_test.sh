@@ -41,6 +41,8 @@ echo "$out" | grep -q '"type":"record".*"seq":2' || fail "best json: $out"
 [ $? -eq 3 ] || fail "best without a valid record must exit 3"
 "$KILN" db best --db "$T/db" --name nope 2>/dev/null
 [ $? -eq 1 ] || fail "best of an unknown name must exit 1"
+"$KILN" db best --db "$T/db" --key ffffffffffffffffffffffffffffffff 2>/dev/null
+[ $? -eq 1 ] || fail "best of an unknown key must exit 1"
 "$KILN" db best --db "$T/db" --key xyz 2>/dev/null
 [ $? -eq 2 ] || fail "a bad --key is a usage error"
 "$KILN" db ls --db "$T/missing" 2>"$T/err"
