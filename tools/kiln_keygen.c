@@ -12,9 +12,11 @@
 #define S_USAGE                                                                \
     "usage: kiln keygen DIR NAME\n"                                            \
     "Writes DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), and\n" \
-    "prints the public key. Never overwrites a key. Give the coordinator's\n"  \
-    ".pub to every agent (--server-key) and put each agent's .pub in the\n"    \
-    "coordinator's allow directory.\n"
+    "prints the public key. Never overwrites a key. The coordinator's pair\n"  \
+    "is KEYS/coordinator (kiln measure --keys KEYS); give its .pub to every\n" \
+    "agent (kiln-agent --coordinator-key FILE) and put each agent's .pub in\n" \
+    "KEYS/agents/, the coordinator's allow directory (picked up while it\n"    \
+    "runs). See docs/protocol.md.\n"
 
 static const kl_opt_t s_opts[] = {
     KL_OPT_END,
@@ -29,7 +31,7 @@ int kiln_cmd_keygen(int argc, char **argv)
         return 2;
     }
     if (kl_opts_help_asked(o)) {
-        kl_opts_print_help(stdout, S_USAGE, s_opts);
+        fputs(S_USAGE, stdout);
         kl_opts_free(&o);
         return 0;
     }
