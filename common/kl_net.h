@@ -54,8 +54,8 @@ typedef struct {
     /* Client: file holding the server's public key. */
     const char *server_key_file;
     /* No CURVE at all. Allowed only for loopback endpoints (tcp://127.x,
-     * tcp://localhost, ipc://, inproc://); otherwise KL_ERR_INVAL. Logs a
-     * warning. */
+     * tcp://localhost, tcp://[::1], ipc://, inproc://); otherwise
+     * KL_ERR_INVAL "--insecure is for loopback only". Logs a warning. */
     bool insecure;
 } kl_net_security_t;
 
@@ -96,7 +96,9 @@ int kl_net_server_new(kl_net_t **out, const char *endpoint,
  * kl_net_send / kl_net_recv; meanwhile kl_net_send returns KL_ERR_AUTH. */
 int kl_net_client_new(kl_net_t **out, const char *endpoint,
                       const kl_net_security_t *sec, char *err);
-/* Closes the socket (linger 0) and the ZAP thread; NULLs *self_p. */
+/* Closes the socket (linger 0); with the last CURVE server of the process
+ * the ZAP thread stops, with the last kl_net_t the zmq context ends. NULLs
+ * *self_p; safe on NULL. */
 void kl_net_destroy(kl_net_t **self_p);
 
 /* The zmq socket, for zmq_poll (borrowed). */
@@ -122,6 +124,7 @@ int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
  * KL_ERR_PROTO / KL_ERR_VERSION with a message (and, for VERSION, *env
  * still set so the caller can answer with a Goodbye naming both
  * versions; it then holds only version_major / version_minor, no body).
+ * A frame without a version (major 0) is malformed, not foreign.
  * A ROUTER frame set is [routing id][envelope] and a DEALER one is
  * [envelope]; any other number of frames is dropped (KL_ERR_PROTO).
  * peer (optional) receives the sender's routing id on a ROUTER. */
