@@ -732,8 +732,11 @@ int kiln_cmd_measure(int argc, char **argv)
     int todo = 0;
     for (int i = 0; i < j.npos; i++)
         todo += !j.skip[i];
-    if (rc == KL_OK && todo)
+    bool usage = false;
+    if (rc == KL_OK && todo) {
         rc = s_start(&j, err);
+        usage = rc == KL_ERR_INVAL; /* endpoint, keys or flags that clash */
+    }
     if (rc == KL_OK && todo)
         rc = s_wait_agent(&j, kl_now_s(), err);
     if (rc == KL_OK && todo)
@@ -749,5 +752,5 @@ int kiln_cmd_measure(int argc, char **argv)
     if (rc != KL_OK)
         fprintf(stderr, "kiln measure: %s\n", err);
     s_job_free(&j);
-    return rc == KL_OK ? 0 : 1;
+    return rc == KL_OK ? 0 : usage ? 2 : 1;
 }
