@@ -1,0 +1,755 @@
+/* codegen_cuda.c - scheduled loop nest -> CUDA C (kl_codegen.h,
+ * kl_codegen_cuda.h). The mapping of loops onto the launch is decided by
+ * kl_cuda_plan (coordinator/schedule/kl_cuda_plan.h); this file prints it. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_codegen_cuda.h"
+#include "kl_cuda_plan.h"
+#include "kl_err.h"
+#include "kl_util.h"
+
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    kl_cuda_plan_t p;
+    kl_buf_t b;
+    int ind;
+    const char *ity; /* index type: int or long long */
+    int out;         /* output tensor index */
+} g_t;
+
+/* Coefficients of a linear form over loop parts, plus a constant. */
+typedef struct {
+    int64_t c;
+    int64_t k[KL_SCHED_MAX_LOOPS][KL_LOOP_MAX_PARTS];
+} lin_t;
+
+static void s_line(g_t *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void s_line(g_t *g, const char *fmt, ...)
+{
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *tmp = kl_xmalloc((size_t)n + 1);
+    vsnprintf(tmp, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    kl_buf_printf(&g->b, "%*s%s\n", 4 * g->ind, "", tmp);
+    free(tmp);
+}
+
+static const kl_loop_t *s_L(const g_t *g, int pos)
+{
+    return kl_sched_loop(g->s, pos);
+}
+
+/* The value of part q of the loop at pos, as C text. */
+static void s_part(const g_t *g, kl_buf_t *b, int pos, int q)
+{
+    const kl_loop_t *l = s_L(g, pos);
+    if (l->nparts == 1) {
+        kl_buf_printf(b, "l%d", l->id);
+        return;
+    }
+    int64_t inner = 1;
+    for (int r = q + 1; r < l->nparts; r++)
+        inner *= l->parts[r].extent;
+    if (q == 0)
+        kl_buf_printf(b, "(l%d / %" PRId64 ")", l->id, inner);
+    else if (inner == 1)
+        kl_buf_printf(b, "(l%d %% %" PRId64 ")", l->id, l->parts[q].extent);
+    else
+        kl_buf_printf(b, "(l%d / %" PRId64 " %% %" PRId64 ")", l->id, inner,
+                      l->parts[q].extent);
+}
+
+static void s_lin_print(const g_t *g, kl_buf_t *b, const lin_t *f)
+{
+    bool any = false;
+    kl_buf_puts(b, "(");
+    for (int pos = 0; pos < g->p.nloops; pos++)
+        for (int q = 0; q < s_L(g, pos)->nparts; q++) {
+            int64_t c = f->k[pos][q];
+            if (!c)
+                continue;
+            if (any)
+                kl_buf_puts(b, c < 0 ? " - " : " + ");
+            else if (c < 0)
+                kl_buf_puts(b, "-");
+            int64_t a = c < 0 ? -c : c;
+            if (a != 1)
+                kl_buf_printf(b, "%" PRId64 " * ", a);
+            s_part(g, b, pos, q);
+            any = true;
+        }
+    if (f->c || !any)
+        kl_buf_printf(b, "%s%" PRId64, any ? (f->c < 0 ? " - " : " + ") : "",
+                      any && f->c < 0 ? -f->c : f->c);
+    kl_buf_puts(b, ")");
+}
+
+/* Linear form of the numerator of index d of access a. */
+static void s_lin_access(const g_t *g, const kl_access_t *a, int d, lin_t *f)
+{
+    memset(f, 0, sizeof *f);
+    f->c = a->idx[d].offset;
+    for (int pos = 0; pos < g->p.nloops; pos++) {
+        const kl_loop_t *l = s_L(g, pos);
+        for (int q = 0; q < l->nparts; q++)
+            f->k[pos][q] =
+                a->idx[d].coef[l->parts[q].iter] * l->parts[q].stride;
+    }
+}
+
+/* Range of f over every part's full extent. */
+static void s_lin_range(const g_t *g, const lin_t *f, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = f->c;
+    for (int pos = 0; pos < g->p.nloops; pos++) {
+        const kl_loop_t *l = s_L(g, pos);
+        for (int q = 0; q < l->nparts; q++) {
+            int64_t v = f->k[pos][q] * (l->parts[q].extent - 1);
+            if (v > 0)
+                *hi += v;
+            else
+                *lo += v;
+        }
+    }
+}
+
+/* Prints the flat offset of access a into b and the validity condition
+ * (empty when always valid) into cond. */
+static void s_access(const g_t *g, const kl_access_t *a, kl_buf_t *b,
+                     kl_buf_t *cond)
+{
+    const kl_tensor_t *t = &g->w->tensors[a->tensor];
+    int64_t stride[KL_IR_MAX_DIMS], st = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        stride[d] = st;
+        st *= t->shape[d];
+    }
+    kl_buf_puts(b, "(");
+    for (int d = 0; d < t->ndim; d++) {
+        lin_t f;
+        s_lin_access(g, a, d, &f);
+        int64_t lo, hi, div = a->idx[d].div > 1 ? a->idx[d].div : 1;
+        s_lin_range(g, &f, &lo, &hi);
+        kl_buf_t num = {0};
+        s_lin_print(g, &num, &f);
+        if (d)
+            kl_buf_puts(b, " + ");
+        if (div > 1)
+            kl_buf_printf(b, "%s / %" PRId64, num.data, div);
+        else
+            kl_buf_puts(b, num.data);
+        if (stride[d] != 1)
+            kl_buf_printf(b, " * %" PRId64, stride[d]);
+        const char *sep = cond->len ? " && " : "";
+        if (div > 1) {
+            kl_buf_printf(cond,
+                          "%s%s %% %" PRId64 " == 0 && %s >= 0 && %s / "
+                          "%" PRId64 " < %" PRId64,
+                          sep, num.data, div, num.data, num.data, div,
+                          t->shape[d]);
+        } else {
+            if (lo < 0) {
+                kl_buf_printf(cond, "%s%s >= 0", sep, num.data);
+                sep = " && ";
+            }
+            if (hi >= t->shape[d])
+                kl_buf_printf(cond, "%s%s < %" PRId64, sep, num.data,
+                              t->shape[d]);
+        }
+        kl_buf_free(&num);
+    }
+    kl_buf_puts(b, ")");
+}
+
+static const kl_cuda_smem_t *s_smem_of(const g_t *g, int tensor)
+{
+    for (int i = 0; i < g->p.nsmem; i++)
+        if (g->p.smem[i].tensor == tensor)
+            return &g->p.smem[i];
+    return NULL;
+}
+
+static bool s_thread_or_vthread(const kl_loop_t *l)
+{
+    return l->kind >= KL_LOOP_THREAD_X && l->kind <= KL_LOOP_VTHREAD;
+}
+
+/* Offset into a shared box of a read at the current point. */
+static void s_smem_index(const g_t *g, const kl_cuda_smem_t *sm,
+                         const kl_access_t *a, kl_buf_t *b)
+{
+    int64_t st = 1, stride[KL_IR_MAX_DIMS];
+    for (int d = sm->ndim - 1; d >= 0; d--) {
+        stride[d] = st;
+        st *= sm->ext[d];
+    }
+    lin_t tot;
+    memset(&tot, 0, sizeof tot);
+    for (int d = 0; d < sm->ndim; d++) {
+        lin_t f;
+        s_lin_access(g, a, d, &f);
+        for (int pos = 0; pos < g->p.nloops; pos++) {
+            const kl_loop_t *l = s_L(g, pos);
+            bool relaxed = s_thread_or_vthread(l) ||
+                           (pos > sm->attach && pos >= g->p.prefix);
+            for (int q = 0; relaxed && q < l->nparts; q++)
+                tot.k[pos][q] += f.k[pos][q] * stride[d];
+        }
+        tot.c -= sm->lo[d] * stride[d];
+    }
+    kl_buf_printf(b, "kl_smem[%" PRId64 " + ", sm->offset);
+    s_lin_print(g, b, &tot);
+    kl_buf_puts(b, "]");
+}
+
+static void s_num(kl_buf_t *b, double v)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.9g", v);
+    bool frac = strpbrk(tmp, ".eEn") != NULL;
+    kl_buf_printf(b, "%s%sf", tmp, frac ? "" : ".0");
+}
+
+/* Prints expression e; the validity of its reads goes into cond. */
+static void s_expr(const g_t *g, const kl_expr_t *e, kl_buf_t *b,
+                   kl_buf_t *cond)
+{
+    static const char *ops[] = {[KL_EX_ADD] = " + ",
+                                [KL_EX_SUB] = " - ",
+                                [KL_EX_MUL] = " * ",
+                                [KL_EX_DIV] = " / "};
+    switch (e->kind) {
+    case KL_EX_CONST:
+        s_num(b, e->value);
+        return;
+    case KL_EX_LOAD: {
+        kl_buf_t off = {0}, c = {0};
+        s_access(g, &e->access, &off, &c);
+        const kl_cuda_smem_t *sm = s_smem_of(g, e->access.tensor);
+        if (sm)
+            s_smem_index(g, sm, &e->access, b);
+        else if (c.len)
+            kl_buf_printf(b, "(%s ? a%d[%s] : 0.0f)", c.data, e->access.tensor,
+                          off.data);
+        else
+            kl_buf_printf(b, "a%d[%s]", e->access.tensor, off.data);
+        if (c.len)
+            kl_buf_printf(cond, "%s(%s)", cond->len ? " && " : "", c.data);
+        kl_buf_free(&off);
+        kl_buf_free(&c);
+        return;
+    }
+    case KL_EX_NEG:
+        kl_buf_puts(b, "(-");
+        s_expr(g, e->a, b, cond);
+        kl_buf_puts(b, ")");
+        return;
+    case KL_EX_MAX:
+    case KL_EX_MIN:
+        kl_buf_puts(b, e->kind == KL_EX_MAX ? "fmaxf(" : "fminf(");
+        s_expr(g, e->a, b, cond);
+        kl_buf_puts(b, ", ");
+        s_expr(g, e->b, b, cond);
+        kl_buf_puts(b, ")");
+        return;
+    default:
+        kl_buf_puts(b, "(");
+        s_expr(g, e->a, b, cond);
+        kl_buf_puts(b, ops[e->kind]);
+        s_expr(g, e->b, b, cond);
+        kl_buf_puts(b, ")");
+        return;
+    }
+}
+
+/* Guards (imperfect splits) as a C condition; spatial_only for the
+ * write-back. Empty when none applies. */
+static void s_guards(const g_t *g, bool spatial_only, kl_buf_t *b)
+{
+    for (int i = 0; i < kl_sched_nguards(g->s); i++) {
+        const kl_guard_t *gd = kl_sched_guard(g->s, i);
+        if (spatial_only && g->w->iters[gd->iter].reduce)
+            continue;
+        lin_t f;
+        memset(&f, 0, sizeof f);
+        for (int k = 0; k < gd->nterms; k++) {
+            int pos = kl_sched_loop_pos(g->s, gd->terms[k].loop);
+            if (pos >= 0)
+                f.k[pos][gd->terms[k].part] += gd->terms[k].coef;
+        }
+        kl_buf_puts(b, b->len ? " && " : "");
+        s_lin_print(g, b, &f);
+        kl_buf_printf(b, " < %" PRId64, gd->bound);
+    }
+}
+
+/* Accumulator index of the current point. */
+static void s_acc_index(const g_t *g, kl_buf_t *b)
+{
+    lin_t f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < g->p.nacc_loops; i++) {
+        int pos = g->p.acc_pos[i];
+        const kl_loop_t *l = s_L(g, pos);
+        int64_t inner = 1;
+        for (int q = l->nparts - 1; q >= 0; q--) {
+            f.k[pos][q] = g->p.acc_mult[i] * inner;
+            inner *= l->parts[q].extent;
+        }
+    }
+    s_lin_print(g, b, &f);
+}
+
+/* The auto-unroll budget in force at pos (largest unroll_max_step of an
+ * enclosing loop; 0 when none). */
+static int64_t s_unroll_budget(const g_t *g, int pos)
+{
+    int64_t best = 0;
+    for (int i = 0; i < pos; i++) {
+        const kl_loop_t *l = s_L(g, i);
+        for (int a = 0; a < l->nannots; a++)
+            if (!strcmp(l->annots[a].key, "unroll_max_step") &&
+                l->annots[a].value > best)
+                best = l->annots[a].value;
+    }
+    return best;
+}
+
+static bool s_is_acc(const g_t *g, int pos)
+{
+    for (int i = 0; i < g->p.nacc_loops; i++)
+        if (g->p.acc_pos[i] == pos)
+            return true;
+    return false;
+}
+
+static void s_open_loop(g_t *g, int pos, bool force_unroll)
+{
+    const kl_loop_t *l = s_L(g, pos);
+    int64_t inner = 1;
+    for (int i = pos; i < g->p.nloops; i++)
+        inner *= s_L(g, i)->extent;
+    if (force_unroll || l->kind == KL_LOOP_UNROLL ||
+        l->kind == KL_LOOP_VECTORIZE ||
+        (inner <= s_unroll_budget(g, pos) && inner > 1))
+        s_line(g, "#pragma unroll");
+    s_line(g, "for (%s l%d = 0; l%d < %" PRId64 "; ++l%d) {", g->ity, l->id,
+           l->id, l->extent, l->id);
+    g->ind++;
+}
+
+static void s_close(g_t *g)
+{
+    g->ind--;
+    s_line(g, "}");
+}
+
+/* Cooperative copy of the shared stages attached at pos. */
+static void s_emit_copies(g_t *g, int pos, bool in_loop)
+{
+    bool any = false;
+    for (int i = 0; i < g->p.nsmem; i++) {
+        const kl_cuda_smem_t *sm = &g->p.smem[i];
+        if (sm->attach != pos)
+            continue;
+        if (!any && in_loop)
+            s_line(g, "__syncthreads();");
+        any = true;
+        const kl_tensor_t *t = &g->w->tensors[sm->tensor];
+        const kl_access_t *a = NULL;
+        /* The plan guarantees one index map; find it. */
+        const kl_expr_t *stack[64];
+        int sp = 0;
+        stack[sp++] = g->w->body;
+        while (sp && !a) {
+            const kl_expr_t *e = stack[--sp];
+            if (e->kind == KL_EX_LOAD && e->access.tensor == sm->tensor)
+                a = &e->access;
+            if (e->a && sp < 63)
+                stack[sp++] = e->a;
+            if (e->b && sp < 63)
+                stack[sp++] = e->b;
+        }
+        s_line(g, "/* %s: %" PRId64 " floats */", t->name, sm->size);
+        s_line(g, "for (%s f = kl_tid; f < %" PRId64 "; f += %" PRId64 ") {",
+               g->ity, sm->size, g->p.threads);
+        g->ind++;
+        kl_buf_t off = {0}, cond = {0};
+        int64_t st[KL_IR_MAX_DIMS], tst = 1;
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            st[d] = tst;
+            tst *= t->shape[d];
+        }
+        for (int d = 0; d < sm->ndim; d++) {
+            lin_t f;
+            s_lin_access(g, a, d, &f);
+            int64_t lo, hi;
+            s_lin_range(g, &f, &lo, &hi);
+            /* Keep only the fixed parts: those above the attach point that
+             * are not threads or vthreads. */
+            for (int q = 0; q < g->p.nloops; q++) {
+                const kl_loop_t *l = s_L(g, q);
+                bool relaxed =
+                    s_thread_or_vthread(l) || (q > pos && q >= g->p.prefix);
+                for (int r = 0; relaxed && r < l->nparts; r++)
+                    f.k[q][r] = 0;
+            }
+            f.c += sm->lo[d];
+            int64_t inner = 1;
+            for (int e = d + 1; e < sm->ndim; e++)
+                inner *= sm->ext[e];
+            kl_buf_t x = {0};
+            s_lin_print(g, &x, &f);
+            s_line(g, "const %s c%d = %s + (f / %" PRId64 ") %% %" PRId64 ";",
+                   g->ity, d, x.data, inner, sm->ext[d]);
+            kl_buf_free(&x);
+            kl_buf_printf(&off, "%sc%d * %" PRId64, d ? " + " : "", d, st[d]);
+            const char *sep = cond.len ? " && " : "";
+            if (lo < 0) {
+                kl_buf_printf(&cond, "%sc%d >= 0", sep, d);
+                sep = " && ";
+            }
+            if (hi >= t->shape[d])
+                kl_buf_printf(&cond, "%sc%d < %" PRId64, sep, d, t->shape[d]);
+        }
+        if (cond.len)
+            s_line(g, "kl_smem[%" PRId64 " + f] = (%s) ? a%d[%s] : 0.0f;",
+                   sm->offset, cond.data, sm->tensor, off.data);
+        else
+            s_line(g, "kl_smem[%" PRId64 " + f] = a%d[%s];", sm->offset,
+                   sm->tensor, off.data);
+        kl_buf_free(&off);
+        kl_buf_free(&cond);
+        s_close(g);
+    }
+    if (any)
+        s_line(g, "__syncthreads();");
+}
+
+static void s_emit_statement(g_t *g)
+{
+    kl_buf_t v = {0}, cond = {0}, guard = {0}, idx = {0};
+    s_expr(g, g->w->body, &v, &cond);
+    s_guards(g, false, &guard);
+    s_acc_index(g, &idx);
+    if (guard.len) {
+        s_line(g, "if (%s) {", guard.data);
+        g->ind++;
+    }
+    switch (g->w->reduce) {
+    case KL_RED_SUM:
+        s_line(g, "acc[%s] += %s;", idx.data, v.data);
+        break;
+    case KL_RED_MAX:
+        /* Out-of-range points do not take part (-inf padding). */
+        if (cond.len)
+            s_line(g, "if (%s) acc[%s] = fmaxf(acc[%s], %s);", cond.data,
+                   idx.data, idx.data, v.data);
+        else
+            s_line(g, "acc[%s] = fmaxf(acc[%s], %s);", idx.data, idx.data,
+                   v.data);
+        break;
+    default:
+        s_line(g, "acc[%s] = %s;", idx.data, v.data);
+        break;
+    }
+    if (guard.len)
+        s_close(g);
+    kl_buf_free(&v);
+    kl_buf_free(&cond);
+    kl_buf_free(&guard);
+    kl_buf_free(&idx);
+}
+
+static void s_emit_epilogue(g_t *g)
+{
+    for (int i = 0; i < g->w->nepi; i++) {
+        const kl_epilogue_t *ep = &g->w->epi[i];
+        kl_buf_t x = {0}, off = {0}, cond = {0};
+        switch (ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+        case KL_EPI_MUL_TENSOR:
+            s_access(g, &ep->access, &off, &cond);
+            if (cond.len)
+                kl_buf_printf(&x, "((%s) ? a%d[%s] : 0.0f)", cond.data,
+                              ep->access.tensor, off.data);
+            else
+                kl_buf_printf(&x, "a%d[%s]", ep->access.tensor, off.data);
+            s_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*",
+                   x.data);
+            break;
+        case KL_EPI_ADD_CONST:
+        case KL_EPI_MUL_CONST:
+            s_num(&x, ep->lo);
+            s_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_CONST ? "+" : "*",
+                   x.data);
+            break;
+        case KL_EPI_RELU:
+            s_line(g, "v = fmaxf(v, 0.0f);");
+            break;
+        case KL_EPI_CLIP: {
+            kl_buf_t y = {0};
+            s_num(&x, ep->lo);
+            s_num(&y, ep->hi);
+            s_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
+            kl_buf_free(&y);
+            break;
+        }
+        }
+        kl_buf_free(&x);
+        kl_buf_free(&off);
+        kl_buf_free(&cond);
+    }
+}
+
+static void s_emit_writeback(g_t *g)
+{
+    for (int i = 0; i < g->p.nacc_loops; i++)
+        s_open_loop(g, g->p.acc_pos[i], true);
+    kl_buf_t guard = {0}, idx = {0}, off = {0}, cond = {0};
+    s_guards(g, true, &guard);
+    s_access(g, &g->w->out, &off, &cond);
+    if (cond.len)
+        kl_buf_printf(&guard, "%s%s", guard.len ? " && " : "", cond.data);
+    if (guard.len) {
+        s_line(g, "if (%s) {", guard.data);
+        g->ind++;
+    }
+    s_acc_index(g, &idx);
+    s_line(g, "float v = acc[%s];", idx.data);
+    if (g->w->reduce == KL_RED_MAX)
+        s_line(g, "if (v == -__int_as_float(0x7f800000)) v = 0.0f;");
+    s_emit_epilogue(g);
+    s_line(g, "a%d[%s] = v;", g->out, off.data);
+    if (guard.len)
+        s_close(g);
+    for (int i = 0; i < g->p.nacc_loops; i++)
+        s_close(g);
+    kl_buf_free(&guard);
+    kl_buf_free(&idx);
+    kl_buf_free(&off);
+    kl_buf_free(&cond);
+}
+
+static void s_emit_signature(g_t *g, const char *entry)
+{
+    kl_buf_printf(&g->b,
+                  "/* kiln cuda kernel: %s; grid (%" PRId64 ", %" PRId64
+                  ", %" PRId64 "), block (%" PRId64 ", %" PRId64 ", %" PRId64
+                  "), %" PRId64 " bytes shared */\n",
+                  g->w->name ? g->w->name : g->w->op_kind, g->p.grid[0],
+                  g->p.grid[1], g->p.grid[2], g->p.block[0], g->p.block[1],
+                  g->p.block[2], g->p.smem_bytes);
+    kl_buf_printf(&g->b,
+                  "extern \"C\" __global__ void __launch_bounds__(%" PRId64
+                  ")\n%s(",
+                  g->p.threads, entry);
+    for (int i = 0; i < g->w->ntensors; i++)
+        kl_buf_printf(&g->b, "%s%sfloat *__restrict__ a%d", i ? ", " : "",
+                      i == g->out ? "" : "const ", i);
+    kl_buf_puts(&g->b, ")\n{\n");
+    g->ind = 1;
+}
+
+/* Index setup: bound loops, or the flat decomposition. */
+static void s_emit_indices(g_t *g)
+{
+    static const char *names[] = {"blockIdx.x",  "blockIdx.y",  "blockIdx.z",
+                                  "threadIdx.x", "threadIdx.y", "threadIdx.z"};
+    if (g->p.flat) {
+        int64_t total = 1;
+        for (int pos = 0; pos < g->p.nflat; pos++)
+            total *= s_L(g, pos)->extent;
+        s_line(g,
+               "const %s kl_gid = (%s)blockIdx.x * %" PRId64 " + threadIdx.x;",
+               g->ity, g->ity, g->p.block[0]);
+        s_line(g, "if (kl_gid >= %" PRId64 ") return;", total);
+        int64_t inner = 1;
+        for (int pos = g->p.nflat - 1; pos >= 0; pos--) {
+            const kl_loop_t *l = s_L(g, pos);
+            s_line(g, "const %s l%d = kl_gid / %" PRId64 " %% %" PRId64 ";",
+                   g->ity, l->id, inner, l->extent);
+            inner *= l->extent;
+        }
+        return;
+    }
+    s_line(g,
+           "const int kl_tid = threadIdx.x + %" PRId64
+           " * (threadIdx.y + %" PRId64 " * threadIdx.z);",
+           g->p.block[0], g->p.block[1]);
+    for (int pos = 0; pos < g->p.prefix; pos++) {
+        const kl_loop_t *l = s_L(g, pos);
+        if (l->kind != KL_LOOP_VTHREAD)
+            s_line(g, "const %s l%d = %s;", g->ity, l->id,
+                   names[l->kind - KL_LOOP_BLOCK_X]);
+    }
+    if (g->p.nsmem && g->p.smem_dynamic)
+        s_line(g, "extern __shared__ __align__(16) float kl_smem[];");
+    else if (g->p.nsmem)
+        s_line(g, "__shared__ __align__(16) float kl_smem[%" PRId64 "];",
+               g->p.smem_bytes / 4);
+}
+
+static void s_emit_body(g_t *g)
+{
+    int lead = g->p.flat ? g->p.nflat : g->p.prefix;
+    s_emit_copies(g, lead - 1, false);
+    int opened = 0;
+    for (int pos = lead; pos <= g->p.wc_attach; pos++) {
+        s_open_loop(g, pos, false);
+        s_emit_copies(g, pos, true);
+        opened++;
+    }
+    s_line(g, "float acc[%" PRId64 "];", g->p.nacc);
+    s_line(g, "#pragma unroll");
+    s_line(g, "for (int i = 0; i < %" PRId64 "; ++i)", g->p.nacc);
+    s_line(g, "    acc[i] = %s;",
+           g->w->reduce == KL_RED_MAX ? "-__int_as_float(0x7f800000)" : "0.0f");
+    int inner = 0;
+    for (int pos = g->p.wc_attach + 1; pos < g->p.nloops; pos++) {
+        s_open_loop(g, pos, s_is_acc(g, pos));
+        s_emit_copies(g, pos, true);
+        inner++;
+    }
+    for (int pos = 0; pos < g->p.prefix; pos++)
+        if (s_L(g, pos)->kind == KL_LOOP_VTHREAD) {
+            s_open_loop(g, pos, true);
+            inner++;
+        }
+    s_emit_statement(g);
+    while (inner--)
+        s_close(g);
+    s_emit_writeback(g);
+    while (opened--)
+        s_close(g);
+}
+
+int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
+                    const char *entry, kl_kernel_t *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    g_t g;
+    memset(&g, 0, sizeof g);
+    g.s = s;
+    g.w = kl_sched_workload(s);
+    g.out = kl_workload_output(g.w);
+    int rc = kl_cuda_plan(s, t, &g.p, err);
+    if (rc)
+        return rc;
+    if (g.w->reduce == KL_RED_NONE && g.p.nloops > 0 &&
+        kl_sched_loop(s, g.p.nloops - 1)->reduce)
+        return kl_seterr(err, KL_ERR_INTERNAL, "cuda: '=' with reductions");
+    g.ity = g.p.wide_index ? "long long" : "int";
+    if (!entry)
+        entry = "kl_main";
+    s_emit_signature(&g, entry);
+    s_emit_indices(&g);
+    s_emit_body(&g);
+    kl_buf_puts(&g.b, "}\n");
+    out->source = kl_buf_take(&g.b);
+    out->entry = kl_xstrdup(entry);
+    for (int i = 0; i < 3; i++) {
+        out->grid[i] = g.p.grid[i];
+        out->block[i] = g.p.block[i];
+    }
+    out->shared_bytes = g.p.smem_dynamic ? g.p.smem_bytes : 0;
+    return KL_OK;
+}
+
+/* ---- resource checks with NVRTC ---- */
+
+int kl_cuda_check_many(kl_nvrtc_t *nv, const kl_kernel_t *ks, int n,
+                       const char *arch, int *rcs, char (*why)[KL_ERRMSG_LEN],
+                       kl_nvrtc_kernel_t *res, char *err)
+{
+    kl_buf_t src = {0};
+    for (int i = 0; i < n; i++)
+        kl_buf_puts(&src, ks[i].source);
+    kl_nvrtc_opts_t o = {.arch = arch};
+    kl_nvrtc_result_t *r = NULL;
+    int rc = kl_nvrtc_compile(nv, src.data ? src.data : "", &o, &r, err);
+    kl_buf_free(&src);
+    if (rc) {
+        kl_nvrtc_result_free(&r);
+        return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        char tmp[KL_ERRMSG_LEN];
+        char *msg = why ? why[i] : tmp;
+        const kl_nvrtc_kernel_t *k = kl_nvrtc_result_kernel(r, ks[i].entry);
+        int64_t threads = ks[i].block[0] * ks[i].block[1] * ks[i].block[2];
+        if (res)
+            memset(&res[i], 0, sizeof res[i]);
+        if (!k) {
+            rcs[i] =
+                kl_seterr(msg, KL_ERR_INVAL,
+                          "%s: no resource report from ptxas", ks[i].entry);
+            continue;
+        }
+        if (res)
+            res[i] = *k;
+        if ((int64_t)k->registers * threads > KL_CUDA_REGFILE)
+            rcs[i] = kl_seterr(
+                msg, KL_ERR_INVAL, "%s: %d registers x %lld threads > %d",
+                ks[i].entry, k->registers, (long long)threads, KL_CUDA_REGFILE);
+        else if (k->spill_stores + k->spill_loads > KL_CUDA_MAX_SPILL_BYTES)
+            rcs[i] = kl_seterr(msg, KL_ERR_INVAL,
+                               "%s: %ld bytes of spills (at most %d)",
+                               ks[i].entry, k->spill_stores + k->spill_loads,
+                               KL_CUDA_MAX_SPILL_BYTES);
+        else if (k->smem_static > KL_CUDA_STATIC_SMEM)
+            rcs[i] = kl_seterr(msg, KL_ERR_INVAL,
+                               "%s: %ld bytes of static shared memory",
+                               ks[i].entry, k->smem_static);
+        else
+            rcs[i] = KL_OK;
+    }
+    kl_nvrtc_result_free(&r);
+    return KL_OK;
+}
+
+static int s_resource_check(const kl_sched_t *s, const kl_target_t *t,
+                            char *err)
+{
+    kl_nvrtc_t *nv = kl_nvrtc_default(NULL);
+    char arch[32];
+    if (!nv || kl_nvrtc_arch_of_target(t->name, arch, sizeof arch, NULL))
+        return KL_OK; /* nothing to check with */
+    kl_kernel_t k;
+    int rc = kl_codegen_cuda(s, t, "kl_check", &k, err);
+    if (rc)
+        return rc;
+    int one = 0;
+    char why[1][KL_ERRMSG_LEN];
+    rc = kl_cuda_check_many(nv, &k, 1, arch, &one, why, NULL, err);
+    kl_kernel_free(&k);
+    if (rc)
+        return rc;
+    if (one)
+        return kl_seterr(err, one, "%s", why[0]);
+    return KL_OK;
+}
+
+int kl_cuda_enable_resource_check(char *err)
+{
+    if (!kl_nvrtc_default(err))
+        return KL_ERR_UNSUPPORTED;
+    kl_postproc_cuda_set_resource_check(s_resource_check);
+    return KL_OK;
+}
+
+void kl_cuda_disable_resource_check(void)
+{
+    kl_postproc_cuda_set_resource_check(NULL);
+}

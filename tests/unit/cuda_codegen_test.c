@@ -1,0 +1,328 @@
+/* Unit tests of the GPU half of the compiler: GPU rules, postprocessors and
+ * CUDA codegen. Without a GPU: sampled kernels are compiled with NVRTC for
+ * sm_80 and sm_90 (skipped when NVRTC is missing) and run on the CPU
+ * through cuda_emu (the CUDA built-ins mapped onto pthreads), against the
+ * reference interpreter. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cuda_emu.h"
+#include "kl_codegen_cuda.h"
+#include "kl_cuda_plan.h"
+#include "kl_err.h"
+#include "kl_space.h"
+
+#define NSAMPLES 20
+#define NEMU 3
+
+static const char *s_ops[] = {
+    "matmul M=64 N=48 K=40",
+    "batch_matmul B=2 M=32 N=24 K=16",
+    "dense N=16 I=64 O=40",
+    "conv2d N=1 C=8 H=14 W=14 K=16 R=3 S=3 stride=1 pad=1 bias=1 relu=1",
+    "depthwise_conv2d N=1 C=16 H=15 W=15 R=3 S=3 stride=2 pad=1",
+    "max_pool2d N=1 C=8 H=15 W=15 R=3 S=3 stride=2 pad=1",
+};
+#define NOPS ((int)(sizeof s_ops / sizeof s_ops[0]))
+
+static char s_workdir[256];
+
+static kl_workload_t *s_load(const char *op)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    int rc = kl_workload_from_string(op, &w, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", op, err);
+    assert_int_equal(rc, KL_OK);
+    return w;
+}
+
+/* Samples n kernels of op (seeded), checking that each trace replays to a
+ * byte-identical source. ks and the plans are the caller's. */
+static void s_sample(const kl_workload_t *w, int op, int n, kl_kernel_t *ks,
+                     kl_cuda_plan_t *plans)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_90", w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 1000 + (uint64_t)op);
+    for (int i = 0; i < n; i++) {
+        kl_trace_t *t = NULL;
+        kl_sched_t *s = NULL;
+        int rc = kl_space_sample(sp, &rng, &t, &s, 0, NULL, err);
+        if (rc)
+            fprintf(stderr, "%s: %s\n", w->name, err);
+        assert_int_equal(rc, KL_OK);
+        char entry[32];
+        snprintf(entry, sizeof entry, "k%d_%d", op, i);
+        assert_int_equal(
+            kl_codegen_cuda(s, kl_space_target(sp), entry, &ks[i], err), KL_OK);
+        assert_int_equal(kl_cuda_plan(s, kl_space_target(sp), &plans[i], err),
+                         KL_OK);
+        /* Same trace, same bytes. */
+        kl_sched_t *s2 = NULL;
+        kl_kernel_t k2;
+        assert_int_equal(kl_space_replay(sp, t, &s2, err), KL_OK);
+        assert_int_equal(
+            kl_codegen_cuda(s2, kl_space_target(sp), entry, &k2, err), KL_OK);
+        assert_string_equal(ks[i].source, k2.source);
+        kl_kernel_free(&k2);
+        kl_sched_destroy(&s2);
+        kl_sched_destroy(&s);
+        kl_trace_free(&t);
+    }
+    kl_space_destroy(&sp);
+}
+
+static void test_nvrtc_sampled(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_nvrtc_t *nv = kl_nvrtc_default(err);
+    if (!nv) {
+        printf("SKIP: %s\n", err);
+        skip();
+    }
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int op = 0; op < NOPS; op++) {
+        kl_workload_t *w = s_load(s_ops[op]);
+        kl_kernel_t ks[NSAMPLES];
+        kl_cuda_plan_t plans[NSAMPLES];
+        s_sample(w, op, NSAMPLES, ks, plans);
+        for (int a = 0; a < 2; a++) {
+            int rcs[NSAMPLES];
+            char why[NSAMPLES][KL_ERRMSG_LEN];
+            kl_nvrtc_kernel_t res[NSAMPLES];
+            int rc = kl_cuda_check_many(nv, ks, NSAMPLES, archs[a], rcs, why,
+                                        res, err);
+            if (rc)
+                fprintf(stderr, "%s %s: %s\n", w->name, archs[a], err);
+            assert_int_equal(rc, KL_OK);
+            for (int i = 0; i < NSAMPLES; i++) {
+                int64_t threads =
+                    ks[i].block[0] * ks[i].block[1] * ks[i].block[2];
+                if (rcs[i])
+                    fprintf(stderr, "%s\n", why[i]);
+                assert_int_equal(rcs[i], KL_OK);
+                assert_in_range(res[i].registers, 1, 255);
+                assert_true(res[i].registers * threads <= KL_CUDA_REGFILE);
+                /* ptxas sees exactly the shared memory the plan made. */
+                if (!plans[i].smem_dynamic)
+                    assert_int_equal(res[i].smem_static, plans[i].smem_bytes);
+                assert_true(res[i].smem_static <= KL_CUDA_STATIC_SMEM);
+            }
+        }
+        for (int i = 0; i < NSAMPLES; i++)
+            kl_kernel_free(&ks[i]);
+        kl_workload_free(&w);
+    }
+}
+
+static void test_naive(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    kl_workload_t *ws[NOPS];
+    kl_kernel_t ks[NOPS];
+    for (int op = 0; op < NOPS; op++) {
+        ws[op] = s_load(s_ops[op]);
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, ws[op], err), KL_OK);
+        /* The naive schedule passes the postprocessors. */
+        assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_OK);
+        char entry[32];
+        snprintf(entry, sizeof entry, "naive%d", op);
+        assert_int_equal(kl_codegen_cuda(s, &tg, entry, &ks[op], err), KL_OK);
+        assert_non_null(strstr(ks[op].source, "extern \"C\" __global__"));
+        assert_int_equal(ks[op].shared_bytes, 0);
+        assert_true(ks[op].block[0] >= 1 && ks[op].block[0] <= 256);
+        kl_sched_destroy(&s);
+    }
+    kl_nvrtc_t *nv = kl_nvrtc_default(NULL);
+    for (int a = 0; nv && a < 2; a++) {
+        int rcs[NOPS];
+        assert_int_equal(kl_cuda_check_many(nv, ks, NOPS, a ? "sm_90" : "sm_80",
+                                            rcs, NULL, NULL, err),
+                         KL_OK);
+        for (int op = 0; op < NOPS; op++)
+            assert_int_equal(rcs[op], KL_OK);
+    }
+    for (int op = 0; op < NOPS; op++) {
+        char *so = NULL;
+        int rc = kl_emu_build(&ks[op], 1, ws[op], s_workdir, &so, err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, KL_OK);
+        rc = kl_emu_check(so, &ks[op], ws[op], 7, 1e-4, 1e-4, err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, KL_OK);
+        unlink(so);
+        free(so);
+        kl_kernel_free(&ks[op]);
+        kl_workload_free(&ws[op]);
+    }
+}
+
+/* Sampled kernels, run on the CPU emulation, match the interpreter. */
+static void test_emulated_sampled(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    for (int op = 0; op < NOPS; op++) {
+        kl_workload_t *w = s_load(s_ops[op]);
+        kl_kernel_t ks[NEMU];
+        kl_cuda_plan_t plans[NEMU];
+        s_sample(w, op, NEMU, ks, plans);
+        char *so = NULL;
+        int rc = kl_emu_build(ks, NEMU, w, s_workdir, &so, err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, KL_OK);
+        for (int i = 0; i < NEMU; i++) {
+            assert_false(plans[i].smem_dynamic);
+            rc = kl_emu_check(so, &ks[i], w, 11, 1e-4, 1e-4, err);
+            if (rc)
+                fprintf(stderr, "%s\n%s", err, ks[i].source);
+            assert_int_equal(rc, KL_OK);
+            kl_kernel_free(&ks[i]);
+        }
+        unlink(so);
+        free(so);
+        kl_workload_free(&w);
+    }
+}
+
+static kl_sched_t *s_bound(const kl_workload_t *w, int64_t threads)
+{
+    /* i split into (blocks, threads); j and k stay serial. */
+    char err[KL_ERRMSG_LEN];
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int64_t f[2] = {w->iters[0].extent / threads, threads};
+    int ids[2];
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 0)->id, f, 2, ids, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_bind(s, ids[0], KL_LOOP_BLOCK_X, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, ids[1], KL_LOOP_THREAD_X, err), KL_OK);
+    return s;
+}
+
+static void test_postproc_rejects(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    kl_workload_t *w = s_load("matmul M=4096 N=64 K=4096");
+
+    kl_sched_t *s = s_bound(w, 2048);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "2048 threads per block"));
+    kl_sched_destroy(&s);
+
+    s = s_bound(w, 16);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "fewer than a warp"));
+    kl_sched_destroy(&s);
+
+    /* A shared copy of all of A per block: 64 MiB. */
+    s = s_bound(w, 128);
+    int st;
+    assert_int_equal(kl_sched_cache_read(s, 0, KL_SCOPE_SHARED, &st, err),
+                     KL_OK);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "shared memory"));
+    kl_sched_destroy(&s);
+
+    /* A loop bound to threads inside a serial loop. */
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    assert_int_equal(
+        kl_sched_bind(s, kl_sched_loop(s, 1)->id, KL_LOOP_THREAD_X, err),
+        KL_OK);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "inside the unbound loop"));
+    kl_sched_destroy(&s);
+
+    /* parallel is a CPU binding. */
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    assert_int_equal(kl_sched_parallel(s, kl_sched_loop(s, 0)->id, err), KL_OK);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "parallel"));
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_cuda(s, &tg, NULL, &k, err),
+                     KL_ERR_UNSUPPORTED);
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+
+    /* f16 is outside the CUDA space. */
+    w = s_load("C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; "
+               "A: f16[32,32], B: f16[32,32], C: f16[32,32]");
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_90", w, &sp, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "f16"));
+    kl_workload_free(&w);
+}
+
+static void test_sampled_within_limits(void **state)
+{
+    (void)state;
+    /* Every sample of a bigger conv2d respects the plan's limits. */
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w =
+        s_load("conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1");
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_90", w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 5);
+    for (int i = 0; i < 50; i++) {
+        kl_trace_t *t = NULL;
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err),
+                         KL_OK);
+        kl_cuda_plan_t p;
+        assert_int_equal(kl_cuda_plan(s, kl_space_target(sp), &p, err), KL_OK);
+        assert_in_range(p.threads, 32, 1024);
+        assert_true(p.nacc <= KL_CUDA_MAX_ACC);
+        assert_true(p.vthreads <= 8);
+        assert_true(p.smem_bytes <= kl_space_target(sp)->max_shared_bytes);
+        assert_int_equal(p.nsmem, 2); /* X and W staged in shared memory */
+        kl_sched_destroy(&s);
+        kl_trace_free(&t);
+    }
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+int main(void)
+{
+    snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-cuda-test-%d",
+             (int)getpid());
+    char err[KL_ERRMSG_LEN];
+    if (kl_mkdirs(s_workdir, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_postproc_rejects),
+        cmocka_unit_test(test_sampled_within_limits),
+        cmocka_unit_test(test_naive),
+        cmocka_unit_test(test_emulated_sampled),
+        cmocka_unit_test(test_nvrtc_sampled),
+    };
+    int rc = cmocka_run_group_tests_name("cuda_codegen", tests, NULL, NULL);
+    rmdir(s_workdir);
+    return rc;
+}

@@ -1,0 +1,164 @@
+/* cuda_emu.c - see cuda_emu.h. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_emu.h"
+#include "kl_check.h"
+#include "kl_err.h"
+#include "kl_util.h"
+
+static const char *s_prelude =
+    "#include <pthread.h>\n"
+    "#include <math.h>\n"
+    "#include <string.h>\n"
+    "struct kl_dim3 { unsigned x, y, z; };\n"
+    "static thread_local kl_dim3 threadIdx;\n"
+    "static kl_dim3 blockIdx;\n"
+    "static pthread_barrier_t kl_emu_bar;\n"
+    "static inline void __syncthreads() { pthread_barrier_wait(&kl_emu_bar); "
+    "}\n"
+    "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); "
+    "return f; }\n"
+    "#define __global__\n"
+    "#define __launch_bounds__(n)\n"
+    "#define __restrict__ __restrict\n"
+    "#define __shared__ static\n"
+    "#define __align__(n) __attribute__((aligned(n)))\n"
+    "struct kl_emu_job { void (*fn)(float **); float **a; kl_dim3 t; };\n"
+    "static void *kl_emu_thread(void *p) {\n"
+    "    kl_emu_job *j = (kl_emu_job *)p;\n"
+    "    threadIdx = j->t;\n"
+    "    j->fn(j->a);\n"
+    "    return 0;\n"
+    "}\n"
+    "static int kl_emu_run(void (*fn)(float **), float **a, const long *g,\n"
+    "                      const long *b) {\n"
+    "    long n = b[0] * b[1] * b[2];\n"
+    "    pthread_t *th = new pthread_t[n];\n"
+    "    kl_emu_job *jobs = new kl_emu_job[n];\n"
+    "    pthread_attr_t at;\n"
+    "    pthread_attr_init(&at);\n"
+    "    pthread_attr_setstacksize(&at, 1 << 18);\n"
+    "    int rc = 0;\n"
+    "    for (long bz = 0; bz < g[2]; bz++)\n"
+    "    for (long by = 0; by < g[1]; by++)\n"
+    "    for (long bx = 0; bx < g[0]; bx++) {\n"
+    "        blockIdx = kl_dim3{(unsigned)bx, (unsigned)by, (unsigned)bz};\n"
+    "        pthread_barrier_init(&kl_emu_bar, 0, (unsigned)n);\n"
+    "        for (long i = 0; i < n; i++) {\n"
+    "            jobs[i].fn = fn; jobs[i].a = a;\n"
+    "            jobs[i].t = kl_dim3{(unsigned)(i % b[0]),\n"
+    "                (unsigned)(i / b[0] % b[1]), (unsigned)(i / b[0] / "
+    "b[1])};\n"
+    "            if (pthread_create(&th[i], &at, kl_emu_thread, &jobs[i]))\n"
+    "                rc = -1;\n"
+    "        }\n"
+    "        for (long i = 0; i < n; i++) pthread_join(th[i], 0);\n"
+    "        pthread_barrier_destroy(&kl_emu_bar);\n"
+    "    }\n"
+    "    pthread_attr_destroy(&at);\n"
+    "    delete[] th; delete[] jobs;\n"
+    "    return rc;\n"
+    "}\n";
+
+int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
+                 const char *workdir, char **so_path, char *err)
+{
+    static int seq;
+    kl_buf_t b = {0};
+    kl_buf_puts(&b, s_prelude);
+    for (int i = 0; i < n; i++) {
+        kl_buf_puts(&b, ks[i].source);
+        /* A thunk with a uniform signature per kernel, and its launcher. */
+        kl_buf_printf(&b, "static void kl_emu_thunk_%s(float **a) { %s(",
+                      ks[i].entry, ks[i].entry);
+        for (int t = 0; t < w->ntensors; t++)
+            kl_buf_printf(&b, "%sa[%d]", t ? ", " : "", t);
+        kl_buf_printf(&b,
+                      "); }\nextern \"C\" int kl_emu_%s(float **a, const long "
+                      "*g, const long *b) { return kl_emu_run("
+                      "kl_emu_thunk_%s, a, g, b); }\n",
+                      ks[i].entry, ks[i].entry);
+    }
+    char *src = kl_xasprintf("%s/emu_%d_%d.cc", workdir, (int)getpid(), seq);
+    char *so = kl_xasprintf("%s/emu_%d_%d.so", workdir, (int)getpid(), seq);
+    char *log = kl_xasprintf("%s/emu_%d_%d.log", workdir, (int)getpid(), seq);
+    seq++;
+    int rc = kl_write_file(src, b.data, b.len, err);
+    kl_buf_free(&b);
+    if (!rc) {
+        char *cmd = kl_xasprintf("c++ -std=c++17 -O1 -w -shared -fPIC "
+                                 "-pthread -o %s %s >%s 2>&1",
+                                 so, src, log);
+        if (system(cmd) != 0) {
+            char *out = NULL;
+            kl_read_file(log, &out, NULL, NULL);
+            rc = kl_seterr(err, KL_ERR_COMPILE, "c++ %s: %.300s", src,
+                           out ? out : "");
+            free(out);
+        }
+        free(cmd);
+    }
+    unlink(log);
+    free(log);
+    if (!rc)
+        unlink(src);
+    free(src);
+    if (rc) {
+        free(so);
+        return rc;
+    }
+    *so_path = so;
+    return KL_OK;
+}
+
+int kl_emu_check(const char *so_path, const kl_kernel_t *k,
+                 const kl_workload_t *w, uint64_t seed, double rtol,
+                 double atol, char *err)
+{
+    void *dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl)
+        return kl_seterr(err, KL_ERR_IO, "dlopen %s: %s", so_path, dlerror());
+    char sym[160];
+    snprintf(sym, sizeof sym, "kl_emu_%s", k->entry);
+    typedef int (*launch_fn)(float **, const long *, const long *);
+    launch_fn fn;
+    *(void **)&fn = dlsym(dl, sym);
+    if (!fn) {
+        dlclose(dl);
+        return kl_seterr(err, KL_ERR_NOTFOUND, "%s: no symbol %s", so_path,
+                         sym);
+    }
+    float **bufs = kl_check_alloc(w, seed, err);
+    float **ref = kl_check_alloc(w, seed, err);
+    int out = kl_workload_output(w);
+    long g[3] = {(long)k->grid[0], (long)k->grid[1], (long)k->grid[2]};
+    long b[3] = {(long)k->block[0], (long)k->block[1], (long)k->block[2]};
+    int rc = fn(bufs, g, b) ? kl_seterr(err, KL_ERR_RUNTIME,
+                                        "%s: pthread_create failed", k->entry)
+                            : KL_OK;
+    kl_workload_eval(w, ref);
+    int64_t n = kl_tensor_numel(&w->tensors[out]), bad = 0, first = -1;
+    for (int64_t i = 0; !rc && i < n; i++) {
+        double o = bufs[out][i], r = ref[out][i];
+        if (!(fabs(o - r) <= atol + rtol * fabs(r))) {
+            if (first < 0)
+                first = i;
+            bad++;
+        }
+    }
+    if (!rc && bad)
+        rc = kl_seterr(err, KL_ERR_RUNTIME,
+                       "%s: %lld of %lld outputs wrong, first [%lld] = %g "
+                       "(expected %g)",
+                       k->entry, (long long)bad, (long long)n, (long long)first,
+                       bufs[out][first], ref[out][first]);
+    kl_check_free(w, &bufs);
+    kl_check_free(w, &ref);
+    dlclose(dl);
+    return rc;
+}

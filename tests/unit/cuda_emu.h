@@ -1,0 +1,31 @@
+/* cuda_emu.h - runs generated CUDA kernels on the CPU for tests.
+ *
+ * The kernel source is compiled as C++ by the system compiler with a small
+ * prelude that maps the CUDA built-ins onto the host: every thread of a
+ * block is a pthread, __syncthreads() is a barrier over them, __shared__
+ * memory is a static array (blocks run one after another), blockIdx is a
+ * global and threadIdx a thread_local. That is enough to check, without a
+ * GPU, that a generated kernel computes what the workload's interpreter
+ * computes, including the cooperative shared-memory copies and their
+ * barriers. Kernels that need dynamic shared memory are not supported.
+ */
+#ifndef CUDA_EMU_H
+#define CUDA_EMU_H
+
+#include "kl_codegen.h"
+#include "kl_ir.h"
+
+/* Compiles the n kernels (distinct entries) in workdir into one shared
+ * object; *so_path is the caller's. Returns 0 or KL_ERR_COMPILE with the
+ * compiler's first lines in err. */
+int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
+                 const char *workdir, char **so_path, char *err);
+
+/* Runs kernel k of the object on inputs from kl_check_alloc(w, seed) and
+ * compares with kl_workload_eval (|o - r| <= atol + rtol |r|). Returns 0 or
+ * KL_ERR_RUNTIME naming the first bad element. */
+int kl_emu_check(const char *so_path, const kl_kernel_t *k,
+                 const kl_workload_t *w, uint64_t seed, double rtol,
+                 double atol, char *err);
+
+#endif
