@@ -326,6 +326,10 @@ typedef struct {
 typedef struct {
     int tensor, ndim;
     s_cdim_t d[KL_IR_MAX_DIMS];
+    /* When no index can leave its dimension, the flat offset is one affine
+     * function of the iterators: flat.off + sum flat.c[j] * iv[flat.it[j]]. */
+    bool always_in;
+    s_cdim_t flat;
 } s_cload_t;
 
 /* The body in postfix form. */
@@ -353,7 +357,25 @@ static void s_compile_access(const kl_workload_t *w, const kl_access_t *a,
     out->tensor = a->tensor;
     out->ndim = t->ndim;
     int64_t stride = 1;
+    int64_t fc[KL_IR_MAX_ITERS] = {0};
+    out->always_in = true;
+    out->flat.off = 0;
     for (int d = t->ndim - 1; d >= 0; d--) {
+        __int128 lo, hi;
+        kl_ir__affine_range(w, &a->idx[d], &lo, &hi);
+        if (a->idx[d].div > 1 || lo < 0 || hi >= t->shape[d])
+            out->always_in = false;
+        bool ovf = false;
+        for (int k = 0; k < w->niters; k++) {
+            int64_t m;
+            ovf |= __builtin_mul_overflow(a->idx[d].coef[k], stride, &m) ||
+                   __builtin_add_overflow(fc[k], m, &fc[k]);
+        }
+        int64_t m;
+        ovf |= __builtin_mul_overflow(a->idx[d].offset, stride, &m) ||
+               __builtin_add_overflow(out->flat.off, m, &out->flat.off);
+        if (ovf)
+            out->always_in = false;
         s_cdim_t *cd = &out->d[d];
         cd->n = 0;
         for (int k = 0; k < w->niters; k++) {
@@ -368,12 +390,25 @@ static void s_compile_access(const kl_workload_t *w, const kl_access_t *a,
         cd->stride = stride;
         stride *= t->shape[d];
     }
+    out->flat.n = 0;
+    for (int k = 0; k < w->niters; k++) {
+        if (fc[k]) {
+            out->flat.it[out->flat.n] = k;
+            out->flat.c[out->flat.n++] = fc[k];
+        }
+    }
 }
 
 /* Flat offset of the access at the current point, or -1 when it falls
  * outside the tensor or does not divide exactly. */
 static int64_t s_offset(const s_cload_t *l, const int64_t *iv)
 {
+    if (l->always_in) {
+        int64_t v = l->flat.off;
+        for (int j = 0; j < l->flat.n; j++)
+            v += l->flat.c[j] * iv[l->flat.it[j]];
+        return v;
+    }
     int64_t flat = 0;
     for (int d = 0; d < l->ndim; d++) {
         const s_cdim_t *cd = &l->d[d];

@@ -227,7 +227,7 @@ char *kl_workload_args_text(const kl_workload_t *w);
 /* Reference interpreter: computes the output from the inputs in double
  * precision, straight from the definition (zero for out-of-range reads,
  * respecting the division form; skipped points under 'max='), and stores
- * it as f32. Slow (about 10^7 body evaluations a second); for tests and
+ * it as f32. Slow (some 3*10^7 body evaluations a second); for tests and
  * small shapes. bufs follow ABI order, all f32 (whatever the declared
  * dtype), dense row-major. */
 void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
