@@ -62,6 +62,7 @@ static void s_send_hello(kla_agent_t *a)
     d.cores = a->dev.cores;
     d.memory_bytes = a->dev.memory_bytes;
     d.llc_bytes = a->dev.llc_bytes;
+    d.clock_mhz = a->dev.clock_mhz;
     uint32_t cores[KLA_MAX_CORES];
     for (int i = 0; i < a->measure.n; i++)
         cores[i] = (uint32_t)a->measure.cpu[i];
@@ -367,6 +368,7 @@ static int s_backend(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
         return rc;
     kla_runner_config_t rcfg = {.llc_bytes = a->dev.llc_bytes,
                                 .max_mem_bytes = cfg->max_mem_mb << 20,
+                                .flush_bytes = cfg->flush_mb << 20,
                                 .pin = a->measure_given ? &a->measure : NULL,
                                 .gate = a->gate};
     return kla_runner_new(&a->runner, &rcfg, err);

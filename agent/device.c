@@ -27,16 +27,24 @@ const char *kla_device_target(void)
 #endif
 }
 
-static void s_model_name(char *out, size_t n)
+/* The model name and clock of the first CPU in /proc/cpuinfo. */
+static void s_cpuinfo(char *out, size_t n, uint32_t *mhz)
 {
     snprintf(out, n, "unknown cpu");
+    *mhz = 0;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f)
         return;
     char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
+    bool named = false;
+    while (fgets(line, sizeof line, f) && !(named && *mhz)) {
+        double clock;
+        if (!*mhz && sscanf(line, "cpu MHz : %lf", &clock) == 1 && clock > 0 &&
+            clock < 1e6)
+            *mhz = (uint32_t)(clock + 0.5);
+        if (named || strncmp(line, "model name", 10) != 0)
             continue;
+        named = true;
         char *colon = strchr(line, ':');
         if (!colon)
             continue;
@@ -48,7 +56,6 @@ static void s_model_name(char *out, size_t n)
             len--;
         if (len > 0)
             snprintf(out, n, "%.*s", (int)len, v);
-        break;
     }
     fclose(f);
 }
@@ -104,7 +111,7 @@ static uint64_t s_llc_sysfs(void)
 void kla_device_detect(kla_device_t *out)
 {
     memset(out, 0, sizeof *out);
-    s_model_name(out->name, sizeof out->name);
+    s_cpuinfo(out->name, sizeof out->name, &out->clock_mhz);
     snprintf(out->target, sizeof out->target, "%s", kla_device_target());
     kla_cores_t c;
     kla_cores_affinity(&c);

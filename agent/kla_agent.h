@@ -32,6 +32,7 @@ typedef struct {
     const char *measure_cores; /* "0-3"; NULL: every allowed core */
     const char *build_cores;   /* NULL: every allowed core */
     uint64_t max_mem_mb;       /* RLIMIT_AS of kernel children; 0: none */
+    uint64_t flush_mb;         /* cache flush buffer (MiB); 0: twice the LLC */
 } kla_agent_config_t;
 
 typedef struct kla_agent_s kla_agent_t;

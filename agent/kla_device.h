@@ -15,6 +15,7 @@ typedef struct {
     uint32_t cores;  /* CPUs this process may run on (sched_getaffinity) */
     uint64_t memory_bytes;
     uint64_t llc_bytes; /* last-level cache; 0 when unknown */
+    uint32_t clock_mhz; /* /proc/cpuinfo "cpu MHz" of the first CPU; 0 */
 } kla_device_t;
 
 /* Fills out from the running machine. Never fails: what cannot be read is

@@ -11,8 +11,9 @@
  * the reference (|out - ref| > atol + rtol * |ref|, or NaN, is wrong),
  * then times it: `number` runs per sample (grown until one sample lasts
  * min_repeat_ms), `repeat` samples, the cache flushed before each sample by
- * writing a buffer of twice the last-level cache. One runner runs one child
- * at a time.
+ * writing a buffer of twice the last-level cache (mapped once by the
+ * runner, populated, and shared with the children). One runner runs one
+ * child at a time.
  */
 #ifndef KLA_RUNNER_H
 #define KLA_RUNNER_H
@@ -90,6 +91,9 @@ typedef struct {
     const kla_cores_t *pin; /* timed children pinned here; NULL: no */
     kla_gate_t *gate;       /* paused while a candidate runs; NULL: no */
     size_t cache_bytes;     /* bound of the reference cache; 0: 1 GiB */
+    /* Bytes written before each sample when the evaluator flushes; 0:
+     * twice llc_bytes. The buffer is mapped once, shared with children. */
+    uint64_t flush_bytes;
 } kla_runner_config_t;
 
 typedef struct kla_runner_s kla_runner_t;

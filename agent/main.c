@@ -43,6 +43,10 @@ static const kl_opt_t s_opts[] = {
      "while candidates are timed, otherwise builds pause during timing"},
     {"max-mem-mb", KL_OPT_INT, "8192", 0, 1 << 24, "N",
      "address-space limit of each kernel process in MiB (0: none)"},
+    {"flush-mb", KL_OPT_INT, "0", 0, 1 << 20, "N",
+     "MiB written between samples to flush the caches when the evaluator "
+     "asks (0: twice the last-level cache; some virtual machines report the "
+     "host's whole cache, which makes every sample slow)"},
     {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "KIND",
      "device to serve; this agent serves \"cpu\""},
     KL_OPT_END,
@@ -79,6 +83,7 @@ static int s_run(const kl_opts_t *o)
     cfg.measure_cores = kl_opts_str(o, "measure-cores");
     cfg.build_cores = kl_opts_str(o, "build-cores");
     cfg.max_mem_mb = (uint64_t)kl_opts_int(o, "max-mem-mb");
+    cfg.flush_mb = (uint64_t)kl_opts_int(o, "flush-mb");
 
     /* Every thread inherits this mask; only sigwait below sees them. */
     sigset_t set;

@@ -44,6 +44,8 @@ struct kla_runner_s {
     size_t ref_bytes;
     unsigned ref_runs;
     _Atomic pid_t running;
+    char *flush; /* shared, populated once, inherited by every child */
+    size_t flush_n;
 };
 
 void kla_eval_defaults(kla_eval_t *e)
@@ -171,6 +173,8 @@ int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
         r->cfg.cache_bytes = (size_t)1 << 30;
     if (!r->cfg.llc_bytes)
         r->cfg.llc_bytes = 32u << 20;
+    r->flush_n = r->cfg.flush_bytes ? (size_t)r->cfg.flush_bytes
+                                    : (size_t)(2 * r->cfg.llc_bytes);
     atomic_init(&r->running, 0);
     *out = r;
     return KL_OK;
@@ -193,6 +197,8 @@ void kla_runner_destroy(kla_runner_t **self_p)
         next = e->next;
         s_ref_free(e);
     }
+    if (r->flush)
+        munmap(r->flush, r->flush_n);
     free(r);
     *self_p = NULL;
 }
@@ -214,7 +220,8 @@ typedef struct {
     const s_ref_t *ref;
     float **shared_out; /* reference run: outputs land here */
     const char *so, *entry;
-    uint64_t llc_bytes;
+    char *flush; /* NULL: the child maps its own */
+    size_t flush_n;
 } s_ctx_t;
 
 static double s_now(void)
@@ -303,11 +310,19 @@ static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
         }
     }
     h.number = number;
-    size_t flush_n = e->flush_cache ? (size_t)(2 * c->llc_bytes) : 0;
-    char *flush = flush_n ? malloc(flush_n) : NULL;
+    size_t flush_n = e->flush_cache ? c->flush_n : 0;
+    char *flush = flush_n ? c->flush : NULL, *own = NULL;
+    if (flush_n && !flush) {
+        own = mmap(NULL, flush_n, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        flush = own = own == MAP_FAILED ? NULL : own;
+    }
     double *samples = calloc(e->repeat, sizeof(double));
     if (!samples || (flush_n && !flush)) {
-        snprintf(h.msg, sizeof h.msg, "out of memory for timing buffers");
+        snprintf(h.msg, sizeof h.msg,
+                 "out of memory for timing buffers (cache flush: %zu MiB, "
+                 "twice the last-level cache)",
+                 flush_n >> 20);
         h.status = S_CH_ERROR;
         h.n_samples = 0;
         return s_send(fd, &h, NULL);
@@ -321,7 +336,8 @@ static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
     }
     int rc = s_send(fd, &h, samples);
     free(samples);
-    free(flush);
+    if (own)
+        munmap(own, flush_n);
     return rc;
 }
 
@@ -581,10 +597,19 @@ void kla_runner_measure(kla_runner_t *r, const kla_problem_t *p,
                  ref->error);
         return;
     }
+    /* The flush buffer is mapped shared and populated once, so children
+     * neither fault it in nor copy it: they only write it. Nothing reads
+     * it, so a child scribbling on it harms no one. */
+    if (p->eval.flush_cache && !r->flush && r->flush_n) {
+        void *m = mmap(NULL, r->flush_n, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        r->flush = m == MAP_FAILED ? NULL : m;
+    }
     s_ctx_t ctx = {.p = p,
                    .ref = ref,
                    .so = so,
                    .entry = entry,
-                   .llc_bytes = r->cfg.llc_bytes};
+                   .flush = r->flush,
+                   .flush_n = r->flush_n};
     s_run_child(r, &ctx, true, out);
 }

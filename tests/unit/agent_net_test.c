@@ -16,12 +16,16 @@
 #include "kla_agent.h"
 #include "kla_device.h"
 
+/* Heartbeat of the agents that build and run (3 s of silence make a
+ * peer dead: room for a loaded machine), and of those that only talk. */
+#define HB_SLOW_MS 1000
 #define HB_MS 200
 
 typedef struct {
     kl_net_t *server;
     kl_peer_t peer;
     double next_hb;
+    int hb_ms;
 } coord_t;
 
 static const char *s_ref =
@@ -70,7 +74,7 @@ static void s_heartbeat(coord_t *c)
     env.heartbeat = &hb;
     char err[KL_ERRMSG_LEN]; /* the agent may be gone (s_stop) */
     (void)kl_net_send(c->server, &c->peer, &env, err);
-    c->next_hb = kl_now_s() + HB_MS / 1000.0;
+    c->next_hb = kl_now_s() + c->hb_ms / 4000.0;
 }
 
 /* Waits (heartbeating) for a message of kind `want`; NULL on timeout. */
@@ -96,6 +100,7 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
                           const char *measure, const char *build)
 {
     memset(c, 0, sizeof *c);
+    c->hb_ms = simulate ? HB_MS : HB_SLOW_MS;
     char err[KL_ERRMSG_LEN];
     kl_net_security_t sec = {.insecure = true};
     assert_int_equal(
@@ -106,7 +111,7 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
                               .build_slots = 2,
                               .cflags = "-O2",
                               .simulate = simulate,
-                              .heartbeat_ms = HB_MS,
+                              .heartbeat_ms = c->hb_ms,
                               .measure_cores = measure,
                               .build_cores = build,
                               .max_mem_mb = 2048};
@@ -132,7 +137,7 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
     kl_net_envelope_free(&env);
     Kiln__Welcome w = KILN__WELCOME__INIT;
     w.coordinator_id = "test";
-    w.heartbeat_ms = HB_MS;
+    w.heartbeat_ms = (uint32_t)c->hb_ms;
     Kiln__Envelope out = KILN__ENVELOPE__INIT;
     out.body_case = KILN__ENVELOPE__BODY_WELCOME;
     out.welcome = &w;
