@@ -179,7 +179,7 @@ static void s_drain_net(s_actor_t *s)
     char err[KL_ERRMSG_LEN];
     /* A bounded drain: new submits and freed credit are looked at between
      * chunks, which keeps the dispatch latency low under a flood. */
-    for (int i = 0; i < 256; i++) {
+    for (int i = 0; i < 64; i++) {
         kl_peer_t peer;
         Kiln__Envelope *env = NULL;
         int rc = kl_net_recv(s->net, &peer, &env, 0, err);
@@ -299,6 +299,8 @@ static void s_loop(s_actor_t *s)
         long wait = (long)((s->next_tick - now) * 1e3) + 1;
         zmq_poll(items, 2, wait < 0 ? 0 : wait);
         s_drain_cmd(s);
+        /* New work goes out before the next chunk of results is read. */
+        kl_dcore_dispatch(s->core, kl_now_s(), s_send_pick, s);
         s_drain_net(s);
         now = kl_now_s();
         if (now >= s->next_tick) {
