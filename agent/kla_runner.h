@@ -47,7 +47,7 @@ void kla_eval_defaults(kla_eval_t *e);
 /* From the wire. NULL gives the defaults. Fields where 0 makes no sense
  * (number, repeat, timeout_ms) take their default when 0, as do rtol and
  * atol when both are 0; min_repeat_ms and flush_cache are taken as sent.
- * repeat is capped at KLA_MAX_REPEAT. */
+ * repeat is capped at KLA_MAX_REPEAT, timeout_ms at one day. */
 void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe);
 
 /* What a kernel is run on: f32 arguments in ABI order. */

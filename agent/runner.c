@@ -68,8 +68,8 @@ void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe)
         e->number = pe->number > S_MAX_NUMBER ? S_MAX_NUMBER : pe->number;
     if (pe->repeat)
         e->repeat = pe->repeat > KLA_MAX_REPEAT ? KLA_MAX_REPEAT : pe->repeat;
-    if (pe->timeout_ms)
-        e->timeout_ms = pe->timeout_ms;
+    if (pe->timeout_ms) /* at most a day: it becomes an int of ms */
+        e->timeout_ms = pe->timeout_ms > 86400000u ? 86400000u : pe->timeout_ms;
     e->min_repeat_ms = pe->min_repeat_ms;
     e->flush_cache = pe->flush_cache;
     if ((pe->rtol != 0 || pe->atol != 0) && isfinite(pe->rtol) &&
