@@ -11,6 +11,7 @@ static const kiln_cmd_t s_cmds[] = {
     {"keygen", kiln_cmd_keygen, "make a CURVE keypair (DIR NAME)"},
     {"measure", kiln_cmd_measure,
      "measure candidate kernels of one workload on agents"},
+    {"tune", kiln_cmd_tune, "tune one operator: search, measure, record"},
     {"space", kiln_cmd_space,
      "sample a workload's design space: traces and generated code"},
     {NULL, NULL, NULL},

@@ -16,6 +16,7 @@ typedef struct {
 int kiln_cmd_db(int argc, char **argv);
 int kiln_cmd_keygen(int argc, char **argv);
 int kiln_cmd_measure(int argc, char **argv);
+int kiln_cmd_tune(int argc, char **argv);
 
 int kiln_cmd_space(int argc, char **argv);
 

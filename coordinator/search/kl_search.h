@@ -1,0 +1,177 @@
+/* kl_search.h - search strategies over one design space (DESIGN.md
+ * section 6): loop-nest features, trace mutators, and the two strategies.
+ *
+ *   replay        samples the design space at random. A sample that the
+ *                 rules or postprocessors reject is drawn again (bounded
+ *                 by max_sample_tries); a sample whose trace was already
+ *                 measured or proposed is drawn again too, and after
+ *                 max_known_draws such draws in a row the space is
+ *                 reported as exhausted (KL_ERR_EXHAUSTED) instead of
+ *                 spinning.
+ *   evolutionary  MetaSchedule's evolutionary search: a population of
+ *                 `population` traces made of the best measured traces
+ *                 (init_measured_ratio of it, replayed) and fresh random
+ *                 samples, evolved for `generations` rounds: parents are
+ *                 picked in proportion to their predicted score and, with
+ *                 probability mutate_prob, changed by one random mutator
+ *                 (tile sizes, unroll depth, parallel extent, compute
+ *                 location, thread binding, other categorical choices).
+ *                 The cost model (kl_costmodel.h, XGBoost rank:pairwise
+ *                 on kl_features) scores the candidates; until it is
+ *                 trained (model_min_rows results) the scores are random.
+ *                 Each batch takes the best predicted unmeasured traces,
+ *                 except that each slot is a random sample with
+ *                 probability eps_greedy.
+ *
+ * A kl_search_t never measures anything: it proposes traces and learns
+ * from results given back with kl_search_observe. One kl_search_t is used
+ * by one thread at a time.
+ */
+#ifndef KL_SEARCH_H
+#define KL_SEARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kl_sched.h"
+#include "kl_space.h"
+#include "kl_trace.h"
+#include "kl_util.h"
+
+/* ---- features --------------------------------------------------------- */
+
+/* Length of every feature vector. */
+#define KL_FEATURES_N 148
+
+/* Fills out[KL_FEATURES_N] with the loop-nest features of a scheduled
+ * (replayed and postprocessed) nest on target t: loop extents and kinds
+ * (per position, innermost first, and summed per kind), annotations
+ * (unroll steps), the register tile, the parallel extent and its balance
+ * over the cores, per buffer (up to 3 inputs and the output) the bytes
+ * touched below several loop levels, the stride class of the innermost
+ * loops (broadcast, contiguous, strided) and the reuse, arithmetic
+ * intensity, cache stages and guards. Values are log2(1 + x) or small
+ * codes; the same nest always gives the same bytes. */
+void kl_features_extract(const kl_sched_t *s, const kl_target_t *t, float *out);
+/* A short name of feature i ("par.extent", "loop3.extent", ...); static. */
+const char *kl_features_name(int i);
+
+/* ---- mutators --------------------------------------------------------- */
+
+typedef enum {
+    KL_MUT_TILE_SIZE = 0,    /* move a prime factor between two tile levels */
+    KL_MUT_UNROLL,           /* another unroll depth (categorical feeding an
+                                unroll_max_step annotation) */
+    KL_MUT_PARALLEL,         /* move a factor into or out of a tile level that
+                                the parallel loop is fused from */
+    KL_MUT_COMPUTE_LOCATION, /* another sample_compute_location choice */
+    KL_MUT_THREAD_BINDING,   /* another extent of a threadIdx-bound split */
+    KL_MUT_CATEGORICAL,      /* any other categorical decision */
+    KL_MUT__COUNT
+} kl_mutator;
+
+/* "tile_size", "unroll", "parallel", "compute_location", "thread_binding",
+ * "categorical". */
+const char *kl_mutator_name(kl_mutator m);
+
+/* Makes *out, a copy of trace t (with decisions) where mutator m changed
+ * one decision of the taken path, chosen with rng. KL_ERR_NOTFOUND when
+ * the trace has nothing this mutator can change (e.g. thread binding on a
+ * CPU trace). The result is not checked: replay it with kl_search_fix. */
+int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
+              kl_trace_t **out, char *err);
+
+/* Replays a trace whose decisions may have been changed: every `if` is
+ * re-evaluated, sampling instructions of a branch taken for the first time
+ * draw from rng, the target's postprocessors run, and the executed trace
+ * is made canonical (the untaken branch of every `if` holds no decision),
+ * so that equal schedules choices hash equally. On success *out (and
+ * *sched, optional) are the caller's; a rejected trace is KL_ERR_INVAL
+ * with the reason. */
+int kl_search_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
+                  kl_trace_t **out, kl_sched_t **sched, char *err);
+
+/* Removes the decisions of every untaken branch (recursively). */
+void kl_trace_canonicalize(kl_trace_t *t);
+
+/* ---- strategies ------------------------------------------------------- */
+
+typedef enum {
+    KL_STRATEGY_REPLAY = 0,
+    KL_STRATEGY_EVOLUTIONARY,
+} kl_strategy;
+
+/* "replay" / "evolutionary"; parse returns KL_ERR_INVAL naming the text. */
+const char *kl_strategy_name(kl_strategy s);
+int kl_strategy_parse(const char *name, kl_strategy *out, char *err);
+
+typedef struct {
+    kl_strategy strategy;
+    uint64_t seed;
+    int max_sample_tries;        /* rejected samples per draw [1000] */
+    int max_known_draws;         /* known samples in a row [256] */
+    int population;              /* [512] */
+    int generations;             /* [4] */
+    double mutate_prob;          /* [0.85] */
+    double eps_greedy;           /* [0.05] */
+    double init_measured_ratio;  /* [0.2] */
+    int init_min_unmeasured;     /* [50] */
+    int model_min_rows;          /* results before the model is used [64] */
+    double model_retrain_growth; /* [0.2] */
+    int model_rounds;            /* boosting rounds [64] */
+    int model_threads;           /* [1] */
+} kl_search_cfg_t;
+
+/* Fills cfg with the defaults above (MetaSchedule's for the evolution). */
+void kl_search_cfg_default(kl_search_cfg_t *cfg);
+
+typedef struct kl_search_s kl_search_t;
+
+/* Creates a search over sp (borrowed; it must outlive the search).
+ * KL_ERR_INVAL for a config out of range (names the field). */
+int kl_search_new(kl_search_t **out, const kl_space_t *sp,
+                  const kl_search_cfg_t *cfg, char *err);
+void kl_search_destroy(kl_search_t **self_p);
+
+/* Tells the search that trace t was measured: ok with latency_s > 0, or
+ * failed (ok false). t is copied. features may be NULL (then t is
+ * replayed to compute them; a trace that no longer replays is only
+ * remembered as known). Feeds the cost model and, when the data grew
+ * enough, retrains it (errors of training are logged, not fatal). */
+void kl_search_observe(kl_search_t *self, const kl_trace_t *t,
+                       const float *features, bool ok, double latency_s);
+
+/* Whether a trace hash is known to the caller (measured, in flight). */
+typedef bool (*kl_search_known_fn)(void *ctx, const uint8_t hash[16]);
+
+typedef struct {
+    kl_trace_t *trace; /* owned, canonical, with decisions */
+    kl_sched_t *sched; /* owned, postprocessed */
+    uint8_t hash[16];  /* kl_trace_hash(trace) */
+    float features[KL_FEATURES_N];
+    float score; /* predicted (higher is faster); 0 for random picks */
+    bool random; /* picked at random (eps-greedy or no model yet) */
+} kl_search_cand_t;
+
+void kl_search_cand_free(kl_search_cand_t *c);
+
+/* Proposes up to n distinct traces that known() does not know (known may
+ * be NULL) into out[0..*nout). Returns KL_OK with *nout >= 1, or
+ * KL_ERR_EXHAUSTED (with *nout = 0) when no new valid trace could be
+ * found within the bounds above. */
+int kl_search_propose(kl_search_t *self, int n, kl_search_known_fn known,
+                      void *ctx, kl_search_cand_t *out, int *nout, char *err);
+
+/* Results observed so far, and whether the cost model is trained. */
+size_t kl_search_observed(const kl_search_t *self);
+bool kl_search_model_trained(const kl_search_t *self);
+
+/* Trains the cost model now on what was observed (for tests and tools).
+ * KL_ERR_INVAL with fewer than 2 observations. */
+int kl_search_train(kl_search_t *self, char *err);
+/* Predicts scores for n feature vectors (random when untrained). */
+void kl_search_predict(kl_search_t *self, const float *features, size_t n,
+                       float *out);
+
+#endif
