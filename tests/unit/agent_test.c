@@ -583,6 +583,7 @@ static void test_device_and_cores(void **state)
     assert_true(d.memory_bytes > (64u << 20));
     assert_true(d.llc_bytes > 0);
     assert_true(strncmp(d.target, "cpu/", 4) == 0);
+    assert_string_not_equal(d.name, "");
     char err[KL_ERRMSG_LEN], text[64];
     kla_cores_t c, e;
     assert_int_equal(kla_cores_parse("0-3,6,2", &c, err), KL_OK);
