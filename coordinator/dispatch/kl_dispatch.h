@@ -20,7 +20,11 @@
  *    target matches the task target: exact match, except that the task
  *    target "cpu" (or "cuda") matches any "cpu/..." ("cuda/...") device.
  *    Candidates of one request are batched into one MeasureRequest, up to
- *    the agent's free credit.
+ *    the agent's free credit (and a quarter of the frame limit in source
+ *    bytes). The MeasureRequest names the device's exact target, so a task
+ *    for "cpu" reaches an agent as, e.g., "cpu/x86_64-avx512". A request
+ *    that kl_net refuses to send (out of its bounds) is answered
+ *    STATUS_INVALID.
  *  - Treats a candidate as lost when it has been held by an agent longer
  *    than (candidates the agent held when it was sent + 1) x (evaluator
  *    timeout + compile allowance) + margin. The agent keeps that credit
