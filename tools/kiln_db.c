@@ -8,12 +8,14 @@
 #include "kl_err.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_trace.h"
+#include "kl_tune.h"
 #include "kl_util.h"
 
 #define S_USAGE                                                                \
     "usage: kiln db ls --db DIR\n"                                             \
     "       kiln db best --db DIR (--key HEX | --name NAME) [--target T] "     \
-    "[--json]\n"                                                               \
+    "[--json] [--source]\n"                                                    \
     "       kiln db export --db DIR [--out FILE]\n"                            \
     "       kiln db import --db DIR FILE    (FILE '-' reads stdin)\n"
 
@@ -26,6 +28,8 @@ static const kl_opt_t s_opts[] = {
      "best: only this target (default: every target with records)"},
     {"json", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
      "best: print the record as one JSON line (the export format)"},
+    {"source", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
+     "best: also print the C source that the best trace generates"},
     {"out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
      "export: write here instead of stdout"},
     KL_OPT_END,
@@ -160,31 +164,38 @@ static void s_trace_ops(const Kiln__Inst *const *insts, size_t n, size_t *count,
     }
 }
 
-/* Prints what the record's trace holds. The full text form of a trace
- * belongs to the schedule module; until it is linked here this prints
- * the instruction count and the op names only. */
+/* Prints the record's trace in text form (kl_trace.h); a trace that does
+ * not decode is described instead. */
 static void s_print_trace(FILE *f, const ProtobufCBinaryData *trace)
 {
     if (trace->len == 0) {
         fprintf(f, "trace      none\n");
         return;
     }
-    Kiln__Trace *t = kiln__trace__unpack(NULL, trace->len, trace->data);
-    if (!t) {
-        fprintf(f, "trace      %zu bytes that do not decode as a Trace\n",
-                trace->len);
+    kl_trace_t *t = NULL;
+    char err[KL_ERRMSG_LEN];
+    if (kl_trace_from_proto(trace->data, trace->len, &t, err) != KL_OK) {
+        Kiln__Trace *raw = kiln__trace__unpack(NULL, trace->len, trace->data);
+        if (!raw) {
+            fprintf(f, "trace      %zu bytes that do not decode as a Trace\n",
+                    trace->len);
+            return;
+        }
+        size_t count = 0;
+        kl_buf_t names = {0};
+        s_trace_ops((const Kiln__Inst *const *)raw->insts, raw->n_insts, &count,
+                    &names);
+        fprintf(f, "trace      %zu instructions (%s): %s\n", count, err,
+                names.data ? names.data : "");
+        kl_buf_free(&names);
+        kiln__trace__free_unpacked(raw, NULL);
         return;
     }
-    size_t count = 0;
-    kl_buf_t names = {0};
-    s_trace_ops((const Kiln__Inst *const *)t->insts, t->n_insts, &count,
-                &names);
-    fprintf(f, "trace      %zu bytes, %zu instructions%s%s%s\n", trace->len,
-            count, *t->space ? " (space " : "", t->space, *t->space ? ")" : "");
-    if (names.len)
-        fprintf(f, "ops        %s\n", names.data);
-    kl_buf_free(&names);
-    kiln__trace__free_unpacked(t, NULL);
+    char *text = kl_trace_to_text(t);
+    size_t n = strlen(text);
+    fprintf(f, "trace\n%s%s", text, n && text[n - 1] != '\n' ? "\n" : "");
+    free(text);
+    kl_trace_free(&t);
 }
 
 static void s_print_best(const Kiln__TuningRecord *r, const Kiln__Workload *w)
@@ -214,6 +225,26 @@ static void s_print_best(const Kiln__TuningRecord *r, const Kiln__Workload *w)
     if (*r->job)
         printf("job        %s\n", r->job);
     s_print_trace(stdout, &r->trace);
+}
+
+/* Regenerates and prints the source of the record's trace. Returns 0, or
+ * 1 when the workload is missing or the trace does not replay. */
+static int s_print_source(const Kiln__TuningRecord *r, const Kiln__Workload *w)
+{
+    char err[KL_ERRMSG_LEN], *src = NULL;
+    if (!w) {
+        fprintf(stderr, "kiln db best: --source: the workload is not in the "
+                        "store\n");
+        return 1;
+    }
+    if (kl_trace_source(w->text, r->target, r->trace.data, r->trace.len, &src,
+                        err) != KL_OK) {
+        fprintf(stderr, "kiln db best: --source: %s\n", err);
+        return 1;
+    }
+    printf("source\n%s", src);
+    free(src);
+    return 0;
 }
 
 typedef struct {
@@ -324,6 +355,8 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
             if (found)
                 printf("\n");
             s_print_best(r, w);
+            if (kl_opts_bool(o, "source"))
+                rc = s_print_source(r, w);
         }
         found++;
         kiln__tuning_record__free_unpacked(r, NULL);

@@ -571,3 +571,35 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     free(recs);
     return rc;
 }
+
+int kl_trace_source(const char *workload, const char *target,
+                    const uint8_t *trace, size_t len, char **src, char *err)
+{
+    kl_workload_t *w = NULL;
+    kl_space_t *sp = NULL;
+    kl_trace_t *tr = NULL, *ex = NULL;
+    kl_sched_t *s = NULL;
+    kl_kernel_t k = {0};
+    kl_rng_t r;
+    kl_rng_seed(&r, 1);
+    int rc = kl_workload_from_string(workload, &w, err);
+    if (!rc)
+        rc = kl_space_for_target(target, w, &sp, err);
+    if (!rc)
+        rc = kl_trace_from_proto(trace, len, &tr, err);
+    if (!rc)
+        rc = kl_search_fix(sp, tr, &r, &ex, &s, err);
+    if (!rc)
+        rc = kl_codegen_c(s, kl_space_target(sp), ENTRY, &k, err);
+    if (!rc) {
+        *src = k.source;
+        k.source = NULL;
+    }
+    kl_kernel_free(&k);
+    kl_sched_destroy(&s);
+    kl_trace_free(&ex);
+    kl_trace_free(&tr);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+    return rc;
+}

@@ -105,6 +105,13 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
 int kl_task_source(const kl_task_t *t, const kl_trace_t *trace, char **src,
                    char *err);
 
+/* The C source (entry "kl_main") that a stored trace (kiln.Trace bytes)
+ * generates for workload text on target: parses the workload, builds its
+ * design space, replays the trace and generates the code. Errors name the
+ * step that failed. *src is a heap string. */
+int kl_trace_source(const char *workload, const char *target,
+                    const uint8_t *trace, size_t len, char **src, char *err);
+
 /* ---- the loop ---------------------------------------------------------- */
 
 typedef struct {
