@@ -99,9 +99,27 @@ static void s_tile(rule_t *r)
     }
     for (int k = 0; k < r->nrd; k++) {
         int it = r->rd[k];
-        int64_t v[2];
-        kl_tr_sample_perfect_tile(tr, r->loop[it], 2, 512, v);
-        kl_tr_split(tr, r->loop[it], v, 2, r->r[k]);
+        int64_t ext = r->w->iters[it].extent, v[2];
+        /* Inner reduction tiles that keep packed panels in L1/L2 (KC
+         * 64..512), when the extent has such divisors. */
+        static const int64_t kc[5] = {32, 64, 128, 256, 512};
+        static const double kp[5] = {0.05, 0.15, 0.3, 0.35, 0.15};
+        int64_t vals[5];
+        double ps[5];
+        int n = 0;
+        for (int i = 0; i < 5; i++)
+            if (ext % kc[i] == 0 && ext > kc[i]) {
+                vals[n] = kc[i];
+                ps[n++] = kp[i];
+            }
+        if (n >= 2) {
+            int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
+            int64_t f[2] = {KL_SPLIT_INFER, c};
+            kl_tr_split(tr, r->loop[it], f, 2, r->r[k]);
+        } else {
+            kl_tr_sample_perfect_tile(tr, r->loop[it], 2, 512, v);
+            kl_tr_split(tr, r->loop[it], v, 2, r->r[k]);
+        }
     }
 }
 
@@ -195,7 +213,7 @@ static int s_pack(rule_t *r)
     int n = s_reused(r->w, reused);
     for (int i = 0; i < n; i++) {
         int64_t vals[2] = {0, 1};
-        double ps[2] = {0.4, 0.6};
+        double ps[2] = {0.3, 0.7};
         int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
         char pred[64];
         snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
@@ -252,8 +270,13 @@ static int s_build(rule_t *r)
         return rc;
     int64_t par = r->nsp > 1 ? kl_tr_fuse(tr, s0, r->nsp) : s0[0];
     int64_t minpar = total < r->t->cores ? total : r->t->cores;
-    snprintf(pred, sizeof pred, "l%lld < %lld || l%lld > 4096", (long long)par,
-             (long long)minpar, (long long)par);
+    /* Static scheduling: chunks that do not spread evenly over the cores
+     * leave one idle, unless there are many. */
+    snprintf(pred, sizeof pred,
+             "l%lld < %lld || l%lld > 4096 || (l%lld %% %d != 0 && l%lld < "
+             "%d)",
+             (long long)par, (long long)minpar, (long long)par, (long long)par,
+             r->t->cores, (long long)par, 8 * r->t->cores);
     if ((rc = kl_tr_reject_if(tr, pred, r->err)))
         return rc;
     kl_tr_parallel(tr, par);
@@ -268,9 +291,7 @@ static int s_build(rule_t *r)
         int64_t uv[4] = {0, 2, 4, 8};
         double up[4] = {0.4, 0.3, 0.2, 0.1};
         int64_t u = kl_tr_sample_categorical(tr, uv, up, 4);
-        (void)u;
         /* The decision picks the step; the annotation carries it. */
-        snprintf(pred, sizeof pred, "v%lld > 0", (long long)u);
         for (int i = 1; i < 4; i++) {
             snprintf(pred, sizeof pred, "v%lld == %lld", (long long)u,
                      (long long)uv[i]);

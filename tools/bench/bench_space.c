@@ -10,7 +10,10 @@
  *
  * OpenBLAS must run its best kernels: when OPENBLAS_CORETYPE or
  * OPENBLAS_L2_SIZE is set (BENCHMARKING.md), the program re-executes itself
- * with both unset (--keep-blas-env keeps them, to see the difference).
+ * with both unset; when OpenBLAS then still picks a kernel set without
+ * AVX-512 on an AVX-512 CPU (its detection does not know every model), it
+ * re-executes with OPENBLAS_CORETYPE=SkylakeX. The core in use is printed.
+ * --keep-blas-env keeps the environment as it is, to see the difference.
  *
  * Usage: bench_space [--samples N] [--seed S] [--size N] [--quick]
  *                    [--keep-blas-env] [--workdir DIR]
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kl_codegen.h"
@@ -35,6 +39,7 @@ typedef void (*kern_fn)(void *const *args);
 
 typedef struct {
     char *text; /* trace text */
+    char *nest; /* kl_sched_print of the schedule */
     char entry[32];
     kern_fn fn;
     double first_s, med_s;
@@ -52,6 +57,15 @@ static void s_flush_cache(void)
 
 /* ---- 1. throughput ---- */
 
+/* CPU seconds of this process: the machine is shared, so candidates per
+ * core-second are counted in CPU time. */
+static double s_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void s_throughput(const char *spec, double secs)
 {
     char err[KL_ERRMSG_LEN];
@@ -66,7 +80,7 @@ static void s_throughput(const char *spec, double secs)
     kl_rng_seed(&rng, 1);
     long n = 0, tries = 0;
     size_t bytes = 0;
-    double t0 = kl_now_s(), t;
+    double t0 = kl_now_s(), t, c0 = s_cpu_s();
     do {
         kl_trace_t *tr = NULL;
         kl_sched_t *s = NULL;
@@ -88,9 +102,10 @@ static void s_throughput(const char *spec, double secs)
         tries += tt;
         t = kl_now_s() - t0;
     } while (t < secs);
-    printf("throughput %-48s %8.0f candidates/s/core (%.1f tries each, "
-           "%.0f bytes of C each)\n",
-           spec, n / t, (double)tries / n, (double)bytes / n);
+    double cpu = s_cpu_s() - c0;
+    printf("throughput %-44s %7.0f candidates per CPU second (%.0f per wall "
+           "second; %.2f tries and %.0f bytes of C each)\n",
+           spec, n / cpu, n / t, (double)tries / n, (double)bytes / n);
     kl_space_destroy(&sp);
     kl_workload_free(&w);
 }
@@ -223,6 +238,7 @@ static int s_quality(int nsamp, uint64_t seed, int size, char **argv0)
             return 1;
         }
         c[i].text = kl_trace_to_text(tr);
+        c[i].nest = kl_sched_print(s);
         srcs[i] = k.source;
         free(k.entry);
         kl_sched_destroy(&s);
@@ -310,6 +326,11 @@ static int s_quality(int nsamp, uint64_t seed, int size, char **argv0)
            nsamp, flop / kmed / 1e9, flop / kmax / 1e9, flop / kmin / 1e9, e);
     printf("ratio kiln / OpenBLAS: %.2f (goal >= 0.8)\n", bmed / kmed);
     printf("samples within 2x of the best: %d of %d\n", ngood, nsamp);
+    if (getenv("KILN_BENCH_VERBOSE"))
+        for (int j = 0; j < nf; j++)
+            printf("\nfinalist %d (sample %d): %.1f GFLOP/s screening\n%s", j,
+                   fin[j], flop / c[fin[j]].med_s / 1e9, c[fin[j]].nest);
+    printf("\nwinning loop nest (sample %d):\n%s", best, c[best].nest);
     printf("\nwinning trace (sample %d):\n%s\n", best, c[best].text);
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --samples %d "
            "--seed %llu --size %d\n",
@@ -318,6 +339,18 @@ static int s_quality(int nsamp, uint64_t seed, int size, char **argv0)
            "(sample %d)\n",
            spec, nsamp, (unsigned long long)seed, best);
     return (e < 1e-3) ? 0 : 1;
+}
+
+static bool s_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+static bool s_avx512_core(const char *name)
+{
+    return name && (strstr(name, "SkylakeX") || strstr(name, "Cooperlake") ||
+                    strstr(name, "SapphireRapids"));
 }
 
 int main(int argc, char **argv)
@@ -350,10 +383,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_space: --samples 1..5000, --size 16..8192\n");
         return 2;
     }
-    if (!keep && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE"))) {
+    if (!keep && !getenv("KILN_BENCH_BLAS_CHOSEN") &&
+        (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE"))) {
         /* OpenBLAS read them when it loaded: start again without them. */
         unsetenv("OPENBLAS_CORETYPE");
         unsetenv("OPENBLAS_L2_SIZE");
+        execv("/proc/self/exe", argv);
+        perror("bench_space: re-exec");
+        return 1;
+    }
+    if (!keep && !getenv("KILN_BENCH_BLAS_CHOSEN") && s_avx512() &&
+        !s_avx512_core(openblas_get_corename())) {
+        /* Its CPU detection did not recognise this AVX-512 CPU (OpenBLAS
+         * 0.3.21 falls back to Prescott's SSE3 kernels on some newer Xeon
+         * models): name the AVX-512 kernels explicitly. */
+        fprintf(stderr,
+                "bench_space: OpenBLAS picked '%s' on an AVX-512 CPU; "
+                "running again with OPENBLAS_CORETYPE=SkylakeX\n",
+                openblas_get_corename());
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        setenv("KILN_BENCH_BLAS_CHOSEN", "1", 1);
         execv("/proc/self/exe", argv);
         perror("bench_space: re-exec");
         return 1;
