@@ -92,9 +92,13 @@ typedef struct {
     kla_gate_t *gate;       /* paused while a candidate runs; NULL: no */
     size_t cache_bytes;     /* bound of the reference cache; 0: 1 GiB */
     /* Bytes written before each sample when the evaluator flushes; 0:
-     * twice llc_bytes. The buffer is mapped once, shared with children. */
+     * twice llc_bytes, at most KLA_FLUSH_CAP_BYTES. The buffer is mapped
+     * once, shared with children. */
     uint64_t flush_bytes;
 } kla_runner_config_t;
+
+/* Default cap of the flush buffer (see runner.c). */
+#define KLA_FLUSH_CAP_BYTES ((size_t)64 << 20)
 
 typedef struct kla_runner_s kla_runner_t;
 

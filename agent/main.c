@@ -45,8 +45,8 @@ static const kl_opt_t s_opts[] = {
      "address-space limit of each kernel process in MiB (0: none)"},
     {"flush-mb", KL_OPT_INT, "0", 0, 1 << 20, "N",
      "MiB written between samples to flush the caches when the evaluator "
-     "asks (0: twice the last-level cache; some virtual machines report the "
-     "host's whole cache, which makes every sample slow)"},
+     "asks (0: twice the last-level cache, at most 64 MiB: virtual "
+     "machines often report the host's whole cache)"},
     {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "KIND",
      "device to serve; this agent serves \"cpu\""},
     KL_OPT_END,

@@ -173,8 +173,16 @@ int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
         r->cfg.cache_bytes = (size_t)1 << 30;
     if (!r->cfg.llc_bytes)
         r->cfg.llc_bytes = 32u << 20;
+    /* Writing 2x the LLC evicts the candidate's data between samples. A
+     * virtual machine often reports the whole host's L3 (260 MiB here, of
+     * which two cores hold a small share), and writing 520 MiB per sample
+     * costs more than most candidates run; so the default is capped at
+     * KLA_FLUSH_CAP_BYTES, which still exceeds what two cores can keep in
+     * L2 + their share of L3. --flush-mb sets any size. */
     r->flush_n = r->cfg.flush_bytes ? (size_t)r->cfg.flush_bytes
                                     : (size_t)(2 * r->cfg.llc_bytes);
+    if (!r->cfg.flush_bytes && r->flush_n > KLA_FLUSH_CAP_BYTES)
+        r->flush_n = KLA_FLUSH_CAP_BYTES;
     atomic_init(&r->running, 0);
     *out = r;
     return KL_OK;
