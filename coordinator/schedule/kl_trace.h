@@ -197,7 +197,7 @@ int kl_tr_end(kl_trace_t *t, char *err);
  * decision use it (after checking it: factors whose product is the extent,
  * an index in range); those without draw one from rng (error when rng is
  * NULL). *executed (optional) receives the trace with every decision
- * filled in. Returns:
+ * filled in (only when the result is 0 and not rejected). Returns:
  *   0 and *rejected = false: s holds the scheduled nest;
  *   0 and *rejected = true: a reject_if held (err says which); s is in an
  *     unspecified state and should be dropped;
