@@ -340,9 +340,14 @@ static void s_open_loop(g_t *g, int pos, bool force_unroll)
     int64_t inner = 1;
     for (int i = pos; i < g->p.nloops; i++)
         inner *= s_L(g, i)->extent;
+    /* Auto-unroll stops at loops that hold a shared copy: unrolling those
+     * only repeats the copy loop and its barriers. */
+    bool holds_copy = false;
+    for (int i = 0; i < g->p.nsmem; i++)
+        holds_copy = holds_copy || g->p.smem[i].attach >= pos;
     if (force_unroll || l->kind == KL_LOOP_UNROLL ||
         l->kind == KL_LOOP_VECTORIZE ||
-        (inner <= s_unroll_budget(g, pos) && inner > 1))
+        (!holds_copy && inner <= s_unroll_budget(g, pos) && inner > 1))
         s_line(g, "#pragma unroll");
     s_line(g, "for (%s l%d = 0; l%d < %" PRId64 "; ++l%d) {", g->ity, l->id,
            l->id, l->extent, l->id);

@@ -102,11 +102,14 @@ static void test_nvrtc_sampled(void **state)
             int rcs[NSAMPLES];
             char why[NSAMPLES][KL_ERRMSG_LEN];
             kl_nvrtc_kernel_t res[NSAMPLES];
+            double t0 = kl_now_s();
             int rc = kl_cuda_check_many(nv, ks, NSAMPLES, archs[a], rcs, why,
                                         res, err);
             if (rc)
                 fprintf(stderr, "%s %s: %s\n", w->name, archs[a], err);
             assert_int_equal(rc, KL_OK);
+            printf("%s %s: %d kernels compiled in %.2f s\n", w->name, archs[a],
+                   NSAMPLES, kl_now_s() - t0);
             for (int i = 0; i < NSAMPLES; i++) {
                 int64_t threads =
                     ks[i].block[0] * ks[i].block[1] * ks[i].block[2];
