@@ -335,6 +335,22 @@ static void test_cpu_space_replay(void **state)
                 kl_codegen_c(s3, kl_space_target(sp), "f", &k3, err), KL_OK);
             assert_string_equal(k1.source, k2.source);
             assert_string_equal(k1.source, k3.source);
+            /* Without its decisions the trace samples fresh ones. */
+            kl_trace_t *fresh = kl_trace_clone(tr), *ex = NULL;
+            kl_trace_strip_decisions(fresh);
+            assert_int_equal(kl_trace_ndecisions(fresh), 0);
+            for (int tries = 0; tries < 1000 && !ex; tries++) {
+                kl_sched_t *sf = NULL;
+                bool rej = false;
+                assert_int_equal(kl_sched_create(&sf, w, err), KL_OK);
+                if (kl_trace_apply(fresh, sf, &rng, &ex, &rej, err) == KL_OK &&
+                    !rej)
+                    assert_true(kl_trace_ndecisions(ex) > 0);
+                kl_sched_destroy(&sf);
+            }
+            assert_non_null(ex);
+            kl_trace_free(&ex);
+            kl_trace_free(&fresh);
             uint8_t h[16];
             kl_trace_hash(tr, h);
             distinct += memcmp(h, prev, 16) != 0;
