@@ -19,8 +19,17 @@ grep -q "insecure" "$T/measure.log" && fail "the local fleet ran without CURVE"
 [ "$(grep -c '"status":' "$T/out.json")" -eq 40 ] || fail "JSON has not 40 results"
 
 mapfile -t expect < <(expectations "$T/c")
-"$ITEST_TOOL" check "$T/db" "$ARGS" "$T/c/ref.c" "${expect[@]}" ||
+if ! "$ITEST_TOOL" check "$T/db" "$ARGS" "$T/c/ref.c" "${expect[@]}" \
+    >"$T/check.txt"; then
+    cat "$T/check.txt"
+    # What the agents said about each mismatch.
+    for f in $(awk '$1 == "BAD" {print $2}' "$T/check.txt"); do
+        grep -F -A14 "\"file\":\"${f//\//\\/}\"" "$T/out.json" |
+            grep -E '"(status|error|agent)"'
+    done
     fail "store does not hold one right record per candidate"
+fi
+tail -1 "$T/check.txt"
 
 # The same sources again: all skipped, nothing re-measured, no new record.
 "$KILN" measure --args "$ARGS" --reference "$T/c/ref.c" --db "$T/db" \
