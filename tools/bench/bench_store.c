@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
 #include "kl_err.h"
 #include "kl_opt.h"
 #include "kl_store.h"
@@ -141,6 +143,54 @@ static double s_run(const char *dir, unsigned flags, long n, long batch,
     return (double)n / spent;
 }
 
+/* The baseline: bare LMDB, durable, the same packed records appended
+ * under 8-byte sequential keys, one transaction per batch; no seq lookup,
+ * no best, no seen. It shows what the disk allows. */
+static double s_run_lmdb(const char *dir, long n, long batch, uint64_t seed)
+{
+    MDB_env *env = NULL;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    int rc = kl_mkdirs(dir, NULL) ? -1 : mdb_env_create(&env);
+    if (rc == 0)
+        rc = mdb_env_set_mapsize(env, (size_t)4 << 30);
+    if (rc == 0)
+        rc = mdb_env_open(env, dir, 0, 0644);
+    if (rc == 0 && (rc = mdb_txn_begin(env, NULL, 0, &txn)) == 0) {
+        rc = mdb_dbi_open(txn, NULL, 0, &dbi);
+        mdb_txn_commit(txn);
+    }
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    double spent = 0;
+    uint8_t *buf = kl_xmalloc(4096);
+    Kiln__TuningRecord **b = kl_xcalloc((size_t)batch, sizeof *b);
+    for (long done = 0; rc == 0 && done < n; done += batch) {
+        long k = n - done < batch ? n - done : batch;
+        for (long i = 0; i < k; i++)
+            b[i] = s_record(&rng, (uint64_t)(done / batch));
+        double t0 = kl_now_s();
+        rc = mdb_txn_begin(env, NULL, 0, &txn);
+        for (long i = 0; rc == 0 && i < k; i++) {
+            uint64_t key = __builtin_bswap64((uint64_t)(done + i));
+            MDB_val mk = {8, &key},
+                    mv = {kiln__tuning_record__pack(b[i], buf), buf};
+            rc = mdb_put(txn, dbi, &mk, &mv, 0);
+        }
+        rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
+        spent += kl_now_s() - t0;
+        for (long i = 0; i < k; i++)
+            kiln__tuning_record__free_unpacked(b[i], NULL);
+    }
+    free(buf);
+    free(b);
+    if (env)
+        mdb_env_close(env);
+    if (rc)
+        fprintf(stderr, "bench_store: bare LMDB: %s\n", mdb_strerror(rc));
+    return rc ? -1 : (double)n / spent;
+}
+
 static void s_rm(const char *path)
 {
     char *cmd = kl_xasprintf("rm -rf '%s'", path);
@@ -154,7 +204,8 @@ static int s_mode(const char *label, const char *root, unsigned flags,
 {
     int runs = (int)kl_opts_int(o, "runs");
     long n = (long)kl_opts_int(o, "records"), batch = kl_opts_int(o, "batch");
-    double rates[100];
+    double rates[100], base[100];
+    bool with_base = flags == 0;
     printf("%s, %ld records in batches of %ld%s:\n", label, n, batch,
            kl_opts_bool(o, "spread") ? ", each record on another task"
                                      : ", one task per batch");
@@ -162,11 +213,20 @@ static int s_mode(const char *label, const char *root, unsigned flags,
         char *dir = kl_xasprintf("%s/kiln-bench-store-%d-%x-%d", root,
                                  (int)getpid(), flags, i);
         s_rm(dir);
+        if (with_base) {
+            base[i] = s_run_lmdb(dir, n, batch, 1234 + (uint64_t)i);
+            s_rm(dir);
+            if (base[i] < 0)
+                return 1;
+        }
         rates[i] = s_run(dir, flags, n, batch, kl_opts_bool(o, "spread"),
                          1234 + (uint64_t)i);
         if (rates[i] < 0)
             return 1;
-        printf("  run %d: %.0f records/s\n", i + 1, rates[i]);
+        printf("  run %d: %.0f records/s", i + 1, rates[i]);
+        if (with_base)
+            printf("   (bare LMDB baseline: %.0f)", base[i]);
+        printf("\n");
         if (keep_last && i == runs - 1)
             snprintf(last_dir, 256, "%s", dir);
         else
@@ -180,6 +240,12 @@ static int s_mode(const char *label, const char *root, unsigned flags,
     }
     printf("  min %.0f  median %.0f  max %.0f records/s  (goal >= %.0f: %s)\n",
            lo, med, hi, S_GOAL, med >= S_GOAL ? "met" : "NOT met");
+    if (with_base) {
+        double bmed = kl_median(base, (size_t)runs);
+        printf("  bare LMDB baseline median %.0f records/s; store / baseline "
+               "= %.2f\n",
+               bmed, med / bmed);
+    }
     return 0;
 }
 
