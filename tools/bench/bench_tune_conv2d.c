@@ -1,0 +1,237 @@
+/* bench_tune_conv2d - what `kiln tune` achieves on a conv2d, against
+ * oneDNN (C API) in the same process.
+ *
+ * Reads the store of a tuning run of
+ *   conv2d N=1 C=256 H=14 W=14 K=256 R=3 S=3 pad=1   (any stride-1 conv2d)
+ * and reports:
+ *  1. wall time to 90 % of the final best speed: from the first record's
+ *     commit to the commit of the first record at least 0.9 x as fast as
+ *     the best (record times; the first batch's own measuring time before
+ *     its commit is not counted), goal <= 5 minutes;
+ *  2. the best kernel (regenerated from its trace, compiled with cc -O3
+ *     -march=native -fopenmp) against oneDNN's forward convolution with
+ *     the layouts it prefers (format any: blocked; inputs reordered once,
+ *     outside the timing), interleaved, caches flushed before every
+ *     sample, on the threads of OMP_NUM_THREADS (run it with 2, pinned);
+ *     the output is checked against oneDNN's.
+ *
+ * Usage: bench_tune_conv2d --db DIR [--rounds N] [--workdir DIR]
+ */
+#include <dnnl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_tune_util.h"
+#include "kl_err.h"
+#include "kl_util.h"
+
+#define CK(x)                                                                  \
+    do {                                                                       \
+        dnnl_status_t st_ = (x);                                               \
+        if (st_ != dnnl_success) {                                             \
+            fprintf(stderr, "bench_tune_conv2d: %s: oneDNN status %d\n", #x,   \
+                    (int)st_);                                                 \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+typedef struct {
+    bt_kernel_fn fn;
+    void **args;
+} kctx_t;
+
+static void s_kiln(void *ctx)
+{
+    kctx_t *k = ctx;
+    k->fn((void *const *)k->args);
+}
+
+typedef struct {
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    dnnl_primitive_t conv;
+    dnnl_exec_arg_t args[3];
+    dnnl_memory_t user_dst, dst;
+    const char *impl;
+} dctx_t;
+
+static void s_dnnl(void *ctx)
+{
+    dctx_t *d = ctx;
+    CK(dnnl_primitive_execute(d->conv, d->st, 3, d->args));
+    CK(dnnl_stream_wait(d->st));
+}
+
+/* A memory in the layout pd wants for `what`, filled from the user's
+ * plain buffer through a reorder (once). */
+static dnnl_memory_t s_prep(dctx_t *d, const_dnnl_primitive_desc_t pd,
+                            dnnl_query_t what, int nd, const dnnl_dims_t dims,
+                            dnnl_format_tag_t tag, float *user)
+{
+    dnnl_memory_desc_t umd;
+    CK(dnnl_memory_desc_init_by_tag(&umd, nd, dims, dnnl_f32, tag));
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    dnnl_memory_t um, m;
+    CK(dnnl_memory_create(&um, &umd, d->eng, user));
+    CK(dnnl_memory_create(&m, md, d->eng, DNNL_MEMORY_ALLOCATE));
+    dnnl_primitive_desc_t rpd;
+    CK(dnnl_reorder_primitive_desc_create(&rpd, &umd, d->eng, md, d->eng,
+                                          NULL));
+    dnnl_primitive_t r;
+    CK(dnnl_primitive_create(&r, rpd));
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, m}};
+    CK(dnnl_primitive_execute(r, d->st, 2, a));
+    CK(dnnl_stream_wait(d->st));
+    dnnl_primitive_destroy(r);
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_memory_destroy(um);
+    return m;
+}
+
+/* Builds oneDNN's convolution of X[N,C,H,W] * W[K,C,R,S] -> Y (stride 1,
+ * symmetric padding pad) with its preferred layouts. */
+static void s_dnnl_setup(dctx_t *d, const int64_t *xs, const int64_t *ws,
+                         const int64_t *ys, int64_t stride, int64_t pad,
+                         float *x, float *wt, float *y)
+{
+    CK(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
+    CK(dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags));
+    dnnl_dims_t xd = {xs[0], xs[1], xs[2], xs[3]};
+    dnnl_dims_t wd = {ws[0], ws[1], ws[2], ws[3]};
+    dnnl_dims_t yd = {ys[0], ys[1], ys[2], ys[3]};
+    dnnl_memory_desc_t xm, wm, ym;
+    CK(dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_format_tag_any));
+    CK(dnnl_memory_desc_init_by_tag(&wm, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CK(dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_format_tag_any));
+    dnnl_dims_t strides = {stride, stride}, pl = {pad, pad}, pr = {pad, pad};
+    pr[0] = (ys[2] - 1) * stride + ws[2] - xs[2] - pad;
+    pr[1] = (ys[3] - 1) * stride + ws[3] - xs[3] - pad;
+    dnnl_convolution_desc_t cd;
+    CK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                          dnnl_convolution_direct, &xm, &wm,
+                                          NULL, &ym, strides, pl, pr));
+    dnnl_primitive_desc_t pd;
+    CK(dnnl_primitive_desc_create(&pd, &cd, NULL, d->eng, NULL));
+    CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &d->impl));
+    CK(dnnl_primitive_create(&d->conv, pd));
+    dnnl_memory_t mx = s_prep(d, pd, dnnl_query_src_md, 4, xd, dnnl_nchw, x);
+    dnnl_memory_t mw =
+        s_prep(d, pd, dnnl_query_weights_md, 4, wd, dnnl_oihw, wt);
+    const dnnl_memory_desc_t *ymd =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    CK(dnnl_memory_create(&d->dst, ymd, d->eng, DNNL_MEMORY_ALLOCATE));
+    dnnl_memory_desc_t umd;
+    CK(dnnl_memory_desc_init_by_tag(&umd, 4, yd, dnnl_f32, dnnl_nchw));
+    CK(dnnl_memory_create(&d->user_dst, &umd, d->eng, y));
+    d->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
+    d->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
+    d->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dst};
+}
+
+/* oneDNN's output, reordered to NCHW into the user buffer. */
+static void s_dnnl_output(dctx_t *d)
+{
+    const dnnl_memory_desc_t *from, *to;
+    CK(dnnl_memory_get_memory_desc(d->dst, &from));
+    CK(dnnl_memory_get_memory_desc(d->user_dst, &to));
+    dnnl_primitive_desc_t rpd;
+    CK(dnnl_reorder_primitive_desc_create(&rpd, from, d->eng, to, d->eng,
+                                          NULL));
+    dnnl_primitive_t r;
+    CK(dnnl_primitive_create(&r, rpd));
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, d->dst},
+                            {DNNL_ARG_TO, d->user_dst}};
+    CK(dnnl_primitive_execute(r, d->st, 2, a));
+    CK(dnnl_stream_wait(d->st));
+    dnnl_primitive_destroy(r);
+    dnnl_primitive_desc_destroy(rpd);
+}
+
+static void s_time_to_90(const bt_run_t *r)
+{
+    double target = r->best_s / 0.9, best = INFINITY;
+    for (size_t i = 0; i < r->n; i++) {
+        best = r->lat[i] < best ? r->lat[i] : best;
+        if (best <= target) {
+            printf("time to 90%% of the final best: %.0f s (trial %zu of %zu; "
+                   "the whole run took %.0f s from its first commit; goal "
+                   "<= 300 s)\n",
+                   r->t_s[i] - r->t_s[0], i + 1, r->n,
+                   r->t_s[r->n - 1] - r->t_s[0]);
+            return;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *db = NULL, *workdir = "/tmp/bench_tune_conv2d";
+    int rounds = 15;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--db") && i + 1 < argc)
+            db = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--workdir") && i + 1 < argc)
+            workdir = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_tune_conv2d --db DIR [--rounds N] "
+                            "[--workdir DIR]\n");
+            return 2;
+        }
+    }
+    if (!db || rounds < 3 || rounds > 1000) {
+        fprintf(stderr, "bench_tune_conv2d: --db is required (--rounds "
+                        "3..1000)\n");
+        return 2;
+    }
+    bt_run_t r;
+    bt_run_read(db, &r);
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    if (kl_workload_from_string(r.workload_text, &w, err) ||
+        strcmp(w->op_kind, "conv2d") || w->ntensors != 3) {
+        fprintf(stderr, "bench_tune_conv2d: %s is not a plain conv2d\n",
+                r.workload_name);
+        return 1;
+    }
+    printf("== %s: %zu trials, best %.1f GFLOP/s during tuning\n",
+           r.workload_name, r.n, r.flop / r.best_s / 1e9);
+    s_time_to_90(&r);
+    kctx_t k = {.fn = bt_load_best(&r, workdir)};
+    float **kb = bt_alloc_bufs(w, 7), **db_ = bt_alloc_bufs(w, 7);
+    k.args = (void **)kb;
+    /* A stride-1 conv2d with symmetric padding. */
+    const kl_tensor_t *X = &w->tensors[0], *W = &w->tensors[1],
+                      *Y = &w->tensors[2];
+    int64_t stride = 1;
+    int64_t pad = ((Y->shape[2] - 1) + W->shape[2] - X->shape[2]) / 2;
+    dctx_t d = {0};
+    s_dnnl_setup(&d, X->shape, W->shape, Y->shape, stride, pad, db_[0], db_[1],
+                 db_[2]);
+    const dnnl_version_t *v = dnnl_version();
+    printf("\n== best tuned kernel vs oneDNN %d.%d.%d (impl %s)\n", v->major,
+           v->minor, v->patch, d.impl);
+    bt_stat_t sk, sd;
+    bt_interleave(s_kiln, &k, s_dnnl, &d, rounds, &sk, &sd);
+    s_dnnl_output(&d);
+    double e = bt_max_rel_err(kb[2], db_[2], (size_t)kl_tensor_numel(Y));
+    double f = w->flop;
+    printf("oneDNN:     %7.1f GFLOP/s median (min %.1f, max %.1f) of %d "
+           "samples\n",
+           f / sd.med / 1e9, f / sd.max / 1e9, f / sd.min / 1e9, rounds);
+    printf("kiln tuned: %7.1f GFLOP/s median (min %.1f, max %.1f); max rel. "
+           "error vs oneDNN %.2g\n",
+           f / sk.med / 1e9, f / sk.max / 1e9, f / sk.min / 1e9, e);
+    printf("ratio kiln / oneDNN: %.2f (goal >= 1.0)\n", sd.med / sk.med);
+    printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --db %s "
+           "--rounds %d\n",
+           argv[0], db, rounds);
+    bt_free_bufs(w, kb);
+    bt_free_bufs(w, db_);
+    kl_workload_free(&w);
+    bt_run_free(&r);
+    return e > 1e-3 ? 1 : 0;
+}
