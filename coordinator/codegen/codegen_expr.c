@@ -279,10 +279,13 @@ static void s_load_scalar(cg_t *g, const kl_access_t *a, int lane,
 
 /* Whether the read depends on the lane; *contig when it is one vector
  * load (coefficient 1, no lane-dependent test). */
-static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig)
+static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig,
+                         bool *edge)
 {
     cg_lin_t l;
     *contig = false;
+    if (edge)
+        *edge = false;
     if (s_packed(g, a->tensor)) {
         s_pack_lin(g, a->tensor, &l);
         int64_t vc = cg_lin_vcoef(g, &l);
@@ -295,20 +298,29 @@ static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig)
         return false;
     if (!lin || vc != 1)
         return true;
-    /* A bounds test on a dimension that moves with the lane forces a
-     * gather; tests that do not move with it stay scalar. */
+    /* A bounds test on a dimension that moves with the lane (padding
+     * along the vector) is tested at the first and the last lane: the
+     * index grows with the lane, so when both are inside every lane is,
+     * and the whole vector loads at once; only vectors that straddle the
+     * border are gathered lane by lane (see s_expr). Tests that do not
+     * move with the lane stay scalar. */
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
     for (int d = 0; d < t->ndim; d++) {
         cg_lin_t dl;
         kl_buf_t ex = {0};
         s_dim(g, a, d, false, &dl, &ex, 0);
         kl_buf_free(&ex);
-        if (!cg_lin_vcoef(g, &dl))
+        int64_t vc = cg_lin_vcoef(g, &dl);
+        if (!vc)
             continue;
         int64_t lo, hi;
         s_dim_range(g, a, d, &lo, &hi);
-        if (lo < 0 || hi > t->shape[d] - 1)
-            return true;
+        if (lo < 0 || hi > t->shape[d] - 1) {
+            if (vc < 0 || a->idx[d].div != 1)
+                return true;
+            if (edge)
+                *edge = true;
+        }
     }
     *contig = true;
     return true;
@@ -320,7 +332,7 @@ static bool s_expr_vec_ok(cg_t *g, const kl_expr_t *e, bool *any_check)
         return true;
     if (e->kind == KL_EX_LOAD) {
         bool contig;
-        bool dep = s_load_shape(g, &e->access, &contig);
+        bool dep = s_load_shape(g, &e->access, &contig, NULL);
         if (!s_packed(g, e->access.tensor)) {
             kl_buf_t chk = {0};
             cg_access_check(g, &e->access, 0, g->in_acc, &chk);
@@ -374,8 +386,8 @@ static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
             s_load_scalar(g, &e->access, lane, out);
             return false;
         }
-        bool contig;
-        if (!s_load_shape(g, &e->access, &contig)) {
+        bool contig, edge;
+        if (!s_load_shape(g, &e->access, &contig, &edge)) {
             s_load_scalar(g, &e->access, 0, out);
             return false;
         }
@@ -386,6 +398,20 @@ static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
             s_pack_lin(g, e->access.tensor, &l);
             cg_lin_print(g, &l, 0, &idx);
             kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
+        } else if (edge) {
+            kl_buf_t last = {0};
+            cg_access_index(g, &e->access, 0, g->in_acc, &idx);
+            cg_access_check(g, &e->access, 0, g->in_acc, &chk);
+            cg_access_check(g, &e->access, g->lanes - 1, g->in_acc, &last);
+            kl_buf_printf(out, "((%s && %s) ? kl_ld%d(&%s[%s]) : (kl_v%d){",
+                          chk.data, last.data, g->lanes, name, idx.data,
+                          g->lanes);
+            for (int l = 0; l < g->lanes; l++) {
+                kl_buf_puts(out, l ? ", " : "");
+                s_load_scalar(g, &e->access, l, out);
+            }
+            kl_buf_puts(out, "})");
+            kl_buf_free(&last);
         } else {
             cg_access_index(g, &e->access, 0, g->in_acc, &idx);
             cg_access_check(g, &e->access, 0, g->in_acc, &chk);
