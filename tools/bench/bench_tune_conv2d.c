@@ -191,8 +191,9 @@ int main(int argc, char **argv)
     bt_run_read(db, &r);
     char err[KL_ERRMSG_LEN];
     kl_workload_t *w = NULL;
-    if (kl_workload_from_string(r.workload_text, &w, err) ||
-        strcmp(w->op_kind, "conv2d") || w->ntensors != 3) {
+    if (kl_workload_from_string(r.workload_text, &w, err) || w->ntensors != 3 ||
+        w->tensors[0].ndim != 4 || w->tensors[1].ndim != 4 ||
+        w->tensors[2].ndim != 4) {
         fprintf(stderr, "bench_tune_conv2d: %s is not a plain conv2d\n",
                 r.workload_name);
         return 1;
