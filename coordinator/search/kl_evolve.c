@@ -27,7 +27,8 @@ typedef struct {
     kl_search_t *self;
     kl_search_known_fn known;
     void *ctx;
-    pool_t elite; /* unmeasured candidates seen in any generation */
+    pool_t elite; /* best unmeasured candidates seen in any generation */
+    int cap;      /* elite size */
 } evo_t;
 
 static bool s_known(evo_t *e, const uint8_t h[16])
@@ -51,16 +52,28 @@ static void s_score(evo_t *e, gen_t *g)
     free(y);
 }
 
-/* Copies the unmeasured members of g into the elite pool. */
+/* Copies the unmeasured members of g into the elite pool, which keeps
+ * the e->cap best scores seen (MetaSchedule's heap of the batch size). */
 static void s_collect(evo_t *e, const gen_t *g)
 {
+    pool_t *el = &e->elite;
     for (int i = 0; i < g->n; i++) {
         kl_search_cand_t *c = g->v[i];
-        if (s_known(e, c->hash) || kl_hashset_has(&e->elite.set, c->hash))
+        if (s_known(e, c->hash) || kl_hashset_has(&el->set, c->hash))
             continue;
-        if (kl__pool_add(&e->elite, e->self->sp, kl_trace_clone(c->trace),
+        if (el->n >= e->cap) {
+            int lo = 0;
+            for (int k = 1; k < el->n; k++)
+                lo = el->v[k].score < el->v[lo].score ? k : lo;
+            if (!(c->score > el->v[lo].score))
+                continue;
+            kl_hashset_del(&el->set, el->v[lo].hash);
+            kl_search_cand_free(&el->v[lo]);
+            el->v[lo] = el->v[--el->n];
+        }
+        if (kl__pool_add(el, e->self->sp, kl_trace_clone(c->trace),
                          kl_sched_clone(c->sched)))
-            e->elite.v[e->elite.n - 1].score = c->score;
+            el->v[el->n - 1].score = c->score;
     }
 }
 
@@ -154,11 +167,13 @@ static void s_seed_best(kl_search_t *self, pool_t *p)
     for (size_t i = 0; i < self->nm && p->n < want; i++) {
         if (!isfinite(self->m[i].latency))
             break;
-        kl_trace_t *tr = NULL;
+        kl_trace_t *mt = NULL, *tr = NULL;
         kl_sched_t *s = NULL;
-        if (kl_search_fix(self->sp, self->m[i].trace, &self->rng, &tr, &s,
-                          NULL) == KL_OK)
+        if (kl_trace_from_proto(self->m[i].trace, self->m[i].len, &mt, NULL) ==
+                KL_OK &&
+            kl_search_fix(self->sp, mt, &self->rng, &tr, &s, NULL) == KL_OK)
             kl__pool_add(p, self->sp, tr, s);
+        kl_trace_free(&mt);
     }
 }
 
@@ -190,7 +205,7 @@ static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
 int kl__propose_evolve(kl_search_t *self, int n, kl_search_known_fn known,
                        void *ctx, kl_search_cand_t *out, int *nout, char *err)
 {
-    evo_t e = {.self = self, .known = known, .ctx = ctx};
+    evo_t e = {.self = self, .known = known, .ctx = ctx, .cap = 2 * n};
     pool_t best = {0}, rnd = {0}, cur = {0}, next = {0};
     s_seed_best(self, &best);
     int want = self->cfg.population - best.n;

@@ -95,7 +95,7 @@ void kl_search_destroy(kl_search_t **self_p)
         return;
     kl_search_t *self = *self_p;
     for (size_t i = 0; i < self->nm; i++)
-        kl_trace_free(&self->m[i].trace);
+        free(self->m[i].trace);
     free(self->m);
     kl_costmodel_destroy(&self->model);
     free(self);
@@ -142,7 +142,7 @@ void kl_search_observe(kl_search_t *self, const kl_trace_t *t,
         self->capm = self->capm ? 2 * self->capm : 64;
         self->m = kl_xrealloc(self->m, self->capm * sizeof *self->m);
     }
-    self->m[self->nm].trace = kl_trace_clone(t);
+    kl_trace_to_proto(t, &self->m[self->nm].trace, &self->m[self->nm].len);
     self->m[self->nm].latency = ok ? latency_s : INFINITY;
     self->nm++;
     self->sorted = false;

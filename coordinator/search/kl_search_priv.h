@@ -7,7 +7,8 @@
 #include "kl_search.h"
 
 typedef struct {
-    kl_trace_t *trace;
+    uint8_t *trace; /* kiln.Trace bytes: far smaller than a kl_trace_t */
+    size_t len;
     double latency; /* seconds; INFINITY when failed */
 } meas_t;
 
