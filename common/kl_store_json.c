@@ -373,16 +373,17 @@ static int s_set_field(const ProtobufCFieldDescriptor *f, json_object *v,
     if (!json_object_is_type(v, json_type_array))
         return -1;
     size_t n = json_object_array_length(v), es = s_elem_size(f->type);
-    /* Counted as we go, so that free_unpacked frees what was parsed. */
+    /* Counted before each element is parsed, so that free_unpacked frees
+     * what a failing element allocated (unset elements are zero). */
     char *arr = kl_xcalloc(n ? n : 1, es);
     *(char **)base = arr;
     size_t *count = (size_t *)((char *)msg + f->quantifier_offset);
     *count = 0;
     for (size_t j = 0; j < n; j++) {
+        (*count)++;
         if (s_set_value(f, json_object_array_get_idx(v, j), arr + j * es, path,
                         path_len))
             return -1;
-        (*count)++;
     }
     return 0;
 }
