@@ -12,6 +12,8 @@ static const kiln_cmd_t s_cmds[] = {
     {"measure", kiln_cmd_measure,
      "measure candidate kernels of one workload on agents"},
     {"tune", kiln_cmd_tune, "tune one operator: search, measure, record"},
+    {"extract", kiln_cmd_extract,
+     "the tuning tasks of a model (built-in or graph file)"},
     {"space", kiln_cmd_space,
      "sample a workload's design space: traces and generated code"},
     {NULL, NULL, NULL},

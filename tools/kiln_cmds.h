@@ -19,5 +19,6 @@ int kiln_cmd_measure(int argc, char **argv);
 int kiln_cmd_tune(int argc, char **argv);
 
 int kiln_cmd_space(int argc, char **argv);
+int kiln_cmd_extract(int argc, char **argv);
 
 #endif

@@ -1,0 +1,378 @@
+/* kl_model.c - task extraction: fusion of relu / residual add into their
+ * producers, one workload per computing layer, identical workloads merged
+ * into weighted tasks. The graph format itself is kl_model_parse.c. */
+#include "kl_model_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kl_util.h"
+
+struct kl_model_s {
+    char *name;
+    kl_model_task_t *tasks;
+    int ntasks;
+    char **layers; /* task layer names (owned) */
+    int nlayers, ntuned;
+    double flop;
+    char *untuned;
+};
+
+/* ---- fusion ---- */
+
+static bool s_fuses_relu(kl_mop op)
+{
+    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE ||
+           op == KL_MOP_DENSE || op == KL_MOP_MATMUL;
+}
+
+static bool s_fuses_res(kl_mop op)
+{
+    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE;
+}
+
+static void s_count_uses(kl_mgraph_t *g)
+{
+    for (int i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            g->nodes[g->nodes[i].in[k]].uses++;
+    for (int k = 0; k < g->nout; k++)
+        g->nodes[g->outputs[k]].uses++;
+}
+
+/* Folds relu and residual adds into the producers (see kl_model.h). */
+static void s_fuse(kl_mgraph_t *g)
+{
+    s_count_uses(g);
+    for (int i = 0; i < g->n; i++) {
+        kl_mnode_t *nd = &g->nodes[i];
+        if (nd->op == KL_MOP_RELU) {
+            const kl_mnode_t *x = &g->nodes[nd->in[0]];
+            kl_mnode_t *p = &g->nodes[x->owner];
+            if (s_fuses_relu(p->op) && !p->relu && x->uses == 1) {
+                p->relu = true;
+                nd->owner = x->owner;
+                nd->fused = true;
+            }
+        } else if (nd->op == KL_MOP_ADD) {
+            for (int k = 0; k < 2; k++) {
+                const kl_mnode_t *x = &g->nodes[nd->in[k]];
+                kl_mnode_t *p = &g->nodes[x->owner];
+                if (s_fuses_res(p->op) && !p->res && !p->relu && x->uses == 1) {
+                    p->res = true;
+                    p->res_from = nd->in[1 - k];
+                    nd->owner = x->owner;
+                    nd->fused = true;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* ---- one workload per computing layer ---- */
+
+static void s_shape_x(kl_buf_t *b, const kl_mnode_t *nd)
+{
+    for (int i = 0; i < nd->ndim; i++)
+        kl_buf_printf(b, "%s%lld", i ? "x" : "", (long long)nd->shape[i]);
+}
+
+static void s_epilogue(kl_buf_t *b, const kl_mnode_t *nd)
+{
+    if (nd->bias)
+        kl_buf_puts(b, " bias=1");
+    if (nd->res)
+        kl_buf_puts(b, " residual=1");
+    if (nd->relu)
+        kl_buf_puts(b, " relu=1");
+}
+
+/* The kl_workload_from_op spec of layer nd, NULL for views and for the
+ * ops without a named operator. */
+static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
+{
+    const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
+    const int64_t *s = x ? x->shape : NULL;
+    kl_buf_t b = {0};
+    switch (nd->op) {
+    case KL_MOP_CONV2D:
+    case KL_MOP_DEPTHWISE:
+        kl_buf_printf(&b, "%s N=%lld C=%lld H=%lld W=%lld",
+                      nd->op == KL_MOP_CONV2D ? "conv2d" : "depthwise_conv2d",
+                      (long long)s[0], (long long)s[1], (long long)s[2],
+                      (long long)s[3]);
+        if (nd->op == KL_MOP_CONV2D)
+            kl_buf_printf(&b, " K=%lld", (long long)nd->K);
+        kl_buf_printf(&b, " R=%lld S=%lld stride=%lld pad=%lld",
+                      (long long)nd->R, (long long)nd->S, (long long)nd->stride,
+                      (long long)nd->pad);
+        if (nd->dil != 1)
+            kl_buf_printf(&b, " dilation=%lld", (long long)nd->dil);
+        if (nd->groups > 1)
+            kl_buf_printf(&b, " groups=%lld", (long long)nd->groups);
+        if (nd->mult > 1)
+            kl_buf_printf(&b, " multiplier=%lld", (long long)nd->mult);
+        s_epilogue(&b, nd);
+        break;
+    case KL_MOP_DENSE:
+        kl_buf_printf(&b, "dense N=%lld I=%lld O=%lld bias=%d", (long long)s[0],
+                      (long long)s[1], (long long)nd->O, nd->bias ? 1 : 0);
+        if (nd->relu)
+            kl_buf_puts(&b, " relu=1");
+        break;
+    case KL_MOP_MATMUL:
+        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)s[0],
+                      (long long)nd->N, (long long)s[1]);
+        s_epilogue(&b, nd);
+        break;
+    case KL_MOP_BATCH_MATMUL:
+        kl_buf_printf(&b, "batch_matmul B=%lld M=%lld N=%lld K=%lld",
+                      (long long)s[0], (long long)s[1], (long long)nd->shape[2],
+                      (long long)s[2]);
+        break;
+    case KL_MOP_MAX_POOL:
+    case KL_MOP_AVG_POOL:
+        kl_buf_printf(&b,
+                      "%s N=%lld C=%lld H=%lld W=%lld R=%lld S=%lld "
+                      "stride=%lld pad=%lld",
+                      nd->op == KL_MOP_MAX_POOL ? "max_pool2d" : "avg_pool2d",
+                      (long long)s[0], (long long)s[1], (long long)s[2],
+                      (long long)s[3], (long long)nd->R, (long long)nd->S,
+                      (long long)nd->stride, (long long)nd->pad);
+        break;
+    case KL_MOP_GLOBAL_AVG_POOL:
+        /* The window is the whole input; the stride is left at its
+         * default (R), as one would write it for `kiln tune --op`. */
+        kl_buf_printf(&b,
+                      "avg_pool2d N=%lld C=%lld H=%lld W=%lld R=%lld "
+                      "S=%lld",
+                      (long long)s[0], (long long)s[1], (long long)s[2],
+                      (long long)s[3], (long long)s[2], (long long)s[3]);
+        break;
+    case KL_MOP_ADD:
+    case KL_MOP_RELU:
+        kl_buf_printf(&b, "%s shape=", nd->op == KL_MOP_ADD ? "add" : "relu");
+        s_shape_x(&b, nd);
+        break;
+    default:
+        return NULL;
+    }
+    return kl_buf_take(&b);
+}
+
+static bool s_is_view(kl_mop op)
+{
+    return op == KL_MOP_INPUT || op == KL_MOP_FLATTEN || op == KL_MOP_RESHAPE ||
+           op == KL_MOP_TRANSPOSE;
+}
+
+/* Adds w to the tasks (merging by key); takes w and spec. */
+static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
+                       const char *layer)
+{
+    m->flop += w->flop;
+    for (int i = 0; i < m->ntasks; i++) {
+        if (memcmp(m->tasks[i].w->key, w->key, sizeof(w->key)) == 0) {
+            m->tasks[i].weight++;
+            kl_workload_free(&w);
+            free(spec);
+            return;
+        }
+    }
+    m->tasks = kl_xrealloc(m->tasks,
+                           (size_t)(m->ntasks + 1) * sizeof(kl_model_task_t));
+    m->layers =
+        kl_xrealloc(m->layers, (size_t)(m->ntasks + 1) * sizeof(char *));
+    m->layers[m->ntasks] = kl_xstrdup(layer);
+    m->tasks[m->ntasks] = (kl_model_task_t){w, spec, 1, m->layers[m->ntasks]};
+    m->ntasks++;
+}
+
+/* "softmax x1, layer_norm x2" over the layers without a named operator. */
+static char *s_untuned(const kl_mgraph_t *g)
+{
+    static const kl_mop ops[] = {KL_MOP_SOFTMAX, KL_MOP_LAYER_NORM,
+                                 KL_MOP_GELU};
+    kl_buf_t b = {0};
+    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+        int n = 0;
+        for (int i = 0; i < g->n; i++)
+            n += g->nodes[i].op == ops[k];
+        if (n)
+            kl_buf_printf(&b, "%s%s x%d", b.len ? ", " : "",
+                          kl_mop_name(ops[k]), n);
+    }
+    char *r = kl_buf_take(&b);
+    return r ? r : kl_xstrdup("");
+}
+
+static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
+{
+    s_fuse(g);
+    for (int i = 0; i < g->n; i++) {
+        const kl_mnode_t *nd = &g->nodes[i];
+        if (nd->op != KL_MOP_INPUT)
+            m->nlayers++;
+        if (nd->fused) {
+            m->ntuned++;
+            continue;
+        }
+        if (s_is_view(nd->op))
+            continue;
+        char *spec = s_spec(g, nd);
+        if (!spec)
+            continue;
+        kl_workload_t *w = NULL;
+        char werr[KL_ERRMSG_LEN];
+        int rc = kl_workload_from_op(spec, &w, werr);
+        if (rc) {
+            free(spec);
+            return kl_seterr(err, rc, "%s:%d: layer '%s': %s", src, nd->line,
+                             nd->name, werr);
+        }
+        m->ntuned++;
+        s_add_task(m, w, spec, nd->name);
+    }
+    if (m->ntasks == 0)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%s: no layer computes anything kiln can tune", src);
+    m->untuned = s_untuned(g);
+    return KL_OK;
+}
+
+int kl_model_parse(const char *text, const char *source, kl_model_t **out,
+                   char *err)
+{
+    *out = NULL;
+    const char *src = source ? source : "graph";
+    kl_mgraph_t g;
+    int rc = kl_mgraph_parse(text, src, &g, err);
+    if (rc)
+        return rc;
+    kl_model_t *m = kl_xcalloc(1, sizeof(*m));
+    m->name = kl_xstrdup(g.name ? g.name : src);
+    rc = s_extract(m, &g, src, err);
+    kl_mgraph_free(&g);
+    if (rc) {
+        kl_model_destroy(&m);
+        return rc;
+    }
+    *out = m;
+    return KL_OK;
+}
+
+void kl_model_destroy(kl_model_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kl_model_t *m = *self_p;
+    for (int i = 0; i < m->ntasks; i++) {
+        kl_workload_free(&m->tasks[i].w);
+        free(m->tasks[i].spec);
+        free(m->layers[i]);
+    }
+    free(m->tasks);
+    free(m->layers);
+    free(m->name);
+    free(m->untuned);
+    free(m);
+    *self_p = NULL;
+}
+
+/* ---- built-ins and files ---- */
+
+const char *const *kl_model_builtin_names(void)
+{
+    static const char *names[16];
+    if (!names[0]) {
+        int n = 0;
+        for (const kl_model_builtin_t *b = kl_model_builtins; b->name && n < 15;
+             b++)
+            names[n++] = b->name;
+        names[n] = NULL;
+    }
+    return names;
+}
+
+const char *kl_model_builtin_text(const char *name)
+{
+    for (const kl_model_builtin_t *b = kl_model_builtins; name && b->name; b++)
+        if (strcmp(b->name, name) == 0)
+            return b->text;
+    return NULL;
+}
+
+int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
+{
+    *out = NULL;
+    if (!name_or_path || !*name_or_path)
+        return kl_seterr(err, KL_ERR_INVAL, "no model given");
+    const char *text = kl_model_builtin_text(name_or_path);
+    if (text)
+        return kl_model_parse(text, name_or_path, out, err);
+    char *data = NULL;
+    size_t len = 0;
+    char rerr[KL_ERRMSG_LEN];
+    if (kl_read_file(name_or_path, &data, &len, rerr) != KL_OK) {
+        kl_buf_t b = {0};
+        for (const kl_model_builtin_t *m = kl_model_builtins; m->name; m++)
+            kl_buf_printf(&b, "%s%s", b.len ? ", " : "", m->name);
+        int rc = kl_seterr(err, KL_ERR_NOTFOUND,
+                           "model '%s' is neither a built-in (%s) nor a "
+                           "readable graph file: %s",
+                           name_or_path, b.data ? b.data : "", rerr);
+        kl_buf_free(&b);
+        return rc;
+    }
+    if (memchr(data, '\0', len)) {
+        free(data);
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%s: not a graph file (binary data; ONNX import is "
+                         "not supported)",
+                         name_or_path);
+    }
+    int rc = kl_model_parse(data, name_or_path, out, err);
+    free(data);
+    return rc;
+}
+
+/* ---- accessors ---- */
+
+const char *kl_model_name(const kl_model_t *m)
+{
+    return m->name;
+}
+
+int kl_model_ntasks(const kl_model_t *m)
+{
+    return m->ntasks;
+}
+
+const kl_model_task_t *kl_model_task(const kl_model_t *m, int i)
+{
+    return i >= 0 && i < m->ntasks ? &m->tasks[i] : NULL;
+}
+
+int kl_model_nlayers(const kl_model_t *m)
+{
+    return m->nlayers;
+}
+
+int kl_model_ntuned_layers(const kl_model_t *m)
+{
+    return m->ntuned;
+}
+
+double kl_model_total_flop(const kl_model_t *m)
+{
+    return m->flop;
+}
+
+const char *kl_model_untuned(const kl_model_t *m)
+{
+    return m->untuned;
+}

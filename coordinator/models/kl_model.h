@@ -1,0 +1,93 @@
+/* kl_model.h - models and their tuning tasks (DESIGN.md section 1:
+ * "task extraction: model -> tasks + weights").
+ *
+ * A model is a graph of layers written in kiln's graph format (the manual
+ * is docs/models.md), e.g.
+ *
+ *   model tiny
+ *   input data 1x3x32x32
+ *   c1 = conv2d data K=16 R=3 pad=1 bias=1
+ *   r1 = relu c1
+ *   p1 = max_pool2d r1 R=2
+ *   f  = flatten p1
+ *   fc = dense f O=10
+ *
+ * Every tensor is f32 and 4-D tensors are NCHW; shapes are inferred layer by
+ * layer from the inputs. Extraction then:
+ *  1. fuses into its producer every `relu` that follows a conv2d,
+ *     depthwise_conv2d, dense or matmul, and every `add` of a conv2d or
+ *     depthwise_conv2d output with a tensor of its shape (the residual; the
+ *     first operand that qualifies gets it), when the producer's output has
+ *     no other consumer; bias is an attribute of the producer itself. The
+ *     epilogue order is bias, residual, relu, as kl_ir.h has it, so a relu
+ *     fused before an add stops the add from fusing;
+ *  2. turns every remaining layer that computes into a workload with
+ *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
+ *     gives the same operator); reshape, flatten and transpose are views,
+ *     softmax, layer_norm and gelu have no named operator and are counted
+ *     as not tuned;
+ *  3. merges the layers whose workloads have the same key into one task
+ *     whose weight is their count, in order of first appearance.
+ *
+ * Built-in models (batch 1, f32, batch norm folded into the convolution
+ * bias): resnet18, resnet50 (torchvision's v1.5), mobilenet_v2 (224x224),
+ * bert_base (one encoder layer, sequence 128). Their graph files live in
+ * coordinator/models/graphs/ and are compiled into kiln.
+ */
+#ifndef KL_MODEL_H
+#define KL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kl_ir.h"
+
+typedef struct {
+    kl_workload_t *w;  /* owned by the model */
+    char *spec;        /* the kl_workload_from_op form ("conv2d N=1 ...") */
+    int weight;        /* how many layers of the model run it, >= 1 */
+    const char *layer; /* the first layer that runs it */
+} kl_model_task_t;
+
+typedef struct kl_model_s kl_model_t;
+
+/* Parses a graph file's text and extracts its tasks. `source` names the
+ * text in error messages (a path or "resnet18"). Errors are KL_ERR_INVAL
+ * with a message "SOURCE:LINE: ..." that says what is wrong: an unknown
+ * op, an undefined or redefined tensor, a shape that does not fit
+ * ("conv2d expects a 4-D NCHW input, got 128x768"), a bad attribute, or
+ * the operator's own complaint from kl_workload_from_op. A graph with no
+ * task is an error too. On success *out is the caller's
+ * (kl_model_destroy). */
+int kl_model_parse(const char *text, const char *source, kl_model_t **out,
+                   char *err);
+
+/* Loads a built-in model by name, or else a graph file by path. Errors: as
+ * kl_model_parse, KL_ERR_NOTFOUND for a name that is neither a built-in
+ * nor a readable file (the message lists the built-ins). */
+int kl_model_load(const char *name_or_path, kl_model_t **out, char *err);
+
+void kl_model_destroy(kl_model_t **self_p);
+
+/* The built-in models: names in a NULL-terminated static array, and the
+ * text of one (NULL when there is no such built-in). */
+const char *const *kl_model_builtin_names(void);
+const char *kl_model_builtin_text(const char *name);
+
+/* The model's name ("model" line, else the source). */
+const char *kl_model_name(const kl_model_t *m);
+int kl_model_ntasks(const kl_model_t *m);
+/* Task i, borrowed until kl_model_destroy. */
+const kl_model_task_t *kl_model_task(const kl_model_t *m, int i);
+/* Layers in the graph (inputs not counted), and how many of them became
+ * part of a task (fused ones included). */
+int kl_model_nlayers(const kl_model_t *m);
+int kl_model_ntuned_layers(const kl_model_t *m);
+/* Sum over tasks of weight * FLOPs: the model's FLOPs as kiln counts
+ * them (padding reads excluded). */
+double kl_model_total_flop(const kl_model_t *m);
+/* The layers that are not tasks and compute (softmax, layer_norm, gelu),
+ * as "softmax x1, layer_norm x2" ("" when none); borrowed. */
+const char *kl_model_untuned(const kl_model_t *m);
+
+#endif

@@ -1,0 +1,75 @@
+/* kl_model_int.h - what the graph parser hands to task extraction. */
+#ifndef KL_MODEL_INT_H
+#define KL_MODEL_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kl_model.h"
+
+#define KL_MODEL_MAX_NAME 64
+#define KL_MODEL_MAX_DIMS 8
+
+typedef enum {
+    KL_MOP_INPUT,
+    KL_MOP_CONV2D,
+    KL_MOP_DEPTHWISE,
+    KL_MOP_DENSE,
+    KL_MOP_MATMUL,
+    KL_MOP_BATCH_MATMUL,
+    KL_MOP_MAX_POOL,
+    KL_MOP_AVG_POOL,
+    KL_MOP_GLOBAL_AVG_POOL,
+    KL_MOP_ADD,
+    KL_MOP_RELU,
+    KL_MOP_FLATTEN,
+    KL_MOP_RESHAPE,
+    KL_MOP_TRANSPOSE,
+    KL_MOP_SOFTMAX,
+    KL_MOP_LAYER_NORM,
+    KL_MOP_GELU,
+} kl_mop;
+
+typedef struct {
+    char name[KL_MODEL_MAX_NAME];
+    kl_mop op;
+    int line;
+    int in[2]; /* node indexes */
+    int nin;
+    int ndim; /* output shape */
+    int64_t shape[KL_MODEL_MAX_DIMS];
+    /* Attributes (those of the op; the rest stay 0). */
+    int64_t K, R, S, stride, pad, dil, groups, mult, O, N;
+    bool bias, res, relu;
+    /* Filled by extraction. */
+    int uses;     /* layers (and outputs) that read this value */
+    int owner;    /* node whose kernel computes this value */
+    bool fused;   /* folded into owner's epilogue */
+    int res_from; /* the residual operand's node, -1 when none */
+} kl_mnode_t;
+
+typedef struct {
+    char *name; /* "model" line; NULL when none */
+    kl_mnode_t *nodes;
+    int n, cap;
+    int *outputs; /* nodes named by "output" lines */
+    int nout;
+} kl_mgraph_t;
+
+/* Parses the graph text into g (inferring every shape). Errors as
+ * kl_model_parse documents them. On error g is freed. */
+int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
+                    char *err);
+void kl_mgraph_free(kl_mgraph_t *g);
+
+/* The op's name in the graph format. */
+const char *kl_mop_name(kl_mop op);
+
+/* Generated at build time from graphs/ (embed_graphs.py). */
+typedef struct {
+    const char *name;
+    const char *text;
+} kl_model_builtin_t;
+extern const kl_model_builtin_t kl_model_builtins[];
+
+#endif
