@@ -31,8 +31,9 @@ out=$("$KILN" db best --db "$T/db" --name matmul_64 --target "$CPU") ||
     fail "best"
 echo "$out" | grep -q "^seq  *2$" || fail "best seq: $out"
 echo "$out" | grep -q "agent  *a2 (Xeon)" || fail "best agent: $out"
-echo "$out" | grep -q "2 instructions" || fail "trace count: $out"
-echo "$out" | grep -q "split, sample_perfect_tile" || fail "trace ops: $out"
+# The trace's text form (its exact layout belongs to the schedule module).
+echo "$out" | grep -q "split" || fail "trace split: $out"
+echo "$out" | grep -q "sample_perfect_tile" || fail "trace sampling: $out"
 out=$("$KILN" db best --db "$T/db" --key "$KEY" --json) || fail "best --json"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "one best line (GPU has none): $out"
 echo "$out" | grep -q '"type":"record".*"seq":2' || fail "best json: $out"
