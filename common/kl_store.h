@@ -18,7 +18,9 @@
  * message naming the directory and the map size, and nothing committed
  * before is lost. Every commit is durable (fsync) when it returns.
  *
- * A handle is used by one thread at a time. Callbacks of the foreach
+ * Open a directory at most once per process (LMDB's rule: closing a second
+ * handle would drop the locks of the first); share the handle instead. A
+ * handle is used by one thread at a time. Callbacks of the foreach
  * functions may read the store (other reads are separate transactions) but
  * must not write to it.
  *
