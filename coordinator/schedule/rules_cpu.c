@@ -58,17 +58,22 @@ static void s_tile(rule_t *r)
     for (int k = 0; k < r->nsp; k++) {
         int it = r->sp[k];
         int64_t ext = r->w->iters[it].extent, v[4], rest[3];
-        if (k == r->vec && ext % L == 0 && ext >= L) {
+        /* The widest vector (of at least 4 lanes) whose width divides the
+         * extent, e.g. 8 lanes for 56 on a 16-lane target. */
+        int U = L;
+        while (U > 4 && ext % U)
+            U /= 2;
+        if (k == r->vec && ext % U == 0 && ext >= U) {
             /* Vector width multiples that divide the extent. */
             int64_t vals[4];
             double probs[4] = {0.3, 0.45, 0.1, 0.15};
             int n = 0;
             for (int m = 1; m <= 4; m++)
-                if (ext % (m * L) == 0)
-                    vals[n++] = m * L;
+                if (ext % (m * U) == 0)
+                    vals[n++] = m * U;
             double ps[4];
             for (int i = 0; i < n; i++)
-                ps[i] = probs[vals[i] / L - 1];
+                ps[i] = probs[vals[i] / U - 1];
             int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
             int64_t f[2] = {KL_SPLIT_INFER, c};
             int64_t o[2];
