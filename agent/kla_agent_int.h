@@ -9,6 +9,7 @@
 
 #include "kla_agent.h"
 #include "kla_builder.h"
+#include "kla_cuda.h"
 #include "kla_device.h"
 #include "kla_runner.h"
 
@@ -17,6 +18,7 @@
 typedef struct {
     int refs;
     uint64_t request_id, epoch;
+    int gpu; /* the agent's GPU slot, or -1: the CPU */
     kla_problem_t problem;
     char *ref_source, *ref_entry;
     size_t ref_len;
@@ -28,10 +30,11 @@ typedef struct kla_job_s {
     uint64_t cand_id;
     char *source, *entry;
     size_t len;
-    double t_recv;    /* when the request arrived */
-    double t_enq;     /* when it entered its current queue */
-    double blocked_s; /* waited for other candidates (not overhead) */
-    bool finished;    /* res is final (build failed) */
+    kla_cuda_launch_t launch; /* GPU candidates */
+    double t_recv;            /* when the request arrived */
+    double t_enq;             /* when it entered its current queue */
+    double blocked_s;         /* waited for other candidates (not overhead) */
+    bool finished;            /* res is final (build failed) */
     char ref_so[PATH_MAX];
     kla_build_t build;
     kla_result_t res;
@@ -70,6 +73,14 @@ struct kla_agent_s {
     kla_worker_t *builders;
     kla_worker_t runw;
     kla_queue_t build_q, run_q;
+    /* GPUs: Hello lists the CPU (when served) first, then these. */
+    bool has_cpu;
+    int n_gpu;
+    kla_cuda_dev_t gpu[KLA_MAX_GPUS];
+    kla_cuda_builder_t *cuda_builder;
+    kla_cuda_runner_t *gpu_runner[KLA_MAX_GPUS];
+    kla_worker_t gpu_w[KLA_MAX_GPUS];
+    kla_queue_t gpu_q[KLA_MAX_GPUS];
     /* actor state */
     uint64_t epoch;
     bool welcomed, stopping;
@@ -94,9 +105,12 @@ void kla_work_dispatch(kla_agent_t *a);
 /* A thread gave a job back (socket readable): the next step or the
  * result. */
 void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner);
+/* The GPU slot of a request's device_index (-1: the CPU); KL_ERR_INVAL
+ * naming the index when the agent has no such device. */
+int kla_work_device(const kla_agent_t *a, uint32_t index, int *gpu, char *err);
 /* Queues the candidates of a checked request. */
 void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p);
+                  const kla_problem_t *p, int gpu);
 /* Drops queued jobs: of one request (cancel: answered CANCELLED) or all
  * (forget: no answer). */
 void kla_work_cancel(kla_agent_t *a, uint64_t request_id);

@@ -3,6 +3,7 @@
  * SIGTERM or SIGINT say Goodbye and exit cleanly. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kl_err.h"
@@ -10,6 +11,7 @@
 #include "kl_opt.h"
 #include "kl_util.h"
 #include "kla_agent.h"
+#include "kla_cuda.h"
 
 static const kl_opt_t s_opts[] = {
     {"connect", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
@@ -47,8 +49,10 @@ static const kl_opt_t s_opts[] = {
      "MiB written between samples to flush the caches when the evaluator "
      "asks (0: twice the last-level cache, at most 64 MiB: virtual "
      "machines often report the host's whole cache)"},
-    {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "KIND",
-     "device to serve; this agent serves \"cpu\""},
+    {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "LIST",
+     "devices to serve: cpu, cuda:0, cuda:0,1, cuda:all, or a mix such as "
+     "cpu,cuda:0 (GPUs need the NVIDIA driver; libcuda and NVRTC are "
+     "loaded at run time)"},
     KL_OPT_END,
 };
 
@@ -84,6 +88,7 @@ static int s_run(const kl_opts_t *o)
     cfg.build_cores = kl_opts_str(o, "build-cores");
     cfg.max_mem_mb = (uint64_t)kl_opts_int(o, "max-mem-mb");
     cfg.flush_mb = (uint64_t)kl_opts_int(o, "flush-mb");
+    cfg.device = kl_opts_str(o, "device");
 
     /* Every thread inherits this mask; only sigwait below sees them. */
     sigset_t set;
@@ -108,8 +113,35 @@ static int s_run(const kl_opts_t *o)
     return 0;
 }
 
+/* 0 when every device of --device can be served; 69 (with a message)
+ * when a GPU or its driver is missing; 2 for a malformed list. */
+static int s_check_devices(const char *device)
+{
+    char err[KL_ERRMSG_LEN];
+    kla_devspec_t spec;
+    if (kla_devspec_parse(device, &spec, err) != KL_OK) {
+        fprintf(stderr, "kiln-agent: %s\n", err);
+        return 2;
+    }
+    if (!spec.n_gpu && !spec.all_gpus)
+        return 0;
+    static kla_cuda_dev_t devs[KLA_MAX_GPUS];
+    int n = 0;
+    if (kla_cuda_query(&spec, devs, &n, err) != KL_OK) {
+        fprintf(stderr, "kiln-agent: device '%s': %s\n", device, err);
+        return 69;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    /* Hidden: the GPU worker process (kla_cuda.h), started by an agent
+     * with its socket on fd 3. */
+    if (argc == 3 && strcmp(argv[1], "--gpu-worker") == 0) {
+        kl_log_init("gpu-worker");
+        return kla_cuda_worker_main(atoi(argv[2]), 3);
+    }
     kl_log_init("agent");
     char err[KL_ERRMSG_LEN];
     kl_opts_t *o = NULL;
@@ -134,12 +166,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-agent: give --keys DIR --name NAME "
                         "--coordinator-key FILE, or --insecure (loopback)\n");
         rc = 2;
-    } else if (strcmp(kl_opts_str(o, "device"), "cpu") != 0) {
-        fprintf(stderr,
-                "kiln-agent: device '%s': this agent serves the cpu only\n",
-                kl_opts_str(o, "device"));
-        rc = 69;
-    } else {
+    } else if ((rc = s_check_devices(kl_opts_str(o, "device"))) == 0) {
         rc = s_run(o);
     }
     kl_opts_free(&o);

@@ -63,6 +63,7 @@ typedef struct {
     kla_agent_t *a;
     void *sock;
     bool runner;
+    int gpu; /* runner of this GPU slot; -1: the CPU's */
 } s_thread_arg_t;
 
 /* Ends the job with status st and the message prefix + what (bounded). */
@@ -80,12 +81,22 @@ static void s_fail(kla_job_t *j, Kiln__Status st, const char *prefix,
     j->res.error[n + m] = '\0';
 }
 
+/* One build on the job's device: cc for the CPU, NVRTC for a GPU. */
+static int s_build_one(kla_agent_t *a, const kla_req_t *r, const char *src,
+                       size_t len, const char *entry, kla_build_t *out)
+{
+    if (r->gpu < 0)
+        return kla_builder_build(a->builder, src, len, out);
+    return kla_cuda_builder_build(a->cuda_builder, src, len,
+                                  a->gpu[r->gpu].arch, entry, out, NULL);
+}
+
 /* Builds the reference (a cache hit after the first) and the candidate. */
 static void s_build(kla_agent_t *a, kla_job_t *j)
 {
     kla_req_t *r = j->req;
     kla_build_t *rb = kl_xmalloc(sizeof *rb);
-    int rc = kla_builder_build(a->builder, r->ref_source, r->ref_len, rb);
+    int rc = s_build_one(a, r, r->ref_source, r->ref_len, r->ref_entry, rb);
     /* The reference's compile is shared by the request: not this
      * candidate's compile time, not overhead either. */
     j->blocked_s += rb->compile_s + rb->paused_s;
@@ -97,7 +108,7 @@ static void s_build(kla_agent_t *a, kla_job_t *j)
     }
     snprintf(j->ref_so, sizeof j->ref_so, "%s", rb->so_path);
     free(rb);
-    rc = kla_builder_build(a->builder, j->source, j->len, &j->build);
+    rc = s_build_one(a, r, j->source, j->len, j->entry, &j->build);
     if (rc == KL_ERR_COMPILE)
         s_fail(j, KILN__STATUS__STATUS_COMPILE_ERROR, "", j->build.log);
     else if (rc != KL_OK)
@@ -115,7 +126,12 @@ static void *s_thread_main(void *arg)
             continue;
         if (n != (int)sizeof j || !j)
             break;
-        if (t->runner)
+        if (t->runner && t->gpu >= 0)
+            kla_cuda_runner_measure(t->a->gpu_runner[t->gpu], &j->req->problem,
+                                    j->ref_so, j->req->ref_entry,
+                                    j->build.so_path, j->entry, &j->launch,
+                                    &j->res);
+        else if (t->runner)
             kla_runner_measure(t->a->runner, &j->req->problem, j->ref_so,
                                j->req->ref_entry, j->build.so_path, j->entry,
                                &j->res);
@@ -130,11 +146,14 @@ static void *s_thread_main(void *arg)
 }
 
 static int s_start_one(kla_agent_t *a, kla_worker_t *w, bool runner, int idx,
-                       char *err)
+                       int gpu, char *err)
 {
     char ep[128];
     snprintf(ep, sizeof ep, "inproc://kla-%p-%s-%d", (void *)a,
-             runner ? "run" : "build", idx);
+             gpu >= 0 ? "gpu"
+             : runner ? "run"
+                      : "build",
+             idx);
     w->sock = zmq_socket(a->zctx, ZMQ_PAIR);
     void *theirs = zmq_socket(a->zctx, ZMQ_PAIR);
     if (!w->sock || !theirs || zmq_bind(w->sock, ep) != 0 ||
@@ -145,7 +164,7 @@ static int s_start_one(kla_agent_t *a, kla_worker_t *w, bool runner, int idx,
                          zmq_strerror(errno));
     }
     s_thread_arg_t *t = kl_xmalloc(sizeof *t);
-    *t = (s_thread_arg_t){.a = a, .sock = theirs, .runner = runner};
+    *t = (s_thread_arg_t){.a = a, .sock = theirs, .runner = runner, .gpu = gpu};
     if (pthread_create(&w->thread, NULL, s_thread_main, t) != 0) {
         zmq_close(theirs);
         free(t);
@@ -160,11 +179,26 @@ int kla_work_start(kla_agent_t *a, char *err)
 {
     a->builders = kl_xcalloc((size_t)a->build_slots, sizeof(kla_worker_t));
     for (int i = 0; i < a->build_slots; i++) {
-        int rc = s_start_one(a, &a->builders[i], false, i, err);
+        int rc = s_start_one(a, &a->builders[i], false, i, -1, err);
         if (rc != KL_OK)
             return rc;
     }
-    return s_start_one(a, &a->runw, true, 0, err);
+    for (int g = 0; g < a->n_gpu; g++) {
+        int rc = s_start_one(a, &a->gpu_w[g], true, g, g, err);
+        if (rc != KL_OK)
+            return rc;
+    }
+    return a->has_cpu ? s_start_one(a, &a->runw, true, 0, -1, err) : KL_OK;
+}
+
+/* Kills whatever runs on the runners now (shutdown). */
+static void s_abort_runs(kla_agent_t *a)
+{
+    if (a->runner)
+        kla_runner_abort(a->runner);
+    for (int g = 0; g < a->n_gpu; g++)
+        if (a->gpu_runner[g])
+            kla_cuda_runner_abort(a->gpu_runner[g]);
 }
 
 static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
@@ -184,7 +218,7 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
                 }
             } else {
                 kla_gate_abort(a->gate);
-                kla_runner_abort(a->runner);
+                s_abort_runs(a);
             }
         }
         kla_job_t *stop = NULL;
@@ -199,11 +233,16 @@ void kla_work_stop(kla_agent_t *a)
 {
     if (a->gate)
         kla_gate_abort(a->gate);
-    if (a->runner)
-        kla_runner_abort(a->runner);
+    s_abort_runs(a);
     for (int i = 0; a->builders && i < a->build_slots; i++)
         s_stop_one(a, &a->builders[i]);
     s_stop_one(a, &a->runw);
+    for (int g = 0; g < a->n_gpu; g++) {
+        s_stop_one(a, &a->gpu_w[g]);
+        kla_job_t *j;
+        while ((j = kla_queue_pop(&a->gpu_q[g])))
+            kla_job_free(j);
+    }
     free(a->builders);
     a->builders = NULL;
     kla_job_t *j;
@@ -231,8 +270,22 @@ void kla_work_dispatch(kla_agent_t *a)
     for (int i = 0; i < a->build_slots && a->build_q.head; i++)
         if (!a->builders[i].busy)
             s_give(&a->builders[i], &a->build_q);
-    if (!a->runw.busy && a->run_q.head)
+    if (a->runw.started && !a->runw.busy && a->run_q.head)
         s_give(&a->runw, &a->run_q);
+    /* An idle GPU takes its own work first, then work queued for another
+     * GPU of the same target (identical GPUs measure in parallel). */
+    for (int g = 0; g < a->n_gpu; g++) {
+        if (a->gpu_w[g].busy)
+            continue;
+        for (int k = 0; k < a->n_gpu; k++) {
+            int q = (g + k) % a->n_gpu;
+            if (a->gpu_q[q].head &&
+                strcmp(a->gpu[q].target, a->gpu[g].target) == 0) {
+                s_give(&a->gpu_w[g], &a->gpu_q[q]);
+                break;
+            }
+        }
+    }
 }
 
 static void s_answer(kla_agent_t *a, kla_job_t *j)
@@ -242,8 +295,9 @@ static void s_answer(kla_agent_t *a, kla_job_t *j)
                       j->res.run_s - j->blocked_s;
     if (overhead < 0)
         overhead = 0;
+    bool fake = j->req->gpu >= 0 && a->gpu[j->req->gpu].fake;
     kla_agent_send_result(a, j->req->request_id, j->cand_id, &j->res, &j->build,
-                          overhead, false);
+                          overhead, fake);
     a->held--;
 }
 
@@ -264,14 +318,26 @@ void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner)
         return;
     }
     j->t_enq = kl_now_s();
-    kla_queue_push(&a->run_q, j);
+    kla_queue_push(j->req->gpu >= 0 ? &a->gpu_q[j->req->gpu] : &a->run_q, j);
+}
+
+int kla_work_device(const kla_agent_t *a, uint32_t index, int *gpu, char *err)
+{
+    uint32_t n = (uint32_t)(a->has_cpu ? 1 : 0) + (uint32_t)a->n_gpu;
+    if (index >= n)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "device index %u: this agent has devices 0..%u", index,
+                         n - 1);
+    *gpu = a->has_cpu ? (int)index - 1 : (int)index;
+    return KL_OK;
 }
 
 void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p)
+                  const kla_problem_t *p, int gpu)
 {
     kla_req_t *r = kl_xcalloc(1, sizeof *r);
     r->request_id = m->request_id;
+    r->gpu = gpu;
     r->epoch = a->epoch;
     r->problem = *p;
     r->ref_len = strlen(m->reference_source);
@@ -288,6 +354,11 @@ void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
         j->len = strlen(c->source);
         j->source = kl_xstrndup(c->source, j->len);
         j->entry = kl_xstrdup(c->entry);
+        for (int d = 0; d < 3; d++) {
+            j->launch.grid[d] = c->n_grid == 3 ? c->grid[d] : 1;
+            j->launch.block[d] = c->n_block == 3 ? c->block[d] : 1;
+        }
+        j->launch.shared_bytes = c->shared_bytes;
         j->t_recv = j->t_enq = now;
         a->held++;
         kla_queue_push(&a->build_q, j);
@@ -310,6 +381,8 @@ void kla_work_cancel(kla_agent_t *a, uint64_t request_id)
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, false, request_id);
     s_take(&a->run_q, &out, false, request_id);
+    for (int g = 0; g < a->n_gpu; g++)
+        s_take(&a->gpu_q[g], &out, false, request_id);
     kla_job_t *j;
     while ((j = kla_queue_pop(&out))) {
         kla_result_clear(&j->res);
@@ -329,6 +402,8 @@ void kla_work_forget(kla_agent_t *a)
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, true, 0);
     s_take(&a->run_q, &out, true, 0);
+    for (int g = 0; g < a->n_gpu; g++)
+        s_take(&a->gpu_q[g], &out, true, 0);
     kla_job_t *j;
     while ((j = kla_queue_pop(&out)))
         kla_job_free(j);

@@ -1,0 +1,272 @@
+/* cuda_device.c - --device lists, GPU queries, launch and resource checks,
+ * and the input generator shared with the device. */
+#include "kla_cuda.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kla_cuda_api.h"
+
+bool kla_cuda_fake(void)
+{
+    const char *v = getenv("KILN_FAKE_GPU_WORKER");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static int s_add_gpu(kla_devspec_t *s, const char *tok, const char *num,
+                     char *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (!*num || *end || errno || v < 0 || v > 1023)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--device: '%s': expected cpu, cuda:N[,N...] or "
+                         "cuda:all",
+                         tok);
+    for (int i = 0; i < s->n_gpu; i++)
+        if (s->gpu[i] == (int)v)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "--device: GPU %ld is named twice", v);
+    if (s->n_gpu == KLA_MAX_GPUS)
+        return kl_seterr(err, KL_ERR_INVAL, "--device: more than %d GPUs",
+                         KLA_MAX_GPUS);
+    s->gpu[s->n_gpu++] = (int)v;
+    return KL_OK;
+}
+
+int kla_devspec_parse(const char *text, kla_devspec_t *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || !*text)
+        return kl_seterr(err, KL_ERR_INVAL, "--device: empty");
+    char *copy = strdup(text), *save = NULL;
+    int rc = KL_OK;
+    bool in_cuda = false;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == KL_OK;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "cpu") == 0) {
+            if (out->cpu)
+                rc = kl_seterr(err, KL_ERR_INVAL,
+                               "--device: cpu is named twice");
+            out->cpu = true;
+            in_cuda = false;
+        } else if (strcmp(tok, "cuda:all") == 0 || strcmp(tok, "cuda") == 0) {
+            out->all_gpus = true;
+            in_cuda = false;
+        } else if (strncmp(tok, "cuda:", 5) == 0) {
+            rc = s_add_gpu(out, tok, tok + 5, err);
+            in_cuda = true;
+        } else if (in_cuda) {
+            rc = s_add_gpu(out, tok, tok, err);
+        } else {
+            rc = kl_seterr(err, KL_ERR_INVAL,
+                           "--device: '%s': expected cpu, cuda:N[,N...] or "
+                           "cuda:all",
+                           tok);
+        }
+    }
+    free(copy);
+    if (rc == KL_OK && out->all_gpus && out->n_gpu)
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--device: cuda:all and a GPU number together");
+    if (rc == KL_OK && !out->cpu && !out->all_gpus && !out->n_gpu)
+        rc =
+            kl_seterr(err, KL_ERR_INVAL, "--device '%s' names no device", text);
+    return rc;
+}
+
+static void s_fake_dev(int ordinal, kla_cuda_dev_t *d)
+{
+    memset(d, 0, sizeof *d);
+    d->ordinal = ordinal;
+    snprintf(d->name, sizeof d->name,
+             "fake GPU %d (KILN_FAKE_GPU_WORKER, no CUDA)", ordinal);
+    d->cc_major = 9;
+    snprintf(d->arch, sizeof d->arch, "sm_90");
+    snprintf(d->target, sizeof d->target, "cuda/sm_90");
+    d->sms = 132;
+    d->memory_bytes = (uint64_t)1 << 32;
+    d->clock_mhz = 1980;
+    d->mem_clock_mhz = 3201;
+    d->l2_bytes = 50u << 20;
+    d->max_threads_per_block = 1024;
+    d->max_shared_per_block = 48 << 10;
+    d->max_shared_optin = 227 << 10;
+    d->max_regs_per_block = 65536;
+    snprintf(d->driver_version, sizeof d->driver_version, "fake");
+    d->fake = true;
+}
+
+static int s_attr(kla_cu_t *cu, CUdevice dev, int attr, int *v, char *err)
+{
+    CUresult r = cu->DeviceGetAttribute(v, (CUdevice_attribute)attr, dev);
+    if (r == CUDA_SUCCESS)
+        return KL_OK;
+    char m[256];
+    return kl_seterr(err, KL_ERR_IO, "cuDeviceGetAttribute(%d): %s", attr,
+                     kla_cu_strerror(cu, r, m, sizeof m));
+}
+
+static int s_describe(kla_cu_t *cu, int ordinal, int drv, kla_cuda_dev_t *d,
+                      char *err)
+{
+    memset(d, 0, sizeof *d);
+    d->ordinal = ordinal;
+    CUdevice dev;
+    char m[256];
+    CUresult r = cu->DeviceGet(&dev, ordinal);
+    if (r != CUDA_SUCCESS)
+        return kl_seterr(err, KL_ERR_NOTFOUND, "cuda:%d: %s", ordinal,
+                         kla_cu_strerror(cu, r, m, sizeof m));
+    if (cu->DeviceGetName(d->name, (int)sizeof d->name - 1, dev) !=
+        CUDA_SUCCESS)
+        snprintf(d->name, sizeof d->name, "CUDA device %d", ordinal);
+    size_t mem = 0;
+    if (cu->DeviceTotalMem(&mem, dev) == CUDA_SUCCESS)
+        d->memory_bytes = mem;
+    int v[10] = {0};
+    static const int attrs[10] = {
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
+        CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE,
+        CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK,
+    };
+    for (int i = 0; i < 10; i++) {
+        int rc = s_attr(cu, dev, attrs[i], &v[i], err);
+        if (rc != KL_OK)
+            return rc;
+    }
+    d->cc_major = v[0];
+    d->cc_minor = v[1];
+    snprintf(d->arch, sizeof d->arch, "sm_%d%d", v[0], v[1]);
+    snprintf(d->target, sizeof d->target, "cuda/%s", d->arch);
+    d->sms = (uint32_t)v[2];
+    d->clock_mhz = (uint32_t)(v[3] / 1000);
+    d->mem_clock_mhz = (uint32_t)(v[4] / 1000);
+    d->l2_bytes = (uint64_t)v[5];
+    d->max_threads_per_block = (uint32_t)v[6];
+    d->max_shared_per_block = (uint32_t)v[7];
+    d->max_shared_optin = (uint32_t)(v[8] > v[7] ? v[8] : v[7]);
+    d->max_regs_per_block = (uint32_t)v[9];
+    snprintf(d->driver_version, sizeof d->driver_version, "%d.%d", drv / 1000,
+             drv % 1000 / 10);
+    return KL_OK;
+}
+
+int kla_cuda_query(const kla_devspec_t *spec, kla_cuda_dev_t *out, int *n,
+                   char *err)
+{
+    *n = 0;
+    if (kla_cuda_fake()) {
+        int count = spec->all_gpus ? 1 : spec->n_gpu;
+        for (int i = 0; i < count; i++)
+            s_fake_dev(spec->all_gpus ? i : spec->gpu[i], &out[i]);
+        *n = count;
+        return KL_OK;
+    }
+    kla_cu_t *cu = NULL;
+    int rc = kla_cu_open(&cu, NULL, err);
+    if (rc != KL_OK)
+        return rc;
+    int count = 0, drv = 0;
+    char m[256];
+    CUresult r = cu->DeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count <= 0) {
+        rc = kl_seterr(err, KL_ERR_UNSUPPORTED,
+                       "the CUDA driver sees no GPU (%s)",
+                       r != CUDA_SUCCESS ? kla_cu_strerror(cu, r, m, sizeof m)
+                                         : "0 devices");
+        kla_cu_close(&cu);
+        return rc;
+    }
+    cu->DriverGetVersion(&drv);
+    int want = spec->all_gpus ? (count < KLA_MAX_GPUS ? count : KLA_MAX_GPUS)
+                              : spec->n_gpu;
+    for (int i = 0; i < want && rc == KL_OK; i++) {
+        int ord = spec->all_gpus ? i : spec->gpu[i];
+        if (ord >= count)
+            rc = kl_seterr(err, KL_ERR_NOTFOUND,
+                           "cuda:%d: this machine has %d GPU%s (cuda:0..%d)",
+                           ord, count, count == 1 ? "" : "s", count - 1);
+        else
+            rc = s_describe(cu, ord, drv, &out[i], err);
+    }
+    kla_cu_close(&cu);
+    if (rc == KL_OK)
+        *n = want;
+    return rc;
+}
+
+int kla_cuda_check_launch(const kla_cuda_dev_t *d, const kla_cuda_res_t *res,
+                          const kla_cuda_launch_t *l, char *err)
+{
+    static const uint32_t gmax[3] = {2147483647u, 65535, 65535};
+    static const uint32_t bmax[3] = {1024, 1024, 64};
+    static const char xyz[3] = {'x', 'y', 'z'};
+    for (int i = 0; i < 3; i++) {
+        if (l->grid[i] < 1 || l->grid[i] > gmax[i])
+            return kl_seterr(err, KL_ERR_INVAL, "grid.%c is %u (allowed 1..%u)",
+                             xyz[i], l->grid[i], gmax[i]);
+        if (l->block[i] < 1 || l->block[i] > bmax[i])
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "block.%c is %u (allowed 1..%u)", xyz[i],
+                             l->block[i], bmax[i]);
+    }
+    uint64_t threads =
+        (uint64_t)l->block[0] * l->block[1] * (uint64_t)l->block[2];
+    if (threads > d->max_threads_per_block)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%llu threads per block, the device allows %u",
+                         (unsigned long long)threads, d->max_threads_per_block);
+    if (res->max_threads > 0 && threads > (uint64_t)res->max_threads)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%llu threads per block, the kernel allows %d "
+                         "(launch bounds or registers)",
+                         (unsigned long long)threads, res->max_threads);
+    uint64_t regs =
+        (uint64_t)((res->regs + 7) / 8 * 8) * ((threads + 31) / 32 * 32);
+    if (regs > d->max_regs_per_block)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%d registers per thread x %llu threads = %llu "
+                         "registers per block, the device has %u",
+                         res->regs, (unsigned long long)threads,
+                         (unsigned long long)regs, d->max_regs_per_block);
+    uint64_t smem = (uint64_t)res->smem_static + l->shared_bytes;
+    if (smem > d->max_shared_optin)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%ld bytes of static + %u of dynamic shared memory "
+                         "per block, the device allows %u",
+                         res->smem_static, l->shared_bytes,
+                         d->max_shared_optin);
+    return KL_OK;
+}
+
+void kla_cuda_ref_launch(uint64_t n, kla_cuda_launch_t *out)
+{
+    uint64_t blocks = (n + KLA_CUDA_REF_BLOCK - 1) / KLA_CUDA_REF_BLOCK;
+    *out = (kla_cuda_launch_t){
+        .grid = {(uint32_t)(blocks ? blocks : 1), 1, 1},
+        .block = {KLA_CUDA_REF_BLOCK, 1, 1},
+    };
+}
+
+float kla_cuda_input_value(uint64_t seed, uint32_t arg, uint64_t i)
+{
+    /* The same arithmetic as kla_fill in cuda_worker.c. */
+    uint64_t x = seed ^ ((uint64_t)arg << 48) ^ (i * 0x9E3779B97F4A7C15ull);
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (float)(x >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}

@@ -1,0 +1,351 @@
+/* cuda_runner.c - the agent's side of a GPU: starts the worker process,
+ * hands it one candidate at a time, enforces the timeout, and restarts the
+ * worker after it dies (poisoned context, crash, kill). */
+#include "kla_cuda.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_util.h"
+#include "kla_cuda_wire.h"
+#include "kla_sandbox.h"
+
+struct kla_cuda_runner_s {
+    kla_cuda_dev_t dev;
+    char worker_path[PATH_MAX];
+    double setup_s;
+    pid_t pid;
+    int fd;
+    _Atomic pid_t running;
+    _Atomic unsigned starts;
+};
+
+int kla_cuda_runner_new(kla_cuda_runner_t **out,
+                        const kla_cuda_runner_config_t *cfg, char *err)
+{
+    *out = NULL;
+    kla_cuda_runner_t *r = kl_xcalloc(1, sizeof *r);
+    r->dev = *cfg->dev;
+    r->setup_s = cfg->setup_s > 0 ? cfg->setup_s : 120;
+    r->fd = -1;
+    if (cfg->worker_path && *cfg->worker_path) {
+        snprintf(r->worker_path, sizeof r->worker_path, "%s", cfg->worker_path);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", r->worker_path,
+                             sizeof r->worker_path - 1);
+        if (n <= 0) {
+            free(r);
+            return kl_seterr(err, KL_ERR_IO,
+                             "GPU worker: cannot find this executable "
+                             "(/proc/self/exe)");
+        }
+        r->worker_path[n] = '\0';
+    }
+    if (access(r->worker_path, X_OK) != 0) {
+        int e = errno;
+        kl_seterr(err, KL_ERR_IO, "GPU worker %s: %s", r->worker_path,
+                  strerror(e));
+        free(r);
+        return KL_ERR_IO;
+    }
+    atomic_init(&r->running, 0);
+    atomic_init(&r->starts, 0);
+    *out = r;
+    return KL_OK;
+}
+
+/* Kills the worker's process group and reaps it; says how it ended. */
+static void s_stop(kla_cuda_runner_t *r, char *how, size_t n)
+{
+    if (r->pid <= 0)
+        return;
+    int st = 0;
+    kill(-r->pid, SIGKILL);
+    kill(r->pid, SIGKILL);
+    while (waitpid(r->pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (how && WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
+        snprintf(how, n, "killed by signal %d (%s)", WTERMSIG(st),
+                 kla_signame(WTERMSIG(st)));
+    else if (how && WIFEXITED(st))
+        snprintf(how, n, "exited with status %d", WEXITSTATUS(st));
+    else if (how)
+        snprintf(how, n, "killed");
+    atomic_store(&r->running, 0);
+    r->pid = 0;
+    close(r->fd);
+    r->fd = -1;
+}
+
+void kla_cuda_runner_destroy(kla_cuda_runner_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    s_stop(*self_p, NULL, 0);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+void kla_cuda_runner_abort(kla_cuda_runner_t *r)
+{
+    pid_t p = atomic_load(&r->running);
+    if (p > 0) {
+        kill(-p, SIGKILL);
+        kill(p, SIGKILL);
+    }
+}
+
+unsigned kla_cuda_runner_starts(kla_cuda_runner_t *r)
+{
+    return atomic_load(&r->starts);
+}
+
+/* Reads exactly n bytes before deadline (kl_now_s). 0, or -1 on end of
+ * file / error (*timed_out false) or at the deadline (*timed_out true). */
+static int s_read(int fd, void *buf, size_t n, double deadline, bool *timed_out)
+{
+    *timed_out = false;
+    size_t got = 0;
+    while (got < n) {
+        double left = deadline - kl_now_s();
+        if (left <= 0) {
+            *timed_out = true;
+            return -1;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        int pr = poll(&p, 1, (int)(left * 1000) + 1);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return -1;
+        if (pr == 0)
+            continue;
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+static void s_child_exec(const kla_cuda_runner_t *r, int fd)
+{
+    setpgid(0, 0);
+    if (fd == 3)
+        fcntl(fd, F_SETFD, 0);
+    else if (dup2(fd, 3) != 3)
+        _exit(127);
+    int dn = open("/dev/null", O_RDWR);
+    if (dn >= 0) {
+        dup2(dn, 0);
+        dup2(dn, 1);
+    }
+    char ord[16];
+    snprintf(ord, sizeof ord, "%d", r->dev.ordinal);
+    execl(r->worker_path, r->worker_path, "--gpu-worker", ord, (char *)NULL);
+    _exit(127);
+}
+
+/* Starts a worker and waits for its hello. */
+static int s_start(kla_cuda_runner_t *r, char *msg, size_t n)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        snprintf(msg, n, "GPU worker: socketpair: %s", strerror(errno));
+        return KL_ERR_IO;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, n, "GPU worker: fork: %s", strerror(errno));
+        close(sv[0]);
+        close(sv[1]);
+        return KL_ERR_IO;
+    }
+    if (pid == 0)
+        s_child_exec(r, sv[1]);
+    setpgid(pid, pid);
+    close(sv[1]);
+    r->pid = pid;
+    r->fd = sv[0];
+    atomic_store(&r->running, pid);
+    atomic_fetch_add(&r->starts, 1);
+    kla_cw_hello_t h;
+    bool to;
+    if (s_read(r->fd, &h, sizeof h, kl_now_s() + r->setup_s, &to) != 0 ||
+        h.magic != KLA_CW_MAGIC || h.status != KILN__STATUS__STATUS_OK) {
+        char how[128] = "";
+        s_stop(r, how, sizeof how);
+        h.msg[sizeof h.msg - 1] = '\0';
+        snprintf(msg, n, "GPU worker %.1000s for cuda:%d %s: %s",
+                 r->worker_path, r->dev.ordinal,
+                 to ? "did not start in time" : "could not start", how);
+        if (!to && h.magic == KLA_CW_MAGIC)
+            snprintf(msg, n, "GPU worker for cuda:%d: %s", r->dev.ordinal,
+                     h.msg);
+        return KL_ERR_RUNTIME;
+    }
+    return KL_OK;
+}
+
+static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
+                       const char *ref_entry, const char *cubin,
+                       const char *entry, const kla_cuda_launch_t *l,
+                       kla_cw_req_t *q)
+{
+    memset(q, 0, sizeof *q);
+    q->magic = KLA_CW_MAGIC;
+    q->n_args = (uint32_t)p->n_args;
+    for (int a = 0; a < p->n_args; a++) {
+        q->nelem[a] = p->nelem[a];
+        q->is_output[a] = p->is_output[a];
+    }
+    const kla_eval_t *e = &p->eval;
+    q->number = e->number;
+    q->repeat = e->repeat;
+    q->min_repeat_ms = e->min_repeat_ms;
+    q->flush = e->flush_cache;
+    q->skip_verify = e->skip_verify;
+    q->rtol = e->rtol;
+    q->atol = e->atol;
+    q->seed = e->seed;
+    memcpy(q->grid, l->grid, sizeof q->grid);
+    memcpy(q->block, l->block, sizeof q->block);
+    q->shared_bytes = l->shared_bytes;
+    snprintf(q->entry, sizeof q->entry, "%s", entry);
+    snprintf(q->ref_entry, sizeof q->ref_entry, "%s", ref_entry);
+    snprintf(q->cubin, sizeof q->cubin, "%s", cubin);
+    snprintf(q->ref_cubin, sizeof q->ref_cubin, "%s", ref_cubin);
+    /* The reference's identity on the device: workload, seed, shapes,
+     * reference build. */
+    kl_buf_t b = {0};
+    kl_buf_append(&b, (const char *)p->workload_key, 16);
+    kl_buf_printf(&b, "|%llu|%d|", (unsigned long long)e->seed, p->n_args);
+    for (int i = 0; i < p->n_args; i++)
+        kl_buf_printf(&b, "%zu%c,", p->nelem[i], p->is_output[i] ? 'o' : 'i');
+    kl_buf_printf(&b, "|%s|%s", ref_cubin, ref_entry);
+    kl_hash128(b.data, b.len, q->ref_key);
+    kl_buf_free(&b);
+}
+
+/* Turns the worker's response into out; false when it makes no sense. */
+static bool s_take(kla_cuda_runner_t *r, const kla_cw_res_t *h,
+                   const kla_eval_t *e, double deadline, kla_result_t *out)
+{
+    if (h->magic != KLA_CW_MAGIC || h->status > KILN__STATUS__STATUS_INVALID ||
+        (h->status == KILN__STATUS__STATUS_OK &&
+         (h->n_samples != e->repeat || h->number < 1)) ||
+        (h->status != KILN__STATUS__STATUS_OK && h->n_samples) ||
+        !isfinite(h->run_s) || h->run_s < 0)
+        return false;
+    out->status = (Kiln__Status)h->status;
+    out->number = h->number;
+    out->max_abs_err = h->max_abs_err;
+    out->run_s = h->run_s;
+    snprintf(out->error, sizeof out->error, "%.1023s", h->msg);
+    if (!h->n_samples)
+        return true;
+    out->samples = kl_xcalloc(h->n_samples, sizeof(double));
+    bool to;
+    if (s_read(r->fd, out->samples, h->n_samples * sizeof(double), deadline,
+               &to) != 0)
+        return false;
+    for (uint32_t i = 0; i < h->n_samples; i++)
+        if (!isfinite(out->samples[i]) || out->samples[i] < 0)
+            return false;
+    out->n_samples = h->n_samples;
+    kla_result_stats(out);
+    return true;
+}
+
+/* The worker is gone or useless: end it and say why in out. */
+static void s_lost(kla_cuda_runner_t *r, kla_result_t *out, Kiln__Status st,
+                   const char *what)
+{
+    char how[128] = "";
+    s_stop(r, how, sizeof how);
+    kla_result_clear(out);
+    out->status = st;
+    snprintf(out->error, sizeof out->error, "%s (GPU worker %s; restarted)",
+             what, how);
+}
+
+void kla_cuda_runner_measure(kla_cuda_runner_t *r, const kla_problem_t *p,
+                             const char *ref_cubin, const char *ref_entry,
+                             const char *cubin, const char *entry,
+                             const kla_cuda_launch_t *l, kla_result_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (r->pid <= 0 && s_start(r, out->error, sizeof out->error) != KL_OK) {
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        return;
+    }
+    kla_cw_req_t q;
+    s_fill_req(p, ref_cubin, ref_entry, cubin, entry, l, &q);
+    double t0 = kl_now_s();
+    if (kla_write_all(r->fd, &q, sizeof q) != 0) {
+        s_lost(r, out, KILN__STATUS__STATUS_RUNTIME_ERROR,
+               "GPU worker gone before the candidate was sent");
+        return;
+    }
+    uint32_t word = 0;
+    bool to = false;
+    if (s_read(r->fd, &word, sizeof word,
+               t0 + r->setup_s + 1e-3 * p->eval.timeout_ms, &to) != 0 ||
+        (word != KLA_CW_START && word != KLA_CW_MAGIC)) {
+        s_lost(r, out, KILN__STATUS__STATUS_RUNTIME_ERROR,
+               to ? "reference kernel failed: no result in time"
+                  : "GPU worker died while preparing the reference");
+        return;
+    }
+    double ts = kl_now_s();
+    double deadline = ts + 1e-3 * p->eval.timeout_ms;
+    kla_cw_res_t h;
+    memset(&h, 0, sizeof h);
+    /* A response may come without START (the reference failed). */
+    size_t off = 0;
+    if (word == KLA_CW_MAGIC) {
+        h.magic = word;
+        off = sizeof word;
+    }
+    if (s_read(r->fd, (char *)&h + off, sizeof h - off, deadline, &to) != 0) {
+        char m[160];
+        if (to)
+            snprintf(m, sizeof m, "timed out after %u ms", p->eval.timeout_ms);
+        else
+            snprintf(m, sizeof m, "GPU worker died while running the kernel");
+        s_lost(r, out,
+               to ? KILN__STATUS__STATUS_TIMEOUT
+                  : KILN__STATUS__STATUS_RUNTIME_ERROR,
+               m);
+        out->run_s = kl_now_s() - ts;
+        return;
+    }
+    h.msg[sizeof h.msg - 1] = '\0';
+    if (!s_take(r, &h, &p->eval, deadline + 1, out)) {
+        s_lost(r, out, KILN__STATUS__STATUS_RUNTIME_ERROR,
+               "GPU worker sent a malformed result");
+        return;
+    }
+    if (h.poisoned) {
+        /* The context is lost; the worker is exiting. Keep its message. */
+        char how[128] = "";
+        s_stop(r, how, sizeof how);
+        size_t len = strlen(out->error);
+        snprintf(out->error + len, sizeof out->error - len,
+                 " (context lost: GPU worker restarted)");
+        kl_warn("agent: cuda:%d: %s", r->dev.ordinal, out->error);
+    }
+}

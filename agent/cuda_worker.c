@@ -1,0 +1,649 @@
+/* cuda_worker.c - the GPU worker process: owns one device's CUDA context,
+ * runs references and candidates on it, one at a time (kla_cuda.h).
+ *
+ * Everything the candidate touches lives on the device: inputs made by a
+ * helper kernel from the seed, reference outputs cached per reference key,
+ * the comparison done by a helper kernel that returns three numbers. */
+#include "kla_cuda.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kl_err.h"
+#include "kl_util.h"
+#include "kla_cuda_api.h"
+#include "kla_cuda_wire.h"
+#include "kla_sandbox.h"
+
+#define S_MAX_NUMBER (1u << 30)
+#define S_REFS 4
+
+/* Helper kernels, compiled by NVRTC for the device at start. kla_fill is
+ * kla_cuda_input_value (cuda_device.c) element by element. */
+static const char s_helpers[] =
+    "typedef unsigned long long u64;\n"
+    "extern \"C\" __global__ void kla_fill(float *p, u64 n, u64 seed,\n"
+    "                                     unsigned arg)\n"
+    "{\n"
+    "    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (u64)gridDim.x * blockDim.x) {\n"
+    "        u64 x = seed ^ ((u64)arg << 48) ^ (i * 0x9E3779B97F4A7C15ull);\n"
+    "        x += 0x9E3779B97F4A7C15ull;\n"
+    "        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+    "        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;\n"
+    "        x ^= x >> 31;\n"
+    "        p[i] = __fsub_rn(__fmul_rn((float)(x >> 40),\n"
+    "                                   1.0f / 8388608.0f), 1.0f);\n"
+    "    }\n"
+    "}\n"
+    "/* st[0]: wrong elements, st[1]: first wrong index (min), st[2]: bits\n"
+    " * of the largest |out - ref| as a double (non-negative doubles order\n"
+    " * like their bits; NaN counts as infinity). */\n"
+    "extern \"C\" __global__ void kla_compare(const float *out,\n"
+    "    const float *ref, u64 n, double rtol, double atol, u64 *st)\n"
+    "{\n"
+    "    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (u64)gridDim.x * blockDim.x) {\n"
+    "        double d = fabs((double)out[i] - (double)ref[i]);\n"
+    "        if (isnan(d)) d = __longlong_as_double(0x7ff0000000000000ll);\n"
+    "        if (d > atol + rtol * fabs((double)ref[i])) {\n"
+    "            atomicAdd(&st[0], 1ull);\n"
+    "            atomicMin(&st[1], i);\n"
+    "        }\n"
+    "        if (d > 0) atomicMax(&st[2], (u64)__double_as_longlong(d));\n"
+    "    }\n"
+    "}\n";
+
+typedef struct {
+    uint8_t key[16];
+    int n_args;
+    CUdeviceptr buf[64]; /* inputs and reference outputs */
+    size_t bytes;
+    bool failed;
+    char error[512];
+    uint64_t used;
+} s_ref_t;
+
+typedef struct {
+    kla_cu_t *cu;
+    kla_cuda_dev_t dev;
+    int fd;
+    CUcontext ctx;
+    CUdevice cudev;
+    CUstream stream;
+    CUmodule helpers;
+    CUfunction fill, compare;
+    CUdeviceptr flush, stats;
+    CUevent ev[2];
+    size_t flush_n;
+    s_ref_t refs[S_REFS];
+    uint64_t tick;
+    bool poisoned;
+} s_w_t;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* Records a CUDA failure of call `what` into msg; marks the context
+ * poisoned when the error is sticky. Returns rc != CUDA_SUCCESS. */
+static bool s_fail(s_w_t *w, CUresult rc, const char *what, char *msg, size_t n)
+{
+    if (rc == CUDA_SUCCESS)
+        return false;
+    char m[256];
+    snprintf(msg, n, "%s: %s", what, kla_cu_strerror(w->cu, rc, m, sizeof m));
+    if (kla_cu_is_sticky(rc))
+        w->poisoned = true;
+    return true;
+}
+
+static int s_send_res(s_w_t *w, kla_cw_res_t *h, const double *samples)
+{
+    h->magic = KLA_CW_MAGIC;
+    h->poisoned = w->poisoned;
+    if (kla_write_all(w->fd, h, sizeof *h) != 0)
+        return -1;
+    if (h->n_samples &&
+        kla_write_all(w->fd, samples, h->n_samples * sizeof(double)) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---- start ------------------------------------------------------------- */
+
+static int s_setup(s_w_t *w, int ordinal, char *msg, size_t n)
+{
+    char err[KL_ERRMSG_LEN];
+    kla_devspec_t spec = {.n_gpu = 1, .gpu = {ordinal}};
+    int cnt = 0;
+    if (kla_cuda_query(&spec, &w->dev, &cnt, err) != KL_OK ||
+        kla_cu_open(&w->cu, NULL, err) != KL_OK) {
+        snprintf(msg, n, "%s", err);
+        return -1;
+    }
+    CUresult rc = w->cu->DeviceGet(&w->cudev, ordinal);
+    if (!rc)
+        rc = w->cu->DevicePrimaryCtxRetain(&w->ctx, w->cudev);
+    if (s_fail(w, rc, "cuDevicePrimaryCtxRetain", msg, n))
+        return -1;
+    if (s_fail(w, w->cu->CtxSetCurrent(w->ctx), "cuCtxSetCurrent", msg, n) ||
+        s_fail(w, w->cu->StreamCreate(&w->stream, CU_STREAM_NON_BLOCKING),
+               "cuStreamCreate", msg, n))
+        return -1;
+    kl_nvrtc_t *nv = kl_nvrtc_default(err);
+    kl_nvrtc_result_t *r = NULL;
+    kl_nvrtc_opts_t o = {.arch = w->dev.arch,
+                         .no_resources = true,
+                         .prog_name = "kiln_helpers.cu"};
+    if (!nv || kl_nvrtc_compile(nv, s_helpers, &o, &r, err) != KL_OK) {
+        snprintf(msg, n, "helper kernels for %s: %s", w->dev.arch, err);
+        kl_nvrtc_result_free(&r);
+        return -1;
+    }
+    rc = w->cu->ModuleLoadData(&w->helpers, r->image);
+    kl_nvrtc_result_free(&r);
+    if (s_fail(w, rc, "cuModuleLoadData(helpers)", msg, n) ||
+        s_fail(w, w->cu->ModuleGetFunction(&w->fill, w->helpers, "kla_fill"),
+               "kla_fill", msg, n) ||
+        s_fail(w,
+               w->cu->ModuleGetFunction(&w->compare, w->helpers, "kla_compare"),
+               "kla_compare", msg, n) ||
+        s_fail(w, w->cu->MemAlloc(&w->stats, 3 * sizeof(uint64_t)),
+               "cuMemAlloc(stats)", msg, n))
+        return -1;
+    w->flush_n = (size_t)(2 * (w->dev.l2_bytes ? w->dev.l2_bytes : 64 << 20));
+    return s_fail(w, w->cu->MemAlloc(&w->flush, w->flush_n),
+                  "cuMemAlloc(L2 flush buffer)", msg, n)
+               ? -1
+               : 0;
+}
+
+/* ---- launches ---------------------------------------------------------- */
+
+static CUresult s_launch(s_w_t *w, CUfunction f, const kla_cuda_launch_t *l,
+                         void **params)
+{
+    return w->cu->LaunchKernel(f, l->grid[0], l->grid[1], l->grid[2],
+                               l->block[0], l->block[1], l->block[2],
+                               l->shared_bytes, w->stream, params, NULL);
+}
+
+static void s_grid_for(uint64_t n, kla_cuda_launch_t *l)
+{
+    uint64_t b = (n + 255) / 256;
+    if (b > 65535)
+        b = 65535;
+    *l = (kla_cuda_launch_t){.grid = {(uint32_t)(b ? b : 1), 1, 1},
+                             .block = {256, 1, 1}};
+}
+
+static CUresult s_fill(s_w_t *w, CUdeviceptr p, uint64_t n, uint64_t seed,
+                       uint32_t arg)
+{
+    kla_cuda_launch_t l;
+    s_grid_for(n, &l);
+    void *params[] = {&p, &n, &seed, &arg};
+    return s_launch(w, w->fill, &l, params);
+}
+
+/* Compares n floats at out with ref; accumulates into st (host). */
+static CUresult s_compare(s_w_t *w, CUdeviceptr out, CUdeviceptr ref,
+                          uint64_t n, double rtol, double atol, uint64_t st[3])
+{
+    uint64_t init[3] = {0, UINT64_MAX, 0};
+    CUresult rc = w->cu->MemcpyHtoD(w->stats, init, sizeof init);
+    kla_cuda_launch_t l;
+    s_grid_for(n, &l);
+    void *params[] = {&out, &ref, &n, &rtol, &atol, &w->stats};
+    if (!rc)
+        rc = s_launch(w, w->compare, &l, params);
+    if (!rc)
+        rc = w->cu->StreamSynchronize(w->stream);
+    uint64_t got[3];
+    if (!rc)
+        rc = w->cu->MemcpyDtoH(got, w->stats, sizeof got);
+    if (!rc) {
+        st[0] += got[0];
+        st[1] = got[1] < st[1] ? got[1] : st[1];
+        st[2] = got[2] > st[2] ? got[2] : st[2];
+    }
+    return rc;
+}
+
+/* Loads a cubin file and finds entry. */
+static int s_load(s_w_t *w, const char *path, const char *entry, CUmodule *m,
+                  CUfunction *f, char *msg, size_t n)
+{
+    char *img = NULL;
+    size_t len = 0;
+    char err[KL_ERRMSG_LEN];
+    if (kl_read_file(path, &img, &len, err) != KL_OK) {
+        snprintf(msg, n, "cubin: %s", err);
+        return -1;
+    }
+    CUresult rc = w->cu->ModuleLoadData(m, img);
+    free(img);
+    if (s_fail(w, rc, "cuModuleLoadData", msg, n))
+        return -1;
+    rc = w->cu->ModuleGetFunction(f, *m, entry);
+    if (rc != CUDA_SUCCESS) {
+        s_fail(w, rc, "cuModuleGetFunction", msg, n);
+        size_t k = strlen(msg);
+        snprintf(msg + k, n - k, ": no kernel '%.200s' in the cubin", entry);
+        w->cu->ModuleUnload(*m);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the reference ----------------------------------------------------- */
+
+static void s_ref_free(s_w_t *w, s_ref_t *e)
+{
+    for (int a = 0; a < e->n_args; a++)
+        if (e->buf[a])
+            w->cu->MemFree(e->buf[a]);
+    memset(e, 0, sizeof *e);
+}
+
+static void s_ref_make(s_w_t *w, const kla_cw_req_t *q, s_ref_t *e)
+{
+    memcpy(e->key, q->ref_key, 16);
+    e->n_args = (int)q->n_args;
+    char *m = e->error;
+    size_t mn = sizeof e->error;
+    uint64_t nout = 0;
+    int first_out = -1;
+    for (uint32_t a = 0; a < q->n_args; a++) {
+        if (s_fail(w, w->cu->MemAlloc(&e->buf[a], q->nelem[a] * 4 + 256),
+                   "cuMemAlloc", m, mn))
+            goto bad;
+        e->bytes += q->nelem[a] * 4;
+        CUresult rc =
+            q->is_output[a]
+                ? w->cu->MemsetD32(e->buf[a], 0x7fc00000u, q->nelem[a])
+                : s_fill(w, e->buf[a], q->nelem[a], q->seed, a);
+        if (s_fail(w, rc, "making the inputs", m, mn))
+            goto bad;
+        if (q->is_output[a] && first_out < 0) {
+            first_out = (int)a;
+            nout = q->nelem[a];
+        }
+    }
+    CUmodule mod;
+    CUfunction f;
+    if (s_load(w, q->ref_cubin, q->ref_entry, &mod, &f, m, mn) != 0)
+        goto bad;
+    kla_cuda_launch_t l;
+    kla_cuda_ref_launch(nout, &l);
+    void *params[64];
+    for (uint32_t a = 0; a < q->n_args; a++)
+        params[a] = &e->buf[a];
+    CUresult rc = s_launch(w, f, &l, params);
+    if (!rc)
+        rc = w->cu->StreamSynchronize(w->stream);
+    if (!w->poisoned)
+        w->cu->ModuleUnload(mod);
+    if (s_fail(w, rc, "running it", m, mn))
+        goto bad;
+    /* An element the reference did not write is still NaN: compare the
+     * outputs with themselves. */
+    uint64_t st[3] = {0, UINT64_MAX, 0};
+    for (uint32_t a = 0; a < q->n_args; a++)
+        if (q->is_output[a] &&
+            s_fail(w, s_compare(w, e->buf[a], e->buf[a], q->nelem[a], 0, 0, st),
+                   "checking its output", m, mn))
+            goto bad;
+    if (st[0]) {
+        snprintf(m, mn,
+                 "%llu output elements are NaN (element %llu first: "
+                 "not written?)",
+                 (unsigned long long)st[0], (unsigned long long)st[1]);
+        goto bad;
+    }
+    return;
+bad:
+    e->failed = true;
+}
+
+/* Finds or makes the cached reference of q (least recently used out). */
+static s_ref_t *s_reference(s_w_t *w, const kla_cw_req_t *q)
+{
+    s_ref_t *victim = &w->refs[0];
+    for (int i = 0; i < S_REFS; i++) {
+        s_ref_t *e = &w->refs[i];
+        if (e->used && memcmp(e->key, q->ref_key, 16) == 0) {
+            e->used = ++w->tick;
+            return e;
+        }
+        if (e->used < victim->used)
+            victim = e;
+    }
+    s_ref_free(w, victim);
+    s_ref_make(w, q, victim);
+    victim->used = ++w->tick;
+    return victim;
+}
+
+/* ---- the candidate ----------------------------------------------------- */
+
+/* Launches number times between two events, after a flush when asked. */
+static CUresult s_sample(s_w_t *w, CUfunction f, const kla_cuda_launch_t *l,
+                         void **params, uint32_t number, int flush_val,
+                         double *sec)
+{
+    CUresult rc = CUDA_SUCCESS;
+    if (flush_val >= 0)
+        rc = w->cu->MemsetD8Async(w->flush, (unsigned char)flush_val,
+                                  w->flush_n, w->stream);
+    if (!rc)
+        rc = w->cu->EventRecord(w->ev[0], w->stream);
+    for (uint32_t i = 0; !rc && i < number; i++)
+        rc = s_launch(w, f, l, params);
+    if (!rc)
+        rc = w->cu->EventRecord(w->ev[1], w->stream);
+    if (!rc)
+        rc = w->cu->EventSynchronize(w->ev[1]);
+    float ms = 0;
+    if (!rc)
+        rc = w->cu->EventElapsedTime(&ms, w->ev[0], w->ev[1]);
+    *sec = (double)ms * 1e-3;
+    return rc;
+}
+
+/* Grows number, then takes the samples (seconds per launch). */
+static void s_timing(s_w_t *w, const kla_cw_req_t *q, CUfunction f,
+                     const kla_cuda_launch_t *l, void **params, kla_cw_res_t *h,
+                     double **samples)
+{
+    uint32_t number = q->number ? q->number : 1;
+    double want = q->min_repeat_ms / 1000.0, t = 0;
+    CUresult rc = CUDA_SUCCESS;
+    while (want > 0 && !rc) {
+        rc = s_sample(w, f, l, params, number, -1, &t);
+        if (rc || t >= want || number >= S_MAX_NUMBER)
+            break;
+        double grow = t > 0 ? want / t * 1.1 : 100;
+        grow = grow < 2 ? 2 : grow > 100 ? 100 : grow;
+        double next = ceil(number * grow);
+        number = next > S_MAX_NUMBER ? S_MAX_NUMBER : (uint32_t)next;
+    }
+    double *s = kl_xcalloc(q->repeat, sizeof(double));
+    for (uint32_t r = 0; !rc && r < q->repeat; r++) {
+        rc = s_sample(w, f, l, params, number, q->flush ? (int)(r & 0xff) : -1,
+                      &t);
+        s[r] = t / number;
+    }
+    if (s_fail(w, rc, "timing", h->msg, sizeof h->msg)) {
+        h->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        free(s);
+        return;
+    }
+    h->status = KILN__STATUS__STATUS_OK;
+    h->number = number;
+    h->n_samples = q->repeat;
+    *samples = s;
+}
+
+/* Compares every output with the reference; false (and h filled) when
+ * wrong or when the comparison failed. */
+static bool s_verify(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
+                     CUdeviceptr *out, kla_cw_res_t *h)
+{
+    uint64_t total = 0, bad = 0, maxbits = 0;
+    for (uint32_t a = 0; a < q->n_args; a++) {
+        if (!q->is_output[a])
+            continue;
+        uint64_t st[3] = {0, UINT64_MAX, 0};
+        CUresult rc = s_compare(w, out[a], ref->buf[a], q->nelem[a], q->rtol,
+                                q->atol, st);
+        if (s_fail(w, rc, "comparing the output", h->msg, sizeof h->msg)) {
+            h->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            return false;
+        }
+        if (st[0] && !bad) {
+            float got = NAN, want = NAN;
+            w->cu->MemcpyDtoH(&got, out[a] + st[1] * 4, 4);
+            w->cu->MemcpyDtoH(&want, ref->buf[a] + st[1] * 4, 4);
+            snprintf(h->msg, sizeof h->msg,
+                     "output %u element %llu is %g, expected %g (rtol %g, "
+                     "atol %g)",
+                     a, (unsigned long long)st[1], (double)got, (double)want,
+                     q->rtol, q->atol);
+        }
+        bad += st[0];
+        total += q->nelem[a];
+        maxbits = st[2] > maxbits ? st[2] : maxbits;
+    }
+    memcpy(&h->max_abs_err, &maxbits, sizeof maxbits);
+    if (!bad)
+        return true;
+    size_t len = strlen(h->msg);
+    snprintf(h->msg + len, sizeof h->msg - len,
+             "; %llu of %llu elements wrong, max abs error %g",
+             (unsigned long long)bad, (unsigned long long)total,
+             h->max_abs_err);
+    h->status = KILN__STATUS__STATUS_WRONG_RESULT;
+    return false;
+}
+
+/* Reads the loaded function's resources and checks the launch. */
+static int s_check(s_w_t *w, CUfunction f, const kla_cuda_launch_t *l,
+                   kla_cw_res_t *h)
+{
+    int v[4] = {0};
+    static const int attrs[4] = {CU_FUNC_ATTRIBUTE_NUM_REGS,
+                                 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                 CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                                 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK};
+    for (int i = 0; i < 4; i++)
+        if (s_fail(w,
+                   w->cu->FuncGetAttribute(&v[i],
+                                           (CUfunction_attribute)attrs[i], f),
+                   "cuFuncGetAttribute", h->msg, sizeof h->msg))
+            return -1;
+    kla_cuda_res_t res = {.regs = v[0],
+                          .smem_static = v[1],
+                          .local_bytes = v[2],
+                          .max_threads = v[3]};
+    char err[KL_ERRMSG_LEN];
+    if (kla_cuda_check_launch(&w->dev, &res, l, err) != KL_OK) {
+        snprintf(h->msg, sizeof h->msg, "launch exceeds the device: %s", err);
+        return -1;
+    }
+    /* Above the default 48 KiB, dynamic shared memory must be opted in. */
+    if (l->shared_bytes &&
+        (uint64_t)v[1] + l->shared_bytes > w->dev.max_shared_per_block &&
+        s_fail(w,
+               w->cu->FuncSetAttribute(
+                   f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                   (int)l->shared_bytes),
+               "cuFuncSetAttribute(max dynamic shared)", h->msg, sizeof h->msg))
+        return -1;
+    return 0;
+}
+
+static void s_candidate(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
+                        kla_cw_res_t *h, double **samples)
+{
+    h->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+    CUmodule mod;
+    CUfunction f;
+    if (s_load(w, q->cubin, q->entry, &mod, &f, h->msg, sizeof h->msg) != 0)
+        return;
+    kla_cuda_launch_t l;
+    memcpy(l.grid, q->grid, sizeof l.grid);
+    memcpy(l.block, q->block, sizeof l.block);
+    l.shared_bytes = q->shared_bytes;
+    CUdeviceptr out[64] = {0};
+    void *params[64];
+    CUresult rc = CUDA_SUCCESS;
+    if (s_check(w, f, &l, h) != 0)
+        goto done;
+    for (uint32_t a = 0; a < q->n_args && !rc; a++) {
+        params[a] = (void *)&ref->buf[a];
+        if (!q->is_output[a])
+            continue;
+        rc = w->cu->MemAlloc(&out[a], q->nelem[a] * 4 + 256);
+        if (!rc)
+            rc = w->cu->MemsetD32(out[a], 0x7fc00000u, q->nelem[a]);
+        params[a] = &out[a];
+    }
+    if (s_fail(w, rc, "output buffers", h->msg, sizeof h->msg))
+        goto done;
+    rc = s_launch(w, f, &l, params);
+    if (s_fail(w, rc, "cuLaunchKernel", h->msg, sizeof h->msg) ||
+        s_fail(w, w->cu->StreamSynchronize(w->stream), "kernel", h->msg,
+               sizeof h->msg))
+        goto done;
+    if (!q->skip_verify && !s_verify(w, q, ref, out, h))
+        goto done;
+    s_timing(w, q, f, &l, params, h, samples);
+done:
+    if (w->poisoned)
+        return; /* the process ends; nothing can be freed */
+    for (uint32_t a = 0; a < q->n_args; a++)
+        if (out[a])
+            w->cu->MemFree(out[a]);
+    w->cu->ModuleUnload(mod);
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static int s_read_all(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+static bool s_req_ok(kla_cw_req_t *q)
+{
+    q->entry[sizeof q->entry - 1] = q->ref_entry[sizeof q->ref_entry - 1] = 0;
+    q->cubin[sizeof q->cubin - 1] = q->ref_cubin[sizeof q->ref_cubin - 1] = 0;
+    return q->magic == KLA_CW_MAGIC && q->n_args >= 1 && q->n_args <= 64 &&
+           q->repeat >= 1 && q->repeat <= KLA_MAX_REPEAT;
+}
+
+/* The stand-in of kla_cuda.h: answers by entry name, touches no driver. */
+static int s_fake_main(int fd)
+{
+    kla_cw_hello_t hello = {.magic = KLA_CW_MAGIC};
+    if (kla_write_all(fd, &hello, sizeof hello) != 0)
+        return 1;
+    kla_cw_req_t q;
+    while (s_read_all(fd, &q, sizeof q) == 0 && s_req_ok(&q)) {
+        kla_cw_res_t h = {.magic = KLA_CW_MAGIC,
+                          .status = KILN__STATUS__STATUS_OK};
+        uint32_t start = KLA_CW_START;
+        char *img = NULL;
+        size_t len = 0;
+        char err[KL_ERRMSG_LEN];
+        if (kl_read_file(q.cubin, &img, &len, err) != KL_OK || len < 4 ||
+            memcmp(img,
+                   "\x7f"
+                   "ELF",
+                   4) != 0) {
+            h.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            snprintf(h.msg, sizeof h.msg, "not a cubin: %.900s", q.cubin);
+        } else if (strstr(q.ref_entry, "badref")) {
+            h.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            snprintf(h.msg, sizeof h.msg,
+                     "reference kernel failed: fake GPU worker");
+        }
+        free(img);
+        if (h.status == KILN__STATUS__STATUS_OK &&
+            kla_write_all(fd, &start, sizeof start) != 0)
+            return 1;
+        if (h.status != KILN__STATUS__STATUS_OK) {
+        } else if (strstr(q.entry, "crash")) {
+            _exit(3);
+        } else if (strstr(q.entry, "hang")) {
+            for (;;)
+                pause();
+        } else if (strstr(q.entry, "oob")) {
+            h.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            h.poisoned = 1;
+            snprintf(h.msg, sizeof h.msg,
+                     "kernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory "
+                     "access was encountered) [fake GPU worker]");
+        } else if (strstr(q.entry, "wrong")) {
+            h.status = KILN__STATUS__STATUS_WRONG_RESULT;
+            h.max_abs_err = 1;
+            snprintf(h.msg, sizeof h.msg,
+                     "output 2 element 0 is 1, expected 0 [fake GPU worker]");
+        }
+        double s[KLA_MAX_REPEAT];
+        if (h.status == KILN__STATUS__STATUS_OK) {
+            h.number = q.number ? q.number : 1;
+            h.n_samples = q.repeat;
+            for (uint32_t i = 0; i < q.repeat; i++)
+                s[i] = 1e-4 * (1 + 0.01 * i);
+        }
+        if (kla_write_all(fd, &h, sizeof h) != 0 ||
+            (h.n_samples && kla_write_all(fd, s, h.n_samples * 8) != 0))
+            return 1;
+        if (h.poisoned)
+            return 3;
+    }
+    return 0;
+}
+
+int kla_cuda_worker_main(int ordinal, int fd)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (kla_cuda_fake())
+        return s_fake_main(fd);
+    static s_w_t w; /* large (reference table); one per process */
+    w.fd = fd;
+    kla_cw_hello_t hello = {.magic = KLA_CW_MAGIC,
+                            .status = KILN__STATUS__STATUS_OK};
+    if (s_setup(&w, ordinal, hello.msg, sizeof hello.msg) != 0 ||
+        s_fail(&w, w.cu->EventCreate(&w.ev[0], CU_EVENT_DEFAULT),
+               "cuEventCreate", hello.msg, sizeof hello.msg) ||
+        s_fail(&w, w.cu->EventCreate(&w.ev[1], CU_EVENT_DEFAULT),
+               "cuEventCreate", hello.msg, sizeof hello.msg))
+        hello.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+    if (kla_write_all(fd, &hello, sizeof hello) != 0 || hello.status)
+        return 1;
+    kla_cw_req_t q;
+    while (s_read_all(fd, &q, sizeof q) == 0) {
+        kla_cw_res_t h = {.status = KILN__STATUS__STATUS_RUNTIME_ERROR};
+        double *samples = NULL, t0 = kl_now_s();
+        if (!s_req_ok(&q)) {
+            snprintf(h.msg, sizeof h.msg, "malformed request");
+            s_send_res(&w, &h, NULL);
+            return 1;
+        }
+        s_ref_t *ref = s_reference(&w, &q);
+        uint32_t start = KLA_CW_START;
+        if (ref->failed) {
+            snprintf(h.msg, sizeof h.msg, "reference kernel failed: %s",
+                     ref->error);
+        } else if (kla_write_all(fd, &start, sizeof start) != 0) {
+            return 1;
+        } else {
+            t0 = kl_now_s();
+            s_candidate(&w, &q, ref, &h, &samples);
+        }
+        h.run_s = kl_now_s() - t0;
+        int rc = s_send_res(&w, &h, samples);
+        free(samples);
+        if (rc != 0)
+            return 1;
+        if (w.poisoned)
+            return 3;
+    }
+    return 0;
+}

@@ -1,0 +1,196 @@
+/* kla_cuda.h - the CUDA backend of kiln-agent: devices, NVRTC builds, and
+ * one worker process per GPU that owns the CUDA context.
+ *
+ * Devices. `--device` takes "cpu", "cuda:0", "cuda:0,1", "cuda:all" or a
+ * mix ("cpu,cuda:0"). The agent's devices are numbered in Hello (and in
+ * MeasureRequest.device_index) CPU first, then the GPUs in the order given.
+ * The driver (libcuda.so.1) and NVRTC are loaded with dlopen.
+ *
+ * Builds. Each candidate is compiled by NVRTC for the device's exact arch
+ * (sm_XY from the compute capability) into a cubin, in the agent's build
+ * slots (host threads), cached as WORKDIR/HEX.cubin where HEX hashes
+ * (source, arch, NVRTC version). A compile error is COMPILE_ERROR with
+ * NVRTC's log.
+ *
+ * Runs. A GPU's runner thread talks to its worker process (kiln-agent
+ * --gpu-worker ORDINAL, exec'd, so that no CUDA state crosses a fork) over
+ * a socket pair. The worker makes the deterministic inputs on the device,
+ * runs the reference once per (workload, seed, shapes, reference build) and
+ * keeps inputs and reference outputs on the device, then for each
+ * candidate: loads the cubin, reads registers, static shared memory and
+ * the thread limit from the loaded function and checks them and the launch
+ * against the device's limits, fills the outputs with NaN, launches with
+ * cuLaunchKernel (grid, block, dynamic shared bytes of the Candidate),
+ * compares on the device (|out - ref| > atol + rtol |ref|, or NaN, is
+ * WRONG_RESULT), then times with CUDA events: `number` launches per sample
+ * (grown until a sample lasts min_repeat_ms), `repeat` samples, the L2
+ * flushed before each by a memset of twice its size.
+ *
+ * Faults. An error that poisons the context (illegal address, trap,
+ * misaligned access, ...) is RUNTIME_ERROR naming the CUDA error; the
+ * worker then exits and the runner starts a new one for the next
+ * candidate. A candidate still running after timeout_ms gets its worker
+ * killed (TIMEOUT). The agent lives on in both cases.
+ *
+ * The reference kernel of a CUDA request is CUDA C too (a naive kernel of
+ * the same ABI), launched with block (256,1,1) and grid (ceil(n / 256),
+ * 1, 1), n the element count of the first output: thread
+ * blockIdx.x * 256 + threadIdx.x computes output element that index, and
+ * returns when it is >= n.
+ *
+ * Test stand-in. With KILN_FAKE_GPU_WORKER=1 in the environment the agent
+ * reports a fake device ("fake GPU", cuda/sm_90, simulated) and the worker
+ * touches no driver: it answers by the candidate's entry name (containing
+ * "oob": a poisoned context, RUNTIME_ERROR and exit; "crash": exits
+ * without an answer; "hang": never answers; "wrong": WRONG_RESULT; else OK
+ * with synthetic samples). Every result of a fake device is marked
+ * simulated, so it never counts as a GPU measurement.
+ */
+#ifndef KLA_CUDA_H
+#define KLA_CUDA_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kl_nvrtc.h"
+#include "kla_builder.h"
+#include "kla_runner.h"
+
+#define KLA_MAX_GPUS 16
+#define KLA_CUDA_REF_BLOCK 256
+
+/* ---- devices ------------------------------------------------------------ */
+
+typedef struct {
+    bool cpu;
+    bool all_gpus; /* "cuda:all" */
+    int n_gpu;
+    int gpu[KLA_MAX_GPUS]; /* CUDA ordinals, no duplicates */
+} kla_devspec_t;
+
+/* Parses a --device value. Empty text, an unknown kind, a bad or repeated
+ * ordinal is KL_ERR_INVAL naming the token. */
+int kla_devspec_parse(const char *text, kla_devspec_t *out, char *err);
+
+typedef struct {
+    int ordinal;
+    char name[128];
+    char arch[16];   /* "sm_90" */
+    char target[32]; /* "cuda/sm_90" */
+    int cc_major, cc_minor;
+    uint32_t sms;
+    uint64_t memory_bytes;
+    uint32_t clock_mhz, mem_clock_mhz;
+    uint64_t l2_bytes;
+    uint32_t max_threads_per_block;
+    uint32_t max_shared_per_block; /* without opt-in (48 KiB) */
+    uint32_t max_shared_optin;     /* with opt-in */
+    uint32_t max_regs_per_block;
+    char driver_version[32]; /* "13.0" */
+    bool fake;               /* KILN_FAKE_GPU_WORKER stand-in */
+} kla_cuda_dev_t;
+
+/* Whether KILN_FAKE_GPU_WORKER asks for the test stand-in. */
+bool kla_cuda_fake(void);
+
+/* Describes the GPUs of spec (every GPU for all_gpus) into out (room for
+ * KLA_MAX_GPUS) and their count into *n. No driver, or cuInit failing, is
+ * KL_ERR_UNSUPPORTED; an ordinal the machine does not have is
+ * KL_ERR_NOTFOUND; both with a message (kiln-agent exits 69). */
+int kla_cuda_query(const kla_devspec_t *spec, kla_cuda_dev_t *out, int *n,
+                   char *err);
+
+/* ---- launches and resources -------------------------------------------- */
+
+typedef struct {
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes; /* dynamic */
+} kla_cuda_launch_t;
+
+/* What a kernel needs (from the loaded function, or from ptxas). */
+typedef struct {
+    int regs;         /* per thread */
+    long smem_static; /* bytes */
+    long local_bytes; /* per thread */
+    int max_threads;  /* the function's limit (launch bounds); 0: none */
+} kla_cuda_res_t;
+
+/* Checks a launch of a kernel needing res against device d: every grid and
+ * block dimension >= 1 and within CUDA's limits, threads per block within
+ * the device's and the function's limits, registers per block (per
+ * thread, rounded up to the allocation unit of 8, times threads rounded
+ * up to a warp) within the device's, static + dynamic shared memory within
+ * the opt-in limit. KL_ERR_INVAL with a message naming the resource. */
+int kla_cuda_check_launch(const kla_cuda_dev_t *d, const kla_cuda_res_t *res,
+                          const kla_cuda_launch_t *l, char *err);
+
+/* The launch of a reference kernel for n output elements. */
+void kla_cuda_ref_launch(uint64_t n, kla_cuda_launch_t *out);
+
+/* The value of element i of input argument arg for seed: uniform in
+ * [-1, 1), a multiple of 2^-23, the same bits as the device's generator
+ * (a splitmix64 of seed, arg and i). */
+float kla_cuda_input_value(uint64_t seed, uint32_t arg, uint64_t i);
+
+/* ---- builds -------------------------------------------------------------- */
+
+typedef struct kla_cuda_builder_s kla_cuda_builder_t;
+
+/* Loads NVRTC (kl_nvrtc_default) and keeps workdir (borrowed, must
+ * exist). KL_ERR_UNSUPPORTED with NVRTC's message when it cannot load. */
+int kla_cuda_builder_new(kla_cuda_builder_t **out, const char *workdir,
+                         char *err);
+void kla_cuda_builder_destroy(kla_cuda_builder_t **self_p);
+
+/* Compiles source (len bytes) for arch ("sm_90") into a cubin, or finds it
+ * in the cache. Fills out like kla_builder_build (so_path is the cubin)
+ * and, when res is not NULL and the compiler ran, the resources ptxas
+ * reported for entry (zeroed otherwise). KL_OK, KL_ERR_COMPILE (out->log
+ * holds NVRTC's log), KL_ERR_IO. Thread-safe. */
+int kla_cuda_builder_build(kla_cuda_builder_t *self, const char *source,
+                           size_t len, const char *arch, const char *entry,
+                           kla_build_t *out, kla_cuda_res_t *res);
+
+/* Times NVRTC actually ran. */
+unsigned kla_cuda_builder_compiles(kla_cuda_builder_t *self);
+
+/* ---- runner (agent side) ------------------------------------------------- */
+
+typedef struct kla_cuda_runner_s kla_cuda_runner_t;
+
+typedef struct {
+    const kla_cuda_dev_t *dev; /* copied */
+    /* The executable run as `PATH --gpu-worker ORDINAL`; NULL: this
+     * process's own executable (/proc/self/exe). */
+    const char *worker_path;
+    /* Seconds a worker may take to start (context, helper kernels) and
+     * to compute a reference; 0: 120. */
+    double setup_s;
+} kla_cuda_runner_config_t;
+
+int kla_cuda_runner_new(kla_cuda_runner_t **out,
+                        const kla_cuda_runner_config_t *cfg, char *err);
+/* Stops the worker (SIGKILL) and frees. NULLs *self_p. */
+void kla_cuda_runner_destroy(kla_cuda_runner_t **self_p);
+
+/* Measures the candidate (cubin, entry, launch) of problem p against the
+ * reference (ref_cubin, ref_entry). Never fails as a call: every failure
+ * is a status in *out. Starts the worker when none runs. */
+void kla_cuda_runner_measure(kla_cuda_runner_t *self, const kla_problem_t *p,
+                             const char *ref_cubin, const char *ref_entry,
+                             const char *cubin, const char *entry,
+                             const kla_cuda_launch_t *l, kla_result_t *out);
+
+/* Kills the worker, if any (any thread; shutdown). */
+void kla_cuda_runner_abort(kla_cuda_runner_t *self);
+/* Workers started so far (the first and every restart). */
+unsigned kla_cuda_runner_starts(kla_cuda_runner_t *self);
+
+/* ---- worker (its own process) -------------------------------------------- */
+
+/* The worker's body: serves requests on fd until it closes. Returns the
+ * process exit status (0 on a clean end, 3 after a poisoned context). */
+int kla_cuda_worker_main(int ordinal, int fd);
+
+#endif
