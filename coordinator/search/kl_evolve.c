@@ -159,7 +159,7 @@ static int s_by_score(const void *a, const void *b)
 /* The best measured traces, replayed, into p. */
 static void s_seed_best(kl_search_t *self, pool_t *p)
 {
-    if (!self->sorted) {
+    if (!self->sorted && self->nm > 0) {
         qsort(self->m, self->nm, sizeof *self->m, s_by_latency);
         self->sorted = true;
     }
@@ -181,7 +181,9 @@ static void s_seed_best(kl_search_t *self, pool_t *p)
 static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
 {
     kl_search_t *self = e->self;
-    qsort(e->elite.v, (size_t)e->elite.n, sizeof *e->elite.v, s_by_score);
+    if (e->elite.n > 0)
+        qsort(e->elite.v, (size_t)e->elite.n, sizeof *e->elite.v,
+              s_by_score);
     kl_hashset_t taken = {0};
     int ie = 0, ir = 0, k = 0;
     while (k < n && (ie < e->elite.n || ir < rnd->n)) {
