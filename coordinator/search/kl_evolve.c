@@ -182,8 +182,7 @@ static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
 {
     kl_search_t *self = e->self;
     if (e->elite.n > 0)
-        qsort(e->elite.v, (size_t)e->elite.n, sizeof *e->elite.v,
-              s_by_score);
+        qsort(e->elite.v, (size_t)e->elite.n, sizeof *e->elite.v, s_by_score);
     kl_hashset_t taken = {0};
     int ie = 0, ir = 0, k = 0;
     while (k < n && (ie < e->elite.n || ir < rnd->n)) {
