@@ -12,6 +12,9 @@
 #include "kl_tune.h"
 
 #define ENTRY "kl_main"
+/* How an agent says that the reference kernel, not the candidate, failed
+ * (agent/runner.c, agent/work.c). */
+#define REF_FAILED "reference kernel failed: "
 
 typedef struct {
     uint64_t id, request;
@@ -523,6 +526,7 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     Kiln__TuningRecord **ptrs = kl_xcalloc(n ? n : 1, sizeof *ptrs);
     pend_t **ps = kl_xcalloc(n ? n : 1, sizeof *ps);
     uint8_t **tbs = kl_xcalloc(n ? n : 1, sizeof *tbs);
+    char ref_err[400] = "";
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         pend_t *p = s_find(t, res[i]->request_id, res[i]->candidate_id);
@@ -532,7 +536,13 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
                     (unsigned long long)res[i]->request_id);
             continue;
         }
-        if (res[i]->result->status == KILN__STATUS__STATUS_CANCELLED) {
+        const char *e = res[i]->result->error ? res[i]->result->error : "";
+        bool ref_failed = !strncmp(e, REF_FAILED, strlen(REF_FAILED));
+        if (ref_failed && !*ref_err)
+            snprintf(ref_err, sizeof ref_err, "agent %s: %.300s",
+                     res[i]->agent ? res[i]->agent : "?", e);
+        if (ref_failed ||
+            res[i]->result->status == KILN__STATUS__STATUS_CANCELLED) {
             kl_hashset_del(&t->sources, p->src_hash);
             s_drop(t, p);
             continue;
@@ -566,6 +576,12 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     for (size_t i = 0; i < m; i++)
         free(tbs[i]);
     free(tbs);
+    if (!rc && *ref_err)
+        rc = kl_seterr(err, KL_ERR_RUNTIME,
+                       "%s; no candidate of it was recorded (the reference "
+                       "is the naive loop nest: give large workloads a "
+                       "longer --timeout-ms)",
+                       ref_err);
     free(ps);
     free(ptrs);
     free(recs);

@@ -96,7 +96,11 @@ bool kl_task_owns(const kl_task_t *t, uint64_t request_id);
 
 /* Commits n results of this task (one transaction) and feeds the search.
  * The results stay the caller's. On a store error nothing is committed
- * and the candidates stay in flight. */
+ * and the candidates stay in flight. A result saying that the agent's
+ * reference kernel failed (e.g. timed out) is not the candidate's: it is
+ * not recorded and does not count; the others are committed and the call
+ * returns KL_ERR_RUNTIME naming the agent and the reason, since every
+ * later candidate on that agent would fail the same way. */
 int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
                  char *err);
 
