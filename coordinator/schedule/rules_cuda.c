@@ -13,9 +13,10 @@
  * (big tiles, loaded once per outer reduction step) or the last R1 loop
  * (small tiles). The inner reduction loops are unrolled and an auto-unroll
  * depth is sampled. reject_if keeps the sample inside the machine:
- * threads per block in [min(32, points), 1024], at most 8 vthreads, and at
- * most 64 accumulators per thread. The epilogue is applied at write-back
- * by the code generator (epilogue fusion).
+ * threads per block in [min(32, points), 1024], at most 8 vthreads, at
+ * most 64 accumulators per thread, and threads x (accumulators + 32)
+ * registers within the 64 K register file. The epilogue is applied at
+ * write-back by the code generator (epilogue fusion).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +70,32 @@ static void s_prod(char *b, size_t n, const int64_t *rvs, int k)
     }
 }
 
+/* Largest factor of each inner level (index 1 ..): the tiles are peeled
+ * from the inside out, one two-way perfect tile at a time, so that each
+ * level's factor is capped on its own. One n-way draw would put each prime
+ * factor at a uniform level, and for 1024 nearly every sample would have
+ * too many vthreads or accumulators. */
+static const int64_t s_smax[S_LEVELS] = {0, 2, 64, 2, 4};
+static const int64_t s_rmax[R_LEVELS] = {0, 8, 4};
+
+/* Splits loop into n levels (outermost first): fs receives the factor RVs,
+ * ls the loop RVs. */
+static void s_tile(kl_trace_t *t, int64_t loop, int n, const int64_t *max,
+                   int64_t *fs, int64_t *ls)
+{
+    int64_t rest = loop;
+    for (int lv = n - 1; lv >= 1; lv--) {
+        int64_t f[2], l[2];
+        kl_tr_sample_perfect_tile(t, rest, 2, max[lv], f);
+        kl_tr_split(t, rest, f, 2, l);
+        fs[lv] = f[1];
+        ls[lv] = l[1];
+        fs[lv - 1] = f[0];
+        ls[lv - 1] = l[0];
+        rest = l[0];
+    }
+}
+
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                           kl_trace_t **out, char *err)
 {
@@ -99,14 +126,10 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
     kl_tr_get_loops(t, ns + nr, loops);
     int64_t sv[KL_IR_MAX_ITERS][S_LEVELS], sl[KL_IR_MAX_ITERS][S_LEVELS];
     int64_t rv[KL_IR_MAX_ITERS][R_LEVELS], rl[KL_IR_MAX_ITERS][R_LEVELS];
-    for (int i = 0; i < ns; i++) {
-        kl_tr_sample_perfect_tile(t, loops[i], S_LEVELS, 8, sv[i]);
-        kl_tr_split(t, loops[i], sv[i], S_LEVELS, sl[i]);
-    }
-    for (int j = 0; j < nr; j++) {
-        kl_tr_sample_perfect_tile(t, loops[ns + j], R_LEVELS, 8, rv[j]);
-        kl_tr_split(t, loops[ns + j], rv[j], R_LEVELS, rl[j]);
-    }
+    for (int i = 0; i < ns; i++)
+        s_tile(t, loops[i], S_LEVELS, s_smax, sv[i], sl[i]);
+    for (int j = 0; j < nr; j++)
+        s_tile(t, loops[ns + j], R_LEVELS, s_rmax, rv[j], rl[j]);
     /* S0 S1 S2 R0 R1 S3 R2 S4 */
     static const int order[] = {0, 1, 2, -1, -2, 3, -3, 4};
     int64_t nest[KL_SCHED_MAX_LOOPS];
@@ -143,6 +166,12 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
         s_prod(acc, sizeof acc, &sv[i][3], 2);
     if (!rc)
         rc = s_reject(t, err, "%s > %d", acc, S_MAX_ACC);
+    /* Registers: the accumulators plus about 32 for indices and operands
+     * per thread must fit the 64 K register file with the whole block, or
+     * __launch_bounds__ makes ptxas spill. */
+    if (!rc)
+        rc = s_reject(t, err, "l%lld * (%s + 32) > 65536", (long long)bound[2],
+                      acc);
     if (rc) {
         kl_trace_free(&t);
         return rc;
