@@ -189,6 +189,9 @@ unsigned kla_cuda_runner_starts(kla_cuda_runner_t *self);
 
 /* ---- worker (its own process) -------------------------------------------- */
 
+/* The CUDA C of the worker's helper kernels (inputs, comparison). */
+const char *kla_cuda_helpers_source(void);
+
 /* The worker's body: serves requests on fd until it closes. Returns the
  * process exit status (0 on a clean end, 3 after a poisoned context). */
 int kla_cuda_worker_main(int ordinal, int fd);

@@ -292,6 +292,27 @@ static void test_build_generated(void **state)
     kla_cuda_builder_destroy(&b);
 }
 
+/* The worker's own helper kernels compile for both archs (they only run
+ * on a GPU: tests/gpu/run.sh). */
+static void test_build_helpers(void **state)
+{
+    (void)state;
+    kla_cuda_builder_t *b = s_builder();
+    if (!b)
+        skip();
+    const char *src = kla_cuda_helpers_source();
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int i = 0; i < 2; i++) {
+        kla_build_t out;
+        int rc = kla_cuda_builder_build(b, src, strlen(src), archs[i],
+                                        "kla_compare", &out, NULL);
+        if (rc != KL_OK)
+            fprintf(stderr, "%s\n", out.log);
+        assert_int_equal(rc, KL_OK);
+    }
+    kla_cuda_builder_destroy(&b);
+}
+
 static void test_build_error(void **state)
 {
     (void)state;
@@ -667,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_input_values),
         cmocka_unit_test(test_no_driver),
         cmocka_unit_test(test_build_generated),
+        cmocka_unit_test(test_build_helpers),
         cmocka_unit_test(test_build_error),
         cmocka_unit_test(test_runner_faults),
         cmocka_unit_test(test_agent_fake_gpus),
