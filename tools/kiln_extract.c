@@ -151,7 +151,7 @@ int kiln_cmd_extract(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "kiln extract: %s\n", err);
         kl_opts_free(&o);
-        return rc == KL_ERR_NOTFOUND ? 2 : 1;
+        return 2;
     }
     if (kl_opts_bool(o, "json"))
         s_json(m);

@@ -10,6 +10,7 @@
 
 #include "fleet.h"
 #include "kiln_cmds.h"
+#include "kiln_tune_model.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_log.h"
@@ -102,7 +103,9 @@ static const char s_usage[] =
     "Tunes one operator: proposes schedules, measures them on kiln agents, "
     "records every result,\nand prints the best latency, its trace and where "
     "its source is.\n"
-    "Exit codes: 0 ok, 1 job failed, 2 usage.";
+    "Exit codes: 0 ok, 1 job failed, 2 usage.\n"
+    "A whole model: kiln tune --model NAME|FILE ... (see kiln tune --model "
+    "resnet18 --help).";
 
 static volatile sig_atomic_t s_stop;
 
@@ -314,6 +317,9 @@ static void s_job_free(job_t *j)
 
 int kiln_cmd_tune(int argc, char **argv)
 {
+    /* A whole model: tools/kiln_tune_model.c (its own options). */
+    if (kiln_tune_model_wanted(argc, argv))
+        return kiln_tune_model(argc, argv);
     job_t j = {0};
     char err[KL_ERRMSG_LEN];
     if (kl_opts_parse(s_opts, argc, argv, &j.o, err) != KL_OK) {
