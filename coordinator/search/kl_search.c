@@ -175,8 +175,8 @@ void kl__maybe_train(kl_search_t *self)
     if (kl_costmodel_train(self->model, err))
         kl_warn("cost model: %s", err);
     else
-        kl_debug("cost model trained on %zu rows in %.2f s",
-                 kl_costmodel_rows(self->model), kl_now_s() - t0);
+        kl_info("cost model trained on %zu rows in %.2f s",
+                kl_costmodel_rows(self->model), kl_now_s() - t0);
 }
 
 /* ---- candidates --------------------------------------------------------- */
