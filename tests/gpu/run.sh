@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - kiln's GPU check, in one call, on a machine with an
+# NVIDIA GPU (exit 77 with a message when there is none):
+#   1. builds kiln from this tree (build-gpu/), with the Debian packages of
+#      .gpudeps/ (tests/gpu/fetch_deps.sh) unpacked into a private prefix
+#      when the machine lacks the libraries;
+#   2. starts a local fleet with one CUDA kiln-agent and checks its faults:
+#      an out-of-bounds kernel, an infinite loop, a wrong result, each
+#      recorded right with the agent alive (tests/gpu/gpu_check.c);
+#   3. measures SAMPLES (200) samples of the design space of
+#      matmul M=1024 N=1024 K=1024 for the GPU's arch (kiln space --emit,
+#      then gpu_check: `kiln tune` generates C only so far);
+#   4. times cuBLAS sgemm (TF32 off) in the same run (tools/bench/
+#      bench_cublas.c) and prints best GFLOP/s, cuBLAS GFLOP/s, the ratio
+#      and trials/s.
+# Environment: SAMPLES (200), JOBS (cores), KILN_GPU_DEVICE (cuda:0),
+# KILN_GPU_FORCE_DEPS=1 (use .gpudeps even when the system has the
+# libraries), KILN_GPU_BUILD_ONLY=1 (stop after the build): both to try
+# steps 2 and 3 on a development machine. Logs and the
+# summary go to $OUT (when set) or build-gpu/gpu-logs.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+t_start=$(date +%s)
+samples=${SAMPLES:-200}
+device=${KILN_GPU_DEVICE:-cuda:0}
+jobs=${JOBS:-$(nproc)}
+build=$root/build-gpu
+logs=${OUT:-$build/gpu-logs}
+unset KILN_FAKE_GPU_WORKER
+say() { echo "run.sh: $*"; }
+elapsed() { echo $(($(date +%s) - t_start)); }
+
+# ---- 1. is there a GPU? -------------------------------------------------
+# KILN_GPU_BUILD_ONLY=1: only steps 2 and 3 (to try them without a GPU).
+build_only=${KILN_GPU_BUILD_ONLY:-0}
+if [ "$build_only" != 1 ] && ! { command -v nvidia-smi >/dev/null 2>&1 &&
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } &&
+    ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    say "SKIP: no NVIDIA GPU here (nvidia-smi lists none, no /dev/nvidia0)"
+    exit 77
+fi
+mkdir -p "$logs" "$build"
+nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.max.sm \
+    --format=csv,noheader 2>/dev/null | tee "$logs/gpu.txt"
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+    head -1 | tr -d ' .')
+arch=sm_${cap:-90}
+
+# ---- 2. build dependencies ------------------------------------------------
+have_deps() {
+    command -v pkg-config >/dev/null 2>&1 && command -v protoc-c >/dev/null &&
+        pkg-config --exists libzmq libprotobuf-c json-c cmocka lmdb 2>/dev/null &&
+        ldconfig -p | grep -q libxgboost
+}
+if [ "${KILN_GPU_FORCE_DEPS:-0}" = 1 ] || ! have_deps; then
+    if ! ls "$root"/.gpudeps/*.deb >/dev/null 2>&1; then
+        say "FAIL: build dependencies missing (libzmq, protobuf-c, json-c," \
+            "lmdb, xgboost, cmocka, pkg-config) and no .gpudeps/: run" \
+            "tests/gpu/fetch_deps.sh where apt works and carry .gpudeps"
+        exit 1
+    fi
+    pfx=$build/deps
+    lib=$pfx/usr/lib/x86_64-linux-gnu
+    rm -rf "$pfx" && mkdir -p "$pfx"
+    for d in "$root"/.gpudeps/*.deb; do dpkg-deb -x "$d" "$pfx" || exit 1; done
+    # Shared libraries the system has stay the system's: drop ours.
+    for f in "$lib"/*.so.*; do
+        b=$(basename "$f")
+        if [ "${KILN_GPU_FORCE_DEPS:-0}" != 1 ] &&
+            ldconfig -p | grep -q " $b "; then rm -f "$f"; fi
+    done
+    # .pc files: no private requirements (shared linking needs none).
+    for pc in "$lib"/pkgconfig/*.pc; do
+        sed -i -e '/^Requires.private/d' -e '/^Libs.private/d' "$pc"
+    done
+    [ -x "$pfx/usr/bin/pkgconf" ] && ln -sf pkgconf "$pfx/usr/bin/pkg-config"
+    export PATH=$pfx/usr/bin:$PATH
+    export PKG_CONFIG_PATH=$lib/pkgconfig:$pfx/usr/share/pkgconfig
+    export PKG_CONFIG_SYSROOT_DIR=$pfx
+    export CPATH=$pfx/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    say "using the packages of .gpudeps (prefix $pfx)"
+fi
+# meson and ninja may come with Python (pip) rather than the system.
+for py in python3 /opt/torch/.venv/bin/python3; do
+    d=$(dirname "$(readlink -f "$(command -v $py 2>/dev/null || echo /x/y)")")
+    [ -x "$d/meson" ] && export PATH=$PATH:$d
+done
+
+# ---- 3. build -------------------------------------------------------------
+say "building kiln in $build ($(elapsed) s)"
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" -Dbuildtype=release >"$logs/meson.log" 2>&1 || {
+        tail -30 "$logs/meson.log"
+        say "FAIL: meson setup"
+        exit 1
+    }
+fi
+ninja -C "$build" -j"$jobs" tools/kiln agent/kiln-agent tests/gpu/gpu_check \
+    tools/bench_cublas >"$logs/ninja.log" 2>&1 || {
+    tail -30 "$logs/ninja.log"
+    say "FAIL: build"
+    exit 1
+}
+export KILN_AGENT=$build/agent/kiln-agent
+if [ "$build_only" = 1 ]; then
+    say "built ($(elapsed) s); KILN_GPU_BUILD_ONLY=1: stopping here"
+    exit 0
+fi
+
+# ---- 4. design space, faults, measurements -------------------------------
+op="matmul M=1024 N=1024 K=1024"
+space=$build/gpu-space
+rm -rf "$space"
+say "sampling $samples schedules of '$op' for cuda/$arch ($(elapsed) s)"
+"$build/tools/kiln" space --op "$op" --target "cuda/$arch" \
+    --samples "$samples" --seed 1 --emit "$space" 2>"$logs/space.log" || {
+    cat "$logs/space.log"
+    say "FAIL: kiln space"
+    exit 1
+}
+say "fault checks and $samples trials on $device ($(elapsed) s)"
+timeout 240 "$build/tests/gpu/gpu_check" --dir "$space" --faults \
+    --agent "$KILN_AGENT" --device "$device" >"$logs/gpu_check.txt" \
+    2>"$logs/agent.log"
+rc=$?
+cat "$logs/gpu_check.txt"
+if [ $rc -ne 0 ]; then
+    tail -20 "$logs/agent.log"
+    [ $rc -eq 77 ] && say "SKIP: see above" && exit 77
+    say "FAIL: gpu_check exited $rc"
+    exit 1
+fi
+sm_clock=$(nvidia-smi --query-gpu=clocks.sm --format=csv,noheader 2>/dev/null |
+    head -1)
+say "cuBLAS baseline ($(elapsed) s)"
+"$build/tools/bench_cublas" 1024 1024 1024 20 >"$logs/cublas.txt" 2>&1
+cat "$logs/cublas.txt"
+
+# ---- 5. summary -------------------------------------------------------------
+val() { awk -v k="$1" '$1 == k { print $2 }' "$2" | tail -1; }
+best=$(val best_gflops "$logs/gpu_check.txt")
+cub=$(val cublas_gflops "$logs/cublas.txt")
+tps=$(val trials_per_s "$logs/gpu_check.txt")
+ratio=$(awk -v a="${best:-0}" -v b="${cub:-0}" \
+    'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }')
+{
+    echo "=== kiln GPU check: $op, $samples trials, $device ($arch)"
+    echo "best kiln kernel   : ${best:-none} GFLOP/s ($(val best_us "$logs/gpu_check.txt") us, $(val best_entry "$logs/gpu_check.txt"))"
+    echo "cuBLAS sgemm (FP32): ${cub:-n/a} GFLOP/s"
+    echo "ratio kiln / cuBLAS: $ratio"
+    echo "trials/s           : ${tps:-n/a} (ok $(val ok "$logs/gpu_check.txt"), failed $(val failed "$logs/gpu_check.txt"))"
+    echo "SM clock after run : ${sm_clock:-unknown}"
+    echo "wall time          : $(elapsed) s"
+} | tee "$logs/summary.txt"
+[ -n "$best" ] && [ -n "$cub" ] || exit 1
+exit 0
