@@ -63,6 +63,7 @@ static int s_bind(kla_cu_t *cu, const char *path, char *err)
         {"cuMemFree_v2", NULL, (void **)&cu->MemFree},
         {"cuMemcpyHtoD_v2", NULL, (void **)&cu->MemcpyHtoD},
         {"cuMemcpyDtoH_v2", NULL, (void **)&cu->MemcpyDtoH},
+        {"cuMemcpyDtoD_v2", NULL, (void **)&cu->MemcpyDtoD},
         {"cuMemsetD32_v2", NULL, (void **)&cu->MemsetD32},
         {"cuMemsetD8Async", NULL, (void **)&cu->MemsetD8Async},
         {"cuStreamCreate", NULL, (void **)&cu->StreamCreate},

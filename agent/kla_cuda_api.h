@@ -87,6 +87,7 @@ typedef struct {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*MemsetD32)(CUdeviceptr, unsigned, size_t);
     CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*StreamCreate)(CUstream *, unsigned);
