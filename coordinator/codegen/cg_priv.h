@@ -15,7 +15,7 @@
 #include "kl_codegen.h"
 #include "kl_util.h"
 
-#define CG_MAXSYM 96
+#define CG_MAXSYM 64
 
 typedef enum { SYM_UNSET = 0, SYM_VAR, SYM_CONST } sym_state;
 

@@ -41,18 +41,49 @@ static const char s_prelude[] =
     "  if (!p) abort(); return (float *)p; }\n"
     "#endif\n";
 
+static void s_indent(cg_t *g)
+{
+    static const char sp[] = "                                        ";
+    for (int n = 4 * g->ind; n > 0; n -= 40)
+        kl_buf_append(&g->b, sp, (size_t)(n < 40 ? n : 40));
+}
+
 void cg_line(cg_t *g, const char *fmt, ...)
 {
-    kl_buf_printf(&g->b, "%*s", 4 * g->ind, "");
+    s_indent(g);
+    char small[512];
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        abort();
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    kl_buf_puts(&g->b, s);
-    kl_buf_puts(&g->b, "\n");
-    free(s);
+    if (n < 0)
+        abort();
+    if ((size_t)n < sizeof small) {
+        kl_buf_append(&g->b, small, (size_t)n);
+    } else {
+        char *s = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+            abort();
+        va_end(ap);
+        kl_buf_puts(&g->b, s);
+        free(s);
+    }
+    kl_buf_append(&g->b, "\n", 1);
+}
+
+/* A line made of the given pieces (NULL-terminated): the statements are
+ * the generator's hot path, and printf copies long strings slowly. */
+static void s_put(cg_t *g, ...)
+{
+    s_indent(g);
+    va_list ap;
+    va_start(ap, g);
+    for (const char *p = va_arg(ap, const char *); p;
+         p = va_arg(ap, const char *))
+        kl_buf_puts(&g->b, p);
+    va_end(ap);
+    kl_buf_append(&g->b, "\n", 1);
 }
 
 int cg_fail(cg_t *g, int code, const char *fmt, ...)
@@ -550,8 +581,11 @@ static void s_emit_stmt(cg_t *g)
                                            : "4")
                         : "f",
                     (long long)k, val.data);
-        else
-            cg_line(g, "acc%lld += %s;", (long long)k, val.data);
+        else {
+            char a[32];
+            snprintf(a, sizeof a, "acc%lld += ", (long long)k);
+            s_put(g, a, val.data, ";", (const char *)NULL);
+        }
     } else {
         const char *on = g->w->tensors[kl_workload_output(g->w)].name;
         cg_lin_t ol;
@@ -563,7 +597,8 @@ static void s_emit_stmt(cg_t *g)
                 cg_line(g, "%s[%s] = kl_maxf(%s[%s], %s);", on, idx.data, on,
                         idx.data, val.data);
             else
-                cg_line(g, "%s[%s] += %s;", on, idx.data, val.data);
+                s_put(g, on, "[", idx.data, "] += ", val.data, ";",
+                      (const char *)NULL);
         } else if (lin && cg_lin_vcoef(g, &ol) == 1) {
             if (upd)
                 cg_line(g, "kl_st%d(&%s[%s], kl_max%d(kl_ld%d(&%s[%s]), %s));",

@@ -20,11 +20,28 @@ static bool s_is_vsym(const cg_t *g, int i)
     return g->lanes_on && g->vpos >= 0 && g->sym[i].pos == g->vpos;
 }
 
+/* Appends the decimal text of v (printf is the generator's hot spot). */
+static void s_put_i64(kl_buf_t *b, int64_t v)
+{
+    char t[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        t[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        t[n++] = '-';
+    char r[24];
+    for (int i = 0; i < n; i++)
+        r[i] = t[n - 1 - i];
+    kl_buf_append(b, r, (size_t)n);
+}
+
 void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out)
 {
     int64_t c = f->c;
     int nterms = 0;
-    kl_buf_t t = {0};
     for (int i = 0; i < g->nsym; i++) {
         int64_t k = f->k[i];
         if (!k)
@@ -36,23 +53,27 @@ void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out)
             c += k * s->value;
         } else if (s->st == SYM_VAR) {
             if (nterms++)
-                kl_buf_puts(&t, " + ");
-            if (k == 1)
-                kl_buf_puts(&t, s->name);
+                kl_buf_append(out, " + ", 3);
             else
-                kl_buf_printf(&t, "%s * %lld", s->name, (long long)k);
+                kl_buf_append(out, "(", 1);
+            kl_buf_puts(out, s->name);
+            if (k != 1) {
+                kl_buf_append(out, " * ", 3);
+                s_put_i64(out, k);
+            }
         } else {
             ((cg_t *)g)->lin_ok = false;
         }
     }
     if (!nterms) {
-        kl_buf_printf(out, "%lld", (long long)c);
+        s_put_i64(out, c);
     } else {
-        if (c)
-            kl_buf_printf(&t, " + %lld", (long long)c);
-        kl_buf_printf(out, "(%s)", t.data);
+        if (c) {
+            kl_buf_append(out, " + ", 3);
+            s_put_i64(out, c);
+        }
+        kl_buf_append(out, ")", 1);
     }
-    kl_buf_free(&t);
 }
 
 void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi)
