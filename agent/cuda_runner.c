@@ -183,6 +183,7 @@ static int s_start(kla_cuda_runner_t *r, char *msg, size_t n)
     atomic_store(&r->running, pid);
     atomic_fetch_add(&r->starts, 1);
     kla_cw_hello_t h;
+    memset(&h, 0, sizeof h);
     bool to;
     if (s_read(r->fd, &h, sizeof h, kl_now_s() + r->setup_s, &to) != 0 ||
         h.magic != KLA_CW_MAGIC || h.status != KILN__STATUS__STATUS_OK) {
