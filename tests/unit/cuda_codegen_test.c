@@ -356,6 +356,61 @@ static void test_sampled_within_limits(void **state)
     kl_workload_free(&w);
 }
 
+/* The optional NVRTC check inside kl_postproc_cuda. */
+static void test_resource_hook(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    if (kl_cuda_enable_resource_check(err)) {
+        printf("SKIP: %s\n", err);
+        skip();
+    }
+    kl_workload_t *w = s_load("dense N=8 I=32 O=32");
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_90", w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 3);
+    kl_trace_t *t = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
+    /* A block of 1024 threads with 32 accumulators each cannot fit the
+     * register file without spilling: the static checks pass it, the
+     * compiled one does not. */
+    kl_workload_t *big = s_load("matmul M=1024 N=512 K=64");
+    kl_sched_t *b = NULL;
+    assert_int_equal(kl_sched_create(&b, big, err), KL_OK);
+    int64_t fi[3] = {16, 64, 1}, fj[3] = {1, 16, 32};
+    int li[3], lj[3], tx, blk;
+    assert_int_equal(kl_sched_split(b, kl_sched_loop(b, 0)->id, fi, 3, li, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_split(b, kl_sched_loop(b, 3)->id, fj, 3, lj, err),
+                     KL_OK);
+    int order[6] = {li[0], lj[0], li[1], lj[1], li[2], lj[2]};
+    assert_int_equal(kl_sched_reorder(b, order, 6, err), KL_OK);
+    assert_int_equal(kl_sched_fuse(b, (int[]){li[0], lj[0]}, 2, &blk, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_fuse(b, (int[]){li[1], lj[1]}, 2, &tx, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_bind(b, blk, KL_LOOP_BLOCK_X, err), KL_OK);
+    assert_int_equal(kl_sched_bind(b, tx, KL_LOOP_THREAD_X, err), KL_OK);
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    kl_cuda_disable_resource_check();
+    assert_int_equal(kl_postproc_cuda(&tg, b, err), KL_OK);
+    assert_int_equal(kl_cuda_enable_resource_check(err), KL_OK);
+    int rc = kl_postproc_cuda(&tg, b, err);
+    printf("1024 threads x 32 accumulators: %s\n", rc ? err : "accepted");
+    assert_int_equal(rc, KL_ERR_INVAL);
+    assert_true(strstr(err, "spills") || strstr(err, "registers"));
+    kl_cuda_disable_resource_check();
+    kl_sched_destroy(&b);
+    kl_workload_free(&big);
+    kl_sched_destroy(&s);
+    kl_trace_free(&t);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 int main(void)
 {
     snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-cuda-test-%d",
@@ -371,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_naive),
         cmocka_unit_test(test_emulated_sampled),
         cmocka_unit_test(test_nvrtc_sampled),
+        cmocka_unit_test(test_resource_hook),
     };
     int rc = cmocka_run_group_tests_name("cuda_codegen", tests, NULL, NULL);
     rmdir(s_workdir);
