@@ -1,6 +1,7 @@
 /* postproc_cpu.c - CPU postprocessors: reject what the C code generator
  * cannot run well, with the reason (kl_space.h). */
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "kl_err.h"
@@ -88,6 +89,23 @@ static int s_check_acc(const kl_target_t *t, const kl_sched_t *s,
     return KL_OK;
 }
 
+/* Number of distinct accesses to tensor t in e (up to 2). */
+static int s_reads(const kl_expr_t *e, int t, const kl_access_t **first)
+{
+    if (!e)
+        return 0;
+    int n = 0;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t) {
+        if (!*first) {
+            *first = &e->access;
+            n = 1;
+        } else if (memcmp(*first, &e->access, sizeof **first)) {
+            n = 1;
+        }
+    }
+    return n + s_reads(e->a, t, first) + s_reads(e->b, t, first);
+}
+
 int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err)
 {
     int rc = s_check_loops(t, s, err);
@@ -103,6 +121,12 @@ int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err)
                 return rc;
             continue;
         }
+        const kl_access_t *first = NULL;
+        if (s_reads(kl_sched_workload(s)->body, st->tensor, &first) > 1)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "packed tensor %s is read with different "
+                             "indices",
+                             kl_sched_workload(s)->tensors[st->tensor].name);
         int64_t bytes = s_pack_elems(s, st) * 4;
         if (bytes > PACK_MAX_BYTES)
             return kl_seterr(err, KL_ERR_INVAL,
