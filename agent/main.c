@@ -8,6 +8,7 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_nvrtc.h"
 #include "kl_opt.h"
 #include "kl_util.h"
 #include "kla_agent.h"
@@ -127,7 +128,8 @@ static int s_check_devices(const char *device)
         return 0;
     static kla_cuda_dev_t devs[KLA_MAX_GPUS];
     int n = 0;
-    if (kla_cuda_query(&spec, devs, &n, err) != KL_OK) {
+    if (kla_cuda_query(&spec, devs, &n, err) != KL_OK ||
+        !kl_nvrtc_default(err)) {
         fprintf(stderr, "kiln-agent: device '%s': %s\n", device, err);
         return 69;
     }

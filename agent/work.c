@@ -217,7 +217,8 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
                     w->busy = false;
                 }
             } else {
-                kla_gate_abort(a->gate);
+                if (a->gate) /* none when builds never pause */
+                    kla_gate_abort(a->gate);
                 s_abort_runs(a);
             }
         }

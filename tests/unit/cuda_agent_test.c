@@ -553,7 +553,7 @@ static void s_request(coord_t *c, uint64_t id, uint32_t dev, const char *ref,
     env.body_case = KILN__ENVELOPE__BODY_REQUEST;
     env.request = &m;
     s_send(c, &env);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; st && i < n; i++) {
         Kiln__Envelope *r = s_expect(c, KILN__ENVELOPE__BODY_RESULT, 60);
         assert_non_null(r);
         assert_int_equal(r->result->request_id, id);
@@ -657,7 +657,14 @@ static void test_agent_fake_gpus(void **state)
     s_request(&c, 5, 1, NULL, broken, 1, st, sim, msg);
     assert_int_equal(st[0], KILN__STATUS__STATUS_COMPILE_ERROR);
     assert_non_null(strstr(msg[0], "error"));
+    /* Stopping while a kernel hangs on a GPU kills its worker. */
+    const char *hang[] = {"hang"};
+    s_request(&c, 6, 1, NULL, hang, 1, NULL, NULL, NULL);
+    for (double end = kl_now_s() + 1; kl_now_s() < end;)
+        s_heartbeat(&c);
+    double t0 = kl_now_s();
     kla_agent_destroy(&agent);
+    assert_true(kl_now_s() - t0 < 5);
     kl_net_destroy(&c.server);
     unsetenv("KILN_FAKE_GPU_WORKER");
 }
