@@ -24,6 +24,7 @@ typedef struct {
     int n;
     kl_inst_t *ifs[MAXI]; /* every `if` of the taken path */
     int nifs;
+    kl_inst_t *mutated; /* the instruction whose decision changed */
 } path_t;
 
 static void s_walk(kl_inst_t *v, int n, path_t *p)
@@ -180,8 +181,10 @@ static int s_mut_tile(path_t *p, kl_rng_t *rng)
         kl_inst_t *in = c[kl_rng_below(rng, (uint64_t)n)];
         int src = (int)kl_rng_below(rng, (uint64_t)in->ndec);
         int dst = (int)kl_rng_below(rng, (uint64_t)in->ndec);
-        if (s_move(in, src, dst, rng))
+        if (s_move(in, src, dst, rng)) {
+            p->mutated = in;
             return KL_OK;
+        }
     }
     return KL_ERR_NOTFOUND;
 }
@@ -196,9 +199,13 @@ static int s_mut_cat(path_t *p, kl_rng_t *rng, bool unroll)
             in->nints >= 2 && in->nout == 1 && s_is_unroll_cat(p, in) == unroll)
             c[n++] = in;
     }
-    for (int tries = 0; n && tries < 16; tries++)
-        if (s_recat(c[kl_rng_below(rng, (uint64_t)n)], rng))
+    for (int tries = 0; n && tries < 16; tries++) {
+        kl_inst_t *in = c[kl_rng_below(rng, (uint64_t)n)];
+        if (s_recat(in, rng)) {
+            p->mutated = in;
             return KL_OK;
+        }
+    }
     return KL_ERR_NOTFOUND;
 }
 
@@ -217,6 +224,7 @@ static int s_mut_loc(path_t *p, kl_rng_t *rng)
     int64_t d =
         (in->dec[0] + 1 + (int64_t)kl_rng_below(rng, (uint64_t)(nc - 1))) % nc;
     in->dec[0] = d;
+    p->mutated = in;
     return KL_OK;
 }
 
@@ -277,10 +285,50 @@ static int s_mut_extent(path_t *p, kl_rng_t *rng, bool bind)
     }
     for (int tries = 0; n && tries < 32; tries++) {
         int i = (int)kl_rng_below(rng, (uint64_t)n);
-        if (s_change_extent(src[i], which[i], rng))
+        if (s_change_extent(src[i], which[i], rng)) {
+            p->mutated = src[i];
             return KL_OK;
+        }
     }
     return KL_ERR_NOTFOUND;
+}
+
+static bool s_has(const int64_t *v, int n, int64_t x)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+/* A changed decision changes the extents of the loops split with it, so
+ * the decisions of later tiles of those loops (and of loops split from
+ * them) may no longer multiply to their extents: they are dropped, to be
+ * drawn again when the trace is fixed. Follows the data flow of the taken
+ * path from the mutated instruction. */
+static void s_invalidate(path_t *p)
+{
+    int64_t taint[4 * MAXI];
+    int nt = 0, i = 0;
+    while (i < p->n && p->inst[i] != p->mutated)
+        i++;
+    for (int k = 0; i < p->n && k < p->mutated->nout; k++)
+        taint[nt++] = p->mutated->out[k];
+    for (i++; i < p->n; i++) {
+        kl_inst_t *in = p->inst[i];
+        bool hit = false;
+        for (int k = 0; k < in->nin && !hit; k++)
+            hit = in->in[k] >= 0 && s_has(taint, nt, in->in[k]);
+        if (!hit || (in->op != KL_OP_SPLIT && in->op != KL_OP_FUSE &&
+                     in->op != KL_OP_SAMPLE_PERFECT_TILE))
+            continue;
+        if (in->op == KL_OP_SAMPLE_PERFECT_TILE) {
+            in->has_decision = false;
+            in->ndec = 0;
+        }
+        for (int k = 0; k < in->nout && nt < 4 * MAXI; k++)
+            taint[nt++] = in->out[k];
+    }
 }
 
 int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
@@ -312,6 +360,8 @@ int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
     default:
         rc = KL_ERR_INVAL;
     }
+    if (!rc && p->mutated)
+        s_invalidate(p);
     free(p);
     if (rc) {
         kl_trace_free(&c);

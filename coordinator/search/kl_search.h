@@ -76,9 +76,11 @@ typedef enum {
 const char *kl_mutator_name(kl_mutator m);
 
 /* Makes *out, a copy of trace t (with decisions) where mutator m changed
- * one decision of the taken path, chosen with rng. KL_ERR_NOTFOUND when
- * the trace has nothing this mutator can change (e.g. thread binding on a
- * CPU trace). The result is not checked: replay it with kl_search_fix. */
+ * one decision of the taken path, chosen with rng. Decisions of later
+ * tiles of loops whose extents follow from the changed one are dropped
+ * (kl_search_fix draws them again). KL_ERR_NOTFOUND when the trace has
+ * nothing this mutator can change (e.g. thread binding on a CPU trace).
+ * The result is not checked: replay it with kl_search_fix. */
 int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
               kl_trace_t **out, char *err);
 

@@ -164,6 +164,59 @@ static void test_mutators(void **state)
     s_fx_free(f);
 }
 
+static int64_t s_threads(const kl_sched_t *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < kl_sched_nloops(s); i++) {
+        kl_loop_kind k = kl_sched_loop(s, i)->kind;
+        if (k == KL_LOOP_THREAD_X || k == KL_LOOP_THREAD_Y ||
+            k == KL_LOOP_THREAD_Z)
+            n *= kl_sched_loop(s, i)->extent;
+    }
+    return n;
+}
+
+/* On a CUDA trace the thread-binding mutator changes the extent of the
+ * threadIdx-bound loops (the tiles split from the changed one are drawn
+ * again). Sampling a CUDA space needs no GPU. */
+static void test_thread_binding(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    kl_space_t *sp = NULL;
+    assert_int_equal(
+        kl_workload_from_string("matmul M=256 N=256 K=256", &w, err), KL_OK);
+    if (kl_space_for_target("cuda/sm_90", w, &sp, err) == KL_ERR_UNSUPPORTED) {
+        kl_workload_free(&w);
+        skip();
+    }
+    assert_non_null(sp);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 1);
+    int changed = 0;
+    for (int k = 0; k < 20; k++) {
+        kl_trace_t *t = NULL, *m = NULL, *f = NULL;
+        kl_sched_t *s = NULL, *fs = NULL;
+        assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err),
+                         KL_OK);
+        assert_int_equal(kl_mutate(t, KL_MUT_THREAD_BINDING, &rng, &m, err),
+                         KL_OK);
+        if (kl_search_fix(sp, m, &rng, &f, &fs, err) == KL_OK)
+            changed += s_threads(fs) != s_threads(s);
+        kl_trace_free(&t);
+        kl_trace_free(&m);
+        kl_trace_free(&f);
+        kl_sched_destroy(&s);
+        kl_sched_destroy(&fs);
+    }
+    fprintf(stderr, "thread binding: threads per block changed in %d of 20\n",
+            changed);
+    assert_true(changed >= 5);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 /* A sampled trace is canonical; fixing it changes nothing. */
 static void test_canonical(void **state)
 {
@@ -562,6 +615,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_config),
         cmocka_unit_test(test_mutators),
+        cmocka_unit_test(test_thread_binding),
         cmocka_unit_test(test_canonical),
         cmocka_unit_test(test_replay_exhausts),
         cmocka_unit_test(test_evolutionary),
