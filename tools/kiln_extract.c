@@ -14,21 +14,23 @@
 
 static const kl_opt_t s_opts[] = {
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
-     "a built-in model (resnet18, resnet50, mobilenet_v2, bert_base) or a "
-     "graph file (docs/models.md)"},
+     "a built-in model (resnet18, resnet50, mobilenet_v2, bert_base), a "
+     "graph file (docs/models.md) or an ONNX model (.onnx)"},
     {"json", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "print one JSON object (with each workload's canonical text and key) "
      "instead of the table"},
     {"list", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "list the built-in models and exit"},
     {"print-graph", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "print the graph file of a built-in model and exit"},
+     "print the model as graph text (a built-in's file, an ONNX model's "
+     "conversion) and exit"},
     KL_OPT_END,
 };
 
-static const char s_usage[] = "usage: kiln extract --model NAME|FILE [--json]\n"
-                              "       kiln extract --list\n"
-                              "       kiln extract --model NAME --print-graph";
+static const char s_usage[] =
+    "usage: kiln extract --model NAME|FILE [--json]\n"
+    "       kiln extract --list\n"
+    "       kiln extract --model NAME|FILE --print-graph";
 
 static void s_table(const kl_model_t *m)
 {
@@ -137,14 +139,15 @@ int kiln_cmd_extract(int argc, char **argv)
         return 2;
     }
     if (kl_opts_bool(o, "print-graph")) {
-        const char *text = kl_model_builtin_text(name);
-        if (text)
-            fputs(text, stdout);
+        char *text = NULL;
+        int rc = kl_model_text(name, &text, err);
+        if (rc)
+            fprintf(stderr, "kiln extract: %s\n", err);
         else
-            fprintf(stderr, "kiln extract: '%s' is not a built-in model\n",
-                    name);
+            fputs(text, stdout);
+        free(text);
         kl_opts_free(&o);
-        return text ? 0 : 2;
+        return rc ? 2 : 0;
     }
     kl_model_t *m = NULL;
     int rc = kl_model_load(name, &m, err);

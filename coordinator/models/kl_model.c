@@ -306,14 +306,16 @@ const char *kl_model_builtin_text(const char *name)
     return NULL;
 }
 
-int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
+int kl_model_text(const char *name_or_path, char **text, char *err)
 {
-    *out = NULL;
+    *text = NULL;
     if (!name_or_path || !*name_or_path)
         return kl_seterr(err, KL_ERR_INVAL, "no model given");
-    const char *text = kl_model_builtin_text(name_or_path);
-    if (text)
-        return kl_model_parse(text, name_or_path, out, err);
+    const char *builtin = kl_model_builtin_text(name_or_path);
+    if (builtin) {
+        *text = kl_xstrdup(builtin);
+        return KL_OK;
+    }
     char *data = NULL;
     size_t len = 0;
     char rerr[KL_ERRMSG_LEN];
@@ -328,15 +330,25 @@ int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
         kl_buf_free(&b);
         return rc;
     }
-    if (memchr(data, '\0', len)) {
+    size_t pl = strlen(name_or_path);
+    if (memchr(data, '\0', len) ||
+        (pl > 5 && strcmp(name_or_path + pl - 5, ".onnx") == 0)) {
+        int rc = kl_model_onnx_to_text(data, len, name_or_path, text, err);
         free(data);
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "%s: not a graph file (binary data; ONNX import is "
-                         "not supported)",
-                         name_or_path);
+        return rc;
     }
-    int rc = kl_model_parse(data, name_or_path, out, err);
-    free(data);
+    *text = data;
+    return KL_OK;
+}
+
+int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
+{
+    *out = NULL;
+    char *text = NULL;
+    int rc = kl_model_text(name_or_path, &text, err);
+    if (!rc)
+        rc = kl_model_parse(text, name_or_path, out, err);
+    free(text);
     return rc;
 }
 

@@ -38,6 +38,7 @@
 #define KL_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kl_ir.h"
@@ -62,10 +63,32 @@ typedef struct kl_model_s kl_model_t;
 int kl_model_parse(const char *text, const char *source, kl_model_t **out,
                    char *err);
 
-/* Loads a built-in model by name, or else a graph file by path. Errors: as
+/* Loads a built-in model by name, or else a file by path: an ONNX model
+ * when its name ends in ".onnx" or it holds binary data (see
+ * kl_model_onnx_to_text), a graph file otherwise. Errors: as
  * kl_model_parse, KL_ERR_NOTFOUND for a name that is neither a built-in
  * nor a readable file (the message lists the built-ins). */
 int kl_model_load(const char *name_or_path, kl_model_t **out, char *err);
+
+/* The graph text of a model as kl_model_load reads it: a built-in's, a
+ * graph file's, or an ONNX model's conversion. *text is the caller's
+ * (free). Errors as kl_model_load. */
+int kl_model_text(const char *name_or_path, char **text, char *err);
+
+/* Writes an ONNX model (the bytes of a .onnx file) as kiln graph text:
+ * Conv (group = channels: depthwise_conv2d), Gemm (transB: dense, else
+ * matmul), MatMul, MaxPool, AveragePool, GlobalAveragePool, Relu, Clip
+ * with min 0 (ReLU6, as relu), Add, Flatten (axis 1), Reshape (constant
+ * shape), Transpose, Softmax, LayerNormalization and Gelu map to the ops
+ * of the same meaning; BatchNormalization and an Add of a constant after
+ * a conv, dense or matmul become its bias=1; Identity and Dropout vanish;
+ * weights lend only their shapes; symbolic dimensions are 1; value names
+ * keep [A-Za-z0-9_.-] and the rest becomes '_'. Anything else is
+ * KL_ERR_INVAL naming the node and its op, as are asymmetric pads,
+ * SAME_* auto_pad, ceil_mode and inputs that are not float32. *text is
+ * the caller's (free). */
+int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
+                          char **text, char *err);
 
 void kl_model_destroy(kl_model_t **self_p);
 

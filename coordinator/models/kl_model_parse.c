@@ -309,6 +309,8 @@ static int s_matmuls(s_ctx_t *c, int from, kl_mnode_t *nd)
         return rc;
     }
     const kl_mnode_t *b = nd->nin > 1 ? &c->g->nodes[nd->in[1]] : NULL;
+    if (nd->op == KL_MOP_MATMUL && b && a->ndim == 3 && b->ndim == 3)
+        nd->op = KL_MOP_BATCH_MATMUL; /* numpy's matmul */
     int nd_want = nd->op == KL_MOP_MATMUL ? 2 : 3;
     int rc = s_need_ndim(c, nd, a, nd_want, nd_want == 2 ? "[M,K]" : "[B,M,K]");
     if (!rc && b)
@@ -351,6 +353,39 @@ static int s_matmuls(s_ctx_t *c, int from, kl_mnode_t *nd)
     return KL_OK;
 }
 
+/* reshape's shape=: dims, where 0 copies the input's dim and one -1 takes
+ * what is left (ONNX's rules). */
+static int s_reshape_dims(s_ctx_t *c, const kl_mnode_t *nd, const kl_mnode_t *x,
+                          const char *v, int64_t *d, int *n)
+{
+    char *copy = kl_xstrdup(v);
+    int infer = -1, rc = KL_OK;
+    *n = 0;
+    for (char *p = copy, *tok; (tok = strsep(&p, "x")) && !rc;) {
+        if (*n == KL_MODEL_MAX_DIMS)
+            rc = S_ERR(c, "layer '%s': more than %d dims in shape=%s", nd->name,
+                       KL_MODEL_MAX_DIMS, v);
+        else if (strcmp(tok, "-1") == 0 && infer < 0)
+            d[infer = (*n)++] = 1;
+        else if (strcmp(tok, "0") == 0 && *n < x->ndim)
+            d[*n] = x->shape[*n], (*n)++;
+        else if ((rc = s_dims(c, "shape", tok, 'x', false, &d[*n], &(int){0})))
+            break;
+        else
+            (*n)++;
+    }
+    free(copy);
+    if (!rc && infer >= 0) {
+        int64_t rest = s_numel(d, *n), all = s_numel(x->shape, x->ndim);
+        if (all % rest)
+            rc = S_ERR(c, "layer '%s': shape=%s does not divide %lld elements",
+                       nd->name, v, (long long)all);
+        else
+            d[infer] = all / rest;
+    }
+    return rc;
+}
+
 static int s_views(s_ctx_t *c, int from, kl_mnode_t *nd)
 {
     const kl_mnode_t *x = &c->g->nodes[nd->in[0]];
@@ -371,7 +406,7 @@ static int s_views(s_ctx_t *c, int from, kl_mnode_t *nd)
     int64_t d[KL_MODEL_MAX_DIMS];
     int n;
     if (nd->op == KL_MOP_RESHAPE) {
-        int rc = s_dims(c, "shape", v, 'x', false, d, &n);
+        int rc = s_reshape_dims(c, nd, x, v, d, &n);
         if (rc)
             return rc;
         if (s_numel(d, n) != s_numel(x->shape, x->ndim))

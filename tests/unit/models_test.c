@@ -17,6 +17,7 @@
 
 #include "kl_err.h"
 #include "kl_model.h"
+#include "onnx_min.pb-c.h"
 
 static kl_model_t *s_parse(const char *text)
 {
@@ -385,16 +386,317 @@ static void test_errors(void **state)
     assert_int_equal(write(fd, "\x08\x07\0\x12", 4), 4);
     close(fd);
     assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
-    assert_non_null(strstr(err, "not a graph file"));
+    assert_non_null(strstr(err, "not an ONNX model"));
     unlink(path);
+}
+
+/* ---- ONNX import: models built here with the same schema ---- */
+
+static void *s_arena[512];
+static int s_narena;
+
+static void *s_mem(size_t n)
+{
+    assert_true(s_narena < 512);
+    return s_arena[s_narena++] = calloc(1, n);
+}
+
+static void s_arena_free(void)
+{
+    while (s_narena > 0)
+        free(s_arena[--s_narena]);
+}
+
+static char **s_strs(const char *a, const char *b, const char *c3)
+{
+    char **v = s_mem(3 * sizeof(char *));
+    v[0] = (char *)a;
+    v[1] = (char *)b;
+    v[2] = (char *)c3;
+    return v;
+}
+
+static KilnOnnx__AttributeProto *s_ints(const char *name, int n, int64_t a,
+                                        int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->n_ints = (size_t)n;
+    at->ints = s_mem(4 * sizeof(int64_t));
+    int64_t v[4] = {a, b, c3, d};
+    memcpy(at->ints, v, sizeof(v));
+    return at;
+}
+
+static KilnOnnx__AttributeProto *s_int(const char *name, int64_t v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_i = 1;
+    at->i = v;
+    return at;
+}
+
+static KilnOnnx__TensorProto *s_tensor(const char *name, int n, int64_t a,
+                                       int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__TensorProto *t = s_mem(sizeof(*t));
+    kiln_onnx__tensor_proto__init(t);
+    t->name = (char *)name;
+    t->n_dims = (size_t)n;
+    t->dims = s_mem(4 * sizeof(int64_t));
+    int64_t v[4] = {a, b, c3, d};
+    memcpy(t->dims, v, sizeof(v));
+    t->has_data_type = 1;
+    t->data_type = 1;
+    return t;
+}
+
+typedef struct {
+    KilnOnnx__GraphProto g;
+    KilnOnnx__NodeProto *nodes[32];
+    KilnOnnx__TensorProto *inits[32];
+    KilnOnnx__ValueInfoProto *io[4];
+} s_onnx_t;
+
+static void s_onnx_init(s_onnx_t *o, const char *in, int n, const int64_t *d)
+{
+    memset(o, 0, sizeof(*o));
+    kiln_onnx__graph_proto__init(&o->g);
+    o->g.node = o->nodes;
+    o->g.initializer = o->inits;
+    KilnOnnx__ValueInfoProto *vi = s_mem(sizeof(*vi));
+    kiln_onnx__value_info_proto__init(vi);
+    vi->name = (char *)in;
+    vi->type = s_mem(sizeof(*vi->type));
+    kiln_onnx__type_proto__init(vi->type);
+    vi->type->value_case = KILN_ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    vi->type->tensor_type = s_mem(sizeof(*vi->type->tensor_type));
+    kiln_onnx__type_proto__tensor__init(vi->type->tensor_type);
+    vi->type->tensor_type->has_elem_type = 1;
+    vi->type->tensor_type->elem_type = 1;
+    KilnOnnx__TensorShapeProto *sh = s_mem(sizeof(*sh));
+    kiln_onnx__tensor_shape_proto__init(sh);
+    sh->n_dim = (size_t)n;
+    sh->dim = s_mem((size_t)n * sizeof(*sh->dim));
+    for (int i = 0; i < n; i++) {
+        sh->dim[i] = s_mem(sizeof(**sh->dim));
+        kiln_onnx__tensor_shape_proto__dimension__init(sh->dim[i]);
+        if (d[i] > 0) {
+            sh->dim[i]->value_case =
+                KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            sh->dim[i]->dim_value = d[i];
+        } else { /* a symbolic batch dimension */
+            sh->dim[i]->value_case =
+                KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            sh->dim[i]->dim_param = "batch";
+        }
+    }
+    vi->type->tensor_type->shape = sh;
+    o->io[0] = vi;
+    o->g.input = o->io;
+    o->g.n_input = 1;
+}
+
+static void s_onnx_node(s_onnx_t *o, const char *op, char **in, int nin,
+                        const char *out, KilnOnnx__AttributeProto *a0,
+                        KilnOnnx__AttributeProto *a1,
+                        KilnOnnx__AttributeProto *a2)
+{
+    KilnOnnx__NodeProto *nd = s_mem(sizeof(*nd));
+    kiln_onnx__node_proto__init(nd);
+    nd->op_type = (char *)op;
+    nd->name = (char *)out;
+    nd->input = in;
+    nd->n_input = (size_t)nin;
+    nd->output = s_strs(out, NULL, NULL);
+    nd->n_output = 1;
+    nd->attribute = s_mem(3 * sizeof(*nd->attribute));
+    KilnOnnx__AttributeProto *a[3] = {a0, a1, a2};
+    for (int i = 0; i < 3; i++)
+        if (a[i])
+            nd->attribute[nd->n_attribute++] = a[i];
+    o->nodes[o->g.n_node++] = nd;
+}
+
+/* Packs the graph as a model file; returns its path (static). */
+static const char *s_onnx_write(s_onnx_t *o, const char *out)
+{
+    static char path[64];
+    KilnOnnx__ValueInfoProto *vo = s_mem(sizeof(*vo));
+    kiln_onnx__value_info_proto__init(vo);
+    vo->name = (char *)out;
+    o->io[1] = vo;
+    o->g.output = &o->io[1];
+    o->g.n_output = 1;
+    KilnOnnx__ModelProto m = KILN_ONNX__MODEL_PROTO__INIT;
+    m.has_ir_version = 1;
+    m.ir_version = 7;
+    m.graph = &o->g;
+    size_t n = kiln_onnx__model_proto__get_packed_size(&m);
+    uint8_t *buf = malloc(n);
+    kiln_onnx__model_proto__pack(&m, buf);
+    snprintf(path, sizeof(path), "/tmp/kiln_onnx_test_%d.onnx", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    free(buf);
+    return path;
+}
+
+static void s_same_tasks(const kl_model_t *a, const kl_model_t *b)
+{
+    assert_int_equal(kl_model_ntasks(a), kl_model_ntasks(b));
+    for (int i = 0; i < kl_model_ntasks(a); i++) {
+        const kl_model_task_t *x = kl_model_task(a, i),
+                              *y = kl_model_task(b, i);
+        if (memcmp(x->w->key, y->w->key, 16) || x->weight != y->weight)
+            fail_msg("task %d: %s x%d vs %s x%d", i, x->spec, x->weight,
+                     y->spec, y->weight);
+    }
+    assert_true(kl_model_total_flop(a) == kl_model_total_flop(b));
+}
+
+/* A residual CNN as a PyTorch export writes it (conv + batch norm, ReLU6
+ * as Clip, Gemm with transB, a Reshape with 0 and -1) against the graph
+ * file that says the same. */
+static void test_onnx_cnn(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[4] = {0, 3, 32, 32};
+    s_onnx_init(&o, "input.1", 4, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_tensor("w1", 4, 16, 3, 3, 3);
+    t[1] = s_tensor("b1", 1, 16, 0, 0, 0);
+    t[2] = s_tensor("w2", 4, 16, 1, 3, 3);
+    t[3] = s_tensor("w3", 4, 16, 16, 1, 1);
+    t[4] = s_tensor("w4", 2, 10, 16, 0, 0);
+    t[5] = s_tensor("b4", 1, 10, 0, 0, 0);
+    t[6] = s_tensor("zero", 0, 0, 0, 0, 0);
+    t[6]->n_float_data = 1;
+    t[6]->float_data = s_mem(sizeof(float));
+    t[7] = s_tensor("shape", 1, 2, 0, 0, 0);
+    t[7]->data_type = 7;
+    t[7]->n_int64_data = 2;
+    t[7]->int64_data = s_mem(2 * sizeof(int64_t));
+    t[7]->int64_data[1] = -1;
+    o.g.n_initializer = 8;
+    s_onnx_node(&o, "Conv", s_strs("input.1", "w1", "b1"), 3, "/c1/Conv",
+                s_ints("pads", 4, 1, 1, 1, 1), s_ints("strides", 2, 1, 1, 0, 0),
+                s_ints("kernel_shape", 2, 3, 3, 0, 0));
+    s_onnx_node(&o, "Relu", s_strs("/c1/Conv", 0, 0), 1, "r1", 0, 0, 0);
+    s_onnx_node(&o, "MaxPool", s_strs("r1", 0, 0), 1, "p1",
+                s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                s_ints("strides", 2, 2, 2, 0, 0), 0);
+    s_onnx_node(&o, "Conv", s_strs("p1", "w2", 0), 2, "dw",
+                s_ints("pads", 4, 1, 1, 1, 1), s_int("group", 16), 0);
+    s_onnx_node(&o, "BatchNormalization", s_strs("dw", "s", "b"), 3, "bn2", 0,
+                0, 0);
+    s_onnx_node(&o, "Clip", s_strs("bn2", "zero", ""), 3, "r2", 0, 0, 0);
+    s_onnx_node(&o, "Conv", s_strs("r2", "w3", 0), 2, "pw", 0, 0, 0);
+    s_onnx_node(&o, "BatchNormalization", s_strs("pw", "s", "b"), 3, "bn3", 0,
+                0, 0);
+    s_onnx_node(&o, "Add", s_strs("bn3", "p1", 0), 2, "s", 0, 0, 0);
+    s_onnx_node(&o, "Relu", s_strs("s", 0, 0), 1, "o", 0, 0, 0);
+    s_onnx_node(&o, "GlobalAveragePool", s_strs("o", 0, 0), 1, "g", 0, 0, 0);
+    s_onnx_node(&o, "Flatten", s_strs("g", 0, 0), 1, "f", 0, 0, 0);
+    s_onnx_node(&o, "Dropout", s_strs("f", 0, 0), 1, "fd", 0, 0, 0);
+    s_onnx_node(&o, "Gemm", s_strs("fd", "w4", "b4"), 3, "fc",
+                s_int("transB", 1), 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("fc", "shape", 0), 2, "out", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "out");
+    kl_model_t *m = NULL, *want = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    want = s_parse("input x 1x3x32x32\n"
+                   "c1 = conv2d x K=16 R=3 pad=1 bias=1\n"
+                   "r1 = relu c1\n"
+                   "p1 = max_pool2d r1 R=2\n"
+                   "dw = depthwise_conv2d p1 R=3 pad=1 bias=1\n"
+                   "r2 = relu dw\n"
+                   "pw = conv2d r2 K=16 R=1 bias=1\n"
+                   "s = add pw p1\n"
+                   "o = relu s\n"
+                   "g = global_avg_pool o\n"
+                   "f = flatten g\n"
+                   "fc = dense f O=10 bias=1\n");
+    s_same_tasks(m, want);
+    assert_int_equal(kl_model_ntasks(m), 6);
+    char *text = NULL;
+    assert_int_equal(kl_model_text(path, &text, err), KL_OK);
+    assert_non_null(strstr(text, "input input.1 1x3x32x32\n"));
+    assert_non_null(strstr(text, "_c1_Conv = conv2d input.1 K=16 R=3 S=3 "
+                                 "stride=1 pad=1 bias=1\n"));
+    assert_non_null(strstr(text, "out = reshape fc shape=0x-1\n"));
+    free(text);
+    kl_model_destroy(&m);
+    kl_model_destroy(&want);
+    unlink(path);
+    s_arena_free();
+}
+
+/* Attention scores: MatMul of two 3-D values is a batch matmul; the
+ * Transpose and Softmax carry the shapes. Errors name the node. */
+static void test_onnx_attention_and_errors(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[3] = {12, 128, 64};
+    s_onnx_init(&o, "q", 3, in);
+    s_onnx_node(&o, "Transpose", s_strs("q", 0, 0), 1, "kt",
+                s_ints("perm", 3, 0, 2, 1, 0), 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("q", "kt", 0), 2, "scores", 0, 0, 0);
+    s_onnx_node(&o, "Softmax", s_strs("scores", 0, 0), 1, "p", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "p");
+    kl_model_t *m = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 1);
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "batch_matmul B=12 M=128 N=128 K=64");
+    assert_string_equal(kl_model_untuned(m), "softmax x1");
+    kl_model_destroy(&m);
+
+    /* An op kiln does not import is named with its node. */
+    s_onnx_node(&o, "Erf", s_strs("p", 0, 0), 1, "/gelu/Erf", 0, 0, 0);
+    path = s_onnx_write(&o, "/gelu/Erf");
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "node '/gelu/Erf' (Erf): unsupported op"));
+    /* Asymmetric padding. */
+    o.g.n_node = 0;
+    o.inits[0] = s_tensor("w", 4, 8, 128, 3, 3);
+    o.g.n_initializer = 1;
+    s_onnx_node(&o, "Conv", s_strs("q", "w", 0), 2, "c",
+                s_ints("pads", 4, 0, 0, 1, 1), 0, 0);
+    path = s_onnx_write(&o, "c");
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "node 'c' (Conv): asymmetric"));
+    /* Bytes that are not a ModelProto. */
+    FILE *f = fopen(path, "wb");
+    fputs("\xff\xff\xff", f);
+    fclose(f);
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "not an ONNX model"));
+    unlink(path);
+    s_arena_free();
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_resnet18), cmocka_unit_test(test_builtins),
-        cmocka_unit_test(test_bert),     cmocka_unit_test(test_fusion_rules),
+        cmocka_unit_test(test_resnet18),
+        cmocka_unit_test(test_builtins),
+        cmocka_unit_test(test_bert),
+        cmocka_unit_test(test_fusion_rules),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_onnx_cnn),
+        cmocka_unit_test(test_onnx_attention_and_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
