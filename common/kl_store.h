@@ -16,7 +16,9 @@
  * MDB_MAP_FULL doubles the map and retries the whole transaction; a disk
  * that cannot take it (ENOSPC, EDQUOT, EFBIG) is KL_ERR_NOSPC with a
  * message naming the directory and the map size, and nothing committed
- * before is lost. Every commit is durable (fsync) when it returns.
+ * before is lost. Every commit is durable (fsync) when it returns, unless
+ * the store was opened with KL_STORE_NOSYNC. A write through a RDONLY
+ * handle is KL_ERR_INVAL.
  *
  * Open a directory at most once per process (LMDB's rule: closing a second
  * handle would drop the locks of the first); share the handle instead. A
