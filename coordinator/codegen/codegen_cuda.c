@@ -360,83 +360,136 @@ static void s_close(g_t *g)
     s_line(g, "}");
 }
 
-/* Cooperative copy of the shared stages attached at pos. */
+/* The body's (one) index map of the tensor a shared box caches. */
+static const kl_access_t *s_read_of(const g_t *g, int tensor)
+{
+    const kl_expr_t *stack[64];
+    int sp = 0;
+    stack[sp++] = g->w->body;
+    while (sp) {
+        const kl_expr_t *e = stack[--sp];
+        if (e->kind == KL_EX_LOAD && e->access.tensor == tensor)
+            return &e->access;
+        if (e->a && sp < 63)
+            stack[sp++] = e->a;
+        if (e->b && sp < 63)
+            stack[sp++] = e->b;
+    }
+    return NULL;
+}
+
+/* The box's start in dimension d: the index with only the parts that are
+ * fixed at attach position pos (above it, not threads or vthreads). */
+static void s_box_start(const g_t *g, const kl_cuda_smem_t *sm,
+                        const kl_access_t *a, int pos, int d, lin_t *f)
+{
+    s_lin_access(g, a, d, f);
+    for (int q = 0; q < g->p.nloops; q++) {
+        const kl_loop_t *l = s_L(g, q);
+        bool relaxed = s_thread_or_vthread(l) || (q > pos && q >= g->p.prefix);
+        for (int r = 0; relaxed && r < l->nparts; r++)
+            f->k[q][r] = 0;
+    }
+    f->c += sm->lo[d];
+}
+
+/* Whether the copy can move 16 bytes at a time: the box's rows start on a
+ * multiple of 4 floats, span a multiple of 4 and never leave the tensor in
+ * the innermost dimension. */
+static bool s_copy_vec4(const g_t *g, const kl_cuda_smem_t *sm,
+                        const kl_access_t *a, int pos)
+{
+    int d = sm->ndim - 1;
+    const kl_tensor_t *t = &g->w->tensors[sm->tensor];
+    if (sm->ext[d] % 4 || t->shape[d] % 4 || sm->offset % 4)
+        return false;
+    lin_t f, full;
+    int64_t lo, hi;
+    s_lin_access(g, a, d, &full);
+    s_lin_range(g, &full, &lo, &hi);
+    if (lo < 0 || hi >= t->shape[d])
+        return false;
+    s_box_start(g, sm, a, pos, d, &f);
+    if (f.c % 4)
+        return false;
+    for (int q = 0; q < g->p.nloops; q++)
+        for (int r = 0; r < s_L(g, q)->nparts; r++)
+            if (f.k[q][r] % 4)
+                return false;
+    return true;
+}
+
+/* Cooperative copy of one shared box, attached at pos. */
+static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
+{
+    const kl_tensor_t *t = &g->w->tensors[sm->tensor];
+    const kl_access_t *a = s_read_of(g, sm->tensor);
+    int vw = s_copy_vec4(g, sm, a, pos) ? 4 : 1;
+    s_line(g, "/* %s: %" PRId64 " floats%s */", t->name, sm->size,
+           vw == 4 ? ", 16 bytes per access" : "");
+    s_line(g, "for (%s f = kl_tid * %d; f < %" PRId64 "; f += %" PRId64 ") {",
+           g->ity, vw, sm->size, g->p.threads * vw);
+    g->ind++;
+    kl_buf_t off = {0}, cond = {0};
+    int64_t st[KL_IR_MAX_DIMS], tst = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        st[d] = tst;
+        tst *= t->shape[d];
+    }
+    for (int d = 0; d < sm->ndim; d++) {
+        lin_t f, full;
+        int64_t lo, hi;
+        s_lin_access(g, a, d, &full);
+        s_lin_range(g, &full, &lo, &hi);
+        s_box_start(g, sm, a, pos, d, &f);
+        int64_t inner = 1;
+        for (int e = d + 1; e < sm->ndim; e++)
+            inner *= sm->ext[e];
+        kl_buf_t x = {0};
+        s_lin_print(g, &x, &f);
+        s_line(g, "const %s c%d = %s + (f / %" PRId64 ") %% %" PRId64 ";",
+               g->ity, d, x.data, inner, sm->ext[d]);
+        kl_buf_free(&x);
+        kl_buf_printf(&off, "%sc%d * %" PRId64, d ? " + " : "", d, st[d]);
+        const char *sep = cond.len ? " && " : "";
+        if (lo < 0) {
+            kl_buf_printf(&cond, "%sc%d >= 0", sep, d);
+            sep = " && ";
+        }
+        if (hi >= t->shape[d])
+            kl_buf_printf(&cond, "%sc%d < %" PRId64, sep, d, t->shape[d]);
+    }
+    if (vw == 4)
+        s_line(g,
+               "*(float4 *)&kl_smem[%" PRId64 " + f] = %s%s%s*(const float4 "
+               "*)&a%d[%s]%s;",
+               sm->offset, cond.len ? "(" : "", cond.len ? cond.data : "",
+               cond.len ? ") ? " : "", sm->tensor, off.data,
+               cond.len ? " : make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "");
+    else if (cond.len)
+        s_line(g, "kl_smem[%" PRId64 " + f] = (%s) ? a%d[%s] : 0.0f;",
+               sm->offset, cond.data, sm->tensor, off.data);
+    else
+        s_line(g, "kl_smem[%" PRId64 " + f] = a%d[%s];", sm->offset, sm->tensor,
+               off.data);
+    kl_buf_free(&off);
+    kl_buf_free(&cond);
+    s_close(g);
+}
+
+/* Cooperative copies of the shared stages attached at pos, between
+ * barriers (the first one only inside a loop, where the previous
+ * iteration may still read the boxes). */
 static void s_emit_copies(g_t *g, int pos, bool in_loop)
 {
     bool any = false;
     for (int i = 0; i < g->p.nsmem; i++) {
-        const kl_cuda_smem_t *sm = &g->p.smem[i];
-        if (sm->attach != pos)
+        if (g->p.smem[i].attach != pos)
             continue;
         if (!any && in_loop)
             s_line(g, "__syncthreads();");
         any = true;
-        const kl_tensor_t *t = &g->w->tensors[sm->tensor];
-        const kl_access_t *a = NULL;
-        /* The plan guarantees one index map; find it. */
-        const kl_expr_t *stack[64];
-        int sp = 0;
-        stack[sp++] = g->w->body;
-        while (sp && !a) {
-            const kl_expr_t *e = stack[--sp];
-            if (e->kind == KL_EX_LOAD && e->access.tensor == sm->tensor)
-                a = &e->access;
-            if (e->a && sp < 63)
-                stack[sp++] = e->a;
-            if (e->b && sp < 63)
-                stack[sp++] = e->b;
-        }
-        s_line(g, "/* %s: %" PRId64 " floats */", t->name, sm->size);
-        s_line(g, "for (%s f = kl_tid; f < %" PRId64 "; f += %" PRId64 ") {",
-               g->ity, sm->size, g->p.threads);
-        g->ind++;
-        kl_buf_t off = {0}, cond = {0};
-        int64_t st[KL_IR_MAX_DIMS], tst = 1;
-        for (int d = t->ndim - 1; d >= 0; d--) {
-            st[d] = tst;
-            tst *= t->shape[d];
-        }
-        for (int d = 0; d < sm->ndim; d++) {
-            lin_t f;
-            s_lin_access(g, a, d, &f);
-            int64_t lo, hi;
-            s_lin_range(g, &f, &lo, &hi);
-            /* Keep only the fixed parts: those above the attach point that
-             * are not threads or vthreads. */
-            for (int q = 0; q < g->p.nloops; q++) {
-                const kl_loop_t *l = s_L(g, q);
-                bool relaxed =
-                    s_thread_or_vthread(l) || (q > pos && q >= g->p.prefix);
-                for (int r = 0; relaxed && r < l->nparts; r++)
-                    f.k[q][r] = 0;
-            }
-            f.c += sm->lo[d];
-            int64_t inner = 1;
-            for (int e = d + 1; e < sm->ndim; e++)
-                inner *= sm->ext[e];
-            kl_buf_t x = {0};
-            s_lin_print(g, &x, &f);
-            s_line(g, "const %s c%d = %s + (f / %" PRId64 ") %% %" PRId64 ";",
-                   g->ity, d, x.data, inner, sm->ext[d]);
-            kl_buf_free(&x);
-            kl_buf_printf(&off, "%sc%d * %" PRId64, d ? " + " : "", d, st[d]);
-            const char *sep = cond.len ? " && " : "";
-            if (lo < 0) {
-                kl_buf_printf(&cond, "%sc%d >= 0", sep, d);
-                sep = " && ";
-            }
-            if (hi >= t->shape[d])
-                kl_buf_printf(&cond, "%sc%d < %" PRId64, sep, d, t->shape[d]);
-        }
-        if (cond.len)
-            s_line(g, "kl_smem[%" PRId64 " + f] = (%s) ? a%d[%s] : 0.0f;",
-                   sm->offset, cond.data, sm->tensor, off.data);
-        else
-            s_line(g, "kl_smem[%" PRId64 " + f] = a%d[%s];", sm->offset,
-                   sm->tensor, off.data);
-        kl_buf_free(&off);
-        kl_buf_free(&cond);
-        s_close(g);
+        s_emit_copy(g, &g->p.smem[i], pos);
     }
     if (any)
         s_line(g, "__syncthreads();");

@@ -14,7 +14,7 @@
  * (small tiles). The inner reduction loops are unrolled and an auto-unroll
  * depth is sampled. reject_if keeps the sample inside the machine:
  * threads per block in [min(32, points), 1024], at most 8 vthreads, at
- * most 64 accumulators per thread, and threads x (accumulators + 32)
+ * most 64 accumulators per thread, and threads x (accumulators + 40)
  * registers within the 64 K register file. The epilogue is applied at
  * write-back by the code generator (epilogue fusion).
  */
@@ -166,11 +166,11 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
         s_prod(acc, sizeof acc, &sv[i][3], 2);
     if (!rc)
         rc = s_reject(t, err, "%s > %d", acc, S_MAX_ACC);
-    /* Registers: the accumulators plus about 32 for indices and operands
+    /* Registers: the accumulators plus about 40 for indices and operands
      * per thread must fit the 64 K register file with the whole block, or
      * __launch_bounds__ makes ptxas spill. */
     if (!rc)
-        rc = s_reject(t, err, "l%lld * (%s + 32) > 65536", (long long)bound[2],
+        rc = s_reject(t, err, "l%lld * (%s + 40) > 65536", (long long)bound[2],
                       acc);
     if (rc) {
         kl_trace_free(&t);

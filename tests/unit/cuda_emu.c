@@ -23,6 +23,9 @@ static const char *s_prelude =
     "}\n"
     "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); "
     "return f; }\n"
+    "struct float4 { float x, y, z, w; };\n"
+    "static inline float4 make_float4(float a, float b, float c, float d) "
+    "{ return float4{a, b, c, d}; }\n"
     "#define __global__\n"
     "#define __launch_bounds__(n)\n"
     "#define __restrict__ __restrict\n"
@@ -91,9 +94,10 @@ int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
     int rc = kl_write_file(src, b.data, b.len, err);
     kl_buf_free(&b);
     if (!rc) {
-        char *cmd = kl_xasprintf("c++ -std=c++17 -O1 -w -shared -fPIC "
-                                 "-pthread -o %s %s >%s 2>&1",
-                                 so, src, log);
+        char *cmd = kl_xasprintf(
+            "c++ -std=c++17 -O1 -fno-strict-aliasing -w -shared -fPIC "
+            "-pthread -o %s %s >%s 2>&1",
+            so, src, log);
         if (system(cmd) != 0) {
             char *out = NULL;
             kl_read_file(log, &out, NULL, NULL);
