@@ -61,6 +61,29 @@ static const kl_opt_t s_opts[] = {
      "caps, restore each task's best, and are never measured again)"},
     {"seed", KL_OPT_INT, "0", 0, 9e18, "S",
      "seed of the searches and of the scheduler"},
+    {"population", KL_OPT_INT, "512", 1, 1e6, "N",
+     "evolutionary: population size"},
+    {"generations", KL_OPT_INT, "4", 0, 1000, "N",
+     "evolutionary: generations per batch"},
+    {"mutate-prob", KL_OPT_DOUBLE, "0.85", 0, 1, "P",
+     "evolutionary: probability that a child is mutated"},
+    {"eps-greedy", KL_OPT_DOUBLE, "0.05", 0, 1, "P",
+     "evolutionary: probability that a batch slot is a random sample"},
+    {"init-measured-ratio", KL_OPT_DOUBLE, "0.2", 0, 1, "R",
+     "evolutionary: share of the population taken from the best records"},
+    {"init-min-unmeasured", KL_OPT_INT, "50", 0, 1e6, "N",
+     "evolutionary: random samples in every initial population, at least"},
+    {"model-min-rows", KL_OPT_INT, "64", 2, 1e9, "N",
+     "results before the cost model is used (random scores until then)"},
+    {"model-retrain-growth", KL_OPT_DOUBLE, "0.2", 0, 100, "G",
+     "retrain the cost model when its data grew by this fraction"},
+    {"model-rounds", KL_OPT_INT, "64", 1, 10000, "N",
+     "boosting rounds of the cost model"},
+    {"max-sample-tries", KL_OPT_INT, "1000", 1, 1e9, "N",
+     "rejected samples per draw before the space counts as exhausted"},
+    {"max-known-draws", KL_OPT_INT, "256", 1, 1e9, "N",
+     "already-measured samples in a row before the space counts as "
+     "exhausted"},
     {"number", KL_OPT_INT, "1", 1, 1e9, "N", "runs per sample"},
     {"repeat", KL_OPT_INT, "5", 1, 10000, "N", "samples per candidate"},
     {"min-repeat-ms", KL_OPT_INT, "50", 0, 1e6, "MS",
@@ -197,7 +220,19 @@ static int s_task_config(const kl_opts_t *o, kl_task_cfg_t *c, char *err)
     kl_task_cfg_default(c);
     c->target = kl_opts_str(o, "target");
     c->trials_per_iter = (int)kl_opts_int(o, "trials-per-iter");
-    c->search.seed = (uint64_t)kl_opts_int(o, "seed");
+    kl_search_cfg_t *s = &c->search;
+    s->seed = (uint64_t)kl_opts_int(o, "seed");
+    s->population = (int)kl_opts_int(o, "population");
+    s->generations = (int)kl_opts_int(o, "generations");
+    s->mutate_prob = kl_opts_double(o, "mutate-prob");
+    s->eps_greedy = kl_opts_double(o, "eps-greedy");
+    s->init_measured_ratio = kl_opts_double(o, "init-measured-ratio");
+    s->init_min_unmeasured = (int)kl_opts_int(o, "init-min-unmeasured");
+    s->model_min_rows = (int)kl_opts_int(o, "model-min-rows");
+    s->model_retrain_growth = kl_opts_double(o, "model-retrain-growth");
+    s->model_rounds = (int)kl_opts_int(o, "model-rounds");
+    s->max_sample_tries = (int)kl_opts_int(o, "max-sample-tries");
+    s->max_known_draws = (int)kl_opts_int(o, "max-known-draws");
     Kiln__Evaluator *e = &c->evaluator;
     e->number = (uint32_t)kl_opts_int(o, "number");
     e->repeat = (uint32_t)kl_opts_int(o, "repeat");
