@@ -169,8 +169,16 @@ static int s_reject_pressure(rule_t *r)
         else
             n += snprintf(pred + n, sizeof pred - (size_t)n, " * %s", rv);
     }
+    char small[KL_PRED_MAX + 8];
+    snprintf(small, sizeof small, "%s < 8", pred);
     snprintf(pred + n, sizeof pred - (size_t)n, " > %d", regs);
-    return kl_tr_reject_if(r->tr, pred, r->err);
+    int rc = kl_tr_reject_if(r->tr, pred, r->err);
+    /* A register tile of fewer than 8 vectors cannot hide the latency of
+     * the multiply-adds (4 cycles, 2 per cycle); refuse it when the row
+     * iterator alone could give 8. */
+    if (!rc && r->row >= 0 && r->w->iters[r->sp[r->row]].extent >= 8)
+        rc = kl_tr_reject_if(r->tr, small, r->err);
+    return rc;
 }
 
 static int s_branch(rule_t *r, bool flip, int64_t acc)
