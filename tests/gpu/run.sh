@@ -64,11 +64,18 @@ if [ "${KILN_GPU_FORCE_DEPS:-0}" = 1 ] || ! have_deps; then
     lib=$pfx/usr/lib/x86_64-linux-gnu
     rm -rf "$pfx" && mkdir -p "$pfx"
     for d in "$root"/.gpudeps/*.deb; do dpkg-deb -x "$d" "$pfx" || exit 1; done
-    # Shared libraries the system has stay the system's: drop ours.
+    # A library soname the system has stays the system's at run time: drop
+    # our soname link (the versioned file stays, for linking).
+    sonames=$(ldconfig -p | awk 'NR > 1 { print $1 }')
     for f in "$lib"/*.so.*; do
         b=$(basename "$f")
         if [ "${KILN_GPU_FORCE_DEPS:-0}" != 1 ] &&
-            ldconfig -p | grep -q " $b "; then rm -f "$f"; fi
+            echo "$sonames" | grep -qx "$b"; then rm -f "$f"; fi
+    done
+    for l in "$lib"/*.so; do # dev links that named a dropped soname
+        [ -L "$l" ] && [ ! -e "$l" ] || continue
+        real=$(ls "$l".* 2>/dev/null | head -1)
+        [ -n "$real" ] && ln -sf "$(basename "$real")" "$l"
     done
     # .pc files: no private requirements (shared linking needs none).
     for pc in "$lib"/pkgconfig/*.pc; do
@@ -91,13 +98,17 @@ done
 
 # ---- 3. build -------------------------------------------------------------
 say "building kiln in $build ($(elapsed) s)"
+# Warnings stay warnings: another machine's compiler may know new ones.
+opts="-Dbuildtype=debugoptimized -Dwerror=false"
 if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dbuildtype=release >"$logs/meson.log" 2>&1 || {
-        tail -30 "$logs/meson.log"
-        say "FAIL: meson setup"
-        exit 1
-    }
-fi
+    meson setup "$build" $opts >"$logs/meson.log" 2>&1
+else
+    meson configure "$build" $opts >"$logs/meson.log" 2>&1
+fi || {
+    tail -30 "$logs/meson.log"
+    say "FAIL: meson setup"
+    exit 1
+}
 ninja -C "$build" -j"$jobs" tools/kiln agent/kiln-agent tests/gpu/gpu_check \
     tools/bench_cublas >"$logs/ninja.log" 2>&1 || {
     tail -30 "$logs/ninja.log"
