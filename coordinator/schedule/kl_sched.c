@@ -674,6 +674,22 @@ char *kl_sched_print(const kl_sched_t *s)
 {
     kl_buf_t b = {0};
     for (int i = -1; i < s->nloops; i++) {
+        if (i >= 0) {
+            const kl_loop_t *l = &s->loops[i];
+            kl_buf_printf(&b, "%*sfor l%d in %lld [%s%s]:", 2 * i, "", l->id,
+                          (long long)l->extent, kl_loop_kind_name(l->kind),
+                          l->reduce ? ", reduce" : "");
+            for (int p = 0; p < l->nparts; p++)
+                kl_buf_printf(&b, " %s*%lld(%lld)",
+                              s->w->iters[l->parts[p].iter].name,
+                              (long long)l->parts[p].stride,
+                              (long long)l->parts[p].extent);
+            for (int a = 0; a < l->nannots; a++)
+                kl_buf_printf(&b, " @%s=%lld", l->annots[a].key,
+                              (long long)l->annots[a].value);
+            kl_buf_puts(&b, "\n");
+        }
+        /* Stages attached here run inside this loop (root: before all). */
         for (int k = 0; k < s->nstages; k++) {
             const kl_stage_t *st = &s->stages[k];
             if (kl_sched_stage_attach_pos(s, st) == i)
@@ -682,20 +698,6 @@ char *kl_sched_print(const kl_sched_t *s)
                     st->kind == KL_STAGE_READ ? "cache_read" : "cache_write",
                     s->w->tensors[st->tensor].name, kl_scope_name(st->scope));
         }
-        if (i < 0)
-            continue;
-        const kl_loop_t *l = &s->loops[i];
-        kl_buf_printf(&b, "%*sfor l%d in %lld [%s%s]:", 2 * i, "", l->id,
-                      (long long)l->extent, kl_loop_kind_name(l->kind),
-                      l->reduce ? ", reduce" : "");
-        for (int p = 0; p < l->nparts; p++)
-            kl_buf_printf(
-                &b, " %s*%lld(%lld)", s->w->iters[l->parts[p].iter].name,
-                (long long)l->parts[p].stride, (long long)l->parts[p].extent);
-        for (int a = 0; a < l->nannots; a++)
-            kl_buf_printf(&b, " @%s=%lld", l->annots[a].key,
-                          (long long)l->annots[a].value);
-        kl_buf_puts(&b, "\n");
     }
     for (int g = 0; g < s->nguards; g++) {
         const kl_guard_t *gd = &s->guards[g];
