@@ -13,7 +13,8 @@ if ! grep -qx '/.gpudeps/' .git/info/exclude 2>/dev/null; then
     echo '/.gpudeps/' >>.git/info/exclude
 fi
 cd .gpudeps
-# Build: headers, .pc files, protoc-c. Run: the shared libraries and what
+# Build: headers, .pc files, protoc-c (OpenBLAS: the benchmarks that
+# meson builds with the tree). Run: the shared libraries and what
 # they need beyond glibc / libstdc++ / libgomp.
 apt-get download \
     libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 libbsd0 libmd0 \
@@ -24,5 +25,6 @@ apt-get download \
     liblmdb-dev liblmdb0 libjson-c-dev libjson-c5 \
     libxgboost-dev libxgboost0 libdmlc0 \
     libcmocka-dev libcmocka0 \
+    libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 \
     pkgconf pkgconf-bin libpkgconf3
 du -sh .

@@ -50,7 +50,8 @@ arch=sm_${cap:-90}
 # ---- 2. build dependencies ------------------------------------------------
 have_deps() {
     command -v pkg-config >/dev/null 2>&1 && command -v protoc-c >/dev/null &&
-        pkg-config --exists libzmq libprotobuf-c json-c cmocka lmdb 2>/dev/null &&
+        pkg-config --exists libzmq libprotobuf-c json-c cmocka lmdb openblas \
+            2>/dev/null &&
         ldconfig -p | grep -q libxgboost
 }
 if [ "${KILN_GPU_FORCE_DEPS:-0}" = 1 ] || ! have_deps; then
@@ -78,16 +79,16 @@ if [ "${KILN_GPU_FORCE_DEPS:-0}" = 1 ] || ! have_deps; then
         [ -n "$real" ] && ln -sf "$(basename "$real")" "$l"
     done
     # .pc files: no private requirements (shared linking needs none).
-    for pc in "$lib"/pkgconfig/*.pc; do
+    for pc in "$lib"/pkgconfig/*.pc "$lib"/openblas-pthread/pkgconfig/*.pc; do
         sed -i -e '/^Requires.private/d' -e '/^Libs.private/d' "$pc"
     done
     [ -x "$pfx/usr/bin/pkgconf" ] && ln -sf pkgconf "$pfx/usr/bin/pkg-config"
     export PATH=$pfx/usr/bin:$PATH
-    export PKG_CONFIG_PATH=$lib/pkgconfig:$pfx/usr/share/pkgconfig
+    export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$pfx/usr/share/pkgconfig
     export PKG_CONFIG_SYSROOT_DIR=$pfx
     export CPATH=$pfx/usr/include${CPATH:+:$CPATH}
-    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     say "using the packages of .gpudeps (prefix $pfx)"
 fi
 # meson and ninja may come with Python (pip) rather than the system.
