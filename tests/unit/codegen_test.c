@@ -30,7 +30,7 @@ static char s_dir[256];
 static const char *const s_shapes[] = {
     "matmul M=64 N=64 K=64",
     "matmul M=7 N=7 K=7",
-    "matmul M=1000 N=24 K=20 bias=1 relu=1",
+    "matmul M=1000 N=16 K=12 bias=1 relu=1",
     "matmul M=50 N=48 K=33",
     "batch_matmul B=2 M=12 N=32 K=24",
     "dense N=8 I=64 O=100 bias=1 relu=1",
