@@ -8,7 +8,9 @@
  *                  [--repeat N] [--timeout-ms MS]
  * Exit: 0 ok, 1 a check failed, 2 usage, 77 no GPU (the agent said 69).
  * The last lines are "key value" pairs for the script:
- *   best_gflops, best_us, best_entry, ok, failed, trials, trials_per_s. */
+ *   best_gflops, best_us, best_entry, best_source (file), best_launch
+ *   (grid x y z, block x y z, shared bytes), ok, failed, trials,
+ *   trials_per_s. */
 #include <json-c/json.h>
 #include <math.h>
 #include <signal.h>
@@ -126,7 +128,7 @@ static int s_manifest(s_job_t *j, const char *dir, json_object **samples,
 
 typedef struct {
     uint64_t id;
-    char *source, *entry;
+    char *source, *entry, *file; /* file: space samples only */
     uint32_t grid[3], block[3], shared;
 } s_cand_t;
 
@@ -255,7 +257,7 @@ static int s_space(s_job_t *j, const char *dir, json_object *samples, char *err)
         char *path = kl_xasprintf("%s/%s", dir, json_object_get_string(v));
         size_t len;
         rc = kl_read_file(path, &c[i].source, &len, err);
-        free(path);
+        c[i].file = path;
         json_object_object_get_ex(o, "entry", &v);
         c[i].entry = kl_xstrdup(json_object_get_string(v));
         json_object *g, *b, *sh;
@@ -296,15 +298,20 @@ static int s_space(s_job_t *j, const char *dir, json_object *samples, char *err)
                 }
         printf("trials %zu\nok %zu\nfailed %zu\ntrials_per_s %.2f\n", n, ok,
                n - ok, n / el);
-        if (best < n)
-            printf("best_entry %s\nbest_us %.3f\nbest_gflops %.1f\n",
-                   c[best].entry, med[best] * 1e6, j->flop / med[best] * 1e-9);
-        else
+        if (best < n) {
+            const s_cand_t *b = &c[best];
+            printf("best_entry %s\nbest_us %.3f\nbest_gflops %.1f\n", b->entry,
+                   med[best] * 1e6, j->flop / med[best] * 1e-9);
+            printf("best_source %s\nbest_launch %u %u %u %u %u %u %u\n",
+                   b->file, b->grid[0], b->grid[1], b->grid[2], b->block[0],
+                   b->block[1], b->block[2], b->shared);
+        } else
             rc = kl_seterr(err, KL_ERR_RUNTIME, "no candidate ran correctly");
     }
     for (size_t i = 0; i < n; i++) {
         free(c[i].source);
         free(c[i].entry);
+        free(c[i].file);
     }
     free(c);
     free(st);

@@ -10,8 +10,9 @@
 #   3. measures SAMPLES (200) samples of the design space of
 #      matmul M=1024 N=1024 K=1024 for the GPU's arch (kiln space --emit,
 #      then gpu_check: `kiln tune` generates C only so far);
-#   4. times cuBLAS sgemm (TF32 off) in the same run (tools/bench/
-#      bench_cublas.c) and prints best GFLOP/s, cuBLAS GFLOP/s, the ratio
+#   4. times cuBLAS sgemm (TF32 off) in the same run, interleaved with the
+#      best kernel, whose output it checks against cuBLAS's (tools/bench/
+#      bench_cublas.c), and prints best GFLOP/s, cuBLAS GFLOP/s, the ratio
 #      and trials/s.
 # Environment: SAMPLES (200), JOBS (cores), KILN_GPU_DEVICE (cuda:0),
 # KILN_GPU_FORCE_DEPS=1 (use .gpudeps even when the system has the
@@ -147,12 +148,19 @@ if [ $rc -ne 0 ]; then
 fi
 sm_clock=$(nvidia-smi --query-gpu=clocks.sm --format=csv,noheader 2>/dev/null |
     head -1)
-say "cuBLAS baseline ($(elapsed) s)"
-"$build/tools/bench_cublas" 1024 1024 1024 20 >"$logs/cublas.txt" 2>&1
+val() { awk -v k="$1" '$1 == k { print $2 }' "$2" | tail -1; }
+# The best kernel and cuBLAS timed by one program, interleaved.
+say "cuBLAS baseline, interleaved with the best kernel ($(elapsed) s)"
+launch=$(awk '$1 == "best_launch" { $1 = ""; print }' "$logs/gpu_check.txt")
+# shellcheck disable=SC2086
+"$build/tools/bench_cublas" 1024 1024 1024 20 \
+    "$(val best_source "$logs/gpu_check.txt")" \
+    "$(val best_entry "$logs/gpu_check.txt")" $launch \
+    >"$logs/cublas.txt" 2>&1 ||
+    "$build/tools/bench_cublas" 1024 1024 1024 20 >"$logs/cublas.txt" 2>&1
 cat "$logs/cublas.txt"
 
 # ---- 5. summary -------------------------------------------------------------
-val() { awk -v k="$1" '$1 == k { print $2 }' "$2" | tail -1; }
 best=$(val best_gflops "$logs/gpu_check.txt")
 cub=$(val cublas_gflops "$logs/cublas.txt")
 tps=$(val trials_per_s "$logs/gpu_check.txt")
@@ -162,7 +170,8 @@ ratio=$(awk -v a="${best:-0}" -v b="${cub:-0}" \
     echo "=== kiln GPU check: $op, $samples trials, $device ($arch)"
     echo "best kiln kernel   : ${best:-none} GFLOP/s ($(val best_us "$logs/gpu_check.txt") us, $(val best_entry "$logs/gpu_check.txt"))"
     echo "cuBLAS sgemm (FP32): ${cub:-n/a} GFLOP/s"
-    echo "ratio kiln / cuBLAS: $ratio"
+    echo "ratio kiln / cuBLAS: $ratio (tuning run vs cuBLAS run)"
+    echo "interleaved        : kiln $(val kiln_gflops "$logs/cublas.txt") GFLOP/s, cuBLAS $(val cublas_gflops "$logs/cublas.txt"), ratio $(val ratio "$logs/cublas.txt"), $(grep kiln_check "$logs/cublas.txt")"
     echo "trials/s           : ${tps:-n/a} (ok $(val ok "$logs/gpu_check.txt"), failed $(val failed "$logs/gpu_check.txt"))"
     echo "SM clock after run : ${sm_clock:-unknown}"
     echo "wall time          : $(elapsed) s"
