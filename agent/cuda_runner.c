@@ -106,6 +106,11 @@ void kla_cuda_runner_abort(kla_cuda_runner_t *r)
     }
 }
 
+pid_t kla_cuda_runner_pid(kla_cuda_runner_t *r)
+{
+    return atomic_load(&r->running);
+}
+
 unsigned kla_cuda_runner_starts(kla_cuda_runner_t *r)
 {
     return atomic_load(&r->starts);
@@ -137,6 +142,21 @@ static int s_read(int fd, void *buf, size_t n, double deadline, bool *timed_out)
         if (k <= 0)
             return -1;
         got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Writes all of buf; a worker that is gone is an error, not SIGPIPE. */
+static int s_write(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        done += (size_t)k;
     }
     return 0;
 }
@@ -296,7 +316,18 @@ void kla_cuda_runner_measure(kla_cuda_runner_t *r, const kla_problem_t *p,
     kla_cw_req_t q;
     s_fill_req(p, ref_cubin, ref_entry, cubin, entry, l, &q);
     double t0 = kl_now_s();
-    if (kla_write_all(r->fd, &q, sizeof q) != 0) {
+    int wr = s_write(r->fd, &q, sizeof q);
+    if (wr != 0) {
+        /* The worker died between candidates (killed from outside): not
+         * this candidate's doing; one new worker, one more try. */
+        s_stop(r, NULL, 0);
+        if (s_start(r, out->error, sizeof out->error) != KL_OK) {
+            out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            return;
+        }
+        wr = s_write(r->fd, &q, sizeof q);
+    }
+    if (wr != 0) {
         s_lost(r, out, KILN__STATUS__STATUS_RUNTIME_ERROR,
                "GPU worker gone before the candidate was sent");
         return;

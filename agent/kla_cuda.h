@@ -52,6 +52,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kl_nvrtc.h"
 #include "kla_builder.h"
@@ -186,6 +187,8 @@ void kla_cuda_runner_measure(kla_cuda_runner_t *self, const kla_problem_t *p,
 void kla_cuda_runner_abort(kla_cuda_runner_t *self);
 /* Workers started so far (the first and every restart). */
 unsigned kla_cuda_runner_starts(kla_cuda_runner_t *self);
+/* The worker's process id, 0 when none runs (tests). */
+pid_t kla_cuda_runner_pid(kla_cuda_runner_t *self);
 
 /* ---- worker (its own process) -------------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -434,6 +435,17 @@ static void test_runner_faults(void **state)
         }
         kla_result_clear(&res);
     }
+    /* A worker killed between candidates is replaced without blaming the
+     * next candidate. */
+    pid_t pid = kla_cuda_runner_pid(r);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    usleep(100000);
+    kla_cuda_runner_measure(r, &p, ref.so_path, "ref", ok.so_path, "ok", &l,
+                            &res);
+    assert_int_equal(res.status, KILN__STATUS__STATUS_OK);
+    assert_int_equal(kla_cuda_runner_starts(r), 5);
+    kla_result_clear(&res);
     /* A reference that fails is reported as such. */
     kla_cuda_runner_measure(r, &p, ref.so_path, "badref", ok.so_path, "ok", &l,
                             &res);
