@@ -96,6 +96,116 @@ static void s_tile(kl_trace_t *t, int64_t loop, int n, const int64_t *max,
     }
 }
 
+/* Tiles, reorders to SSSRRSRS and binds; bound[] receives the loop RVs of
+ * blockIdx.x, vthread and threadIdx.x, sv the spatial factor RVs, rl the
+ * reduction loop RVs. */
+static void s_tiling(kl_trace_t *t, int ns, int nr, int64_t bound[3],
+                     int64_t sv[][S_LEVELS], int64_t rl[][R_LEVELS])
+{
+    int64_t loops[KL_IR_MAX_ITERS];
+    kl_tr_get_loops(t, ns + nr, loops);
+    int64_t sl[KL_IR_MAX_ITERS][S_LEVELS], rv[KL_IR_MAX_ITERS][R_LEVELS];
+    for (int i = 0; i < ns; i++)
+        s_tile(t, loops[i], S_LEVELS, s_smax, sv[i], sl[i]);
+    for (int j = 0; j < nr; j++)
+        s_tile(t, loops[ns + j], R_LEVELS, s_rmax, rv[j], rl[j]);
+    /* S0 S1 S2 R0 R1 S3 R2 S4 */
+    static const int order[] = {0, 1, 2, -1, -2, 3, -3, 4};
+    int64_t nest[KL_SCHED_MAX_LOOPS];
+    int nn = 0;
+    for (int o = 0; o < 8; o++) {
+        if (order[o] >= 0)
+            for (int i = 0; i < ns; i++)
+                nest[nn++] = sl[i][order[o]];
+        else
+            for (int j = 0; j < nr; j++)
+                nest[nn++] = rl[j][-order[o] - 1];
+    }
+    kl_tr_reorder(t, nest, nn);
+    int64_t lvl[KL_IR_MAX_ITERS];
+    static const kl_loop_kind kinds[3] = {KL_LOOP_BLOCK_X, KL_LOOP_VTHREAD,
+                                          KL_LOOP_THREAD_X};
+    for (int lv = 0; lv < 3; lv++) {
+        for (int i = 0; i < ns; i++)
+            lvl[i] = sl[i][lv];
+        bound[lv] = ns > 1 ? kl_tr_fuse(t, lvl, ns) : lvl[0];
+        kl_tr_bind(t, bound[lv], kinds[lv]);
+    }
+}
+
+/* The reject_if guards of the machine's limits. */
+static int s_limits(kl_trace_t *t, const kl_target_t *tg, int ns,
+                    int64_t points, const int64_t bound[3],
+                    int64_t sv[][S_LEVELS], char *err)
+{
+    int64_t lo = points < 32 ? points : 32;
+    int rc = s_reject(t, err, "l%lld < %lld || l%lld > %d", (long long)bound[2],
+                      (long long)lo, (long long)bound[2],
+                      tg->max_threads_per_block > 0 ? tg->max_threads_per_block
+                                                    : 1024);
+    if (!rc)
+        rc = s_reject(t, err, "l%lld > 8", (long long)bound[1]);
+    /* Accumulators: vthreads x S3 x S4 tiles. */
+    char acc[KL_PRED_MAX];
+    snprintf(acc, sizeof acc, "l%lld", (long long)bound[1]);
+    for (int i = 0; i < ns; i++)
+        s_prod(acc, sizeof acc, &sv[i][3], 2);
+    if (!rc)
+        rc = s_reject(t, err, "%s > %d", acc, S_MAX_ACC);
+    /* Registers: the accumulators plus about 40 for indices and operands
+     * per thread must fit the 64 K register file with the whole block, or
+     * __launch_bounds__ makes ptxas spill. */
+    if (!rc)
+        rc = s_reject(t, err, "l%lld * (%s + 40) > 65536", (long long)bound[2],
+                      acc);
+    return rc;
+}
+
+/* Register accumulators at threadIdx.x, shared boxes of the inputs at a
+ * sampled reduction level, unrolled inner reduction loops. */
+static void s_caching(kl_trace_t *t, const kl_workload_t *w, int nr,
+                      const int64_t bound[3], int64_t rl[][R_LEVELS])
+{
+    int64_t wc = kl_tr_cache_write(t, KL_SCOPE_LOCAL);
+    kl_tr_reverse_compute_at(t, wc, bound[2]);
+    if (nr == 0)
+        return;
+    int64_t cands[2] = {rl[nr - 1][0], rl[nr - 1][1]};
+    for (int k = 0; k < w->ntensors; k++) {
+        bool seen = false;
+        if (w->tensors[k].is_output || !s_cacheable(w, w->body, k, &seen) ||
+            !seen)
+            continue;
+        int64_t st = kl_tr_cache_read(t, w->tensors[k].name, KL_SCOPE_SHARED);
+        int64_t at = kl_tr_sample_compute_location(t, st, cands, 2);
+        kl_tr_compute_at(t, st, at);
+    }
+    for (int j = 0; j < nr; j++)
+        kl_tr_unroll(t, rl[j][2]);
+}
+
+/* A sampled auto-unroll depth on the block loop. annotate takes a
+ * literal, so the sampled value selects one annotate through an if chain
+ * and the trace records which one ran. */
+static int s_auto_unroll(kl_trace_t *t, int64_t loop, char *err)
+{
+    static const int64_t steps[] = {0, 16, 64, 512, 1024};
+    static const double probs[] = {0.2, 0.2, 0.2, 0.2, 0.2};
+    int64_t u = kl_tr_sample_categorical(t, steps, probs, 5);
+    for (int i = 1; i < 5; i++) {
+        char pred[64];
+        snprintf(pred, sizeof pred, "v%lld == %lld", (long long)u,
+                 (long long)steps[i]);
+        int rc = kl_tr_if(t, pred, err);
+        if (rc)
+            return rc;
+        kl_tr_annotate(t, loop, "unroll_max_step", steps[i]);
+        if ((rc = kl_tr_end(t, err)) != 0)
+            return rc;
+    }
+    return KL_OK;
+}
+
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                           kl_trace_t **out, char *err)
 {
@@ -122,93 +232,17 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                          "the GPU tiling",
                          tg->name, ns, nr);
     kl_trace_t *t = kl_trace_new("cuda-sssrrsrs");
-    int64_t loops[KL_IR_MAX_ITERS];
-    kl_tr_get_loops(t, ns + nr, loops);
-    int64_t sv[KL_IR_MAX_ITERS][S_LEVELS], sl[KL_IR_MAX_ITERS][S_LEVELS];
-    int64_t rv[KL_IR_MAX_ITERS][R_LEVELS], rl[KL_IR_MAX_ITERS][R_LEVELS];
-    for (int i = 0; i < ns; i++)
-        s_tile(t, loops[i], S_LEVELS, s_smax, sv[i], sl[i]);
-    for (int j = 0; j < nr; j++)
-        s_tile(t, loops[ns + j], R_LEVELS, s_rmax, rv[j], rl[j]);
-    /* S0 S1 S2 R0 R1 S3 R2 S4 */
-    static const int order[] = {0, 1, 2, -1, -2, 3, -3, 4};
-    int64_t nest[KL_SCHED_MAX_LOOPS];
-    int nn = 0;
-    for (int o = 0; o < 8; o++) {
-        if (order[o] >= 0)
-            for (int i = 0; i < ns; i++)
-                nest[nn++] = sl[i][order[o]];
-        else
-            for (int j = 0; j < nr; j++)
-                nest[nn++] = rl[j][-order[o] - 1];
+    int64_t bound[3], sv[KL_IR_MAX_ITERS][S_LEVELS];
+    int64_t rl[KL_IR_MAX_ITERS][R_LEVELS];
+    s_tiling(t, ns, nr, bound, sv, rl);
+    int rc = s_limits(t, tg, ns, points, bound, sv, err);
+    if (!rc) {
+        s_caching(t, w, nr, bound, rl);
+        rc = s_auto_unroll(t, bound[0], err);
     }
-    kl_tr_reorder(t, nest, nn);
-    int64_t bound[3], lvl[KL_IR_MAX_ITERS];
-    static const kl_loop_kind kinds[3] = {KL_LOOP_BLOCK_X, KL_LOOP_VTHREAD,
-                                          KL_LOOP_THREAD_X};
-    for (int lv = 0; lv < 3; lv++) {
-        for (int i = 0; i < ns; i++)
-            lvl[i] = sl[i][lv];
-        bound[lv] = ns > 1 ? kl_tr_fuse(t, lvl, ns) : lvl[0];
-        kl_tr_bind(t, bound[lv], kinds[lv]);
-    }
-    int64_t lo = points < 32 ? points : 32;
-    int rc = s_reject(t, err, "l%lld < %lld || l%lld > %d", (long long)bound[2],
-                      (long long)lo, (long long)bound[2],
-                      tg->max_threads_per_block > 0 ? tg->max_threads_per_block
-                                                    : 1024);
-    if (!rc)
-        rc = s_reject(t, err, "l%lld > 8", (long long)bound[1]);
-    /* Accumulators: vthreads x S3 x S4 tiles. */
-    char acc[KL_PRED_MAX];
-    snprintf(acc, sizeof acc, "l%lld", (long long)bound[1]);
-    for (int i = 0; i < ns; i++)
-        s_prod(acc, sizeof acc, &sv[i][3], 2);
-    if (!rc)
-        rc = s_reject(t, err, "%s > %d", acc, S_MAX_ACC);
-    /* Registers: the accumulators plus about 40 for indices and operands
-     * per thread must fit the 64 K register file with the whole block, or
-     * __launch_bounds__ makes ptxas spill. */
-    if (!rc)
-        rc = s_reject(t, err, "l%lld * (%s + 40) > 65536", (long long)bound[2],
-                      acc);
     if (rc) {
         kl_trace_free(&t);
         return rc;
-    }
-    int64_t wc = kl_tr_cache_write(t, KL_SCOPE_LOCAL);
-    kl_tr_reverse_compute_at(t, wc, bound[2]);
-    if (nr > 0) {
-        int64_t cands[2] = {rl[nr - 1][0], rl[nr - 1][1]};
-        for (int k = 0; k < w->ntensors; k++) {
-            bool seen = false;
-            if (w->tensors[k].is_output || !s_cacheable(w, w->body, k, &seen) ||
-                !seen)
-                continue;
-            int64_t st =
-                kl_tr_cache_read(t, w->tensors[k].name, KL_SCOPE_SHARED);
-            int64_t at = kl_tr_sample_compute_location(t, st, cands, 2);
-            kl_tr_compute_at(t, st, at);
-        }
-        for (int j = 0; j < nr; j++)
-            kl_tr_unroll(t, rl[j][2]);
-    }
-    static const int64_t steps[] = {0, 16, 64, 512, 1024};
-    static const double probs[] = {0.2, 0.2, 0.2, 0.2, 0.2};
-    int64_t u = kl_tr_sample_categorical(t, steps, probs, 5);
-    (void)u;
-    /* annotate takes a literal; the sampled depth is applied by an if
-     * chain so that the trace records which one ran. */
-    for (int i = 1; i < 5; i++) {
-        char pred[64];
-        snprintf(pred, sizeof pred, "v%lld == %lld", (long long)u,
-                 (long long)steps[i]);
-        if ((rc = kl_tr_if(t, pred, err)) != 0) {
-            kl_trace_free(&t);
-            return rc;
-        }
-        kl_tr_annotate(t, bound[0], "unroll_max_step", steps[i]);
-        kl_tr_end(t, err);
     }
     *out = t;
     return KL_OK;
