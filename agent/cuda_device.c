@@ -141,11 +141,21 @@ static int s_describe(kla_cu_t *cu, int ordinal, int drv, kla_cuda_dev_t *d,
         CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK,
     };
+    /* Only the compute capability is essential; an attribute a driver
+     * no longer answers stays 0 (unknown). */
     for (int i = 0; i < 10; i++) {
         int rc = s_attr(cu, dev, attrs[i], &v[i], err);
-        if (rc != KL_OK)
+        if (rc != KL_OK && i < 2)
             return rc;
+        if (rc != KL_OK)
+            v[i] = 0;
     }
+    if (!v[6])
+        v[6] = 1024;
+    if (!v[7])
+        v[7] = 48 << 10;
+    if (!v[9])
+        v[9] = 65536;
     d->cc_major = v[0];
     d->cc_minor = v[1];
     snprintf(d->arch, sizeof d->arch, "sm_%d%d", v[0], v[1]);
