@@ -5,7 +5,9 @@
  * `kiln space --emit DIR` matmul design space and prints the best.
  *
  * usage: gpu_check --dir DIR [--agent PATH] [--device cuda:0] [--faults]
- *                  [--repeat N] [--timeout-ms MS]
+ *                  [--repeat N] [--timeout-ms MS] [--budget-s S]
+ * --budget-s: seconds from the start after which samples not yet started
+ * are cancelled (and not counted as trials).
  * Exit: 0 ok, 1 a check failed, 2 usage, 77 no GPU (the agent said 69).
  * The last lines are "key value" pairs for the script:
  *   best_gflops, best_us, best_entry, best_source (file), best_launch
@@ -35,7 +37,8 @@ typedef struct {
     double flop;
     char *ref;
     Kiln__Evaluator ev;
-    bool simulated; /* a result came from the KILN_FAKE_GPU_WORKER stand-in */
+    bool simulated;  /* a result came from the KILN_FAKE_GPU_WORKER stand-in */
+    double deadline; /* kl_now_s() after which the rest is cancelled; 0 */
 } s_job_t;
 
 /* The naive reference of kla_cuda.h's contract: one thread per element of
@@ -165,9 +168,21 @@ static int s_measure(s_job_t *j, s_cand_t *c, size_t n, Kiln__Status *status,
     int rc = kl_dispatch_submit(j->disp, &b, &rid, err);
     free(pc);
     free(pp);
+    bool cancelled = false;
     for (size_t got = 0; rc == KL_OK && got < n;) {
         kl_dispatch_result_t *r = NULL;
-        rc = kl_dispatch_recv(j->disp, &r, 240000, err);
+        double left = j->deadline - kl_now_s();
+        int wait = !j->deadline || cancelled ? 240000
+                   : left > 0                ? (int)(left * 1000) + 1
+                                             : 0;
+        rc = kl_dispatch_recv(j->disp, &r, wait, err);
+        if (rc == KL_ERR_TIMEOUT && j->deadline && !cancelled) {
+            /* Over budget: what has not started is cancelled, what runs
+             * finishes. */
+            cancelled = true;
+            rc = kl_dispatch_cancel(j->disp, rid, err);
+            continue;
+        }
         if (rc != KL_OK)
             break;
         size_t i = r->index;
@@ -279,9 +294,11 @@ static int s_space(s_job_t *j, const char *dir, json_object *samples, char *err)
     if (rc == KL_OK)
         rc = s_measure(j, c, n, st, med, msg, err);
     double el = kl_now_s() - t0;
-    size_t best = n, ok = 0, byst[8] = {0};
+    size_t best = n, ok = 0, byst[8] = {0}, done = n;
     for (size_t i = 0; rc == KL_OK && i < n; i++) {
         byst[st[i] < 8 ? st[i] : 7]++;
+        if (st[i] == KILN__STATUS__STATUS_CANCELLED)
+            done--; /* never measured: the budget ran out */
         if (st[i] != KILN__STATUS__STATUS_OK)
             continue;
         ok++;
@@ -296,8 +313,11 @@ static int s_space(s_job_t *j, const char *dir, json_object *samples, char *err)
                            msg[i]);
                     break;
                 }
-        printf("trials %zu\nok %zu\nfailed %zu\ntrials_per_s %.2f\n", n, ok,
-               n - ok, n / el);
+        if (done < n)
+            printf("budget reached: %zu of %zu samples not measured\n",
+                   n - done, n);
+        printf("trials %zu\nok %zu\nfailed %zu\ntrials_per_s %.2f\n", done, ok,
+               done - ok, done / el);
         if (best < n) {
             const s_cand_t *b = &c[best];
             printf("best_entry %s\nbest_us %.3f\nbest_gflops %.1f\n", b->entry,
@@ -359,12 +379,14 @@ int main(int argc, char **argv)
             device = argv[++i];
         else if (!strcmp(a, "--repeat") && v)
             j.ev.repeat = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(a, "--budget-s") && v)
+            j.deadline = atof(argv[++i]);
         else if (!strcmp(a, "--timeout-ms") && v)
             j.ev.timeout_ms = (uint32_t)atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: gpu_check --dir DIR [--agent PATH] "
                             "[--device cuda:0] [--faults] [--repeat N] "
-                            "[--timeout-ms MS]\n");
+                            "[--timeout-ms MS] [--budget-s S]\n");
             return 2;
         }
     }
@@ -373,6 +395,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    double t_begin = kl_now_s();
     char err[KL_ERRMSG_LEN];
     json_object *samples = NULL;
     int rc = s_manifest(&j, dir, &samples, err);
@@ -398,6 +421,8 @@ int main(int argc, char **argv)
         rc = s_faults(&j, err);
         j.ev.timeout_ms = t;
     }
+    if (rc == KL_OK && j.deadline > 0)
+        j.deadline += t_begin;
     if (rc == KL_OK)
         rc = s_space(&j, dir, samples, err);
     if (rc == KL_OK && j.simulated) {
