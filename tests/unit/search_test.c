@@ -421,8 +421,12 @@ static int s_ds_rec(const Kiln__TuningRecord *r, void *arg)
 }
 
 /* The cost model ranks held-out records of a real tuning run better than
- * chance: features recomputed by replaying the stored traces, a fixed
- * 70/30 split, Kendall tau of predicted scores vs measured speed. */
+ * chance. tests/data/costmodel_matmul.jsonl is `kiln db export` of the
+ * first 250 records of `kiln tune --op "matmul M=1024 N=1024 K=1024"
+ * --strategy evolutionary --seed 1` on a 2-core machine shared with other
+ * jobs (so the latencies are noisy): features recomputed by replaying the
+ * stored traces, a fixed 70/30 split, Kendall tau of predicted scores vs
+ * measured speed. */
 static void test_costmodel_dataset(void **state)
 {
     (void)state;
@@ -444,7 +448,7 @@ static void test_costmodel_dataset(void **state)
     assert_int_equal(
         kl_store_foreach_record(st, d.w->key, NULL, s_ds_rec, &d, err), KL_OK);
     kl_store_close(&st);
-    assert_true(d.n >= 60);
+    assert_true(d.n >= 150);
 
     kl_costmodel_cfg_t mc;
     kl_costmodel_cfg_default(&mc, KL_FEATURES_N);
