@@ -173,6 +173,37 @@ static levels_t s_levels(const ctx_t *c)
     return L;
 }
 
+/* Cache stages: the write cache (depth, accumulators) and the packed read
+ * caches (count, shallowest depth, bytes). */
+static void s_stages(const ctx_t *c, float *f)
+{
+    int packed = 0;
+    double packed_el = 0, packed_depth = 1;
+    for (int i = 0; i < kl_sched_nstages(c->s); i++) {
+        const kl_stage_t *st = kl_sched_stage(c->s, i);
+        int pos = kl_sched_stage_attach_pos(c->s, st);
+        double depth = (double)(pos + 1) / (c->n > 0 ? c->n : 1);
+        if (st->kind == KL_STAGE_WRITE) {
+            f[25] = 1;
+            f[26] = (float)depth;
+            double acc = 1;
+            for (int q = pos + 1; q < c->n; q++)
+                if (!kl_sched_loop(c->s, q)->reduce)
+                    acc *= (double)kl_sched_loop(c->s, q)->extent;
+            f[27] = s_lg(acc);
+        } else if (st->scope == KL_SCOPE_PACKED) {
+            packed++;
+            packed_depth = depth < packed_depth ? depth : packed_depth;
+            for (int b = 0; b < NBUF; b++)
+                if (c->tensor[b] == st->tensor)
+                    packed_el += s_footprint(c, b, pos + 1);
+        }
+    }
+    f[28] = (float)packed;
+    f[29] = (float)packed_depth;
+    f[30] = s_lg(packed_el * 4);
+}
+
 static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
                      float *f)
 {
@@ -229,32 +260,7 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
     f[22] = (float)annotated;
     f[23] = (float)first_red;
     f[24] = s_lg(s_iters(c, L->red));
-    /* Stages. */
-    int packed = 0;
-    double packed_el = 0, packed_depth = 1;
-    for (int i = 0; i < kl_sched_nstages(c->s); i++) {
-        const kl_stage_t *st = kl_sched_stage(c->s, i);
-        int pos = kl_sched_stage_attach_pos(c->s, st);
-        double depth = (double)(pos + 1) / (c->n > 0 ? c->n : 1);
-        if (st->kind == KL_STAGE_WRITE) {
-            f[25] = 1;
-            f[26] = (float)depth;
-            double acc = 1;
-            for (int q = pos + 1; q < c->n; q++)
-                if (!kl_sched_loop(c->s, q)->reduce)
-                    acc *= (double)kl_sched_loop(c->s, q)->extent;
-            f[27] = s_lg(acc);
-        } else if (st->scope == KL_SCOPE_PACKED) {
-            packed++;
-            packed_depth = depth < packed_depth ? depth : packed_depth;
-            for (int b = 0; b < NBUF; b++)
-                if (c->tensor[b] == st->tensor)
-                    packed_el += s_footprint(c, b, pos + 1);
-        }
-    }
-    f[28] = (float)packed;
-    f[29] = (float)packed_depth;
-    f[30] = s_lg(packed_el * 4);
+    s_stages(c, f);
     /* Arithmetic intensity: FLOPs per byte touched below three levels. */
     int lev[3] = {L->par, L->red, L->reg};
     for (int k = 0; k < 3; k++) {
