@@ -367,6 +367,92 @@ static void test_sampled_within_limits(void **state)
     kl_workload_free(&w);
 }
 
+/* Builds, generates and emulates one hand-made schedule of w. */
+static void s_emulate_sched(const kl_workload_t *w, kl_sched_t *s,
+                            const char *entry)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    int rc = kl_postproc_cuda(&tg, s, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_cuda(s, &tg, entry, &k, err), KL_OK);
+    char *so = NULL;
+    assert_int_equal(kl_emu_build(&k, 1, w, s_workdir, &so, err), KL_OK);
+    rc = kl_emu_check(so, &k, w, 5, 1e-4, 1e-4, err);
+    if (rc)
+        fprintf(stderr, "%s\n%s", err, k.source);
+    assert_int_equal(rc, KL_OK);
+    unlink(so);
+    free(so);
+    kl_kernel_free(&k);
+}
+
+/* Shapes the rules never make: imperfect splits (guards on spatial and
+ * reduction loops), blockIdx.y / threadIdx.y, a vthread of two fused parts,
+ * a shared box at the root, max with padding. */
+static void test_emulated_handmade(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = s_load("matmul M=30 N=20 K=13");
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int64_t fi[2] = {4, 8}, fj[2] = {3, 7}, fk[2] = {2, 7};
+    int i[2], j[2], k[2], a, b, c;
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 0)->id, fi, 2, i, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k, err),
+                     KL_OK);
+    assert_int_equal(
+        kl_sched_reorder(s, (int[]){i[0], j[0], i[1], j[1]}, 4, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, i[0], KL_LOOP_BLOCK_X, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, j[0], KL_LOOP_BLOCK_Y, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, i[1], KL_LOOP_THREAD_X, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, j[1], KL_LOOP_THREAD_Y, err), KL_OK);
+    assert_int_equal(kl_sched_cache_read(s, 0, KL_SCOPE_SHARED, &a, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_cache_read(s, 1, KL_SCOPE_SHARED, &b, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_cache_write(s, KL_SCOPE_LOCAL, &c, err), KL_OK);
+    assert_int_equal(kl_sched_compute_at(s, a, k[0], err), KL_OK);
+    assert_int_equal(kl_sched_compute_at(s, b, k[0], err), KL_OK);
+    assert_int_equal(kl_sched_reverse_compute_at(s, c, j[1], err), KL_OK);
+    assert_true(kl_sched_nguards(s) == 3);
+    s_emulate_sched(w, s, "guarded");
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+
+    w = s_load("max_pool2d N=1 C=6 H=13 W=13 R=3 S=3 stride=2 pad=1");
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int64_t fc[2] = {2, 3};
+    int cc[2], vt, yx;
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 1)->id, fc, 2, cc, err),
+                     KL_OK);
+    int n = kl_sched_loop(s, 0)->id;
+    assert_int_equal(kl_sched_reorder(s, (int[]){cc[0], n, cc[1]}, 3, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_fuse(s, (int[]){n, cc[1]}, 2, &vt, err), KL_OK);
+    assert_int_equal(
+        kl_sched_fuse(s,
+                      (int[]){kl_sched_loop(s, 2)->id, kl_sched_loop(s, 3)->id},
+                      2, &yx, err),
+        KL_OK);
+    assert_int_equal(kl_sched_bind(s, cc[0], KL_LOOP_BLOCK_X, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, vt, KL_LOOP_VTHREAD, err), KL_OK);
+    assert_int_equal(kl_sched_bind(s, yx, KL_LOOP_THREAD_X, err), KL_OK);
+    assert_int_equal(kl_sched_cache_read(s, 0, KL_SCOPE_SHARED, &a, err),
+                     KL_OK);
+    s_emulate_sched(w, s, "pooled");
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+}
+
 /* The optional NVRTC check inside kl_postproc_cuda. */
 static void test_resource_hook(void **state)
 {
@@ -436,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_sampled_within_limits),
         cmocka_unit_test(test_naive),
         cmocka_unit_test(test_emulated_sampled),
+        cmocka_unit_test(test_emulated_handmade),
         cmocka_unit_test(test_nvrtc_sampled),
         cmocka_unit_test(test_resource_hook),
     };
