@@ -453,6 +453,39 @@ static void test_emulated_handmade(void **state)
     kl_workload_free(&w);
 }
 
+/* Over 48 KiB the shared boxes become dynamic shared memory, which the
+ * launch must ask for (kl_kernel_t.shared_bytes). */
+static void test_dynamic_smem(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    kl_workload_t *w = s_load("matmul M=256 N=64 K=128");
+    kl_sched_t *s = s_bound(w, 128);
+    int st;
+    assert_int_equal(kl_sched_cache_read(s, 0, KL_SCOPE_SHARED, &st, err),
+                     KL_OK);
+    assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_cuda(s, &tg, "dyn", &k, err), KL_OK);
+    assert_int_equal(k.shared_bytes, 128 * 128 * 4);
+    assert_non_null(strstr(k.source, "extern __shared__"));
+    kl_nvrtc_t *nv = kl_nvrtc_default(NULL);
+    if (nv) {
+        int rc1 = -1;
+        kl_nvrtc_kernel_t res;
+        assert_int_equal(
+            kl_cuda_check_many(nv, &k, 1, "sm_90", &rc1, NULL, &res, err),
+            KL_OK);
+        assert_int_equal(rc1, KL_OK);
+        assert_int_equal(res.smem_static, 0);
+    }
+    kl_kernel_free(&k);
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+}
+
 /* The optional NVRTC check inside kl_postproc_cuda. */
 static void test_resource_hook(void **state)
 {
@@ -525,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_emulated_handmade),
         cmocka_unit_test(test_nvrtc_sampled),
         cmocka_unit_test(test_resource_hook),
+        cmocka_unit_test(test_dynamic_smem),
     };
     int rc = cmocka_run_group_tests_name("cuda_codegen", tests, NULL, NULL);
     rmdir(s_workdir);
