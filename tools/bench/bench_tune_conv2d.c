@@ -227,6 +227,7 @@ int main(int argc, char **argv)
            "error vs oneDNN %.2g\n",
            f / sk.med / 1e9, f / sk.max / 1e9, f / sk.min / 1e9, e);
     printf("ratio kiln / oneDNN: %.2f (goal >= 1.0)\n", sd.med / sk.med);
+    bt_print_load();
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --db %s "
            "--rounds %d\n",
            argv[0], db, rounds);

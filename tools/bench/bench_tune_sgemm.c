@@ -92,6 +92,14 @@ int main(int argc, char **argv)
         return 2;
     }
     bt_clean_env(argc, argv, keep);
+    /* OpenBLAS's detection does not know every AVX-512 model; then it
+     * falls back to old kernels, which is not its best (BENCHMARKING.md). */
+    __builtin_cpu_init();
+    if (!keep && __builtin_cpu_supports("avx512f") &&
+        !strstr(openblas_get_corename(), "kylakex") &&
+        !strstr(openblas_get_corename(), "ooperlake") &&
+        !strstr(openblas_get_corename(), "apphire"))
+        bt_force_core(argv, "SkylakeX", "OpenBLAS picked no AVX-512 kernels");
     bt_run_t re, rr;
     bt_run_read(evo, &re);
     bt_run_read(rep, &rr);
@@ -116,6 +124,9 @@ int main(int argc, char **argv)
         return 1;
     }
     s_n = (int)w->iters[0].extent;
+    /* The same threads as the kernel's OpenMP (OMP_NUM_THREADS, else 2). */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    openblas_set_num_threads(omp && atoi(omp) > 0 ? atoi(omp) : 2);
     printf("\n== best tuned kernel vs OpenBLAS (%d threads, core %s)\n",
            openblas_get_num_threads(), openblas_get_corename());
     kctx_t k = {.fn = bt_load_best(&re, workdir)};
@@ -134,6 +145,7 @@ int main(int argc, char **argv)
            f / sk.med / 1e9, f / sk.max / 1e9, f / sk.min / 1e9,
            f / re.best_s / 1e9, e);
     printf("ratio kiln / OpenBLAS: %.2f (goal >= 0.9)\n", sb.med / sk.med);
+    bt_print_load();
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --evo %s "
            "--replay %s --rounds %d\n",
            argv[0], evo, rep, rounds);

@@ -107,12 +107,26 @@ size_t bt_trials_to_reach(const bt_run_t *r, double target_s)
 void bt_clean_env(int argc, char **argv, bool keep)
 {
     (void)argc;
-    if (keep || (!getenv("OPENBLAS_CORETYPE") && !getenv("OPENBLAS_L2_SIZE")))
+    if (keep || getenv("KILN_BENCH_ENV_CLEAN") ||
+        (!getenv("OPENBLAS_CORETYPE") && !getenv("OPENBLAS_L2_SIZE")))
         return;
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("OPENBLAS_L2_SIZE");
+    setenv("KILN_BENCH_ENV_CLEAN", "1", 1);
     execv("/proc/self/exe", argv);
     perror("bench: re-exec without OPENBLAS_* failed");
+}
+
+void bt_force_core(char **argv, const char *core, const char *why)
+{
+    if (getenv("OPENBLAS_CORETYPE"))
+        return;
+    fprintf(stderr, "bench: %s; running again with OPENBLAS_CORETYPE=%s\n", why,
+            core);
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv("KILN_BENCH_ENV_CLEAN", "1", 1);
+    execv("/proc/self/exe", argv);
+    perror("bench: re-exec failed");
 }
 
 bt_kernel_fn bt_load_best(const bt_run_t *r, const char *workdir)
@@ -220,6 +234,18 @@ void bt_interleave(void (*a)(void *), void *actx, void (*b)(void *), void *bctx,
     s_stat(tb, rounds, sb);
     free(ta);
     free(tb);
+}
+
+void bt_print_load(void)
+{
+    char buf[128] = "?";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f))
+            snprintf(buf, sizeof buf, "?\n");
+        fclose(f);
+    }
+    printf("load average (1, 5, 15 min, runnable/threads): %s", buf);
 }
 
 double bt_max_rel_err(const float *x, const float *y, size_t n)

@@ -40,6 +40,10 @@ size_t bt_trials_to_reach(const bt_run_t *r, double target_s);
  * (BENCHMARKING.md) unless keep; call first in main. */
 void bt_clean_env(int argc, char **argv, bool keep);
 
+/* Re-executes the program with OPENBLAS_CORETYPE=core (once: not when it
+ * is set), saying why on stderr. */
+void bt_force_core(char **argv, const char *core, const char *why);
+
 /* Regenerates the best kernel's C source (entry "kl_main"), compiles it
  * with cc -O3 -march=native -fopenmp into workdir and loads it. Exits with
  * a message on error. */
@@ -61,6 +65,9 @@ typedef struct {
  * a warm-up, caches flushed before every sample. */
 void bt_interleave(void (*a)(void *), void *actx, void (*b)(void *), void *bctx,
                    int rounds, bt_stat_t *sa, bt_stat_t *sb);
+
+/* Prints /proc/loadavg: a figure taken on a busy machine says so. */
+void bt_print_load(void);
 
 /* Max |x - y| / (1 + |y|) over n floats. */
 double bt_max_rel_err(const float *x, const float *y, size_t n);
