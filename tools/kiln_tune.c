@@ -14,6 +14,7 @@
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_metrics.h"
 #include "kl_opt.h"
 #include "kl_store.h"
 #include "kl_tune.h"
@@ -92,6 +93,7 @@ static const kl_opt_t s_opts[] = {
      "simulated records never replace real ones)"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines, only the result"},
+    KL_METRICS_OPTS,
     KL_OPT_END,
 };
 
@@ -122,6 +124,7 @@ typedef struct {
     kl_dispatch_t *disp;
     kl_task_t *task;
     double last_print;
+    kl_metrics_t *metrics; /* --http */
 } job_t;
 
 static void s_fmt_time(double s, char *buf, size_t n)
@@ -139,6 +142,7 @@ static void s_fmt_time(double s, char *buf, size_t n)
 static void s_progress(void *ctx, const kl_tune_progress_t *p)
 {
     job_t *j = ctx;
+    kl_metrics_update(j->metrics, j->disp, &j->task, 1, j->store, false, false);
     double now = kl_now_s();
     if (kl_opts_bool(j->o, "quiet") || (!p->done && now - j->last_print < 1))
         return;
@@ -308,6 +312,7 @@ static int s_report(job_t *j, char *err)
 
 static void s_job_free(job_t *j)
 {
+    kl_metrics_destroy(&j->metrics);
     kl_task_destroy(&j->task);
     kl_dispatch_destroy(&j->disp);
     kl_fleet_destroy(&j->fleet);
@@ -353,6 +358,9 @@ int kiln_cmd_tune(int argc, char **argv)
         rc = kl_store_open(&j.store, db, 0, err);
     if (!rc)
         rc = kl_task_new(&j.task, kl_opts_str(j.o, "op"), &cfg, j.store, err);
+    if (!rc) /* --http: live metrics (coordinator/metrics) */
+        rc = kl_metrics_from_opts(&j.metrics, j.o,
+                                  kl_task_workload(j.task)->name, db, err);
     if (rc == KL_ERR_INVAL || rc == KL_ERR_UNSUPPORTED) {
         fprintf(stderr, "kiln tune: %s\n", err);
         s_job_free(&j);
@@ -372,11 +380,15 @@ int kiln_cmd_tune(int argc, char **argv)
                                   .progress = s_progress,
                                   .ctx = &j,
                                   .alive = s_alive};
+        kl_metrics_update(j.metrics, j.disp, &j.task, 1, j.store, true, false);
         rc = kl_tune_run(j.task, j.disp, &rcfg, err);
     }
+    if (j.task)
+        kl_metrics_update(j.metrics, j.disp, &j.task, 1, j.store, true, true);
     char rerr[KL_ERRMSG_LEN];
     if (j.task && s_report(&j, rerr))
         fprintf(stderr, "kiln tune: %s\n", rerr);
+    kl_metrics_linger(j.metrics, j.o, &s_stop);
     if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
     s_job_free(&j);

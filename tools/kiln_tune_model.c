@@ -17,6 +17,7 @@
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_metrics.h"
 #include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_store.h"
@@ -113,6 +114,7 @@ static const kl_opt_t s_opts[] = {
      "local agents answer with synthetic latencies (for trying kiln out)"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no table after every round, only the final one"},
+    KL_METRICS_OPTS,
     KL_OPT_END,
 };
 
@@ -147,6 +149,7 @@ typedef struct {
     kl_ts_t *ts;
     int64_t global; /* the global cap */
     double agentless_since;
+    kl_metrics_t *metrics; /* --http */
 } job_t;
 
 bool kiln_tune_model_wanted(int argc, char **argv)
@@ -364,6 +367,8 @@ static int s_recv(job_t *j, kl_task_t *t, size_t *got, char *err)
     int rc = m ? kl_task_feed(t, b, m, err) : KL_OK;
     for (size_t i = 0; i < m; i++)
         kl_dispatch_result_free(&b[i]);
+    kl_metrics_update(j->metrics, j->disp, j->tasks, (size_t)j->n, j->store,
+                      false, false);
     return rc;
 }
 
@@ -446,6 +451,7 @@ static int s_loop(job_t *j, char *err)
 
 static void s_job_free(job_t *j)
 {
+    kl_metrics_destroy(&j->metrics);
     for (int i = 0; j->tasks && i < j->n; i++)
         kl_task_destroy(&j->tasks[i]);
     free(j->tasks);
@@ -491,6 +497,9 @@ int kiln_tune_model(int argc, char **argv)
         rc = kl_store_open(&j.store, db, 0, err);
     if (!rc)
         rc = s_setup(&j, err);
+    if (!rc) /* --http: live metrics (coordinator/metrics) */
+        rc = kl_metrics_from_opts(&j.metrics, j.o, kl_model_name(j.model), db,
+                                  err);
     if (rc == KL_ERR_INVAL || rc == KL_ERR_UNSUPPORTED) {
         fprintf(stderr, "kiln tune: %s\n", err);
         s_job_free(&j);
@@ -503,13 +512,19 @@ int kiln_tune_model(int argc, char **argv)
                 kl_model_name(j.model), j.n, kl_opts_str(j.o, "scheduler"),
                 (long long)kl_ts_total_trials(j.ts));
         s_warn_unreached(&j);
+        kl_metrics_update(j.metrics, j.disp, j.tasks, (size_t)j.n, j.store,
+                          true, false);
         rc = s_loop(&j, err);
     }
+    if (j.ts)
+        kl_metrics_update(j.metrics, j.disp, j.tasks, (size_t)j.n, j.store,
+                          true, true);
     if (j.ts) {
         printf("\n");
         s_summary(&j, stdout);
         fflush(stdout);
     }
+    kl_metrics_linger(j.metrics, j.o, &s_stop);
     if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
     s_job_free(&j);

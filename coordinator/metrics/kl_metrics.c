@@ -1,0 +1,175 @@
+/* kl_metrics.c - snapshots of a tuning job, collected on the tuning
+ * loop's thread and published to the HTTP server (kl_metrics_http.c). */
+#include "kl_metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_metrics_int.h"
+#include "kl_util.h"
+
+kl_metrics_snap_t *kl_metrics_snap_new(size_t n_tasks)
+{
+    kl_metrics_snap_t *s = kl_xcalloc(1, sizeof *s);
+    s->n_tasks = n_tasks;
+    if (n_tasks)
+        s->tasks = kl_xcalloc(n_tasks, sizeof *s->tasks);
+    return s;
+}
+
+void kl_metrics_snap_free(kl_metrics_snap_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->tasks);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+/* The exact target a task target means: "cpu" is this machine's CPU
+ * target, the rule of the CPU agent's Hello (agent/device.c), which the
+ * coordinator cannot include. */
+static const char *s_exact_target(const char *target)
+{
+    if (!target || strcmp(target, "cpu") != 0)
+        return target ? target : "";
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return "cpu/x86_64-avx512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "cpu/x86_64-avx2";
+    return "cpu/x86_64";
+#elif defined(__aarch64__)
+    return "cpu/aarch64";
+#else
+    return "cpu/unknown";
+#endif
+}
+
+/* Adds the exact target to the snapshot's list once, with its agents. */
+static void s_add_target(kl_metrics_snap_t *s, kl_dispatch_t *d,
+                         const char *exact)
+{
+    for (size_t i = 0; i < s->n_targets; i++)
+        if (strcmp(s->targets[i].target, exact) == 0)
+            return;
+    if (s->n_targets == KL_METRICS_MAX_TARGETS)
+        return;
+    kl_metrics_target_t *t = &s->targets[s->n_targets++];
+    snprintf(t->target, sizeof t->target, "%s", exact);
+    t->agents = 0;
+    if (d)
+        kl_dispatch_agents(d, exact, &t->agents, NULL);
+}
+
+static void s_collect_task(kl_metrics_task_t *m, const kl_task_t *t)
+{
+    const kl_workload_t *w = kl_task_workload(t);
+    snprintf(m->workload, sizeof m->workload, "%s", w->name);
+    snprintf(m->target, sizeof m->target, "%s",
+             s_exact_target(kl_task_target(t)));
+    m->flop = w->flop;
+    m->best_s = kl_task_best_s(t);
+    m->trials = kl_task_trials(t);
+    m->valid = kl_task_valid(t);
+    m->restored = kl_task_restored(t);
+    m->in_flight = kl_task_in_flight(t);
+    m->cap = kl_task_cap(t);
+    m->done = kl_task_done(t);
+}
+
+void kl_metrics_collect(kl_metrics_snap_t *s, kl_dispatch_t *d,
+                        kl_task_t *const *tasks, size_t n,
+                        const kl_store_t *store, const char *store_dir)
+{
+    memset(&s->dispatch, 0, sizeof s->dispatch);
+    s->have_dispatch = d && kl_dispatch_stats(d, &s->dispatch, NULL) == KL_OK;
+    if (!s->have_dispatch)
+        memset(&s->dispatch, 0, sizeof s->dispatch);
+    s->n_targets = 0;
+    for (size_t i = 0; i < n && i < s->n_tasks; i++) {
+        s_collect_task(&s->tasks[i], tasks[i]);
+        s_add_target(s, d, s->tasks[i].target);
+    }
+    s->have_store = store != NULL;
+    s->store_map_bytes = store ? kl_store_map_size(store) : 0;
+    s->store_bytes = 0;
+    if (store && store_dir) {
+        char *path = kl_xasprintf("%s/data.mdb", store_dir);
+        struct stat st;
+        if (stat(path, &st) == 0)
+            s->store_bytes = (uint64_t)st.st_size;
+        free(path);
+    }
+}
+
+void kl_metrics_publish(kl_metrics_t *self, kl_metrics_snap_t **snap)
+{
+    if (!snap || !*snap)
+        return;
+    kl_metrics_snap_t *s = *snap, *old;
+    *snap = NULL;
+    snprintf(s->job, sizeof s->job, "%s", self->job);
+    s->elapsed_s = kl_now_s() - self->t0;
+    pthread_mutex_lock(&self->lock);
+    old = self->snap;
+    self->snap = s;
+    pthread_mutex_unlock(&self->lock);
+    kl_metrics_snap_free(&old);
+}
+
+void kl_metrics_update(kl_metrics_t *self, kl_dispatch_t *d,
+                       kl_task_t *const *tasks, size_t n,
+                       const kl_store_t *store, bool force, bool done)
+{
+    if (!self)
+        return;
+    double now = kl_now_s();
+    if (!force && !done && now - self->last_update < self->min_interval_s)
+        return;
+    self->last_update = now;
+    kl_metrics_snap_t *s = kl_metrics_snap_new(n);
+    kl_metrics_collect(s, d, tasks, n, store, self->store_dir);
+    s->done = done;
+    kl_metrics_publish(self, &s);
+}
+
+int kl_metrics_from_opts(kl_metrics_t **out, const kl_opts_t *o,
+                         const char *job, const char *store_dir, char *err)
+{
+    *out = NULL;
+    const char *listen = kl_opts_str(o, "http");
+    if (!listen)
+        return KL_OK;
+    kl_metrics_cfg_t cfg = {
+        .listen = listen, .job = job, .store_dir = store_dir};
+    int rc = kl_metrics_new(out, &cfg, err);
+    if (rc == KL_OK)
+        fprintf(stderr, "kiln tune: metrics on %s/metrics\n",
+                kl_metrics_url(*out));
+    return rc;
+}
+
+void kl_metrics_linger(kl_metrics_t *self, const kl_opts_t *o,
+                       volatile sig_atomic_t *stop)
+{
+    double s = self ? kl_opts_double(o, "http-linger") : 0;
+    if (s <= 0)
+        return;
+    fprintf(stderr,
+            "kiln tune: serving the final metrics on %s for %.0f s (a "
+            "signal stops it)\n",
+            kl_metrics_url(self), s);
+    double until = kl_now_s() + s;
+    while ((!stop || !*stop) && kl_now_s() < until) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
