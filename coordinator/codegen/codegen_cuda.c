@@ -192,7 +192,7 @@ static void s_smem_index(const g_t *g, const kl_cuda_smem_t *sm,
     int64_t st = 1, stride[KL_IR_MAX_DIMS];
     for (int d = sm->ndim - 1; d >= 0; d--) {
         stride[d] = st;
-        st *= sm->ext[d];
+        st *= d == sm->ndim - 1 ? sm->pitch : sm->ext[d];
     }
     lin_t tot;
     memset(&tot, 0, sizeof tot);
@@ -401,7 +401,7 @@ static bool s_copy_vec4(const g_t *g, const kl_cuda_smem_t *sm,
 {
     int d = sm->ndim - 1;
     const kl_tensor_t *t = &g->w->tensors[sm->tensor];
-    if (sm->ext[d] % 4 || t->shape[d] % 4 || sm->offset % 4)
+    if (sm->ext[d] % 4 || sm->pitch % 4 || t->shape[d] % 4 || sm->offset % 4)
         return false;
     lin_t f, full;
     int64_t lo, hi;
@@ -459,19 +459,25 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
         if (hi >= t->shape[d])
             kl_buf_printf(&cond, "%sc%d < %" PRId64, sep, d, t->shape[d]);
     }
+    int64_t row = sm->ext[sm->ndim - 1];
+    char dst[128];
+    if (sm->pitch == row)
+        snprintf(dst, sizeof dst, "%" PRId64 " + f", sm->offset);
+    else
+        snprintf(dst, sizeof dst,
+                 "%" PRId64 " + f / %" PRId64 " * %" PRId64 " + f %% %" PRId64,
+                 sm->offset, row, sm->pitch, row);
     if (vw == 4)
         s_line(g,
-               "*(float4 *)&kl_smem[%" PRId64 " + f] = %s%s%s*(const float4 "
-               "*)&a%d[%s]%s;",
-               sm->offset, cond.len ? "(" : "", cond.len ? cond.data : "",
+               "*(float4 *)&kl_smem[%s] = %s%s%s*(const float4 *)&a%d[%s]%s;",
+               dst, cond.len ? "(" : "", cond.len ? cond.data : "",
                cond.len ? ") ? " : "", sm->tensor, off.data,
                cond.len ? " : make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "");
     else if (cond.len)
-        s_line(g, "kl_smem[%" PRId64 " + f] = (%s) ? a%d[%s] : 0.0f;",
-               sm->offset, cond.data, sm->tensor, off.data);
+        s_line(g, "kl_smem[%s] = (%s) ? a%d[%s] : 0.0f;", dst, cond.data,
+               sm->tensor, off.data);
     else
-        s_line(g, "kl_smem[%" PRId64 " + f] = a%d[%s];", sm->offset, sm->tensor,
-               off.data);
+        s_line(g, "kl_smem[%s] = a%d[%s];", dst, sm->tensor, off.data);
     kl_buf_free(&off);
     kl_buf_free(&cond);
     s_close(g);

@@ -28,6 +28,8 @@
  *     holds the box of the tensor that the loops below L, every threadIdx
  *     loop and every vthread loop read, with the loops above L and the
  *     blockIdx loops fixed. Reads outside the tensor are stored as zero.
+ *     An annotation "smem_pad" = P on a bound loop pads every innermost
+ *     row of every box by P floats (P = 4 keeps 16-byte copies aligned).
  *   - Loops of kind unroll (and vectorize, which the GPU treats as unroll)
  *     get `#pragma unroll`; parallel is a CPU binding and is refused.
  */
@@ -58,6 +60,11 @@ typedef struct {
     int64_t lo[KL_IR_MAX_DIMS];
     int64_t ext[KL_IR_MAX_DIMS];
     int64_t size;   /* floats: product of ext */
+    int64_t pitch;  /* floats from one innermost row to the next: ext of
+                     * the last dimension plus the padding the schedule
+                     * asked for ("smem_pad" annotation, against bank
+                     * conflicts) */
+    int64_t alloc;  /* floats allocated: size / ext[last] * pitch */
     int64_t offset; /* floats from the start of the block's shared memory */
 } kl_cuda_smem_t;
 

@@ -154,6 +154,19 @@ static bool s_relaxed(const kl_loop_t *l, int pos, int attach)
     return pos > attach && !s_is_bound(l->kind);
 }
 
+/* The row padding of shared boxes the schedule asked for (floats). */
+static int64_t s_smem_pad(const kl_sched_t *s, const kl_cuda_plan_t *p)
+{
+    for (int pos = 0; pos < p->prefix; pos++) {
+        const kl_loop_t *l = kl_sched_loop(s, pos);
+        for (int a = 0; a < l->nannots; a++)
+            if (!strcmp(l->annots[a].key, "smem_pad") &&
+                l->annots[a].value > 0 && l->annots[a].value <= 32)
+                return l->annots[a].value;
+    }
+    return 0;
+}
+
 static int s_plan_stage(const kl_sched_t *s, kl_cuda_plan_t *p,
                         const kl_stage_t *st, int idx, char *err)
 {
@@ -211,12 +224,16 @@ static int s_plan_stage(const kl_sched_t *s, kl_cuda_plan_t *p,
             return kl_seterr(err, KL_ERR_UNSUPPORTED,
                              "cuda: read cache of %s: box too large", name);
     }
+    int last = sm->ndim - 1;
+    int64_t pad = s_smem_pad(s, p);
+    sm->pitch = sm->ext[last] + (sm->ndim > 1 && sm->ext[last] > 1 ? pad : 0);
+    sm->alloc = sm->size / sm->ext[last] * sm->pitch;
     /* 16-byte aligned buffers, so that wide accesses stay possible. */
     int64_t off = 0;
     for (int i = 0; i < p->nsmem; i++)
-        off = p->smem[i].offset + ((p->smem[i].size + 3) / 4) * 4;
+        off = p->smem[i].offset + ((p->smem[i].alloc + 3) / 4) * 4;
     sm->offset = off;
-    p->smem_bytes = (off + sm->size) * 4;
+    p->smem_bytes = (off + sm->alloc) * 4;
     p->nsmem++;
     return KL_OK;
 }

@@ -11,8 +11,9 @@
  * input that the body reads through plain affine indices is staged in
  * shared memory (cache_read shared) at a sampled level: the last R0 loop
  * (big tiles, loaded once per outer reduction step) or the last R1 loop
- * (small tiles). The inner reduction loops are unrolled and an auto-unroll
- * depth is sampled. reject_if keeps the sample inside the machine:
+ * (small tiles). The inner reduction loops are unrolled, an auto-unroll
+ * depth is sampled, and whether the rows of the shared boxes are padded by
+ * 16 bytes (bank conflicts). reject_if keeps the sample inside the machine:
  * threads per block in [min(32, points), 1024], at most 8 vthreads, at
  * most 64 accumulators per thread, and threads x (accumulators + 40)
  * registers within the 64 K register file. The epilogue is applied at
@@ -206,6 +207,22 @@ static int s_auto_unroll(kl_trace_t *t, int64_t loop, char *err)
     return KL_OK;
 }
 
+/* Sampled row padding of the shared boxes (none, or 4 floats: one
+ * 16-byte access, against bank conflicts). */
+static int s_smem_pad(kl_trace_t *t, int64_t loop, char *err)
+{
+    static const int64_t pads[] = {0, 4};
+    static const double probs[] = {0.5, 0.5};
+    int64_t v = kl_tr_sample_categorical(t, pads, probs, 2);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 4", (long long)v);
+    int rc = kl_tr_if(t, pred, err);
+    if (rc)
+        return rc;
+    kl_tr_annotate(t, loop, "smem_pad", 4);
+    return kl_tr_end(t, err);
+}
+
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                           kl_trace_t **out, char *err)
 {
@@ -239,6 +256,8 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
     if (!rc) {
         s_caching(t, w, nr, bound, rl);
         rc = s_auto_unroll(t, bound[0], err);
+        if (!rc && nr > 0)
+            rc = s_smem_pad(t, bound[0], err);
     }
     if (rc) {
         kl_trace_free(&t);

@@ -236,7 +236,7 @@ static void test_emulated_sampled(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    int nvec = 0;
+    int nvec = 0, npad = 0;
     for (int op = 0; op < NOPS + NMORE; op++) {
         kl_workload_t *w = s_load(op < NOPS ? s_ops[op] : s_more[op - NOPS]);
         kl_kernel_t ks[NEMU];
@@ -249,6 +249,7 @@ static void test_emulated_sampled(void **state)
         assert_int_equal(rc, KL_OK);
         for (int i = 0; i < NEMU; i++) {
             nvec += strstr(ks[i].source, "float4") != NULL;
+            npad += strstr(ks[i].source, " + f % ") != NULL;
             assert_false(plans[i].smem_dynamic);
             rc = kl_emu_check(so, &ks[i], w, 11, 1e-4, 1e-4, err);
             if (rc)
@@ -261,8 +262,10 @@ static void test_emulated_sampled(void **state)
         kl_workload_free(&w);
     }
     /* The 16-byte copies were among what ran. */
-    printf("%d emulated kernels use 16-byte copies\n", nvec);
+    printf("%d emulated kernels use 16-byte copies, %d padded rows\n", nvec,
+           npad);
     assert_true(nvec > 0);
+    assert_true(npad > 0);
 }
 
 static kl_sched_t *s_bound(const kl_workload_t *w, int64_t threads)
