@@ -16,6 +16,10 @@ static const kiln_cmd_t s_cmds[] = {
      "the tuning tasks of a model (built-in or graph file)"},
     {"space", kiln_cmd_space,
      "sample a workload's design space: traces and generated code"},
+    {"export", kiln_cmd_export,
+     "best records of a model's tasks as source and a shared library"},
+    {"run", kiln_cmd_run,
+     "run an exported model, check it against naive, time it"},
     {NULL, NULL, NULL},
 };
 

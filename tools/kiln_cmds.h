@@ -20,5 +20,7 @@ int kiln_cmd_tune(int argc, char **argv);
 
 int kiln_cmd_space(int argc, char **argv);
 int kiln_cmd_extract(int argc, char **argv);
+int kiln_cmd_export(int argc, char **argv);
+int kiln_cmd_run(int argc, char **argv);
 
 #endif

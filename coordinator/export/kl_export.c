@@ -1,0 +1,407 @@
+/* kl_export.c - best records, replay to source, and the model export
+ * driver (manifest.json). The layer graph's code is export_graph.c. */
+#include "kl_export.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "kl_codegen.h"
+#include "kl_err.h"
+#include "kl_search.h"
+#include "kl_space.h"
+#include "kl_util.h"
+
+const char *kl_cpu_target(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return "cpu/x86_64-avx512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "cpu/x86_64-avx2";
+    return "cpu/x86_64";
+#elif defined(__aarch64__)
+    return "cpu/aarch64";
+#else
+    return "cpu/unknown";
+#endif
+}
+
+const char *kl_export_target(const char *user_target)
+{
+    if (!user_target || !strcmp(user_target, "cpu"))
+        return kl_cpu_target();
+    return user_target;
+}
+
+/* What the store holds for a key when its best on target is missing. */
+typedef struct {
+    const char *target;
+    size_t here, here_ok, other;
+    char others[160];
+} s_census_t;
+
+static int s_census(const Kiln__TuningRecord *rec, void *arg)
+{
+    s_census_t *c = arg;
+    if (!strcmp(rec->target, c->target)) {
+        c->here++;
+        c->here_ok += rec->status == KILN__STATUS__STATUS_OK;
+        return 0;
+    }
+    c->other++;
+    if (!strstr(c->others, rec->target) &&
+        strlen(c->others) + strlen(rec->target) + 3 < sizeof c->others) {
+        if (c->others[0])
+            strcat(c->others, ", ");
+        strcat(c->others, rec->target);
+    }
+    return 0;
+}
+
+static int s_missing(kl_store_t *store, const kl_workload_t *w,
+                     const char *target, const char *why, char *err)
+{
+    s_census_t c = {.target = target};
+    char e2[KL_ERRMSG_LEN], key[33];
+    kl_hex128(w->key, key);
+    kl_store_foreach_record(store, w->key, NULL, s_census, &c, e2);
+    char what[256];
+    if (why)
+        snprintf(what, sizeof what, "%s", why);
+    else if (c.here)
+        snprintf(what, sizeof what, "%zu record(s) there, %zu valid", c.here,
+                 c.here_ok);
+    else if (c.other)
+        snprintf(what, sizeof what,
+                 "%zu record(s) on other targets (%s), never used for %s",
+                 c.other, c.others, target);
+    else
+        snprintf(what, sizeof what, "no record at all");
+    return kl_seterr(err, KL_ERR_NOTFOUND,
+                     "no valid record of %s (key %s) on target %s: %s", w->name,
+                     key, target, what);
+}
+
+int kl_export_best(kl_store_t *store, const kl_workload_t *w,
+                   const char *target, Kiln__TuningRecord **out, char *err)
+{
+    *out = NULL;
+    const char *t = kl_export_target(target);
+    char e2[KL_ERRMSG_LEN];
+    Kiln__TuningRecord *rec = NULL;
+    int rc = kl_store_best(store, w->key, t, &rec, e2);
+    if (rc == KL_ERR_NOTFOUND)
+        return s_missing(store, w, t, NULL, err);
+    if (rc)
+        return kl_seterr(err, rc, "%s on %s: %s", w->name, t, e2);
+    /* The store's own checks, made again here: the record must be of this
+     * exact target and key, valid, real and finite. */
+    if (strcmp(rec->target, t) != 0 || rec->workload_key.len != 16 ||
+        memcmp(rec->workload_key.data, w->key, 16) != 0) {
+        kiln__tuning_record__free_unpacked(rec, NULL);
+        return kl_seterr(err, KL_ERR_CORRUPT,
+                         "the store's best of %s on %s names another "
+                         "workload or target",
+                         w->name, t);
+    }
+    if (rec->simulated || rec->status != KILN__STATUS__STATUS_OK ||
+        !isfinite(rec->median_s)) {
+        kiln__tuning_record__free_unpacked(rec, NULL);
+        return s_missing(store, w, t,
+                         "only simulated records (kiln tune --simulate)", err);
+    }
+    *out = rec;
+    return KL_OK;
+}
+
+int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
+                     const char *entry, kl_kernel_t *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (rec->workload_key.len != 16 ||
+        memcmp(rec->workload_key.data, w->key, 16) != 0)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "record %llu on %s is not of workload %s",
+                         (unsigned long long)rec->seq, rec->target, w->name);
+    kl_space_t *sp = NULL;
+    kl_trace_t *tr = NULL, *ex = NULL;
+    kl_sched_t *s = NULL;
+    kl_rng_t r;
+    kl_rng_seed(&r, 1);
+    char e2[KL_ERRMSG_LEN];
+    const char *step = "design space";
+    int rc = kl_space_for_target(rec->target, w, &sp, e2);
+    if (!rc) {
+        step = "trace";
+        rc = kl_trace_from_proto(rec->trace.data, rec->trace.len, &tr, e2);
+    }
+    if (!rc) {
+        step = "replay";
+        rc = kl_search_fix(sp, tr, &r, &ex, &s, e2);
+    }
+    if (!rc) {
+        step = "codegen";
+        rc = kl_space_target(sp)->cuda
+                 ? kl_codegen_cuda(s, kl_space_target(sp), entry, out, e2)
+                 : kl_codegen_c(s, kl_space_target(sp), entry, out, e2);
+    }
+    kl_sched_destroy(&s);
+    kl_trace_free(&ex);
+    kl_trace_free(&tr);
+    kl_space_destroy(&sp);
+    if (rc)
+        return kl_seterr(err, rc, "%s record %llu on %s: %s: %s", w->name,
+                         (unsigned long long)rec->seq, rec->target, step, e2);
+    return KL_OK;
+}
+
+void kl_export_result_free(kl_export_result_t *r)
+{
+    for (int i = 0; i < r->nmissing; i++)
+        free(r->missing[i]);
+    free(r->missing);
+    free(r->lib_path);
+    free(r->model);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- model export ---- */
+
+typedef struct {
+    Kiln__TuningRecord **recs; /* [ntasks], NULL where missing */
+    kl_kernel_t *kernels;      /* [ntasks] */
+} s_tasks_t;
+
+static json_object *s_task_json(const kl_model_task_t *t, int i,
+                                const Kiln__TuningRecord *rec,
+                                const kl_kernel_t *k, const char *file)
+{
+    char key[33];
+    kl_hex128(t->w->key, key);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_int(i));
+    json_object_object_add(o, "name", json_object_new_string(t->w->name));
+    json_object_object_add(o, "workload", json_object_new_string(t->spec));
+    json_object_object_add(o, "key", json_object_new_string(key));
+    json_object_object_add(o, "weight", json_object_new_int(t->weight));
+    json_object_object_add(o, "file", json_object_new_string(file));
+    json_object_object_add(o, "entry", json_object_new_string(k->entry));
+    if (rec) {
+        json_object *r = json_object_new_object();
+        json_object_object_add(r, "target",
+                               json_object_new_string(rec->target));
+        json_object_object_add(r, "seq",
+                               json_object_new_int64((int64_t)rec->seq));
+        json_object_object_add(
+            r, "agent", json_object_new_string(rec->agent ? rec->agent : ""));
+        json_object_object_add(
+            r, "job", json_object_new_string(rec->job ? rec->job : ""));
+        json_object_object_add(o, "record", r);
+        json_object_object_add(o, "latency_s",
+                               json_object_new_double(rec->median_s));
+        json_object_object_add(o, "source", json_object_new_string("tuned"));
+    } else {
+        json_object_object_add(o, "record", NULL);
+        json_object_object_add(o, "latency_s", NULL);
+        json_object_object_add(o, "source", json_object_new_string("naive"));
+    }
+    json_object *g = json_object_new_array(), *b = json_object_new_array();
+    for (int d = 0; d < 3; d++) {
+        json_object_array_add(g, json_object_new_int64(k->grid[d]));
+        json_object_array_add(b, json_object_new_int64(k->block[d]));
+    }
+    json_object *l = json_object_new_object();
+    json_object_object_add(l, "grid", g);
+    json_object_object_add(l, "block", b);
+    json_object_object_add(l, "shared_bytes",
+                           json_object_new_int64(k->shared_bytes));
+    json_object_object_add(o, "launch", l);
+    return o;
+}
+
+static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
+                      const s_tasks_t *ts, bool cuda, char *err)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "model",
+                           json_object_new_string(kl_model_name(m)));
+    json_object_object_add(o, "target", json_object_new_string(target));
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        char file[32];
+        snprintf(file, sizeof file, "task_%02d.%s", i, cuda ? "cu" : "c");
+        json_object_array_add(a,
+                              s_task_json(kl_model_task(m, i), i, ts->recs[i],
+                                          &ts->kernels[i], file));
+    }
+    json_object_object_add(o, "tasks", a);
+    json_object_object_add(
+        o, "library", cuda ? NULL : json_object_new_string("libkiln_model.so"));
+    const char *s = json_object_to_json_string_ext(
+        o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *path = kl_xasprintf("%s/manifest.json", dir);
+    char *text = kl_xasprintf("%s\n", s);
+    int rc = kl_write_file(path, text, strlen(text), err);
+    free(text);
+    free(path);
+    json_object_put(o);
+    return rc;
+}
+
+/* Looks up every task's record; lists the missing ones in res. */
+static int s_lookup(kl_store_t *store, const kl_model_t *m, const char *target,
+                    s_tasks_t *ts, kl_export_result_t *res, char *err)
+{
+    kl_buf_t names = {0};
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const kl_model_task_t *t = kl_model_task(m, i);
+        char e2[KL_ERRMSG_LEN];
+        int rc = kl_export_best(store, t->w, target, &ts->recs[i], e2);
+        if (rc == KL_ERR_NOTFOUND) {
+            res->missing = kl_xrealloc(
+                res->missing, (size_t)(res->nmissing + 1) * sizeof(char *));
+            res->missing[res->nmissing++] =
+                kl_xasprintf("task %d %s (%s): %s", i, t->w->name, t->spec, e2);
+            kl_buf_printf(&names, "%s%d %s", names.len ? ", " : "", i,
+                          t->w->name);
+        } else if (rc) {
+            kl_buf_free(&names);
+            return kl_seterr(err, rc, "task %d: %s", i, e2);
+        } else {
+            res->tuned_s += t->weight * ts->recs[i]->median_s;
+        }
+    }
+    int rc = KL_OK;
+    if (res->nmissing)
+        rc = kl_seterr(err, KL_ERR_NOTFOUND,
+                       "%d of %d tasks have no valid record on %s: %s",
+                       res->nmissing, kl_model_ntasks(m), target, names.data);
+    kl_buf_free(&names);
+    return rc;
+}
+
+static int s_kernels(const kl_model_t *m, s_tasks_t *ts, char *err)
+{
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const kl_model_task_t *t = kl_model_task(m, i);
+        char entry[32];
+        snprintf(entry, sizeof entry, "kiln_task_%02d", i);
+        int rc = ts->recs[i]
+                     ? kl_export_replay(t->w, ts->recs[i], entry,
+                                        &ts->kernels[i], err)
+                     : kl_codegen_reference(t->w, entry, &ts->kernels[i], err);
+        if (rc)
+            return rc;
+    }
+    return KL_OK;
+}
+
+static int s_write_cuda(const kl_model_t *m, const char *dir,
+                        const s_tasks_t *ts, char *err)
+{
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        char *p = kl_xasprintf("%s/task_%02d.cu", dir, i);
+        int rc = kl_write_file(p, ts->kernels[i].source,
+                               strlen(ts->kernels[i].source), err);
+        free(p);
+        if (rc)
+            return rc;
+    }
+    return KL_OK;
+}
+
+static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
+                    const kl_model_t *m, const char *text, s_tasks_t *ts,
+                    kl_export_result_t *res, char *err)
+{
+    const char *target = kl_export_target(cfg->target);
+    bool cuda = !strncmp(target, "cuda/", 5);
+    int rc = s_lookup(store, m, target, ts, res, err);
+    if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && !cuda)
+        rc = KL_OK;
+    if (!rc)
+        rc = s_kernels(m, ts, err);
+    if (!rc)
+        rc = kl_mkdirs(cfg->out_dir, err);
+    if (!rc && cuda)
+        rc = s_write_cuda(m, cfg->out_dir, ts, err);
+    if (!rc && !cuda) {
+        char **srcs = kl_xcalloc((size_t)kl_model_ntasks(m), sizeof(char *));
+        for (int i = 0; i < kl_model_ntasks(m); i++)
+            srcs[i] = ts->kernels[i].source;
+        rc = kl_export_write_graph(text, cfg->model, m, srcs, cfg->out_dir,
+                                   cfg->build, cfg->cc, err);
+        free(srcs);
+        if (!rc && cfg->build)
+            res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
+    }
+    if (!rc)
+        rc = s_manifest(m, target, cfg->out_dir, ts, cuda, err);
+    return rc;
+}
+
+int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
+                    kl_export_result_t *res, char *err)
+{
+    memset(res, 0, sizeof *res);
+    char *text = NULL;
+    kl_model_t *m = NULL;
+    int rc = kl_model_text(cfg->model, &text, err);
+    if (!rc)
+        rc = kl_model_parse(text, cfg->model, &m, err);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    int n = kl_model_ntasks(m);
+    res->ntasks = n;
+    res->model = kl_xstrdup(kl_model_name(m));
+    s_tasks_t ts = {kl_xcalloc((size_t)n, sizeof(Kiln__TuningRecord *)),
+                    kl_xcalloc((size_t)n, sizeof(kl_kernel_t))};
+    rc = s_export(store, cfg, m, text, &ts, res, err);
+    for (int i = 0; i < n; i++) {
+        if (ts.recs[i])
+            kiln__tuning_record__free_unpacked(ts.recs[i], NULL);
+        kl_kernel_free(&ts.kernels[i]);
+    }
+    free(ts.recs);
+    free(ts.kernels);
+    kl_model_destroy(&m);
+    free(text);
+    return rc;
+}
+
+int kl_export_naive(const char *model, const char *dir, const char *cc,
+                    char *err)
+{
+    char *text = NULL;
+    kl_model_t *m = NULL;
+    int rc = kl_model_text(model, &text, err);
+    if (!rc)
+        rc = kl_model_parse(text, model, &m, err);
+    if (!rc)
+        rc = kl_mkdirs(dir, err);
+    int n = m ? kl_model_ntasks(m) : 0;
+    kl_kernel_t *ks = kl_xcalloc((size_t)n + 1, sizeof(kl_kernel_t));
+    char **srcs = kl_xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; !rc && i < n; i++) {
+        char entry[32];
+        snprintf(entry, sizeof entry, "kiln_task_%02d", i);
+        rc = kl_codegen_reference(kl_model_task(m, i)->w, entry, &ks[i], err);
+        srcs[i] = ks[i].source;
+    }
+    if (!rc)
+        rc = kl_export_write_graph(text, model, m, srcs, dir, true, cc, err);
+    for (int i = 0; i < n; i++)
+        kl_kernel_free(&ks[i]);
+    free(ks);
+    free(srcs);
+    kl_model_destroy(&m);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,131 @@
+/* kl_export.h - use the results: the best record of a workload on a target,
+ * replayed to source, and whole models exported as one shared library
+ * (DESIGN.md section 1, "kiln export" / "kiln run"; docs/cli.md).
+ *
+ * Records are keyed by (workload key, exact target string). A user's "cpu"
+ * means this machine's exact CPU target (kl_cpu_target); a record of any
+ * other target string is never used, even when it is faster.
+ *
+ * A model export writes into one directory:
+ *   task_NN.c            the kernel of task NN, entry kiln_task_NN (one
+ *                        translation unit each, so kernels link together);
+ *                        task_NN.cu for CUDA targets
+ *   kiln_model.c / .h    the layer graph (CPU targets): every layer in
+ *                        graph order, each computing layer calling its
+ *                        task's kernel with its own weights
+ *   libkiln_model.so     (CPU targets) built with the system cc, -O3
+ *                        -march=native -fopenmp -shared -fPIC
+ *   manifest.json        per task: workload, key, record, latency, launch
+ * The model's API is documented in the generated kiln_model.h.
+ */
+#ifndef KL_EXPORT_H
+#define KL_EXPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kiln.pb-c.h"
+#include "kl_codegen.h"
+#include "kl_ir.h"
+#include "kl_model.h"
+#include "kl_store.h"
+
+/* The exact target string of this machine's CPU, as kiln-agent reports it:
+ * "cpu/x86_64-avx512" with avx512f, "cpu/x86_64-avx2" with avx2 and fma,
+ * else "cpu/x86_64" (other architectures: "cpu/aarch64", "cpu/unknown").
+ * Static string. */
+const char *kl_cpu_target(void);
+
+/* The target a user means: "cpu" is kl_cpu_target(), anything else is
+ * itself. Static or borrowed string. */
+const char *kl_export_target(const char *user_target);
+
+/* The best valid, real (not simulated) record of w on exactly `target`
+ * (after kl_export_target). KL_ERR_NOTFOUND with a message naming the
+ * workload, its key and the target, and saying what the store holds for it
+ * instead (records on other targets, only simulated or failed ones). On
+ * success *out is the caller's (kiln__tuning_record__free_unpacked). */
+int kl_export_best(kl_store_t *store, const kl_workload_t *w,
+                   const char *target, Kiln__TuningRecord **out, char *err);
+
+/* Replays rec's trace for w on rec's target into source with function
+ * name `entry`: C for CPU targets, CUDA for cuda/ targets (with launch
+ * dimensions). A record of another workload is KL_ERR_INVAL; a trace that
+ * does not replay is the replay's error, naming the step. *out is the
+ * caller's (kl_kernel_free). */
+int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
+                     const char *entry, kl_kernel_t *out, char *err);
+
+/* ---- whole models ------------------------------------------------------ */
+
+typedef struct {
+    const char *model;  /* built-in name or graph file (kl_model_load) */
+    const char *target; /* user target ("cpu" allowed) */
+    const char *out_dir;
+    bool fallback_naive; /* reference kernels where a record is missing */
+    bool build;          /* build libkiln_model.so (CPU targets) */
+    const char *cc;      /* compiler; NULL: $CC, else "cc" */
+} kl_export_cfg_t;
+
+typedef struct {
+    int ntasks;
+    int nmissing;   /* tasks without a record (fallback used when set) */
+    char **missing; /* one line per missing task: "N NAME (workload)" */
+    double tuned_s; /* sum over tasks of weight * record latency */
+    char *lib_path; /* the library when built, else NULL */
+    char *model;    /* the model's name */
+} kl_export_result_t;
+
+void kl_export_result_free(kl_export_result_t *r);
+
+/* Exports a model (see the top of this file). Every task needs a record
+ * on the exact target: when some have none and fallback_naive is off,
+ * nothing is written, res->missing lists each of them and the error is
+ * KL_ERR_NOTFOUND naming them all. With fallback_naive, those tasks get
+ * their reference kernel and res->missing still lists them (the caller
+ * warns). Layers the library cannot run (transpose) are
+ * KL_ERR_UNSUPPORTED naming the layer. A compiler failure is
+ * KL_ERR_COMPILE with the log's tail. res is the caller's
+ * (kl_export_result_free). */
+int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
+                    kl_export_result_t *res, char *err);
+
+/* Writes the naive build of a model into dir (every task's reference
+ * kernel, the same graph code) and builds dir/libkiln_model.so; `kiln run`
+ * checks an export against it. cc as in kl_export_cfg_t. */
+int kl_export_naive(const char *model, const char *dir, const char *cc,
+                    char *err);
+
+/* ---- the generated graph code (export_graph.c) ------------------------- */
+
+/* Per task of the model: the kernel source to write, entry kiln_task_NN. */
+typedef struct {
+    char **sources; /* [ntasks], C sources */
+} kl_export_kernels_t;
+
+/* Writes task_NN.c, kiln_model.c and kiln_model.h of model text `text`
+ * (source names it in errors) into dir, with the given kernel sources (in
+ * kl_model task order), and builds libkiln_model.so when build is set. */
+int kl_export_write_graph(const char *text, const char *source,
+                          const kl_model_t *m, char *const *sources,
+                          const char *dir, bool build, const char *cc,
+                          char *err);
+
+/* Compiles sources (paths) into the shared library `lib` with cc -O3
+ * -march=native -fopenmp -shared -fPIC, spawned without a shell; the
+ * compiler's output goes to lib + ".log". KL_ERR_COMPILE with the log's
+ * tail when it fails. */
+int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
+                 char *err);
+
+/* ---- oneDNN baseline (export_dnnl.c) ---------------------------------- */
+
+/* Builds the model's layer graph with oneDNN's C API, runs it on random
+ * parameters (repeat timed runs after one warm-up) and prints its median
+ * latency to f. When oneDNN cannot express a layer (or kiln was built
+ * without libdnnl), prints one line per such layer and no figure. */
+void kl_export_dnnl_report(const char *model, int repeat, uint64_t seed,
+                           FILE *f);
+
+#endif

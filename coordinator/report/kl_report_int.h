@@ -1,0 +1,27 @@
+/* kl_report_int.h - the report's data, shared by kl_report.c (loading)
+ * and kl_report_html.c (page and plots). Not a public header. */
+#ifndef KL_REPORT_INT_H
+#define KL_REPORT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char *name;
+    uint8_t key[16];
+    double flop, weight;
+    size_t nrec, nok, cap;
+    uint64_t *time_us; /* commit time of each record, in seq order */
+    double *lat_s;     /* median of each record; NAN when not valid */
+    double best_s;     /* INFINITY when no valid record */
+} krep_task_t;
+
+struct kl_report_s {
+    char *target, *source, *title;
+    bool weighted; /* weights from a model */
+    krep_task_t *tasks;
+    int n;
+};
+
+#endif

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# kiln export and kiln run on a small graph tuned here on a local fleet (one
+# real kiln-agent, real compiles and timings): the sources build into
+# libkiln_model.so, which runs and matches the naive build; a faster record
+# committed under another target string is never used; a task without a
+# record exits 3 and is named; --fallback naive warns once per such task.
+. "$(dirname "$0")/lib.sh"
+TEVAL=(--repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush)
+
+# This machine's exact CPU target, as kiln-agent reports it.
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+if [[ " $flags " == *" avx512f "* ]]; then
+    TGT=cpu/x86_64-avx512 OTHER=cpu/x86_64-avx2
+elif [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]]; then
+    TGT=cpu/x86_64-avx2 OTHER=cpu/x86_64-avx512
+else
+    echo "SKIP: no design space for this CPU's target"; exit 77
+fi
+command -v "${CC:-cc}" >/dev/null || { echo "SKIP: no C compiler"; exit 77; }
+
+cat >"$T/tiny.graph" <<'G'
+model tiny
+input x 1x8x16x16
+c = conv2d x K=8 R=3 pad=1 bias=1
+r = relu c
+p = max_pool2d r R=2
+c2 = conv2d p K=8 R=3 pad=1 bias=1
+s = add c2 p
+f = flatten s
+d = dense f O=32
+sm = softmax d
+output sm
+G
+"$KILN" tune --model "$T/tiny.graph" --target "$TGT" --max-trials-per-task 3 \
+    --trials-per-iter 3 --db "$T/db" --strategy replay --quiet "${TEVAL[@]}" \
+    >"$T/tune.out" 2>"$T/tune.log" || fail "kiln tune --model exited $?"
+
+# A faster record of the dense task under another target string: a copy of
+# one of its real records with another target, a tiny median and seq 0.
+dkey=$("$KILN" db export --db "$T/db" |
+    sed -n 's/.*"type":"workload","key":"\([0-9a-f]*\)".*"name":"dense_1_512_32_bias".*/\1/p')
+[ -n "$dkey" ] || fail "no dense workload in the store"
+"$KILN" db export --db "$T/db" | grep "\"type\":\"record\",\"workload_key\":\"$dkey\"" |
+    head -1 | sed -e "s#\"target\":\"$TGT\"#\"target\":\"$OTHER\"#" \
+        -e 's/"median_s":[^,]*/"median_s":1e-09/' -e 's/"seq":[0-9]*/"seq":0/' \
+        >"$T/other.jsonl"
+grep -q "\"target\":\"$OTHER\"" "$T/other.jsonl" || fail "could not make the other record"
+"$KILN" db import --db "$T/db" "$T/other.jsonl" >"$T/import.log" 2>&1 ||
+    fail "import of the other-target record exited $?"
+"$KILN" db ls --db "$T/db" | grep -q "$OTHER" || fail "the other target is not in the store"
+
+# The export: "cpu" means this machine's exact target.
+"$KILN" export --db "$T/db" --model "$T/tiny.graph" --target cpu --out "$T/out" \
+    >"$T/export.out" 2>"$T/export.log" || fail "kiln export exited $?"
+for f in manifest.json kiln_model.c kiln_model.h libkiln_model.so task_00.c task_03.c; do
+    [ -s "$T/out/$f" ] || fail "export did not write $f"
+done
+[ "$(grep -c '"source":"tuned"' "$T/out/manifest.json")" -eq 4 ] ||
+    fail "manifest: not 4 tuned tasks"
+grep -q "\"target\":\"$TGT\"" "$T/out/manifest.json" || fail "manifest: not on $TGT"
+grep -q "\"target\":\"$OTHER\"" "$T/out/manifest.json" &&
+    fail "a record of $OTHER was used"
+grep -q '"latency_s":1e-09' "$T/out/manifest.json" && fail "the faster other-target record was used"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 5 \
+    --no-dnnl >"$T/run.out" 2>"$T/run.log" || fail "kiln run exited $?"
+grep -q "^output matches the naive build" "$T/run.out" || fail "kiln run: no match line"
+grep -q "^kiln (exported) " "$T/run.out" || fail "kiln run: no latency"
+
+# On the other target only the dense task has a record: exit 3, naming the
+# three others.
+"$KILN" export --db "$T/db" --model "$T/tiny.graph" --target "$OTHER" \
+    --out "$T/other" >/dev/null 2>"$T/other.log"
+[ $? -eq 3 ] || fail "export on $OTHER does not exit 3"
+for n in conv2d_1_8_16_16_8_3_3_s1_p1_bias_relu max_pool2d_1_8_16_16_2_2_s2_p0 \
+    conv2d_1_8_8_8_8_3_3_s1_p1_bias_res; do
+    grep -q "$n" "$T/other.log" || fail "the missing task $n is not named"
+done
+[ -e "$T/other/manifest.json" ] && fail "a failed export wrote a manifest"
+
+# A graph with one task never tuned: exit 3 naming it; with the fallback,
+# one warning and a library that still matches the naive build.
+sed 's/^sm = softmax d$/e = dense d O=16\nsm = softmax e/' "$T/tiny.graph" >"$T/more.graph"
+"$KILN" export --db "$T/db" --model "$T/more.graph" --out "$T/more" \
+    >/dev/null 2>"$T/more.log"
+[ $? -eq 3 ] || fail "a missing task does not exit 3"
+grep -q "dense_1_32_16_bias" "$T/more.log" || fail "the missing task is not named"
+"$KILN" export --db "$T/db" --model "$T/more.graph" --out "$T/more" \
+    --fallback naive >/dev/null 2>"$T/fb.log" || fail "fallback export exited $?"
+[ "$(grep -c 'warning: naive kernel for' "$T/fb.log")" -eq 1 ] ||
+    fail "not exactly one warning with --fallback naive"
+grep -q "warning: naive kernel for task 4 dense_1_32_16_bias" "$T/fb.log" ||
+    fail "the warning does not name the task"
+"$KILN" run --lib "$T/more/libkiln_model.so" --model "$T/more.graph" --repeat 3 \
+    --no-dnnl >"$T/run2.out" 2>"$T/run2.log" || fail "kiln run (fallback) exited $?"
+"$KILN" run --lib "$T/more/libkiln_model.so" --model "$T/tiny.graph" \
+    --no-dnnl >/dev/null 2>"$T/wrong.log"
+[ $? -eq 1 ] && grep -q "was not exported from model" "$T/wrong.log" ||
+    fail "a library of another model is not refused"
+
+# One operator.
+"$KILN" export --db "$T/db" --op "max_pool2d N=1 C=8 H=16 W=16 R=2 S=2" \
+    --out "$T/op" >"$T/op.out" 2>"$T/op.log" || fail "export --op exited $?"
+[ -s "$T/op/max_pool2d_1_8_16_16_2_2_s2_p0.c" ] || fail "export --op wrote no source"
+"$KILN" export --db "$T/db" --op "relu shape=4x4" --out "$T/op" \
+    >/dev/null 2>"$T/op2.log"
+[ $? -eq 3 ] && grep -q "no valid record of relu_4x4 .* on target $TGT" "$T/op2.log" ||
+    fail "export --op of an untuned operator: not exit 3 naming it"
+"$KILN" export --db "$T/db" --out "$T/x" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "no --model nor --op does not exit 2"
+echo PASS
