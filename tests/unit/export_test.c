@@ -1,0 +1,219 @@
+/* Unit tests of coordinator/export: the best record of a workload on an
+ * exact target in a real LMDB store, its replay to source, and a model
+ * export's missing-task and fallback paths (sources only; the library
+ * build and run are tests/integration/export_model.sh). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_export.h"
+#include "kl_space.h"
+#include "kl_store.h"
+#include "kl_util.h"
+
+#define OP "matmul M=16 N=16 K=16"
+
+typedef struct {
+    char dir[64];
+    kl_store_t *st;
+    kl_workload_t *w;
+    const char *tgt, *other;
+    char err[KL_ERRMSG_LEN];
+} fx_t;
+
+static int setup(void **state)
+{
+    fx_t *fx = kl_xcalloc(1, sizeof *fx);
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-export-test-XXXXXX");
+    if (!mkdtemp(fx->dir) || kl_store_open(&fx->st, fx->dir, 0, fx->err) ||
+        kl_workload_from_op(OP, &fx->w, fx->err))
+        return -1;
+    fx->tgt = kl_cpu_target();
+    fx->other = strcmp(fx->tgt, "cpu/x86_64-avx512") ? "cpu/x86_64-avx512"
+                                                     : "cpu/x86_64-avx2";
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *fx = *state;
+    kl_store_close(&fx->st);
+    kl_workload_free(&fx->w);
+    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", fx->dir);
+    free(cmd);
+    free(fx);
+    return 0;
+}
+
+/* Commits one record of w on target: a real trace sampled from the
+ * target's design space, status OK, the given median. */
+static void s_commit(fx_t *fx, const kl_workload_t *w, const char *target,
+                     double median, bool simulated, uint64_t seed)
+{
+    kl_space_t *sp = NULL;
+    kl_trace_t *tr = NULL;
+    kl_rng_t r;
+    kl_rng_seed(&r, seed);
+    assert_int_equal(kl_space_for_target(target, w, &sp, fx->err), KL_OK);
+    assert_int_equal(kl_space_sample(sp, &r, &tr, NULL, 0, NULL, fx->err),
+                     KL_OK);
+    uint8_t *buf = NULL, hash[16];
+    size_t len = 0;
+    kl_trace_to_proto(tr, &buf, &len);
+    kl_trace_hash(tr, hash);
+    Kiln__TuningRecord rec = KILN__TUNING_RECORD__INIT;
+    rec.workload_key = (ProtobufCBinaryData){16, (uint8_t *)w->key};
+    rec.target = (char *)target;
+    rec.trace = (ProtobufCBinaryData){len, buf};
+    rec.trace_hash = (ProtobufCBinaryData){16, hash};
+    rec.status = KILN__STATUS__STATUS_OK;
+    rec.median_s = median;
+    rec.simulated = simulated;
+    Kiln__TuningRecord *p = &rec;
+    assert_int_equal(kl_store_commit(fx->st, &p, 1, fx->err), KL_OK);
+    free(buf);
+    kl_trace_free(&tr);
+    kl_space_destroy(&sp);
+}
+
+static void test_cpu_target(void **state)
+{
+    (void)state;
+    const char *t = kl_cpu_target();
+    assert_int_equal(strncmp(t, "cpu/", 4), 0);
+    assert_string_equal(kl_export_target("cpu"), t);
+    assert_string_equal(kl_export_target("cuda/sm_90"), "cuda/sm_90");
+    assert_string_equal(kl_export_target("cpu/x86_64-avx2"), "cpu/x86_64-avx2");
+}
+
+static void test_best_missing_names_it(void **state)
+{
+    fx_t *fx = *state;
+    Kiln__TuningRecord *rec = NULL;
+    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_null(rec);
+    assert_non_null(strstr(fx->err, fx->w->name));
+    assert_non_null(strstr(fx->err, fx->tgt));
+    assert_non_null(strstr(fx->err, "no record at all"));
+}
+
+static void test_other_target_never_used(void **state)
+{
+    fx_t *fx = *state;
+    s_commit(fx, fx->w, fx->other, 1e-9, false, 1);
+    Kiln__TuningRecord *rec = NULL;
+    assert_int_equal(kl_export_best(fx->st, fx->w, fx->tgt, &rec, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_non_null(strstr(fx->err, fx->other));
+    assert_non_null(strstr(fx->err, "never used"));
+    s_commit(fx, fx->w, fx->tgt, 1e-3, false, 2);
+    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
+                     KL_OK);
+    assert_string_equal(rec->target, fx->tgt);
+    assert_true(rec->median_s == 1e-3);
+    kl_kernel_t k = {0};
+    assert_int_equal(kl_export_replay(fx->w, rec, "my_entry", &k, fx->err),
+                     KL_OK);
+    assert_non_null(strstr(k.source, "void my_entry("));
+    kl_kernel_free(&k);
+    /* The record of another workload does not replay for this one. */
+    kl_workload_t *w2 = NULL;
+    assert_int_equal(kl_workload_from_op("matmul M=8 N=8 K=8", &w2, fx->err),
+                     KL_OK);
+    assert_int_equal(kl_export_replay(w2, rec, "e", &k, fx->err), KL_ERR_INVAL);
+    assert_non_null(strstr(fx->err, "not of workload"));
+    kl_workload_free(&w2);
+    kiln__tuning_record__free_unpacked(rec, NULL);
+}
+
+static void test_simulated_is_not_a_result(void **state)
+{
+    fx_t *fx = *state;
+    s_commit(fx, fx->w, fx->tgt, 1e-6, true, 3);
+    Kiln__TuningRecord *rec = NULL;
+    assert_int_equal(kl_export_best(fx->st, fx->w, fx->tgt, &rec, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_non_null(strstr(fx->err, "simulated"));
+}
+
+static const char s_graph[] = "model two\n"
+                              "input x 1x64\n"
+                              "a = dense x O=64\n"
+                              "b = dense a O=16 relu=1\n";
+
+static void test_model_missing_and_fallback(void **state)
+{
+    fx_t *fx = *state;
+    char *gpath = kl_xasprintf("%s/two.graph", fx->dir);
+    char *out = kl_xasprintf("%s/out", fx->dir);
+    assert_int_equal(kl_write_file(gpath, s_graph, strlen(s_graph), fx->err),
+                     KL_OK);
+    /* Task 0 (dense 64 -> 64) has a record; task 1 has none. */
+    kl_workload_t *w0 = NULL;
+    assert_int_equal(
+        kl_workload_from_op("dense N=1 I=64 O=64 bias=1", &w0, fx->err), KL_OK);
+    s_commit(fx, w0, fx->tgt, 2e-6, false, 4);
+    kl_export_cfg_t cfg = {.model = gpath, .target = "cpu", .out_dir = out};
+    kl_export_result_t res;
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_int_equal(res.ntasks, 2);
+    assert_int_equal(res.nmissing, 1);
+    assert_non_null(strstr(res.missing[0], "dense_1_64_16"));
+    assert_non_null(strstr(fx->err, "1 of 2 tasks"));
+    assert_int_equal(access(out, F_OK), -1);
+    kl_export_result_free(&res);
+
+    cfg.fallback_naive = true;
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err), KL_OK);
+    assert_int_equal(res.nmissing, 1);
+    assert_null(res.lib_path);
+    assert_true(res.tuned_s == 2e-6);
+    kl_export_result_free(&res);
+    char *man = kl_xasprintf("%s/manifest.json", out), *text = NULL;
+    assert_int_equal(kl_read_file(man, &text, NULL, fx->err), KL_OK);
+    assert_non_null(strstr(text, "\"source\":\"naive\""));
+    assert_non_null(strstr(text, "\"source\":\"tuned\""));
+    free(text);
+    char *mc = kl_xasprintf("%s/kiln_model.c", out);
+    assert_int_equal(kl_read_file(mc, &text, NULL, fx->err), KL_OK);
+    assert_non_null(strstr(text, "kiln_task_00(a);"));
+    assert_non_null(strstr(text, "kiln_task_01(a);"));
+    free(text);
+    free(mc);
+    free(man);
+    kl_workload_free(&w0);
+    free(gpath);
+    free(out);
+}
+
+int main(void)
+{
+    if (kl_target_parse(kl_cpu_target(), &(kl_target_t){0}, NULL) != KL_OK) {
+        printf("SKIP: no CPU design space for %s\n", kl_cpu_target());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_target),
+        cmocka_unit_test_setup_teardown(test_best_missing_names_it, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_other_target_never_used, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_simulated_is_not_a_result, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
