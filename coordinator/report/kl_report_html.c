@@ -95,7 +95,7 @@ char *kl_report_task_svg(const kl_report_t *r, int i)
     for (size_t k = 0; k < t->nrec; k++)
         x[k] = (t->time_us[k] - t->time_us[0]) / 1e6 / unit;
     p[1] = kl_svg_new("best GFLOP/s vs wall time", xl, "best GFLOP/s",
-                      KL_SVG_YZERO);
+                      KL_SVG_YZERO | KL_SVG_XZERO);
     kl_svg_add(p[1], NULL, KL_SVG_STEP, x, y, t->nrec);
     p[2] = s_latency_hist(t);
     char id[32];
@@ -196,7 +196,8 @@ char *kl_report_weighted_svg(const kl_report_t *r)
     }
     kl_svg_t *p = kl_svg_new(r->weighted ? "weighted latency of the model"
                                          : "sum of best latencies (weight 1)",
-                             xl, "sum of weight x best latency (ms)", 0);
+                             xl, "sum of weight x best latency (ms)",
+                             KL_SVG_LOGY | KL_SVG_XZERO);
     kl_svg_add(p, NULL, KL_SVG_STEP, x, y, m);
     if (m) {
         char note[128];
@@ -224,7 +225,8 @@ static const char s_style[] =
     "td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}"
     "td.l,th.l{text-align:left}th{background:#e8eef6}"
     "tr.total td{font-weight:bold;background:#f4f4f4}"
-    "svg{display:block;margin:8px 0;border:1px solid #ddd}"
+    "svg{display:block;margin:8px 0;border:1px solid #ddd;max-width:100%;"
+    "height:auto}"
     "h2{margin-top:28px;font-size:16px}.note{color:#666}";
 
 static void s_cell_num(kl_buf_t *b, double v, const char *fmt)

@@ -265,6 +265,8 @@ static bool s_range(const kl_svg_t *p, s_frame_t *f)
         return false;
     if ((p->flags & KL_SVG_YZERO) && !f->logy)
         y0 = fmin(y0, 0);
+    if ((p->flags & KL_SVG_XZERO) && !f->logx)
+        x0 = fmin(x0, 0);
     f->x0 = x0;
     f->x1 = x1;
     f->y0 = y0;

@@ -25,6 +25,7 @@ enum {
     KL_SVG_LOGX = 1 << 0,  /* logarithmic x axis */
     KL_SVG_LOGY = 1 << 1,  /* logarithmic y axis */
     KL_SVG_YZERO = 1 << 2, /* a linear y axis starts at 0 */
+    KL_SVG_XZERO = 1 << 3, /* a linear x axis starts at 0 */
 };
 
 typedef enum {
