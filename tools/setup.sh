@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential meson ninja-build pkg-config clang
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev
       libxgboost-dev libcmocka-dev libjson-c-dev libmicrohttpd-dev
-      libopenblas-dev libdnnl-dev valgrind)
+      libopenblas-dev libdnnl-dev valgrind
+      libxml2-utils chromium)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
