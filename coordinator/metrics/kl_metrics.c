@@ -89,9 +89,8 @@ void kl_metrics_collect(kl_metrics_snap_t *s, kl_dispatch_t *d,
                         kl_task_t *const *tasks, size_t n,
                         const kl_store_t *store, const char *store_dir)
 {
-    memset(&s->dispatch, 0, sizeof s->dispatch);
     s->have_dispatch = d && kl_dispatch_stats(d, &s->dispatch, NULL) == KL_OK;
-    if (!s->have_dispatch)
+    if (!s->have_dispatch) /* nothing half-filled */
         memset(&s->dispatch, 0, sizeof s->dispatch);
     s->n_targets = 0;
     for (size_t i = 0; i < n && i < s->n_tasks; i++) {

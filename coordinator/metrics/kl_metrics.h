@@ -9,7 +9,8 @@
  * snapshot. The two threads share nothing else.
  *
  * Metric families (HELP and TYPE lines precede each):
- *   kiln_job_info{job,version}           gauge 1
+ *   kiln_job_info{job}                   gauge 1 (job: the workload or
+ *                                        model name)
  *   kiln_job_done                        gauge, 1 once the job ended
  *   kiln_job_elapsed_seconds             gauge
  *   kiln_agents{target}                  gauge, live agents of each exact

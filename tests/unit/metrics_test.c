@@ -352,6 +352,57 @@ static void test_collect(void **state)
     free(cmd);
 }
 
+/* What the tuning loop pays per update: a forced one (dispatch stats, the
+ * agents of one target, the store's size, a publish) and a rate-limited
+ * one (a clock read). Printed, and bounded loosely so a regression to
+ * something slow (e.g. rendering in the loop) fails. */
+static void test_update_cost(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN], dir[] = "/tmp/kl-metrics-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kl_store_t *st = NULL;
+    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
+    kl_task_cfg_t cfg;
+    kl_task_cfg_default(&cfg);
+    kl_task_t *t = NULL;
+    assert_int_equal(kl_task_new(&t, "matmul M=16 N=16 K=16", &cfg, st, err),
+                     KL_OK);
+    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
+    dc.security.insecure = true;
+    kl_dispatch_t *d = NULL;
+    assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
+    kl_metrics_t *m = NULL;
+    kl_metrics_cfg_t mc = {.listen = "0", .store_dir = dir};
+    assert_int_equal(kl_metrics_new(&m, &mc, err), KL_OK);
+    int n = 500;
+    double t0 = kl_now_s();
+    for (int i = 0; i < n; i++)
+        kl_metrics_update(m, d, &t, 1, st, true, false);
+    double forced = (kl_now_s() - t0) / n;
+    t0 = kl_now_s();
+    for (int i = 0; i < 100000; i++)
+        kl_metrics_update(m, d, &t, 1, st, false, false);
+    double limited = (kl_now_s() - t0) / 100000;
+    print_message("kl_metrics_update: %.1f us forced, %.3f us rate-limited\n",
+                  forced * 1e6, limited * 1e6);
+    assert_true(forced < 5e-3);
+    assert_true(limited < 5e-5);
+    int code = 0;
+    char *r = s_get(kl_metrics_url(m), "GET", "/metrics", &code);
+    assert_int_equal(code, 200);
+    assert_non_null(strstr(r, "kiln_task_max_trials{task=\"0\",workload="
+                              "\"matmul_16_16_16\"} 1000\n"));
+    free(r);
+    kl_metrics_destroy(&m);
+    kl_dispatch_destroy(&d);
+    kl_task_destroy(&t);
+    kl_store_close(&st);
+    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_server),
         cmocka_unit_test(test_publish_while_serving),
         cmocka_unit_test(test_collect),
+        cmocka_unit_test(test_update_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
