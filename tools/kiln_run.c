@@ -223,8 +223,8 @@ static int s_run(kl_opts_t *o, char *err)
         if (!rc)
             s_bench(&lib, &nv, p, got, (int)kl_opts_int(o, "repeat"));
         if (!rc && !kl_opts_bool(o, "no-dnnl"))
-            kl_export_dnnl_report(model, (int)kl_opts_int(o, "repeat"),
-                                  (uint64_t)kl_opts_int(o, "seed"), stdout);
+            kl_export_dnnl_report(model, (int)kl_opts_int(o, "repeat"), p,
+                                  lib.nparams(), ref, n, stdout);
         for (int i = 0; i < lib.nparams(); i++)
             free(p[i]);
         free(p);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "kl_err.h"
-#include "kl_model_int.h"
+#include "export_int.h"
 #include "kl_util.h"
 
 extern char **environ;
@@ -35,7 +35,7 @@ static bool s_fuses_res(kl_mop op)
     return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE;
 }
 
-static void s_fuse(kl_mgraph_t *g)
+void kl_export_fuse(kl_mgraph_t *g)
 {
     for (int i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i].nin; k++)
@@ -420,7 +420,7 @@ int kl_export_write_graph(const char *text, const char *source,
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
-    s_fuse(&g);
+    kl_export_fuse(&g);
     s_gen_t c = {.g = &g, .m = m, .src = source};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     char *model_c = NULL, **paths = NULL;

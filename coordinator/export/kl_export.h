@@ -121,11 +121,14 @@ int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
 
 /* ---- oneDNN baseline (export_dnnl.c) ---------------------------------- */
 
-/* Builds the model's layer graph with oneDNN's C API, runs it on random
- * parameters (repeat timed runs after one warm-up) and prints its median
- * latency to f. When oneDNN cannot express a layer (or kiln was built
+/* Builds the model's layer graph (fused as kiln fuses it) from oneDNN's
+ * C API primitives, with the parameters of kiln_model_run (same order,
+ * same layouts), runs it once, then repeat timed runs, and prints to f its
+ * median latency and its largest difference from `expect` (kiln's output,
+ * numel floats). When oneDNN cannot express a layer (or kiln was built
  * without libdnnl), prints one line per such layer and no figure. */
-void kl_export_dnnl_report(const char *model, int repeat, uint64_t seed,
+void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
+                           int nparams, const float *expect, long long numel,
                            FILE *f);
 
 #endif
