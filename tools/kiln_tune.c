@@ -13,6 +13,7 @@
 #include "kiln_tune_model.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
+#include "kl_live.h"
 #include "kl_log.h"
 #include "kl_metrics.h"
 #include "kl_opt.h"
@@ -139,6 +140,10 @@ static void s_fmt_time(double s, char *buf, size_t n)
         snprintf(buf, n, "%.1fh", s / 3600);
 }
 
+/* On a terminal the progress is one block redrawn in place (kl_live.h);
+ * elsewhere it stays the plain lines of s_progress. */
+static kl_live_t *s_live;
+
 static void s_progress(void *ctx, const kl_tune_progress_t *p)
 {
     job_t *j = ctx;
@@ -147,6 +152,12 @@ static void s_progress(void *ctx, const kl_tune_progress_t *p)
     if (kl_opts_bool(j->o, "quiet") || (!p->done && now - j->last_print < 1))
         return;
     j->last_print = now;
+    if (!s_live)
+        s_live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
+    if (kl_live_is_block(s_live)) {
+        kl_live_tune(s_live, kl_task_workload(j->task)->name, p);
+        return;
+    }
     char el[32], eta[32], best[64] = "no valid candidate yet";
     s_fmt_time(p->elapsed_s, el, sizeof el);
     s_fmt_time(p->eta_s, eta, sizeof eta);
@@ -391,6 +402,7 @@ int kiln_cmd_tune(int argc, char **argv)
     kl_metrics_linger(j.metrics, j.o, &s_stop);
     if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
+    kl_live_destroy(&s_live);
     s_job_free(&j);
     return rc ? 1 : 0;
 }

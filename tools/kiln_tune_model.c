@@ -16,6 +16,7 @@
 #include "kiln_tune_model.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
+#include "kl_live.h"
 #include "kl_log.h"
 #include "kl_metrics.h"
 #include "kl_model.h"
@@ -423,6 +424,34 @@ static void s_summary(job_t *j, FILE *f)
     free(rows);
 }
 
+/* On a terminal the task table is one block redrawn in place after every
+ * round, with a progress bar (kl_live.h); elsewhere the round line and
+ * the table are printed as they are. Returns whether it drew the block. */
+static kl_live_t *s_live;
+
+static bool s_live_round(job_t *j, int round, int i)
+{
+    if (!s_live)
+        s_live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
+    if (!kl_live_is_block(s_live))
+        return false;
+    FILE *sink = fopen("/dev/null", "w"); /* --summary-json still written */
+    if (sink) {
+        s_summary(j, sink);
+        fclose(sink);
+    }
+    kl_ts_row_t *rows = kl_xcalloc((size_t)j->n, sizeof(kl_ts_row_t));
+    kl_ts_rows(j->ts, rows);
+    char *head = kl_xasprintf("kiln tune: model %s, round %d: task %d (%s)",
+                              kl_model_name(j->model), round, i,
+                              kl_model_task(j->model, i)->w->name);
+    kl_live_tasks(s_live, head, rows, j->n, kl_ts_total_trials(j->ts),
+                  j->global, kl_ts_finished(j->ts));
+    free(head);
+    free(rows);
+    return true;
+}
+
 static int s_loop(job_t *j, char *err)
 {
     int rc = KL_OK, round = 0;
@@ -434,7 +463,7 @@ static int s_loop(job_t *j, char *err)
         if ((rc = s_round(j, i, batch, err)))
             return rc;
         round++;
-        if (!kl_opts_bool(j->o, "quiet")) {
+        if (!kl_opts_bool(j->o, "quiet") && !s_live_round(j, round, i)) {
             fprintf(stderr,
                     "\nkiln tune: round %d: task %d (%s), %lld trials; "
                     "%lld of %lld in all\n",
@@ -527,6 +556,7 @@ int kiln_tune_model(int argc, char **argv)
     kl_metrics_linger(j.metrics, j.o, &s_stop);
     if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
+    kl_live_destroy(&s_live);
     s_job_free(&j);
     return rc ? 1 : 0;
 }

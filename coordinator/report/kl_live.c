@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "kl_util.h"
@@ -31,9 +32,20 @@ kl_live_t *kl_live_new(FILE *f, kl_live_mode mode, double min_interval_s)
     return l;
 }
 
+/* Columns of the terminal behind f; 0 when unknown. A line wider than the
+ * terminal would wrap, and the cursor would then go up too few lines. */
+static size_t s_columns(FILE *f)
+{
+    struct winsize ws;
+    if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1)
+        return ws.ws_col;
+    return 0;
+}
+
 static void s_draw(kl_live_t *l, const char *text)
 {
     kl_buf_t b = {0};
+    size_t cols = s_columns(l->f);
     if (l->lines > 0)
         kl_buf_printf(&b, "\r\033[%dA", l->lines);
     int lines = 0;
@@ -41,7 +53,7 @@ static void s_draw(kl_live_t *l, const char *text)
         const char *e = strchr(s, '\n');
         size_t n = e ? (size_t)(e - s) : strlen(s);
         kl_buf_puts(&b, "\033[2K");
-        kl_buf_append(&b, s, n);
+        kl_buf_append(&b, s, cols && n >= cols ? cols - 1 : n);
         kl_buf_puts(&b, "\n");
         lines++;
         s += n + (e ? 1 : 0);

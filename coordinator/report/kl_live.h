@@ -2,7 +2,8 @@
  *
  * On a terminal the view is one block of lines that is redrawn in place
  * (ANSI: cursor up over the previous block, each line cleared and
- * written again, the rest of the screen cleared), with a progress bar.
+ * written again, the rest of the screen cleared), with a progress bar;
+ * lines wider than the terminal are cut so that none wraps.
  * On anything else (a log file, a pipe) each update is one plain line,
  * and updates come at most once per `min_interval_s` (the last one, with
  * done set or from kl_live_finish, always comes).
