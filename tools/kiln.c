@@ -20,6 +20,8 @@ static const kiln_cmd_t s_cmds[] = {
      "best records of a model's tasks as source and a shared library"},
     {"run", kiln_cmd_run,
      "run an exported model, check it against naive, time it"},
+    {"report", kiln_cmd_report,
+     "an HTML page (inline SVG plots) of a record store's results"},
     {NULL, NULL, NULL},
 };
 

@@ -22,5 +22,6 @@ int kiln_cmd_space(int argc, char **argv);
 int kiln_cmd_extract(int argc, char **argv);
 int kiln_cmd_export(int argc, char **argv);
 int kiln_cmd_run(int argc, char **argv);
+int kiln_cmd_report(int argc, char **argv);
 
 #endif
