@@ -62,7 +62,10 @@ grep -q "\"target\":\"$OTHER\"" "$T/out/manifest.json" &&
     fail "a record of $OTHER was used"
 grep -q '"latency_s":1e-09' "$T/out/manifest.json" && fail "the faster other-target record was used"
 "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 5 \
-    --no-dnnl >"$T/run.out" 2>"$T/run.log" || fail "kiln run exited $?"
+    >"$T/run.out" 2>"$T/run.log" || fail "kiln run exited $?"
+# oneDNN: a figure checked against the naive output, or the reason why not.
+grep -qE "^oneDNN +[0-9.]+ ms .*largest difference from the naive build|^oneDNN +not measured: kiln was built without libdnnl" \
+    "$T/run.out" || fail "kiln run: no oneDNN line"
 grep -q "^output matches the naive build" "$T/run.out" || fail "kiln run: no match line"
 grep -q "^kiln (exported) " "$T/run.out" || fail "kiln run: no latency"
 
