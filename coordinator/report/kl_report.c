@@ -7,24 +7,15 @@
 #include <string.h>
 
 #include "kl_err.h"
+#include "kl_export.h"
 #include "kl_model.h"
 #include "kl_report_int.h"
 #include "kl_util.h"
 
 const char *kl_report_target(const char *target)
 {
-    if (!target || strcmp(target, "cpu") != 0)
-        return target;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    /* The same test as kiln-agent's (agent/device.c), so that "cpu" names
-     * the records that this machine's agents made. */
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return "cpu/x86_64-avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "cpu/x86_64-avx2";
-#endif
-    return "cpu/x86_64";
+    /* The same rule as kiln-agent's and kiln export's, from one place. */
+    return target && !strcmp(target, "cpu") ? kl_cpu_target() : target;
 }
 
 static krep_task_t *s_add_task(kl_report_t *r)

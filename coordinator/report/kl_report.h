@@ -39,10 +39,10 @@ typedef struct {
 typedef struct kl_report_s kl_report_t;
 
 /* The exact target string a user's target means: "cpu" becomes this
- * machine's CPU target as kiln-agent reports it ("cpu/x86_64-avx512"
- * with AVX-512F, "cpu/x86_64-avx2" with AVX2 and FMA, else
- * "cpu/x86_64"); anything else is returned as is. Static storage or
- * `target` itself. */
+ * machine's CPU target as kiln-agent reports it (kl_cpu_target of
+ * kl_export.h: "cpu/x86_64-avx512" with AVX-512F, "cpu/x86_64-avx2" with
+ * AVX2 and FMA, else "cpu/x86_64"); anything else is returned as is.
+ * Static storage or `target` itself. */
 const char *kl_report_target(const char *target);
 
 /* Reads the tasks and their records from store. Errors: a model that
