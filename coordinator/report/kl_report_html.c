@@ -151,12 +151,12 @@ static void s_missing_note(const kl_report_t *r, kl_svg_t *p)
     int missing = 0;
     for (int i = 0; i < r->n; i++)
         if (!isfinite(r->tasks[i].best_s)) {
-            if (missing++ < 3)
+            if (missing++ < 2)
                 kl_buf_printf(&b, "%s%s", missing > 1 ? ", " : "",
                               r->tasks[i].name);
         }
-    if (missing > 3)
-        kl_buf_printf(&b, " and %d more", missing - 3);
+    if (missing > 2)
+        kl_buf_printf(&b, " and %d more", missing - 2);
     char *note = kl_xasprintf("no curve: %d of %d tasks have no valid record "
                               "yet",
                               missing, r->n);
@@ -258,7 +258,7 @@ static void s_table(const kl_report_t *r, kl_buf_t *b)
                       "<td>%zu</td>",
                       t->flop, t->weight, t->nrec, t->nok);
         double s = t->best_s;
-        s_cell_num(b, t->flop / s / 1e9, "%.2f");
+        s_cell_num(b, isfinite(s) ? t->flop / s / 1e9 : NAN, "%.2f");
         s_cell_num(b, s * 1e6, "%.2f");
         s_cell_num(b, t->weight * s * 1e6, "%.2f");
         kl_buf_puts(b, "</tr>\n");
@@ -271,8 +271,10 @@ static void s_table(const kl_report_t *r, kl_buf_t *b)
     kl_buf_printf(b,
                   "<tr class=\"total\"><td></td><td class=\"l\">Total"
                   "</td><td></td><td></td><td>%zu</td><td></td><td></td>"
-                  "<td></td><td>%.2f</td></tr>\n</table>\n",
-                  trials, total);
+                  "<td></td>",
+                  trials);
+    s_cell_num(b, without < r->n ? total : NAN, "%.2f");
+    kl_buf_puts(b, "</tr>\n</table>\n");
     if (without)
         kl_buf_printf(b,
                       "<p class=\"note\">%d task(s) without a valid record "

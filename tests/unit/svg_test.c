@@ -278,6 +278,13 @@ static void test_report_model_missing_task(void **state)
     svg = kl_report_task_svg(r, 0);
     assert_non_null(strstr(svg, "no record on this target yet"));
     free(svg);
+    /* No speed, latency or total for a task without a record: "-", never
+     * a number such as 0. */
+    char *html = kl_report_html(r);
+    assert_null(strstr(html, "<td>0.00</td>"));
+    assert_non_null(strstr(html, "<td>-</td><td>-</td><td>-</td></tr>"));
+    assert_non_null(strstr(html, "<td></td><td>-</td></tr>"));
+    free(html);
     kl_report_destroy(&r);
     unlink(path);
     cfg.model = "no_such_model_anywhere";
