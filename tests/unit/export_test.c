@@ -147,6 +147,34 @@ static void test_simulated_is_not_a_result(void **state)
     assert_non_null(strstr(fx->err, "simulated"));
 }
 
+/* A CUDA record replays to CUDA source with its launch dimensions (no GPU
+ * needed: only the design space and codegen run). */
+static void test_cuda_replay(void **state)
+{
+    fx_t *fx = *state;
+    kl_space_t *sp = NULL;
+    if (kl_space_for_target("cuda/sm_90", fx->w, &sp, fx->err) != KL_OK) {
+        printf("no CUDA design space here: %s\n", fx->err);
+        skip();
+    }
+    kl_space_destroy(&sp);
+    s_commit(fx, fx->w, "cuda/sm_90", 1e-6, false, 5);
+    Kiln__TuningRecord *rec = NULL;
+    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_int_equal(kl_export_best(fx->st, fx->w, "cuda/sm_90", &rec, fx->err),
+                     KL_OK);
+    kl_kernel_t k = {0};
+    assert_int_equal(kl_export_replay(fx->w, rec, "kiln_task_00", &k, fx->err),
+                     KL_OK);
+    assert_non_null(strstr(k.source, "__global__"));
+    assert_non_null(strstr(k.source, "kiln_task_00"));
+    assert_true(k.grid[0] * k.grid[1] * k.grid[2] >= 1);
+    assert_true(k.block[0] * k.block[1] * k.block[2] > 1);
+    kl_kernel_free(&k);
+    kiln__tuning_record__free_unpacked(rec, NULL);
+}
+
 static const char s_graph[] = "model two\n"
                               "input x 1x64\n"
                               "a = dense x O=64\n"
@@ -212,6 +240,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_simulated_is_not_a_result, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_cuda_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,
                                         teardown),
     };
