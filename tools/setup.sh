@@ -8,7 +8,8 @@ pkgs=(build-essential meson ninja-build pkg-config clang
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev
       libxgboost-dev libcmocka-dev libjson-c-dev libmicrohttpd-dev
       libopenblas-dev libdnnl-dev valgrind
-      libxml2-utils chromium)
+      libxml2-utils chromium
+      curl python3)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
