@@ -203,21 +203,22 @@ static void test_naive(void **state)
         for (int op = 0; op < NOPS; op++)
             assert_int_equal(rcs[op], KL_OK);
     }
+    char *so = NULL;
+    int rc = kl_emu_build(ks, NOPS, (const kl_workload_t *const *)ws, s_workdir,
+                          &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, KL_OK);
     for (int op = 0; op < NOPS; op++) {
-        char *so = NULL;
-        int rc = kl_emu_build(&ks[op], 1, ws[op], s_workdir, &so, err);
-        if (rc)
-            fprintf(stderr, "%s\n", err);
-        assert_int_equal(rc, KL_OK);
         rc = kl_emu_check(so, &ks[op], ws[op], 7, 1e-4, 1e-4, err);
         if (rc)
             fprintf(stderr, "%s\n", err);
         assert_int_equal(rc, KL_OK);
-        unlink(so);
-        free(so);
         kl_kernel_free(&ks[op]);
         kl_workload_free(&ws[op]);
     }
+    unlink(so);
+    free(so);
 }
 
 /* More shapes for the emulation only: odd sizes, a strided gather, an
@@ -231,36 +232,43 @@ static const char *s_more[] = {
 };
 #define NMORE ((int)(sizeof s_more / sizeof s_more[0]))
 
-/* Sampled kernels, run on the CPU emulation, match the interpreter. */
+/* Sampled kernels, run on the CPU emulation, match the interpreter. All
+ * of them go through one compiler run. */
 static void test_emulated_sampled(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    int nvec = 0, npad = 0;
+    int nvec = 0, npad = 0, n = 0;
+    enum { NALL = (NOPS + NMORE) * NEMU };
+    kl_workload_t *ws[NOPS + NMORE];
+    const kl_workload_t *wk[NALL];
+    kl_kernel_t ks[NALL];
+    kl_cuda_plan_t plans[NALL];
     for (int op = 0; op < NOPS + NMORE; op++) {
-        kl_workload_t *w = s_load(op < NOPS ? s_ops[op] : s_more[op - NOPS]);
-        kl_kernel_t ks[NEMU];
-        kl_cuda_plan_t plans[NEMU];
-        s_sample(w, op, NEMU, ks, plans);
-        char *so = NULL;
-        int rc = kl_emu_build(ks, NEMU, w, s_workdir, &so, err);
-        if (rc)
-            fprintf(stderr, "%s\n", err);
-        assert_int_equal(rc, KL_OK);
-        for (int i = 0; i < NEMU; i++) {
-            nvec += strstr(ks[i].source, "float4") != NULL;
-            npad += strstr(ks[i].source, " + f % ") != NULL;
-            assert_false(plans[i].smem_dynamic);
-            rc = kl_emu_check(so, &ks[i], w, 11, 1e-4, 1e-4, err);
-            if (rc)
-                fprintf(stderr, "%s\n%s", err, ks[i].source);
-            assert_int_equal(rc, KL_OK);
-            kl_kernel_free(&ks[i]);
-        }
-        unlink(so);
-        free(so);
-        kl_workload_free(&w);
+        ws[op] = s_load(op < NOPS ? s_ops[op] : s_more[op - NOPS]);
+        s_sample(ws[op], op, NEMU, &ks[n], &plans[n]);
+        for (int i = 0; i < NEMU; i++)
+            wk[n++] = ws[op];
     }
+    char *so = NULL;
+    int rc = kl_emu_build(ks, NALL, wk, s_workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, KL_OK);
+    for (int i = 0; i < NALL; i++) {
+        nvec += strstr(ks[i].source, "float4") != NULL;
+        npad += strstr(ks[i].source, " + f % ") != NULL;
+        assert_false(plans[i].smem_dynamic);
+        rc = kl_emu_check(so, &ks[i], wk[i], 11, 1e-4, 1e-4, err);
+        if (rc)
+            fprintf(stderr, "%s\n%s", err, ks[i].source);
+        assert_int_equal(rc, KL_OK);
+        kl_kernel_free(&ks[i]);
+    }
+    unlink(so);
+    free(so);
+    for (int op = 0; op < NOPS + NMORE; op++)
+        kl_workload_free(&ws[op]);
     /* The 16-byte copies were among what ran. */
     printf("%d emulated kernels use 16-byte copies, %d padded rows\n", nvec,
            npad);
@@ -384,7 +392,7 @@ static void s_emulate_sched(const kl_workload_t *w, kl_sched_t *s,
     kl_kernel_t k;
     assert_int_equal(kl_codegen_cuda(s, &tg, entry, &k, err), KL_OK);
     char *so = NULL;
-    assert_int_equal(kl_emu_build(&k, 1, w, s_workdir, &so, err), KL_OK);
+    assert_int_equal(kl_emu_build(&k, 1, &w, s_workdir, &so, err), KL_OK);
     rc = kl_emu_check(so, &k, w, 5, 1e-4, 1e-4, err);
     if (rc)
         fprintf(stderr, "%s\n%s", err, k.source);

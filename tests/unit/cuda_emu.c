@@ -68,7 +68,7 @@ static const char *s_prelude =
     "    return rc;\n"
     "}\n";
 
-int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
+int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
                  const char *workdir, char **so_path, char *err)
 {
     static int seq;
@@ -79,7 +79,7 @@ int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
         /* A thunk with a uniform signature per kernel, and its launcher. */
         kl_buf_printf(&b, "static void kl_emu_thunk_%s(float **a) { %s(",
                       ks[i].entry, ks[i].entry);
-        for (int t = 0; t < w->ntensors; t++)
+        for (int t = 0; t < ws[i]->ntensors; t++)
             kl_buf_printf(&b, "%sa[%d]", t ? ", " : "", t);
         kl_buf_printf(&b,
                       "); }\nextern \"C\" int kl_emu_%s(float **a, const long "

@@ -15,10 +15,10 @@
 #include "kl_codegen.h"
 #include "kl_ir.h"
 
-/* Compiles the n kernels (distinct entries) in workdir into one shared
- * object; *so_path is the caller's. Returns 0 or KL_ERR_COMPILE with the
- * compiler's first lines in err. */
-int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *w,
+/* Compiles the n kernels (distinct entries; kernel i computes ws[i]) in
+ * workdir into one shared object; *so_path is the caller's. Returns 0 or
+ * KL_ERR_COMPILE with the compiler's first lines in err. */
+int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
                  const char *workdir, char **so_path, char *err);
 
 /* Runs kernel k of the object on inputs from kl_check_alloc(w, seed) and
