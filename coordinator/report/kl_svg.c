@@ -354,7 +354,8 @@ static void s_draw_series(const s_series_t *s, const s_frame_t *f,
         return;
     }
     bool open = false, have = false;
-    double py = 0;
+    double py = 0, lx = 0;
+    size_t npts = 0;
     for (size_t k = 0; k < s->n; k++) {
         if (!s_ok(s->x[k], f->logx) || !s_ok(s->y[k], f->logy))
             continue;
@@ -378,9 +379,16 @@ static void s_draw_series(const s_series_t *s, const s_frame_t *f,
         kl_buf_printf(b, "%.1f,%.1f ", x, y);
         have = true;
         py = y;
+        lx = x;
+        npts++;
     }
     if (open)
         kl_buf_puts(b, "\"/>\n");
+    if (open && npts == 1) /* a line of one point would not show */
+        kl_buf_printf(b,
+                      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                      "fill=\"%s\"/>\n",
+                      lx, py, colour);
 }
 
 static void s_legend(const kl_svg_t *p, const s_frame_t *f, kl_buf_t *b)

@@ -152,6 +152,14 @@ static void test_grid(void **state)
     assert_non_null(strstr(svg, "translate(0,200)"));
     assert_int_equal(s_count(svg, "<polyline"), 3);
     free(svg);
+
+    /* A line of one drawable point shows as a dot. */
+    kl_svg_t *one = kl_svg_new("one", "x", "y", 0);
+    kl_svg_add(one, NULL, KL_SVG_STEP, x, y, 1);
+    svg = kl_svg_render(one, 300, 200);
+    assert_int_equal(s_count(svg, "<circle"), 1);
+    free(svg);
+    kl_svg_destroy(&one);
     for (int i = 0; i < 3; i++)
         kl_svg_destroy(&p[i]);
 }
