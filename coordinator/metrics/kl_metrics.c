@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kl_err.h"
+#include "kl_export.h"
 #include "kl_log.h"
 #include "kl_metrics_int.h"
 #include "kl_util.h"
@@ -33,24 +34,10 @@ void kl_metrics_snap_free(kl_metrics_snap_t **self_p)
 }
 
 /* The exact target a task target means: "cpu" is this machine's CPU
- * target, the rule of the CPU agent's Hello (agent/device.c), which the
- * coordinator cannot include. */
+ * target (kl_export_target, the one copy of kiln-agent's rule). */
 static const char *s_exact_target(const char *target)
 {
-    if (!target || strcmp(target, "cpu") != 0)
-        return target ? target : "";
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return "cpu/x86_64-avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "cpu/x86_64-avx2";
-    return "cpu/x86_64";
-#elif defined(__aarch64__)
-    return "cpu/aarch64";
-#else
-    return "cpu/unknown";
-#endif
+    return target ? kl_export_target(target) : "";
 }
 
 /* Adds the exact target to the snapshot's list once, with its agents. */
