@@ -277,7 +277,7 @@ static bool s_range(const kl_svg_t *p, s_frame_t *f)
 static void s_fmt_tick(char *buf, size_t n, double v)
 {
     double a = fabs(v);
-    if (a != 0 && (a >= 1e6 || a < 1e-3))
+    if (a != 0 && (a >= 1e5 || a < 1e-3))
         snprintf(buf, n, "%.0e", v);
     else
         snprintf(buf, n, "%.6g", v);
@@ -346,6 +346,53 @@ static void s_draw_bars(const s_series_t *s, const s_frame_t *f,
     }
 }
 
+/* A line or step curve as one polyline. Points that would not move the
+ * pen by a tenth of a pixel are left out, and a step curve only gets
+ * points where its value changes (and its last one), so that thousands of
+ * trials make a small drawing. */
+static void s_draw_line(const s_series_t *s, const s_frame_t *f,
+                        const char *colour, kl_buf_t *b)
+{
+    size_t npts = 0;
+    double px = 0, py = 0, lx = 0;
+    bool pending = false;
+    for (size_t k = 0; k < s->n; k++) {
+        if (!s_ok(s->x[k], f->logx) || !s_ok(s->y[k], f->logy))
+            continue;
+        double x = s_mapx(f, s->x[k]), y = s_mapy(f, s->y[k]);
+        if (npts == 0) {
+            kl_buf_printf(b,
+                          "<polyline fill=\"none\" stroke=\"%s\" "
+                          "stroke-width=\"2\" points=\"%.1f,%.1f ",
+                          colour, x, y);
+        } else if (fabs(y - py) < 0.1 &&
+                   (s->kind == KL_SVG_STEP || fabs(x - px) < 0.1)) {
+            lx = x;
+            pending = s->kind == KL_SVG_STEP;
+            continue;
+        } else if (s->kind == KL_SVG_STEP) {
+            kl_buf_printf(b, "%.1f,%.1f %.1f,%.1f ", x, py, x, y);
+        } else {
+            kl_buf_printf(b, "%.1f,%.1f ", x, y);
+        }
+        npts++;
+        px = x;
+        py = y;
+        pending = false;
+    }
+    if (pending) {
+        kl_buf_printf(b, "%.1f,%.1f ", lx, py);
+        npts++;
+    }
+    if (npts)
+        kl_buf_puts(b, "\"/>\n");
+    if (npts == 1) /* a line of one point would not show */
+        kl_buf_printf(b,
+                      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                      "fill=\"%s\"/>\n",
+                      px, py, colour);
+}
+
 static void s_draw_series(const s_series_t *s, const s_frame_t *f,
                           const char *colour, kl_buf_t *b)
 {
@@ -353,42 +400,16 @@ static void s_draw_series(const s_series_t *s, const s_frame_t *f,
         s_draw_bars(s, f, colour, b);
         return;
     }
-    bool open = false, have = false;
-    double py = 0, lx = 0;
-    size_t npts = 0;
-    for (size_t k = 0; k < s->n; k++) {
-        if (!s_ok(s->x[k], f->logx) || !s_ok(s->y[k], f->logy))
-            continue;
-        double x = s_mapx(f, s->x[k]), y = s_mapy(f, s->y[k]);
-        if (s->kind == KL_SVG_POINTS) {
+    if (s->kind != KL_SVG_POINTS) {
+        s_draw_line(s, f, colour, b);
+        return;
+    }
+    for (size_t k = 0; k < s->n; k++)
+        if (s_ok(s->x[k], f->logx) && s_ok(s->y[k], f->logy))
             kl_buf_printf(b,
                           "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" "
                           "fill=\"%s\"/>\n",
-                          x, y, colour);
-            continue;
-        }
-        if (!open) {
-            kl_buf_printf(b,
-                          "<polyline fill=\"none\" stroke=\"%s\" "
-                          "stroke-width=\"2\" points=\"",
-                          colour);
-            open = true;
-        }
-        if (have && s->kind == KL_SVG_STEP)
-            kl_buf_printf(b, "%.1f,%.1f ", x, py);
-        kl_buf_printf(b, "%.1f,%.1f ", x, y);
-        have = true;
-        py = y;
-        lx = x;
-        npts++;
-    }
-    if (open)
-        kl_buf_puts(b, "\"/>\n");
-    if (open && npts == 1) /* a line of one point would not show */
-        kl_buf_printf(b,
-                      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
-                      "fill=\"%s\"/>\n",
-                      lx, py, colour);
+                          s_mapx(f, s->x[k]), s_mapy(f, s->y[k]), colour);
 }
 
 static void s_legend(const kl_svg_t *p, const s_frame_t *f, kl_buf_t *b)

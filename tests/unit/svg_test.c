@@ -160,6 +160,27 @@ static void test_grid(void **state)
     assert_int_equal(s_count(svg, "<circle"), 1);
     free(svg);
     kl_svg_destroy(&one);
+
+    /* 10000 trials of a best-so-far curve that changes 3 times: a few
+     * points, not thousands. */
+    double bx[10000], by[10000];
+    for (int i = 0; i < 10000; i++) {
+        bx[i] = i + 1;
+        by[i] = i < 10 ? 1 : i < 500 ? 2 : i < 9000 ? 3 : 4;
+    }
+    kl_svg_t *big = kl_svg_new("big", "x", "y", 0);
+    kl_svg_add(big, NULL, KL_SVG_STEP, bx, by, 10000);
+    svg = kl_svg_render(big, 300, 200);
+    assert_true(strlen(svg) < 4000);
+    assert_int_equal(s_count(svg, "<polyline"), 1);
+    char *pts = strstr(svg, "points=\"");
+    assert_non_null(pts);
+    int commas = 0;
+    for (char *c = pts; *c && *c != '/'; c++)
+        commas += *c == ',';
+    assert_int_equal(commas, 1 + 2 * 3 + 1); /* start, 3 steps, end */
+    free(svg);
+    kl_svg_destroy(&big);
     for (int i = 0; i < 3; i++)
         kl_svg_destroy(&p[i]);
 }
