@@ -84,7 +84,9 @@ void kl_export_result_free(kl_export_result_t *r);
  * nothing is written, res->missing lists each of them and the error is
  * KL_ERR_NOTFOUND naming them all. With fallback_naive, those tasks get
  * their reference kernel and res->missing still lists them (the caller
- * warns). Layers the library cannot run (transpose) are
+ * warns); reference kernels are C, so on a CUDA target the fallback does
+ * not apply and missing tasks stay an error. Layers the library cannot
+ * run (transpose) are
  * KL_ERR_UNSUPPORTED naming the layer. A compiler failure is
  * KL_ERR_COMPILE with the log's tail. res is the caller's
  * (kl_export_result_free). */
