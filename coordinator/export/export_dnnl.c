@@ -39,7 +39,8 @@ typedef struct {
     int nsteps;
     dnnl_memory_t *mems; /* every memory object, to free */
     int nmems;
-    kl_buf_t why; /* layers oneDNN cannot express */
+    kl_buf_t why;     /* layers oneDNN cannot express */
+    const char *text; /* the graph text (transpose's perm=) */
 } s_net_t;
 
 static int64_t s_numel(const kl_mnode_t *nd)
@@ -321,6 +322,45 @@ static bool s_elementwise(s_net_t *n, int i)
     return true;
 }
 
+/* A transpose is a reorder from the input seen through permuted strides. */
+static bool s_transpose(s_net_t *n, int i)
+{
+    const kl_mnode_t *nd = &n->g->nodes[i], *x = &n->g->nodes[nd->in[0]];
+    int perm[KL_MODEL_MAX_DIMS];
+    char err[KL_ERRMSG_LEN];
+    if (kl_export_perm(n->text, nd, perm, err))
+        return false;
+    dnnl_dims_t dims, strides;
+    int64_t st[KL_MODEL_MAX_DIMS], acc = 1;
+    for (int k = x->ndim - 1; k >= 0; k--) {
+        st[k] = acc;
+        acc *= x->shape[k];
+    }
+    for (int k = 0; k < nd->ndim; k++) {
+        dims[k] = nd->shape[k];
+        strides[k] = st[perm[k]];
+    }
+    dnnl_memory_desc_t src, dst = s_md(nd->ndim, nd->shape);
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_memory_desc_init_by_strides(&src, nd->ndim, dims, dnnl_f32,
+                                         strides) != dnnl_success ||
+        dnnl_reorder_primitive_desc_create(&pd, &src, n->eng, &dst, n->eng,
+                                           NULL) != dnnl_success)
+        return false;
+    n->steps =
+        kl_xrealloc(n->steps, (size_t)(n->nsteps + 1) * sizeof(s_step_t));
+    s_step_t *s = &n->steps[n->nsteps];
+    memset(s, 0, sizeof *s);
+    bool ok = dnnl_primitive_create(&s->p, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    if (!ok)
+        return false;
+    n->nsteps++;
+    s_arg(n, s, DNNL_ARG_FROM, &src, s_mem_of(n, nd->in[0]));
+    s_arg(n, s, DNNL_ARG_TO, &dst, n->buf[i]);
+    return true;
+}
+
 static bool s_layer(s_net_t *n, int i)
 {
     const kl_mnode_t *nd = &n->g->nodes[i];
@@ -331,8 +371,6 @@ static bool s_layer(s_net_t *n, int i)
     case KL_MOP_FLATTEN:
     case KL_MOP_RESHAPE:
         return true;
-    case KL_MOP_TRANSPOSE:
-        return false;
     default:
         break;
     }
@@ -351,6 +389,8 @@ static bool s_layer(s_net_t *n, int i)
     case KL_MOP_AVG_POOL:
     case KL_MOP_GLOBAL_AVG_POOL:
         return s_pool(n, i);
+    case KL_MOP_TRANSPOSE:
+        return s_transpose(n, i);
     default:
         return s_elementwise(n, i);
     }
@@ -431,9 +471,8 @@ void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
         free(text);
         return;
     }
-    free(text);
     kl_export_fuse(&g);
-    s_net_t n = {.g = &g, .params = params, .nparams = nparams};
+    s_net_t n = {.g = &g, .params = params, .nparams = nparams, .text = text};
     n.buf = kl_xcalloc((size_t)g.n, sizeof(float *));
     if (dnnl_engine_create(&n.eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&n.st, n.eng, dnnl_stream_default_flags) !=
@@ -441,6 +480,7 @@ void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
         fprintf(f, "oneDNN           not measured: no CPU engine\n");
         s_free(&n);
         kl_mgraph_free(&g);
+        free(text);
         return;
     }
     for (int i = 0; i < g.n; i++)
@@ -456,6 +496,7 @@ void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
         s_measure(&n, out, repeat, expect, numel, f);
     s_free(&n);
     kl_mgraph_free(&g);
+    free(text);
 }
 
 #else

@@ -160,6 +160,7 @@ typedef struct {
     kl_buf_t pnumel; /* param sizes */
     int nparams;
     const char *src;
+    const char *text; /* the graph text (transpose's perm=) */
 } s_gen_t;
 
 /* The C expression of node i's memory. */
@@ -268,6 +269,62 @@ static void s_untuned_call(s_gen_t *c, int i)
                   kl_mop_name(nd->op), in, out, rows, cols, nd->name);
 }
 
+int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
+{
+    const char *l = text;
+    for (int k = 1; l && k < nd->line; k++) {
+        l = strchr(l, '\n');
+        l = l ? l + 1 : NULL;
+    }
+    const char *end = l ? strchr(l, '\n') : NULL;
+    const char *p = l ? strstr(l, "perm=") : NULL;
+    if (!p || (end && p > end))
+        return kl_seterr(err, KL_ERR_INTERNAL,
+                         "line %d: layer '%s': no perm= found", nd->line,
+                         nd->name);
+    p += 5;
+    for (int k = 0; k < nd->ndim; k++) {
+        char *q;
+        long v = strtol(p, &q, 10);
+        if (q == p || v < 0 || v >= nd->ndim)
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "line %d: layer '%s': bad perm=", nd->line,
+                             nd->name);
+        perm[k] = (int)v;
+        p = *q == ',' ? q + 1 : q;
+    }
+    return KL_OK;
+}
+
+/* A transpose: a copy through the permutation (kiln_model.c's
+ * s_transpose). */
+static int s_transpose_call(s_gen_t *c, int i, char *err)
+{
+    const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
+    int perm[KL_MODEL_MAX_DIMS];
+    int rc = kl_export_perm(c->text, nd, perm, err);
+    if (rc)
+        return rc;
+    char in[64];
+    s_bufexpr(c, nd->in[0], in, sizeof in);
+    kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
+                  (long long)s_numel(nd), nd->name);
+    kl_buf_printf(&c->run,
+                  "    { /* %s */\n        static const long long "
+                  "sh[] = {",
+                  nd->name);
+    for (int k = 0; k < x->ndim; k++)
+        kl_buf_printf(&c->run, "%s%lld", k ? ", " : "", (long long)x->shape[k]);
+    kl_buf_puts(&c->run, "};\n        static const int pm[] = {");
+    for (int k = 0; k < nd->ndim; k++)
+        kl_buf_printf(&c->run, "%s%d", k ? ", " : "", perm[k]);
+    kl_buf_printf(&c->run,
+                  "};\n        s_transpose(%s, b_%d, %d, sh, pm);\n"
+                  "    }\n",
+                  in, i, nd->ndim);
+    return KL_OK;
+}
+
 static int s_layer(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
@@ -279,10 +336,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
     case KL_MOP_RESHAPE:
         return KL_OK;
     case KL_MOP_TRANSPOSE:
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s:%d: layer '%s': transpose is not supported by "
-                         "the exported library",
-                         c->src, nd->line, nd->name);
+        return s_transpose_call(c, i, err);
     default:
         break;
     }
@@ -321,7 +375,18 @@ static const char s_helpers[] =
     "(float)(a[j] - m) * d;\n    }\n}\n\n"
     "static void s_gelu(const float *x, float *y, long long r, long long n)\n"
     "{\n    for (long long i = 0; i < r * n; i++)\n"
-    "        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));\n}\n\n";
+    "        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));\n}\n\n"
+    "static void s_transpose(const float *x, float *y, int nd,\n"
+    "                        const long long *sh, const int *pm)\n{\n"
+    "    long long n = 1, st[8], os[8], ix[8] = {0};\n"
+    "    for (int i = nd - 1; i >= 0; i--) {\n"
+    "        st[i] = n;\n        n *= sh[i];\n    }\n"
+    "    for (int i = 0; i < nd; i++)\n        os[i] = sh[pm[i]];\n"
+    "    for (long long o = 0; o < n; o++) {\n        long long off = 0;\n"
+    "        for (int i = 0; i < nd; i++)\n"
+    "            off += ix[i] * st[pm[i]];\n        y[o] = x[off];\n"
+    "        for (int i = nd - 1; i >= 0 && ++ix[i] == os[i]; i--)\n"
+    "            ix[i] = 0;\n    }\n}\n\n";
 
 static const char s_header[] =
     "/* kiln_model.h - the API of libkiln_model.so, written by kiln export.\n"
@@ -421,7 +486,7 @@ int kl_export_write_graph(const char *text, const char *source,
     if (rc)
         return rc;
     kl_export_fuse(&g);
-    s_gen_t c = {.g = &g, .m = m, .src = source};
+    s_gen_t c = {.g = &g, .m = m, .src = source, .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     char *model_c = NULL, **paths = NULL;
     int np = 0;

@@ -9,4 +9,9 @@
  * res_from of g's nodes. */
 void kl_export_fuse(kl_mgraph_t *g);
 
+/* The perm= of transpose layer nd, read again from its line of the graph
+ * text (the parsed graph keeps only the output shape). */
+int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm,
+                   char *err);
+
 #endif

@@ -85,9 +85,7 @@ void kl_export_result_free(kl_export_result_t *r);
  * KL_ERR_NOTFOUND naming them all. With fallback_naive, those tasks get
  * their reference kernel and res->missing still lists them (the caller
  * warns); reference kernels are C, so on a CUDA target the fallback does
- * not apply and missing tasks stay an error. Layers the library cannot
- * run (transpose) are
- * KL_ERR_UNSUPPORTED naming the layer. A compiler failure is
+ * not apply and missing tasks stay an error. A compiler failure is
  * KL_ERR_COMPILE with the log's tail. res is the caller's
  * (kl_export_result_free). */
 int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,

@@ -100,6 +100,27 @@ grep -q "warning: naive kernel for task 4 dense_1_32_16_bias" "$T/fb.log" ||
 [ $? -eq 1 ] && grep -q "was not exported from model" "$T/wrong.log" ||
     fail "a library of another model is not refused"
 
+# Transposes (copies in the library, reorders in oneDNN) and matmuls, all
+# naive: oneDNN's output, an independent build of the graph, must agree.
+cat >"$T/tr.graph" <<'G'
+model tr
+input x 4x16x64
+t = transpose x perm=1,2,0
+r = reshape t shape=16x256
+d = dense r O=64
+t2 = transpose d perm=1,0
+m = matmul t2 N=32
+G
+"$KILN" export --db "$T/db" --model "$T/tr.graph" --out "$T/tr" --fallback naive \
+    >/dev/null 2>"$T/tr.log" || fail "export of the transpose graph exited $?"
+"$KILN" run --lib "$T/tr/libkiln_model.so" --model "$T/tr.graph" --repeat 3 \
+    >"$T/tr.out" 2>>"$T/tr.log" || fail "kiln run (transpose) exited $?"
+if ! grep -q "built without libdnnl" "$T/tr.out"; then
+    rel=$(sed -n 's/^oneDNN .*largest difference from the naive build [^ ]* (\([^ ]*\) of its largest)/\1/p' "$T/tr.out")
+    [ -n "$rel" ] || fail "no oneDNN figure for the transpose graph: $(cat "$T/tr.out")"
+    awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' || fail "oneDNN disagrees: $rel"
+fi
+
 # One operator.
 "$KILN" export --db "$T/db" --op "max_pool2d N=1 C=8 H=16 W=16 R=2 S=2" \
     --out "$T/op" >"$T/op.out" 2>"$T/op.log" || fail "export --op exited $?"
