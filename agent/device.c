@@ -10,21 +10,11 @@
 #include <unistd.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 
 const char *kla_device_target(void)
 {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return "cpu/x86_64-avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "cpu/x86_64-avx2";
-    return "cpu/x86_64";
-#elif defined(__aarch64__)
-    return "cpu/aarch64";
-#else
-    return "cpu/unknown";
-#endif
+    return kl_cpu_target();
 }
 
 /* The model name and clock of the first CPU in /proc/cpuinfo. */

@@ -30,15 +30,10 @@
 #include "kl_ir.h"
 #include "kl_model.h"
 #include "kl_store.h"
+#include "kl_target.h" /* kl_cpu_target */
 
-/* The exact target string of this machine's CPU, as kiln-agent reports it:
- * "cpu/x86_64-avx512" with avx512f, "cpu/x86_64-avx2" with avx2 and fma,
- * else "cpu/x86_64" (other architectures: "cpu/aarch64", "cpu/unknown").
- * Static string. */
-const char *kl_cpu_target(void);
-
-/* The target a user means: "cpu" is kl_cpu_target(), anything else is
- * itself. Static or borrowed string. */
+/* The target a user means (kl_target_resolve): "cpu" is kl_cpu_target(),
+ * anything else is itself. Static or borrowed string. */
 const char *kl_export_target(const char *user_target);
 
 /* The best valid, real (not simulated) record of w on exactly `target`
