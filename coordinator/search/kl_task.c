@@ -10,6 +10,7 @@
 #include "kl_hashset.h"
 #include "kl_log.h"
 #include "kl_tune.h"
+#include "kl_target.h"
 
 #define ENTRY "kl_main"
 /* How an agent says that the reference kernel, not the candidate, failed
@@ -241,14 +242,16 @@ int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
                              : "trials_per_iter must be >= 1");
     kl_task_t *t = kl_xcalloc(1, sizeof *t);
     t->cfg = *cfg;
-    t->target = kl_xstrdup(cfg->target);
+    /* "cpu" means this machine's exact target: records are keyed by the
+     * exact target, so a record is never used on another ISA. */
+    t->target = kl_xstrdup(kl_target_resolve(cfg->target));
     t->job = kl_xstrdup(cfg->job ? cfg->job : "tune");
     t->store = store;
     t->best_s = INFINITY;
     t->next_id = 1;
     int rc = kl_workload_from_string(workload, &t->w, err);
     if (!rc)
-        rc = kl_space_for_target(cfg->target, t->w, &t->sp, err);
+        rc = kl_space_for_target(t->target, t->w, &t->sp, err);
     if (!rc)
         rc = kl_search_new(&t->search, t->sp, &cfg->search, err);
     kl_kernel_t ref = {0};
