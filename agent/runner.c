@@ -451,7 +451,16 @@ static void s_run_child(kla_runner_t *r, s_ctx_t *ctx, bool timed,
     const kla_eval_t *e = &ctx->p->eval;
     size_t cap = sizeof(s_child_hdr_t) + (size_t)e->repeat * 8;
     char *buf = kl_xmalloc(cap);
-    kla_sandbox_opts_t o = {.timeout_ms = (int)e->timeout_ms,
+    /* The reference is the naive kernel, often 10-100x slower than the
+     * candidates the timeout is meant for (a naive 1024^3 matmul takes
+     * tens of seconds), and it runs once per workload: it gets ten times
+     * the candidate's limit, at least 10 minutes, at most a day. */
+    uint64_t tmo = e->timeout_ms;
+    if (!timed) {
+        tmo = tmo * 10 < 600000u ? 600000u : tmo * 10;
+        tmo = tmo > 86400000u ? 86400000u : tmo;
+    }
+    kla_sandbox_opts_t o = {.timeout_ms = (int)tmo,
                             .max_mem_bytes = r->cfg.max_mem_bytes,
                             .pin = timed ? r->cfg.pin : NULL,
                             .running = &r->running};
