@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "fleet.h"
+#include "fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
@@ -602,53 +602,8 @@ static void s_summary(s_job_t *j)
 /* Binds the coordinator and, when asked, starts local agents. */
 static int s_start(s_job_t *j, char *err)
 {
-    const char *listen = kl_opts_str(j->o, "listen");
-    bool insecure = kl_opts_bool(j->o, "insecure");
-    int n_local = kl_opts_given(j->o, "local-agents")
-                      ? (int)kl_opts_int(j->o, "local-agents")
-                      : (listen ? 0 : 1);
-    if (listen && n_local > 0 && !insecure)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "--local-agents with --listen needs --insecure (or "
-                         "start kiln-agent with keys yourself)");
-    kl_dispatch_config_t cfg = {
-        .endpoint = listen ? listen : "tcp://127.0.0.1:*",
-        .heartbeat_ms = (int)kl_opts_int(j->o, "heartbeat-ms"),
-        .retries = -1};
-    char *allow = NULL;
-    int rc = KL_OK;
-    if (!listen || n_local > 0) {
-        kl_fleet_config_t fc = {.n_agents = n_local,
-                                .insecure = insecure,
-                                .heartbeat_ms = cfg.heartbeat_ms};
-        rc = kl_fleet_new(&j->fleet, &fc, err);
-        if (rc == KL_OK && !listen)
-            cfg.security = *kl_fleet_security(j->fleet);
-    }
-    if (listen && insecure) {
-        cfg.security.insecure = true;
-    } else if (listen) {
-        const char *keys = kl_opts_str(j->o, "keys");
-        if (!keys)
-            return kl_seterr(err, KL_ERR_INVAL,
-                             "--listen needs --keys DIR (coordinator.key, "
-                             "coordinator.pub, and agents/*.pub) or "
-                             "--insecure on loopback");
-        const char *ad = kl_opts_str(j->o, "agent-key-dir");
-        allow = ad ? kl_xstrdup(ad) : kl_xasprintf("%s/agents", keys);
-        cfg.security.keys_dir = keys;
-        cfg.security.name = "coordinator";
-        cfg.security.allow_dir = allow;
-    }
-    if (rc == KL_OK)
-        rc = kl_dispatch_new(&j->disp, &cfg, err);
-    free(allow);
-    if (rc == KL_OK)
-        fprintf(stderr, "kiln measure: listening on %s\n",
-                kl_dispatch_endpoint(j->disp));
-    if (rc == KL_OK && n_local > 0)
-        rc = kl_fleet_start(j->fleet, kl_dispatch_endpoint(j->disp), err);
-    return rc;
+    return kl_fleet_coordinator(j->o, "kiln measure", false, &j->fleet,
+                                &j->disp, err);
 }
 
 static void s_job_free(s_job_t *j)
