@@ -8,6 +8,7 @@
 #include "kl_err.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_trace.h"
 #include "kl_tune.h"
 #include "kl_util.h"
@@ -25,7 +26,8 @@ static const kl_opt_t s_opts[] = {
      "best: workload key (32 hex digits)"},
     {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME", "best: workload name"},
     {"target", KL_OPT_STR, NULL, KL_NOBOUNDS, "T",
-     "best: only this target (default: every target with records)"},
+     "best: only this target; cpu is this machine's exact target (default: "
+     "every target with records)"},
     {"json", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
      "best: print the record as one JSON line (the export format)"},
     {"source", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
@@ -321,6 +323,8 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     kl_hex128(key, hex);
     targets_t ts = {0};
     const char *target = kl_opts_str(o, "target");
+    if (target) /* "cpu" is this machine's exact target */
+        target = kl_target_resolve(target);
     if (target)
         s_targets(&(Kiln__TuningRecord){.target = (char *)target}, &ts);
     else if (kl_store_foreach_record(st, key, NULL, s_targets, &ts, err)) {
