@@ -61,7 +61,10 @@ static void s_fuse(kl_mgraph_t *g)
             for (int k = 0; k < 2; k++) {
                 const kl_mnode_t *x = &g->nodes[nd->in[k]];
                 kl_mnode_t *p = &g->nodes[x->owner];
-                if (s_fuses_res(p->op) && !p->res && !p->relu && x->uses == 1) {
+                /* The residual must be computed before the layer it is
+                 * fused into, which runs in node order. */
+                if (s_fuses_res(p->op) && !p->res && !p->relu && x->uses == 1 &&
+                    nd->in[1 - k] < x->owner) {
                     p->res = true;
                     p->res_from = nd->in[1 - k];
                     nd->owner = x->owner;
