@@ -471,7 +471,7 @@ void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
         free(text);
         return;
     }
-    kl_export_fuse(&g);
+    kl_mgraph_fuse(&g);
     s_net_t n = {.g = &g, .params = params, .nparams = nparams, .text = text};
     n.buf = kl_xcalloc((size_t)g.n, sizeof(float *));
     if (dnnl_engine_create(&n.eng, dnnl_cpu, 0) != dnnl_success ||

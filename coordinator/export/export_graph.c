@@ -22,124 +22,6 @@
 
 extern char **environ;
 
-/* ---- fusion and specs, as kl_model.c does them ---- */
-
-static bool s_fuses_relu(kl_mop op)
-{
-    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE ||
-           op == KL_MOP_DENSE || op == KL_MOP_MATMUL;
-}
-
-static bool s_fuses_res(kl_mop op)
-{
-    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE;
-}
-
-void kl_export_fuse(kl_mgraph_t *g)
-{
-    for (int i = 0; i < g->n; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            g->nodes[g->nodes[i].in[k]].uses++;
-    for (int k = 0; k < g->nout; k++)
-        g->nodes[g->outputs[k]].uses++;
-    for (int i = 0; i < g->n; i++) {
-        kl_mnode_t *nd = &g->nodes[i];
-        if (nd->op == KL_MOP_RELU) {
-            const kl_mnode_t *x = &g->nodes[nd->in[0]];
-            kl_mnode_t *p = &g->nodes[x->owner];
-            if (s_fuses_relu(p->op) && !p->relu && x->uses == 1) {
-                p->relu = true;
-                nd->owner = x->owner;
-                nd->fused = true;
-            }
-        } else if (nd->op == KL_MOP_ADD) {
-            for (int k = 0; k < 2; k++) {
-                const kl_mnode_t *x = &g->nodes[nd->in[k]];
-                kl_mnode_t *p = &g->nodes[x->owner];
-                if (s_fuses_res(p->op) && !p->res && !p->relu && x->uses == 1) {
-                    p->res = true;
-                    p->res_from = nd->in[1 - k];
-                    nd->owner = x->owner;
-                    nd->fused = true;
-                    break;
-                }
-            }
-        }
-    }
-}
-
-static void s_epi(kl_buf_t *b, const kl_mnode_t *nd)
-{
-    kl_buf_printf(b, "%s%s%s", nd->bias ? " bias=1" : "",
-                  nd->res ? " residual=1" : "", nd->relu ? " relu=1" : "");
-}
-
-static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
-{
-    const int64_t *s = nd->nin ? g->nodes[nd->in[0]].shape : NULL;
-    kl_buf_t b = {0};
-    long long a0 = s ? s[0] : 0, a1 = s ? s[1] : 0, a2 = s ? s[2] : 0,
-              a3 = s ? s[3] : 0;
-    switch (nd->op) {
-    case KL_MOP_CONV2D:
-    case KL_MOP_DEPTHWISE:
-        kl_buf_printf(&b, "%s N=%lld C=%lld H=%lld W=%lld",
-                      nd->op == KL_MOP_CONV2D ? "conv2d" : "depthwise_conv2d",
-                      a0, a1, a2, a3);
-        if (nd->op == KL_MOP_CONV2D)
-            kl_buf_printf(&b, " K=%lld", (long long)nd->K);
-        kl_buf_printf(&b, " R=%lld S=%lld stride=%lld pad=%lld",
-                      (long long)nd->R, (long long)nd->S, (long long)nd->stride,
-                      (long long)nd->pad);
-        if (nd->dil != 1)
-            kl_buf_printf(&b, " dilation=%lld", (long long)nd->dil);
-        if (nd->groups > 1)
-            kl_buf_printf(&b, " groups=%lld", (long long)nd->groups);
-        if (nd->mult > 1)
-            kl_buf_printf(&b, " multiplier=%lld", (long long)nd->mult);
-        s_epi(&b, nd);
-        break;
-    case KL_MOP_DENSE:
-        kl_buf_printf(&b, "dense N=%lld I=%lld O=%lld bias=%d", a0, a1,
-                      (long long)nd->O, nd->bias ? 1 : 0);
-        if (nd->relu)
-            kl_buf_puts(&b, " relu=1");
-        break;
-    case KL_MOP_MATMUL:
-        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", a0, (long long)nd->N,
-                      a1);
-        s_epi(&b, nd);
-        break;
-    case KL_MOP_BATCH_MATMUL:
-        kl_buf_printf(&b, "batch_matmul B=%lld M=%lld N=%lld K=%lld", a0, a1,
-                      (long long)nd->shape[2], a2);
-        break;
-    case KL_MOP_MAX_POOL:
-    case KL_MOP_AVG_POOL:
-        kl_buf_printf(&b,
-                      "%s N=%lld C=%lld H=%lld W=%lld R=%lld S=%lld "
-                      "stride=%lld pad=%lld",
-                      nd->op == KL_MOP_MAX_POOL ? "max_pool2d" : "avg_pool2d",
-                      a0, a1, a2, a3, (long long)nd->R, (long long)nd->S,
-                      (long long)nd->stride, (long long)nd->pad);
-        break;
-    case KL_MOP_GLOBAL_AVG_POOL:
-        kl_buf_printf(&b,
-                      "avg_pool2d N=%lld C=%lld H=%lld W=%lld R=%lld S=%lld",
-                      a0, a1, a2, a3, a2, a3);
-        break;
-    case KL_MOP_ADD:
-    case KL_MOP_RELU:
-        kl_buf_printf(&b, "%s shape=", nd->op == KL_MOP_ADD ? "add" : "relu");
-        for (int i = 0; i < nd->ndim; i++)
-            kl_buf_printf(&b, "%s%lld", i ? "x" : "", (long long)nd->shape[i]);
-        break;
-    default:
-        return NULL;
-    }
-    return kl_buf_take(&b);
-}
-
 /* ---- code of the graph ---- */
 
 static int64_t s_numel(const kl_mnode_t *nd)
@@ -195,7 +77,7 @@ static void s_arg(kl_buf_t *b, const char *expr)
 static int s_task_call(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
-    char *spec = s_spec(c->g, nd);
+    char *spec = kl_mgraph_spec(c->g, nd);
     kl_workload_t *w = NULL;
     char e2[KL_ERRMSG_LEN];
     int rc = kl_workload_from_op(spec, &w, e2);
@@ -485,7 +367,7 @@ int kl_export_write_graph(const char *text, const char *source,
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
-    kl_export_fuse(&g);
+    kl_mgraph_fuse(&g);
     s_gen_t c = {.g = &g, .m = m, .src = source, .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     char *model_c = NULL, **paths = NULL;

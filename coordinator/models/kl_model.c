@@ -44,7 +44,7 @@ static void s_count_uses(kl_mgraph_t *g)
 }
 
 /* Folds relu and residual adds into the producers (see kl_model.h). */
-static void s_fuse(kl_mgraph_t *g)
+void kl_mgraph_fuse(kl_mgraph_t *g)
 {
     s_count_uses(g);
     for (int i = 0; i < g->n; i++) {
@@ -96,7 +96,7 @@ static void s_epilogue(kl_buf_t *b, const kl_mnode_t *nd)
 
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
  * ops without a named operator. */
-static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
+char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
     const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
     const int64_t *s = x ? x->shape : NULL;
@@ -215,7 +215,7 @@ static char *s_untuned(const kl_mgraph_t *g)
 
 static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
 {
-    s_fuse(g);
+    kl_mgraph_fuse(g);
     for (int i = 0; i < g->n; i++) {
         const kl_mnode_t *nd = &g->nodes[i];
         if (nd->op != KL_MOP_INPUT)
@@ -226,7 +226,7 @@ static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
         }
         if (s_is_view(nd->op))
             continue;
-        char *spec = s_spec(g, nd);
+        char *spec = kl_mgraph_spec(g, nd);
         if (!spec)
             continue;
         kl_workload_t *w = NULL;

@@ -62,6 +62,15 @@ int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
                     char *err);
 void kl_mgraph_free(kl_mgraph_t *g);
 
+/* Folds relu and residual adds into their producers (kl_model.h): sets
+ * uses, owner, fused, relu, res and res_from of g's nodes. Task extraction
+ * and export both call it, so a graph runs exactly as its tasks were
+ * extracted. */
+void kl_mgraph_fuse(kl_mgraph_t *g);
+/* The named-op spec (kl_workload_from_op form) of computing node nd after
+ * fusion; heap string. */
+char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
+
 /* The op's name in the graph format. */
 const char *kl_mop_name(kl_mop op);
 
