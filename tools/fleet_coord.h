@@ -19,6 +19,26 @@
 #include "kl_dispatch.h"
 #include "kl_opt.h"
 
+/* The option rows kl_fleet_coordinator reads (and agent-wait-s, which the
+ * job loops read); put them in a command's kl_opt_t table. */
+/* clang-format off */
+#define KL_FLEET_OPTS \
+    {"listen", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP", \
+     "bind here and wait for remote agents (e.g. tcp://0.0.0.0:7070)"}, \
+    {"local-agents", KL_OPT_INT, NULL, 0, 1024, "N", \
+     "kiln-agent processes to start here (default 1, or 0 with --listen)"}, \
+    {"keys", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", \
+     "with --listen: DIR/coordinator.key and .pub, allow-list DIR/agents"}, \
+    {"agent-key-dir", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", \
+     "allow-list of agent public keys (*.pub) instead of KEYS/agents"}, \
+    {"insecure", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL, \
+     "no CURVE (loopback endpoints only)"}, \
+    {"agent-wait-s", KL_OPT_DOUBLE, "30", 0.1, 1e6, "S", \
+     "fail when no agent of the target is connected for this long"}, \
+    {"heartbeat-ms", KL_OPT_INT, "1000", 10, 60000, "MS", \
+     "heartbeat interval (agents silent for 3 are lost)"},
+/* clang-format on */
+
 /* who names the command in the "listening on" line ("kiln tune"). On
  * success *disp is bound and *fleet (NULL when no local agent was asked
  * for) is running; on failure both may be set and are the caller's to

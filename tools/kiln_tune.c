@@ -75,23 +75,10 @@ static const kl_opt_t s_opts[] = {
     {"source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
      "write the best kernel's C source here (default: "
      "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db)"},
-    {"listen", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
-     "bind here and wait for remote agents (e.g. tcp://0.0.0.0:7070)"},
-    {"local-agents", KL_OPT_INT, NULL, 0, 1024, "N",
-     "kiln-agent processes to start here (default 1, or 0 with --listen)"},
-    {"keys", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
-     "with --listen: DIR/coordinator.key and .pub, allow-list DIR/agents"},
-    {"agent-key-dir", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
-     "allow-list of agent public keys (*.pub) instead of KEYS/agents"},
-    {"insecure", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "no CURVE (loopback endpoints only)"},
-    {"agent-wait-s", KL_OPT_DOUBLE, "30", 0.1, 1e6, "S",
-     "fail when no agent of the target is connected for this long"},
-    {"heartbeat-ms", KL_OPT_INT, "1000", 10, 60000, "MS",
-     "heartbeat interval (agents silent for 3 are lost)"},
-    {"simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "local agents answer with synthetic latencies (for trying kiln out; "
-     "simulated records never replace real ones)"},
+    KL_FLEET_OPTS{
+        "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+        "local agents answer with synthetic latencies (for trying kiln out; "
+        "simulated records never replace real ones)"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines, only the result"},
     KL_METRICS_OPTS,
