@@ -17,6 +17,16 @@
  * register tiles) and attaches the local write cache (accumulators) at the
  * last S2 loop. Each reused input (one that some spatial iterator does not
  * index) may be packed at a sampled location (the last R0 or S1 loop).
+ *
+ * Channel vectors. When the output's last dimension does not fill whole
+ * vectors (a 14-wide NCHW conv2d) and another spatial iterator does (the
+ * output channels K), a sampled branch builds the same nest with that
+ * iterator as the vector one instead: its packed panels put K innermost
+ * (contiguous weight vectors), the other operand is broadcast, and the
+ * register tile is rows of output pixels x channel vectors, the GEMM
+ * micro-kernel of a channel-blocked (NCHWc) convolution without changing
+ * the tensors' layouts. Packing is then likely, as the weights are read
+ * with a stride otherwise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +44,7 @@ typedef struct {
     int nsp, nrd;
     int sp[KL_IR_MAX_ITERS], rd[KL_IR_MAX_ITERS]; /* iterator indices */
     int vec, row;                                 /* positions in sp[] or -1 */
+    bool chan;                                    /* vec is not the last dim */
     int64_t loop[KL_IR_MAX_ITERS];                /* naive loop RV per iter */
     int64_t s[KL_IR_MAX_ITERS][4], r[KL_IR_MAX_ITERS][2]; /* tiled loops */
     int64_t s3v[KL_IR_MAX_ITERS]; /* RV (or -literal) of the s3 factor */
@@ -84,9 +95,21 @@ static void s_tile(rule_t *r)
             r->s[k][3] = o[1];
             r->s3v[k] = c;
         } else if (k == r->row && ext >= 8) {
-            int64_t vals[8] = {1, 2, 3, 4, 6, 8, 12, 16};
-            double ps[8] = {0.02, 0.05, 0.05, 0.15, 0.18, 0.2, 0.25, 0.1};
-            int64_t c = kl_tr_sample_categorical(tr, vals, ps, 8);
+            int64_t vals[16] = {1, 2, 3, 4, 6, 8, 12, 16};
+            double ps[16] = {0.02, 0.05, 0.05, 0.15, 0.18, 0.2, 0.25, 0.1};
+            int n = 8;
+            /* Channel vectors: also the divisors of the extent (7 and 14
+             * for 14), which need no guard. */
+            for (int64_t d = 5; r->chan && d <= 16; d++) {
+                bool have = false;
+                for (int i = 0; i < n; i++)
+                    have = have || vals[i] == d;
+                if (!have && ext % d == 0) {
+                    vals[n] = d;
+                    ps[n++] = 0.3;
+                }
+            }
+            int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
             int64_t f[2] = {KL_SPLIT_INFER, c};
             int64_t o[2];
             kl_tr_split(tr, r->loop[it], f, 2, o);
@@ -227,6 +250,8 @@ static int s_pack(rule_t *r)
     for (int i = 0; i < n; i++) {
         int64_t vals[2] = {0, 1};
         double ps[2] = {0.3, 0.7};
+        if (r->chan)
+            ps[0] = 0.1, ps[1] = 0.9;
         int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
         char pred[64];
         snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
@@ -252,14 +277,6 @@ static int s_build(rule_t *r)
 {
     kl_trace_t *tr = r->tr;
     const kl_workload_t *w = r->w;
-    int64_t naive[KL_IR_MAX_ITERS];
-    kl_tr_get_loops(tr, w->niters, naive);
-    /* The naive nest lists spatial iterators, then reductions. */
-    int k = 0;
-    for (int i = 0; i < r->nsp; i++)
-        r->loop[r->sp[i]] = naive[k++];
-    for (int i = 0; i < r->nrd; i++)
-        r->loop[r->rd[i]] = naive[k++];
     s_tile(r);
     int rc = s_reject_pressure(r);
     if (rc)
@@ -318,6 +335,18 @@ static int s_build(rule_t *r)
     return KL_OK;
 }
 
+/* The row iterator: the largest spatial one other than the vector's. */
+static void s_pick_row(rule_t *r)
+{
+    int64_t best = 0;
+    r->row = -1;
+    for (int k = 0; k < r->nsp; k++)
+        if (k != r->vec && r->w->iters[r->sp[k]].extent > best) {
+            best = r->w->iters[r->sp[k]].extent;
+            r->row = k;
+        }
+}
+
 int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err)
 {
@@ -345,14 +374,49 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "cpu rules: %d iterators is too many to tile",
                          w->niters);
-    int64_t best = 0;
-    for (int k = 0; k < r.nsp; k++)
-        if (k != r.vec && w->iters[r.sp[k]].extent > best) {
-            best = w->iters[r.sp[k]].extent;
-            r.row = k;
+    /* A channel vector: another spatial iterator that fills whole
+     * vectors, when the last dimension does not. */
+    int alt = -1;
+    int64_t L = t->vec_lanes;
+    if (r.vec < 0 || w->iters[r.sp[r.vec]].extent % L)
+        for (int k = 0; k < r.nsp; k++) {
+            int64_t e = w->iters[r.sp[k]].extent;
+            if (k != r.vec && e % L == 0 &&
+                (alt < 0 || e > w->iters[r.sp[alt]].extent))
+                alt = k;
         }
     r.tr = kl_trace_new(t->name);
-    int rc = s_build(&r);
+    int64_t naive[KL_IR_MAX_ITERS];
+    kl_tr_get_loops(r.tr, w->niters, naive);
+    /* The naive nest lists spatial iterators, then reductions. */
+    int n = 0;
+    for (int i = 0; i < r.nsp; i++)
+        r.loop[r.sp[i]] = naive[n++];
+    for (int i = 0; i < r.nrd; i++)
+        r.loop[r.rd[i]] = naive[n++];
+    int rc;
+    if (alt < 0) {
+        s_pick_row(&r);
+        rc = s_build(&r);
+    } else {
+        int64_t vals[2] = {0, 1};
+        double ps[2] = {0.3, 0.7};
+        int64_t c = kl_tr_sample_categorical(r.tr, vals, ps, 2);
+        char pred[48];
+        snprintf(pred, sizeof pred, "v%lld == 0", (long long)c);
+        if (!(rc = kl_tr_if(r.tr, pred, r.err))) {
+            s_pick_row(&r);
+            rc = s_build(&r);
+        }
+        if (!rc && !(rc = kl_tr_else(r.tr, r.err))) {
+            r.vec = alt;
+            r.chan = true;
+            s_pick_row(&r);
+            rc = s_build(&r);
+        }
+        if (!rc)
+            rc = kl_tr_end(r.tr, r.err);
+    }
     if (rc) {
         kl_trace_free(&r.tr);
         return kl_seterr(err, rc, "cpu rules: %s", r.err);

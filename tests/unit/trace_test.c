@@ -373,6 +373,57 @@ static void test_cpu_space_replay(void **state)
     }
 }
 
+/* The iterator of s's vectorized loop, or -1. */
+static int s_vec_iter_of(const kl_sched_t *s)
+{
+    for (int p = 0; p < kl_sched_nloops(s); p++)
+        if (kl_sched_loop(s, p)->kind == KL_LOOP_VECTORIZE)
+            return kl_sched_loop(s, p)->parts[0].iter;
+    return -1;
+}
+
+/* A conv2d whose 14-wide rows do not fill 16-lane vectors also gets
+ * schedules vectorized over its output channels (f, K in the spec); a
+ * matmul whose rows fill them never does. */
+static void test_cpu_channel_vectors(void **state)
+{
+    (void)state;
+    const char *ops[] = {"conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 pad=1",
+                         "matmul M=64 N=64 K=64"};
+    const char *want[] = {"f", "j"};
+    for (int o = 0; o < 2; o++) {
+        kl_workload_t *w = s_wl(ops[o]);
+        kl_space_t *sp = NULL;
+        char err[KL_ERRMSG_LEN];
+        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                         KL_OK);
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 7);
+        int other = 0, chan = 0, n = 40;
+        for (int i = 0; i < n; i++) {
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s: %s", ops[o], err);
+            int it = s_vec_iter_of(s);
+            assert_true(it >= 0);
+            if (!strcmp(w->iters[it].name, want[o]))
+                chan++;
+            else
+                other++;
+            kl_sched_destroy(&s);
+            kl_trace_free(&tr);
+        }
+        if (o == 0 && (chan < n / 4 || other < 1))
+            fail_msg("%s: %d of %d vectorized over %s", ops[o], chan, n,
+                     want[o]);
+        if (o == 1)
+            assert_int_equal(chan, n);
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+}
+
 static void test_cuda_hook(void **state)
 {
     (void)state;
@@ -400,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_text_proto_round_trip),
         cmocka_unit_test(test_perfect_tile_and_decisions),
         cmocka_unit_test(test_cpu_space_replay),
+        cmocka_unit_test(test_cpu_channel_vectors),
         cmocka_unit_test(test_cuda_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
