@@ -104,4 +104,24 @@ void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
 /* Scalar epilogue applied to variable `var` at output lane `lane`. */
 void cg_epilogue(cg_t *g, const char *var, int lane);
 
+/* Symbols of the loop at pos: constants for value v, or unset. */
+void cg_set_loop_const(cg_t *g, int pos, int64_t v);
+void cg_unset_loop(cg_t *g, int pos);
+
+/* Packed buffers (codegen_pack.c). The body's read of tensor t: the first
+ * one found; *count grows for each different one. */
+const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
+                                  const kl_access_t *first);
+/* Whether a's packed buffer uses the window layout; fills, per tensor
+ * dimension, the lowest index the loops below the attach point add and
+ * the extent of the box. */
+bool cg_pack_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
+                    int64_t *ext);
+/* Elements of tensor t's packed buffer. */
+int64_t cg_pack_elems(const cg_t *g, int t);
+/* Index into the packed buffer of read a at the current point. */
+void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
+/* The loops that fill tensor t's packed buffer, at its attach point. */
+void cg_emit_pack(cg_t *g, int t);
+
 #endif

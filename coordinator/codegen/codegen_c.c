@@ -195,31 +195,6 @@ static int s_setup(cg_t *g)
     return KL_OK;
 }
 
-/* Packs need one access per tensor. */
-static const kl_access_t *s_find_access(const kl_expr_t *e, int t, int *count,
-                                        const kl_access_t *first)
-{
-    if (!e)
-        return first;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t) {
-        if (!first)
-            first = &e->access;
-        else if (memcmp(first, &e->access, sizeof *first))
-            (*count)++;
-    }
-    first = s_find_access(e->a, t, count, first);
-    return s_find_access(e->b, t, count, first);
-}
-
-static int64_t s_pack_elems(const cg_t *g, int t)
-{
-    int64_t n = 1;
-    for (int p = g->pack_pos[t] + 1; p < g->n; p++)
-        if (kl_sched_loop_touches(g->s, p, t))
-            n *= g->L[p]->extent;
-    return n;
-}
-
 /* ---- symbols ---- */
 
 static void s_set_loop_var(cg_t *g, int pos, const char *var)
@@ -235,7 +210,7 @@ static void s_set_loop_var(cg_t *g, int pos, const char *var)
     }
 }
 
-static void s_set_loop_const(cg_t *g, int pos, int64_t v)
+void cg_set_loop_const(cg_t *g, int pos, int64_t v)
 {
     const kl_loop_t *l = g->L[pos];
     for (int q = 0; q < l->nparts; q++) {
@@ -245,7 +220,7 @@ static void s_set_loop_const(cg_t *g, int pos, int64_t v)
     }
 }
 
-static void s_unset_loop(cg_t *g, int pos)
+void cg_unset_loop(cg_t *g, int pos)
 {
     const kl_loop_t *l = g->L[pos];
     for (int q = 0; q < l->nparts; q++)
@@ -254,93 +229,11 @@ static void s_unset_loop(cg_t *g, int pos)
 
 /* ---- packing ---- */
 
-static void s_emit_pack(cg_t *g, int t)
-{
-    const kl_workload_t *w = g->w;
-    int cnt = 0;
-    const kl_access_t *a = s_find_access(w->body, t, &cnt, NULL);
-    int pa = g->pack_pos[t];
-    int dims[KL_SCHED_MAX_LOOPS], nd = 0;
-    for (int p = pa + 1; p < g->n; p++) {
-        if (kl_sched_loop_touches(g->s, p, t))
-            dims[nd++] = p;
-        else
-            s_set_loop_const(g, p, 0);
-    }
-    bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
-    g->lanes_on = false;
-    g->in_acc = false;
-    cg_line(g, "/* pack %s */", w->tensors[t].name);
-    for (int i = 0; i < nd; i++) {
-        char v[16];
-        snprintf(v, sizeof v, "p%d", dims[i]);
-        cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", v, v,
-                (long long)g->L[dims[i]]->extent, v);
-        g->ind++;
-        const kl_loop_t *l = g->L[dims[i]];
-        for (int q = 0; q < l->nparts; q++) {
-            cg_sym_t *s = &g->sym[g->symbase[dims[i]] + q];
-            s->st = SYM_VAR;
-            if (l->nparts == 1)
-                snprintf(s->name, sizeof s->name, "%s", v);
-            else
-                snprintf(s->name, sizeof s->name, "(%s / %lld %% %lld)", v,
-                         (long long)s->inner, (long long)s->extent);
-        }
-    }
-    kl_buf_t cond = {0}, idx = {0}, chk = {0}, pidx = {0};
-    for (int it = 0; it < w->niters; it++) {
-        bool used = false;
-        for (int d = 0; d < w->tensors[t].ndim; d++)
-            used = used || a->idx[d].coef[it];
-        int64_t lo, hi;
-        cg_lin_range(g, &g->it[it], &lo, &hi);
-        if (!used || hi < w->iters[it].extent)
-            continue;
-        if (cond.len)
-            kl_buf_puts(&cond, " && ");
-        cg_lin_print(g, &g->it[it], 0, &cond);
-        kl_buf_printf(&cond, " < %lld", (long long)w->iters[it].extent);
-    }
-    cg_access_check(g, a, 0, false, &chk);
-    if (chk.len)
-        kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
-    cg_access_index(g, a, 0, false, &idx);
-    cg_lin_t pl;
-    memset(&pl, 0, sizeof pl);
-    int64_t stride = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        cg_lin_t l;
-        cg_loop_lin(g, dims[i], &l);
-        cg_lin_add(&pl, &l, stride);
-        stride *= g->L[dims[i]]->extent;
-    }
-    cg_lin_print(g, &pl, 0, &pidx);
-    if (cond.len)
-        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
-                pidx.data, cond.data, w->tensors[t].name, idx.data);
-    else
-        cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
-                w->tensors[t].name, idx.data);
-    for (int i = 0; i < nd; i++) {
-        g->ind--;
-        cg_line(g, "}");
-    }
-    for (int p = pa + 1; p < g->n; p++)
-        s_unset_loop(g, p);
-    g->lanes_on = saved_lanes;
-    g->in_acc = saved_acc;
-    kl_buf_free(&cond);
-    kl_buf_free(&idx);
-    kl_buf_free(&chk);
-    kl_buf_free(&pidx);
-}
-
 static void s_emit_packs_at(cg_t *g, int pos)
 {
     for (int t = 0; t < g->w->ntensors; t++)
         if (g->pack_pos[t] == pos && g->pack_pos[t] != -2)
-            s_emit_pack(g, t);
+            cg_emit_pack(g, t);
 }
 
 /* ---- accumulators ---- */
@@ -369,7 +262,7 @@ static int64_t s_acc_combo(cg_t *g, int64_t *state, bool first)
         int64_t ext =
             p == g->vpos ? g->L[p]->extent / g->lanes : g->L[p]->extent;
         flat = flat * ext + state[i];
-        s_set_loop_const(g, p, p == g->vpos ? state[i] * g->lanes : state[i]);
+        cg_set_loop_const(g, p, p == g->vpos ? state[i] * g->lanes : state[i]);
     }
     return flat;
 }
@@ -501,7 +394,7 @@ static void s_emit_acc_region(cg_t *g, int pos)
         cg_line(g, "}");
     }
     for (int i = 0; i < g->nacc_pos; i++)
-        s_unset_loop(g, g->acc_pos[i]);
+        cg_unset_loop(g, g->acc_pos[i]);
     g->in_acc = true;
     s_emit_loop(g, pos + 1);
     g->in_acc = false;
@@ -535,7 +428,7 @@ static void s_emit_acc_region(cg_t *g, int pos)
         kl_buf_free(&gd);
     }
     for (int i = 0; i < g->nacc_pos; i++)
-        s_unset_loop(g, g->acc_pos[i]);
+        cg_unset_loop(g, g->acc_pos[i]);
     kl_buf_free(&first);
     kl_buf_free(&last);
 }
@@ -675,10 +568,10 @@ static void s_emit_loop(cg_t *g, int pos)
         int64_t W = g->lanes, chunks = l->extent / W;
         if (acc_here || chunks == 1) {
             for (int64_t c = 0; c < chunks; c++) {
-                s_set_loop_const(g, pos, c * W);
+                cg_set_loop_const(g, pos, c * W);
                 s_emit_body(g, pos);
             }
-            s_unset_loop(g, pos);
+            cg_unset_loop(g, pos);
             return;
         }
         cg_line(g, "for (int64_t %s = 0; %s < %lld; %s += %lld) {", var, var,
@@ -686,7 +579,7 @@ static void s_emit_loop(cg_t *g, int pos)
         g->ind++;
         s_set_loop_var(g, pos, var);
         s_emit_body(g, pos);
-        s_unset_loop(g, pos);
+        cg_unset_loop(g, pos);
         g->ind--;
         cg_line(g, "}");
         return;
@@ -694,10 +587,10 @@ static void s_emit_loop(cg_t *g, int pos)
     if ((l->kind == KL_LOOP_UNROLL && acc_here && !l->reduce) ||
         (l->extent == 1 && l->kind != KL_LOOP_PARALLEL)) {
         for (int64_t c = 0; c < l->extent; c++) {
-            s_set_loop_const(g, pos, c);
+            cg_set_loop_const(g, pos, c);
             s_emit_body(g, pos);
         }
-        s_unset_loop(g, pos);
+        cg_unset_loop(g, pos);
         return;
     }
     if (l->kind == KL_LOOP_PARALLEL)
@@ -719,7 +612,7 @@ static void s_emit_loop(cg_t *g, int pos)
                     (long long)s->inner, (long long)s->extent);
         }
     s_emit_body(g, pos);
-    s_unset_loop(g, pos);
+    cg_unset_loop(g, pos);
     g->ind--;
     cg_line(g, "}");
 }
@@ -802,7 +695,7 @@ static void s_emit_function(cg_t *g, const char *entry)
     for (int t = 0; t < w->ntensors; t++)
         if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
             cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
-                    (long long)s_pack_elems(g, t));
+                    (long long)cg_pack_elems(g, t));
     s_emit_packs_at(g, -1);
     bool region = par && s_has_inner_packs(g);
     if (region) {
@@ -812,7 +705,7 @@ static void s_emit_function(cg_t *g, const char *entry)
         for (int t = 0; t < w->ntensors; t++)
             if (g->pack_pos[t] >= 0)
                 cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
-                        (long long)s_pack_elems(g, t));
+                        (long long)cg_pack_elems(g, t));
     }
     if (g->wc_pos == -1)
         s_emit_acc_region(g, -1);
@@ -866,7 +759,7 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
         int cnt = 0;
         if (g->pack_pos[tn] == -2)
             continue;
-        if (!s_find_access(g->w->body, tn, &cnt, NULL))
+        if (!cg_find_access(g->w->body, tn, &cnt, NULL))
             rc = cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
                          g->w->tensors[tn].name);
         else if (cnt)

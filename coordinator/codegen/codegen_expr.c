@@ -254,21 +254,6 @@ void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
     }
 }
 
-/* Packed buffer index of tensor t at the current point. */
-static void s_pack_lin(cg_t *g, int t, cg_lin_t *out)
-{
-    memset(out, 0, sizeof *out);
-    int64_t stride = 1;
-    for (int p = g->n - 1; p > g->pack_pos[t]; p--) {
-        if (!kl_sched_loop_touches(g->s, p, t))
-            continue;
-        cg_lin_t l;
-        cg_loop_lin(g, p, &l);
-        cg_lin_add(out, &l, stride);
-        stride *= g->L[p]->extent;
-    }
-}
-
 static bool s_packed(const cg_t *g, int t)
 {
     return g->pack_pos[t] != -2;
@@ -281,7 +266,7 @@ static void s_load_scalar(cg_t *g, const kl_access_t *a, int lane,
     const char *name = g->w->tensors[a->tensor].name;
     if (s_packed(g, a->tensor)) {
         cg_lin_t l;
-        s_pack_lin(g, a->tensor, &l);
+        cg_pack_lin(g, a, &l);
         kl_buf_printf(out, "pk_%s[", name);
         cg_lin_print(g, &l, lane, out);
         kl_buf_puts(out, "]");
@@ -308,7 +293,7 @@ static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig,
     if (edge)
         *edge = false;
     if (s_packed(g, a->tensor)) {
-        s_pack_lin(g, a->tensor, &l);
+        cg_pack_lin(g, a, &l);
         int64_t vc = cg_lin_vcoef(g, &l);
         *contig = vc == 1;
         return vc != 0;
@@ -416,7 +401,7 @@ static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
         kl_buf_t idx = {0}, chk = {0};
         if (s_packed(g, e->access.tensor)) {
             cg_lin_t l;
-            s_pack_lin(g, e->access.tensor, &l);
+            cg_pack_lin(g, &e->access, &l);
             cg_lin_print(g, &l, 0, &idx);
             kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
         } else if (edge) {

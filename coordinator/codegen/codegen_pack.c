@@ -1,0 +1,292 @@
+/* codegen_pack.c - packed buffers of the C code generator: their layout,
+ * their size, the index a read uses and the loops that fill them.
+ *
+ * A packed input is copied, where its stage is attached, into a buffer
+ * private to the thread. Two layouts:
+ *  - the loop layout: one dimension per loop below the attach point that
+ *    reads the tensor, in nest order, so that the register tile walks it
+ *    contiguously (matmul panels, conv2d weights with K innermost);
+ *  - the window layout, for a tensor read through a window (a dimension
+ *    indexed by two iterators or more, conv2d's h + r): the tensor's own
+ *    dimensions over the box of indices the loops below read, zero
+ *    outside the tensor. The loop layout would copy each input element
+ *    R x S times (an im2col); this one copies it once and removes the
+ *    padding tests from the body. Used when the box is not larger than
+ *    the loop layout.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cg_priv.h"
+#include "kl_err.h"
+
+const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
+                                  const kl_access_t *first)
+{
+    if (!e)
+        return first;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t) {
+        if (!first)
+            first = &e->access;
+        else if (memcmp(first, &e->access, sizeof *first))
+            (*count)++;
+    }
+    first = cg_find_access(e->a, t, count, first);
+    return cg_find_access(e->b, t, count, first);
+}
+
+static int64_t s_loop_elems(const cg_t *g, int t)
+{
+    int64_t n = 1;
+    for (int p = g->pack_pos[t] + 1; p < g->n; p++)
+        if (kl_sched_loop_touches(g->s, p, t))
+            n *= g->L[p]->extent;
+    return n;
+}
+
+/* Dimension d of a split at the attach point pa: the part over the
+ * symbols of loops below it (*in, no constant) and the rest (*out, with
+ * the offset). */
+static void s_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
+                        cg_lin_t *in, cg_lin_t *out)
+{
+    const kl_affine_t *af = &a->idx[d];
+    memset(in, 0, sizeof *in);
+    memset(out, 0, sizeof *out);
+    out->c = af->offset;
+    for (int it = 0; it < g->w->niters; it++)
+        if (af->coef[it])
+            cg_lin_add(out, &g->it[it], af->coef[it]);
+    for (int i = 0; i < g->nsym; i++)
+        if (g->sym[i].pos > pa) {
+            in->k[i] = out->k[i];
+            out->k[i] = 0;
+        }
+}
+
+bool cg_pack_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
+                    int64_t *ext)
+{
+    const kl_tensor_t *t = &g->w->tensors[a->tensor];
+    bool window = false;
+    for (int d = 0; d < t->ndim; d++) {
+        int n = 0;
+        if (a->idx[d].div != 1)
+            return false;
+        for (int it = 0; it < g->w->niters; it++)
+            n += a->idx[d].coef[it] != 0;
+        window = window || n >= 2;
+    }
+    if (!window)
+        return false;
+    int pa = g->pack_pos[a->tensor];
+    int64_t elems = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        cg_lin_t in, out;
+        s_dim_parts(g, a, d, pa, &in, &out);
+        int64_t lo = 0, hi = 0;
+        for (int i = 0; i < g->nsym; i++) {
+            int64_t k = in.k[i], e = g->sym[i].extent - 1;
+            lo += k < 0 ? k * e : 0;
+            hi += k > 0 ? k * e : 0;
+        }
+        ilo[d] = lo;
+        ext[d] = hi - lo + 1;
+        elems *= ext[d];
+    }
+    return elems <= s_loop_elems(g, a->tensor);
+}
+
+static const kl_access_t *s_access(const cg_t *g, int t)
+{
+    int cnt = 0;
+    return cg_find_access(g->w->body, t, &cnt, NULL);
+}
+
+int64_t cg_pack_elems(const cg_t *g, int t)
+{
+    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS];
+    const kl_access_t *a = s_access(g, t);
+    if (a && cg_pack_window(g, a, ilo, ext)) {
+        int64_t n = 1;
+        for (int d = 0; d < g->w->tensors[t].ndim; d++)
+            n *= ext[d];
+        return n;
+    }
+    return s_loop_elems(g, t);
+}
+
+void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
+{
+    int t = a->tensor;
+    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS], stride = 1;
+    memset(out, 0, sizeof *out);
+    if (cg_pack_window(g, a, ilo, ext)) {
+        for (int d = g->w->tensors[t].ndim - 1; d >= 0; d--) {
+            cg_lin_t in, rest;
+            s_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
+            in.c = -ilo[d];
+            cg_lin_add(out, &in, stride);
+            stride *= ext[d];
+        }
+        return;
+    }
+    for (int p = g->n - 1; p > g->pack_pos[t]; p--) {
+        if (!kl_sched_loop_touches(g->s, p, t))
+            continue;
+        cg_lin_t l;
+        cg_loop_lin(g, p, &l);
+        cg_lin_add(out, &l, stride);
+        stride *= g->L[p]->extent;
+    }
+}
+
+/* The window layout: one loop per tensor dimension over the box. */
+static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
+                               const int64_t *ilo, const int64_t *ext)
+{
+    const kl_tensor_t *T = &g->w->tensors[t];
+    bool saved_lanes = g->lanes_on;
+    g->lanes_on = false;
+    cg_line(g, "/* pack %s (window) */", T->name);
+    kl_buf_t cond = {0}, src = {0}, dst = {0};
+    int64_t tstride = 1, pstride = 1;
+    for (int d = T->ndim - 1; d >= 0; d--) {
+        cg_lin_t in, out;
+        s_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
+        out.c += ilo[d];
+        int64_t lo, hi;
+        cg_lin_range(g, &out, &lo, &hi);
+        hi += ext[d] - 1;
+        kl_buf_t e = {0};
+        cg_lin_print(g, &out, 0, &e);
+        if (ext[d] > 1)
+            kl_buf_printf(&e, " + q%d", d);
+        if (lo < 0 || hi > T->shape[d] - 1)
+            kl_buf_printf(&cond, "%s(uint64_t)(%s) < %lldu",
+                          cond.len ? " && " : "", e.data,
+                          (long long)T->shape[d]);
+        kl_buf_printf(&src, "%s(%s) * %lld", src.len ? " + " : "", e.data,
+                      (long long)tstride);
+        if (ext[d] > 1)
+            kl_buf_printf(&dst, "%sq%d * %lld", dst.len ? " + " : "", d,
+                          (long long)pstride);
+        tstride *= T->shape[d];
+        pstride *= ext[d];
+        kl_buf_free(&e);
+    }
+    int open = 0;
+    for (int d = 0; d < T->ndim; d++)
+        if (ext[d] > 1) {
+            cg_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {", d, d,
+                    (long long)ext[d], d);
+            g->ind++;
+            open++;
+        }
+    if (cond.len)
+        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
+                dst.len ? dst.data : "0", cond.data, T->name, src.data);
+    else
+        cg_line(g, "pk_%s[%s] = %s[%s];", T->name, dst.len ? dst.data : "0",
+                T->name, src.data);
+    while (open--) {
+        g->ind--;
+        cg_line(g, "}");
+    }
+    g->lanes_on = saved_lanes;
+    kl_buf_free(&cond);
+    kl_buf_free(&src);
+    kl_buf_free(&dst);
+}
+
+/* The loop layout: one dimension per loop below the attach point that
+ * reads the tensor, in nest order. */
+static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
+{
+    const kl_workload_t *w = g->w;
+    int pa = g->pack_pos[t];
+    int dims[KL_SCHED_MAX_LOOPS], nd = 0;
+    for (int p = pa + 1; p < g->n; p++) {
+        if (kl_sched_loop_touches(g->s, p, t))
+            dims[nd++] = p;
+        else
+            cg_set_loop_const(g, p, 0);
+    }
+    bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
+    g->lanes_on = false;
+    g->in_acc = false;
+    cg_line(g, "/* pack %s */", w->tensors[t].name);
+    for (int i = 0; i < nd; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "p%d", dims[i]);
+        cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", v, v,
+                (long long)g->L[dims[i]]->extent, v);
+        g->ind++;
+        const kl_loop_t *l = g->L[dims[i]];
+        for (int q = 0; q < l->nparts; q++) {
+            cg_sym_t *s = &g->sym[g->symbase[dims[i]] + q];
+            s->st = SYM_VAR;
+            if (l->nparts == 1)
+                snprintf(s->name, sizeof s->name, "%s", v);
+            else
+                snprintf(s->name, sizeof s->name, "(%s / %lld %% %lld)", v,
+                         (long long)s->inner, (long long)s->extent);
+        }
+    }
+    kl_buf_t cond = {0}, idx = {0}, chk = {0}, pidx = {0};
+    for (int it = 0; it < w->niters; it++) {
+        bool used = false;
+        for (int d = 0; d < w->tensors[t].ndim; d++)
+            used = used || a->idx[d].coef[it];
+        int64_t lo, hi;
+        cg_lin_range(g, &g->it[it], &lo, &hi);
+        if (!used || hi < w->iters[it].extent)
+            continue;
+        if (cond.len)
+            kl_buf_puts(&cond, " && ");
+        cg_lin_print(g, &g->it[it], 0, &cond);
+        kl_buf_printf(&cond, " < %lld", (long long)w->iters[it].extent);
+    }
+    cg_access_check(g, a, 0, false, &chk);
+    if (chk.len)
+        kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
+    cg_access_index(g, a, 0, false, &idx);
+    cg_lin_t pl;
+    memset(&pl, 0, sizeof pl);
+    int64_t stride = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        cg_lin_t l;
+        cg_loop_lin(g, dims[i], &l);
+        cg_lin_add(&pl, &l, stride);
+        stride *= g->L[dims[i]]->extent;
+    }
+    cg_lin_print(g, &pl, 0, &pidx);
+    if (cond.len)
+        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
+                pidx.data, cond.data, w->tensors[t].name, idx.data);
+    else
+        cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
+                w->tensors[t].name, idx.data);
+    for (int i = 0; i < nd; i++) {
+        g->ind--;
+        cg_line(g, "}");
+    }
+    for (int p = pa + 1; p < g->n; p++)
+        cg_unset_loop(g, p);
+    g->lanes_on = saved_lanes;
+    g->in_acc = saved_acc;
+    kl_buf_free(&cond);
+    kl_buf_free(&idx);
+    kl_buf_free(&chk);
+    kl_buf_free(&pidx);
+}
+
+void cg_emit_pack(cg_t *g, int t)
+{
+    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS];
+    const kl_access_t *a = s_access(g, t);
+    if (cg_pack_window(g, a, ilo, ext))
+        s_emit_window_pack(g, t, a, ilo, ext);
+    else
+        s_emit_loop_pack(g, t, a);
+}
