@@ -91,6 +91,34 @@ void kl_buf_puts(kl_buf_t *b, const char *s)
     kl_buf_append(b, s, strlen(s));
 }
 
+void kl_buf_put_xml(kl_buf_t *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&':
+            kl_buf_puts(b, "&amp;");
+            break;
+        case '<':
+            kl_buf_puts(b, "&lt;");
+            break;
+        case '>':
+            kl_buf_puts(b, "&gt;");
+            break;
+        case '"':
+            kl_buf_puts(b, "&quot;");
+            break;
+        case '\'':
+            kl_buf_puts(b, "&#39;");
+            break;
+        default:
+            if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n')
+                kl_buf_append(b, " ", 1);
+            else
+                kl_buf_append(b, s, 1);
+        }
+    }
+}
+
 void kl_buf_printf(kl_buf_t *b, const char *fmt, ...)
 {
     va_list ap, ap2;

@@ -26,6 +26,9 @@ typedef struct {
 } kl_buf_t;
 void kl_buf_append(kl_buf_t *b, const char *s, size_t n);
 void kl_buf_puts(kl_buf_t *b, const char *s);
+/* Appends s escaped for XML/HTML text and attributes (&, <, >, " and ');
+ * control characters other than tab and newline become spaces. */
+void kl_buf_put_xml(kl_buf_t *b, const char *s);
 void kl_buf_printf(kl_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Hands the string to the caller (who frees it) and resets the buffer. */

@@ -194,44 +194,19 @@ char *kl_metrics_render_text(const kl_metrics_snap_t *s)
 
 /* ---- the status page --------------------------------------------------- */
 
-static void s_html(kl_buf_t *b, const char *v)
-{
-    for (; *v; v++) {
-        switch (*v) {
-        case '<':
-            kl_buf_puts(b, "&lt;");
-            break;
-        case '>':
-            kl_buf_puts(b, "&gt;");
-            break;
-        case '&':
-            kl_buf_puts(b, "&amp;");
-            break;
-        case '"':
-            kl_buf_puts(b, "&quot;");
-            break;
-        case '\'':
-            kl_buf_puts(b, "&#39;");
-            break;
-        default:
-            kl_buf_append(b, v, 1);
-        }
-    }
-}
-
 static void s_html_head(kl_buf_t *b, const kl_metrics_snap_t *s)
 {
     kl_buf_puts(b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n"
                    "<meta http-equiv=\"refresh\" content=\"2\">\n<title>kiln "
                    "tune: ");
-    s_html(b, s->job);
+    kl_buf_put_xml(b, s->job);
     kl_buf_puts(b,
                 "</title>\n<style>body{font-family:sans-serif;margin:1em}"
                 "table{border-collapse:collapse;margin-bottom:1em}"
                 "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
                 "th{background:#eee}td.l{text-align:left}</style>\n"
                 "</head><body>\n<h1>kiln tune: ");
-    s_html(b, s->job);
+    kl_buf_put_xml(b, s->job);
     kl_buf_printf(b,
                   "</h1>\n<p>%s, %.0f s elapsed. Prometheus metrics: "
                   "<a href=\"/metrics\">/metrics</a>.</p>\n",
@@ -245,7 +220,7 @@ static void s_html_rates(kl_buf_t *b, const kl_metrics_snap_t *s)
                    "</th></tr>\n");
     for (size_t i = 0; i < s->n_targets; i++) {
         kl_buf_puts(b, "<tr><td class=\"l\">");
-        s_html(b, s->targets[i].target);
+        kl_buf_put_xml(b, s->targets[i].target);
         kl_buf_printf(b, "</td><td>%zu</td></tr>\n", s->targets[i].agents);
     }
     kl_buf_printf(b, "<tr><td class=\"l\">all</td><td>%zu</td></tr></table>\n",
@@ -276,9 +251,9 @@ static void s_html_tasks(kl_buf_t *b, const kl_metrics_snap_t *s)
     for (size_t i = 0; i < s->n_tasks; i++) {
         const kl_metrics_task_t *t = &s->tasks[i];
         kl_buf_printf(b, "<tr><td>%zu</td><td class=\"l\">", i);
-        s_html(b, t->workload);
+        kl_buf_put_xml(b, t->workload);
         kl_buf_puts(b, "</td><td class=\"l\">");
-        s_html(b, t->target);
+        kl_buf_put_xml(b, t->target);
         kl_buf_printf(b,
                       "</td><td>%lld</td><td>%lld</td><td>%lld</td>"
                       "<td>%lld</td><td>%lld</td>",

@@ -252,7 +252,7 @@ static void s_table(const kl_report_t *r, kl_buf_t *b)
         const krep_task_t *t = &r->tasks[i];
         kl_buf_printf(b, "<tr><td>%d</td><td class=\"l\"><a href=\"#t%d\">", i,
                       i);
-        kl_svg_escape(b, t->name);
+        kl_buf_put_xml(b, t->name);
         kl_buf_printf(b,
                       "</a></td><td>%.4g</td><td>%g</td><td>%zu</td>"
                       "<td>%zu</td>",
@@ -287,22 +287,22 @@ char *kl_report_html(const kl_report_t *r)
     kl_buf_t b = {0};
     kl_buf_puts(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
                     "<meta charset=\"utf-8\"/>\n<title>kiln report: ");
-    kl_svg_escape(&b, r->title);
+    kl_buf_put_xml(&b, r->title);
     kl_buf_printf(&b,
                   "</title>\n<style>%s</style>\n</head>\n<body>\n"
                   "<h1>kiln report: ",
                   s_style);
-    kl_svg_escape(&b, r->title);
+    kl_buf_put_xml(&b, r->title);
     kl_buf_puts(&b, " on ");
-    kl_svg_escape(&b, r->target);
+    kl_buf_put_xml(&b, r->target);
     kl_buf_puts(&b, "</h1>\n<p class=\"note\">Store ");
-    kl_svg_escape(&b, r->source);
+    kl_buf_put_xml(&b, r->source);
     char when[64];
     time_t now = time(NULL);
     struct tm tm;
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
     kl_buf_printf(&b, ", %d task(s), records of target ", r->n);
-    kl_svg_escape(&b, r->target);
+    kl_buf_put_xml(&b, r->target);
     kl_buf_printf(&b, " only; made %s.</p>\n", when);
     s_table(r, &b);
     char *svg = kl_report_weighted_svg(r);
@@ -311,7 +311,7 @@ char *kl_report_html(const kl_report_t *r)
     free(svg);
     for (int i = 0; i < r->n; i++) {
         kl_buf_printf(&b, "<h2 id=\"t%d\">Task %d: ", i, i);
-        kl_svg_escape(&b, r->tasks[i].name);
+        kl_buf_put_xml(&b, r->tasks[i].name);
         kl_buf_printf(&b, " (weight %g)</h2>\n", r->tasks[i].weight);
         svg = kl_report_task_svg(r, i);
         kl_buf_puts(&b, svg);

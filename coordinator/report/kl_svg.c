@@ -110,34 +110,6 @@ size_t kl_svg_nseries(const kl_svg_t *p)
     return p->nseries;
 }
 
-void kl_svg_escape(kl_buf_t *b, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '&':
-            kl_buf_puts(b, "&amp;");
-            break;
-        case '<':
-            kl_buf_puts(b, "&lt;");
-            break;
-        case '>':
-            kl_buf_puts(b, "&gt;");
-            break;
-        case '"':
-            kl_buf_puts(b, "&quot;");
-            break;
-        case '\'':
-            kl_buf_puts(b, "&#39;");
-            break;
-        default:
-            if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n')
-                kl_buf_append(b, " ", 1);
-            else
-                kl_buf_append(b, s, 1);
-        }
-    }
-}
-
 /* 1, 2 or 5 times a power of ten, the smallest not below x. */
 static double s_nice_step(double x)
 {
@@ -288,7 +260,7 @@ static void s_text(kl_buf_t *b, double x, double y, const char *anchor,
 {
     kl_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y,
                   anchor, extra ? extra : "");
-    kl_svg_escape(b, text);
+    kl_buf_put_xml(b, text);
     kl_buf_puts(b, "</text>\n");
 }
 
@@ -475,7 +447,7 @@ static void s_open(kl_buf_t *b, int w, int h, const char *id)
                   w, h, w, h);
     if (id) {
         kl_buf_puts(b, " id=\"");
-        kl_svg_escape(b, id);
+        kl_buf_put_xml(b, id);
         kl_buf_puts(b, "\"");
     }
     kl_buf_puts(b, ">\n");

@@ -82,8 +82,4 @@ char *kl_svg_grid(const kl_svg_t *const *plots, size_t n, int cols, int cell_w,
 int kl_svg_ticks(double *lo, double *hi, bool log_scale, int max_ticks,
                  double *ticks);
 
-/* Escapes &, <, >, " and ' of s for XML text and attributes, appending to
- * b; control characters other than tab and newline become spaces. */
-void kl_svg_escape(kl_buf_t *b, const char *s);
-
 #endif
