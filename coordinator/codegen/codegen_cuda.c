@@ -730,3 +730,55 @@ int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
     out->shared_bytes = g.p.smem_dynamic ? g.p.smem_bytes : 0;
     return KL_OK;
 }
+
+int kl_codegen_cuda_reference(const kl_workload_t *w, const kl_target_t *t,
+                              const char *entry, kl_kernel_t *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    kl_sched_t *s = NULL;
+    int rc = kl_sched_create(&s, w, err);
+    g_t g;
+    memset(&g, 0, sizeof g);
+    g.s = s;
+    g.w = w;
+    g.out = kl_workload_output(w);
+    if (!rc)
+        rc = kl_cuda_plan(s, t, &g.p, err);
+    if (!rc && !g.p.flat)
+        rc = kl_seterr(err, KL_ERR_INTERNAL, "cuda: naive schedule not flat");
+    if (rc) {
+        kl_sched_destroy(&s);
+        return rc;
+    }
+    /* The agent's reference launch: KLA_CUDA_REF_BLOCK threads per block
+     * whatever the element count, so the bound and the flat index use
+     * KL_CUDA_FLAT_BLOCK even below one block. */
+    int64_t n = 1;
+    for (int pos = 0; pos < g.p.nflat; pos++)
+        n *= kl_sched_loop(s, pos)->extent;
+    if (n != kl_tensor_numel(&w->tensors[g.out])) {
+        kl_sched_destroy(&s);
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda reference: %lld spatial points for %lld "
+                         "output elements",
+                         (long long)n,
+                         (long long)kl_tensor_numel(&w->tensors[g.out]));
+    }
+    g.p.block[0] = g.p.threads = KL_CUDA_FLAT_BLOCK;
+    g.p.grid[0] = (n + KL_CUDA_FLAT_BLOCK - 1) / KL_CUDA_FLAT_BLOCK;
+    g.ity = g.p.wide_index ? "long long" : "int";
+    if (!entry)
+        entry = "kl_ref";
+    s_emit_signature(&g, entry);
+    s_emit_indices(&g);
+    s_emit_body(&g);
+    kl_buf_puts(&g.b, "}\n");
+    out->source = kl_buf_take(&g.b);
+    out->entry = kl_xstrdup(entry);
+    for (int i = 0; i < 3; i++) {
+        out->grid[i] = g.p.grid[i];
+        out->block[i] = g.p.block[i];
+    }
+    kl_sched_destroy(&s);
+    return KL_OK;
+}

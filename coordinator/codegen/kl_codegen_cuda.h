@@ -22,6 +22,17 @@
 #include "kl_err.h"
 #include "kl_nvrtc.h"
 
+/* The reference kernel of w for a CUDA target t (agent/kla_cuda.h): the
+ * naive schedule's flat kernel, one thread per output element, launched
+ * with block (256, 1, 1) and grid (ceil(n / 256), 1, 1) for n output
+ * elements (out->grid and out->block say so; no dynamic shared memory).
+ * Thread blockIdx.x * 256 + threadIdx.x computes spatial point number
+ * that index of the naive nest (one output element) and returns past n. entry
+ * NULL: "kl_ref". Returns 0, or the errors of kl_cuda_plan (e.g.
+ * KL_ERR_UNSUPPORTED for a dtype other than f32). */
+int kl_codegen_cuda_reference(const kl_workload_t *w, const kl_target_t *t,
+                              const char *entry, kl_kernel_t *out, char *err);
+
 /* Register file per multiprocessor (32-bit registers) on sm_50..sm_90. */
 #define KL_CUDA_REGFILE 65536
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kl_codegen.h"
+#include "kl_codegen_cuda.h"
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_log.h"
@@ -134,6 +135,15 @@ bool kl_task_owns(const kl_task_t *t, uint64_t request_id)
 
 /* ---- creation and restore ------------------------------------------------ */
 
+/* The candidate code of s: CUDA C (with its launch) on a CUDA target, else
+ * C. */
+static int s_codegen(const kl_sched_t *s, const kl_target_t *tg, kl_kernel_t *k,
+                     char *err)
+{
+    return tg->cuda ? kl_codegen_cuda(s, tg, ENTRY, k, err)
+                    : kl_codegen_c(s, tg, ENTRY, k, err);
+}
+
 static void s_best(kl_task_t *t, const kl_trace_t *tr, bool ok, double m,
                    bool sim, uint64_t seq)
 {
@@ -162,7 +172,7 @@ static int s_replay(const kl_task_t *t, const kl_trace_t *tr, float *f,
     if (!rc) {
         kl_features_extract(s, kl_space_target(t->sp), f);
         kl_kernel_t tmp = {0};
-        rc = kl_codegen_c(s, kl_space_target(t->sp), ENTRY, k ? k : &tmp, err);
+        rc = s_codegen(s, kl_space_target(t->sp), k ? k : &tmp, err);
         if (!rc)
             kl_hash128((k ? k : &tmp)->source, strlen((k ? k : &tmp)->source),
                        src_hash);
@@ -250,12 +260,20 @@ int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
     t->best_s = INFINITY;
     t->next_id = 1;
     int rc = kl_workload_from_string(workload, &t->w, err);
+    if (!rc && !strcmp(t->target, "cuda"))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "target 'cuda': name the GPU's architecture, e.g. "
+                       "cuda/sm_90 (nvidia-smi --query-gpu=compute_cap); "
+                       "the coordinator does not query devices");
     if (!rc)
         rc = kl_space_for_target(t->target, t->w, &t->sp, err);
     if (!rc)
         rc = kl_search_new(&t->search, t->sp, &cfg->search, err);
     kl_kernel_t ref = {0};
-    if (!rc)
+    if (!rc && kl_space_target(t->sp)->cuda)
+        rc = kl_codegen_cuda_reference(t->w, kl_space_target(t->sp), "kl_ref",
+                                       &ref, err);
+    else if (!rc)
         rc = kl_codegen_reference(t->w, "kl_ref", &ref, err);
     if (!rc) {
         t->ref_src = ref.source;
@@ -328,8 +346,23 @@ typedef struct {
     Kiln__Candidate *c;
     Kiln__Candidate **p;
     char **src;
+    uint32_t (*launch)[6]; /* CUDA: grid, block */
     size_t n;
 } batch_t;
+
+/* A CUDA kernel's launch into the candidate (storage in b). */
+static void s_launch(batch_t *b, Kiln__Candidate *cd, const kl_kernel_t *k)
+{
+    uint32_t *l = b->launch[b->n];
+    for (int i = 0; i < 3; i++) {
+        l[i] = (uint32_t)k->grid[i];
+        l[3 + i] = (uint32_t)k->block[i];
+    }
+    cd->n_grid = cd->n_block = 3;
+    cd->grid = l;
+    cd->block = l + 3;
+    cd->shared_bytes = (uint32_t)k->shared_bytes;
+}
 
 /* Takes candidate c into the batch unless the store has seen its trace
  * or its code was measured (or is in flight) already. */
@@ -347,7 +380,7 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
         return KL_OK;
     }
     kl_kernel_t k = {0};
-    if (kl_codegen_c(c->sched, kl_space_target(t->sp), ENTRY, &k, err)) {
+    if (s_codegen(c->sched, kl_space_target(t->sp), &k, err)) {
         kl_warn("codegen refused a valid schedule: %s", err);
         kl_hashset_add(&t->seen, c->hash);
         return KL_OK;
@@ -377,6 +410,8 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
     cd->id = p->id;
     cd->source = k.source;
     cd->entry = ENTRY;
+    if (kl_space_target(t->sp)->cuda)
+        s_launch(b, cd, &k);
     kl_trace_to_proto(p->trace, &cd->trace.data, &cd->trace.len);
     b->src[b->n] = k.source;
     k.source = NULL;
@@ -395,6 +430,7 @@ static void s_batch_free(batch_t *b)
     free(b->c);
     free(b->p);
     free(b->src);
+    free(b->launch);
 }
 
 /* Forgets the last k pending candidates (a submit that failed). */
@@ -433,35 +469,81 @@ static int s_fill(kl_task_t *t, int want, batch_t *b, uint64_t request,
     return rc;
 }
 
+/* What kl_task_submit sends: batch b of t. */
+static kl_dispatch_batch_t s_dbatch(const kl_task_t *t, const batch_t *b)
+{
+    kl_dispatch_batch_t db = {.workload_key = t->w->key,
+                              .target = t->target,
+                              .args = t->args,
+                              .n_args = t->nargs,
+                              .reference_source = t->ref_src,
+                              .reference_entry = "kl_ref",
+                              .evaluator = &t->cfg.evaluator,
+                              .candidates = b->p,
+                              .n_candidates = b->n};
+    return db;
+}
+
+static int s_want(kl_task_t *t, int max, int *want, char *err)
+{
+    int64_t room = t->cfg.max_trials - t->trials - (int64_t)t->npend;
+    *want = max < t->cfg.trials_per_iter ? max : t->cfg.trials_per_iter;
+    if (room < *want)
+        *want = (int)(room > 0 ? room : 0);
+    if (t->exhausted || *want <= 0)
+        return kl_seterr(err, KL_ERR_EXHAUSTED, "%s",
+                         t->exhausted ? "design space exhausted"
+                                      : "trial cap reached");
+    return KL_OK;
+}
+
+static batch_t s_batch_new(int want)
+{
+    batch_t b = {.c = kl_xcalloc((size_t)want, sizeof *b.c),
+                 .p = kl_xcalloc((size_t)want, sizeof *b.p),
+                 .src = kl_xcalloc((size_t)want, sizeof *b.src),
+                 .launch = kl_xcalloc((size_t)want, sizeof *b.launch)};
+    return b;
+}
+
+int kl_task_preview(kl_task_t *t, int max,
+                    void (*fn)(void *ctx, const kl_dispatch_batch_t *b),
+                    void *ctx, size_t *n, char *err)
+{
+    *n = 0;
+    int want = 0;
+    int rc = s_want(t, max, &want, err);
+    if (rc)
+        return rc;
+    batch_t b = s_batch_new(want);
+    rc = s_fill(t, want, &b, 0, err);
+    if (!rc && b.n == 0)
+        rc = kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
+    if (!rc) {
+        kl_dispatch_batch_t db = s_dbatch(t, &b);
+        fn(ctx, &db);
+        *n = b.n;
+    }
+    s_unpend(t, b.n);
+    s_batch_free(&b);
+    return rc;
+}
+
 int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
                    uint64_t *request_id, char *err)
 {
     *n = 0;
-    int64_t room = t->cfg.max_trials - t->trials - (int64_t)t->npend;
-    int want = max < t->cfg.trials_per_iter ? max : t->cfg.trials_per_iter;
-    if (room < want)
-        want = (int)(room > 0 ? room : 0);
-    if (t->exhausted || want <= 0)
-        return kl_seterr(err, KL_ERR_EXHAUSTED, "%s",
-                         t->exhausted ? "design space exhausted"
-                                      : "trial cap reached");
-    batch_t b = {.c = kl_xcalloc((size_t)want, sizeof *b.c),
-                 .p = kl_xcalloc((size_t)want, sizeof *b.p),
-                 .src = kl_xcalloc((size_t)want, sizeof *b.src)};
+    int want = 0;
+    int rc = s_want(t, max, &want, err);
+    if (rc)
+        return rc;
+    batch_t b = s_batch_new(want);
     /* The request id is known after submit: record it then. */
-    int rc = s_fill(t, want, &b, 0, err);
+    rc = s_fill(t, want, &b, 0, err);
     if (!rc && b.n == 0)
         rc = kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
     if (!rc) {
-        kl_dispatch_batch_t db = {.workload_key = t->w->key,
-                                  .target = t->target,
-                                  .args = t->args,
-                                  .n_args = t->nargs,
-                                  .reference_source = t->ref_src,
-                                  .reference_entry = "kl_ref",
-                                  .evaluator = &t->cfg.evaluator,
-                                  .candidates = b.p,
-                                  .n_candidates = b.n};
+        kl_dispatch_batch_t db = s_dbatch(t, &b);
         rc = kl_dispatch_submit(d, &db, request_id, err);
         if (rc) {
             s_unpend(t, b.n);
@@ -609,7 +691,7 @@ int kl_trace_source(const char *workload, const char *target,
     if (!rc)
         rc = kl_search_fix(sp, tr, &r, &ex, &s, err);
     if (!rc)
-        rc = kl_codegen_c(s, kl_space_target(sp), ENTRY, &k, err);
+        rc = s_codegen(s, kl_space_target(sp), &k, err);
     if (!rc) {
         *src = k.source;
         k.source = NULL;

@@ -37,7 +37,7 @@
 #include "kl_trace.h"
 
 typedef struct {
-    const char *target;        /* task target: "cpu", "cpu/x86_64-avx512" */
+    const char *target;        /* "cpu", "cpu/x86_64-avx512", "cuda/sm_90" */
     kl_search_cfg_t search;    /* strategy and its parameters */
     int64_t max_trials;        /* cap of this task (records included), > 0 */
     int trials_per_iter;       /* batch size, > 0 */
@@ -91,6 +91,16 @@ uint64_t kl_task_best_seq(const kl_task_t *t);
 int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
                    uint64_t *request_id, char *err);
 
+/* Generates the batch kl_task_submit would send (up to max candidates,
+ * deduped, code generated: C, or CUDA C with grid / block / shared bytes on
+ * a CUDA target; the reference kernel of the target's language) and gives
+ * it to fn instead of a dispatch; then forgets the candidates, so that
+ * nothing counts or stays in flight (the search has moved on). *n
+ * receives the count. For tests and dry runs. Errors as kl_task_submit. */
+int kl_task_preview(kl_task_t *t, int max,
+                    void (*fn)(void *ctx, const kl_dispatch_batch_t *b),
+                    void *ctx, size_t *n, char *err);
+
 /* Whether a request id was submitted by this task. */
 bool kl_task_owns(const kl_task_t *t, uint64_t request_id);
 
@@ -104,12 +114,14 @@ bool kl_task_owns(const kl_task_t *t, uint64_t request_id);
 int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
                  char *err);
 
-/* Regenerates the C source of a trace of this task (heap string, entry
- * "kl_main"); for `kiln db best --source` and the final report. */
+/* Regenerates the source of a trace of this task (heap string, entry
+ * "kl_main"): C, or CUDA C on a CUDA target; for `kiln db best --source`
+ * and the final report. */
 int kl_task_source(const kl_task_t *t, const kl_trace_t *trace, char **src,
                    char *err);
 
-/* The C source (entry "kl_main") that a stored trace (kiln.Trace bytes)
+/* The source (entry "kl_main"; C, or CUDA C for a cuda/ target) that a
+ * stored trace (kiln.Trace bytes)
  * generates for workload text on target: parses the workload, builds its
  * design space, replays the trace and generates the code. Errors name the
  * step that failed. *src is a heap string. */
