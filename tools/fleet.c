@@ -30,6 +30,8 @@ struct kl_fleet_s {
     kl_net_security_t sec;
     pid_t *pids;
     size_t n_pids;
+    int exit_code; /* last non-zero exit status of an agent */
+    char *device;  /* --device of the agents, or NULL */
 };
 
 static bool s_exec_ok(const char *p)
@@ -164,6 +166,7 @@ void kl_fleet_destroy(kl_fleet_t **self_p)
     free(f->allow_dir);
     free(f->coord_pub);
     free(f->log_path);
+    free(f->device);
     free(f);
     *self_p = NULL;
 }
@@ -174,6 +177,8 @@ int kl_fleet_new(kl_fleet_t **out, const kl_fleet_config_t *cfg, char *err)
         return kl_seterr(err, KL_ERR_INVAL, "fleet: %d agents", cfg->n_agents);
     kl_fleet_t *f = kl_xcalloc(1, sizeof *f);
     f->cfg = *cfg;
+    f->cfg.device = NULL;
+    f->device = cfg->device ? kl_xstrdup(cfg->device) : NULL;
     f->cfg.agent_path = NULL;
     f->cfg.log_path = NULL;
     f->log_path = cfg->log_path ? kl_xstrdup(cfg->log_path) : NULL;
@@ -245,6 +250,10 @@ static char **s_argv(kl_fleet_t *f, int i, const char *endpoint, char **own)
         av[n++] = "--build-slots";
         av[n++] = own[o++] = kl_xasprintf("%d", f->cfg.build_slots);
     }
+    if (f->device) {
+        av[n++] = "--device";
+        av[n++] = f->device;
+    }
     for (size_t k = 0; f->cfg.extra_args && f->cfg.extra_args[k] && n < 94; k++)
         av[n++] = (char *)f->cfg.extra_args[k];
     return av;
@@ -314,13 +323,20 @@ size_t kl_fleet_running(kl_fleet_t *f)
         pid_t r = waitpid(f->pids[i], &status, WNOHANG);
         if (r == f->pids[i] || (r < 0 && errno == ECHILD)) {
             if (r == f->pids[i] && WIFEXITED(status) &&
-                WEXITSTATUS(status) != 0)
+                WEXITSTATUS(status) != 0) {
+                f->exit_code = WEXITSTATUS(status);
                 kl_warn("fleet: agent pid %d exited with status %d",
                         (int)f->pids[i], WEXITSTATUS(status));
+            }
             f->pids[i] = 0;
         } else {
             n++;
         }
     }
     return n;
+}
+
+int kl_fleet_exit_code(const kl_fleet_t *f)
+{
+    return f->exit_code;
 }

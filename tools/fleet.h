@@ -31,6 +31,9 @@ typedef struct {
     int build_slots;
     /* Agents' stderr goes to this file (appended); NULL: inherited. */
     const char *log_path;
+    /* Agents get --device DEV ("cuda:all", "cuda:0", ...); NULL: none
+     * (the agent's default, the CPU). */
+    const char *device;
     /* Extra arguments for every agent, NULL-terminated (may be NULL). */
     const char *const *extra_args;
 } kl_fleet_config_t;
@@ -45,6 +48,10 @@ const kl_net_security_t *kl_fleet_security(const kl_fleet_t *self);
 int kl_fleet_start(kl_fleet_t *self, const char *endpoint, char *err);
 /* Number of agent processes still running (reaps the ones that exited). */
 size_t kl_fleet_running(kl_fleet_t *self);
+/* The exit status of the last agent seen to exit with a non-zero status
+ * (by kl_fleet_running), 0 when none did: 69 is kiln-agent's "no such
+ * device" (no GPU, no driver), 2 a usage error. */
+int kl_fleet_exit_code(const kl_fleet_t *self);
 /* Stops every agent (SIGTERM, then SIGKILL after 2 s), waits for them and
  * removes the temp dir. NULLs *self_p; safe on NULL. */
 void kl_fleet_destroy(kl_fleet_t **self_p);

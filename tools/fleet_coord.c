@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kl_err.h"
 #include "kl_util.h"
@@ -47,10 +48,14 @@ int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
     char *allow = NULL;
     int rc = KL_OK;
     if (!listen || n_local > 0) {
-        kl_fleet_config_t fc = {.n_agents = n_local,
-                                .insecure = insecure,
-                                .simulate = simulate,
-                                .heartbeat_ms = cfg.heartbeat_ms};
+        /* A CUDA target's local agents serve every GPU here. */
+        const char *target = kl_opts_str(o, "target");
+        kl_fleet_config_t fc = {
+            .n_agents = n_local,
+            .device = target && !strncmp(target, "cuda", 4) ? "cuda:all" : NULL,
+            .insecure = insecure,
+            .simulate = simulate,
+            .heartbeat_ms = cfg.heartbeat_ms};
         rc = kl_fleet_new(fleet, &fc, err);
         if (rc == KL_OK && !listen)
             cfg.security = *kl_fleet_security(*fleet);

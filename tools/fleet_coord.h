@@ -9,6 +9,9 @@
  * With --listen EP: binds EP with DIR/coordinator.key and the allow-list
  * DIR/agents (or --agent-key-dir), or no CURVE with --insecure (loopback
  * only); --local-agents defaults to 0 and needs --insecure.
+ * Local agents of a command whose --target (an option every such command
+ * has) is cuda/... run with --device cuda:all; when they exit 69 (no GPU,
+ * no driver), kl_fleet_exit_code says so.
  */
 #ifndef KILN_FLEET_COORD_H
 #define KILN_FLEET_COORD_H

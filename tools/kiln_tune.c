@@ -26,7 +26,8 @@ static const kl_opt_t s_opts[] = {
      "the workload: \"matmul M=1024 N=1024 K=1024\", \"conv2d N=1 C=64 ...\" "
      "or an expression (kiln's workload language)"},
     {"target", KL_OPT_STR, "cpu", KL_NOBOUNDS, "TARGET",
-     "task target: cpu (this machine's vector ISA), cpu/x86_64-avx512, ..."},
+     "task target: cpu (this machine's vector ISA), cpu/x86_64-avx512, ..., "
+     "cuda/sm_90 (a GPU's exact arch; local agents get --device cuda:all)"},
     {"strategy", KL_OPT_STR, "evolutionary", KL_NOBOUNDS, "NAME",
      "search strategy: evolutionary or replay"},
     {"max-trials-per-task", KL_OPT_INT, "1000", 1, 1e9, "N",
@@ -73,8 +74,9 @@ static const kl_opt_t s_opts[] = {
      "do not flush the caches between samples"},
     {"data-seed", KL_OPT_INT, "1", 0, 9e18, "S", "seed of the input data"},
     {"source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
-     "write the best kernel's C source here (default: "
-     "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db)"},
+     "write the best kernel's source here (default: "
+     "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db; .cu for "
+     "a cuda target)"},
     KL_FLEET_OPTS{
         "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
         "local agents answer with synthetic latencies (for trying kiln out; "
@@ -93,7 +95,8 @@ static const char s_usage[] =
     "Tunes one operator: proposes schedules, measures them on kiln agents, "
     "records every result,\nand prints the best latency, its trace and where "
     "its source is.\n"
-    "Exit codes: 0 ok, 1 job failed, 2 usage.\n"
+    "Exit codes: 0 ok, 1 job failed, 2 usage, 69 no CUDA device for a "
+    "cuda target's local agents.\n"
     "A whole model: kiln tune --model NAME|FILE ... (see kiln tune --model "
     "resnet18 --help).";
 
@@ -218,8 +221,9 @@ static char *s_source_path(const job_t *j)
         if (*p == '/')
             *p = '_';
     const char *db = kl_opts_str(j->o, "db");
-    char *path = db ? kl_xasprintf("%s/sources/%s.%s.c", db, w->name, tg)
-                    : kl_xasprintf("%s.%s.c", w->name, tg);
+    const char *ext = strncmp(tg, "cuda", 4) ? "c" : "cu";
+    char *path = db ? kl_xasprintf("%s/sources/%s.%s.%s", db, w->name, tg, ext)
+                    : kl_xasprintf("%s.%s.%s", w->name, tg, ext);
     free(tg);
     return path;
 }
@@ -342,9 +346,16 @@ int kiln_cmd_tune(int argc, char **argv)
     if (j.task && s_report(&j, rerr))
         fprintf(stderr, "kiln tune: %s\n", rerr);
     kl_metrics_linger(j.metrics, j.o, &s_stop);
-    if (rc)
+    /* The local CUDA agents said "no such device" (kiln-agent exits 69). */
+    bool no_dev = rc && j.fleet && kl_fleet_exit_code(j.fleet) == 69;
+    if (no_dev)
+        fprintf(stderr,
+                "kiln tune: no CUDA device: the local kiln-agent (--device "
+                "cuda:all) exited 69 (no GPU or no driver here: see its "
+                "message above); run agents on a GPU machine with --listen\n");
+    else if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
     kl_live_destroy(&s_live);
     s_job_free(&j);
-    return rc ? 1 : 0;
+    return no_dev ? 69 : rc ? 1 : 0;
 }
