@@ -2,10 +2,15 @@
  * fleet with one CUDA kiln-agent, checks its fault handling (out-of-bounds
  * kernel, infinite loop, wrong result: each recorded with the right status
  * and the agent still alive and measuring), then measures the samples of a
- * `kiln space --emit DIR` matmul design space and prints the best.
+ * `kiln space --emit DIR` matmul design space and prints the best. The
+ * reference kernel is kiln's own (kl_codegen_cuda_reference of the
+ * manifest's workload), as `kiln tune` sends it.
  *
  * usage: gpu_check --dir DIR [--agent PATH] [--device cuda:0] [--faults]
- *                  [--repeat N] [--timeout-ms MS] [--budget-s S]
+ *                  [--faults-only] [--repeat N] [--timeout-ms MS]
+ *                  [--budget-s S]
+ * --faults-only: the fault checks, no samples measured (run.sh tunes with
+ * `kiln tune` instead).
  * --budget-s: seconds from the start after which samples not yet started
  * are cancelled (and not counted as trials).
  * Exit: 0 ok, 1 a check failed, 2 usage, 77 no GPU (the agent said 69).
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include "fleet.h"
+#include "kl_codegen_cuda.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_util.h"
@@ -41,24 +47,26 @@ typedef struct {
     double deadline; /* kl_now_s() after which the rest is cancelled; 0 */
 } s_job_t;
 
-/* The naive reference of kla_cuda.h's contract: one thread per element of
- * C = A x B. */
-static char *s_reference(const s_job_t *j)
+/* The reference of kla_cuda.h's contract, as kiln tune sends it: kiln's
+ * naive CUDA kernel of the manifest's workload (entry "kl_ref"). */
+static int s_reference(s_job_t *j, const char *canonical, const char *target,
+                       char *err)
 {
-    return kl_xasprintf(
-        "extern \"C\" __global__ void ref(const float *A, const float *B,\n"
-        "                                 float *C)\n"
-        "{\n"
-        "    long long t = blockIdx.x * 256ll + threadIdx.x;\n"
-        "    if (t >= %lldll) return;\n"
-        "    long long i = t / %lld, j = t %% %lld;\n"
-        "    float s = 0.0f;\n"
-        "    for (long long k = 0; k < %lld; k++)\n"
-        "        s += A[i * %lld + k] * B[k * %lld + j];\n"
-        "    C[t] = s;\n"
-        "}\n",
-        (long long)(j->m * j->n), (long long)j->n, (long long)j->n,
-        (long long)j->k, (long long)j->k, (long long)j->n);
+    kl_workload_t *w = NULL;
+    kl_target_t t;
+    kl_kernel_t k = {0};
+    int rc = kl_workload_from_string(canonical, &w, err);
+    if (rc == KL_OK)
+        rc = kl_target_parse(target, &t, err);
+    if (rc == KL_OK)
+        rc = kl_codegen_cuda_reference(w, &t, "kl_ref", &k, err);
+    if (rc == KL_OK) {
+        j->ref = k.source;
+        k.source = NULL;
+    }
+    kl_kernel_free(&k);
+    kl_workload_free(&w);
+    return rc;
 }
 
 /* A simple correct candidate (one thread per element, 16 x 16 blocks),
@@ -90,8 +98,10 @@ static int s_manifest(s_job_t *j, const char *dir, json_object **samples,
     free(path);
     if (!m)
         return kl_seterr(err, KL_ERR_IO, "%s/manifest.json: cannot read", dir);
-    json_object *a, *s, *key, *flop;
+    json_object *a, *s, *key, *flop, *canon, *tg;
     if (!json_object_object_get_ex(m, "args", &a) ||
+        !json_object_object_get_ex(m, "canonical", &canon) ||
+        !json_object_object_get_ex(m, "target", &tg) ||
         json_object_array_length(a) != 3 ||
         !json_object_object_get_ex(m, "samples", &s) ||
         !json_object_object_get_ex(m, "key", &key) ||
@@ -125,8 +135,10 @@ static int s_manifest(s_job_t *j, const char *dir, json_object **samples,
     j->k = j->shapes[0][1];
     j->n = j->shapes[1][1];
     *samples = json_object_get(s);
+    int rc = s_reference(j, json_object_get_string(canon),
+                         json_object_get_string(tg), err);
     json_object_put(m);
-    return KL_OK;
+    return rc;
 }
 
 typedef struct {
@@ -160,7 +172,7 @@ static int s_measure(s_job_t *j, s_cand_t *c, size_t n, Kiln__Status *status,
                              .args = j->argp,
                              .n_args = 3,
                              .reference_source = j->ref,
-                             .reference_entry = "ref",
+                             .reference_entry = "kl_ref",
                              .evaluator = &j->ev,
                              .candidates = pp,
                              .n_candidates = n};
@@ -356,7 +368,7 @@ static int s_wait_agent(s_job_t *j, char *err)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *agent = NULL, *device = "cuda:0";
-    bool faults = false;
+    bool faults = false, faults_only = false;
     s_job_t j = {.target = "cuda"};
     kiln__evaluator__init(&j.ev);
     j.ev.number = 1;
@@ -371,6 +383,8 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--faults"))
             faults = true;
+        else if (!strcmp(a, "--faults-only"))
+            faults = faults_only = true;
         else if (!strcmp(a, "--dir") && v)
             dir = argv[++i];
         else if (!strcmp(a, "--agent") && v)
@@ -385,7 +399,8 @@ int main(int argc, char **argv)
             j.ev.timeout_ms = (uint32_t)atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: gpu_check --dir DIR [--agent PATH] "
-                            "[--device cuda:0] [--faults] [--repeat N] "
+                            "[--device cuda:0] [--faults] [--faults-only] "
+                            "[--repeat N] "
                             "[--timeout-ms MS] [--budget-s S]\n");
             return 2;
         }
@@ -400,7 +415,6 @@ int main(int argc, char **argv)
     json_object *samples = NULL;
     int rc = s_manifest(&j, dir, &samples, err);
     if (rc == KL_OK) {
-        j.ref = s_reference(&j);
         const char *extra[] = {"--device", device, NULL};
         kl_fleet_config_t fc = {
             .n_agents = 1, .agent_path = agent, .extra_args = extra};
@@ -423,7 +437,7 @@ int main(int argc, char **argv)
     }
     if (rc == KL_OK && j.deadline > 0)
         j.deadline += t_begin;
-    if (rc == KL_OK)
+    if (rc == KL_OK && !faults_only)
         rc = s_space(&j, dir, samples, err);
     if (rc == KL_OK && j.simulated) {
         fprintf(stderr, "gpu_check: SKIP: results are simulated (fake GPU "

@@ -7,23 +7,29 @@
 #   2. starts a local fleet with one CUDA kiln-agent and checks its faults:
 #      an out-of-bounds kernel, an infinite loop, a wrong result, each
 #      recorded right with the agent alive (tests/gpu/gpu_check.c);
-#   3. measures SAMPLES (200) samples of the design space of
-#      matmul M=1024 N=1024 K=1024 for the GPU's arch (kiln space --emit,
-#      then gpu_check: `kiln tune` generates C only so far);
+#   3. tunes matmul M=1024 N=1024 K=1024 for the GPU's arch with
+#      `kiln tune --target cuda/sm_XY --strategy evolutionary
+#      --max-trials-per-task TRIALS` on the local fleet (one kiln-agent,
+#      --device cuda:all), records in build-gpu/gpu-db; the best record's
+#      CUDA source comes from `kiln db best --source`;
 #   4. times cuBLAS sgemm (TF32 off) in the same run, interleaved with the
 #      best kernel, whose output it checks against cuBLAS's (tools/bench/
 #      bench_cublas.c), and prints best GFLOP/s, cuBLAS GFLOP/s, the ratio
 #      and trials/s.
-# Environment: SAMPLES (200), JOBS (cores), KILN_GPU_DEVICE (cuda:0),
-# KILN_GPU_FORCE_DEPS=1 (use .gpudeps even when the system has the
-# libraries), KILN_GPU_BUILD_ONLY=1 (stop after the build): both to try
-# steps 2 and 3 on a development machine. Logs and the
-# summary go to $OUT (when set) or build-gpu/gpu-logs.
+# Environment: TRIALS (200: under 5 minutes on an H200; 1000 for the goal
+# check), BUDGET_S (seconds for the tuning; default 250 minus the build
+# for TRIALS <= 200, else 2 s per trial; at the budget kiln tune is
+# stopped with SIGINT and keeps what it measured), JOBS (cores),
+# KILN_GPU_DEVICE (cuda:0, the fault checks' agent), KILN_GPU_FORCE_DEPS=1
+# (use .gpudeps even when the system has the libraries),
+# KILN_GPU_BUILD_ONLY=1 (stop after the build): both to try the build on a
+# development machine. Logs and the summary go to $OUT (when set) or
+# build-gpu/gpu-logs.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 t_start=$(date +%s)
-samples=${SAMPLES:-200}
+trials=${TRIALS:-${SAMPLES:-200}}
 device=${KILN_GPU_DEVICE:-cuda:0}
 jobs=${JOBS:-$(nproc)}
 build=$root/build-gpu
@@ -123,24 +129,21 @@ if [ "$build_only" = 1 ]; then
     exit 0
 fi
 
-# ---- 4. design space, faults, measurements -------------------------------
+# ---- 4. faults, then kiln tune ------------------------------------------
 op="matmul M=1024 N=1024 K=1024"
 space=$build/gpu-space
-rm -rf "$space"
-say "sampling $samples schedules of '$op' for cuda/$arch ($(elapsed) s)"
-"$build/tools/kiln" space --op "$op" --target "cuda/$arch" \
-    --samples "$samples" --seed 1 --emit "$space" 2>"$logs/space.log" || {
+db=$build/gpu-db
+rm -rf "$space" "$db"
+# gpu_check's fault checks need only the manifest (arguments, key).
+"$build/tools/kiln" space --op "$op" --target "cuda/$arch" --samples 1 \
+    --seed 1 --emit "$space" 2>"$logs/space.log" || {
     cat "$logs/space.log"
     say "FAIL: kiln space"
     exit 1
 }
-# Under 5 minutes in all: samples not started when the budget is spent
-# are cancelled (and said so), leaving time for the baseline.
-budget=$((250 - $(elapsed)))
-[ $budget -lt 60 ] && budget=60
-say "fault checks and $samples trials on $device, budget $budget s ($(elapsed) s)"
-timeout $((budget + 60)) "$build/tests/gpu/gpu_check" --dir "$space" \
-    --faults --budget-s $budget --agent "$KILN_AGENT" --device "$device" \
+say "fault checks on $device ($(elapsed) s)"
+timeout 180 "$build/tests/gpu/gpu_check" --dir "$space" --faults-only \
+    --agent "$KILN_AGENT" --device "$device" \
     >"$logs/gpu_check.txt" 2>"$logs/agent.log"
 rc=$?
 cat "$logs/gpu_check.txt"
@@ -150,33 +153,77 @@ if [ $rc -ne 0 ]; then
     say "FAIL: gpu_check exited $rc"
     exit 1
 fi
+if [ "$trials" -le 200 ]; then budget=$((250 - $(elapsed))); else budget=$((2 * trials)); fi
+budget=${BUDGET_S:-$budget}
+[ "$budget" -lt 60 ] && budget=60
+say "kiln tune: $trials trials of '$op' on cuda/$arch, budget $budget s ($(elapsed) s)"
+t0=$(date +%s.%N)
+timeout -k 60 -s INT "$budget" "$build/tools/kiln" tune --op "$op" \
+    --target "cuda/$arch" --strategy evolutionary \
+    --max-trials-per-task "$trials" --db "$db" --seed 1 \
+    --min-repeat-ms 20 --atol 1e-3 --timeout-ms 10000 \
+    >"$logs/tune.txt" 2>"$logs/tune.log"
+rc=$?
+t1=$(date +%s.%N)
+sed -n '/^trace$/q;p' "$logs/tune.txt" # the trace text is long
+grep '^source' "$logs/tune.txt"
+grep -E "no CUDA device|reference kernel failed" "$logs/tune.log"
+tail -3 "$logs/tune.log"
+if [ $rc -eq 69 ]; then
+    say "SKIP: kiln tune found no CUDA device (see above)"
+    exit 77
+fi
+if [ $rc -eq 124 ]; then
+    say "budget of $budget s reached: kiln tune stopped, keeping what it measured"
+fi
+if ! grep -q "^best .* us" "$logs/tune.txt"; then
+    say "FAIL: kiln tune exited $rc without a verified kernel"
+    exit 1
+fi
+# trials: "trials     N (V valid, R restored from the store)"
+read -r n_trials n_valid <<<"$(awk '$1 == "trials" { gsub(/\(/, "", $3); print $2, $3; exit }' "$logs/tune.txt")"
+tps=$(awk -v n="${n_trials:-0}" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", n / (b - a) }')
+"$build/tools/kiln" db best --db "$db" --name matmul_1024_1024_1024 \
+    --target "cuda/$arch" --source >"$logs/best.txt" 2>"$logs/best.log" || {
+    cat "$logs/best.log"
+    say "FAIL: kiln db best"
+    exit 1
+}
+sed -n '/^source$/,$p' "$logs/best.txt" | tail -n +2 >"$logs/best.cu"
+# "latency    X us median, Y GFLOP/s"
+best_us=$(awk '$1 == "latency" { print $2; exit }' "$logs/best.txt")
+best=$(awk '$1 == "latency" { print $(NF - 1); exit }' "$logs/best.txt")
+# The launch from the kernel's first line: "grid (x, y, z), block (x, y,
+# z), N bytes shared"; dynamic shared memory only above the static 48 KiB.
+launch=$(head -1 "$logs/best.cu" | tr -d '(),' | awk '{
+    for (i = 1; i <= NF; i++) {
+        if ($i == "grid") g = $(i + 1) " " $(i + 2) " " $(i + 3)
+        if ($i == "block") b = $(i + 1) " " $(i + 2) " " $(i + 3)
+        if ($i == "bytes") s = $(i - 1)
+    }
+    print g, b, (s > 49152 ? s : 0) }')
 sm_clock=$(nvidia-smi --query-gpu=clocks.sm --format=csv,noheader 2>/dev/null |
     head -1)
 val() { awk -v k="$1" '$1 == k { print $2 }' "$2" | tail -1; }
 # The best kernel and cuBLAS timed by one program, interleaved.
 say "cuBLAS baseline, interleaved with the best kernel ($(elapsed) s)"
-launch=$(awk '$1 == "best_launch" { $1 = ""; print }' "$logs/gpu_check.txt")
 # shellcheck disable=SC2086
-"$build/tools/bench_cublas" 1024 1024 1024 20 \
-    "$(val best_source "$logs/gpu_check.txt")" \
-    "$(val best_entry "$logs/gpu_check.txt")" $launch \
+"$build/tools/bench_cublas" 1024 1024 1024 20 "$logs/best.cu" kl_main $launch \
     >"$logs/cublas.txt" 2>&1 ||
     "$build/tools/bench_cublas" 1024 1024 1024 20 >"$logs/cublas.txt" 2>&1
 cat "$logs/cublas.txt"
 
 # ---- 5. summary -------------------------------------------------------------
-best=$(val best_gflops "$logs/gpu_check.txt")
 cub=$(val cublas_gflops "$logs/cublas.txt")
-tps=$(val trials_per_s "$logs/gpu_check.txt")
 ratio=$(awk -v a="${best:-0}" -v b="${cub:-0}" \
     'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }')
 {
-    echo "=== kiln GPU check: $op, $samples trials, $device ($arch)"
-    echo "best kiln kernel   : ${best:-none} GFLOP/s ($(val best_us "$logs/gpu_check.txt") us, $(val best_entry "$logs/gpu_check.txt"))"
+    echo "=== kiln GPU check: $op, kiln tune $n_trials of $trials trials, $device ($arch)"
+    echo "best kiln kernel   : ${best:-none} GFLOP/s (${best_us:-?} us, launch $launch)"
     echo "cuBLAS sgemm (FP32): ${cub:-n/a} GFLOP/s"
     echo "ratio kiln / cuBLAS: $ratio (tuning run vs cuBLAS run)"
     echo "interleaved        : kiln $(val kiln_gflops "$logs/cublas.txt") GFLOP/s, cuBLAS $(val cublas_gflops "$logs/cublas.txt"), ratio $(val ratio "$logs/cublas.txt"), $(grep kiln_check "$logs/cublas.txt")"
-    echo "trials/s           : ${tps:-n/a} (ok $(val ok "$logs/gpu_check.txt"), failed $(val failed "$logs/gpu_check.txt"))"
+    echo "trials/s           : ${tps:-n/a} (valid ${n_valid:-?}, failed $(( ${n_trials:-0} - ${n_valid:-0} )))"
     echo "SM clock after run : ${sm_clock:-unknown}"
     echo "wall time          : $(elapsed) s"
 } | tee "$logs/summary.txt"
