@@ -12,6 +12,13 @@
  *                     extent, kind, reduction, stride class per buffer.
  * Most values are log2(1 + x): the model splits on thresholds, and
  * latencies scale with the logs of extents.
+ *
+ * GPU nests (CUDA targets) use the same slots: blockIdx loops count as
+ * parallel (the "par" level is the end of the blockIdx loops: one block's
+ * work), threadIdx loops as parallel too, vthread loops as unrolled,
+ * shared-memory read caches as packed ones, and the two target slots hold
+ * threads per block and virtual threads instead of lanes and cores. A
+ * cost model is trained per target, so the slots never mix meanings.
  */
 #include <math.h>
 #include <stdio.h>
@@ -140,6 +147,22 @@ static double s_iters(const ctx_t *c, int from)
     return it;
 }
 
+static bool s_block(const kl_loop_t *l)
+{
+    return l->kind >= KL_LOOP_BLOCK_X && l->kind <= KL_LOOP_BLOCK_Z;
+}
+
+static bool s_thread(const kl_loop_t *l)
+{
+    return l->kind >= KL_LOOP_THREAD_X && l->kind <= KL_LOOP_THREAD_Z;
+}
+
+/* A cache stage that stages data like a packed one (GPU: shared). */
+static bool s_staged(const kl_stage_t *st)
+{
+    return st->scope == KL_SCOPE_PACKED || st->scope == KL_SCOPE_SHARED;
+}
+
 static int64_t s_annot(const kl_loop_t *l, const char *key)
 {
     for (int i = 0; i < l->nannots; i++)
@@ -157,7 +180,7 @@ static levels_t s_levels(const ctx_t *c)
     levels_t L = {.par = 0, .reg = c->n, .red = 0, .inner = c->n - 1};
     for (int q = 0; q < c->n; q++) {
         const kl_loop_t *l = kl_sched_loop(c->s, q);
-        if (l->kind == KL_LOOP_PARALLEL)
+        if (l->kind == KL_LOOP_PARALLEL || s_block(l))
             L.par = q + 1;
         if (l->reduce && l->kind == KL_LOOP_SERIAL)
             L.red = q;
@@ -191,7 +214,7 @@ static void s_stages(const ctx_t *c, float *f)
                 if (!kl_sched_loop(c->s, q)->reduce)
                     acc *= (double)kl_sched_loop(c->s, q)->extent;
             f[27] = s_lg(acc);
-        } else if (st->scope == KL_SCOPE_PACKED) {
+        } else if (s_staged(st)) {
             packed++;
             packed_depth = depth < packed_depth ? depth : packed_depth;
             for (int b = 0; b < NBUF; b++)
@@ -222,12 +245,14 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
     int cnt[5] = {0};
     int64_t unroll_step = 0, annotated = 0;
     int par_pos = -1, first_red = -1;
-    int64_t par_ext = 1, vec_ext = 1;
+    int64_t par_ext = 1, vec_ext = 1, threads = 1, vthreads = 1;
     for (int q = 0; q < c->n; q++) {
         const kl_loop_t *l = kl_sched_loop(c->s, q);
-        int k = l->kind == KL_LOOP_PARALLEL    ? 2
+        bool par = l->kind == KL_LOOP_PARALLEL || s_block(l) || s_thread(l);
+        bool unr = l->kind == KL_LOOP_UNROLL || l->kind == KL_LOOP_VTHREAD;
+        int k = par                            ? 2
                 : l->kind == KL_LOOP_VECTORIZE ? 3
-                : l->kind == KL_LOOP_UNROLL    ? 4
+                : unr                          ? 4
                 : l->reduce                    ? 1
                                                : 0;
         cnt[k]++;
@@ -236,6 +261,14 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
             par_pos = q;
             par_ext = l->extent;
         }
+        if (s_block(l)) { /* GPU: the grid */
+            par_pos = par_pos < 0 ? q : par_pos;
+            par_ext *= l->extent;
+        }
+        if (s_thread(l))
+            threads *= l->extent;
+        if (l->kind == KL_LOOP_VTHREAD)
+            vthreads *= l->extent;
         if (l->kind == KL_LOOP_VECTORIZE)
             vec_ext = l->extent;
         if (l->reduce && first_red < 0)
@@ -271,8 +304,8 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
         double fl = w->flop * s_iters(c, lev[k]) / (iters > 0 ? iters : 1);
         f[31 + k] = s_lg(fl / (bytes > 0 ? bytes : 1));
     }
-    f[34] = (float)t->vec_lanes;
-    f[35] = (float)cores;
+    f[34] = t->cuda ? (float)threads : (float)t->vec_lanes;
+    f[35] = t->cuda ? (float)vthreads : (float)cores;
 }
 
 static void s_buffer(const ctx_t *c, const levels_t *L, int b, float *f)
@@ -298,7 +331,7 @@ static void s_buffer(const ctx_t *c, const levels_t *L, int b, float *f)
     f[11] = s_lg(s_iters(c, L->red) / (fr > 0 ? fr : 1));
     for (int i = 0; i < kl_sched_nstages(c->s); i++) {
         const kl_stage_t *sg = kl_sched_stage(c->s, i);
-        if (sg->tensor == c->tensor[b] && sg->scope == KL_SCOPE_PACKED)
+        if (sg->tensor == c->tensor[b] && s_staged(sg))
             f[12] = 1;
     }
 }

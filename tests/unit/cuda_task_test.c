@@ -5,6 +5,7 @@
  * computes what the interpreter computes (CPU emulation), and sources of
  * stored traces come back in the target's language. NVRTC missing: SKIP
  * (77). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,6 +85,29 @@ static kl_task_t *s_task(const char *op, const char *target, int strategy)
     return t;
 }
 
+static int s_feature(const char *name)
+{
+    for (int i = 0; i < KL_FEATURES_N; i++)
+        if (!strcmp(kl_features_name(i), name))
+            return i;
+    fail_msg("no feature %s", name);
+    return -1;
+}
+
+/* The features of a GPU nest see its launch: threads per block in the
+ * target slot, the grid as the parallel extent. */
+static void s_check_features(const kl_sched_t *s, const kl_target_t *tg,
+                             const kl_kernel_t *k)
+{
+    float f[KL_FEATURES_N];
+    kl_features_extract(s, tg, f);
+    float threads = (float)(k->block[0] * k->block[1] * k->block[2]);
+    double grid = (double)(k->grid[0] * k->grid[1] * k->grid[2]);
+    assert_true(f[s_feature("target.lanes")] == threads);
+    assert_true(f[s_feature("par.extent")] == (float)log2(1.0 + grid));
+    assert_true(f[s_feature("par.n")] >= 2); /* blockIdx and threadIdx */
+}
+
 /* Every candidate: the launch and the code its trace regenerates. */
 static void s_check_launches(const got_t *g, const kl_task_t *t)
 {
@@ -108,6 +132,7 @@ static void s_check_launches(const got_t *g, const kl_task_t *t)
         assert_int_equal(
             kl_trace_from_proto(g->trace[i], g->trace_len[i], &tr, err), KL_OK);
         assert_int_equal(kl_search_fix(sp, tr, &r, &ex, &s, err), KL_OK);
+        s_check_features(s, kl_space_target(sp), c);
         kl_kernel_t k;
         assert_int_equal(
             kl_codegen_cuda(s, kl_space_target(sp), "kl_main", &k, err), KL_OK);
