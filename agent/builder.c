@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kl_err.h"
+#include "kl_log.h"
 #include "kl_util.h"
 
 /* ---- gate ------------------------------------------------------------ */
@@ -434,6 +435,15 @@ static int s_build_new(kla_builder_t *b, const char *source, size_t len,
     snprintf(tmp, sizeof tmp, "%s/%s.so.tmp%lu", b->workdir, hex,
              (unsigned long)pthread_self());
     char err[KL_ERRMSG_LEN];
+    /* A cleaner of /tmp may have removed the work directory under a
+     * long-running agent: make it again rather than fail every build. */
+    if (access(b->workdir, W_OK) != 0 && errno == ENOENT) {
+        if (kl_mkdirs(b->workdir, err) != KL_OK) {
+            snprintf(out->log, sizeof out->log, "%s", err);
+            return KL_ERR_IO;
+        }
+        kl_warn("build workdir %s was gone: made it again", b->workdir);
+    }
     int rc = kl_write_file(src_path, source, len, err);
     if (rc != KL_OK) {
         snprintf(out->log, sizeof out->log, "%s", err);
@@ -467,6 +477,11 @@ int kla_builder_build(kla_builder_t *b, const char *source, size_t len,
         slot = s_slot(b, key);
     }
     s_entry_t *e = *slot;
+    if (e && e->state == S_OK && access(out->so_path, R_OK) != 0) {
+        *slot = e->next; /* its library was deleted: build it again */
+        free(e);
+        e = NULL;
+    }
     if (!e && access(out->so_path, R_OK) == 0) {
         e = kl_xcalloc(1, sizeof *e); /* built by an earlier agent */
         memcpy(e->key, key, 16);

@@ -184,6 +184,32 @@ static void test_builder_log_bounded(void **state)
     kl_buf_free(&b);
 }
 
+/* A work directory removed under the agent (a /tmp cleaner) is made
+ * again: new sources and cached ones whose library went with it build. */
+static void test_builder_workdir_vanishes(void **state)
+{
+    (void)state;
+    char dir[160], err[KL_ERRMSG_LEN], cmd[200];
+    snprintf(dir, sizeof dir, "%s/vanishing", F.dir);
+    assert_int_equal(kl_mkdirs(dir, err), KL_OK);
+    kla_builder_t *b = NULL;
+    kla_builder_config_t bc = {.workdir = dir};
+    assert_int_equal(kla_builder_new(&b, &bc, err), KL_OK);
+    const char *one = "int one(void) { return 1; }\n";
+    const char *two = "int two(void) { return 2; }\n";
+    kla_build_t bd;
+    assert_int_equal(kla_builder_build(b, one, strlen(one), &bd), KL_OK);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kla_builder_build(b, two, strlen(two), &bd), KL_OK);
+    assert_int_equal(access(bd.so_path, R_OK), 0);
+    assert_int_equal(kla_builder_build(b, one, strlen(one), &bd), KL_OK);
+    assert_false(bd.cache_hit);
+    assert_int_equal(access(bd.so_path, R_OK), 0);
+    assert_int_equal(kla_builder_compiles(b), 3);
+    kla_builder_destroy(&b);
+}
+
 /* A "compiler" that hangs is killed after the builder's timeout, with its
  * whole process group (the shell and its sleep). */
 static void test_builder_timeout(void **state)
@@ -607,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_builder_ok_error_cache),
         cmocka_unit_test(test_builder_log_bounded),
         cmocka_unit_test(test_builder_timeout),
+        cmocka_unit_test(test_builder_workdir_vanishes),
         cmocka_unit_test(test_gate_pauses_builds),
         cmocka_unit_test(test_gate_stops_running_compile),
         cmocka_unit_test(test_run_ok_and_reference_cached),
