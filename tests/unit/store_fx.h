@@ -135,6 +135,7 @@ static inline int s_walk(const Kiln__TuningRecord *r, void *arg)
     return w->stop_at && w->n == w->stop_at ? 7 : 0;
 }
 
+/* Commits n records of (0, CPU) in batches of 64. */
 static inline void s_fill(kl_store_t *st, int n, int trace_base, char *err)
 {
     for (int done = 0; done < n;) {

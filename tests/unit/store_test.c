@@ -222,7 +222,6 @@ static void test_meta(void **state)
     free(v);
 }
 
-/* Commits n records of (0, CPU) in batches of 64. */
 static void test_map_growth_and_reopen(void **state)
 {
     fx_t *fx = *state;
