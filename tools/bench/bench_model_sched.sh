@@ -6,14 +6,15 @@
 # `kiln run` (which checks every output before timing it).
 #
 # Usage: tools/bench/bench_model_sched.sh [BUDGET] [MODEL]
-#   BUDGET  --max-trials-global of each run (default 576: ~10 min each on 2
-#           cores), MODEL (default resnet18).
+#   BUDGET  --max-trials-global of each run (default 864: 288 warm-up
+#           trials for resnet18's 18 tasks x 16, then 576 the scheduler
+#           chooses; ~25 min each on 2 cores), MODEL (default resnet18).
 # Figures: total weighted latency of each scheduler (from the final summary
 # table), the ratio gradient / round-robin (goal < 1), and the end-to-end
 # latency of each exported model vs naive and oneDNN.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BUDGET=${1:-576}
+BUDGET=${1:-864}
 MODEL=${2:-resnet18}
 KILN=${KILN:-build/tools/kiln}
 [ -x "$KILN" ] || { echo "build first: tools/setup.sh" >&2; exit 2; }
