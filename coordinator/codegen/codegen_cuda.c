@@ -699,6 +699,22 @@ static void s_emit_body(g_t *g)
         s_close(g);
 }
 
+/* The kernel's text and launch from a planned g. */
+static void s_finish(g_t *g, const char *entry, kl_kernel_t *out)
+{
+    g->ity = g->p.wide_index ? "long long" : "int";
+    s_emit_signature(g, entry);
+    s_emit_indices(g);
+    s_emit_body(g);
+    kl_buf_puts(&g->b, "}\n");
+    out->source = kl_buf_take(&g->b);
+    out->entry = kl_xstrdup(entry);
+    for (int i = 0; i < 3; i++) {
+        out->grid[i] = g->p.grid[i];
+        out->block[i] = g->p.block[i];
+    }
+    out->shared_bytes = g->p.smem_dynamic ? g->p.smem_bytes : 0;
+}
 int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
                     const char *entry, kl_kernel_t *out, char *err)
 {
@@ -714,20 +730,7 @@ int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
     if (g.w->reduce == KL_RED_NONE && g.p.nloops > 0 &&
         kl_sched_loop(s, g.p.nloops - 1)->reduce)
         return kl_seterr(err, KL_ERR_INTERNAL, "cuda: '=' with reductions");
-    g.ity = g.p.wide_index ? "long long" : "int";
-    if (!entry)
-        entry = "kl_main";
-    s_emit_signature(&g, entry);
-    s_emit_indices(&g);
-    s_emit_body(&g);
-    kl_buf_puts(&g.b, "}\n");
-    out->source = kl_buf_take(&g.b);
-    out->entry = kl_xstrdup(entry);
-    for (int i = 0; i < 3; i++) {
-        out->grid[i] = g.p.grid[i];
-        out->block[i] = g.p.block[i];
-    }
-    out->shared_bytes = g.p.smem_dynamic ? g.p.smem_bytes : 0;
+    s_finish(&g, entry ? entry : "kl_main", out);
     return KL_OK;
 }
 
@@ -766,19 +769,7 @@ int kl_codegen_cuda_reference(const kl_workload_t *w, const kl_target_t *t,
     }
     g.p.block[0] = g.p.threads = KL_CUDA_FLAT_BLOCK;
     g.p.grid[0] = (n + KL_CUDA_FLAT_BLOCK - 1) / KL_CUDA_FLAT_BLOCK;
-    g.ity = g.p.wide_index ? "long long" : "int";
-    if (!entry)
-        entry = "kl_ref";
-    s_emit_signature(&g, entry);
-    s_emit_indices(&g);
-    s_emit_body(&g);
-    kl_buf_puts(&g.b, "}\n");
-    out->source = kl_buf_take(&g.b);
-    out->entry = kl_xstrdup(entry);
-    for (int i = 0; i < 3; i++) {
-        out->grid[i] = g.p.grid[i];
-        out->block[i] = g.p.block[i];
-    }
+    s_finish(&g, entry ? entry : "kl_ref", out);
     kl_sched_destroy(&s);
     return KL_OK;
 }
