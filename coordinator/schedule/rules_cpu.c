@@ -243,34 +243,81 @@ static int s_reused(const kl_workload_t *w, int *out)
     return n;
 }
 
+static int s_pack_at(rule_t *r, int t, int64_t v);
+
+/* Whether e reads tensor t through a window: a dimension indexed by two
+ * iterators or more (conv2d's h + r). */
+static bool s_window(const kl_expr_t *e, int t)
+{
+    if (!e)
+        return false;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t)
+        for (int d = 0; d < KL_IR_MAX_DIMS; d++) {
+            int n = 0;
+            for (int it = 0; it < KL_IR_MAX_ITERS; it++)
+                n += e->access.idx[d].coef[it] != 0;
+            if (n >= 2)
+                return true;
+        }
+    return s_window(e->a, t) || s_window(e->b, t);
+}
+
 static int s_pack(rule_t *r)
 {
     int reused[2];
     int n = s_reused(r->w, reused);
     for (int i = 0; i < n; i++) {
-        int64_t vals[2] = {0, 1};
-        double ps[2] = {0.3, 0.7};
+        /* 1: packed per thread at a sampled loop; 2 (window reads only):
+         * packed once, before the parallel loop, whole. A window pack is
+         * the size of the tensor (plus its halo), so packing it once is
+         * cheap; a panel layout of a whole operand is not. */
+        int64_t vals[3] = {0, 1, 2};
+        double ps[3] = {0.3, 0.7, 0.0};
         if (r->chan)
             ps[0] = 0.1, ps[1] = 0.9;
-        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
-        char pred[64];
-        snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
-        int rc = kl_tr_if(r->tr, pred, r->err);
+        int nv = 2;
+        if (s_window(r->w->body, reused[i])) {
+            ps[1] -= 0.4;
+            ps[2] = 0.4;
+            nv = 3;
+            char pred[64];
+            int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, nv);
+            snprintf(pred, sizeof pred, "v%lld == 2", (long long)v);
+            int rc = kl_tr_if(r->tr, pred, r->err);
+            if (rc)
+                return rc;
+            kl_tr_cache_read(r->tr, r->w->tensors[reused[i]].name,
+                             KL_SCOPE_PACKED);
+            if ((rc = kl_tr_end(r->tr, r->err)) ||
+                (rc = s_pack_at(r, reused[i], v)))
+                return rc;
+            continue;
+        }
+        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, nv);
+        int rc = s_pack_at(r, reused[i], v);
         if (rc)
-            return rc;
-        int64_t b = kl_tr_cache_read(r->tr, r->w->tensors[reused[i]].name,
-                                     KL_SCOPE_PACKED);
-        int64_t cands[2];
-        int nc = 0;
-        if (r->nrd > 0)
-            cands[nc++] = r->r[r->nrd - 1][0];
-        cands[nc++] = r->s[r->nsp - 1][1];
-        int64_t at = kl_tr_sample_compute_location(r->tr, b, cands, nc);
-        kl_tr_compute_at(r->tr, b, at);
-        if ((rc = kl_tr_end(r->tr, r->err)))
             return rc;
     }
     return KL_OK;
+}
+
+/* if (v == 1) { cache_read; compute_at a sampled loop } */
+static int s_pack_at(rule_t *r, int t, int64_t v)
+{
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+    int rc = kl_tr_if(r->tr, pred, r->err);
+    if (rc)
+        return rc;
+    int64_t b = kl_tr_cache_read(r->tr, r->w->tensors[t].name, KL_SCOPE_PACKED);
+    int64_t cands[2];
+    int nc = 0;
+    if (r->nrd > 0)
+        cands[nc++] = r->r[r->nrd - 1][0];
+    cands[nc++] = r->s[r->nsp - 1][1];
+    int64_t at = kl_tr_sample_compute_location(r->tr, b, cands, nc);
+    kl_tr_compute_at(r->tr, b, at);
+    return kl_tr_end(r->tr, r->err);
 }
 
 static int s_build(rule_t *r)
