@@ -506,19 +506,28 @@ static batch_t s_batch_new(int want)
     return b;
 }
 
+/* The next batch of up to max candidates (their traces pending) into *b,
+ * which the caller frees; KL_ERR_EXHAUSTED when none can be made. */
+static int s_next_batch(kl_task_t *t, int max, batch_t *b, char *err)
+{
+    int want = 0;
+    int rc = s_want(t, max, &want, err);
+    if (rc)
+        return rc;
+    *b = s_batch_new(want);
+    rc = s_fill(t, want, b, 0, err);
+    if (!rc && b->n == 0)
+        rc = kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
+    return rc;
+}
+
 int kl_task_preview(kl_task_t *t, int max,
                     void (*fn)(void *ctx, const kl_dispatch_batch_t *b),
                     void *ctx, size_t *n, char *err)
 {
     *n = 0;
-    int want = 0;
-    int rc = s_want(t, max, &want, err);
-    if (rc)
-        return rc;
-    batch_t b = s_batch_new(want);
-    rc = s_fill(t, want, &b, 0, err);
-    if (!rc && b.n == 0)
-        rc = kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
+    batch_t b = {0};
+    int rc = s_next_batch(t, max, &b, err);
     if (!rc) {
         kl_dispatch_batch_t db = s_dbatch(t, &b);
         fn(ctx, &db);
@@ -533,21 +542,15 @@ int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
                    uint64_t *request_id, char *err)
 {
     *n = 0;
-    int want = 0;
-    int rc = s_want(t, max, &want, err);
-    if (rc)
-        return rc;
-    batch_t b = s_batch_new(want);
-    /* The request id is known after submit: record it then. */
-    rc = s_fill(t, want, &b, 0, err);
-    if (!rc && b.n == 0)
-        rc = kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
+    batch_t b = {0};
+    int rc = s_next_batch(t, max, &b, err);
     if (!rc) {
         kl_dispatch_batch_t db = s_dbatch(t, &b);
         rc = kl_dispatch_submit(d, &db, request_id, err);
         if (rc) {
             s_unpend(t, b.n);
         } else {
+            /* The request id is known after submit: record it now. */
             for (size_t i = t->npend - b.n; i < t->npend; i++)
                 t->pend[i].request = *request_id;
             t->reqs = kl_xrealloc(t->reqs, (t->nreqs + 1) * sizeof *t->reqs);
