@@ -57,6 +57,12 @@ typedef struct {
     int acc_pos[KL_SCHED_MAX_LOOPS]; /* spatial positions below wc */
     int nacc_pos;
     int pack_pos[KL_IR_MAX_TENSORS]; /* attach position, -2: none */
+    /* Packed tensors (cg_pack_setup): the read, and the window layout's
+     * box when pk_window. */
+    const kl_access_t *pk_access[KL_IR_MAX_TENSORS];
+    bool pk_window[KL_IR_MAX_TENSORS];
+    int64_t pk_ilo[KL_IR_MAX_TENSORS][KL_IR_MAX_DIMS];
+    int64_t pk_ext[KL_IR_MAX_TENSORS][KL_IR_MAX_DIMS];
     int rc;
     char *err;
 } cg_t;
@@ -112,16 +118,16 @@ void cg_unset_loop(cg_t *g, int pos);
  * one found; *count grows for each different one. */
 const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
                                   const kl_access_t *first);
-/* Whether a's packed buffer uses the window layout; fills, per tensor
- * dimension, the lowest index the loops below the attach point add and
- * the extent of the box. */
-bool cg_pack_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
-                    int64_t *ext);
+/* Checks each packed tensor (read once, with one index) and chooses its
+ * layout; 0, or the cg_fail code. Call once pack_pos is set. */
+int cg_pack_setup(cg_t *g);
 /* Elements of tensor t's packed buffer. */
 int64_t cg_pack_elems(const cg_t *g, int t);
 /* Index into the packed buffer of read a at the current point. */
 void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
-/* The loops that fill tensor t's packed buffer, at its attach point. */
-void cg_emit_pack(cg_t *g, int t);
+/* The loops that fill the packed buffers attached at pos (-1: root). */
+void cg_emit_packs_at(cg_t *g, int pos);
+/* Whether some buffer is packed below the root (per thread). */
+bool cg_has_inner_packs(const cg_t *g);
 
 #endif

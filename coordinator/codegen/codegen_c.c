@@ -227,15 +227,6 @@ void cg_unset_loop(cg_t *g, int pos)
         g->sym[g->symbase[pos] + q].st = SYM_UNSET;
 }
 
-/* ---- packing ---- */
-
-static void s_emit_packs_at(cg_t *g, int pos)
-{
-    for (int t = 0; t < g->w->ntensors; t++)
-        if (g->pack_pos[t] == pos && g->pack_pos[t] != -2)
-            cg_emit_pack(g, t);
-}
-
 /* ---- accumulators ---- */
 
 /* Odometer over the spatial loops below the write cache: sets their
@@ -531,7 +522,7 @@ static void s_emit_stmt(cg_t *g)
 
 static void s_emit_body(cg_t *g, int pos)
 {
-    s_emit_packs_at(g, pos);
+    cg_emit_packs_at(g, pos);
     if (g->wc_pos == pos)
         s_emit_acc_region(g, pos);
     else
@@ -544,14 +535,6 @@ static int64_t s_annot(const kl_loop_t *l, const char *key)
         if (!strcmp(l->annots[i].key, key))
             return l->annots[i].value;
     return 0;
-}
-
-static bool s_has_inner_packs(const cg_t *g)
-{
-    for (int t = 0; t < g->w->ntensors; t++)
-        if (g->pack_pos[t] >= 0)
-            return true;
-    return false;
 }
 
 static void s_emit_loop(cg_t *g, int pos)
@@ -595,7 +578,7 @@ static void s_emit_loop(cg_t *g, int pos)
     }
     if (l->kind == KL_LOOP_PARALLEL)
         cg_line(g, "#pragma omp %s schedule(static)",
-                s_has_inner_packs(g) ? "for" : "parallel for");
+                cg_has_inner_packs(g) ? "for" : "parallel for");
     else if (l->kind == KL_LOOP_UNROLL)
         cg_line(g, "#pragma GCC unroll %lld", (long long)l->extent);
     else if (s_annot(l, "unroll_max_step") > 0)
@@ -696,8 +679,8 @@ static void s_emit_function(cg_t *g, const char *entry)
         if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
             cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
                     (long long)cg_pack_elems(g, t));
-    s_emit_packs_at(g, -1);
-    bool region = par && s_has_inner_packs(g);
+    cg_emit_packs_at(g, -1);
+    bool region = par && cg_has_inner_packs(g);
     if (region) {
         cg_line(g, "#pragma omp parallel");
         cg_line(g, "{");
@@ -755,18 +738,8 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     g->err = err;
     g->lin_ok = true;
     int rc = s_setup(g);
-    for (int tn = 0; !rc && tn < g->w->ntensors; tn++) {
-        int cnt = 0;
-        if (g->pack_pos[tn] == -2)
-            continue;
-        if (!cg_find_access(g->w->body, tn, &cnt, NULL))
-            rc = cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
-                         g->w->tensors[tn].name);
-        else if (cnt)
-            rc = cg_fail(g, KL_ERR_UNSUPPORTED,
-                         "packed tensor %s is read with different indices",
-                         g->w->tensors[tn].name);
-    }
+    if (!rc)
+        rc = cg_pack_setup(g);
     if (!rc) {
         s_emit_function(g, entry ? entry : "kl_main");
         if (!g->lin_ok)

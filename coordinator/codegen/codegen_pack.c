@@ -64,21 +64,18 @@ static void s_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
         }
 }
 
-bool cg_pack_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
-                    int64_t *ext)
+/* Whether a's packed buffer takes the window layout; fills, per tensor
+ * dimension, the lowest index the loops below the attach point add and
+ * the extent of the box. */
+static bool s_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
+                     int64_t *ext)
 {
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
-    bool window = false;
-    for (int d = 0; d < t->ndim; d++) {
-        int n = 0;
+    if (!kl_access_is_window(g->w, a))
+        return false;
+    for (int d = 0; d < t->ndim; d++)
         if (a->idx[d].div != 1)
             return false;
-        for (int it = 0; it < g->w->niters; it++)
-            n += a->idx[d].coef[it] != 0;
-        window = window || n >= 2;
-    }
-    if (!window)
-        return false;
     int pa = g->pack_pos[a->tensor];
     int64_t elems = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -97,37 +94,48 @@ bool cg_pack_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
     return elems <= s_loop_elems(g, a->tensor);
 }
 
-static const kl_access_t *s_access(const cg_t *g, int t)
+int cg_pack_setup(cg_t *g)
 {
-    int cnt = 0;
-    return cg_find_access(g->w->body, t, &cnt, NULL);
+    for (int t = 0; t < g->w->ntensors; t++) {
+        int cnt = 0;
+        if (g->pack_pos[t] == -2)
+            continue;
+        const kl_access_t *a = cg_find_access(g->w->body, t, &cnt, NULL);
+        if (!a)
+            return cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
+                           g->w->tensors[t].name);
+        if (cnt)
+            return cg_fail(g, KL_ERR_UNSUPPORTED,
+                           "packed tensor %s is read with different indices",
+                           g->w->tensors[t].name);
+        g->pk_access[t] = a;
+        g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
+    }
+    return KL_OK;
 }
 
 int64_t cg_pack_elems(const cg_t *g, int t)
 {
-    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS];
-    const kl_access_t *a = s_access(g, t);
-    if (a && cg_pack_window(g, a, ilo, ext)) {
-        int64_t n = 1;
-        for (int d = 0; d < g->w->tensors[t].ndim; d++)
-            n *= ext[d];
-        return n;
-    }
-    return s_loop_elems(g, t);
+    if (!g->pk_window[t])
+        return s_loop_elems(g, t);
+    int64_t n = 1;
+    for (int d = 0; d < g->w->tensors[t].ndim; d++)
+        n *= g->pk_ext[t][d];
+    return n;
 }
 
 void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
 {
     int t = a->tensor;
-    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS], stride = 1;
+    int64_t stride = 1;
     memset(out, 0, sizeof *out);
-    if (cg_pack_window(g, a, ilo, ext)) {
+    if (g->pk_window[t]) {
         for (int d = g->w->tensors[t].ndim - 1; d >= 0; d--) {
             cg_lin_t in, rest;
             s_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
-            in.c = -ilo[d];
+            in.c = -g->pk_ilo[t][d];
             cg_lin_add(out, &in, stride);
-            stride *= ext[d];
+            stride *= g->pk_ext[t][d];
         }
         return;
     }
@@ -281,12 +289,23 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     kl_buf_free(&pidx);
 }
 
-void cg_emit_pack(cg_t *g, int t)
+void cg_emit_packs_at(cg_t *g, int pos)
 {
-    int64_t ilo[KL_IR_MAX_DIMS], ext[KL_IR_MAX_DIMS];
-    const kl_access_t *a = s_access(g, t);
-    if (cg_pack_window(g, a, ilo, ext))
-        s_emit_window_pack(g, t, a, ilo, ext);
-    else
-        s_emit_loop_pack(g, t, a);
+    for (int t = 0; t < g->w->ntensors; t++) {
+        if (g->pack_pos[t] != pos || pos == -2)
+            continue;
+        if (g->pk_window[t])
+            s_emit_window_pack(g, t, g->pk_access[t], g->pk_ilo[t],
+                               g->pk_ext[t]);
+        else
+            s_emit_loop_pack(g, t, g->pk_access[t]);
+    }
+}
+
+bool cg_has_inner_packs(const cg_t *g)
+{
+    for (int t = 0; t < g->w->ntensors; t++)
+        if (g->pack_pos[t] >= 0)
+            return true;
+    return false;
 }

@@ -86,6 +86,18 @@ int kl_workload_ninputs(const kl_workload_t *w)
     return w->ntensors - 1;
 }
 
+bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a)
+{
+    for (int d = 0; d < w->tensors[a->tensor].ndim; d++) {
+        int n = 0;
+        for (int it = 0; it < w->niters; it++)
+            n += a->idx[d].coef[it] != 0;
+        if (n >= 2)
+            return true;
+    }
+    return false;
+}
+
 int64_t kl_tensor_numel(const kl_tensor_t *t)
 {
     int64_t n = 1;

@@ -216,6 +216,9 @@ kl_workload_t *kl_workload_clone(const kl_workload_t *w);
 int kl_workload_output(const kl_workload_t *w);  /* tensor index */
 int kl_workload_ninputs(const kl_workload_t *w); /* = ntensors - 1 */
 int64_t kl_tensor_numel(const kl_tensor_t *t);
+/* Whether a reads its tensor through a window: some dimension indexed by
+ * two iterators or more (conv2d's h + r). */
+bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);
 size_t kl_dtype_size(kl_dtype dt);
 const char *kl_dtype_name(kl_dtype dt); /* "f32" */
 

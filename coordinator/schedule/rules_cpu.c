@@ -245,21 +245,15 @@ static int s_reused(const kl_workload_t *w, int *out)
 
 static int s_pack_at(rule_t *r, int t, int64_t v);
 
-/* Whether e reads tensor t through a window: a dimension indexed by two
- * iterators or more (conv2d's h + r). */
-static bool s_window(const kl_expr_t *e, int t)
+/* Whether e reads tensor t through a window (kl_access_is_window). */
+static bool s_window(const kl_workload_t *w, const kl_expr_t *e, int t)
 {
     if (!e)
         return false;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t)
-        for (int d = 0; d < KL_IR_MAX_DIMS; d++) {
-            int n = 0;
-            for (int it = 0; it < KL_IR_MAX_ITERS; it++)
-                n += e->access.idx[d].coef[it] != 0;
-            if (n >= 2)
-                return true;
-        }
-    return s_window(e->a, t) || s_window(e->b, t);
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t &&
+        kl_access_is_window(w, &e->access))
+        return true;
+    return s_window(w, e->a, t) || s_window(w, e->b, t);
 }
 
 static int s_pack(rule_t *r)
@@ -272,30 +266,24 @@ static int s_pack(rule_t *r)
          * the size of the tensor (plus its halo), so packing it once is
          * cheap; a panel layout of a whole operand is not. */
         int64_t vals[3] = {0, 1, 2};
-        double ps[3] = {0.3, 0.7, 0.0};
+        double ps[3] = {0.3, 0.7, 0.4};
         if (r->chan)
             ps[0] = 0.1, ps[1] = 0.9;
-        int nv = 2;
-        if (s_window(r->w->body, reused[i])) {
-            ps[1] -= 0.4;
-            ps[2] = 0.4;
-            nv = 3;
+        bool win = s_window(r->w, r->w->body, reused[i]);
+        if (win)
+            ps[1] -= ps[2];
+        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, win ? 3 : 2);
+        int rc = KL_OK;
+        if (win) {
             char pred[64];
-            int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, nv);
             snprintf(pred, sizeof pred, "v%lld == 2", (long long)v);
-            int rc = kl_tr_if(r->tr, pred, r->err);
-            if (rc)
+            if ((rc = kl_tr_if(r->tr, pred, r->err)))
                 return rc;
             kl_tr_cache_read(r->tr, r->w->tensors[reused[i]].name,
                              KL_SCOPE_PACKED);
-            if ((rc = kl_tr_end(r->tr, r->err)) ||
-                (rc = s_pack_at(r, reused[i], v)))
-                return rc;
-            continue;
+            rc = kl_tr_end(r->tr, r->err);
         }
-        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, nv);
-        int rc = s_pack_at(r, reused[i], v);
-        if (rc)
+        if (rc || (rc = s_pack_at(r, reused[i], v)))
             return rc;
     }
     return KL_OK;
