@@ -23,6 +23,7 @@
 #ifndef KL_CODEGEN_H
 #define KL_CODEGEN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kl_ir.h"
@@ -33,6 +34,7 @@ typedef struct {
     char *entry;               /* owned */
     int64_t grid[3], block[3]; /* CUDA launch; 1s for C */
     int64_t shared_bytes;      /* CUDA dynamic shared memory */
+    bool prepare; /* C: the source also defines ENTRY_prepare (kl_abi.h) */
 } kl_kernel_t;
 
 /* Frees the strings and zeroes k (safe on a zeroed kernel). */

@@ -1,0 +1,36 @@
+/* kl_abi.h - the CPU kernel ABI, shared by the C generator, the agent's
+ * runner, the exported model library and the benchmarks.
+ *
+ *   void ENTRY(void *const *args);
+ *   void *ENTRY_prepare(void *const *args);          (optional)
+ *
+ * args[i] points to tensor i of the workload, in its declared order
+ * (inputs, then the output), f32, dense row-major.
+ *
+ * Constant inputs. A workload may declare tensors `const` (the weights and
+ * biases of conv2d, depthwise_conv2d, conv2d_transpose and dense): their
+ * contents do not change between calls. A kernel may rewrite their layout
+ * once, ahead of the calls, instead of on every call (the layout rewrite of
+ * constant weights that a deployed model does at load time). Such a kernel
+ * defines ENTRY_prepare, and its caller:
+ *  1. calls ENTRY_prepare once with an args array of the workload's size in
+ *     which only the constant tensors are non-NULL (every other slot NULL);
+ *  2. gets a block from malloc / aligned_alloc, or NULL when memory ran out
+ *     (an error to report, not a reason to call ENTRY without it);
+ *  3. passes that block as args[ntensors] (one slot past the tensors) to
+ *     every call of ENTRY;
+ *  4. frees it with free() when done, and prepares again after changing
+ *     the contents of a constant tensor.
+ * A kernel without ENTRY_prepare ignores args[ntensors]. The time spent in
+ * ENTRY_prepare is not part of a measured latency.
+ */
+#ifndef KL_ABI_H
+#define KL_ABI_H
+
+/* The prepare function's name is the entry's name with this suffix. */
+#define KL_ABI_PREPARE_SUFFIX "_prepare"
+
+typedef void (*kl_abi_kernel_fn)(void *const *args);
+typedef void *(*kl_abi_prepare_fn)(void *const *args);
+
+#endif
