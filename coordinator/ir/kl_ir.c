@@ -293,8 +293,8 @@ void kl_ir__print(kl_buf_t *b, const kl_workload_t *w)
     kl_buf_puts(b, "; ");
     for (int t = 0; t < w->ntensors; t++) {
         const kl_tensor_t *ts = &w->tensors[t];
-        kl_buf_printf(b, "%s%s: %s[", t ? ", " : "", ts->name,
-                      kl_dtype_name(ts->dtype));
+        kl_buf_printf(b, "%s%s: %s%s[", t ? ", " : "", ts->name,
+                      ts->is_const ? "const " : "", kl_dtype_name(ts->dtype));
         for (int d = 0; d < ts->ndim; d++)
             kl_buf_printf(b, "%s%lld", d ? "," : "", (long long)ts->shape[d]);
         kl_buf_puts(b, "]");
@@ -320,7 +320,9 @@ char *kl_workload_args_text(const kl_workload_t *w)
                       kl_dtype_name(ts->dtype));
         for (int d = 0; d < ts->ndim; d++)
             kl_buf_printf(&b, "%s%lld", d ? "," : "", (long long)ts->shape[d]);
-        kl_buf_puts(&b, ts->is_output ? "]:out" : "]");
+        kl_buf_puts(&b, ts->is_output  ? "]:out"
+                        : ts->is_const ? "]:const"
+                                       : "]");
     }
     return kl_buf_take(&b);
 }

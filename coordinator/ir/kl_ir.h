@@ -5,7 +5,7 @@
  *   C[i,j] += A[i,k] * B[k,j] where i=1024, j=1024, k=1024
  *   Y[n,f,y,x] += X[n,c,y*2+r-3,x*2+s-3] * W[f,c,r,s] | + bias[f] | relu
  *       where n=1, f=64, y=112, x=112, c=3, r=7, s=7;
- *       X: f32[1,3,224,224], bias: f32[64]
+ *       X: f32[1,3,224,224], W: const f32[64,3,7,7], bias: const f32[64]
  *
  * Grammar (whitespace free-form, identifiers [A-Za-z_][A-Za-z0-9_]*):
  *
@@ -23,7 +23,8 @@
  *   epilogue := '+' access | '*' access | '*' NUMBER | '+' NUMBER |
  *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')'
  *   iters    := NAME '=' INT { ',' NAME '=' INT }
- *   decl     := NAME ':' dtype '[' INT { ',' INT } ']'      dtype f32|f16|bf16
+ *   decl     := NAME ':' [ 'const' ] dtype '[' INT { ',' INT } ']'
+ *               dtype f32|f16|bf16
  *
  * Iterators that index the output are spatial; the others are reductions
  * (with '+=' summed, with 'max=' maxed; '=' allows none). Output indices
@@ -38,6 +39,12 @@
  * order to the reduced value. Every iterator of 'where' must appear in an
  * index with a nonzero coefficient. Limits: integers and index constants up
  * to 2^40, divisors up to 2^20, tensors up to 2^40 elements.
+ *
+ * A `const` input's contents never change between calls (a model's weights
+ * and biases; the named conv2d, depthwise_conv2d, conv2d_transpose and
+ * dense declare theirs so, matmul none): a kernel may rewrite its layout
+ * once, ahead of the calls (kl_abi.h). Constness is part of the canonical
+ * text and so of the key. The output cannot be const.
  *
  * The canonical text is the workload printed back in one fixed form (all
  * shapes and dtypes declared); its key is kl_hash128 of that text, so two
@@ -105,6 +112,8 @@ typedef struct {
     int ndim;
     int64_t shape[KL_IR_MAX_DIMS];
     bool is_output;
+    bool is_const; /* declared `const`: an input whose contents never
+                    * change between calls (weights, biases) */
 } kl_tensor_t;
 
 typedef enum {

@@ -218,10 +218,14 @@ static int s_dense(s_spec_t *s, kl_workload_t **out)
                                         ?: s_flag(s, "relu", 0, &relu);
     if (rc)
         return rc;
+    char bdecl[64] = "";
+    if (bias)
+        snprintf(bdecl, sizeof bdecl, ", b: const f32[%lld]", (long long)O);
     char *text = kl_xasprintf(
-        "Y[n,o] += X[n,i] * W[o,i]%s%s where n=%lld, o=%lld, i=%lld",
+        "Y[n,o] += X[n,i] * W[o,i]%s%s where n=%lld, o=%lld, i=%lld; "
+        "W: const f32[%lld,%lld]%s",
         bias ? " | + b[o]" : "", relu ? " | relu" : "", (long long)N,
-        (long long)O, (long long)I);
+        (long long)O, (long long)I, (long long)O, (long long)I, bdecl);
     char *name =
         kl_xasprintf("dense_%lld_%lld_%lld%s%s", (long long)N, (long long)I,
                      (long long)O, bias ? "_bias" : "", relu ? "_relu" : "");
@@ -345,19 +349,21 @@ static int s_conv2d(s_spec_t *s, kl_workload_t **out)
     if (G > 1)
         kl_buf_printf(&b, ", g=%lld", (long long)G);
     if (c.nhwc)
-        kl_buf_printf(&b,
-                      "; X: f32[%lld,%lld,%lld,%lld], W: f32[%lld,%lld,%lld,"
-                      "%lld]",
-                      (long long)c.N, (long long)c.H, (long long)c.W,
-                      (long long)c.C, (long long)c.R, (long long)c.S,
-                      (long long)Cg, (long long)c.K);
+        kl_buf_printf(
+            &b,
+            "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,%lld,%lld,"
+            "%lld]",
+            (long long)c.N, (long long)c.H, (long long)c.W, (long long)c.C,
+            (long long)c.R, (long long)c.S, (long long)Cg, (long long)c.K);
     else
-        kl_buf_printf(&b,
-                      "; X: f32[%lld,%lld,%lld,%lld], W: f32[%lld,%lld,%lld,"
-                      "%lld]",
-                      (long long)c.N, (long long)c.C, (long long)c.H,
-                      (long long)c.W, (long long)c.K, (long long)Cg,
-                      (long long)c.R, (long long)c.S);
+        kl_buf_printf(
+            &b,
+            "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,%lld,%lld,"
+            "%lld]",
+            (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W,
+            (long long)c.K, (long long)Cg, (long long)c.R, (long long)c.S);
+    if (c.bias)
+        kl_buf_printf(&b, ", bias: const f32[%lld]", (long long)c.K);
     free(iy);
     free(ix);
     return s_finish(s, kl_buf_take(&b), "conv2d",
@@ -390,10 +396,12 @@ static int s_depthwise(s_spec_t *s, kl_workload_t **out)
                   (long long)c.R, (long long)c.S);
     if (M > 1)
         kl_buf_printf(&b, ", m=%lld", (long long)M);
-    kl_buf_printf(&b, "; X: f32[%lld,%lld,%lld,%lld], W: f32[%lld,1,%lld,%lld]",
-                  (long long)c.N, (long long)c.C, (long long)c.H,
-                  (long long)c.W, (long long)(c.C * M), (long long)c.R,
-                  (long long)c.S);
+    kl_buf_printf(
+        &b, "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,1,%lld,%lld]",
+        (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W,
+        (long long)(c.C * M), (long long)c.R, (long long)c.S);
+    if (c.bias)
+        kl_buf_printf(&b, ", bias: const f32[%lld]", (long long)(c.C * M));
     free(iy);
     free(ix);
     char *name = s_conv_name("depthwise_conv2d", &c, false);
@@ -437,7 +445,7 @@ static int s_conv2d_transpose(s_spec_t *s, kl_workload_t **out)
     char *text = kl_xasprintf(
         "Y[n,k,y,x] += X[n,c,(y+%lld-r)/%lld,(x+%lld-s)/%lld] * W[c,k,r,s] "
         "where n=%lld, k=%lld, y=%lld, x=%lld, c=%lld, r=%lld, s=%lld; "
-        "X: f32[%lld,%lld,%lld,%lld], W: f32[%lld,%lld,%lld,%lld]",
+        "X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,%lld,%lld,%lld]",
         (long long)pad, (long long)st, (long long)pad, (long long)st,
         (long long)N, (long long)K, (long long)Ho, (long long)Wo, (long long)C,
         (long long)R, (long long)S, (long long)N, (long long)C, (long long)H,

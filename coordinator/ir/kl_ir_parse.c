@@ -346,6 +346,12 @@ static int s_decl(kl_ir__parser_t *p)
     size_t dcol = p->col;
     if (kl_ir__ident(p, dt, "a dtype (f32, f16 or bf16)"))
         return p->rc;
+    bool is_const = strcmp(dt, "const") == 0;
+    if (is_const) {
+        dcol = p->col;
+        if (kl_ir__ident(p, dt, "a dtype (f32, f16 or bf16) after 'const'"))
+            return p->rc;
+    }
     kl_dtype dtype = KL_DT_F32;
     if (strcmp(dt, "f16") == 0)
         dtype = KL_DT_F16;
@@ -387,9 +393,12 @@ static int s_decl(kl_ir__parser_t *p)
     if (p->tens[t].ndim != nd)
         return kl_ir__fail(p, col, "tensor %s used with %d and %d dimensions",
                            name, p->tens[t].ndim, nd);
+    if (is_const && t == 0)
+        return kl_ir__fail(p, col, "the output %s cannot be const", name);
     p->tdecl[t] = true;
     p->tdecl_col[t] = col;
     p->tens[t].dtype = dtype;
+    p->tens[t].is_const = is_const;
     memcpy(p->tens[t].shape, shape, sizeof(shape[0]) * (size_t)nd);
     return 0;
 }
