@@ -63,6 +63,12 @@ typedef struct {
     bool pk_window[KL_IR_MAX_TENSORS];
     int64_t pk_ilo[KL_IR_MAX_TENSORS][KL_IR_MAX_DIMS];
     int64_t pk_ext[KL_IR_MAX_TENSORS][KL_IR_MAX_DIMS];
+    /* A constant tensor packed before the parallel loop is packed once, by
+     * ENTRY_prepare (kl_abi.h), at pk_off floats into its block. */
+    bool pk_prep[KL_IR_MAX_TENSORS];
+    int64_t pk_off[KL_IR_MAX_TENSORS];
+    int64_t prep_elems; /* floats in the prepared block; 0: no prepare */
+    bool in_prep;       /* emitting ENTRY_prepare */
     int rc;
     char *err;
 } cg_t;

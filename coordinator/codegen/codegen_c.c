@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cg_priv.h"
+#include "kl_abi.h"
 #include "kl_err.h"
 
 static const char s_prelude[] =
@@ -661,11 +662,44 @@ static void s_emit_postpass(cg_t *g)
     free(h);
 }
 
+/* ENTRY_prepare (kl_abi.h): packs the constant tensors whose pack sits
+ * before the parallel loop into one block, once. */
+static void s_emit_prepare(cg_t *g, const char *entry)
+{
+    const kl_workload_t *w = g->w;
+    kl_buf_printf(&g->b,
+                  "\n/* Lays the constant inputs out once (kl_abi.h): only "
+                  "they are\n * read; the block goes to every call as "
+                  "args[%d]. */\nvoid *%s" KL_ABI_PREPARE_SUFFIX
+                  "(void *const *args)\n{\n",
+                  w->ntensors, entry);
+    g->ind = 1;
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pk_prep[t])
+            cg_line(g, "const float *restrict %s = (const float *)args[%d];",
+                    w->tensors[t].name, t);
+    cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
+            (long long)(g->prep_elems * 4));
+    cg_line(g, "if (!kl_pre)");
+    cg_line(g, "    return NULL;");
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pk_prep[t])
+            cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
+                    (long long)g->pk_off[t]);
+    g->in_prep = true;
+    cg_emit_packs_at(g, -1);
+    g->in_prep = false;
+    cg_line(g, "return kl_pre;");
+    kl_buf_puts(&g->b, "}\n");
+}
+
 static void s_emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
     kl_buf_puts(&g->b, s_prelude);
+    if (g->prep_elems)
+        s_emit_prepare(g, entry);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
@@ -676,7 +710,11 @@ static void s_emit_function(cg_t *g, const char *entry)
         s_emit_prepass(g);
     bool par = g->n > 0 && g->L[0]->kind == KL_LOOP_PARALLEL;
     for (int t = 0; t < w->ntensors; t++)
-        if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
+        if (g->pk_prep[t]) {
+            cg_line(g, "(void)%s;", w->tensors[t].name);
+            cg_line(g, "float *pk_%s = (float *)args[%d] + %lld;",
+                    w->tensors[t].name, w->ntensors, (long long)g->pk_off[t]);
+        } else if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
             cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
                     (long long)cg_pack_elems(g, t));
     cg_emit_packs_at(g, -1);
@@ -702,7 +740,8 @@ static void s_emit_function(cg_t *g, const char *entry)
         cg_line(g, "}");
     }
     for (int t = 0; t < w->ntensors; t++)
-        if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
+        if (!g->pk_prep[t] && g->pack_pos[t] != -2 &&
+            (g->pack_pos[t] == -1 || !par))
             cg_line(g, "free(pk_%s);", w->tensors[t].name);
     if (g->wc_pos == -2 && (w->nepi > 0 || s_max(g)))
         s_emit_postpass(g);
@@ -753,6 +792,7 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     }
     out->source = kl_buf_take(&g->b);
     out->entry = kl_xstrdup(entry ? entry : "kl_main");
+    out->prepare = g->prep_elems > 0;
     for (int i = 0; i < 3; i++)
         out->grid[i] = out->block[i] = 1;
     free(g);

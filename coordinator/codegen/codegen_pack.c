@@ -3,9 +3,11 @@
  *
  * A packed input is copied, where its stage is attached, into a buffer
  * private to the thread. Two layouts:
- *  - the loop layout: one dimension per loop below the attach point that
- *    reads the tensor, in nest order, so that the register tile walks it
- *    contiguously (matmul panels, conv2d weights with K innermost);
+ *  - the loop layout: one dimension per loop part below the attach point
+ *    that feeds an index of the tensor, in nest order, so that the
+ *    register tile walks it contiguously (matmul panels, conv2d weights
+ *    with K innermost); the parts of a fused loop that the tensor does not
+ *    depend on (conv2d's row tiles, for the weights) add no copies;
  *  - the window layout, for a tensor read through a window (a dimension
  *    indexed by two iterators or more, conv2d's h + r): the tensor's own
  *    dimensions over the box of indices the loops below read, zero
@@ -13,6 +15,9 @@
  *    R x S times (an im2col); this one copies it once and removes the
  *    padding tests from the body. Used when the box is not larger than
  *    the loop layout.
+ * A constant tensor (kl_ir.h) packed before the parallel loop is packed
+ * once, by ENTRY_prepare (kl_abi.h), into the block the caller then passes
+ * to every call: a deployed model lays its weights out once, at load.
  */
 #include <stdio.h>
 #include <string.h>
@@ -35,12 +40,27 @@ const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
     return cg_find_access(e->b, t, count, first);
 }
 
+/* Whether symbol si is a dimension of t's loop layout: a part of a loop
+ * below the attach point that feeds an iterator t's read uses (a fused
+ * loop's other parts do not multiply the layout). */
+static bool s_layout_sym(const cg_t *g, int t, int si)
+{
+    const cg_sym_t *s = &g->sym[si];
+    const kl_access_t *a = g->pk_access[t];
+    if (s->pos <= g->pack_pos[t] || s->extent < 2)
+        return false;
+    for (int d = 0; d < g->w->tensors[t].ndim; d++)
+        if (a->idx[d].coef[s->iter])
+            return true;
+    return false;
+}
+
 static int64_t s_loop_elems(const cg_t *g, int t)
 {
     int64_t n = 1;
-    for (int p = g->pack_pos[t] + 1; p < g->n; p++)
-        if (kl_sched_loop_touches(g->s, p, t))
-            n *= g->L[p]->extent;
+    for (int si = 0; si < g->nsym; si++)
+        if (s_layout_sym(g, t, si))
+            n *= g->sym[si].extent;
     return n;
 }
 
@@ -110,6 +130,11 @@ int cg_pack_setup(cg_t *g)
                            g->w->tensors[t].name);
         g->pk_access[t] = a;
         g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
+        if (g->pack_pos[t] == -1 && g->w->tensors[t].is_const) {
+            g->pk_prep[t] = true;
+            g->pk_off[t] = g->prep_elems;
+            g->prep_elems += (cg_pack_elems(g, t) + 15) / 16 * 16;
+        }
     }
     return KL_OK;
 }
@@ -139,14 +164,11 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
         }
         return;
     }
-    for (int p = g->n - 1; p > g->pack_pos[t]; p--) {
-        if (!kl_sched_loop_touches(g->s, p, t))
-            continue;
-        cg_lin_t l;
-        cg_loop_lin(g, p, &l);
-        cg_lin_add(out, &l, stride);
-        stride *= g->L[p]->extent;
-    }
+    for (int si = g->nsym - 1; si >= 0; si--)
+        if (s_layout_sym(g, t, si)) {
+            out->k[si] += stride;
+            stride *= g->sym[si].extent;
+        }
 }
 
 /* The window layout: one loop per tensor dimension over the box. */
@@ -207,40 +229,33 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
     kl_buf_free(&dst);
 }
 
-/* The loop layout: one dimension per loop below the attach point that
- * reads the tensor, in nest order. */
+/* The loop layout: one dimension per loop part below the attach point
+ * that feeds an index of the tensor, in nest order. */
 static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
 {
     const kl_workload_t *w = g->w;
     int pa = g->pack_pos[t];
-    int dims[KL_SCHED_MAX_LOOPS], nd = 0;
-    for (int p = pa + 1; p < g->n; p++) {
-        if (kl_sched_loop_touches(g->s, p, t))
-            dims[nd++] = p;
-        else
-            cg_set_loop_const(g, p, 0);
-    }
     bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
     g->lanes_on = false;
     g->in_acc = false;
     cg_line(g, "/* pack %s */", w->tensors[t].name);
-    for (int i = 0; i < nd; i++) {
-        char v[16];
-        snprintf(v, sizeof v, "p%d", dims[i]);
-        cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", v, v,
-                (long long)g->L[dims[i]]->extent, v);
-        g->ind++;
-        const kl_loop_t *l = g->L[dims[i]];
-        for (int q = 0; q < l->nparts; q++) {
-            cg_sym_t *s = &g->sym[g->symbase[dims[i]] + q];
+    int open = 0;
+    for (int p = pa + 1; p < g->n; p++)
+        for (int q = 0; q < g->L[p]->nparts; q++) {
+            int si = g->symbase[p] + q;
+            cg_sym_t *s = &g->sym[si];
+            if (!s_layout_sym(g, t, si)) {
+                s->st = SYM_CONST;
+                s->value = 0;
+                continue;
+            }
+            snprintf(s->name, sizeof s->name, "p%d", si);
             s->st = SYM_VAR;
-            if (l->nparts == 1)
-                snprintf(s->name, sizeof s->name, "%s", v);
-            else
-                snprintf(s->name, sizeof s->name, "(%s / %lld %% %lld)", v,
-                         (long long)s->inner, (long long)s->extent);
+            cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", s->name,
+                    s->name, (long long)s->extent, s->name);
+            g->ind++;
+            open++;
         }
-    }
     kl_buf_t cond = {0}, idx = {0}, chk = {0}, pidx = {0};
     for (int it = 0; it < w->niters; it++) {
         bool used = false;
@@ -260,14 +275,7 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
         kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
     cg_access_index(g, a, 0, false, &idx);
     cg_lin_t pl;
-    memset(&pl, 0, sizeof pl);
-    int64_t stride = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        cg_lin_t l;
-        cg_loop_lin(g, dims[i], &l);
-        cg_lin_add(&pl, &l, stride);
-        stride *= g->L[dims[i]]->extent;
-    }
+    cg_pack_lin(g, a, &pl);
     cg_lin_print(g, &pl, 0, &pidx);
     if (cond.len)
         cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
@@ -275,7 +283,7 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     else
         cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
                 w->tensors[t].name, idx.data);
-    for (int i = 0; i < nd; i++) {
+    while (open--) {
         g->ind--;
         cg_line(g, "}");
     }
@@ -292,7 +300,8 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
 void cg_emit_packs_at(cg_t *g, int pos)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
-        if (g->pack_pos[t] != pos || pos == -2)
+        if (g->pack_pos[t] != pos || pos == -2 ||
+            (pos == -1 && g->pk_prep[t] != g->in_prep))
             continue;
         if (g->pk_window[t])
             s_emit_window_pack(g, t, g->pk_access[t], g->pk_ilo[t],

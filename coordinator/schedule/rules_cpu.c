@@ -16,7 +16,9 @@
  * A sampled branch orders the S2 loops (row-major or column-major over the
  * register tiles) and attaches the local write cache (accumulators) at the
  * last S2 loop. Each reused input (one that some spatial iterator does not
- * index) may be packed at a sampled location (the last R0 or S1 loop).
+ * index) may be packed at a sampled location (the last R0 or S1 loop),
+ * or whole before the parallel loop when it is read through a window or is
+ * constant (then packed once for all calls, by ENTRY_prepare).
  *
  * Channel vectors. When the output's last dimension does not fill whole
  * vectors (a 14-wide NCHW conv2d) and another spatial iterator does (the
@@ -261,20 +263,27 @@ static int s_pack(rule_t *r)
     int reused[2];
     int n = s_reused(r->w, reused);
     for (int i = 0; i < n; i++) {
-        /* 1: packed per thread at a sampled loop; 2 (window reads only):
-         * packed once, before the parallel loop, whole. A window pack is
-         * the size of the tensor (plus its halo), so packing it once is
-         * cheap; a panel layout of a whole operand is not. */
+        /* 1: packed per thread at a sampled loop; 2 (window reads and
+         * constant tensors only): packed once, before the parallel loop,
+         * whole. A window pack is the size of the tensor (plus its halo),
+         * so packing it once is cheap; a panel layout of a whole operand
+         * is not, unless the operand is constant: then the generator packs
+         * it in ENTRY_prepare, once for all calls (kl_abi.h), and the
+         * kernel reads its panels without packing anything. */
         int64_t vals[3] = {0, 1, 2};
         double ps[3] = {0.3, 0.7, 0.4};
         if (r->chan)
             ps[0] = 0.1, ps[1] = 0.9;
         bool win = s_window(r->w, r->w->body, reused[i]);
-        if (win)
+        bool cst = r->w->tensors[reused[i]].is_const;
+        if (cst)
+            ps[1] = 0.3, ps[2] = 0.6;
+        else if (win)
             ps[1] -= ps[2];
-        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, win ? 3 : 2);
+        bool whole = win || cst;
+        int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, whole ? 3 : 2);
         int rc = KL_OK;
-        if (win) {
+        if (whole) {
             char pred[64];
             snprintf(pred, sizeof pred, "v%lld == 2", (long long)v);
             if ((rc = kl_tr_if(r->tr, pred, r->err)))

@@ -1,5 +1,6 @@
 /* kl_check.c - compile-and-check harness (see kl_check.h). */
 #include "kl_check.h"
+#include "kl_abi.h"
 
 #include "kl_err.h"
 #include "kl_util.h"
@@ -179,6 +180,32 @@ static int s_compare(const kl_workload_t *w, const float *got, const float *ref,
                      (long long)n, worst);
 }
 
+/* Calls fn on bufs as kl_abi.h says: through ENTRY_prepare first when the
+ * object defines one, with only the constant tensors given to it. */
+static int s_call(void *dl, const char *entry, void (*fn)(void *const *),
+                  const kl_workload_t *w, float **bufs, char *msg)
+{
+    void *args[KL_IR_MAX_TENSORS + 1] = {0}, *pre[KL_IR_MAX_TENSORS + 1] = {0};
+    for (int t = 0; t < w->ntensors; t++) {
+        args[t] = bufs[t];
+        pre[t] = w->tensors[t].is_const ? bufs[t] : NULL;
+    }
+    char *name = kl_xasprintf("%s" KL_ABI_PREPARE_SUFFIX, entry);
+    kl_abi_prepare_fn prep;
+    *(void **)(&prep) = dlsym(dl, name);
+    void *block = NULL;
+    if (prep && !(block = prep((void *const *)pre))) {
+        int rc = kl_seterr(msg, KL_ERR_NOMEM, "%s returned NULL", name);
+        free(name);
+        return rc;
+    }
+    free(name);
+    args[w->ntensors] = block;
+    fn((void *const *)args);
+    free(block);
+    return KL_OK;
+}
+
 int kl_check_run_many(const char *so_path, const char *const *entries, int n,
                       const kl_workload_t *w, uint64_t seed, double rtol,
                       double atol, double *max_err, int *rcs, char *err)
@@ -220,8 +247,10 @@ int kl_check_run_many(const char *so_path, const char *const *entries, int n,
             for (int t = 0; t < w->ntensors; t++)
                 memcpy(bufs[t], pristine[t],
                        (size_t)kl_tensor_numel(&w->tensors[t]) * sizeof(float));
-            fn((void *const *)bufs);
-            rc = s_compare(w, bufs[out], ref, rtol, atol, &me, entries[i], msg);
+            rc = s_call(dl, entries[i], fn, w, bufs, msg);
+            if (!rc)
+                rc = s_compare(w, bufs[out], ref, rtol, atol, &me, entries[i],
+                               msg);
         }
         if (rcs)
             rcs[i] = rc;
