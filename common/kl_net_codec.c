@@ -286,7 +286,7 @@ static int s_check_arg(const Kiln__KernelArg *a, const s_path_t *p, char *err)
     if ((int)a->dtype < 0 || a->dtype > KILN__DTYPE__DTYPE_I32)
         return s_fail(err, S_AT(p, "dtype", -1), "unknown value %d",
                       (int)a->dtype);
-    if ((int)a->role < 0 || a->role > KILN__ARG_ROLE__ROLE_OUTPUT)
+    if ((int)a->role < 0 || a->role > KILN__ARG_ROLE__ROLE_CONSTANT)
         return s_fail(err, S_AT(p, "role", -1), "unknown value %d",
                       (int)a->role);
     S_TRY(s_count(a->n_shape, KL_NET_MAX_DIMS, p, "shape", err));

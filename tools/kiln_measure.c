@@ -20,8 +20,9 @@
 
 static const kl_opt_t s_opts[] = {
     {"args", KL_OPT_STR, NULL, KL_NOBOUNDS, "TEXT",
-     "kernel arguments in ABI order, e.g. \"A:f32[256,256] B:f32[256,256] "
-     "C:f32[256,256]:out\""},
+     "kernel arguments in ABI order, e.g. \"A:f32[256,256] "
+     "B:f32[256,256]:const C:f32[256,256]:out\" (:out marks the output, "
+     ":const an input that never changes, which a kernel may prepare once)"},
     {"reference", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
      "C source of the reference kernel (the output is checked against it)"},
     {"entry", KL_OPT_STR, "kernel", KL_NOBOUNDS, "NAME",
@@ -82,7 +83,7 @@ static int s_dtype(const char *s, size_t n, Kiln__DType *out)
     return KL_ERR_INVAL;
 }
 
-/* One token "NAME:DTYPE[d0,d1,...][:out]". */
+/* One token "NAME:DTYPE[d0,d1,...][:out|:const|:in]". */
 static int s_parse_arg(const char *tok, Kiln__KernelArg *a, char *err)
 {
     kiln__kernel_arg__init(a);
@@ -132,10 +133,12 @@ static int s_parse_arg(const char *tok, Kiln__KernelArg *a, char *err)
     p++;
     if (!strcmp(p, ":out"))
         a->role = KILN__ARG_ROLE__ROLE_OUTPUT;
+    else if (!strcmp(p, ":const"))
+        a->role = KILN__ARG_ROLE__ROLE_CONSTANT;
     else if (*p && strcmp(p, ":in"))
         return kl_seterr(err, KL_ERR_INVAL,
-                         "--args: '%s': unexpected '%s' (only :out or :in "
-                         "may follow the shape)",
+                         "--args: '%s': unexpected '%s' (only :out, :const or "
+                         ":in may follow the shape)",
                          tok, p);
     return KL_OK;
 }

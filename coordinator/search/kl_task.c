@@ -221,8 +221,9 @@ static void s_make_args(kl_task_t *t)
         a->dtype = (Kiln__DType)tn->dtype;
         a->n_shape = (size_t)tn->ndim;
         a->shape = (int64_t *)tn->shape;
-        a->role = tn->is_output ? KILN__ARG_ROLE__ROLE_OUTPUT
-                                : KILN__ARG_ROLE__ROLE_INPUT;
+        a->role = tn->is_output  ? KILN__ARG_ROLE__ROLE_OUTPUT
+                  : tn->is_const ? KILN__ARG_ROLE__ROLE_CONSTANT
+                                 : KILN__ARG_ROLE__ROLE_INPUT;
         t->args[i] = a;
     }
 }
