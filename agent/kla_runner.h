@@ -7,7 +7,10 @@
  * sandbox to get the expected output; both are cached per (workload key,
  * seed, argument shapes, reference build) and inherited by every
  * candidate's child through fork. The candidate's child loads the shared
- * object, fills its output with NaN, runs the kernel once, compares with
+ * object, fills its output with NaN, calls ENTRY_prepare once when the
+ * object defines it (common/kl_abi.h: only the constant inputs non-NULL;
+ * its block goes to every call as args[n_args]; outside the timing; a NULL
+ * block is a RUNTIME_ERROR), runs the kernel once, compares with
  * the reference (|out - ref| > atol + rtol * |ref|, or NaN, is wrong),
  * then times it: `number` runs per sample (grown until one sample lasts
  * min_repeat_ms), `repeat` samples, the cache flushed before each sample by
@@ -50,12 +53,15 @@ void kla_eval_defaults(kla_eval_t *e);
  * repeat is capped at KLA_MAX_REPEAT, timeout_ms at one day. */
 void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe);
 
-/* What a kernel is run on: f32 arguments in ABI order. */
+/* What a kernel is run on: f32 arguments in ABI order. A constant
+ * argument (ROLE_CONSTANT) is an input in every respect, and the only kind
+ * that ENTRY_prepare sees. */
 typedef struct {
     uint8_t workload_key[16];
     int n_args;
     size_t nelem[64];
     bool is_output[64];
+    bool is_const[64];
     kla_eval_t eval;
 } kla_problem_t;
 

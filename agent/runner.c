@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "kl_abi.h"
 #include "kl_err.h"
 #include "kl_util.h"
 #include "kla_sandbox.h"
@@ -26,7 +27,7 @@ typedef struct {
     char msg[1024];
 } s_child_hdr_t;
 
-typedef void (*s_kernel_fn)(void *const *args);
+typedef kl_abi_kernel_fn s_kernel_fn;
 
 typedef struct s_ref {
     uint8_t key[16];
@@ -123,6 +124,7 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
         }
         p->nelem[i] = (size_t)n;
         p->is_output[i] = a->role == KILN__ARG_ROLE__ROLE_OUTPUT;
+        p->is_const[i] = a->role == KILN__ARG_ROLE__ROLE_CONSTANT;
         outputs += p->is_output[i];
         total += n * sizeof(float);
     }
@@ -349,6 +351,37 @@ static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
     return rc;
 }
 
+/* Calls ENTRY_prepare when lib defines it (kl_abi.h): once, with only the
+ * constant inputs non-NULL, before the verification run and the timing.
+ * Sets *block (NULL when there is no prepare). Returns false with h filled
+ * when prepare returned NULL. Both the candidate and the reference go
+ * through here; the reference (the naive schedule) never defines one. */
+static bool s_prepare(const s_ctx_t *c, void *lib, void *const *args,
+                      void **block, s_child_hdr_t *h)
+{
+    *block = NULL;
+    char *name = kl_xasprintf("%s%s", c->entry, KL_ABI_PREPARE_SUFFIX);
+    kl_abi_prepare_fn prep;
+    *(void **)&prep = dlsym(lib, name);
+    if (prep) {
+        void *cargs[65] = {0}; /* n_args + 1 slots, all NULL but constants */
+        for (int a = 0; a < c->p->n_args; a++)
+            if (c->p->is_const[a] && !c->p->is_output[a])
+                cargs[a] = args[a];
+        *block = prep(cargs);
+        if (!*block) {
+            snprintf(h->msg, sizeof h->msg,
+                     "'%s' returned NULL (out of memory while preparing the "
+                     "constant inputs)",
+                     name);
+            free(name);
+            return false;
+        }
+    }
+    free(name);
+    return true;
+}
+
 static int s_child(void *arg, int fd)
 {
     const s_ctx_t *c = arg;
@@ -366,7 +399,8 @@ static int s_child(void *arg, int fd)
                  "entry symbol '%s' not found in the shared object", c->entry);
         return s_send(fd, &h, NULL);
     }
-    void *args[64];
+    /* n_args (<= 64) tensors, then the prepared block (kl_abi.h). */
+    void *args[65] = {0};
     for (int a = 0; a < c->p->n_args; a++) {
         if (!c->p->is_output[a]) {
             args[a] = c->ref->buf[a];
@@ -384,14 +418,22 @@ static int s_child(void *arg, int fd)
             o[i] = NAN;
         args[a] = o;
     }
+    void *block;
+    if (!s_prepare(c, lib, args, &block, &h))
+        return s_send(fd, &h, NULL);
+    args[c->p->n_args] = block;
     fn(args);
+    int rc;
     if (c->shared_out) {
         h.status = S_CH_OK;
-        return s_send(fd, &h, NULL);
+        rc = s_send(fd, &h, NULL);
+    } else if (!c->p->eval.skip_verify && !s_verify(c, args, &h)) {
+        rc = s_send(fd, &h, NULL);
+    } else {
+        rc = s_timing(c, fn, args, fd);
     }
-    if (!c->p->eval.skip_verify && !s_verify(c, args, &h))
-        return s_send(fd, &h, NULL);
-    return s_timing(c, fn, args, fd);
+    free(block);
+    return rc;
 }
 
 /* ---- the parent -------------------------------------------------------- */
