@@ -16,6 +16,9 @@
  *     the output is checked against oneDNN's.
  *
  * Usage: bench_tune_conv2d --db DIR [--rounds N] [--workdir DIR]
+ *                          [--source FILE]
+ * --source times the C kernel in FILE (same ABI) instead of the store's
+ * best, e.g. one printed by `kiln db best --source` and edited by hand.
  */
 #include <dnnl.h>
 #include <math.h>
@@ -38,14 +41,14 @@
     } while (0)
 
 typedef struct {
-    bt_kernel_fn fn;
-    void **args;
+    bt_kernel_t k;
+    void **args; /* the tensors, then the prepared block */
 } kctx_t;
 
 static void s_kiln(void *ctx)
 {
     kctx_t *k = ctx;
-    k->fn((void *const *)k->args);
+    k->k.fn((void *const *)k->args);
 }
 
 typedef struct {
@@ -167,7 +170,7 @@ static void s_time_to_90(const bt_run_t *r)
 
 int main(int argc, char **argv)
 {
-    const char *db = NULL, *workdir = "/tmp/bench_tune_conv2d";
+    const char *db = NULL, *workdir = "/tmp/bench_tune_conv2d", *source = NULL;
     int rounds = 15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc)
@@ -176,9 +179,11 @@ int main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workdir") && i + 1 < argc)
             workdir = argv[++i];
+        else if (!strcmp(argv[i], "--source") && i + 1 < argc)
+            source = argv[++i];
         else {
             fprintf(stderr, "usage: bench_tune_conv2d --db DIR [--rounds N] "
-                            "[--workdir DIR]\n");
+                            "[--workdir DIR] [--source FILE]\n");
             return 2;
         }
     }
@@ -201,9 +206,12 @@ int main(int argc, char **argv)
     printf("== %s: %zu trials, best %.1f GFLOP/s during tuning\n",
            r.workload_name, r.n, r.flop / r.best_s / 1e9);
     s_time_to_90(&r);
-    kctx_t k = {.fn = bt_load_best(&r, workdir)};
+    kctx_t k = {.k = source ? bt_load_source(source, workdir)
+                            : bt_load_best(&r, workdir)};
+    if (source)
+        printf("kernel: %s (instead of the store's best)\n", source);
     float **kb = bt_alloc_bufs(w, 7), **db_ = bt_alloc_bufs(w, 7);
-    k.args = (void **)kb;
+    k.args = bt_kernel_args(&k.k, w, kb);
     /* A stride-1 conv2d with symmetric padding. */
     const kl_tensor_t *X = &w->tensors[0], *W = &w->tensors[1],
                       *Y = &w->tensors[2];
@@ -229,8 +237,10 @@ int main(int argc, char **argv)
     printf("ratio kiln / oneDNN: %.2f (goal >= 1.0)\n", sd.med / sk.med);
     bt_print_load();
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --db %s "
-           "--rounds %d\n",
-           argv[0], db, rounds);
+           "--rounds %d%s%s\n",
+           argv[0], db, rounds, source ? " --source " : "",
+           source ? source : "");
+    bt_args_free(w, k.args);
     bt_free_bufs(w, kb);
     bt_free_bufs(w, db_);
     kl_workload_free(&w);

@@ -32,14 +32,14 @@
 #include "kl_util.h"
 
 typedef struct {
-    bt_kernel_fn fn;
-    void **args;
+    bt_kernel_t k;
+    void **args; /* the tensors, then the prepared block */
 } kctx_t;
 
 static void s_kiln(void *ctx)
 {
     kctx_t *k = ctx;
-    k->fn((void *const *)k->args);
+    k->k.fn((void *const *)k->args);
 }
 
 static int s_n;
@@ -129,9 +129,9 @@ int main(int argc, char **argv)
     openblas_set_num_threads(omp && atoi(omp) > 0 ? atoi(omp) : 2);
     printf("\n== best tuned kernel vs OpenBLAS (%d threads, core %s)\n",
            openblas_get_num_threads(), openblas_get_corename());
-    kctx_t k = {.fn = bt_load_best(&re, workdir)};
+    kctx_t k = {.k = bt_load_best(&re, workdir)};
     float **kb = bt_alloc_bufs(w, 7), **bb = bt_alloc_bufs(w, 7);
-    k.args = (void **)kb;
+    k.args = bt_kernel_args(&k.k, w, kb);
     bt_stat_t sk, sb;
     bt_interleave(s_kiln, &k, s_blas, bb, rounds, &sk, &sb);
     size_t nout = (size_t)kl_tensor_numel(&w->tensors[2]);
@@ -149,6 +149,7 @@ int main(int argc, char **argv)
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --evo %s "
            "--replay %s --rounds %d\n",
            argv[0], evo, rep, rounds);
+    bt_args_free(w, k.args);
     bt_free_bufs(w, kb);
     bt_free_bufs(w, bb);
     kl_workload_free(&w);

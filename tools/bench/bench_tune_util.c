@@ -129,21 +129,13 @@ void bt_force_core(char **argv, const char *core, const char *why)
     perror("bench: re-exec failed");
 }
 
-bt_kernel_fn bt_load_best(const bt_run_t *r, const char *workdir)
+bt_kernel_t bt_load_source(const char *c, const char *workdir)
 {
-    char err[KL_ERRMSG_LEN], *src = NULL;
-    if (!r->best_trace)
-        s_die(r->workload_name, "no verified record");
-    if (kl_trace_source(r->workload_text, r->target, r->best_trace,
-                        r->best_trace_len, &src, err))
-        s_die("regenerating the best source", err);
-    char *c = kl_xasprintf("%s/best_%llu.c", workdir,
-                           (unsigned long long)r->best_seq);
-    char *so = kl_xasprintf("%s/best_%llu.so", workdir,
-                            (unsigned long long)r->best_seq);
-    if (kl_mkdirs(workdir, err) || kl_write_file(c, src, strlen(src), err))
-        s_die(c, err);
-    free(src);
+    char err[KL_ERRMSG_LEN];
+    const char *base = strrchr(c, '/') ? strrchr(c, '/') + 1 : c;
+    char *so = kl_xasprintf("%s/%s.so", workdir, base);
+    if (kl_mkdirs(workdir, err))
+        s_die(workdir, err);
     pid_t pid = fork();
     if (pid == 0) {
         execlp("cc", "cc", "-O3", "-march=native", "-fopenmp", "-shared",
@@ -157,14 +149,70 @@ bt_kernel_fn bt_load_best(const bt_run_t *r, const char *workdir)
     void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         s_die(so, dlerror());
-    bt_kernel_fn fn = (bt_kernel_fn)dlsym(h, "kl_main");
-    if (!fn)
+    bt_kernel_t k;
+    *(void **)&k.fn = dlsym(h, "kl_main");
+    if (!k.fn)
         s_die(so, "no kl_main");
+    *(void **)&k.prepare = dlsym(h, "kl_main" KL_ABI_PREPARE_SUFFIX);
+    free(so);
+    return k;
+}
+
+bt_kernel_t bt_load_best(const bt_run_t *r, const char *workdir)
+{
+    char err[KL_ERRMSG_LEN], *src = NULL;
+    if (!r->best_trace)
+        s_die(r->workload_name, "no verified record");
+    if (kl_trace_source(r->workload_text, r->target, r->best_trace,
+                        r->best_trace_len, &src, err))
+        s_die("regenerating the best source", err);
+    char *c = kl_xasprintf("%s/best_%llu.c", workdir,
+                           (unsigned long long)r->best_seq);
+    if (kl_mkdirs(workdir, err) || kl_write_file(c, src, strlen(src), err))
+        s_die(c, err);
+    free(src);
+    bt_kernel_t k = bt_load_source(c, workdir);
     printf("best kernel: record seq %llu of %s, source %s\n",
            (unsigned long long)r->best_seq, r->workload_name, c);
     free(c);
-    free(so);
-    return fn;
+    return k;
+}
+
+void **bt_kernel_args(const bt_kernel_t *k, const kl_workload_t *w,
+                      float **bufs)
+{
+    int n = w->ntensors;
+    void **args = kl_xcalloc((size_t)n + 1, sizeof *args);
+    for (int i = 0; i < n; i++)
+        args[i] = bufs[i];
+    if (!k->prepare)
+        return args;
+    void **cargs = kl_xcalloc((size_t)n + 1, sizeof *cargs);
+    int nconst = 0;
+    for (int i = 0; i < n; i++)
+        if (w->tensors[i].is_const && !w->tensors[i].is_output) {
+            cargs[i] = bufs[i];
+            nconst++;
+        }
+    double t0 = kl_now_s();
+    args[n] = k->prepare((void *const *)cargs);
+    double took = kl_now_s() - t0;
+    free(cargs);
+    if (!args[n])
+        s_die("kl_main_prepare", "returned NULL (out of memory)");
+    printf("the kernel prepared its %d constant input%s once (kl_main_prepare, "
+           "%.2f ms), outside the timing, as oneDNN's weights are reordered "
+           "outside it\n",
+           nconst, nconst == 1 ? "" : "s", took * 1e3);
+    return args;
+}
+
+void bt_args_free(const kl_workload_t *w, void **args)
+{
+    if (!args)
+        return;
+    free(args[w->ntensors]);
+    free(args);
 }
 
 float **bt_alloc_bufs(const kl_workload_t *w, uint64_t seed)

@@ -9,9 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kl_abi.h"
 #include "kl_ir.h"
 
-typedef void (*bt_kernel_fn)(void *const *args);
+typedef kl_abi_kernel_fn bt_kernel_fn;
+
+/* A loaded kernel: kl_main and, when the source defines it,
+ * kl_main_prepare (common/kl_abi.h). */
+typedef struct {
+    bt_kernel_fn fn;
+    kl_abi_prepare_fn prepare; /* NULL: none */
+} bt_kernel_t;
 
 /* One store's records of one workload (the store's only one) on one
  * target: latency per trial in commit order (INFINITY when the trial
@@ -47,7 +55,23 @@ void bt_force_core(char **argv, const char *core, const char *why);
 /* Regenerates the best kernel's C source (entry "kl_main"), compiles it
  * with cc -O3 -march=native -fopenmp into workdir and loads it. Exits with
  * a message on error. */
-bt_kernel_fn bt_load_best(const bt_run_t *r, const char *workdir);
+bt_kernel_t bt_load_best(const bt_run_t *r, const char *workdir);
+
+/* Compiles C source file c (as the agent does) into workdir and returns
+ * its kl_main and kl_main_prepare; exits with a message on error. */
+bt_kernel_t bt_load_source(const char *c, const char *workdir);
+
+/* The kernel's args for bufs (bt_alloc_bufs of w): w->ntensors + 1 slots,
+ * the tensors, then the block of k's prepare. When k has a prepare, calls
+ * it once here, with only w's constant tensors (is_const) non-NULL, and
+ * says so on stdout: the layout of constant inputs is prepared once,
+ * outside the timing, as oneDNN's weights are reordered outside it.
+ * Exits with a message when prepare returns NULL. Free with
+ * bt_args_free. */
+void **bt_kernel_args(const bt_kernel_t *k, const kl_workload_t *w,
+                      float **bufs);
+/* Frees args and the prepared block in it. */
+void bt_args_free(const kl_workload_t *w, void **args);
 
 /* Buffers of w in ABI order (inputs pseudo-random from seed, output
  * zeroed); free with bt_free_bufs. */
