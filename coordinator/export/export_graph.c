@@ -16,8 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kl_err.h"
 #include "export_int.h"
+#include "kl_abi.h"
+#include "kl_err.h"
 #include "kl_util.h"
 
 extern char **environ;
@@ -35,12 +36,15 @@ static int64_t s_numel(const kl_mnode_t *nd)
 typedef struct {
     const kl_mgraph_t *g;
     const kl_model_t *m;
-    int *param;      /* node -> its param index (inputs), -1 */
-    kl_buf_t decl;   /* buffers, kernels' prototypes */
-    kl_buf_t run;    /* body of kiln_model_run */
+    const kl_kernel_t *kernels; /* [ntasks] */
+    int *param;                 /* node -> its param index (inputs), -1 */
+    kl_buf_t decl;              /* buffers, kernels' prototypes */
+    kl_buf_t run;               /* body of kiln_model_run */
+    kl_buf_t prep;   /* body of s_prepare: one block per prepared layer */
     kl_buf_t pnames; /* param names */
     kl_buf_t pnumel; /* param sizes */
     int nparams;
+    int nprep; /* layers whose kernel has a prepare step */
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
 } s_gen_t;
@@ -68,12 +72,96 @@ static int s_new_param(s_gen_t *c, const char *name, const char *what,
     return c->nparams++;
 }
 
-static void s_arg(kl_buf_t *b, const char *expr)
+/* A layer's tensors in ABI order, as C expressions. */
+typedef struct {
+    int n;
+    char ex[KL_IR_MAX_TENSORS][64];
+} s_args_t;
+
+static void s_push(s_args_t *a, const char *ex)
 {
-    kl_buf_printf(b, "%s(void *)%s", b->len ? ", " : "", expr);
+    if (a->n < KL_IR_MAX_TENSORS)
+        snprintf(a->ex[a->n], sizeof a->ex[0], "%s", ex);
+    a->n++;
 }
 
-/* One computing layer: its task's kernel with its tensors in ABI order. */
+static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
+                         const char *what, const kl_workload_t *w)
+{
+    int pi = s_new_param(c, nd->name, what, kl_tensor_numel(&w->tensors[a->n]));
+    char ex[64];
+    snprintf(ex, sizeof ex, "p[%d]", pi);
+    s_push(a, ex);
+}
+
+/* The tensors of computing layer nd, whose workload is w. */
+static void s_layer_args(s_gen_t *c, const kl_mnode_t *nd,
+                         const kl_workload_t *w, s_args_t *a)
+{
+    char ex[64];
+    s_bufexpr(c, nd->in[0], ex, sizeof ex);
+    s_push(a, ex);
+    bool two = nd->nin == 2;
+    bool weight = nd->op == KL_MOP_CONV2D || nd->op == KL_MOP_DEPTHWISE ||
+                  nd->op == KL_MOP_DENSE || (nd->op == KL_MOP_MATMUL && !two);
+    if (two) {
+        s_bufexpr(c, nd->in[1], ex, sizeof ex);
+        s_push(a, ex);
+    }
+    if (weight && a->n < w->ntensors - 1)
+        s_push_param(c, a, nd, "weight", w);
+    if (nd->bias && a->n < w->ntensors - 1)
+        s_push_param(c, a, nd, "bias", w);
+    if (nd->res) {
+        s_bufexpr(c, nd->res_from, ex, sizeof ex);
+        s_push(a, ex);
+    }
+    s_bufexpr(c, (int)(nd - c->g->nodes), ex, sizeof ex);
+    s_push(a, ex);
+}
+
+/* "(void *)x, ..." of a's expressions; with consts_only, 0 in place of
+ * every tensor that is not constant (ENTRY_prepare's arguments). */
+static void s_join(kl_buf_t *b, const s_args_t *a, const kl_workload_t *w,
+                   bool consts_only)
+{
+    for (int k = 0; k < a->n; k++) {
+        kl_buf_puts(b, k ? ", " : "");
+        if (consts_only && !w->tensors[k].is_const)
+            kl_buf_puts(b, "0");
+        else
+            kl_buf_printf(b, "(void *)%s", a->ex[k]);
+    }
+}
+
+/* A layer whose kernel has a prepare step: its block in s_prepare, made
+ * from its constant tensors, which must be parameters of the model (a
+ * computed tensor changes between runs). */
+static int s_prep_layer(s_gen_t *c, const kl_mnode_t *nd,
+                        const kl_workload_t *w, int task, const s_args_t *a,
+                        char *err)
+{
+    for (int k = 0; k < a->n; k++)
+        if (w->tensors[k].is_const && strncmp(a->ex[k], "p[", 2))
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "%s: layer '%s': constant tensor %s of %s is "
+                             "not a parameter of the model",
+                             c->src, nd->name, w->tensors[k].name, w->name);
+    kl_buf_t k = {0};
+    s_join(&k, a, w, true);
+    kl_buf_printf(&c->prep,
+                  "    { /* %s: %s */\n        void *k[] = {%s};\n"
+                  "        if (s_prepared(&s_prep[%d], kiln_task_%02d"
+                  "%s, k, %d))\n            return 1;\n    }\n",
+                  nd->name, w->name, k.data, c->nprep, task,
+                  KL_ABI_PREPARE_SUFFIX, a->n);
+    kl_buf_free(&k);
+    c->nprep++;
+    return KL_OK;
+}
+
+/* One computing layer: its task's kernel with its tensors in ABI order,
+ * and its prepared block after them when the kernel has a prepare step. */
 static int s_task_call(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
@@ -88,54 +176,33 @@ static int s_task_call(s_gen_t *c, int i, char *err)
     for (int t = 0; t < kl_model_ntasks(c->m); t++)
         if (!memcmp(kl_model_task(c->m, t)->w->key, w->key, 16))
             task = t;
-    kl_buf_t a = {0};
-    char ex[64];
-    int k = 0;
-    s_bufexpr(c, nd->in[0], ex, sizeof ex);
-    s_arg(&a, ex), k++;
-    bool two = nd->nin == 2;
-    bool weight = nd->op == KL_MOP_CONV2D || nd->op == KL_MOP_DEPTHWISE ||
-                  nd->op == KL_MOP_DENSE || (nd->op == KL_MOP_MATMUL && !two);
-    if (two) {
-        s_bufexpr(c, nd->in[1], ex, sizeof ex);
-        s_arg(&a, ex), k++;
-    }
-    if (weight && k < w->ntensors - 1) {
-        int pi =
-            s_new_param(c, nd->name, "weight", kl_tensor_numel(&w->tensors[k]));
-        snprintf(ex, sizeof ex, "p[%d]", pi);
-        s_arg(&a, ex), k++;
-    }
-    if (nd->bias && k < w->ntensors - 1) {
-        int pi =
-            s_new_param(c, nd->name, "bias", kl_tensor_numel(&w->tensors[k]));
-        snprintf(ex, sizeof ex, "p[%d]", pi);
-        s_arg(&a, ex), k++;
-    }
-    if (nd->res) {
-        s_bufexpr(c, nd->res_from, ex, sizeof ex);
-        s_arg(&a, ex), k++;
-    }
-    s_bufexpr(c, i, ex, sizeof ex);
-    s_arg(&a, ex), k++;
-    if (task < 0 || k != w->ntensors) {
-        kl_buf_free(&a);
+    s_args_t a = {0};
+    s_layer_args(c, nd, w, &a);
+    if (task < 0 || a.n != w->ntensors) {
         rc = kl_seterr(err, KL_ERR_INTERNAL,
                        "%s: layer '%s': %s (%d tensors, %d arguments made)",
                        c->src, nd->name,
                        task < 0 ? "its workload is none of the model's tasks"
                                 : "argument count",
-                       w->ntensors, k);
+                       w->ntensors, a.n);
         kl_workload_free(&w);
         return rc;
     }
-    kl_buf_printf(&c->run,
-                  "    { /* %s: %s */\n        void *a[] = {%s};\n"
-                  "        kiln_task_%02d(a);\n    }\n",
-                  nd->name, w->name, a.data, task);
-    kl_buf_free(&a);
+    bool prep = c->kernels[task].prepare;
+    kl_buf_t l = {0};
+    s_join(&l, &a, w, false);
+    if (prep) {
+        kl_buf_printf(&l, ", s_prep[%d].block", c->nprep);
+        rc = s_prep_layer(c, nd, w, task, &a, err);
+    }
+    if (!rc)
+        kl_buf_printf(&c->run,
+                      "    { /* %s: %s */\n        void *a[] = {%s};\n"
+                      "        kiln_task_%02d(a);\n    }\n",
+                      nd->name, w->name, l.data, task);
+    kl_buf_free(&l);
     kl_workload_free(&w);
-    return KL_OK;
+    return rc;
 }
 
 /* Layers without a task: softmax, layer_norm, gelu over the last dim. */
@@ -280,6 +347,24 @@ static const char s_header[] =
     " * the layouts of kl_ir.h's named operators (conv2d weight [K,C,R,S],\n"
     " * dense weight [O,I]). Intermediate buffers are static: allocated once,\n"
     " * when the library is loaded, so kiln_model_run is not reentrant.\n"
+    " *\n"
+    " * Constant inputs. A layer whose kernel has a prepare step (its task's\n"
+    " * kiln_task_NN_prepare, kiln's kl_abi.h; \"prepare\": true in\n"
+    " * manifest.json) lays its weight and bias out once, into a block of\n"
+    " * its own, instead of on every run. kiln_model_prepare prepares every\n"
+    " * such layer now (at load, outside a timed loop); without it,\n"
+    " * kiln_model_run prepares a layer on its first run, and again whenever\n"
+    " * the layer's weight or bias pointer differs from the one it was\n"
+    " * prepared from. A weight changed in place (same pointer) is not\n"
+    " * noticed: call kiln_model_prepare again after changing one.\n"
+    " * kiln_model_release frees the blocks (unloading the library does\n"
+    " * too). Nothing here prints; out of memory is a return value.\n"
+    " *\n"
+    " * Threads: one caller at a time per process. kiln_model_run,\n"
+    " * kiln_model_prepare and kiln_model_release share the static buffers\n"
+    " * and the prepared blocks and must not overlap (the kernels run\n"
+    " * OpenMP threads of their own inside); the other functions only read\n"
+    " * constants and may be called from any thread.\n"
     " */\n"
     "#ifndef KILN_MODEL_H\n#define KILN_MODEL_H\n\n"
     "/* The model's name. */\nconst char *kiln_model_name(void);\n"
@@ -290,10 +375,60 @@ static const char s_header[] =
     "long long kiln_model_param_numel(int i);\n"
     "/* Elements of the output (the first `output` line's tensor, else the\n"
     " * last layer). */\nlong long kiln_model_output_numel(void);\n"
+    "/* Number of layers whose kernel has a prepare step (0: nothing to\n"
+    " * prepare). */\nint kiln_model_nprepare(void);\n"
+    "/* Prepares every such layer now from params (as for kiln_model_run;\n"
+    " * only weights and biases are read, the inputs' pointers may be NULL),\n"
+    " * replacing the blocks prepared before. Returns 0, or 1 when a\n"
+    " * prepare step ran out of memory: the layers after it are left\n"
+    " * unprepared and the next kiln_model_run tries them again. */\n"
+    "int kiln_model_prepare(const float *const *params);\n"
+    "/* Frees every prepared block; the next run prepares again. */\n"
+    "void kiln_model_release(void);\n"
     "/* Runs the model: params[i] points to parameter i, output receives\n"
-    " * kiln_model_output_numel() floats. Returns 0. */\n"
+    " * kiln_model_output_numel() floats. Returns 0, or 1 when a layer's\n"
+    " * prepare step ran out of memory (output is then not written). */\n"
     "int kiln_model_run(const float *const *params, float *output);\n\n"
     "#endif\n";
+
+/* The prepared blocks (kiln_model.h, "Constant inputs"): s_prepared
+ * makes one layer's block unless it is there and was made from the same
+ * constant pointers; s_prepare runs it for every such layer. */
+static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
+{
+    kl_buf_printf(b,
+                  "typedef struct {\n    void *block;\n    const void "
+                  "*from[%d];\n} s_prep_t;\n\nstatic s_prep_t s_prep[%d];\n\n",
+                  KL_IR_MAX_TENSORS, c->nprep > 0 ? c->nprep : 1);
+    if (c->nprep)
+        kl_buf_puts(
+            b,
+            "static int s_prepared(s_prep_t *s, void *(*fn)(void *const *),\n"
+            "                      void *const *k, int n)\n{\n"
+            "    int same = s->block != 0;\n"
+            "    for (int i = 0; i < n; i++)\n"
+            "        same = same && s->from[i] == k[i];\n"
+            "    if (same)\n        return 0;\n    free(s->block);\n"
+            "    memset(s, 0, sizeof *s);\n    s->block = fn(k);\n"
+            "    if (!s->block)\n        return 1;\n"
+            "    for (int i = 0; i < n; i++)\n        s->from[i] = k[i];\n"
+            "    return 0;\n}\n\n");
+    kl_buf_printf(b,
+                  "static int s_prepare(const float *const *p)\n"
+                  "{\n    (void)p;\n%s    return 0;\n}\n\n"
+                  "int kiln_model_nprepare(void)\n{\n    return %d;\n}\n\n"
+                  "void kiln_model_release(void)\n{\n"
+                  "    for (int i = 0; i < %d; i++) {\n"
+                  "        free(s_prep[i].block);\n"
+                  "        memset(&s_prep[i], 0, sizeof s_prep[i]);\n"
+                  "    }\n}\n\n"
+                  "int kiln_model_prepare(const float *const *params)\n{\n"
+                  "    kiln_model_release();\n"
+                  "    return s_prepare(params);\n}\n\n"
+                  "__attribute__((destructor)) static void s_unload(void)\n"
+                  "{\n    kiln_model_release();\n}\n\n",
+                  c->prep.data ? c->prep.data : "", c->nprep, c->nprep);
+}
 
 static char *s_model_c(s_gen_t *c)
 {
@@ -305,10 +440,17 @@ static char *s_model_c(s_gen_t *c)
     kl_buf_printf(&b,
                   "/* kiln_model.c - the layer graph of model %s, written "
                   "by kiln export. */\n#include <math.h>\n#include "
-                  "<string.h>\n\n#include \"kiln_model.h\"\n\n",
+                  "<stdlib.h>\n#include <string.h>\n\n#include "
+                  "\"kiln_model.h\"\n\n",
                   kl_model_name(c->m));
-    for (int t = 0; t < kl_model_ntasks(c->m); t++)
+    for (int t = 0; t < kl_model_ntasks(c->m); t++) {
         kl_buf_printf(&b, "void kiln_task_%02d(void *const *args);\n", t);
+        if (c->kernels[t].prepare)
+            kl_buf_printf(&b,
+                          "void *kiln_task_%02d" KL_ABI_PREPARE_SUFFIX
+                          "(void *const *args);\n",
+                          t);
+    }
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "", s_helpers);
     kl_buf_printf(&b,
                   "static const char *const s_names[] = {\n%s};\n"
@@ -324,9 +466,11 @@ static char *s_model_c(s_gen_t *c)
                   "kiln_model_output_numel(void)\n{\n    return %lldLL;\n}\n\n",
                   kl_model_name(c->m), c->nparams, c->nparams, c->nparams,
                   (long long)s_numel(&g->nodes[out]));
+    s_prep_code(c, &b);
     kl_buf_printf(&b,
                   "int kiln_model_run(const float *const *p, float *output)"
-                  "\n{\n%s    memcpy(output, %s, %lldULL * sizeof(float));\n"
+                  "\n{\n    if (s_prepare(p))\n        return 1;\n%s"
+                  "    memcpy(output, %s, %lldULL * sizeof(float));\n"
                   "    return 0;\n}\n",
                   c->run.data ? c->run.data : "", oex,
                   (long long)s_numel(&g->nodes[out]));
@@ -359,7 +503,7 @@ static int s_gen(s_gen_t *c, char **model_c, char *err)
 }
 
 int kl_export_write_graph(const char *text, const char *source,
-                          const kl_model_t *m, char *const *sources,
+                          const kl_model_t *m, const kl_kernel_t *kernels,
                           const char *dir, bool build, const char *cc,
                           char *err)
 {
@@ -368,7 +512,8 @@ int kl_export_write_graph(const char *text, const char *source,
     if (rc)
         return rc;
     kl_mgraph_fuse(&g);
-    s_gen_t c = {.g = &g, .m = m, .src = source, .text = text};
+    s_gen_t c = {
+        .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     char *model_c = NULL, **paths = NULL;
     int np = 0;
@@ -376,7 +521,7 @@ int kl_export_write_graph(const char *text, const char *source,
     for (int t = 0; !rc && t < kl_model_ntasks(m); t++) {
         char name[32];
         snprintf(name, sizeof name, "task_%02d.c", t);
-        rc = s_write(dir, name, sources[t], &paths, &np, err);
+        rc = s_write(dir, name, kernels[t].source, &paths, &np, err);
     }
     if (!rc)
         rc = s_write(dir, "kiln_model.h", s_header, NULL, NULL, err);
@@ -394,6 +539,7 @@ int kl_export_write_graph(const char *text, const char *source,
     free(c.param);
     kl_buf_free(&c.decl);
     kl_buf_free(&c.run);
+    kl_buf_free(&c.prep);
     kl_buf_free(&c.pnames);
     kl_buf_free(&c.pnumel);
     kl_mgraph_free(&g);
@@ -421,9 +567,13 @@ int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
 {
     if (!cc)
         cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    const char *fixed[] = {cc,        "-O3",   "-march=native",  "-fopenmp",
-                           "-shared", "-fPIC", "-Wl,-Bsymbolic", "-o",
-                           lib};
+    /* -z nodelete: dlclose leaves the library (and so libgomp) mapped,
+     * since OpenMP's idle worker threads outlive it and would crash in
+     * unmapped code in a program that does not link libgomp itself. */
+    const char *fixed[] = {
+        cc,        "-O3",   "-march=native",  "-fopenmp",
+        "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete",
+        "-o",      lib};
     int nf = (int)(sizeof fixed / sizeof fixed[0]);
     char **argv = kl_xcalloc((size_t)(nf + n + 2), sizeof(char *));
     for (int i = 0; i < nf; i++)

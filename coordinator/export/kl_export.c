@@ -157,6 +157,7 @@ void kl_export_result_free(kl_export_result_t *r)
 typedef struct {
     Kiln__TuningRecord **recs; /* [ntasks], NULL where missing */
     kl_kernel_t *kernels;      /* [ntasks] */
+    int nprepare;              /* kernels with a prepare step */
 } s_tasks_t;
 
 static json_object *s_task_json(const kl_model_task_t *t, int i,
@@ -173,6 +174,8 @@ static json_object *s_task_json(const kl_model_task_t *t, int i,
     json_object_object_add(o, "weight", json_object_new_int(t->weight));
     json_object_object_add(o, "file", json_object_new_string(file));
     json_object_object_add(o, "entry", json_object_new_string(k->entry));
+    /* Whether the kernel defines ENTRY_prepare (kl_abi.h). */
+    json_object_object_add(o, "prepare", json_object_new_boolean(k->prepare));
     if (rec) {
         json_object *r = json_object_new_object();
         json_object_object_add(r, "target",
@@ -279,6 +282,7 @@ static int s_kernels(const kl_model_t *m, s_tasks_t *ts, char *err)
                      : kl_codegen_reference(t->w, entry, &ts->kernels[i], err);
         if (rc)
             return rc;
+        ts->nprepare += ts->kernels[i].prepare;
     }
     return KL_OK;
 }
@@ -313,17 +317,14 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
     if (!rc && cuda)
         rc = s_write_cuda(m, cfg->out_dir, ts, err);
     if (!rc && !cuda) {
-        char **srcs = kl_xcalloc((size_t)kl_model_ntasks(m), sizeof(char *));
-        for (int i = 0; i < kl_model_ntasks(m); i++)
-            srcs[i] = ts->kernels[i].source;
-        rc = kl_export_write_graph(text, cfg->model, m, srcs, cfg->out_dir,
-                                   cfg->build, cfg->cc, err);
-        free(srcs);
+        rc = kl_export_write_graph(text, cfg->model, m, ts->kernels,
+                                   cfg->out_dir, cfg->build, cfg->cc, err);
         if (!rc && cfg->build)
             res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
     }
     if (!rc)
         rc = s_manifest(m, target, cfg->out_dir, ts, cuda, err);
+    res->nprepare = ts->nprepare;
     return rc;
 }
 
@@ -343,8 +344,8 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     int n = kl_model_ntasks(m);
     res->ntasks = n;
     res->model = kl_xstrdup(kl_model_name(m));
-    s_tasks_t ts = {kl_xcalloc((size_t)n, sizeof(Kiln__TuningRecord *)),
-                    kl_xcalloc((size_t)n, sizeof(kl_kernel_t))};
+    s_tasks_t ts = {.recs = kl_xcalloc((size_t)n, sizeof(Kiln__TuningRecord *)),
+                    .kernels = kl_xcalloc((size_t)n, sizeof(kl_kernel_t))};
     rc = s_export(store, cfg, m, text, &ts, res, err);
     for (int i = 0; i < n; i++) {
         if (ts.recs[i])
@@ -370,19 +371,16 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
         rc = kl_mkdirs(dir, err);
     int n = m ? kl_model_ntasks(m) : 0;
     kl_kernel_t *ks = kl_xcalloc((size_t)n + 1, sizeof(kl_kernel_t));
-    char **srcs = kl_xcalloc((size_t)n + 1, sizeof(char *));
     for (int i = 0; !rc && i < n; i++) {
         char entry[32];
         snprintf(entry, sizeof entry, "kiln_task_%02d", i);
         rc = kl_codegen_reference(kl_model_task(m, i)->w, entry, &ks[i], err);
-        srcs[i] = ks[i].source;
     }
     if (!rc)
-        rc = kl_export_write_graph(text, model, m, srcs, dir, true, cc, err);
+        rc = kl_export_write_graph(text, model, m, ks, dir, true, cc, err);
     for (int i = 0; i < n; i++)
         kl_kernel_free(&ks[i]);
     free(ks);
-    free(srcs);
     kl_model_destroy(&m);
     free(text);
     return rc;

@@ -8,14 +8,18 @@
  *
  * A model export writes into one directory:
  *   task_NN.c            the kernel of task NN, entry kiln_task_NN (one
- *                        translation unit each, so kernels link together);
+ *                        translation unit each, so kernels link together),
+ *                        and kiln_task_NN_prepare when it lays its
+ *                        constant inputs out once (kl_abi.h);
  *                        task_NN.cu for CUDA targets
  *   kiln_model.c / .h    the layer graph (CPU targets): every layer in
  *                        graph order, each computing layer calling its
  *                        task's kernel with its own weights
  *   libkiln_model.so     (CPU targets) built with the system cc, -O3
  *                        -march=native -fopenmp -shared -fPIC
- *   manifest.json        per task: workload, key, record, latency, launch
+ *   manifest.json        per task: workload, key, record, latency, launch,
+ *                        "prepare" (true when the kernel has a prepare
+ *                        step)
  * The model's API is documented in the generated kiln_model.h.
  */
 #ifndef KL_EXPORT_H
@@ -68,6 +72,7 @@ typedef struct {
     int nmissing;   /* tasks without a record (fallback used when set) */
     char **missing; /* one line per missing task: "N NAME (workload)" */
     double tuned_s; /* sum over tasks of weight * record latency */
+    int nprepare;   /* tasks whose kernel has a prepare step (kl_abi.h) */
     char *lib_path; /* the library when built, else NULL */
     char *model;    /* the model's name */
 } kl_export_result_t;
@@ -94,21 +99,22 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
 
 /* ---- the generated graph code (export_graph.c) ------------------------- */
 
-/* Per task of the model: the kernel source to write, entry kiln_task_NN. */
-typedef struct {
-    char **sources; /* [ntasks], C sources */
-} kl_export_kernels_t;
-
 /* Writes task_NN.c, kiln_model.c and kiln_model.h of model text `text`
- * (source names it in errors) into dir, with the given kernel sources (in
- * kl_model task order), and builds libkiln_model.so when build is set. */
+ * (source names it in errors) into dir, with the given C kernels (in
+ * kl_model task order, entries kiln_task_NN), and builds libkiln_model.so
+ * when build is set. A kernel with `prepare` defines kiln_task_NN_prepare
+ * (kl_abi.h): every layer of its task keeps a block of its own, prepared
+ * from its weight and bias (which must be parameters of the model, else
+ * KL_ERR_INTERNAL) and passed after its tensors (kiln_model.h, "Constant
+ * inputs"). */
 int kl_export_write_graph(const char *text, const char *source,
-                          const kl_model_t *m, char *const *sources,
+                          const kl_model_t *m, const kl_kernel_t *kernels,
                           const char *dir, bool build, const char *cc,
                           char *err);
 
 /* Compiles sources (paths) into the shared library `lib` with cc -O3
- * -march=native -fopenmp -shared -fPIC, spawned without a shell; the
+ * -march=native -fopenmp -shared -fPIC -Wl,-z,nodelete (dlclose leaves it
+ * mapped: OpenMP's idle threads outlive it), spawned without a shell; the
  * compiler's output goes to lib + ".log". KL_ERR_COMPILE with the log's
  * tail when it fails. */
 int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
