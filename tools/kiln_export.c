@@ -64,8 +64,11 @@ static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
                                strncmp(t, "cuda/", 5) ? "c" : "cu");
         rc = kl_write_file(p, k.source, strlen(k.source), err);
         if (!rc)
-            printf("%s on %s: record %llu, median %.3f us -> %s\n", w->name, t,
-                   (unsigned long long)rec->seq, rec->median_s * 1e6, p);
+            printf("%s on %s: record %llu, median %.3f us -> %s%s\n", w->name,
+                   t, (unsigned long long)rec->seq, rec->median_s * 1e6, p,
+                   k.prepare ? " (defines kl_main_prepare: constant inputs "
+                               "laid out once, kl_abi.h)"
+                             : "");
         free(p);
     }
     kl_kernel_free(&k);
@@ -102,11 +105,12 @@ static int s_model(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
     if (rc) {
         fprintf(stderr, "kiln export: %s\n", err);
     } else {
-        printf("model %s on %s: %d tasks, %d tuned, %d naive; sum of "
-               "weighted task latencies %.3f ms (tuned tasks)\n",
+        printf("model %s on %s: %d tasks, %d tuned, %d naive, %d with a "
+               "prepare step; sum of weighted task latencies %.3f ms (tuned "
+               "tasks)\n",
                res.model ? res.model : cfg.model, kl_export_target(cfg.target),
                res.ntasks, res.ntasks - res.nmissing, res.nmissing,
-               res.tuned_s * 1e3);
+               res.nprepare, res.tuned_s * 1e3);
         printf("wrote %s/manifest.json%s%s\n", out, res.lib_path ? " and " : "",
                res.lib_path ? res.lib_path : "");
     }

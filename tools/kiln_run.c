@@ -1,7 +1,9 @@
 /* kiln run - runs an exported model (libkiln_model.so of kiln export) on
  * random parameters, checks its output against the naive build of the
  * same graph (every task's reference kernel), and times both, side by
- * side, and oneDNN where it can express every layer. */
+ * side, and oneDNN where it can express every layer. The exported build's
+ * constant inputs are prepared once (kiln_model_prepare) before the check
+ * and the timed runs, as a deployment does at load time. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +49,10 @@ typedef struct {
     long long (*pnumel)(int);
     long long (*onumel)(void);
     int (*run)(const float *const *, float *);
+    /* Libraries exported before prepare steps lack these three. */
+    int (*nprepare)(void);
+    int (*prepare)(const float *const *);
+    void (*release)(void);
 } s_lib_t;
 
 static int s_open(s_lib_t *l, const char *path, char *err)
@@ -61,6 +67,11 @@ static int s_open(s_lib_t *l, const char *path, char *err)
     *(void **)&l->pnumel = dlsym(l->h, "kiln_model_param_numel");
     *(void **)&l->onumel = dlsym(l->h, "kiln_model_output_numel");
     *(void **)&l->run = dlsym(l->h, "kiln_model_run");
+    *(void **)&l->nprepare = dlsym(l->h, "kiln_model_nprepare");
+    *(void **)&l->prepare = dlsym(l->h, "kiln_model_prepare");
+    *(void **)&l->release = dlsym(l->h, "kiln_model_release");
+    if (!l->nprepare || !l->prepare || !l->release)
+        l->nprepare = NULL, l->prepare = NULL, l->release = NULL;
     if (!l->name || !l->nparams || !l->pname || !l->pnumel || !l->onumel ||
         !l->run)
         return kl_seterr(err, KL_ERR_INVAL,
@@ -102,6 +113,43 @@ static float **s_params(const s_lib_t *l, uint64_t seed)
             p[i][k] = scale * (float)(2 * kl_rng_double(&r) - 1);
     }
     return p;
+}
+
+/* Prepares the constant inputs of every layer that has a prepare step,
+ * once, outside the timed runs, and says so. */
+static int s_prepare(const s_lib_t *l, float *const *p, char *err)
+{
+    if (!l->prepare) {
+        printf("no kiln_model_prepare in the library (exported before "
+               "prepare steps): nothing prepared\n");
+        return KL_OK;
+    }
+    double t0 = kl_now_s();
+    int rc = l->prepare((const float *const *)p);
+    double dt = kl_now_s() - t0;
+    if (rc)
+        return kl_seterr(err, KL_ERR_NOMEM,
+                         "kiln_model_prepare returned %d: a layer's prepare "
+                         "step ran out of memory",
+                         rc);
+    printf("prepared the constant inputs of %d layer(s) with "
+           "kiln_model_prepare in %.3f ms (outside the timed runs)\n",
+           l->nprepare(), dt * 1e3);
+    return KL_OK;
+}
+
+/* The output of one untimed run of each build. */
+static int s_outputs(const s_lib_t *lib, const s_lib_t *nv, float *const *p,
+                     float *got, float *ref, char *err)
+{
+    int a = lib->run((const float *const *)p, got);
+    int b = a ? 0 : nv->run((const float *const *)p, ref);
+    if (a || b)
+        return kl_seterr(err, KL_ERR_NOMEM,
+                         "kiln_model_run of the %s build returned %d: a "
+                         "layer's prepare step ran out of memory",
+                         a ? "exported" : "naive", a ? a : b);
+    return KL_OK;
 }
 
 static double s_time(const s_lib_t *l, float *const *p, float *out)
@@ -217,9 +265,11 @@ static int s_run(kl_opts_t *o, char *err)
         long long n = lib.onumel();
         float *got = kl_xmalloc((size_t)n * sizeof(float));
         float *ref = kl_xmalloc((size_t)n * sizeof(float));
-        lib.run((const float *const *)p, got);
-        nv.run((const float *const *)p, ref);
-        rc = s_check(got, ref, n, kl_opts_double(o, "rtol"), err);
+        rc = s_prepare(&lib, p, err);
+        if (!rc)
+            rc = s_outputs(&lib, &nv, p, got, ref, err);
+        if (!rc)
+            rc = s_check(got, ref, n, kl_opts_double(o, "rtol"), err);
         if (!rc)
             s_bench(&lib, &nv, p, got, (int)kl_opts_int(o, "repeat"));
         if (!rc && !kl_opts_bool(o, "no-dnnl"))
@@ -231,6 +281,8 @@ static int s_run(kl_opts_t *o, char *err)
         free(got);
         free(ref);
     }
+    if (lib.release)
+        lib.release();
     if (nv.h)
         dlclose(nv.h);
     if (lib.h)
