@@ -61,8 +61,30 @@ grep -q "\"target\":\"$TGT\"" "$T/out/manifest.json" || fail "manifest: not on $
 grep -q "\"target\":\"$OTHER\"" "$T/out/manifest.json" &&
     fail "a record of $OTHER was used"
 grep -q '"latency_s":1e-09' "$T/out/manifest.json" && fail "the faster other-target record was used"
+# Every task says whether its kernel has a prepare step (kl_abi.h); each
+# that has one is declared in kiln_model.c, and kiln run prepares the
+# layers of those tasks (their weights) once, before its timed runs.
+[ "$(grep -c '"prepare":\(true\|false\)' "$T/out/manifest.json")" -eq 4 ] ||
+    fail "manifest: not one prepare flag per task"
+nprep=$(python3 - "$T/out" <<'P'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+src = open(d + "/kiln_model.c").read()
+n = 0
+for t in m["tasks"]:
+    decl = "void *kiln_task_%02d_prepare(void *const *args);" % t["id"]
+    task = open(d + "/" + t["file"]).read()
+    if t["prepare"] != (decl in src) or t["prepare"] != ("kiln_task_%02d_prepare(" % t["id"] in task):
+        sys.exit("task %d: prepare %s disagrees with the sources" % (t["id"], t["prepare"]))
+    n += t["weight"] if t["prepare"] else 0
+print(n)
+P
+) || fail "prepare flags: $nprep"
 "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 5 \
     >"$T/run.out" 2>"$T/run.log" || fail "kiln run exited $?"
+grep -q "^prepared the constant inputs of $nprep layer(s) with kiln_model_prepare in [0-9.]* ms (outside the timed runs)" \
+    "$T/run.out" || fail "kiln run: no prepare line for $nprep layers: $(cat "$T/run.out")"
 # oneDNN: a figure checked against the naive output, or the reason why not.
 grep -qE "^oneDNN +[0-9.]+ ms .*largest difference from the naive build|^oneDNN +not measured: kiln was built without libdnnl" \
     "$T/run.out" || fail "kiln run: no oneDNN line"
