@@ -192,6 +192,26 @@ static char *s_dense_kernel(const kl_workload_t *w)
         I * O + O, O, I, O, I, I * O, N, O, I * O, I, I, O, O);
 }
 
+/* Out of memory in a prepare step: a return value, no output written,
+ * and the next run after memory is back prepares what is missing (both
+ * layers: 2 more prepare calls after the 5 made before). */
+static void s_out_of_memory(const lib_t *lib, const lib_t *nv, float **p,
+                            int *calls, int *failp)
+{
+    *failp = 1;
+    assert_int_equal(lib->prepare((const float *const *)p), 1);
+    lib->release();
+    float sentinel = 12345.0f, *o = kl_xmalloc((size_t)lib->onumel() * 4);
+    for (long long k = 0; k < lib->onumel(); k++)
+        o[k] = sentinel;
+    assert_int_equal(lib->run((const float *const *)p, o), 1);
+    assert_true(o[0] == sentinel);
+    free(o);
+    *failp = 0;
+    assert_true(s_diff(lib, nv, p) < 1e-5);
+    assert_int_equal(*calls, 7);
+}
+
 static void test_graph_code_prepares_per_layer(void **state)
 {
     fx_t *fx = *state;
@@ -254,20 +274,7 @@ static void test_graph_code_prepares_per_layer(void **state)
     assert_int_equal(lib.prepare((const float *const *)p), 0);
     assert_int_equal(*calls, 5);
     assert_true(s_diff(&lib, &nv, p) < 1e-5);
-    /* Out of memory: a return value, no output written, and the next run
-     * after memory is back prepares what is missing. */
-    *failp = 1;
-    assert_int_equal(lib.prepare((const float *const *)p), 1);
-    lib.release();
-    float sentinel = 12345.0f, *o = kl_xmalloc((size_t)lib.onumel() * 4);
-    for (long long k = 0; k < lib.onumel(); k++)
-        o[k] = sentinel;
-    assert_int_equal(lib.run((const float *const *)p, o), 1);
-    assert_true(o[0] == sentinel);
-    free(o);
-    *failp = 0;
-    assert_true(s_diff(&lib, &nv, p) < 1e-5);
-    assert_int_equal(*calls, 7);
+    s_out_of_memory(&lib, &nv, p, calls, failp);
     s_free_params(&lib, p);
     lib.release();
     dlclose(lib.h);
@@ -294,6 +301,21 @@ static kl_trace_t *s_packed_trace(const char *target)
     kl_tr_parallel(t, o[0]);
     kl_tr_cache_read(t, "W", KL_SCOPE_PACKED);
     return t;
+}
+
+/* The premise: through the schedule API the trace's pack of W stays at
+ * the root, before the parallel loop. */
+static void s_premise(const kl_workload_t *w, const kl_trace_t *tr, char *err)
+{
+    kl_sched_t *s = NULL;
+    bool rej = true;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    assert_int_equal(kl_trace_apply(tr, s, NULL, NULL, &rej, err), KL_OK);
+    assert_false(rej);
+    assert_int_equal(kl_sched_nstages(s), 1);
+    assert_int_equal(kl_sched_stage(s, 0)->attach, KL_ATTACH_ROOT);
+    assert_int_equal(kl_sched_loop(s, 0)->kind, KL_LOOP_PARALLEL);
+    kl_sched_destroy(&s);
 }
 
 /* Commits the trace as a valid record of w on target. */
@@ -324,17 +346,7 @@ static void test_packed_weight_exported(void **state)
     assert_int_equal(
         kl_workload_from_op("dense N=2 I=16 O=16 bias=1", &w, fx->err), KL_OK);
     kl_trace_t *tr = s_packed_trace(tgt);
-    /* The premise: through the schedule API the pack of W stays at the
-     * root, before the parallel loop. */
-    kl_sched_t *s = NULL;
-    bool rej = true;
-    assert_int_equal(kl_sched_create(&s, w, fx->err), KL_OK);
-    assert_int_equal(kl_trace_apply(tr, s, NULL, NULL, &rej, fx->err), KL_OK);
-    assert_false(rej);
-    assert_int_equal(kl_sched_nstages(s), 1);
-    assert_int_equal(kl_sched_stage(s, 0)->attach, KL_ATTACH_ROOT);
-    assert_int_equal(kl_sched_loop(s, 0)->kind, KL_LOOP_PARALLEL);
-    kl_sched_destroy(&s);
+    s_premise(w, tr, fx->err);
 
     char *db = kl_xasprintf("%s/db", fx->dir);
     kl_store_t *st = NULL;
