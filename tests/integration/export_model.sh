@@ -196,6 +196,11 @@ fi
 "$KILN" export --db "$T/db" --op "max_pool2d N=1 C=8 H=16 W=16 R=2 S=2" \
     --out "$T/op" >"$T/op.out" 2>"$T/op.log" || fail "export --op exited $?"
 [ -s "$T/op/max_pool2d_1_8_16_16_2_2_s2_p0.c" ] || fail "export --op wrote no source"
+"$KILN" export --db "$T/db" --op "dense N=1 I=512 O=32 bias=1" --out "$T/op" \
+    >"$T/op3.out" 2>"$T/op3.log" || fail "export --op of the dense task exited $?"
+grep -q "defines kl_main_prepare" "$T/op3.out" &&
+    grep -q "void \*kl_main_prepare(" "$T/op/dense_1_512_32_bias.c" ||
+    fail "export --op of a kernel with a prepare step does not say so"
 "$KILN" export --db "$T/db" --op "relu shape=4x4" --out "$T/op" \
     >/dev/null 2>"$T/op2.log"
 [ $? -eq 3 ] && grep -q "no valid record of relu_4x4 .* on target $TGT" "$T/op2.log" ||
