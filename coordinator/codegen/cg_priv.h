@@ -66,6 +66,11 @@ typedef struct {
     /* A constant tensor packed before the parallel loop is packed once, by
      * ENTRY_prepare (kl_abi.h), at pk_off floats into its block. */
     bool pk_prep[KL_IR_MAX_TENSORS];
+    /* A window pack's channel block: pk_blk_n > 1 splits dimension
+     * pk_blk_dim into [/ n] in place and [% n] innermost, walked by symbol
+     * pk_blk_sym (the innermost reduction loop). */
+    int64_t pk_blk_n[KL_IR_MAX_TENSORS];
+    int pk_blk_dim[KL_IR_MAX_TENSORS], pk_blk_sym[KL_IR_MAX_TENSORS];
     int64_t pk_off[KL_IR_MAX_TENSORS];
     int64_t prep_elems; /* floats in the prepared block; 0: no prepare */
     bool in_prep;       /* emitting ENTRY_prepare */

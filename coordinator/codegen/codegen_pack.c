@@ -114,6 +114,42 @@ static bool s_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
     return elems <= s_loop_elems(g, a->tensor);
 }
 
+/* The channel block of t's window layout: the innermost reduction loop,
+ * when it walks, with stride 1, a dimension that only its iterator indexes
+ * (conv2d's input channels) and its extent divides the box there. */
+static void s_window_block(cg_t *g, int t)
+{
+    int p = g->n - 1;
+    while (p > g->pack_pos[t] && !g->L[p]->reduce)
+        p--;
+    if (p <= g->pack_pos[t] || g->L[p]->nparts != 1)
+        return;
+    int si = g->symbase[p], it = g->sym[si].iter, d = -1;
+    int64_t e = g->sym[si].extent;
+    const kl_access_t *a = g->pk_access[t];
+    if (g->sym[si].stride != 1 || e < 2)
+        return;
+    for (int dd = 0; dd < g->w->tensors[t].ndim; dd++)
+        if (a->idx[dd].coef[it]) {
+            if (d >= 0)
+                return;
+            d = dd;
+        }
+    if (d < 0 || a->idx[d].coef[it] != 1 || g->pk_ext[t][d] % e ||
+        g->pk_ilo[t][d] % e)
+        return;
+    for (int j = 0; j < g->w->niters; j++)
+        if (j != it && a->idx[d].coef[j])
+            return;
+    for (int j = 0; j < g->nsym; j++)
+        if (j != si && g->sym[j].iter == it && g->sym[j].pos > g->pack_pos[t] &&
+            g->sym[j].stride % e)
+            return;
+    g->pk_blk_n[t] = e;
+    g->pk_blk_dim[t] = d;
+    g->pk_blk_sym[t] = si;
+}
+
 int cg_pack_setup(cg_t *g)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
@@ -130,6 +166,8 @@ int cg_pack_setup(cg_t *g)
                            g->w->tensors[t].name);
         g->pk_access[t] = a;
         g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
+        if (g->pk_window[t])
+            s_window_block(g, t);
         if (g->pack_pos[t] == -1 && g->w->tensors[t].is_const) {
             g->pk_prep[t] = true;
             g->pk_off[t] = g->prep_elems;
@@ -155,12 +193,24 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
     int64_t stride = 1;
     memset(out, 0, sizeof *out);
     if (g->pk_window[t]) {
+        int64_t e = g->pk_blk_n[t] > 1 ? g->pk_blk_n[t] : 1;
+        int bd = e > 1 ? g->pk_blk_dim[t] : -1;
+        if (bd >= 0) {
+            out->k[g->pk_blk_sym[t]] = 1;
+            stride = e;
+        }
         for (int d = g->w->tensors[t].ndim - 1; d >= 0; d--) {
             cg_lin_t in, rest;
             s_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
             in.c = -g->pk_ilo[t][d];
+            if (d == bd) { /* the block's outer part: (index - c) / e */
+                in.k[g->pk_blk_sym[t]] = 0;
+                in.c /= e;
+                for (int i = 0; i < g->nsym; i++)
+                    in.k[i] /= e;
+            }
             cg_lin_add(out, &in, stride);
-            stride *= g->pk_ext[t][d];
+            stride *= d == bd ? g->pk_ext[t][d] / e : g->pk_ext[t][d];
         }
         return;
     }
@@ -171,48 +221,65 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
         }
 }
 
-/* The window layout: one loop per tensor dimension over the box. */
+/* The window layout: one loop per tensor dimension over the box, the
+ * channel block's inner loop innermost. */
 static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
                                const int64_t *ilo, const int64_t *ext)
 {
     const kl_tensor_t *T = &g->w->tensors[t];
+    int64_t e = g->pk_blk_n[t] > 1 ? g->pk_blk_n[t] : 1;
+    int bd = e > 1 ? g->pk_blk_dim[t] : -1;
     bool saved_lanes = g->lanes_on;
     g->lanes_on = false;
-    cg_line(g, "/* pack %s (window) */", T->name);
+    cg_line(g, "/* pack %s (window%s) */", T->name,
+            bd >= 0 ? ", channel blocks innermost" : "");
     kl_buf_t cond = {0}, src = {0}, dst = {0};
-    int64_t tstride = 1, pstride = 1;
+    int64_t tstride = 1, pstride = e;
+    if (bd >= 0)
+        kl_buf_puts(&dst, "qb");
     for (int d = T->ndim - 1; d >= 0; d--) {
         cg_lin_t in, out;
         s_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
         out.c += ilo[d];
-        int64_t lo, hi;
+        int64_t lo, hi, pext = d == bd ? ext[d] / e : ext[d];
         cg_lin_range(g, &out, &lo, &hi);
         hi += ext[d] - 1;
-        kl_buf_t e = {0};
-        cg_lin_print(g, &out, 0, &e);
-        if (ext[d] > 1)
-            kl_buf_printf(&e, " + q%d", d);
+        kl_buf_t x = {0};
+        cg_lin_print(g, &out, 0, &x);
+        if (d == bd && pext > 1)
+            kl_buf_printf(&x, " + q%d * %lld + qb", d, (long long)e);
+        else if (d == bd)
+            kl_buf_puts(&x, " + qb");
+        else if (ext[d] > 1)
+            kl_buf_printf(&x, " + q%d", d);
         if (lo < 0 || hi > T->shape[d] - 1)
             kl_buf_printf(&cond, "%s(uint64_t)(%s) < %lldu",
-                          cond.len ? " && " : "", e.data,
+                          cond.len ? " && " : "", x.data,
                           (long long)T->shape[d]);
-        kl_buf_printf(&src, "%s(%s) * %lld", src.len ? " + " : "", e.data,
+        kl_buf_printf(&src, "%s(%s) * %lld", src.len ? " + " : "", x.data,
                       (long long)tstride);
-        if (ext[d] > 1)
+        if (pext > 1)
             kl_buf_printf(&dst, "%sq%d * %lld", dst.len ? " + " : "", d,
                           (long long)pstride);
         tstride *= T->shape[d];
-        pstride *= ext[d];
-        kl_buf_free(&e);
+        pstride *= pext;
+        kl_buf_free(&x);
     }
     int open = 0;
-    for (int d = 0; d < T->ndim; d++)
-        if (ext[d] > 1) {
+    for (int d = 0; d <= T->ndim; d++) {
+        int64_t n = d == T->ndim ? (bd >= 0 ? e : 1)
+                    : d == bd    ? ext[d] / e
+                                 : ext[d];
+        if (n < 2)
+            continue;
+        if (d == T->ndim)
+            cg_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {", (long long)n);
+        else
             cg_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {", d, d,
-                    (long long)ext[d], d);
-            g->ind++;
-            open++;
-        }
+                    (long long)n, d);
+        g->ind++;
+        open++;
+    }
     if (cond.len)
         cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
                 dst.len ? dst.data : "0", cond.data, T->name, src.data);

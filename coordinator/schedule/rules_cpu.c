@@ -28,7 +28,10 @@
  * register tile is rows of output pixels x channel vectors, the GEMM
  * micro-kernel of a channel-blocked (NCHWc) convolution without changing
  * the tensors' layouts. Packing is then likely, as the weights are read
- * with a stride otherwise.
+ * with a stride otherwise. The input channels may be blocked as well (a
+ * sampled block of 1, 4, 8 or 16 channels innermost of the reduction
+ * loops): the weights packed [.., c-block, k-vector] and the input's
+ * window pack [c / block][h][w][c % block] walk it contiguously.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +53,7 @@ typedef struct {
     int64_t loop[KL_IR_MAX_ITERS];                /* naive loop RV per iter */
     int64_t s[KL_IR_MAX_ITERS][4], r[KL_IR_MAX_ITERS][2]; /* tiled loops */
     int64_t s3v[KL_IR_MAX_ITERS]; /* RV (or -literal) of the s3 factor */
+    int64_t cb; /* channel vectors: the channel-block loop, or -1 */
     char err[KL_ERRMSG_LEN];
 } rule_t;
 
@@ -61,6 +65,23 @@ static int s_vec_iter(const kl_workload_t *w)
         if (a->coef[i] == 1 && !w->iters[i].reduce)
             return i;
     return -1;
+}
+
+/* Channel vectors: the reduction's inner tile of iterator k (conv2d's
+ * input channels) split once more, its last part innermost of all the
+ * reduction loops (C1 R1 S1 -> C1a R1 S1 C1b): the weights' vectors and
+ * the input's broadcasts then walk a block of channels contiguously, the
+ * blocked (NCHWc) order, once the packs lay them out that way. Block 1
+ * keeps the plain order. */
+static void s_channel_block(rule_t *r, int k)
+{
+    int64_t vals[4] = {1, 4, 8, 16};
+    double ps[4] = {0.25, 0.15, 0.25, 0.35};
+    int64_t c = kl_tr_sample_categorical(r->tr, vals, ps, 4);
+    int64_t f[2] = {KL_SPLIT_INFER, c}, o[2];
+    kl_tr_split(r->tr, r->r[k][1], f, 2, o);
+    r->r[k][1] = o[0];
+    r->cb = o[1];
 }
 
 /* Tiles every iterator; fills r->s, r->r, r->s3v. */
@@ -146,6 +167,8 @@ static void s_tile(rule_t *r)
             int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
             int64_t f[2] = {KL_SPLIT_INFER, c};
             kl_tr_split(tr, r->loop[it], f, 2, r->r[k]);
+            if (r->chan && r->cb < 0 && ext % 16 == 0)
+                s_channel_block(r, k);
         } else {
             kl_tr_sample_perfect_tile(tr, r->loop[it], 2, 512, v);
             kl_tr_split(tr, r->loop[it], v, 2, r->r[k]);
@@ -167,6 +190,8 @@ static int s_order(const rule_t *r, bool flip, int64_t *ord)
         ord[n++] = r->s[flip ? r->nsp - 1 - k : k][2];
     for (int k = 0; k < r->nrd; k++)
         ord[n++] = r->r[k][1];
+    if (r->cb >= 0)
+        ord[n++] = r->cb;
     /* S3: the vector iterator last. */
     for (int k = 0; k < r->nsp; k++)
         if (k != r->vec)
@@ -371,7 +396,8 @@ static int s_build(rule_t *r)
                      (long long)uv[i]);
             if ((rc = kl_tr_if(tr, pred, r->err)))
                 return rc;
-            kl_tr_annotate(tr, r->r[r->nrd - 1][1], "unroll_max_step", uv[i]);
+            kl_tr_annotate(tr, r->cb >= 0 ? r->cb : r->r[r->nrd - 1][1],
+                           "unroll_max_step", uv[i]);
             if ((rc = kl_tr_end(tr, r->err)))
                 return rc;
         }
@@ -399,6 +425,7 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
     r.w = w;
     r.t = t;
     r.vec = r.row = -1;
+    r.cb = -1;
     int vit = s_vec_iter(w);
     for (int i = 0; i < w->niters; i++) {
         if (w->iters[i].reduce) {

@@ -37,6 +37,8 @@ static const char *const s_shapes[] = {
     "conv2d N=1 C=8 H=14 W=14 K=16 R=3 S=3 stride=1 pad=1",
     "conv2d N=1 C=3 H=15 W=15 K=8 R=7 S=7 stride=2 pad=3 bias=1 relu=1",
     "conv2d N=1 C=8 H=7 W=7 K=16 R=3 S=3 pad=1 layout=NHWC residual=1",
+    /* channel vectors with blocks of input channels */
+    "conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1 bias=1",
     "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1",
     "conv2d_transpose N=1 C=8 H=7 W=7 K=4 R=3 S=3 stride=2 pad=1",
     "max_pool2d N=1 C=8 H=14 W=14 R=3 S=3 stride=2 pad=1",
@@ -311,6 +313,51 @@ static void test_constant_prepared_once(void **state)
     kl_workload_free(&w);
 }
 
+/* Channel vectors with blocks of input channels: some samples of a
+ * conv2d whose channels fill vectors lay the input out [c / b][h][w][c %
+ * b] and walk the block innermost; six of them are built and checked. */
+static void test_channel_blocks(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_wl("conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1");
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 11);
+    char *srcs[6], *ents[6];
+    int nb = 0;
+    for (int i = 0; i < 60 && nb < 6; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("sample %d: %s", i, err);
+        char entry[32];
+        snprintf(entry, sizeof entry, "kl_b%d", i);
+        kl_kernel_t k;
+        if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
+            fail_msg("codegen %d: %s", i, err);
+        if (strstr(k.source, "channel blocks innermost")) {
+            assert_non_null(strstr(k.source, "for (int64_t qb = 0; qb < "));
+            srcs[nb] = k.source;
+            ents[nb++] = k.entry;
+        } else {
+            kl_kernel_free(&k);
+        }
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    assert_int_equal(nb, 6);
+    s_check_many(w, srcs, ents, nb, "channel blocks");
+    for (int i = 0; i < nb; i++) {
+        free(srcs[i]);
+        free(ents[i]);
+    }
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 static void test_codegen_errors(void **state)
 {
     (void)state;
@@ -385,6 +432,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_register_tile_structure),
         cmocka_unit_test(test_random_small_sweep),
         cmocka_unit_test(test_constant_prepared_once),
+        cmocka_unit_test(test_channel_blocks),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
