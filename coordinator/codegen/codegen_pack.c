@@ -221,6 +221,16 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
         }
 }
 
+/* A pack before the parallel loop of a parallel kernel is itself shared
+ * out over the threads (its outermost loop), in the kernel, not in
+ * ENTRY_prepare. */
+static void s_root_pragma(cg_t *g, int t)
+{
+    if (g->pack_pos[t] == -1 && !g->in_prep && g->n > 0 &&
+        g->L[0]->kind == KL_LOOP_PARALLEL)
+        cg_line(g, "#pragma omp parallel for schedule(static)");
+}
+
 /* The window layout: one loop per tensor dimension over the box, the
  * channel block's inner loop innermost. */
 static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
@@ -272,6 +282,8 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
                                  : ext[d];
         if (n < 2)
             continue;
+        if (!open)
+            s_root_pragma(g, t);
         if (d == T->ndim)
             cg_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {", (long long)n);
         else
@@ -318,6 +330,8 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
             }
             snprintf(s->name, sizeof s->name, "p%d", si);
             s->st = SYM_VAR;
+            if (!open)
+                s_root_pragma(g, t);
             cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", s->name,
                     s->name, (long long)s->extent, s->name);
             g->ind++;

@@ -158,8 +158,12 @@ static void s_tile(rule_t *r)
         int64_t vals[5];
         double ps[5];
         int n = 0;
+        /* Channel vectors may keep the whole reduction in the tile (a
+         * conv2d's 256 channels): its accumulators, stored lane by lane,
+         * are then never loaded back. */
         for (int i = 0; i < 5; i++)
-            if (ext % kc[i] == 0 && ext > kc[i]) {
+            if (ext % kc[i] == 0 &&
+                (ext > kc[i] || (r->chan && ext == kc[i]))) {
                 vals[n] = kc[i];
                 ps[n++] = kp[i];
             }
