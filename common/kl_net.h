@@ -23,7 +23,11 @@
 #include "kiln.pb-c.h"
 
 #define KL_PROTO_MAJOR 1
-#define KL_PROTO_MINOR 0
+/* Minor 1 added ROLE_CONSTANT (constant inputs, prepared once): a 1.0
+ * agent drops such a request as malformed, so a coordinator refuses
+ * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. */
+#define KL_PROTO_MINOR 1
+#define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */
 #define KL_NET_MAX_FRAME (64u << 20)

@@ -156,7 +156,17 @@ static void s_on_message(s_actor_t *s, const kl_peer_t *peer,
 {
     Kiln__Envelope *e = *env;
     int slot = kl_dcore_find(s->core, peer);
-    if (e->body_case == KILN__ENVELOPE__BODY_HELLO) {
+    if (e->body_case == KILN__ENVELOPE__BODY_HELLO &&
+        e->version_minor < KL_PROTO_MINOR_AGENT_MIN) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "agent protocol %u.%u refused: this coordinator needs %d.%d "
+                 "or later (constant inputs, ROLE_CONSTANT); upgrade the agent",
+                 e->version_major, e->version_minor, KL_PROTO_MAJOR,
+                 KL_PROTO_MINOR_AGENT_MIN);
+        kl_warn("dispatch: %s", why);
+        s_goodbye(s, peer, why);
+    } else if (e->body_case == KILN__ENVELOPE__BODY_HELLO) {
         s_on_hello(s, peer, e->hello, now);
     } else if (slot < 0) {
         if (e->body_case != KILN__ENVELOPE__BODY_GOODBYE)

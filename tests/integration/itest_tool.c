@@ -10,6 +10,10 @@
  *     Connects (insecure) and sends a Hello of protocol major 99; expects a
  *     Goodbye whose reason names both 99 and this build's version. Exit 0
  *     when it comes, 1 otherwise.
+ *
+ *   itest_tool hello ENDPOINT MAJOR.MINOR WANT
+ *     The same with a Hello of version MAJOR.MINOR; the Goodbye's reason
+ *     must name MAJOR.MINOR and contain WANT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,13 +138,14 @@ static int s_check(int argc, char **argv)
     return bad ? 1 : 0;
 }
 
-static int s_hello99(const char *ep)
+static int s_hello(const char *ep, unsigned major, unsigned minor,
+                   const char *want)
 {
     char err[KL_ERRMSG_LEN];
     kl_net_security_t sec = {.insecure = true};
     kl_net_t *net;
     if (kl_net_client_new(&net, ep, &sec, err) != KL_OK)
-        return fprintf(stderr, "hello99: %s\n", err), 1;
+        return fprintf(stderr, "hello: %s\n", err), 1;
     Kiln__DeviceInfo dev = KILN__DEVICE_INFO__INIT;
     Kiln__DeviceInfo *devs[1] = {&dev};
     dev.kind = "cpu";
@@ -153,15 +158,15 @@ static int s_hello99(const char *ep)
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    env.version_major = 99;
-    env.version_minor = 7;
+    env.version_major = major;
+    env.version_minor = minor;
     /* kl_net_send stamps this build's version; send the bytes by hand. */
     size_t len;
     void *buf = kl_net_encode(&env, &len);
     int sent = zmq_send(kl_net_socket(net), buf, len, 0);
     free(buf);
     if (sent < 0)
-        return fprintf(stderr, "hello99: send failed\n"), 1;
+        return fprintf(stderr, "hello: send failed\n"), 1;
     int rc = 1;
     double until = kl_now_s() + 10;
     while (kl_now_s() < until && rc) {
@@ -171,13 +176,13 @@ static int s_hello99(const char *ep)
             continue;
         if (in->body_case == KILN__ENVELOPE__BODY_GOODBYE) {
             const char *why = in->goodbye->reason;
-            char ours[32];
-            snprintf(ours, sizeof ours, "%d.%d", KL_PROTO_MAJOR,
-                     KL_PROTO_MINOR);
+            char theirs[32];
+            snprintf(theirs, sizeof theirs, "%u.%u", major, minor);
             printf("Goodbye: %s\n", why);
-            rc = strstr(why, "99.7") && strstr(why, ours) ? 0 : 1;
+            rc = strstr(why, theirs) && strstr(why, want) ? 0 : 1;
             if (rc)
-                printf("FAIL: the reason does not name 99.7 and %s\n", ours);
+                printf("FAIL: the reason does not name %s and %s\n", theirs,
+                       want);
             kl_net_envelope_free(&in);
             break;
         }
@@ -195,9 +200,17 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "check"))
         return s_check(argc - 2, argv + 2);
-    if (argc == 3 && !strcmp(argv[1], "hello99"))
-        return s_hello99(argv[2]);
-    fprintf(stderr, "usage: itest_tool check DB ARGS REF [--not-agent N] "
-                    "FILE=STATUS... | hello99 EP\n");
+    if (argc == 3 && !strcmp(argv[1], "hello99")) {
+        char ours[32];
+        snprintf(ours, sizeof ours, "%d.%d", KL_PROTO_MAJOR, KL_PROTO_MINOR);
+        return s_hello(argv[2], 99, 7, ours);
+    }
+    unsigned ma, mi;
+    if (argc == 5 && !strcmp(argv[1], "hello") &&
+        sscanf(argv[3], "%u.%u", &ma, &mi) == 2)
+        return s_hello(argv[2], ma, mi, argv[4]);
+    fprintf(stderr,
+            "usage: itest_tool check DB ARGS REF [--not-agent N] "
+            "FILE=STATUS... | hello99 EP | hello EP MAJOR.MINOR WANT\n");
     return 2;
 }
