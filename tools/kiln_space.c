@@ -45,9 +45,11 @@ static json_object *s_args_json(const kl_workload_t *w)
         for (int d = 0; d < tn->ndim; d++)
             json_object_array_add(sh, json_object_new_int64(tn->shape[d]));
         json_object_object_add(o, "shape", sh);
-        json_object_object_add(
-            o, "role",
-            json_object_new_string(tn->is_output ? "output" : "input"));
+        json_object_object_add(o, "role",
+                               json_object_new_string(tn->is_output ? "output"
+                                                      : tn->is_const
+                                                          ? "constant"
+                                                          : "input"));
         json_object_array_add(a, o);
     }
     return a;
