@@ -13,7 +13,8 @@
  *     the layouts it prefers (format any: blocked; inputs reordered once,
  *     outside the timing), interleaved, caches flushed before every
  *     sample, on the threads of OMP_NUM_THREADS (run it with 2, pinned);
- *     the output is checked against oneDNN's.
+ *     the output is checked against oneDNN's; then the same pair with warm
+ *     caches (no flush), for information.
  *
  * Usage: bench_tune_conv2d --db DIR [--rounds N] [--workdir DIR]
  *                          [--source FILE]
@@ -235,6 +236,15 @@ int main(int argc, char **argv)
            "error vs oneDNN %.2g\n",
            f / sk.med / 1e9, f / sk.max / 1e9, f / sk.min / 1e9, e);
     printf("ratio kiln / oneDNN: %.2f (goal >= 1.0)\n", sd.med / sk.med);
+    /* The same pair with warm caches (back-to-back calls, the weights
+     * already in L2/L3): not the goal's figure, but it tells how much of
+     * a gap is streaming the weights in. */
+    bt_set_flush(false);
+    bt_stat_t wk, wd;
+    bt_interleave(s_kiln, &k, s_dnnl, &d, rounds, &wk, &wd);
+    bt_set_flush(true);
+    printf("warm caches: oneDNN %.1f, kiln %.1f GFLOP/s median, ratio %.2f\n",
+           f / wd.med / 1e9, f / wk.med / 1e9, wd.med / wk.med);
     bt_print_load();
     printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close %s --db %s "
            "--rounds %d%s%s\n",

@@ -247,9 +247,17 @@ void bt_flush_cache(void)
         buf[i] = (char)(buf[i] + 1);
 }
 
+static bool s_flush = true;
+
+void bt_set_flush(bool on)
+{
+    s_flush = on;
+}
+
 static double s_once(void (*f)(void *), void *ctx)
 {
-    bt_flush_cache();
+    if (s_flush)
+        bt_flush_cache();
     double t0 = kl_now_s();
     f(ctx);
     return kl_now_s() - t0;

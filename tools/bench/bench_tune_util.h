@@ -81,6 +81,10 @@ void bt_free_bufs(const kl_workload_t *w, float **bufs);
 /* Writes a buffer larger than the last-level cache. */
 void bt_flush_cache(void);
 
+/* Whether bt_interleave flushes the caches before every sample (the
+ * default) or measures warm, back to back. */
+void bt_set_flush(bool on);
+
 typedef struct {
     double med, min, max; /* seconds */
 } bt_stat_t;
