@@ -141,4 +141,8 @@ void cg_emit_packs_at(cg_t *g, int pos);
 /* Whether some buffer is packed below the root (per thread). */
 bool cg_has_inner_packs(const cg_t *g);
 
+/* Emits ENTRY_prepare (kl_abi.h): the constant tensors packed before the
+ * parallel loop, packed once into one block. Call when prep_elems > 0. */
+void cg_emit_prepare(cg_t *g, const char *entry);
+
 #endif

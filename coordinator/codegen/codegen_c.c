@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cg_priv.h"
-#include "kl_abi.h"
 #include "kl_err.h"
 
 static const char s_prelude[] =
@@ -662,44 +661,13 @@ static void s_emit_postpass(cg_t *g)
     free(h);
 }
 
-/* ENTRY_prepare (kl_abi.h): packs the constant tensors whose pack sits
- * before the parallel loop into one block, once. */
-static void s_emit_prepare(cg_t *g, const char *entry)
-{
-    const kl_workload_t *w = g->w;
-    kl_buf_printf(&g->b,
-                  "\n/* Lays the constant inputs out once (kl_abi.h): only "
-                  "they are\n * read; the block goes to every call as "
-                  "args[%d]. */\nvoid *%s" KL_ABI_PREPARE_SUFFIX
-                  "(void *const *args)\n{\n",
-                  w->ntensors, entry);
-    g->ind = 1;
-    for (int t = 0; t < w->ntensors; t++)
-        if (g->pk_prep[t])
-            cg_line(g, "const float *restrict %s = (const float *)args[%d];",
-                    w->tensors[t].name, t);
-    cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
-            (long long)(g->prep_elems * 4));
-    cg_line(g, "if (!kl_pre)");
-    cg_line(g, "    return NULL;");
-    for (int t = 0; t < w->ntensors; t++)
-        if (g->pk_prep[t])
-            cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
-                    (long long)g->pk_off[t]);
-    g->in_prep = true;
-    cg_emit_packs_at(g, -1);
-    g->in_prep = false;
-    cg_line(g, "return kl_pre;");
-    kl_buf_puts(&g->b, "}\n");
-}
-
 static void s_emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
     kl_buf_puts(&g->b, s_prelude);
     if (g->prep_elems)
-        s_emit_prepare(g, entry);
+        cg_emit_prepare(g, entry);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cg_priv.h"
+#include "kl_abi.h"
 #include "kl_err.h"
 
 const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
@@ -390,6 +391,37 @@ void cg_emit_packs_at(cg_t *g, int pos)
         else
             s_emit_loop_pack(g, t, g->pk_access[t]);
     }
+}
+
+/* ENTRY_prepare (kl_abi.h): packs the constant tensors whose pack sits
+ * before the parallel loop into one block, once. */
+void cg_emit_prepare(cg_t *g, const char *entry)
+{
+    const kl_workload_t *w = g->w;
+    kl_buf_printf(&g->b,
+                  "\n/* Lays the constant inputs out once (kl_abi.h): only "
+                  "they are\n * read; the block goes to every call as "
+                  "args[%d]. */\nvoid *%s" KL_ABI_PREPARE_SUFFIX
+                  "(void *const *args)\n{\n",
+                  w->ntensors, entry);
+    g->ind = 1;
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pk_prep[t])
+            cg_line(g, "const float *restrict %s = (const float *)args[%d];",
+                    w->tensors[t].name, t);
+    cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
+            (long long)(g->prep_elems * 4));
+    cg_line(g, "if (!kl_pre)");
+    cg_line(g, "    return NULL;");
+    for (int t = 0; t < w->ntensors; t++)
+        if (g->pk_prep[t])
+            cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
+                    (long long)g->pk_off[t]);
+    g->in_prep = true;
+    cg_emit_packs_at(g, -1);
+    g->in_prep = false;
+    cg_line(g, "return kl_pre;");
+    kl_buf_puts(&g->b, "}\n");
 }
 
 bool cg_has_inner_packs(const cg_t *g)
