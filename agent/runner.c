@@ -360,25 +360,15 @@ static bool s_prepare(const s_ctx_t *c, void *lib, void *const *args,
                       void **block, s_child_hdr_t *h)
 {
     *block = NULL;
-    char *name = kl_xasprintf("%s%s", c->entry, KL_ABI_PREPARE_SUFFIX);
-    kl_abi_prepare_fn prep;
-    *(void **)&prep = dlsym(lib, name);
-    if (prep) {
-        void *cargs[65] = {0}; /* n_args + 1 slots, all NULL but constants */
-        for (int a = 0; a < c->p->n_args; a++)
-            if (c->p->is_const[a] && !c->p->is_output[a])
-                cargs[a] = args[a];
-        *block = prep(cargs);
-        if (!*block) {
-            snprintf(h->msg, sizeof h->msg,
-                     "'%s' returned NULL (out of memory while preparing the "
-                     "constant inputs)",
-                     name);
-            free(name);
-            return false;
-        }
+    kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, c->entry);
+    if (prep &&
+        !(*block = kl_abi_prepare(prep, c->p->n_args, args, c->p->is_const))) {
+        snprintf(h->msg, sizeof h->msg,
+                 "'%s" KL_ABI_PREPARE_SUFFIX "' returned NULL (out of memory "
+                 "while preparing the constant inputs)",
+                 c->entry);
+        return false;
     }
-    free(name);
     return true;
 }
 

@@ -27,10 +27,21 @@
 #ifndef KL_ABI_H
 #define KL_ABI_H
 
+#include <stdbool.h>
+
 /* The prepare function's name is the entry's name with this suffix. */
 #define KL_ABI_PREPARE_SUFFIX "_prepare"
 
 typedef void (*kl_abi_kernel_fn)(void *const *args);
 typedef void *(*kl_abi_prepare_fn)(void *const *args);
+
+/* ENTRY_prepare of entry in lib (a dlopen handle), NULL when it has none. */
+kl_abi_prepare_fn kl_abi_find_prepare(void *lib, const char *entry);
+
+/* Step 1 above: calls prep with n + 1 slots where args[i] is passed only
+ * when is_const[i], every other slot NULL. Returns prep's block (NULL: out
+ * of memory). */
+void *kl_abi_prepare(kl_abi_prepare_fn prep, int n, void *const *args,
+                     const bool *is_const);
 
 #endif

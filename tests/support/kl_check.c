@@ -185,21 +185,17 @@ static int s_compare(const kl_workload_t *w, const float *got, const float *ref,
 static int s_call(void *dl, const char *entry, void (*fn)(void *const *),
                   const kl_workload_t *w, float **bufs, char *msg)
 {
-    void *args[KL_IR_MAX_TENSORS + 1] = {0}, *pre[KL_IR_MAX_TENSORS + 1] = {0};
+    void *args[KL_IR_MAX_TENSORS + 1] = {0};
+    bool cst[KL_IR_MAX_TENSORS] = {0};
     for (int t = 0; t < w->ntensors; t++) {
         args[t] = bufs[t];
-        pre[t] = w->tensors[t].is_const ? bufs[t] : NULL;
+        cst[t] = w->tensors[t].is_const;
     }
-    char *name = kl_xasprintf("%s" KL_ABI_PREPARE_SUFFIX, entry);
-    kl_abi_prepare_fn prep;
-    *(void **)(&prep) = dlsym(dl, name);
+    kl_abi_prepare_fn prep = kl_abi_find_prepare(dl, entry);
     void *block = NULL;
-    if (prep && !(block = prep((void *const *)pre))) {
-        int rc = kl_seterr(msg, KL_ERR_NOMEM, "%s returned NULL", name);
-        free(name);
-        return rc;
-    }
-    free(name);
+    if (prep && !(block = kl_abi_prepare(prep, w->ntensors, args, cst)))
+        return kl_seterr(msg, KL_ERR_NOMEM,
+                         "%s" KL_ABI_PREPARE_SUFFIX " returned NULL", entry);
     args[w->ntensors] = block;
     fn((void *const *)args);
     free(block);

@@ -153,7 +153,7 @@ bt_kernel_t bt_load_source(const char *c, const char *workdir)
     *(void **)&k.fn = dlsym(h, "kl_main");
     if (!k.fn)
         s_die(so, "no kl_main");
-    *(void **)&k.prepare = dlsym(h, "kl_main" KL_ABI_PREPARE_SUFFIX);
+    k.prepare = kl_abi_find_prepare(h, "kl_main");
     free(so);
     return k;
 }
@@ -187,17 +187,15 @@ void **bt_kernel_args(const bt_kernel_t *k, const kl_workload_t *w,
         args[i] = bufs[i];
     if (!k->prepare)
         return args;
-    void **cargs = kl_xcalloc((size_t)n + 1, sizeof *cargs);
+    bool cst[KL_IR_MAX_TENSORS] = {0};
     int nconst = 0;
-    for (int i = 0; i < n; i++)
-        if (w->tensors[i].is_const && !w->tensors[i].is_output) {
-            cargs[i] = bufs[i];
-            nconst++;
-        }
+    for (int i = 0; i < n; i++) {
+        cst[i] = w->tensors[i].is_const;
+        nconst += cst[i];
+    }
     double t0 = kl_now_s();
-    args[n] = k->prepare((void *const *)cargs);
+    args[n] = kl_abi_prepare(k->prepare, n, args, cst);
     double took = kl_now_s() - t0;
-    free(cargs);
     if (!args[n])
         s_die("kl_main_prepare", "returned NULL (out of memory)");
     printf("the kernel prepared its %d constant input%s once (kl_main_prepare, "
