@@ -66,7 +66,7 @@ typedef struct {
     /* A constant tensor packed before the parallel loop is packed once, by
      * ENTRY_prepare (kl_abi.h), at pk_off floats into its block. */
     bool pk_prep[KL_IR_MAX_TENSORS];
-    /* A window pack's channel block: pk_blk_n > 1 splits dimension
+    /* A window pack's channel block (1: none): pk_blk_n > 1 splits dimension
      * pk_blk_dim into [/ n] in place and [% n] innermost, walked by symbol
      * pk_blk_sym (the innermost reduction loop). */
     int64_t pk_blk_n[KL_IR_MAX_TENSORS];

@@ -167,6 +167,7 @@ int cg_pack_setup(cg_t *g)
                            g->w->tensors[t].name);
         g->pk_access[t] = a;
         g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
+        g->pk_blk_n[t] = 1;
         if (g->pk_window[t])
             s_window_block(g, t);
         if (g->pack_pos[t] == -1 && g->w->tensors[t].is_const) {
@@ -194,7 +195,7 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
     int64_t stride = 1;
     memset(out, 0, sizeof *out);
     if (g->pk_window[t]) {
-        int64_t e = g->pk_blk_n[t] > 1 ? g->pk_blk_n[t] : 1;
+        int64_t e = g->pk_blk_n[t];
         int bd = e > 1 ? g->pk_blk_dim[t] : -1;
         if (bd >= 0) {
             out->k[g->pk_blk_sym[t]] = 1;
@@ -238,7 +239,7 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
                                const int64_t *ilo, const int64_t *ext)
 {
     const kl_tensor_t *T = &g->w->tensors[t];
-    int64_t e = g->pk_blk_n[t] > 1 ? g->pk_blk_n[t] : 1;
+    int64_t e = g->pk_blk_n[t];
     int bd = e > 1 ? g->pk_blk_dim[t] : -1;
     bool saved_lanes = g->lanes_on;
     g->lanes_on = false;

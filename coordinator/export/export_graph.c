@@ -76,6 +76,7 @@ static int s_new_param(s_gen_t *c, const char *name, const char *what,
 typedef struct {
     int n;
     char ex[KL_IR_MAX_TENSORS][64];
+    bool param[KL_IR_MAX_TENSORS]; /* a parameter of the model (p[i]) */
 } s_args_t;
 
 static void s_push(s_args_t *a, const char *ex)
@@ -91,6 +92,8 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
     int pi = s_new_param(c, nd->name, what, kl_tensor_numel(&w->tensors[a->n]));
     char ex[64];
     snprintf(ex, sizeof ex, "p[%d]", pi);
+    if (a->n < KL_IR_MAX_TENSORS)
+        a->param[a->n] = true;
     s_push(a, ex);
 }
 
@@ -142,7 +145,7 @@ static int s_prep_layer(s_gen_t *c, const kl_mnode_t *nd,
                         char *err)
 {
     for (int k = 0; k < a->n; k++)
-        if (w->tensors[k].is_const && strncmp(a->ex[k], "p[", 2))
+        if (w->tensors[k].is_const && !a->param[k])
             return kl_seterr(err, KL_ERR_INTERNAL,
                              "%s: layer '%s': constant tensor %s of %s is "
                              "not a parameter of the model",
