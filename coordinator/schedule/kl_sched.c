@@ -6,9 +6,13 @@
 #include "kl_err.h"
 #include "kl_sched.h"
 #include "kl_util.h"
+#include "kl_wino.h"
 
 struct kl_sched_s {
     const kl_workload_t *w;
+    const kl_workload_t *origin; /* what it was created for */
+    kl_workload_t *own;          /* the derived workload, or NULL */
+    int wino_m;                  /* kl_sched_winograd's tile, 0: none */
     int nloops;
     kl_loop_t loops[KL_SCHED_MAX_LOOPS];
     int nguards;
@@ -105,13 +109,12 @@ int kl_target_parse(const char *text, kl_target_t *out, char *err)
     return KL_OK;
 }
 
-int kl_sched_create(kl_sched_t **out, const kl_workload_t *w, char *err)
+/* The naive nest of s->w: spatial iterators first, then reductions, each
+ * in workload order. */
+static void s_naive(kl_sched_t *s)
 {
-    if (!w || w->niters <= 0 || w->niters > KL_IR_MAX_ITERS)
-        return kl_seterr(err, KL_ERR_INVAL, "workload has no iterators");
-    kl_sched_t *s = kl_xcalloc(1, sizeof *s);
-    s->w = w;
-    /* Spatial iterators first, then reductions, each in workload order. */
+    const kl_workload_t *w = s->w;
+    s->nloops = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < w->niters; i++) {
             if (w->iters[i].reduce != (pass == 1))
@@ -123,6 +126,15 @@ int kl_sched_create(kl_sched_t **out, const kl_workload_t *w, char *err)
             l->nparts = 1;
             l->parts[0] = (kl_loop_part_t){i, 1, w->iters[i].extent};
         }
+}
+
+int kl_sched_create(kl_sched_t **out, const kl_workload_t *w, char *err)
+{
+    if (!w || w->niters <= 0 || w->niters > KL_IR_MAX_ITERS)
+        return kl_seterr(err, KL_ERR_INVAL, "workload has no iterators");
+    kl_sched_t *s = kl_xcalloc(1, sizeof *s);
+    s->w = s->origin = w;
+    s_naive(s);
     *out = s;
     return KL_OK;
 }
@@ -130,6 +142,7 @@ int kl_sched_create(kl_sched_t **out, const kl_workload_t *w, char *err)
 void kl_sched_destroy(kl_sched_t **self_p)
 {
     if (self_p && *self_p) {
+        kl_workload_free(&(*self_p)->own);
         free(*self_p);
         *self_p = NULL;
     }
@@ -139,7 +152,43 @@ kl_sched_t *kl_sched_clone(const kl_sched_t *s)
 {
     kl_sched_t *c = kl_xmalloc(sizeof *c);
     memcpy(c, s, sizeof *c);
+    if (s->own)
+        c->w = c->own = kl_workload_clone(s->own);
     return c;
+}
+
+int kl_sched_winograd(kl_sched_t *s, int m, char *err)
+{
+    if (s->own)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "winograd: the schedule is already rewritten");
+    bool naive = s->nstages == 0 && s->nguards == 0 &&
+                 s->nloops == s->w->niters && s->next_id == s->w->niters;
+    for (int i = 0; naive && i < s->nloops; i++)
+        naive = s->loops[i].id == i && s->loops[i].kind == KL_LOOP_SERIAL &&
+                s->loops[i].nannots == 0;
+    if (!naive)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "winograd: must come before any other primitive");
+    kl_workload_t *d = NULL;
+    char e[KL_ERRMSG_LEN];
+    if (kl_workload_winograd(s->w, m, &d, NULL, e))
+        return kl_seterr(err, KL_ERR_INVAL, "%s", e);
+    s->own = d;
+    s->w = d;
+    s->wino_m = m;
+    s_naive(s);
+    return KL_OK;
+}
+
+const kl_workload_t *kl_sched_origin(const kl_sched_t *s)
+{
+    return s->origin;
+}
+
+int kl_sched_winograd_m(const kl_sched_t *s)
+{
+    return s->wino_m;
 }
 
 const kl_workload_t *kl_sched_workload(const kl_sched_t *s)
@@ -673,6 +722,10 @@ int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
 char *kl_sched_print(const kl_sched_t *s)
 {
     kl_buf_t b = {0};
+    if (s->wino_m)
+        kl_buf_printf(&b, "winograd F(%dx%d,3x3) of %s: the product %s\n",
+                      s->wino_m, s->wino_m,
+                      s->origin->name ? s->origin->name : "?", s->w->canonical);
     for (int i = -1; i < s->nloops; i++) {
         if (i >= 0) {
             const kl_loop_t *l = &s->loops[i];

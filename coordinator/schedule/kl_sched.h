@@ -252,6 +252,19 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);
 
+/* Rewrites a naive schedule of a 3x3 stride-1 convolution into Winograd
+ * form with output tile m (kl_wino.h): its workload becomes the derived
+ * batched product (owned by the schedule and its clones) and its nest that
+ * product's naive nest, with new loop ids; the C generator wraps it in the
+ * transforms. Errors: another primitive came first, the schedule is
+ * already rewritten, or the workload is not one kl_workload_winograd takes
+ * (its reason). */
+int kl_sched_winograd(kl_sched_t *s, int m, char *err);
+/* The workload the schedule was created for (kl_sched_workload is the
+ * derived one after kl_sched_winograd), and the rewrite's tile (0: none). */
+const kl_workload_t *kl_sched_origin(const kl_sched_t *s);
+int kl_sched_winograd_m(const kl_sched_t *s);
+
 /* A readable dump of the nest (one loop per line, with kinds, parts,
  * guards and stages); heap string. */
 char *kl_sched_print(const kl_sched_t *s);

@@ -27,6 +27,7 @@ static const char *s_op_names[KL_OP__COUNT] = {
     "sample_compute_location",
     "reject_if",
     "if",
+    "winograd",
 };
 
 const char *kl_op_name(kl_op op)
@@ -295,6 +296,12 @@ void kl_tr_annotate(kl_trace_t *t, int64_t loop, const char *key, int64_t value)
     in->in[in->nin++] = loop;
     s_str(in, key);
     in->ints[in->nints++] = value;
+}
+
+void kl_tr_winograd(kl_trace_t *t, int m)
+{
+    kl_inst_t *in = kl_trace_append(t, KL_OP_WINOGRAD);
+    in->ints[in->nints++] = m;
 }
 
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,

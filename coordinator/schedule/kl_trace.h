@@ -36,6 +36,7 @@
  *   unroll(l9)
  *   bind(l15, kind="blockIdx.x")
  *   annotate(l15, key="unroll_max_step", value=64)
+ *   winograd(m=2)
  *
  * Split factors are RVs, integer literals (`split(l0, v3, 4)`) or, for at
  * most one factor, `?`: inferred as ceil(extent / product of the others),
@@ -87,6 +88,7 @@ typedef enum {
     KL_OP_SAMPLE_COMPUTE_LOCATION,
     KL_OP_REJECT_IF,
     KL_OP_IF,
+    KL_OP_WINOGRAD,
     KL_OP__COUNT
 } kl_op;
 
@@ -116,6 +118,7 @@ typedef struct kl_inst_s kl_inst_t;
  *                           decision: [index into the candidates]
  *   reject_if               pred
  *   if                      pred, then_body, else_body; decision: [1|0]
+ *   winograd                ints[0]: output tile m (kl_sched_winograd)
  */
 struct kl_inst_s {
     kl_op op;
@@ -178,6 +181,7 @@ void kl_tr_compute_at(kl_trace_t *t, int64_t stage, int64_t loop);
 void kl_tr_reverse_compute_at(kl_trace_t *t, int64_t stage, int64_t loop);
 void kl_tr_annotate(kl_trace_t *t, int64_t loop, const char *key,
                     int64_t value);
+void kl_tr_winograd(kl_trace_t *t, int m);
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
                                int64_t max_innermost, int64_t *outs);
 int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,

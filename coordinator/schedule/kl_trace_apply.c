@@ -406,6 +406,11 @@ static int s_prim(ex_t *ex, kl_inst_t *in)
                  ? kl_sched_compute_at(s, (int)st, (int)loop, e)
                  : kl_sched_reverse_compute_at(s, (int)st, (int)loop, e);
         break;
+    case KL_OP_WINOGRAD:
+        if (in->nints != 1 || in->ints[0] < 1 || in->ints[0] > 8)
+            return s_err(ex, in, "needs m, the output tile");
+        rc = kl_sched_winograd(s, (int)in->ints[0], e);
+        break;
     default:
         return s_err(ex, in, "not a primitive");
     }

@@ -103,6 +103,9 @@ static void s_print_inst(kl_buf_t *b, const kl_inst_t *in)
         kl_buf_printf(b, ", key=\"%s\", value=%lld", in->strs[0],
                       (long long)in->ints[0]);
         break;
+    case KL_OP_WINOGRAD:
+        kl_buf_printf(b, "m=%lld", (long long)in->ints[0]);
+        break;
     case KL_OP_SAMPLE_PERFECT_TILE:
         kl_buf_printf(b, ", n=%lld, max_innermost=%lld", (long long)in->ints[0],
                       (long long)in->ints[1]);
@@ -317,8 +320,11 @@ static int s_keyword_arg(tp_t *tp, kl_inst_t *in, const char *key)
         return s_string(tp, in->strs[in->nstrs++], sizeof in->strs[0]);
     }
     if (!strcmp(key, "n") || !strcmp(key, "max_innermost") ||
-        !strcmp(key, "value"))
+        !strcmp(key, "value") || !strcmp(key, "m")) {
+        if (in->nints >= KL_INST_MAX)
+            return s_fail(tp, "too many integer arguments");
         return s_int(tp, &in->ints[in->nints++]);
+    }
     if (!strcmp(key, "values") || !strcmp(key, "probs")) {
         if (!s_eat(tp, "["))
             return s_fail(tp, "expected '['");

@@ -32,6 +32,14 @@
  * sampled block of 1, 4, 8 or 16 channels innermost of the reduction
  * loops): the weights packed [.., c-block, k-vector] and the input's
  * window pack [c / block][h][w][c % block] walk it contiguously.
+ *
+ * Winograd. A 3x3 stride-1 convolution with constant weights (kl_wino.h)
+ * first samples its algorithm (p 0.5 each): the direct nest above, or
+ * winograd(m=2) and then the same rules over the derived product
+ * M[e,p,k] += V[e,p,c] * U[e,c,k] (16 small GEMMs, 2.25x fewer
+ * multiply-adds), whose transformed weights U are constant and so packed
+ * once. Both branches are in every program, so mutating the first
+ * decision moves a trace from one algorithm to the other.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +47,7 @@
 
 #include "kl_err.h"
 #include "kl_space.h"
+#include "kl_wino.h"
 
 #define MAXL KL_SCHED_MAX_LOOPS
 
@@ -50,7 +59,11 @@ typedef struct {
     int sp[KL_IR_MAX_ITERS], rd[KL_IR_MAX_ITERS]; /* iterator indices */
     int vec, row;                                 /* positions in sp[] or -1 */
     bool chan;                                    /* vec is not the last dim */
-    int64_t loop[KL_IR_MAX_ITERS];                /* naive loop RV per iter */
+    /* A convolution's channel product (channel vectors, or the product of
+     * a Winograd rewrite): row tiles may be any divisor of the extent and
+     * the reduction may stay whole in one tile. */
+    bool fit;
+    int64_t loop[KL_IR_MAX_ITERS]; /* naive loop RV per iter */
     int64_t s[KL_IR_MAX_ITERS][4], r[KL_IR_MAX_ITERS][2]; /* tiled loops */
     int64_t s3v[KL_IR_MAX_ITERS]; /* RV (or -literal) of the s3 factor */
     int64_t cb; /* channel vectors: the channel-block loop, or -1 */
@@ -123,7 +136,7 @@ static void s_tile(rule_t *r)
             int n = 8;
             /* Channel vectors: also the divisors of the extent (7 and 14
              * for 14), which need no guard. */
-            for (int64_t d = 5; r->chan && d <= 16; d++) {
+            for (int64_t d = 5; r->fit && d <= 16; d++) {
                 bool have = false;
                 for (int i = 0; i < n; i++)
                     have = have || vals[i] == d;
@@ -162,8 +175,7 @@ static void s_tile(rule_t *r)
          * conv2d's 256 channels): its accumulators, stored lane by lane,
          * are then never loaded back. */
         for (int i = 0; i < 5; i++)
-            if (ext % kc[i] == 0 &&
-                (ext > kc[i] || (r->chan && ext == kc[i]))) {
+            if (ext % kc[i] == 0 && (ext > kc[i] || (r->fit && ext == kc[i]))) {
                 vals[n] = kc[i];
                 ps[n++] = kp[i];
             }
@@ -421,13 +433,16 @@ static void s_pick_row(rule_t *r)
         }
 }
 
-int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
-                         kl_trace_t **out, char *err)
+/* The direct nest of w (from get_loops on) into tr. */
+static int s_program(const kl_workload_t *w, const kl_target_t *t,
+                     kl_trace_t *tr, char *err)
 {
     rule_t r;
     memset(&r, 0, sizeof r);
     r.w = w;
     r.t = t;
+    r.tr = tr;
+    r.fit = !strcmp(w->op_kind, "winograd");
     r.vec = r.row = -1;
     r.cb = -1;
     int vit = s_vec_iter(w);
@@ -460,7 +475,6 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                 (alt < 0 || e > w->iters[r.sp[alt]].extent))
                 alt = k;
         }
-    r.tr = kl_trace_new(t->name);
     int64_t naive[KL_IR_MAX_ITERS];
     kl_tr_get_loops(r.tr, w->niters, naive);
     /* The naive nest lists spatial iterators, then reductions. */
@@ -485,17 +499,45 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
         }
         if (!rc && !(rc = kl_tr_else(r.tr, r.err))) {
             r.vec = alt;
-            r.chan = true;
+            r.chan = r.fit = true;
             s_pick_row(&r);
             rc = s_build(&r);
         }
         if (!rc)
             rc = kl_tr_end(r.tr, r.err);
     }
-    if (rc) {
-        kl_trace_free(&r.tr);
-        return kl_seterr(err, rc, "cpu rules: %s", r.err);
+    return rc ? kl_seterr(err, rc, "cpu rules: %s", r.err) : KL_OK;
+}
+
+int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
+                         kl_trace_t **out, char *err)
+{
+    kl_trace_t *tr = kl_trace_new(t->name);
+    kl_workload_t *d = NULL;
+    int rc;
+    if (kl_workload_winograd(w, 2, &d, NULL, NULL)) {
+        rc = s_program(w, t, tr, err);
+    } else {
+        /* A 3x3 convolution: directly, or as the Winograd product. */
+        int64_t vals[2] = {0, 1};
+        double ps[2] = {0.5, 0.5};
+        char pred[48];
+        snprintf(pred, sizeof pred, "v%lld == 1",
+                 (long long)kl_tr_sample_categorical(tr, vals, ps, 2));
+        if (!(rc = kl_tr_if(tr, pred, err))) {
+            kl_tr_winograd(tr, 2);
+            rc = s_program(d, t, tr, err);
+        }
+        if (!rc && !(rc = kl_tr_else(tr, err)))
+            rc = s_program(w, t, tr, err);
+        if (!rc)
+            rc = kl_tr_end(tr, err);
+        kl_workload_free(&d);
     }
-    *out = r.tr;
+    if (rc) {
+        kl_trace_free(&tr);
+        return rc;
+    }
+    *out = tr;
     return KL_OK;
 }
