@@ -74,6 +74,10 @@ typedef struct {
     int64_t pk_off[KL_IR_MAX_TENSORS];
     int64_t prep_elems; /* floats in the prepared block; 0: no prepare */
     bool in_prep;       /* emitting ENTRY_prepare */
+    /* Emitting the inner product of a Winograd kernel (codegen_wino.c):
+     * the function is static, its prepare step fills a block it is
+     * given, and the prelude is already out. */
+    bool nested;
     int rc;
     char *err;
 } cg_t;
@@ -144,5 +148,14 @@ bool cg_has_inner_packs(const cg_t *g);
 /* Emits ENTRY_prepare (kl_abi.h): the constant tensors packed before the
  * parallel loop, packed once into one block. Call when prep_elems > 0. */
 void cg_emit_prepare(cg_t *g, const char *entry);
+
+/* The prelude every C kernel starts with (types, kl_alloc). */
+extern const char cg_prelude[];
+/* The scheduled nest as `void entry(void *const *args)` (static when
+ * g->nested), after its prepare step when it has one. */
+void cg_emit_function(cg_t *g, const char *entry);
+/* A Winograd kernel (codegen_wino.c): the derived product's nest as
+ * ENTRY_gemm, wrapped in the transforms as ENTRY and ENTRY_prepare. */
+int cg_emit_winograd(cg_t *g, const char *entry);
 
 #endif

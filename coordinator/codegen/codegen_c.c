@@ -8,7 +8,7 @@
 #include "cg_priv.h"
 #include "kl_err.h"
 
-static const char s_prelude[] =
+const char cg_prelude[] =
     "#ifndef KL_PRELUDE_H\n"
     "#define KL_PRELUDE_H\n"
     "#include <math.h>\n"
@@ -661,14 +661,16 @@ static void s_emit_postpass(cg_t *g)
     free(h);
 }
 
-static void s_emit_function(cg_t *g, const char *entry)
+void cg_emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
-    kl_buf_puts(&g->b, s_prelude);
+    if (!g->nested)
+        kl_buf_puts(&g->b, cg_prelude);
     if (g->prep_elems)
         cg_emit_prepare(g, entry);
-    kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
+    kl_buf_printf(&g->b, "\n%svoid %s(void *const *args)\n{\n",
+                  g->nested ? "static " : "", entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
         cg_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
@@ -748,7 +750,10 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     if (!rc)
         rc = cg_pack_setup(g);
     if (!rc) {
-        s_emit_function(g, entry ? entry : "kl_main");
+        if (kl_sched_winograd_m(s))
+            rc = cg_emit_winograd(g, entry ? entry : "kl_main");
+        else
+            cg_emit_function(g, entry ? entry : "kl_main");
         if (!g->lin_ok)
             rc = cg_fail(g, KL_ERR_INTERNAL,
                          "an index used a loop outside its scope");
@@ -760,7 +765,7 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     }
     out->source = kl_buf_take(&g->b);
     out->entry = kl_xstrdup(entry ? entry : "kl_main");
-    out->prepare = g->prep_elems > 0;
+    out->prepare = g->prep_elems > 0 || kl_sched_winograd_m(s) > 0;
     for (int i = 0; i < 3; i++)
         out->grid[i] = out->block[i] = 1;
     free(g);

@@ -719,6 +719,10 @@ int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
                     const char *entry, kl_kernel_t *out, char *err)
 {
     memset(out, 0, sizeof *out);
+    if (kl_sched_winograd_m(s))
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda: Winograd schedules are generated for CPUs "
+                         "only");
     g_t g;
     memset(&g, 0, sizeof g);
     g.s = s;

@@ -399,21 +399,32 @@ void cg_emit_packs_at(cg_t *g, int pos)
 void cg_emit_prepare(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
-    kl_buf_printf(&g->b,
-                  "\n/* Lays the constant inputs out once (kl_abi.h): only "
-                  "they are\n * read; the block goes to every call as "
-                  "args[%d]. */\nvoid *%s" KL_ABI_PREPARE_SUFFIX
-                  "(void *const *args)\n{\n",
-                  w->ntensors, entry);
+    if (g->nested)
+        kl_buf_printf(
+            &g->b,
+            "\n/* Lays the constant inputs out once, into kl_pre "
+            "(args[%d] of\n * %s). */\nstatic void %s" KL_ABI_PREPARE_SUFFIX
+            "_into(void "
+            "*const *args, float *kl_pre)\n{\n",
+            w->ntensors, entry, entry);
+    else
+        kl_buf_printf(&g->b,
+                      "\n/* Lays the constant inputs out once (kl_abi.h): "
+                      "only they are\n * read; the block goes to every call "
+                      "as args[%d]. */\nvoid *%s" KL_ABI_PREPARE_SUFFIX
+                      "(void *const *args)\n{\n",
+                      w->ntensors, entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
             cg_line(g, "const float *restrict %s = (const float *)args[%d];",
                     w->tensors[t].name, t);
-    cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
-            (long long)(g->prep_elems * 4));
-    cg_line(g, "if (!kl_pre)");
-    cg_line(g, "    return NULL;");
+    if (!g->nested) {
+        cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
+                (long long)(g->prep_elems * 4));
+        cg_line(g, "if (!kl_pre)");
+        cg_line(g, "    return NULL;");
+    }
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
             cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
@@ -421,7 +432,8 @@ void cg_emit_prepare(cg_t *g, const char *entry)
     g->in_prep = true;
     cg_emit_packs_at(g, -1);
     g->in_prep = false;
-    cg_line(g, "return kl_pre;");
+    if (!g->nested)
+        cg_line(g, "return kl_pre;");
     kl_buf_puts(&g->b, "}\n");
 }
 
