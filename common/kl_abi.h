@@ -22,7 +22,10 @@
  *  4. frees it with free() when done, and prepares again after changing
  *     the contents of a constant tensor.
  * A kernel without ENTRY_prepare ignores args[ntensors]. The time spent in
- * ENTRY_prepare is not part of a measured latency.
+ * ENTRY_prepare is not part of a measured latency. A kernel may keep its
+ * per-call scratch in the block too (a Winograd kernel does); calls that
+ * share one block may still run at the same time: such a kernel then
+ * gives the later call buffers of its own.
  */
 #ifndef KL_ABI_H
 #define KL_ABI_H
