@@ -124,6 +124,10 @@ void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
 void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
 /* Scalar epilogue applied to variable `var` at output lane `lane`. */
 void cg_epilogue(cg_t *g, const char *var, int lane);
+/* One epilogue operation of w on var; idx is the flat index text of its
+ * tensor read (*_TENSOR kinds). */
+void cg_epilogue_op(cg_t *g, const kl_workload_t *w, const kl_epilogue_t *ep,
+                    const char *var, const char *idx);
 
 /* Symbols of the loop at pos: constants for value v, or unset. */
 void cg_set_loop_const(cg_t *g, int pos, int64_t v);

@@ -552,32 +552,38 @@ void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
 
 void cg_epilogue(cg_t *g, const char *var, int lane)
 {
-    const kl_workload_t *w = g->w;
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
+    for (int i = 0; i < g->w->nepi; i++) {
         kl_buf_t idx = {0};
-        switch (ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
+        const kl_epilogue_t *ep = &g->w->epi[i];
+        if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
             cg_access_index(g, &ep->access, lane, false, &idx);
-            cg_line(g, "%s = %s %c %s[%s];", var, var,
-                    ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
-                    w->tensors[ep->access.tensor].name, idx.data);
-            break;
-        case KL_EPI_ADD_CONST:
-            cg_line(g, "%s = %s + (float)%.17g;", var, var, ep->lo);
-            break;
-        case KL_EPI_MUL_CONST:
-            cg_line(g, "%s = %s * (float)%.17g;", var, var, ep->lo);
-            break;
-        case KL_EPI_RELU:
-            cg_line(g, "%s = %s > 0.0f ? %s : 0.0f;", var, var, var);
-            break;
-        case KL_EPI_CLIP:
-            cg_line(g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);",
-                    var, var, ep->lo, ep->hi);
-            break;
-        }
+        cg_epilogue_op(g, g->w, ep, var, idx.data);
         kl_buf_free(&idx);
+    }
+}
+
+void cg_epilogue_op(cg_t *g, const kl_workload_t *w, const kl_epilogue_t *ep,
+                    const char *var, const char *idx)
+{
+    switch (ep->kind) {
+    case KL_EPI_ADD_TENSOR:
+    case KL_EPI_MUL_TENSOR:
+        cg_line(g, "%s = %s %c %s[%s];", var, var,
+                ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
+                w->tensors[ep->access.tensor].name, idx);
+        break;
+    case KL_EPI_ADD_CONST:
+        cg_line(g, "%s = %s + (float)%.17g;", var, var, ep->lo);
+        break;
+    case KL_EPI_MUL_CONST:
+        cg_line(g, "%s = %s * (float)%.17g;", var, var, ep->lo);
+        break;
+    case KL_EPI_RELU:
+        cg_line(g, "%s = %s > 0.0f ? %s : 0.0f;", var, var, var);
+        break;
+    case KL_EPI_CLIP:
+        cg_line(g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);",
+                var, var, ep->lo, ep->hi);
+        break;
     }
 }

@@ -64,30 +64,11 @@ static void s_epi_index(const kl_workload_t *w, const kl_wino_t *z,
 static void s_epilogue(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
         kl_buf_t idx = {0};
-        switch (ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
+        const kl_epilogue_t *ep = &w->epi[i];
+        if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
             s_epi_index(w, z, &ep->access, &idx);
-            cg_line(g, "o = o %c %s[%s];",
-                    ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
-                    w->tensors[ep->access.tensor].name, idx.data);
-            break;
-        case KL_EPI_ADD_CONST:
-            cg_line(g, "o = o + (float)%.17g;", ep->lo);
-            break;
-        case KL_EPI_MUL_CONST:
-            cg_line(g, "o = o * (float)%.17g;", ep->lo);
-            break;
-        case KL_EPI_RELU:
-            cg_line(g, "o = o > 0.0f ? o : 0.0f;");
-            break;
-        case KL_EPI_CLIP:
-            cg_line(g, "o = kl_minf(kl_maxf(o, (float)%.17g), (float)%.17g);",
-                    ep->lo, ep->hi);
-            break;
-        }
+        cg_epilogue_op(g, w, ep, "o", idx.data ? idx.data : "");
         kl_buf_free(&idx);
     }
 }
@@ -170,20 +151,41 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     kl_buf_puts(&g->b, "}\n");
 }
 
+/* Opens the transforms' loops: blocks of blk channels (variable ch0) of
+ * each image, in parallel, then the tiles ty, tx, and sets p. Closed by
+ * s_close_tiles. */
+static void s_open_tiles(cg_t *g, const kl_wino_t *z, int64_t channels, int blk,
+                         const char *ch0)
+{
+    long long nb = (long long)(channels / blk);
+    cg_line(g, "#pragma omp parallel for");
+    cg_line(g, "for (int64_t nb = 0; nb < %lld; ++nb) {", (long long)z->n * nb);
+    g->ind++;
+    cg_line(g, "int64_t n = nb / %lld, %s = nb %% %lld * %d;", nb, ch0, nb,
+            blk);
+    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", (long long)z->th);
+    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", (long long)z->tw);
+    g->ind += 2;
+    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", (long long)z->th,
+            (long long)z->tw);
+}
+
+static void s_close_tiles(cg_t *g)
+{
+    g->ind -= 2;
+    cg_line(g, "    }");
+    g->ind--;
+    cg_line(g, "}");
+}
+
 /* V[e][p][c] = (B^T d B)[i][j] of each 4x4 input tile d, zero outside. */
 static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     const kl_tensor_t *X = &w->tensors[z->x];
     int cb = s_block(z->c);
     long long C = z->c, TP = z->tiles, xc = X->shape[1], xh = X->shape[2],
-              xw = X->shape[3], nb = (long long)(z->c / cb);
-    cg_line(g, "#pragma omp parallel for");
-    cg_line(g, "for (int64_t nb = 0; nb < %lld; ++nb) {", (long long)z->n * nb);
-    g->ind++;
-    cg_line(g, "int64_t n = nb / %lld, c0 = nb %% %lld * %d;", nb, nb, cb);
-    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", (long long)z->th);
-    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", (long long)z->tw);
-    g->ind += 2;
+              xw = X->shape[3];
+    s_open_tiles(g, z, z->c, cb, "c0");
     cg_line(g, "float d[4][4][%d], t[4][4][%d];", cb, cb);
     cg_line(g, "for (int i = 0; i < 4; ++i)");
     cg_line(g, "    for (int j = 0; j < 4; ++j) {");
@@ -206,8 +208,6 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "        t[2][j][l] = d[2][j][l] - d[1][j][l];");
     cg_line(g, "        t[3][j][l] = d[1][j][l] - d[3][j][l];");
     cg_line(g, "    }");
-    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", (long long)z->th,
-            (long long)z->tw);
     cg_line(g, "for (int i = 0; i < 4; ++i) {");
     cg_line(g, "    float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
     cg_line(g, "    for (int l = 0; l < %d; ++l) {", cb);
@@ -217,10 +217,7 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "        v[%lld + l] = t[i][1][l] - t[i][3][l];", 3 * TP * C);
     cg_line(g, "    }");
     cg_line(g, "}");
-    g->ind -= 2;
-    cg_line(g, "    }");
-    g->ind--;
-    cg_line(g, "}");
+    s_close_tiles(g);
 }
 
 /* Y = A^T M A per output tile, with the epilogue; tiles past the edge of
@@ -229,16 +226,8 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     const kl_tensor_t *Y = &w->tensors[z->y];
     int kb = s_block(z->k);
-    long long K = z->k, TP = z->tiles, nb = (long long)(z->k / kb);
-    cg_line(g, "#pragma omp parallel for");
-    cg_line(g, "for (int64_t nb = 0; nb < %lld; ++nb) {", (long long)z->n * nb);
-    g->ind++;
-    cg_line(g, "int64_t n = nb / %lld, k0 = nb %% %lld * %d;", nb, nb, kb);
-    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", (long long)z->th);
-    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", (long long)z->tw);
-    g->ind += 2;
-    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", (long long)z->th,
-            (long long)z->tw);
+    long long K = z->k, TP = z->tiles;
+    s_open_tiles(g, z, z->k, kb, "k0");
     cg_line(g, "float m[4][4][%d], t[2][4][%d];", kb, kb);
     cg_line(g, "for (int e = 0; e < 16; ++e) {");
     cg_line(g, "    const float *s = kl_wm + (e * %lld + p) * %lld + k0;", TP,
@@ -270,10 +259,7 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "}");
     g->ind -= 2;
     cg_line(g, "    }");
-    g->ind -= 2;
-    cg_line(g, "    }");
-    g->ind--;
-    cg_line(g, "}");
+    s_close_tiles(g);
 }
 
 int cg_emit_winograd(cg_t *g, const char *entry)
