@@ -18,6 +18,8 @@
  *  Both of oneDNN's algorithms are tried: direct and Winograd (kiln's
  *  space has both for a 3x3 stride-1 convolution); the goal's ratio is
  *  against the faster of those this oneDNN build implements on this CPU.
+ *  The implementation oneDNN picks by itself (algorithm auto, what a
+ *  framework asks for) is printed too.
  *
  * Usage: bench_tune_conv2d --db DIR [--rounds N] [--workdir DIR]
  *                          [--source FILE]
@@ -226,6 +228,10 @@ int main(int argc, char **argv)
     int64_t stride = 1;
     int64_t pad = ((Y->shape[2] - 1) + W->shape[2] - X->shape[2]) / 2;
     const dnnl_version_t *v = dnnl_version();
+    dctx_t da = {0};
+    if (s_dnnl_setup(&da, dnnl_convolution_auto, X->shape, W->shape, Y->shape,
+                     stride, pad, db_[0], db_[1], db_[2]))
+        printf("\n(oneDNN's own choice, algorithm auto: impl %s)\n", da.impl);
     static const dnnl_alg_kind_t algs[2] = {dnnl_convolution_direct,
                                             dnnl_convolution_winograd};
     static const char *names[2] = {"direct", "winograd"};
