@@ -151,29 +151,47 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     kl_buf_puts(&g->b, "}\n");
 }
 
-/* Opens the transforms' loops: blocks of blk channels (variable ch0) of
- * each image, in parallel, then the tiles ty, tx, and sets p. Closed by
- * s_close_tiles. */
+/* Opens the transforms' loops over blocks of blk channels (variable ch0)
+ * and tiles (ty, tx, and p), in parallel. Tiles outer (the input: each
+ * tile's 16 planes of V are written along the channels, which keeps the
+ * stores sequential) or channel blocks outer (the output: each block
+ * reads M along its channels for every tile). Closed by s_close_tiles. */
 static void s_open_tiles(cg_t *g, const kl_wino_t *z, int64_t channels, int blk,
-                         const char *ch0)
+                         const char *ch0, bool tiles_outer)
 {
-    long long nb = (long long)(channels / blk);
+    long long th = z->th, tw = z->tw;
     cg_line(g, "#pragma omp parallel for");
+    if (tiles_outer) {
+        cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", (long long)z->tiles);
+        g->ind++;
+        cg_line(g,
+                "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
+                th * tw, tw, th, tw);
+        cg_line(g, "for (int64_t %s = 0; %s < %lld; %s += %d) {", ch0, ch0,
+                (long long)channels, ch0, blk);
+        g->ind++;
+        return;
+    }
+    long long nb = (long long)(channels / blk);
     cg_line(g, "for (int64_t nb = 0; nb < %lld; ++nb) {", (long long)z->n * nb);
     g->ind++;
     cg_line(g, "int64_t n = nb / %lld, %s = nb %% %lld * %d;", nb, ch0, nb,
             blk);
-    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", (long long)z->th);
-    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", (long long)z->tw);
+    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", th);
+    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
     g->ind += 2;
-    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", (long long)z->th,
-            (long long)z->tw);
+    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", th, tw);
 }
 
-static void s_close_tiles(cg_t *g)
+static void s_close_tiles(cg_t *g, bool tiles_outer)
 {
-    g->ind -= 2;
-    cg_line(g, "    }");
+    if (tiles_outer) {
+        g->ind--;
+        cg_line(g, "}");
+    } else {
+        g->ind -= 2;
+        cg_line(g, "    }");
+    }
     g->ind--;
     cg_line(g, "}");
 }
@@ -185,7 +203,7 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     int cb = s_block(z->c);
     long long C = z->c, TP = z->tiles, xc = X->shape[1], xh = X->shape[2],
               xw = X->shape[3];
-    s_open_tiles(g, z, z->c, cb, "c0");
+    s_open_tiles(g, z, z->c, cb, "c0", true);
     cg_line(g, "float d[4][4][%d], t[4][4][%d];", cb, cb);
     cg_line(g, "for (int i = 0; i < 4; ++i)");
     cg_line(g, "    for (int j = 0; j < 4; ++j) {");
@@ -217,7 +235,7 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "        v[%lld + l] = t[i][1][l] - t[i][3][l];", 3 * TP * C);
     cg_line(g, "    }");
     cg_line(g, "}");
-    s_close_tiles(g);
+    s_close_tiles(g, true);
 }
 
 /* Y = A^T M A per output tile, with the epilogue; tiles past the edge of
@@ -227,7 +245,7 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     const kl_tensor_t *Y = &w->tensors[z->y];
     int kb = s_block(z->k);
     long long K = z->k, TP = z->tiles;
-    s_open_tiles(g, z, z->k, kb, "k0");
+    s_open_tiles(g, z, z->k, kb, "k0", false);
     cg_line(g, "float m[4][4][%d], t[2][4][%d];", kb, kb);
     cg_line(g, "for (int e = 0; e < 16; ++e) {");
     cg_line(g, "    const float *s = kl_wm + (e * %lld + p) * %lld + k0;", TP,
@@ -259,7 +277,7 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "}");
     g->ind -= 2;
     cg_line(g, "    }");
-    s_close_tiles(g);
+    s_close_tiles(g, false);
 }
 
 int cg_emit_winograd(cg_t *g, const char *entry)
