@@ -4,8 +4,8 @@
  *   ENTRY_prepare   U = G g G^T of the constant weights, once, into the
  *                   block, followed by the product's own prepared packs
  *                   and room for V and M;
- *   ENTRY           V = B^T d B of each input tile (channels in blocks of
- *                   up to 16, one block per task of a parallel loop), the
+ *   ENTRY           V = B^T d B of each input tile (tiles shared out over
+ *                   the threads, channels in blocks of up to 16), the
  *                   product M[e] = V[e] U[e] (ENTRY_gemm, the schedule's
  *                   nest), then Y = A^T M A per output tile with the
  *                   epilogue.
