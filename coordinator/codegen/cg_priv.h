@@ -146,6 +146,9 @@ int64_t cg_pack_elems(const cg_t *g, int t);
 void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
 /* The loops that fill the packed buffers attached at pos (-1: root). */
 void cg_emit_packs_at(cg_t *g, int pos);
+/* Prefetches for the "prefetch" annotation of the loop at pos (dist
+ * floats ahead in each packed buffer read below it). */
+void cg_emit_prefetch(cg_t *g, int pos, int64_t dist);
 /* Whether some buffer is packed below the root (per thread). */
 bool cg_has_inner_packs(const cg_t *g);
 

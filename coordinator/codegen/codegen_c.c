@@ -594,6 +594,8 @@ static void s_emit_loop(cg_t *g, int pos)
             cg_line(g, "const int64_t %s = %s / %lld %% %lld;", s->name, var,
                     (long long)s->inner, (long long)s->extent);
         }
+    if (s_annot(l, "prefetch") > 0)
+        cg_emit_prefetch(g, pos, s_annot(l, "prefetch"));
     s_emit_body(g, pos);
     cg_unset_loop(g, pos);
     g->ind--;

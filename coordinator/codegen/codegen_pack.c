@@ -444,3 +444,37 @@ bool cg_has_inner_packs(const cg_t *g)
             return true;
     return false;
 }
+
+/* The "prefetch" annotation of the loop at pos: at the top of each of its
+ * iterations, prefetch each packed buffer read below it dist floats ahead
+ * of where the iteration starts reading it, one line per 16 floats that
+ * one iteration reads there (a register tile's panel step; a buffer read
+ * over more than 8 lines per iteration is left alone). A prefetch is a
+ * hint: an address past the buffer's end does not fault. */
+void cg_emit_prefetch(cg_t *g, int pos, int64_t dist)
+{
+    for (int t = 0; t < g->w->ntensors; t++) {
+        if (g->pack_pos[t] == -2 || g->pack_pos[t] >= pos || !g->pk_access[t])
+            continue;
+        cg_lin_t f, below;
+        cg_pack_lin(g, g->pk_access[t], &f);
+        memset(&below, 0, sizeof below);
+        for (int p = pos + 1; p < g->n; p++)
+            for (int q = 0; q < g->L[p]->nparts; q++)
+                below.k[g->symbase[p] + q] = f.k[g->symbase[p] + q];
+        int64_t lo, hi;
+        cg_lin_range(g, &below, &lo, &hi);
+        if (hi - lo >= 128)
+            continue;
+        for (int p = pos + 1; p < g->n; p++)
+            cg_set_loop_const(g, p, 0);
+        kl_buf_t base = {0};
+        cg_lin_print(g, &f, 0, &base);
+        for (int p = pos + 1; p < g->n; p++)
+            cg_unset_loop(g, p);
+        for (int64_t off = lo; off <= hi; off += 16)
+            cg_line(g, "__builtin_prefetch(pk_%s + (%s) + %lld, 0, 3);",
+                    g->w->tensors[t].name, base.data, (long long)(dist + off));
+        kl_buf_free(&base);
+    }
+}

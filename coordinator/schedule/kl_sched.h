@@ -247,8 +247,10 @@ int kl_sched_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 
 /* Sets (or replaces) an annotation on a loop. Keys: "unroll_max_step"
- * (codegen puts `#pragma GCC unroll value` on that loop), "pragma_..."
- * (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
+ * (codegen puts `#pragma GCC unroll value` on that loop), "prefetch" (C:
+ * each iteration prefetches the packed buffers read below the loop value
+ * floats ahead of where it reads them), "pragma_..." (free-form hints). At
+ * most KL_LOOP_MAX_ANNOTS per loop. */
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);
 

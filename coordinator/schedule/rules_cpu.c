@@ -417,6 +417,23 @@ static int s_build(rule_t *r)
             if ((rc = kl_tr_end(tr, r->err)))
                 return rc;
         }
+        /* A convolution's channel product: software prefetch of the packed
+         * panels, some distance (floats) ahead. Its panels are used only a
+         * few times each (49 tiles x 256 channels for the Winograd
+         * product), so the next one is not in L1 when it is needed. */
+        int64_t pv[4] = {0, 1024, 2048, 4096};
+        double pp[4] = {0.4, 0.2, 0.2, 0.2};
+        int64_t pf = r->fit ? kl_tr_sample_categorical(tr, pv, pp, 4) : -1;
+        for (int i = 1; i < 4 && r->fit; i++) {
+            snprintf(pred, sizeof pred, "v%lld == %lld", (long long)pf,
+                     (long long)pv[i]);
+            if ((rc = kl_tr_if(tr, pred, r->err)))
+                return rc;
+            kl_tr_annotate(tr, r->cb >= 0 ? r->cb : r->r[r->nrd - 1][1],
+                           "prefetch", pv[i]);
+            if ((rc = kl_tr_end(tr, r->err)))
+                return rc;
+        }
     }
     return KL_OK;
 }

@@ -275,7 +275,7 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
             first_red = q;
         int64_t u = s_annot(l, "unroll_max_step");
         unroll_step = u > unroll_step ? u : unroll_step;
-        annotated += l->nannots > 0;
+        annotated += l->nannots; /* unroll steps, prefetches */
     }
     for (int k = 0; k < 5; k++) {
         f[5 + 2 * k] = (float)cnt[k];

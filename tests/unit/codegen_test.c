@@ -229,6 +229,31 @@ static void test_register_tile_structure(void **state)
     kl_kernel_free(&k);
     kl_sched_destroy(&s);
     kl_trace_free(&tr);
+    /* The same with a prefetch 512 floats ahead on the inner reduction
+     * loop (here inside each of the 12 unrolled rows): B's panel step (32
+     * floats) is 2 lines, A's (one float of the row) 1 line. */
+    char text[1024];
+    snprintf(text, sizeof text, "%sannotate(l8, key=\"prefetch\", value=512)\n",
+             s_blas_trace);
+    assert_int_equal(kl_trace_from_text(text, &tr, err), KL_OK);
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    if (kl_trace_apply(tr, s, NULL, NULL, &rej, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_postproc_cpu(&t, s, err), KL_OK);
+    if (kl_codegen_c(s, &t, "kl_blas_pf", &k, err))
+        fail_msg("%s", err);
+    const char *pf = strstr(k.source, "__builtin_prefetch(pk_B + (");
+    assert_non_null(pf);
+    assert_non_null(strstr(pf, ") + 512, 0, 3);"));
+    assert_non_null(strstr(pf, ") + 528, 0, 3);"));
+    assert_null(strstr(k.source, ") + 544, 0, 3);"));
+    assert_non_null(strstr(k.source, "__builtin_prefetch(pk_A + ("));
+    srcs[0] = k.source;
+    ents[0] = k.entry;
+    s_check_many(w, srcs, ents, 1, "12x32 packed, prefetched");
+    kl_kernel_free(&k);
+    kl_sched_destroy(&s);
+    kl_trace_free(&tr);
     kl_workload_free(&w);
 }
 
