@@ -40,6 +40,11 @@
  * multiply-adds), whose transformed weights U are constant and so packed
  * once. Both branches are in every program, so mutating the first
  * decision moves a trace from one algorithm to the other.
+ *
+ * Prefetch. The channel products of convolutions (channel vectors, the
+ * Winograd product) use each packed panel for a few register tiles only;
+ * their programs also sample a software prefetch distance for the packed
+ * buffers (a "prefetch" annotation on the innermost reduction loop).
  */
 #include <stdio.h>
 #include <stdlib.h>
