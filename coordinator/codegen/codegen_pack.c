@@ -399,13 +399,13 @@ void cg_emit_packs_at(cg_t *g, int pos)
 void cg_emit_prepare(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
-    if (g->nested)
+    if (g->nested) /* the Winograd product's: the caller owns the block */
         kl_buf_printf(
             &g->b,
             "\n/* Lays the constant inputs out once, into kl_pre "
             "(args[%d] of\n * %s). */\nstatic void %s" KL_ABI_PREPARE_SUFFIX
-            "_into(void "
-            "*const *args, float *kl_pre)\n{\n",
+            "_into(void *const *args, float "
+            "*kl_pre)\n{\n",
             w->ntensors, entry, entry);
     else
         kl_buf_printf(&g->b,

@@ -363,6 +363,26 @@ static int s_pack_at(rule_t *r, int t, int64_t v)
     return kl_tr_end(r->tr, r->err);
 }
 
+/* A sampled annotation of loop: one of 4 values (the first: none); the
+ * decision picks the value, the annotation carries it. */
+static int s_annot_choice(rule_t *r, int64_t loop, const char *key,
+                          const int64_t *vals, const double *probs)
+{
+    int64_t v = kl_tr_sample_categorical(r->tr, vals, probs, 4);
+    for (int i = 1; i < 4; i++) {
+        char pred[64];
+        snprintf(pred, sizeof pred, "v%lld == %lld", (long long)v,
+                 (long long)vals[i]);
+        int rc = kl_tr_if(r->tr, pred, r->err);
+        if (rc)
+            return rc;
+        kl_tr_annotate(r->tr, loop, key, vals[i]);
+        if ((rc = kl_tr_end(r->tr, r->err)))
+            return rc;
+    }
+    return KL_OK;
+}
+
 static int s_build(rule_t *r)
 {
     kl_trace_t *tr = r->tr;
@@ -408,37 +428,19 @@ static int s_build(rule_t *r)
     if ((rc = s_pack(r)))
         return rc;
     if (r->nrd > 0) {
-        int64_t uv[4] = {0, 2, 4, 8};
-        double up[4] = {0.4, 0.3, 0.2, 0.1};
-        int64_t u = kl_tr_sample_categorical(tr, uv, up, 4);
-        /* The decision picks the step; the annotation carries it. */
-        for (int i = 1; i < 4; i++) {
-            snprintf(pred, sizeof pred, "v%lld == %lld", (long long)u,
-                     (long long)uv[i]);
-            if ((rc = kl_tr_if(tr, pred, r->err)))
-                return rc;
-            kl_tr_annotate(tr, r->cb >= 0 ? r->cb : r->r[r->nrd - 1][1],
-                           "unroll_max_step", uv[i]);
-            if ((rc = kl_tr_end(tr, r->err)))
-                return rc;
-        }
+        int64_t loop = r->cb >= 0 ? r->cb : r->r[r->nrd - 1][1];
+        static const int64_t uv[4] = {0, 2, 4, 8},
+                             pv[4] = {0, 1024, 2048, 4096};
+        static const double up[4] = {0.4, 0.3, 0.2, 0.1},
+                            pp[4] = {0.4, 0.2, 0.2, 0.2};
+        if ((rc = s_annot_choice(r, loop, "unroll_max_step", uv, up)))
+            return rc;
         /* A convolution's channel product: software prefetch of the packed
          * panels, some distance (floats) ahead. Its panels are used only a
          * few times each (49 tiles x 256 channels for the Winograd
          * product), so the next one is not in L1 when it is needed. */
-        int64_t pv[4] = {0, 1024, 2048, 4096};
-        double pp[4] = {0.4, 0.2, 0.2, 0.2};
-        int64_t pf = r->fit ? kl_tr_sample_categorical(tr, pv, pp, 4) : -1;
-        for (int i = 1; i < 4 && r->fit; i++) {
-            snprintf(pred, sizeof pred, "v%lld == %lld", (long long)pf,
-                     (long long)pv[i]);
-            if ((rc = kl_tr_if(tr, pred, r->err)))
-                return rc;
-            kl_tr_annotate(tr, r->cb >= 0 ? r->cb : r->r[r->nrd - 1][1],
-                           "prefetch", pv[i]);
-            if ((rc = kl_tr_end(tr, r->err)))
-                return rc;
-        }
+        if (r->fit && (rc = s_annot_choice(r, loop, "prefetch", pv, pp)))
+            return rc;
     }
     return KL_OK;
 }

@@ -99,15 +99,14 @@ static dnnl_memory_t s_prep(dctx_t *d, const_dnnl_primitive_desc_t pd,
     return m;
 }
 
-/* Builds oneDNN's convolution of X[N,C,H,W] * W[K,C,R,S] -> Y (stride 1,
- * symmetric padding pad) with algorithm alg and its preferred layouts.
- * Returns false when this build has no implementation of alg for it. */
-static bool s_dnnl_setup(dctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
-                         const int64_t *ws, const int64_t *ys, int64_t stride,
-                         int64_t pad, float *x, float *wt, float *y)
+/* oneDNN's convolution of X[N,C,H,W] * W[K,C,R,S] -> Y (stride 1,
+ * symmetric padding pad) with algorithm alg and its preferred layouts, as a
+ * primitive descriptor. Returns false when this build has no
+ * implementation of alg for it. */
+static bool s_dnnl_pd(dnnl_engine_t eng, dnnl_alg_kind_t alg, const int64_t *xs,
+                      const int64_t *ws, const int64_t *ys, int64_t stride,
+                      int64_t pad, dnnl_primitive_desc_t *pd)
 {
-    CK(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
-    CK(dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags));
     dnnl_dims_t xd = {xs[0], xs[1], xs[2], xs[3]};
     dnnl_dims_t wd = {ws[0], ws[1], ws[2], ws[3]};
     dnnl_dims_t yd = {ys[0], ys[1], ys[2], ys[3]};
@@ -119,13 +118,24 @@ static bool s_dnnl_setup(dctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
     pr[0] = (ys[2] - 1) * stride + ws[2] - xs[2] - pad;
     pr[1] = (ys[3] - 1) * stride + ws[3] - xs[3] - pad;
     dnnl_convolution_desc_t cd;
+    return dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg,
+                                              &xm, &wm, NULL, &ym, strides, pl,
+                                              pr) == dnnl_success &&
+           dnnl_primitive_desc_create(pd, &cd, NULL, eng, NULL) == dnnl_success;
+}
+
+/* The convolution of s_dnnl_pd as a primitive on d's engine, its inputs
+ * reordered from the user's plain buffers once; false as s_dnnl_pd. */
+static bool s_dnnl_setup(dctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
+                         const int64_t *ws, const int64_t *ys, int64_t stride,
+                         int64_t pad, float *x, float *wt, float *y)
+{
     dnnl_primitive_desc_t pd;
-    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg,
-                                           &xm, &wm, NULL, &ym, strides, pl,
-                                           pr) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &cd, NULL, d->eng, NULL) !=
-            dnnl_success)
+    if (!s_dnnl_pd(d->eng, alg, xs, ws, ys, stride, pad, &pd))
         return false;
+    dnnl_dims_t xd = {xs[0], xs[1], xs[2], xs[3]};
+    dnnl_dims_t wd = {ws[0], ws[1], ws[2], ws[3]};
+    dnnl_dims_t yd = {ys[0], ys[1], ys[2], ys[3]};
     CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &d->impl));
     CK(dnnl_primitive_create(&d->conv, pd));
     dnnl_memory_t mx = s_prep(d, pd, dnnl_query_src_md, 4, xd, dnnl_nchw, x);
@@ -228,15 +238,23 @@ int main(int argc, char **argv)
     int64_t stride = 1;
     int64_t pad = ((Y->shape[2] - 1) + W->shape[2] - X->shape[2]) / 2;
     const dnnl_version_t *v = dnnl_version();
-    dctx_t da = {0};
-    if (s_dnnl_setup(&da, dnnl_convolution_auto, X->shape, W->shape, Y->shape,
-                     stride, pad, db_[0], db_[1], db_[2]))
-        printf("\n(oneDNN's own choice, algorithm auto: impl %s)\n", da.impl);
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
+    dnnl_primitive_desc_t apd;
+    if (s_dnnl_pd(eng, dnnl_convolution_auto, X->shape, W->shape, Y->shape,
+                  stride, pad, &apd)) {
+        const char *impl = NULL;
+        CK(dnnl_primitive_desc_query(apd, dnnl_query_impl_info_str, 0, &impl));
+        printf("\n(oneDNN's own choice, algorithm auto: impl %s)\n", impl);
+        dnnl_primitive_desc_destroy(apd);
+    }
     static const dnnl_alg_kind_t algs[2] = {dnnl_convolution_direct,
                                             dnnl_convolution_winograd};
     static const char *names[2] = {"direct", "winograd"};
     double f = w->flop, e = 0, best_ratio = INFINITY;
-    dctx_t dd[2] = {{0}};
+    dctx_t dd[2] = {{.eng = eng, .st = st}, {.eng = eng, .st = st}};
     dctx_t *fast = NULL;
     for (int a = 0; a < 2; a++) {
         dctx_t *d = &dd[a];
