@@ -3,21 +3,30 @@
  *
  *   ENTRY_prepare   U = G g G^T of the constant weights, once, into the
  *                   block, followed by the product's own prepared packs
- *                   and room for V and M;
- *   ENTRY           V = B^T d B of each input tile (tiles shared out over
- *                   the threads, channels in blocks of up to 16), the
- *                   product M[e] = V[e] U[e] (ENTRY_gemm, the schedule's
- *                   nest), then Y = A^T M A per output tile with the
- *                   epilogue.
+ *                   and room for V, M and the padded input copy;
+ *   ENTRY           the input copied channel-innermost and padded (xt,
+ *                   rows of 16 pixels x 16 channels turned by a 16 x 16
+ *                   register transpose), V = B^T d B of each input tile
+ *                   from it (tiles shared out over the threads, 16
+ *                   channels a vector), the product M[e] = V[e] U[e]
+ *                   (ENTRY_gemm, the schedule's nest), then Y = A^T M A
+ *                   per output tile, 16 output channels a vector, each
+ *                   row of tiles turned back to rows of pixels by the same
+ *                   transpose and stored with the epilogue.
  *
- * V and M live in the prepared block: allocating them on each call cost
- * more than the product itself (glibc hands the freed pages back and
+ * The NCHW tensors have their channels far apart; gathering a tile's 16
+ * channels one float at a time cost more than the transforms' arithmetic
+ * (the two transforms took 120-130 of 520-580 us on the 256-channel 14x14
+ * layer; 85-100 us with the transposes).
+ *
+ * V, M and xt live in the prepared block: allocating them on each call
+ * cost more than the product itself (glibc hands the freed pages back and
  * faults them in again on the next call). A flag in the block keeps a
  * second, concurrent call with the same block off them: it allocates its
  * own.
  *
  * Every number is printed into the source: the loops have constant trip
- * counts and the compiler unrolls and vectorizes the channel blocks. */
+ * counts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +35,6 @@
 #include "kl_abi.h"
 #include "kl_err.h"
 #include "kl_wino.h"
-
-/* Largest of 16, 8, 4, 2, 1 that divides n. */
-static int s_block(int64_t n)
-{
-    int b = 16;
-    while (b > 1 && n % b)
-        b /= 2;
-    return b;
-}
 
 /* Flat index of an epilogue read, as C over the variables n, k, y, x (the
  * output's iterators z->it[0..3]). */
@@ -73,10 +73,26 @@ static void s_epilogue(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     }
 }
 
+/* The padded, channel-innermost copy of the input that the input
+ * transform reads: xt[n][r][q][c] = X[n][c][r - ph][q - pw], zero outside,
+ * r < 2 TH + 2, q < 2 TW + 2; rows of the channels padded to a multiple of
+ * 16 plus 16 floats (a multiple of 64 would put a tile's 16 reads in a
+ * few cache sets). */
+static int64_t s_xt_stride(const kl_wino_t *z)
+{
+    return (z->c + 15) / 16 * 16 + 16;
+}
+
+static int64_t s_xt_elems(const kl_wino_t *z)
+{
+    return z->n * (2 * z->th + 2) * (2 * z->tw + 2) * s_xt_stride(z);
+}
+
 /* Offsets (floats) into the prepared block: U, the product's packs, the
- * busy flag, V, M; and its size. 16-float (64-byte) aligned. */
+ * busy flag, V, M (16 floats longer: the last block of channels is read
+ * as a whole vector), xt; and its size. 16-float (64-byte) aligned. */
 typedef struct {
-    int64_t pk, flag, v, m, size;
+    int64_t pk, flag, v, m, xt, size;
 } wlay_t;
 
 static int64_t s_up(int64_t n)
@@ -91,7 +107,8 @@ static wlay_t s_layout(const cg_t *g, const kl_wino_t *z)
     l.flag = l.pk + s_up(g->prep_elems);
     l.v = l.flag + 16;
     l.m = l.v + s_up(16 * z->tiles * z->c);
-    l.size = l.m + s_up(16 * z->tiles * z->k);
+    l.xt = l.m + s_up(16 * z->tiles * z->k + 16);
+    l.size = l.xt + s_up(s_xt_elems(z));
     return l;
 }
 
@@ -151,133 +168,277 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     kl_buf_puts(&g->b, "}\n");
 }
 
-/* Opens the transforms' loops over blocks of blk channels (variable ch0)
- * and tiles (ty, tx, and p), in parallel. Tiles outer (the input: each
- * tile's 16 planes of V are written along the channels, which keeps the
- * stores sequential) or channel blocks outer (the output: each block
- * reads M along its channels for every tile). Closed by s_close_tiles. */
-static void s_open_tiles(cg_t *g, const kl_wino_t *z, int64_t channels, int blk,
-                         const char *ch0, bool tiles_outer)
+/* The 16 x 16 transpose the transforms use to turn rows of one channel
+ * into vectors of 16 channels and back: four rounds of two-source
+ * shuffles, each swapping one bit of the row index with the same bit of
+ * the lane index. */
+static void s_transpose_fn(cg_t *g)
 {
-    long long th = z->th, tw = z->tw;
-    cg_line(g, "#pragma omp parallel for");
-    if (tiles_outer) {
-        cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", (long long)z->tiles);
-        g->ind++;
-        cg_line(g,
-                "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
-                th * tw, tw, th, tw);
-        cg_line(g, "for (int64_t %s = 0; %s < %lld; %s += %d) {", ch0, ch0,
-                (long long)channels, ch0, blk);
-        g->ind++;
-        return;
+    kl_buf_puts(&g->b,
+                "\n#ifndef KL_SHUF16\n#if defined(__clang__)\n"
+                "#define KL_SHUF16(a, b, ...) __builtin_shufflevector(a, b, "
+                "__VA_ARGS__)\n"
+                "#else\n"
+                "#define KL_SHUF16(a, b, ...) __builtin_shuffle(a, b, "
+                "(kl_m16){__VA_ARGS__})\n"
+                "#endif\n#endif\n\n"
+                "#ifndef KL_TR16_H\n"
+                "#define KL_TR16_H\n"
+                "/* r[i][j] = r[j][i]. */\n"
+                "static inline void kl_tr16(kl_v16 *r)\n{\n");
+    for (int bit = 1; bit < 16; bit <<= 1) {
+        kl_buf_t lo = {0}, hi = {0};
+        for (int j = 0; j < 16; j++) {
+            kl_buf_printf(&lo, "%s%d", j ? ", " : "",
+                          j & bit ? 16 + (j ^ bit) : j);
+            kl_buf_printf(&hi, "%s%d", j ? ", " : "",
+                          j & bit ? 16 + j : j ^ bit);
+        }
+        for (int i = 0; i < 16; i++) {
+            if (i & bit)
+                continue;
+            kl_buf_printf(&g->b,
+                          "    {\n"
+                          "        kl_v16 lo = KL_SHUF16(r[%d], r[%d], %s);\n"
+                          "        kl_v16 hi = KL_SHUF16(r[%d], r[%d], %s);\n"
+                          "        r[%d] = lo;\n"
+                          "        r[%d] = hi;\n"
+                          "    }\n",
+                          i, i | bit, lo.data, i, i | bit, hi.data, i, i | bit);
+        }
+        kl_buf_free(&lo);
+        kl_buf_free(&hi);
     }
-    long long nb = (long long)(channels / blk);
-    cg_line(g, "for (int64_t nb = 0; nb < %lld; ++nb) {", (long long)z->n * nb);
-    g->ind++;
-    cg_line(g, "int64_t n = nb / %lld, %s = nb %% %lld * %d;", nb, ch0, nb,
-            blk);
-    cg_line(g, "for (int64_t ty = 0; ty < %lld; ++ty)", th);
-    cg_line(g, "    for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
-    g->ind += 2;
-    cg_line(g, "int64_t p = (n * %lld + ty) * %lld + tx;", th, tw);
+    kl_buf_puts(&g->b, "}\n#endif\n");
 }
 
-static void s_close_tiles(cg_t *g, bool tiles_outer)
+/* Phase 1 of the input transform: xt from X, a block of 16 channels times
+ * one padded row per iteration, 16 pixels at a time through kl_tr16. */
+static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
-    if (tiles_outer) {
+    const kl_tensor_t *X = &w->tensors[z->x];
+    long long C = z->c, H = z->h, W = z->w, HP = 2 * z->th + 2,
+              WP = 2 * z->tw + 2, CS = s_xt_stride(z), CB = (z->c + 15) / 16,
+              ph = z->ph, pw = z->pw, end = z->n * z->c * z->h * z->w;
+    cg_line(g, "#pragma omp for");
+    cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * CB * HP);
+    g->ind++;
+    cg_line(g,
+            "int64_t n = it / %lld, c0 = it / %lld %% %lld * 16, r = it %% "
+            "%lld, y = r - %lld;",
+            CB * HP, HP, CB, HP, ph);
+    cg_line(g, "float *row = kl_xt + (n * %lld + r) * %lld + c0;", HP, WP * CS);
+    cg_line(g, "if (y < 0 || y >= %lld) {", H);
+    cg_line(g, "    for (int64_t q = 0; q < %lld; ++q)", WP);
+    cg_line(g, "        kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+    cg_line(g, "    continue;");
+    cg_line(g, "}");
+    if (pw)
+        cg_line(g, "for (int64_t q = 0; q < %lld; ++q)", pw);
+    if (pw)
+        cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+    if (WP > pw + W) {
+        cg_line(g, "for (int64_t q = %lld; q < %lld; ++q)", pw + W, WP);
+        cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+    }
+    cg_line(g, "const float *src = %s + ((n * %lld + c0) * %lld + y) * %lld;",
+            X->name, C, H, W);
+    cg_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", W);
+    g->ind++;
+    cg_line(g, "kl_v16 v[16];");
+    cg_line(g, "for (int l = 0; l < 16; ++l) {");
+    g->ind++;
+    cg_line(g, "const float *s = src + l * %lld + x0;", H * W);
+    if (C % 16)
+        cg_line(g, "if (c0 + l >= %lld)", C);
+    if (C % 16)
+        cg_line(g, "    v[l] = kl_bc16(0.0f);");
+    cg_line(g, "%sif (s + 16 <= %s + %lld)", C % 16 ? "else " : "", X->name,
+            end);
+    cg_line(g, "    v[l] = kl_ld16(s);");
+    cg_line(g, "else {");
+    cg_line(g, "    kl_v16 t = kl_bc16(0.0f);");
+    cg_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);", X->name, end);
+    cg_line(g, "    v[l] = t;");
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
+    cg_line(g, "kl_tr16(v);");
+    cg_line(g, "for (int64_t j = 0; j < 16 && x0 + j < %lld; ++j)", W);
+    cg_line(g, "    kl_st16(row + (x0 + j + %lld) * %lld, v[j]);", pw, CS);
+    g->ind--;
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
+}
+
+/* Stores the 16 lanes of val at dst, or the first n (not a multiple of
+ * 16: the last block of channels). */
+static void s_store(cg_t *g, const char *dst, const char *val, int64_t n)
+{
+    if (n >= 16)
+        cg_line(g, "kl_st16(%s, %s);", dst, val);
+    else
+        cg_line(g, "{ kl_v16 kl_s = %s; memcpy(%s, &kl_s, %lld); }", val, dst,
+                (long long)n * 4);
+}
+
+/* Phase 2: V[e][p][c] = (B^T d B)[i][j] of each 4x4 tile d of xt, tiles
+ * over the threads, 16 channels a vector. */
+static void s_input_tiles(cg_t *g, const kl_wino_t *z)
+{
+    long long C = z->c, TP = z->tiles, th = z->th, tw = z->tw,
+              HP = 2 * z->th + 2, WP = 2 * z->tw + 2, CS = s_xt_stride(z);
+    cg_line(g, "#pragma omp for");
+    cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", TP);
+    g->ind++;
+    cg_line(g, "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
+            th * tw, tw, th, tw);
+    cg_line(g,
+            "const float *dp = kl_xt + ((n * %lld + 2 * ty) * %lld + 2 * "
+            "tx) * %lld;",
+            HP, WP, CS);
+    for (int part = 0; part < 2; part++) {
+        int64_t full = C / 16 * 16, rest = C - full;
+        if (part == 0 && !full)
+            continue;
+        if (part == 1 && !rest)
+            continue;
+        if (part == 0)
+            cg_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {",
+                    (long long)full);
+        else
+            cg_line(g, "{");
+        g->ind++;
+        if (part == 1)
+            cg_line(g, "const int64_t c0 = %lld;", (long long)full);
+        cg_line(g, "kl_v16 t[4][4];");
+        cg_line(g, "for (int j = 0; j < 4; ++j) {");
+        g->ind++;
+        for (int i = 0; i < 4; i++)
+            cg_line(g,
+                    "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + "
+                    "c0);",
+                    i, i, WP, CS);
+        cg_line(g, "t[0][j] = d0 - d2;");
+        cg_line(g, "t[1][j] = d1 + d2;");
+        cg_line(g, "t[2][j] = d2 - d1;");
+        cg_line(g, "t[3][j] = d1 - d3;");
         g->ind--;
         cg_line(g, "}");
-    } else {
-        g->ind -= 2;
-        cg_line(g, "    }");
+        cg_line(g, "for (int i = 0; i < 4; ++i) {");
+        g->ind++;
+        cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
+        int64_t n = part ? rest : 16;
+        char dst[64];
+        s_store(g, "v", "t[i][0] - t[i][2]", n);
+        snprintf(dst, sizeof dst, "v + %lld", TP * C);
+        s_store(g, dst, "t[i][1] + t[i][2]", n);
+        snprintf(dst, sizeof dst, "v + %lld", 2 * TP * C);
+        s_store(g, dst, "t[i][2] - t[i][1]", n);
+        snprintf(dst, sizeof dst, "v + %lld", 3 * TP * C);
+        s_store(g, dst, "t[i][1] - t[i][3]", n);
+        g->ind--;
+        cg_line(g, "}");
+        g->ind--;
+        cg_line(g, "}");
     }
     g->ind--;
     cg_line(g, "}");
 }
 
-/* V[e][p][c] = (B^T d B)[i][j] of each 4x4 input tile d, zero outside. */
+/* V from X: one parallel region, the copy then the tiles. */
 static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
-    const kl_tensor_t *X = &w->tensors[z->x];
-    int cb = s_block(z->c);
-    long long C = z->c, TP = z->tiles, xc = X->shape[1], xh = X->shape[2],
-              xw = X->shape[3];
-    s_open_tiles(g, z, z->c, cb, "c0", true);
-    cg_line(g, "float d[4][4][%d], t[4][4][%d];", cb, cb);
-    cg_line(g, "for (int i = 0; i < 4; ++i)");
-    cg_line(g, "    for (int j = 0; j < 4; ++j) {");
-    g->ind += 2;
-    cg_line(g, "int64_t y = 2 * ty + i - %lld, x = 2 * tx + j - %lld;",
-            (long long)z->ph, (long long)z->pw);
-    cg_line(g, "int in = y >= 0 && y < %lld && x >= 0 && x < %lld;", xh, xw);
-    cg_line(g,
-            "const float *s = %s + ((n * %lld + c0) * %lld + (in ? y : 0)) * "
-            "%lld + (in ? x : 0);",
-            X->name, xc, xh, xw);
-    cg_line(g, "for (int l = 0; l < %d; ++l)", cb);
-    cg_line(g, "    d[i][j][l] = in ? s[l * %lld] : 0.0f;", xh * xw);
-    g->ind -= 2;
-    cg_line(g, "    }");
-    cg_line(g, "for (int j = 0; j < 4; ++j)");
-    cg_line(g, "    for (int l = 0; l < %d; ++l) {", cb);
-    cg_line(g, "        t[0][j][l] = d[0][j][l] - d[2][j][l];");
-    cg_line(g, "        t[1][j][l] = d[1][j][l] + d[2][j][l];");
-    cg_line(g, "        t[2][j][l] = d[2][j][l] - d[1][j][l];");
-    cg_line(g, "        t[3][j][l] = d[1][j][l] - d[3][j][l];");
-    cg_line(g, "    }");
-    cg_line(g, "for (int i = 0; i < 4; ++i) {");
-    cg_line(g, "    float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
-    cg_line(g, "    for (int l = 0; l < %d; ++l) {", cb);
-    cg_line(g, "        v[l] = t[i][0][l] - t[i][2][l];");
-    cg_line(g, "        v[%lld + l] = t[i][1][l] + t[i][2][l];", TP * C);
-    cg_line(g, "        v[%lld + l] = t[i][2][l] - t[i][1][l];", 2 * TP * C);
-    cg_line(g, "        v[%lld + l] = t[i][1][l] - t[i][3][l];", 3 * TP * C);
-    cg_line(g, "    }");
+    cg_line(g, "#pragma omp parallel");
+    cg_line(g, "{");
+    g->ind++;
+    s_input_copy(g, w, z);
+    s_input_tiles(g, z);
+    g->ind--;
     cg_line(g, "}");
-    s_close_tiles(g, true);
 }
 
-/* Y = A^T M A per output tile, with the epilogue; tiles past the edge of
- * an odd-sized output write only their inside. */
+/* Y = A^T M A per output tile, with the epilogue: an iteration per block
+ * of 16 output channels and row of tiles; its two output rows are
+ * transposed back to rows of pixels 16 at a time and stored with the
+ * epilogue (rows and columns past the edge of an odd-sized output are
+ * not stored). */
 static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     const kl_tensor_t *Y = &w->tensors[z->y];
-    int kb = s_block(z->k);
-    long long K = z->k, TP = z->tiles;
-    s_open_tiles(g, z, z->k, kb, "k0", false);
-    cg_line(g, "float m[4][4][%d], t[2][4][%d];", kb, kb);
-    cg_line(g, "for (int e = 0; e < 16; ++e) {");
-    cg_line(g, "    const float *s = kl_wm + (e * %lld + p) * %lld + k0;", TP,
-            K);
-    cg_line(g, "    for (int l = 0; l < %d; ++l)", kb);
-    cg_line(g, "        m[e / 4][e %% 4][l] = s[l];");
-    cg_line(g, "}");
-    cg_line(g, "for (int j = 0; j < 4; ++j)");
-    cg_line(g, "    for (int l = 0; l < %d; ++l) {", kb);
-    cg_line(g, "        t[0][j][l] = m[0][j][l] + m[1][j][l] + m[2][j][l];");
-    cg_line(g, "        t[1][j][l] = m[1][j][l] - m[2][j][l] - m[3][j][l];");
-    cg_line(g, "    }");
-    cg_line(g, "for (int a = 0; a < 2; ++a)");
-    cg_line(g, "    for (int b = 0; b < 2; ++b) {");
-    g->ind += 2;
-    cg_line(g, "int64_t y = 2 * ty + a, x = 2 * tx + b;");
-    cg_line(g, "if (y >= %lld || x >= %lld)", (long long)z->p, (long long)z->q);
-    cg_line(g, "    continue;");
-    cg_line(g, "for (int l = 0; l < %d; ++l) {", kb);
+    long long K = z->k, TP = z->tiles, th = z->th, tw = z->tw,
+              KB = (z->k + 15) / 16, XW = (2 * z->tw + 15) / 16 * 16, P = z->p,
+              Q = z->q;
+    cg_line(g, "#pragma omp parallel for");
+    cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * KB * th);
     g->ind++;
-    cg_line(g, "int64_t k = k0 + l;");
-    cg_line(g, "float o = b == 0 ? t[a][0][l] + t[a][1][l] + t[a][2][l]");
-    cg_line(g, "                 : t[a][1][l] - t[a][2][l] - t[a][3][l];");
-    s_epilogue(g, w, z);
-    cg_line(g, "%s[((n * %lld + k) * %lld + y) * %lld + x] = o;", Y->name,
-            (long long)Y->shape[1], (long long)Y->shape[2],
-            (long long)Y->shape[3]);
+    cg_line(g,
+            "int64_t n = it / %lld, k0 = it / %lld %% %lld * 16, ty = it "
+            "%% %lld;",
+            KB * th, th, KB, th);
+    cg_line(g, "kl_v16 yt[2][%lld];", XW);
+    cg_line(g, "for (int64_t q = %lld; q < %lld; ++q)", 2 * tw, XW);
+    cg_line(g, "    yt[0][q] = yt[1][q] = kl_bc16(0.0f);");
+    cg_line(g, "for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
+    g->ind++;
+    cg_line(g,
+            "const float *s = kl_wm + ((n * %lld + ty) * %lld + tx) * "
+            "%lld + k0;",
+            th, tw, K);
+    cg_line(g, "kl_v16 m[4][4], t[2][4];");
+    cg_line(g, "for (int e = 0; e < 16; ++e)");
+    cg_line(g, "    m[e / 4][e %% 4] = kl_ld16(s + e * %lld);", TP * K);
+    cg_line(g, "for (int j = 0; j < 4; ++j) {");
+    cg_line(g, "    t[0][j] = m[0][j] + m[1][j] + m[2][j];");
+    cg_line(g, "    t[1][j] = m[1][j] - m[2][j] - m[3][j];");
+    cg_line(g, "}");
+    cg_line(g, "for (int a = 0; a < 2; ++a) {");
+    cg_line(g, "    yt[a][2 * tx] = t[a][0] + t[a][1] + t[a][2];");
+    cg_line(g, "    yt[a][2 * tx + 1] = t[a][1] - t[a][2] - t[a][3];");
+    cg_line(g, "}");
     g->ind--;
     cg_line(g, "}");
-    g->ind -= 2;
-    cg_line(g, "    }");
-    s_close_tiles(g, false);
+    cg_line(g, "for (int a = 0; a < 2; ++a) {");
+    g->ind++;
+    cg_line(g, "int64_t y = 2 * ty + a;");
+    if (P % 2) {
+        cg_line(g, "if (y >= %lld)", P);
+        cg_line(g, "    break;");
+    }
+    cg_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
+    g->ind++;
+    cg_line(g, "float tr[16][16] __attribute__((aligned(64)));");
+    cg_line(g, "kl_v16 v[16];");
+    cg_line(g, "for (int l = 0; l < 16; ++l)");
+    cg_line(g, "    v[l] = yt[a][x0 + l];");
+    cg_line(g, "kl_tr16(v);");
+    cg_line(g, "for (int l = 0; l < 16; ++l)");
+    cg_line(g, "    kl_st16(tr[l], v[l]);");
+    cg_line(g, "int64_t nx = %lld - x0 < 16 ? %lld - x0 : 16;", Q, Q);
+    cg_line(g, "for (int64_t l = 0; l < 16 && k0 + l < %lld; ++l) {", K);
+    g->ind++;
+    cg_line(g, "int64_t k = k0 + l;");
+    cg_line(g, "float *out = %s + ((n * %lld + k) * %lld + y) * %lld + x0;",
+            Y->name, (long long)Y->shape[1], (long long)Y->shape[2],
+            (long long)Y->shape[3]);
+    cg_line(g, "for (int64_t xi = 0; xi < nx; ++xi) {");
+    g->ind++;
+    cg_line(g, "int64_t x = x0 + xi;");
+    cg_line(g, "float o = tr[l][xi];");
+    s_epilogue(g, w, z);
+    cg_line(g, "(void)x;");
+    cg_line(g, "out[xi] = o;");
+    g->ind--;
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
+    g->ind--;
+    cg_line(g, "}");
 }
 
 int cg_emit_winograd(cg_t *g, const char *entry)
@@ -293,6 +454,7 @@ int cg_emit_winograd(cg_t *g, const char *entry)
                   "U[e] of\n * the 16 transformed tiles (its schedule), "
                   "wrapped in the transforms. */\n",
                   w->name ? w->name : "a convolution");
+    s_transpose_fn(g);
     char *gemm = kl_xasprintf("%s_gemm", entry);
     g->nested = true;
     cg_emit_function(g, gemm);
@@ -313,7 +475,9 @@ int cg_emit_winograd(cg_t *g, const char *entry)
     cg_line(g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
             (long long)(16 * z.tiles * z.c), (long long)lay.v);
     cg_line(g, "float *kl_wm = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)(16 * z.tiles * z.k), (long long)lay.m);
+            (long long)(16 * z.tiles * z.k + 16), (long long)lay.m);
+    cg_line(g, "float *kl_xt = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
+            (long long)s_xt_elems(&z), (long long)lay.xt);
     s_input(g, w, &z);
     cg_line(g, "void *kl_ga[4] = {kl_wv, kl_pre, kl_wm, kl_pre + %lld};",
             (long long)lay.pk);
@@ -322,6 +486,7 @@ int cg_emit_winograd(cg_t *g, const char *entry)
     cg_line(g, "if (kl_own) {");
     cg_line(g, "    free(kl_wv);");
     cg_line(g, "    free(kl_wm);");
+    cg_line(g, "    free(kl_xt);");
     cg_line(g, "} else {");
     cg_line(g, "    __atomic_store_n(kl_busy, 0, __ATOMIC_RELEASE);");
     cg_line(g, "}");

@@ -274,10 +274,11 @@ static void test_kernels(void **state)
         "conv2d N=2 C=12 H=9 W=11 K=8 R=3 S=3 residual=1 relu=1",
         "conv2d N=1 C=20 H=7 W=7 K=24 R=3 S=3 pad=1 bias=1",
         "conv2d N=1 C=16 H=6 W=5 K=16 R=3 S=3 pad=2",
+        "conv2d N=1 C=17 H=19 W=35 K=18 R=3 S=3 pad=1 bias=1",
     };
     char dir[] = "/tmp/kiln-wino-test-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    for (int o = 0; o < 3; o++) {
+    for (int o = 0; o < (int)(sizeof ops / sizeof *ops); o++) {
         kl_workload_t *w = s_wl(ops[o]);
         kl_space_t *sp = NULL;
         char err[KL_ERRMSG_LEN];
