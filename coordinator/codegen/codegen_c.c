@@ -15,6 +15,9 @@ const char cg_prelude[] =
     "#include <stdint.h>\n"
     "#include <stdlib.h>\n"
     "#include <string.h>\n"
+    "#ifdef __linux__\n"
+    "#include <sys/mman.h>\n"
+    "#endif\n"
     "#define KL_VEC(W) \\\n"
     "typedef float kl_v##W __attribute__((vector_size(4 * W))); \\\n"
     "typedef int32_t kl_m##W __attribute__((vector_size(4 * W))); \\\n"
@@ -39,6 +42,17 @@ const char cg_prelude[] =
     "static inline float *kl_alloc(size_t n)\n"
     "{ void *p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);\n"
     "  if (!p) abort(); return (float *)p; }\n"
+    "/* A prepared block (kl_abi.h) of n bytes, or NULL; from 2 MB on,\n"
+    " * aligned to 2 MB and marked for transparent huge pages. */\n"
+    "static inline float *kl_alloc_block(size_t n)\n"
+    "{ if (n < ((size_t)1 << 21))\n"
+    "      return (float *)aligned_alloc(64, (n + 63) / 64 * 64);\n"
+    "  n = (n + ((size_t)1 << 21) - 1) & ~(((size_t)1 << 21) - 1);\n"
+    "  void *p = aligned_alloc((size_t)1 << 21, n);\n"
+    "#ifdef MADV_HUGEPAGE\n"
+    "  if (p) madvise(p, n, MADV_HUGEPAGE);\n"
+    "#endif\n"
+    "  return (float *)p; }\n"
     "#endif\n";
 
 static void s_indent(cg_t *g)

@@ -420,7 +420,7 @@ void cg_emit_prepare(cg_t *g, const char *entry)
             cg_line(g, "const float *restrict %s = (const float *)args[%d];",
                     w->tensors[t].name, t);
     if (!g->nested) {
-        cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
+        cg_line(g, "float *kl_pre = kl_alloc_block(%lld);",
                 (long long)(g->prep_elems * 4));
         cg_line(g, "if (!kl_pre)");
         cg_line(g, "    return NULL;");

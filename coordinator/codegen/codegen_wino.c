@@ -129,8 +129,7 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     g->ind = 1;
     cg_line(g, "const float *restrict %s = (const float *)args[%d];", W->name,
             z->wt);
-    cg_line(g, "float *kl_pre = (float *)aligned_alloc(64, %lld);",
-            (long long)bytes);
+    cg_line(g, "float *kl_pre = kl_alloc_block(%lld);", (long long)bytes);
     cg_line(g, "if (!kl_pre)");
     cg_line(g, "    return NULL;");
     cg_line(g, "*(int *)(kl_pre + %lld) = 0;", (long long)lay->flag);

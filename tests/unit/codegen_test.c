@@ -316,7 +316,7 @@ static void test_constant_prepared_once(void **state)
     assert_true(prep < main_fn);
     /* The prepare step packs W (2 chunks x 32 columns: no copy per row
      * tile of the fused parallel loop) and reads nothing else. */
-    assert_non_null(strstr(prep, "aligned_alloc(64, 24576)"));
+    assert_non_null(strstr(prep, "kl_alloc_block(24576)"));
     assert_non_null(strstr(prep, "/* pack W */"));
     assert_true(strstr(prep, "args[0]") == NULL ||
                 strstr(prep, "args[0]") > main_fn);
