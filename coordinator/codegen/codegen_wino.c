@@ -232,10 +232,10 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "        kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
     cg_line(g, "    continue;");
     cg_line(g, "}");
-    if (pw)
+    if (pw) {
         cg_line(g, "for (int64_t q = 0; q < %lld; ++q)", pw);
-    if (pw)
         cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+    }
     if (WP > pw + W) {
         cg_line(g, "for (int64_t q = %lld; q < %lld; ++q)", pw + W, WP);
         cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
@@ -247,15 +247,18 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "kl_v16 v[16];");
     cg_line(g, "for (int l = 0; l < 16; ++l) {");
     g->ind++;
-    cg_line(g, "const float *s = src + l * %lld + x0;", H * W);
-    if (C % 16)
+    if (C % 16) {
+        cg_line(g, "v[l] = kl_bc16(0.0f);");
         cg_line(g, "if (c0 + l >= %lld)", C);
-    if (C % 16)
-        cg_line(g, "    v[l] = kl_bc16(0.0f);");
-    cg_line(g, "%sif (s + 16 <= %s + %lld)", C % 16 ? "else " : "", X->name,
-            end);
+        cg_line(g, "    continue;");
+    }
+    /* A whole vector unless it would read past the end of X (the last
+     * row of the last channel): the lanes past the row are never
+     * stored. */
+    cg_line(g, "const float *s = src + l * %lld + x0;", H * W);
+    cg_line(g, "if (s + 16 <= %s + %lld) {", X->name, end);
     cg_line(g, "    v[l] = kl_ld16(s);");
-    cg_line(g, "else {");
+    cg_line(g, "} else {");
     cg_line(g, "    kl_v16 t = kl_bc16(0.0f);");
     cg_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);", X->name, end);
     cg_line(g, "    v[l] = t;");
