@@ -36,6 +36,15 @@
 #include "kl_err.h"
 #include "kl_wino.h"
 
+/* Closes n blocks opened with g->ind++. */
+static void s_close(cg_t *g, int n)
+{
+    while (n-- > 0) {
+        g->ind--;
+        cg_line(g, "}");
+    }
+}
+
 /* Flat index of an epilogue read, as C over the variables n, k, y, x (the
  * output's iterators z->it[0..3]). */
 static void s_epi_index(const kl_workload_t *w, const kl_wino_t *z,
@@ -268,10 +277,7 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     cg_line(g, "kl_tr16(v);");
     cg_line(g, "for (int64_t j = 0; j < 16 && x0 + j < %lld; ++j)", W);
     cg_line(g, "    kl_st16(row + (x0 + j + %lld) * %lld, v[j]);", pw, CS);
-    g->ind--;
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
+    s_close(g, 2);
 }
 
 /* Stores the 16 lanes of val at dst, or the first n (not a multiple of
@@ -340,10 +346,7 @@ static void s_input_tiles(cg_t *g, const kl_wino_t *z)
         s_store(g, dst, "t[i][2] - t[i][1]", n);
         snprintf(dst, sizeof dst, "v + %lld", 3 * TP * C);
         s_store(g, dst, "t[i][1] - t[i][3]", n);
-        g->ind--;
-        cg_line(g, "}");
-        g->ind--;
-        cg_line(g, "}");
+        s_close(g, 2);
     }
     g->ind--;
     cg_line(g, "}");
@@ -431,16 +434,7 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     s_epilogue(g, w, z);
     cg_line(g, "(void)x;");
     cg_line(g, "out[xi] = o;");
-    g->ind--;
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
+    s_close(g, 5);
 }
 
 int cg_emit_winograd(cg_t *g, const char *entry)
