@@ -17,7 +17,7 @@
  * The NCHW tensors have their channels far apart; gathering a tile's 16
  * channels one float at a time cost more than the transforms' arithmetic
  * (the two transforms took 120-130 of 520-580 us on the 256-channel 14x14
- * layer; 85-100 us with the transposes).
+ * layer; 84-103 us with the transposes).
  *
  * V, M and xt live in the prepared block: allocating them on each call
  * cost more than the product itself (glibc hands the freed pages back and
