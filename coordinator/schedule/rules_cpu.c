@@ -27,7 +27,11 @@
  * (contiguous weight vectors), the other operand is broadcast, and the
  * register tile is rows of output pixels x channel vectors, the GEMM
  * micro-kernel of a channel-blocked (NCHWc) convolution without changing
- * the tensors' layouts. Packing is then likely, as the weights are read
+ * the tensors' layouts. Its row counts also include the extent's
+ * divisors from 5 to 16, and rows of 5 to 7 (a 7x7 output: ResNet's last
+ * stage) get a row tile too, up to the whole row (it was 1 row there, 7
+ * being prime, which left random 7x7 channel-vector schedules at half the
+ * speed). Packing is then likely, as the weights are read
  * with a stride otherwise. The input channels may be blocked as well (a
  * sampled block of 1, 4, 8 or 16 channels innermost of the reduction
  * loops): the weights packed [.., c-block, k-vector] and the input's
@@ -135,10 +139,12 @@ static void s_tile(rule_t *r)
             r->s[k][0] = rest[0], r->s[k][1] = rest[1], r->s[k][2] = rest[2];
             r->s[k][3] = o[1];
             r->s3v[k] = c;
-        } else if (k == r->row && ext >= 8) {
+        } else if (k == r->row && (ext >= 8 || (r->fit && ext >= 5))) {
             int64_t vals[16] = {1, 2, 3, 4, 6, 8, 12, 16};
             double ps[16] = {0.02, 0.05, 0.05, 0.15, 0.18, 0.2, 0.25, 0.1};
-            int n = 8;
+            /* A channel product over rows of 5 to 7 (a 7x7 layer):
+             * the tiles up to the extent, and the extent itself below. */
+            int n = ext >= 8 ? 8 : 5;
             /* Channel vectors: also the divisors of the extent (7 and 14
              * for 14), which need no guard. */
             for (int64_t d = 5; r->fit && d <= 16; d++) {

@@ -424,6 +424,49 @@ static void test_cpu_channel_vectors(void **state)
     }
 }
 
+/* A convolution with 7x7 outputs (ResNet's last stage, or a stride-2
+ * layer leading to it): its channel-vector schedules may unroll a row
+ * tile of all 7 output rows or columns over the channel vectors, the
+ * register tile such a layer needs (it was 1 row: 7 is prime and the
+ * tiles of 4 did not divide it). */
+static void test_cpu_row_tile_of_seven(void **state)
+{
+    (void)state;
+    kl_workload_t *w =
+        s_wl("conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 stride=2 pad=1");
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 3);
+    int chan = 0, seven = 0;
+    for (int i = 0; i < 60; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("%s", err);
+        int it = s_vec_iter_of(s);
+        if (it >= 0 && !strcmp(w->iters[it].name, "f")) {
+            chan++;
+            for (int p = 0; p < kl_sched_nloops(s); p++) {
+                const kl_loop_t *l = kl_sched_loop(s, p);
+                const char *nm = w->iters[l->parts[0].iter].name;
+                if (l->kind == KL_LOOP_UNROLL && l->extent == 7 &&
+                    l->nparts == 1 && (!strcmp(nm, "y") || !strcmp(nm, "x")))
+                    seven++;
+            }
+        }
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    if (chan < 10 || seven < 2)
+        fail_msg("%d channel-vector schedules, %d with a 7-row tile", chan,
+                 seven);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 static void test_cuda_hook(void **state)
 {
     (void)state;
@@ -452,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_perfect_tile_and_decisions),
         cmocka_unit_test(test_cpu_space_replay),
         cmocka_unit_test(test_cpu_channel_vectors),
+        cmocka_unit_test(test_cpu_row_tile_of_seven),
         cmocka_unit_test(test_cuda_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
