@@ -1,5 +1,6 @@
 /* postproc_cpu.c - CPU postprocessors: reject what the C code generator
  * cannot run well, with the reason (kl_space.h). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -7,7 +8,12 @@
 #include "kl_err.h"
 #include "kl_space.h"
 
-#define PACK_MAX_BYTES (8 << 20)
+/* A packed buffer made on every call; a constant tensor packed at the
+ * root is packed once, by ENTRY_prepare, and may be as large as the
+ * weights of a large layer (512 x 512 x 3 x 3 floats is 9.4 MB, its
+ * Winograd transform 16 MB). */
+#define PACK_MAX_BYTES ((int64_t)8 << 20)
+#define PREP_MAX_BYTES ((int64_t)256 << 20)
 #define ACC_MAX_VARS 64
 
 /* Elements of the packed buffer of a read stage (kl_codegen.h layout:
@@ -128,12 +134,16 @@ int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err)
                              "indices",
                              kl_sched_workload(s)->tensors[st->tensor].name);
         int64_t bytes = s_pack_elems(s, st) * 4;
-        if (bytes > PACK_MAX_BYTES)
+        bool once = kl_sched_stage_attach_pos(s, st) < 0 &&
+                    kl_sched_workload(s)->tensors[st->tensor].is_const;
+        int64_t max = once ? PREP_MAX_BYTES : PACK_MAX_BYTES;
+        if (bytes > max)
             return kl_seterr(err, KL_ERR_INVAL,
                              "packed buffer of %s needs %lld bytes (at most "
-                             "%d)",
+                             "%lld%s)",
                              kl_sched_workload(s)->tensors[st->tensor].name,
-                             (long long)bytes, PACK_MAX_BYTES);
+                             (long long)bytes, (long long)max,
+                             once ? ", packed once" : " per call");
     }
     return KL_OK;
 }

@@ -467,6 +467,56 @@ static void test_cpu_row_tile_of_seven(void **state)
     kl_workload_free(&w);
 }
 
+/* Packed buffers are bounded at 8 MB when made on every call, but a
+ * constant packed once (ENTRY_prepare) may be larger: the weights of a
+ * 512-channel 3x3 conv2d are 9.4 MB, and packing them on every call made
+ * the same schedule twice as slow. */
+static void test_cpu_pack_limits(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *op, *trace, *err;
+    } cases[] = {
+        {"conv2d N=1 C=512 H=7 W=7 K=512 R=3 S=3 pad=1",
+         "l0, l1, l2, l3, l4, l5, l6 = get_loops()\n"
+         "b7 = cache_read(tensor=\"W\", scope=\"packed\")",
+         NULL},
+        {"matmul M=64 N=2048 K=2048",
+         "l0, l1, l2 = get_loops()\n"
+         "b3 = cache_read(tensor=\"B\", scope=\"packed\")",
+         "packed buffer of B needs 16777216 bytes (at most 8388608 per "
+         "call)"},
+    };
+    for (int c = 0; c < 2; c++) {
+        kl_workload_t *w = s_wl(cases[c].op);
+        kl_space_t *sp = NULL;
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        char err[KL_ERRMSG_LEN] = "";
+        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                         KL_OK);
+        assert_int_equal(kl_trace_from_text(cases[c].trace, &tr, err), KL_OK);
+        int rc = kl_space_replay(sp, tr, &s, err);
+        if (!cases[c].err) {
+            if (rc)
+                fail_msg("%s: %s", cases[c].op, err);
+            kl_kernel_t k;
+            assert_int_equal(kl_codegen_c(s, kl_space_target(sp), "f", &k, err),
+                             KL_OK);
+            assert_true(k.prepare);
+            kl_kernel_free(&k);
+        } else {
+            assert_int_not_equal(rc, KL_OK);
+            if (!strstr(err, cases[c].err))
+                fail_msg("%s: %s", cases[c].op, err);
+        }
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+}
+
 static void test_cuda_hook(void **state)
 {
     (void)state;
@@ -496,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_cpu_space_replay),
         cmocka_unit_test(test_cpu_channel_vectors),
         cmocka_unit_test(test_cpu_row_tile_of_seven),
+        cmocka_unit_test(test_cpu_pack_limits),
         cmocka_unit_test(test_cuda_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
