@@ -156,7 +156,7 @@ bool cg_has_inner_packs(const cg_t *g);
  * parallel loop, packed once into one block. Call when prep_elems > 0. */
 void cg_emit_prepare(cg_t *g, const char *entry);
 
-/* The prelude every C kernel starts with (types, kl_alloc). */
+/* The prelude every C kernel starts with (codegen_prelude.c). */
 extern const char cg_prelude[];
 /* The scheduled nest as `void entry(void *const *args)` (static when
  * g->nested), after its prepare step when it has one. */

@@ -291,65 +291,64 @@ static void s_store(cg_t *g, const char *dst, const char *val, int64_t n)
                 (long long)n * 4);
 }
 
+/* The body of phase 2 for the n channels (16, or the last block's
+ * fewer) from c0 of one tile: its 16 loads, B^T d B, 16 stores. */
+static void s_tile_block(cg_t *g, const kl_wino_t *z, int64_t n)
+{
+    long long C = z->c, TP = z->tiles, WP = 2 * z->tw + 2, CS = s_xt_stride(z);
+    static const char *row[4] = {"t[i][0] - t[i][2]", "t[i][1] + t[i][2]",
+                                 "t[i][2] - t[i][1]", "t[i][1] - t[i][3]"};
+    cg_line(g, "kl_v16 t[4][4];");
+    cg_line(g, "for (int j = 0; j < 4; ++j) {");
+    g->ind++;
+    for (int i = 0; i < 4; i++)
+        cg_line(g, "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + c0);", i,
+                i, WP, CS);
+    cg_line(g, "t[0][j] = d0 - d2;");
+    cg_line(g, "t[1][j] = d1 + d2;");
+    cg_line(g, "t[2][j] = d2 - d1;");
+    cg_line(g, "t[3][j] = d1 - d3;");
+    s_close(g, 1);
+    cg_line(g, "for (int i = 0; i < 4; ++i) {");
+    g->ind++;
+    cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
+    for (int j = 0; j < 4; j++) {
+        char dst[64];
+        snprintf(dst, sizeof dst, "v + %lld", j * TP * C);
+        s_store(g, j ? dst : "v", row[j], n);
+    }
+    s_close(g, 1);
+}
+
 /* Phase 2: V[e][p][c] = (B^T d B)[i][j] of each 4x4 tile d of xt, tiles
  * over the threads, 16 channels a vector. */
 static void s_input_tiles(cg_t *g, const kl_wino_t *z)
 {
-    long long C = z->c, TP = z->tiles, th = z->th, tw = z->tw,
-              HP = 2 * z->th + 2, WP = 2 * z->tw + 2, CS = s_xt_stride(z);
+    long long th = z->th, tw = z->tw, HP = 2 * z->th + 2, WP = 2 * z->tw + 2,
+              full = z->c / 16 * 16;
     cg_line(g, "#pragma omp for");
-    cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", TP);
+    cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", (long long)z->tiles);
     g->ind++;
     cg_line(g, "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
             th * tw, tw, th, tw);
     cg_line(g,
             "const float *dp = kl_xt + ((n * %lld + 2 * ty) * %lld + 2 * "
             "tx) * %lld;",
-            HP, WP, CS);
-    for (int part = 0; part < 2; part++) {
-        int64_t full = C / 16 * 16, rest = C - full;
-        if (part == 0 && !full)
-            continue;
-        if (part == 1 && !rest)
-            continue;
-        if (part == 0)
-            cg_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {",
-                    (long long)full);
-        else
-            cg_line(g, "{");
+            HP, WP, (long long)s_xt_stride(z));
+    if (full) {
+        cg_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {", full);
         g->ind++;
-        if (part == 1)
-            cg_line(g, "const int64_t c0 = %lld;", (long long)full);
-        cg_line(g, "kl_v16 t[4][4];");
-        cg_line(g, "for (int j = 0; j < 4; ++j) {");
-        g->ind++;
-        for (int i = 0; i < 4; i++)
-            cg_line(g,
-                    "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + "
-                    "c0);",
-                    i, i, WP, CS);
-        cg_line(g, "t[0][j] = d0 - d2;");
-        cg_line(g, "t[1][j] = d1 + d2;");
-        cg_line(g, "t[2][j] = d2 - d1;");
-        cg_line(g, "t[3][j] = d1 - d3;");
-        g->ind--;
-        cg_line(g, "}");
-        cg_line(g, "for (int i = 0; i < 4; ++i) {");
-        g->ind++;
-        cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
-        int64_t n = part ? rest : 16;
-        char dst[64];
-        s_store(g, "v", "t[i][0] - t[i][2]", n);
-        snprintf(dst, sizeof dst, "v + %lld", TP * C);
-        s_store(g, dst, "t[i][1] + t[i][2]", n);
-        snprintf(dst, sizeof dst, "v + %lld", 2 * TP * C);
-        s_store(g, dst, "t[i][2] - t[i][1]", n);
-        snprintf(dst, sizeof dst, "v + %lld", 3 * TP * C);
-        s_store(g, dst, "t[i][1] - t[i][3]", n);
-        s_close(g, 2);
+        s_tile_block(g, z, 16);
+        s_close(g, 1);
     }
-    g->ind--;
-    cg_line(g, "}");
+    if (z->c > full) {
+        cg_line(g, "{");
+        g->ind++;
+        cg_line(g, "const int64_t c0 = %lld;", full);
+        s_tile_block(g, z, z->c - full);
+        s_close(g, 1);
+    }
+    s_close(g, 1);
 }
 
 /* V from X: one parallel region, the copy then the tiles. */
