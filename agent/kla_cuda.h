@@ -21,8 +21,9 @@
  * the thread limit from the loaded function and checks them and the launch
  * against the device's limits, fills the outputs with NaN, launches with
  * cuLaunchKernel (grid, block, dynamic shared bytes of the Candidate),
- * compares on the device (|out - ref| > atol + rtol |ref|, or NaN, is
- * WRONG_RESULT), then times with CUDA events: `number` launches per sample
+ * compares on the device (|out - ref| > atol + rtol (|ref| + rms), rms
+ * the root mean square of the reference output, or NaN, is WRONG_RESULT,
+ * as on the CPU), then times with CUDA events: `number` launches per sample
  * (grown until a sample lasts min_repeat_ms), `repeat` samples, the L2
  * flushed before each by a memset of twice its size.
  *

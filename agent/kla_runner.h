@@ -11,7 +11,11 @@
  * object defines it (common/kl_abi.h: only the constant inputs non-NULL;
  * its block goes to every call as args[n_args]; outside the timing; a NULL
  * block is a RUNTIME_ERROR), runs the kernel once, compares with
- * the reference (|out - ref| > atol + rtol * |ref|, or NaN, is wrong),
+ * the reference (|out - ref| > atol + rtol * (|ref| + rms), rms the root
+ * mean square of that reference output, or NaN, is wrong: the rounding
+ * of a long sum scales with its terms, not with its result, so an
+ * element that cancels to near zero is judged against the output's
+ * scale, not its own),
  * then times it: `number` runs per sample (grown until one sample lasts
  * min_repeat_ms), `repeat` samples, the cache flushed before each sample by
  * writing a buffer of twice the last-level cache (mapped once by the

@@ -32,6 +32,7 @@ typedef kl_abi_kernel_fn s_kernel_fn;
 typedef struct s_ref {
     uint8_t key[16];
     float *buf[64]; /* inputs: generated; outputs: the reference's */
+    double rms[64]; /* outputs: root mean square of the reference's */
     size_t bytes;
     bool failed;
     char *error;
@@ -265,18 +266,19 @@ static bool s_verify(const s_ctx_t *c, void *const *args, s_child_hdr_t *h)
         if (!c->p->is_output[a])
             continue;
         const float *out = args[a], *ref = c->ref->buf[a];
+        double rms = c->ref->rms[a];
         for (size_t i = 0; i < c->p->nelem[a]; i++, total++) {
             double d = fabs((double)out[i] - (double)ref[i]);
             if (isnan(d))
                 d = INFINITY;
             if (d > max_err)
                 max_err = d;
-            if (d > e->atol + e->rtol * fabs((double)ref[i])) {
+            if (d > e->atol + e->rtol * (fabs((double)ref[i]) + rms)) {
                 if (!bad++)
                     snprintf(h->msg, sizeof h->msg,
                              "output %d element %zu is %g, expected %g "
-                             "(rtol %g, atol %g)",
-                             a, i, (double)out[i], (double)ref[i], e->rtol,
+                             "(rtol %g of |expected| + rms %g, atol %g)",
+                             a, i, (double)out[i], (double)ref[i], e->rtol, rms,
                              e->atol);
             }
         }
@@ -585,7 +587,8 @@ static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
         if (!p->is_output[a])
             continue;
         memcpy(e->buf[a], shared[a], sizes[a]);
-        for (size_t i = 0; i < p->nelem[a]; i++)
+        double ss = 0;
+        for (size_t i = 0; i < p->nelem[a]; i++) {
             if (isnan(e->buf[a][i])) {
                 e->failed = true;
                 e->error = kl_xasprintf("its output %d element %zu is NaN "
@@ -593,6 +596,9 @@ static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
                                         a, i);
                 break;
             }
+            ss += (double)e->buf[a][i] * e->buf[a][i];
+        }
+        e->rms[a] = p->nelem[a] ? sqrt(ss / (double)p->nelem[a]) : 0;
     }
 done:
     kla_result_clear(&res);

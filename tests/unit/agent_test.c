@@ -451,6 +451,22 @@ static void test_wrong_result(void **state)
     s_measure(&p, "", "* 1.00001f", "mm", &r);
     assert_int_equal(r.status, KILN__STATUS__STATUS_OK);
     kla_result_clear(&r);
+    /* rtol also scales with the output's rms (sqrt(64 / 9) = 2.7 for 64
+     * products of uniforms in [-1, 1)): 1e-3 everywhere is more than
+     * atol + rtol |ref| wherever |ref| < 0.9, but within rtol (|ref| +
+     * rms); 5e-3 is not. */
+    s_measure(&p, "", "+ 1e-3f", "mm", &r);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_OK);
+    kla_result_clear(&r);
+    s_measure(&p, "", "+ 5e-3f", "mm", &r);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_WRONG_RESULT);
+    const char *rms = strstr(r.error, "+ rms ");
+    if (!rms)
+        fail_msg("no rms in '%s'", r.error);
+    double v = strtod(rms + 6, NULL);
+    if (v < 2.3 || v > 3.0)
+        fail_msg("rms %g in '%s'", v, r.error);
+    kla_result_clear(&r);
 }
 
 static void test_writes_nothing(void **state)
