@@ -14,6 +14,10 @@
  *                   row of tiles turned back to rows of pixels by the same
  *                   transpose and stored with the epilogue.
  *
+ * F(2x2,3x3) and F(4x4,3x3) differ only in their matrices (s_f2, s_f4,
+ * printed as sums over named inputs) and in the tile sizes; the code
+ * around them is the same.
+ *
  * The NCHW tensors have their channels far apart; gathering a tile's 16
  * channels one float at a time cost more than the transforms' arithmetic
  * (the two transforms took 120-130 of 520-580 us on the 256-channel 14x14
@@ -42,6 +46,57 @@ static void s_close(cg_t *g, int n)
     while (n-- > 0) {
         g->ind--;
         cg_line(g, "}");
+    }
+}
+
+/* The three transforms, one row of each matrix per line, over inputs #0,
+ * #1, ... (s_apply puts names in): G (alpha x 3) for the weights, B^T
+ * (alpha x alpha) for the input, A^T (m x alpha) for the output. G is
+ * applied once, in double. m = 4 interpolates at 0, 1, -1, 2, -1/2 and
+ * infinity rather than the usual 0, +-1, +-2: in a float emulation of the
+ * 256-channel 14x14 layer its largest error against the exact result was
+ * 2.5e-4 instead of 6.9e-4 (the plain float reference's own: 1.5e-4). */
+typedef struct {
+    const char *g[6], *bt[6], *at[4];
+} wmat_t;
+
+static const wmat_t s_f2 = {
+    {"#0", "0.5 * (#0 + #1 + #2)", "0.5 * (#0 - #1 + #2)", "#2"},
+    {"#0 - #2", "#1 + #2", "#2 - #1", "#1 - #3"},
+    {"#0 + #1 + #2", "#1 - #2 - #3"},
+};
+
+static const wmat_t s_f4 = {
+    {"#0", "(-1.0 / 3) * (#0 + #1 + #2)", "(1.0 / 3) * (#0 - #1 + #2)",
+     "(1.0 / 15) * #0 + (2.0 / 15) * #1 + (4.0 / 15) * #2",
+     "(-16.0 / 15) * #0 + (8.0 / 15) * #1 - (4.0 / 15) * #2", "#2"},
+    {"#0 + 1.5f * #1 - 2.0f * #2 - 1.5f * #3 + #4",
+     "#4 - #1 - 2.5f * #2 - 0.5f * #3", "#4 + #1 + 0.5f * #2 - 2.5f * #3",
+     "#4 - #2 - 0.5f * #1 + 0.5f * #3", "#4 - #2 + 2.0f * (#1 - #3)",
+     "#1 + 1.5f * #2 - 2.0f * #3 - 1.5f * #4 + #5"},
+    {"#0 + (#1 + #2) + (#3 + #4)", "(#1 - #2) + 2.0f * #3 - 0.5f * #4",
+     "(#1 + #2) + 4.0f * #3 + 0.25f * #4",
+     "(#1 - #2) + 8.0f * #3 - 0.125f * #4 + #5"},
+};
+
+static const wmat_t *s_mat(const kl_wino_t *z)
+{
+    return z->m == 4 ? &s_f4 : &s_f2;
+}
+
+/* row with each #i replaced by pat printed with i (pat has one %d), into
+ * out (cleared first). */
+static void s_apply(kl_buf_t *out, const char *row, const char *pat)
+{
+    out->len = 0;
+    kl_buf_puts(out, "");
+    for (const char *c = row; *c; c++) {
+        if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
+            kl_buf_printf(out, pat, c[1] - '0');
+            c++;
+        } else {
+            kl_buf_append(out, c, 1);
+        }
     }
 }
 
@@ -84,7 +139,7 @@ static void s_epilogue(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 
 /* The padded, channel-innermost copy of the input that the input
  * transform reads: xt[n][r][q][c] = X[n][c][r - ph][q - pw], zero outside,
- * r < 2 TH + 2, q < 2 TW + 2; rows of the channels padded to a multiple of
+ * r < m TH + 2, q < m TW + 2; rows of the channels padded to a multiple of
  * 16 plus 16 floats (a multiple of 64 would put a tile's 16 reads in a
  * few cache sets). */
 static int64_t s_xt_stride(const kl_wino_t *z)
@@ -92,9 +147,19 @@ static int64_t s_xt_stride(const kl_wino_t *z)
     return (z->c + 15) / 16 * 16 + 16;
 }
 
+static int64_t s_xt_rows(const kl_wino_t *z)
+{
+    return z->m * z->th + 2;
+}
+
+static int64_t s_xt_cols(const kl_wino_t *z)
+{
+    return z->m * z->tw + 2;
+}
+
 static int64_t s_xt_elems(const kl_wino_t *z)
 {
-    return z->n * (2 * z->th + 2) * (2 * z->tw + 2) * s_xt_stride(z);
+    return z->n * s_xt_rows(z) * s_xt_cols(z) * s_xt_stride(z);
 }
 
 /* Offsets (floats) into the prepared block: U, the product's packs, the
@@ -112,24 +177,27 @@ static int64_t s_up(int64_t n)
 static wlay_t s_layout(const cg_t *g, const kl_wino_t *z)
 {
     wlay_t l;
-    l.pk = s_up(16 * z->c * z->k);
+    int64_t e = (int64_t)z->alpha * z->alpha;
+    l.pk = s_up(e * z->c * z->k);
     l.flag = l.pk + s_up(g->prep_elems);
     l.v = l.flag + 16;
-    l.m = l.v + s_up(16 * z->tiles * z->c);
-    l.xt = l.m + s_up(16 * z->tiles * z->k + 16);
+    l.m = l.v + s_up(e * z->tiles * z->c);
+    l.xt = l.m + s_up(e * z->tiles * z->k + 16);
     l.size = l.xt + s_up(s_xt_elems(z));
     return l;
 }
 
-/* ENTRY_prepare: U[e][c][k] = (G g G^T)[i][j], e = 4 i + j, then the
+/* ENTRY_prepare: U[e][c][k] = (G g G^T)[i][j], e = alpha i + j, then the
  * product's packs of U. */
 static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
                       const char *entry, const wlay_t *lay)
 {
     const kl_tensor_t *W = &w->tensors[z->wt];
-    long long C = z->c, K = z->k, ck = (long long)(z->c * z->k);
+    const wmat_t *mt = s_mat(z);
+    long long C = z->c, K = z->k, ck = (long long)(z->c * z->k), al = z->alpha;
     long long s1 = W->shape[1], s2 = W->shape[2], s3 = W->shape[3];
     int64_t bytes = lay->size * 4;
+    kl_buf_t x = {0};
     kl_buf_printf(&g->b,
                   "\n/* The weights' transform G g G^T, once (kl_abi.h), "
                   "then the product's\n * prepared packs of it. */\nvoid "
@@ -148,24 +216,25 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     g->ind = 3;
     cg_line(g, "const float *w = %s + (k * %lld + c) * %lld;", W->name, s1,
             s2 * s3);
-    cg_line(g, "float t[4][3];");
+    cg_line(g, "double t[%lld][3];", al);
     cg_line(g, "for (int j = 0; j < 3; ++j) {");
-    cg_line(g, "    t[0][j] = w[j];");
-    cg_line(g, "    t[1][j] = 0.5f * (w[j] + w[%lld + j] + w[%lld + j]);", s3,
+    g->ind++;
+    cg_line(g, "double g0 = w[j], g1 = w[%lld + j], g2 = w[%lld + j];", s3,
             2 * s3);
-    cg_line(g, "    t[2][j] = 0.5f * (w[j] - w[%lld + j] + w[%lld + j]);", s3,
-            2 * s3);
-    cg_line(g, "    t[3][j] = w[%lld + j];", 2 * s3);
-    cg_line(g, "}");
-    cg_line(g, "for (int i = 0; i < 4; ++i) {");
-    cg_line(g, "    float *u = kl_pre + (i * %lld + c) * %lld + k;", 4 * C, K);
-    cg_line(g, "    u[0] = t[i][0];");
-    cg_line(g, "    u[%lld] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);", ck);
-    cg_line(g, "    u[%lld] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);", 2 * ck);
-    cg_line(g, "    u[%lld] = t[i][2];", 3 * ck);
-    cg_line(g, "}");
-    g->ind = 2;
-    cg_line(g, "}");
+    for (int i = 0; i < z->alpha; i++) {
+        s_apply(&x, mt->g[i], "g%d");
+        cg_line(g, "t[%d][j] = %s;", i, x.data);
+    }
+    s_close(g, 1);
+    cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
+    g->ind++;
+    cg_line(g, "float *u = kl_pre + (i * %lld + c) * %lld + k;", al * C, K);
+    for (int j = 0; j < z->alpha; j++) {
+        s_apply(&x, mt->g[j], "t[i][%d]");
+        cg_line(g, "u[%lld] = (float)(%s);", j * ck, x.data);
+    }
+    s_close(g, 2);
+    kl_buf_free(&x);
     g->ind = 1;
     if (g->prep_elems) {
         cg_line(g, "void *kl_ga[4] = {NULL, kl_pre, NULL, NULL};");
@@ -225,8 +294,8 @@ static void s_transpose_fn(cg_t *g)
 static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     const kl_tensor_t *X = &w->tensors[z->x];
-    long long C = z->c, H = z->h, W = z->w, HP = 2 * z->th + 2,
-              WP = 2 * z->tw + 2, CS = s_xt_stride(z), CB = (z->c + 15) / 16,
+    long long C = z->c, H = z->h, W = z->w, HP = s_xt_rows(z),
+              WP = s_xt_cols(z), CS = s_xt_stride(z), CB = (z->c + 15) / 16,
               ph = z->ph, pw = z->pw, end = z->n * z->c * z->h * z->w;
     cg_line(g, "#pragma omp for");
     cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * CB * HP);
@@ -292,49 +361,54 @@ static void s_store(cg_t *g, const char *dst, const char *val, int64_t n)
 }
 
 /* The body of phase 2 for the n channels (16, or the last block's
- * fewer) from c0 of one tile: its 16 loads, B^T d B, 16 stores. */
+ * fewer) from c0 of one tile: its alpha^2 loads, B^T d B, alpha^2
+ * stores. */
 static void s_tile_block(cg_t *g, const kl_wino_t *z, int64_t n)
 {
-    long long C = z->c, TP = z->tiles, WP = 2 * z->tw + 2, CS = s_xt_stride(z);
-    static const char *row[4] = {"t[i][0] - t[i][2]", "t[i][1] + t[i][2]",
-                                 "t[i][2] - t[i][1]", "t[i][1] - t[i][3]"};
-    cg_line(g, "kl_v16 t[4][4];");
-    cg_line(g, "for (int j = 0; j < 4; ++j) {");
+    const wmat_t *mt = s_mat(z);
+    long long C = z->c, TP = z->tiles, WP = s_xt_cols(z), CS = s_xt_stride(z),
+              al = z->alpha;
+    kl_buf_t x = {0};
+    cg_line(g, "kl_v16 t[%lld][%lld];", al, al);
+    cg_line(g, "for (int j = 0; j < %lld; ++j) {", al);
     g->ind++;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < z->alpha; i++)
         cg_line(g, "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + c0);", i,
                 i, WP, CS);
-    cg_line(g, "t[0][j] = d0 - d2;");
-    cg_line(g, "t[1][j] = d1 + d2;");
-    cg_line(g, "t[2][j] = d2 - d1;");
-    cg_line(g, "t[3][j] = d1 - d3;");
-    s_close(g, 1);
-    cg_line(g, "for (int i = 0; i < 4; ++i) {");
-    g->ind++;
-    cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", 4 * TP, C);
-    for (int j = 0; j < 4; j++) {
-        char dst[64];
-        snprintf(dst, sizeof dst, "v + %lld", j * TP * C);
-        s_store(g, j ? dst : "v", row[j], n);
+    for (int i = 0; i < z->alpha; i++) {
+        s_apply(&x, mt->bt[i], "d%d");
+        cg_line(g, "t[%d][j] = %s;", i, x.data);
     }
     s_close(g, 1);
+    cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
+    g->ind++;
+    cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", al * TP, C);
+    for (int j = 0; j < z->alpha; j++) {
+        char dst[64];
+        snprintf(dst, sizeof dst, "v + %lld", j * TP * C);
+        s_apply(&x, mt->bt[j], "t[i][%d]");
+        s_store(g, j ? dst : "v", x.data, n);
+    }
+    s_close(g, 1);
+    kl_buf_free(&x);
 }
 
-/* Phase 2: V[e][p][c] = (B^T d B)[i][j] of each 4x4 tile d of xt, tiles
+/* Phase 2: V[e][p][c] = (B^T d B)[i][j] of each alpha x alpha tile d of
+ * xt, tiles
  * over the threads, 16 channels a vector. */
 static void s_input_tiles(cg_t *g, const kl_wino_t *z)
 {
-    long long th = z->th, tw = z->tw, HP = 2 * z->th + 2, WP = 2 * z->tw + 2,
-              full = z->c / 16 * 16;
+    long long th = z->th, tw = z->tw, HP = s_xt_rows(z), WP = s_xt_cols(z),
+              full = z->c / 16 * 16, m = z->m;
     cg_line(g, "#pragma omp for");
     cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", (long long)z->tiles);
     g->ind++;
     cg_line(g, "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
             th * tw, tw, th, tw);
     cg_line(g,
-            "const float *dp = kl_xt + ((n * %lld + 2 * ty) * %lld + 2 * "
-            "tx) * %lld;",
-            HP, WP, (long long)s_xt_stride(z));
+            "const float *dp = kl_xt + ((n * %lld + %lld * ty) * %lld + %lld "
+            "* tx) * %lld;",
+            HP, m, WP, m, (long long)s_xt_stride(z));
     if (full) {
         cg_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {", full);
         g->ind++;
@@ -364,16 +438,18 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 }
 
 /* Y = A^T M A per output tile, with the epilogue: an iteration per block
- * of 16 output channels and row of tiles; its two output rows are
+ * of 16 output channels and row of tiles; its m output rows are
  * transposed back to rows of pixels 16 at a time and stored with the
- * epilogue (rows and columns past the edge of an odd-sized output are
- * not stored). */
+ * epilogue (rows and columns past the edge of an output whose size is
+ * not a multiple of m are not stored). */
 static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
     const kl_tensor_t *Y = &w->tensors[z->y];
-    long long K = z->k, TP = z->tiles, th = z->th, tw = z->tw,
-              KB = (z->k + 15) / 16, XW = (2 * z->tw + 15) / 16 * 16, P = z->p,
-              Q = z->q;
+    const wmat_t *mt = s_mat(z);
+    long long K = z->k, TP = z->tiles, th = z->th, tw = z->tw, m = z->m,
+              al = z->alpha, KB = (z->k + 15) / 16,
+              XW = (m * z->tw + 15) / 16 * 16, P = z->p, Q = z->q;
+    kl_buf_t x = {0};
     cg_line(g, "#pragma omp parallel for");
     cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * KB * th);
     g->ind++;
@@ -381,32 +457,44 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
             "int64_t n = it / %lld, k0 = it / %lld %% %lld * 16, ty = it "
             "%% %lld;",
             KB * th, th, KB, th);
-    cg_line(g, "kl_v16 yt[2][%lld];", XW);
-    cg_line(g, "for (int64_t q = %lld; q < %lld; ++q)", 2 * tw, XW);
-    cg_line(g, "    yt[0][q] = yt[1][q] = kl_bc16(0.0f);");
+    cg_line(g, "kl_v16 yt[%lld][%lld];", m, XW);
+    if (XW > m * tw) {
+        cg_line(g, "for (int a = 0; a < %lld; ++a)", m);
+        cg_line(g, "    for (int64_t q = %lld; q < %lld; ++q)", m * tw, XW);
+        cg_line(g, "        yt[a][q] = kl_bc16(0.0f);");
+    }
     cg_line(g, "for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
     g->ind++;
     cg_line(g,
             "const float *s = kl_wm + ((n * %lld + ty) * %lld + tx) * "
             "%lld + k0;",
             th, tw, K);
-    cg_line(g, "kl_v16 m[4][4], t[2][4];");
-    cg_line(g, "for (int e = 0; e < 16; ++e)");
-    cg_line(g, "    m[e / 4][e %% 4] = kl_ld16(s + e * %lld);", TP * K);
-    cg_line(g, "for (int j = 0; j < 4; ++j) {");
-    cg_line(g, "    t[0][j] = m[0][j] + m[1][j] + m[2][j];");
-    cg_line(g, "    t[1][j] = m[1][j] - m[2][j] - m[3][j];");
-    cg_line(g, "}");
-    cg_line(g, "for (int a = 0; a < 2; ++a) {");
-    cg_line(g, "    yt[a][2 * tx] = t[a][0] + t[a][1] + t[a][2];");
-    cg_line(g, "    yt[a][2 * tx + 1] = t[a][1] - t[a][2] - t[a][3];");
-    cg_line(g, "}");
-    g->ind--;
-    cg_line(g, "}");
-    cg_line(g, "for (int a = 0; a < 2; ++a) {");
+    cg_line(g, "kl_v16 m[%lld][%lld], t[%lld][%lld];", al, al, m, al);
+    cg_line(g, "for (int e = 0; e < %lld; ++e)", al * al);
+    cg_line(g, "    m[e / %lld][e %% %lld] = kl_ld16(s + e * %lld);", al, al,
+            TP * K);
+    cg_line(g, "for (int j = 0; j < %lld; ++j) {", al);
     g->ind++;
-    cg_line(g, "int64_t y = 2 * ty + a;");
-    if (P % 2) {
+    for (int a = 0; a < z->m; a++) {
+        s_apply(&x, mt->at[a], "m[%d][j]");
+        cg_line(g, "t[%d][j] = %s;", a, x.data);
+    }
+    s_close(g, 1);
+    cg_line(g, "for (int a = 0; a < %lld; ++a) {", m);
+    g->ind++;
+    for (int b = 0; b < z->m; b++) {
+        s_apply(&x, mt->at[b], "t[a][%d]");
+        if (b)
+            cg_line(g, "yt[a][%lld * tx + %d] = %s;", m, b, x.data);
+        else
+            cg_line(g, "yt[a][%lld * tx] = %s;", m, x.data);
+    }
+    s_close(g, 2);
+    kl_buf_free(&x);
+    cg_line(g, "for (int a = 0; a < %lld; ++a) {", m);
+    g->ind++;
+    cg_line(g, "int64_t y = %lld * ty + a;", m);
+    if (P % m) {
         cg_line(g, "if (y >= %lld)", P);
         cg_line(g, "    break;");
     }
@@ -445,10 +533,11 @@ int cg_emit_winograd(cg_t *g, const char *entry)
         return cg_fail(g, KL_ERR_INVAL, "%s", e);
     kl_buf_puts(&g->b, cg_prelude);
     kl_buf_printf(&g->b,
-                  "\n/* Winograd F(2x2,3x3) of %s: the product M[e] = V[e] "
-                  "U[e] of\n * the 16 transformed tiles (its schedule), "
+                  "\n/* Winograd F(%dx%d,3x3) of %s: the product M[e] = V[e] "
+                  "U[e] of\n * the %d transformed tiles (its schedule), "
                   "wrapped in the transforms. */\n",
-                  w->name ? w->name : "a convolution");
+                  z.m, z.m, w->name ? w->name : "a convolution",
+                  z.alpha * z.alpha);
     s_transpose_fn(g);
     char *gemm = kl_xasprintf("%s_gemm", entry);
     g->nested = true;
@@ -468,9 +557,10 @@ int cg_emit_winograd(cg_t *g, const char *entry)
     cg_line(g, "int kl_own = __atomic_exchange_n(kl_busy, 1, "
                "__ATOMIC_ACQUIRE);");
     cg_line(g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)(16 * z.tiles * z.c), (long long)lay.v);
+            (long long)(z.alpha * z.alpha * z.tiles * z.c), (long long)lay.v);
     cg_line(g, "float *kl_wm = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)(16 * z.tiles * z.k + 16), (long long)lay.m);
+            (long long)(z.alpha * z.alpha * z.tiles * z.k + 16),
+            (long long)lay.m);
     cg_line(g, "float *kl_xt = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
             (long long)s_xt_elems(&z), (long long)lay.xt);
     s_input(g, w, &z);

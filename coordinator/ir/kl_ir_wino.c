@@ -54,8 +54,10 @@ int kl_workload_winograd(const kl_workload_t *w, int m, kl_workload_t **out,
 {
     if (out)
         *out = NULL;
-    if (m != 2)
-        return NO("output tile %d: only 2 (F(2x2,3x3)) is supported", m);
+    if (m != 2 && m != 4)
+        return NO("output tile %d: only 2 and 4 (F(2x2,3x3), F(4x4,3x3)) "
+                  "are supported",
+                  m);
     kl_wino_t z;
     memset(&z, 0, sizeof z);
     z.m = m;

@@ -38,12 +38,14 @@
  * window pack [c / block][h][w][c % block] walk it contiguously.
  *
  * Winograd. A 3x3 stride-1 convolution with constant weights (kl_wino.h)
- * first samples its algorithm (p 0.5 each): the direct nest above, or
- * winograd(m=2) and then the same rules over the derived product
- * M[e,p,k] += V[e,p,c] * U[e,c,k] (16 small GEMMs, 2.25x fewer
- * multiply-adds), whose transformed weights U are constant and so packed
- * once. Both branches are in every program, so mutating the first
- * decision moves a trace from one algorithm to the other.
+ * first samples its algorithm: the direct nest above (p 0.4), or
+ * winograd(m=2) (p 0.3) or winograd(m=4) (p 0.3) and then the same rules
+ * over the derived product M[e,p,k] += V[e,p,c] * U[e,c,k] (16 small
+ * GEMMs, 2.25x fewer multiply-adds; or 36, 4x fewer, over a quarter of
+ * the tiles but with U 2.25x larger), whose transformed weights U are
+ * constant and so packed once. All three branches are in every program,
+ * so mutating the first decision moves a trace from one algorithm to
+ * another.
  *
  * Prefetch. The channel products of convolutions (channel vectors, the
  * Winograd product) use each packed panel for a few register tiles only;
@@ -451,16 +453,45 @@ static int s_build(rule_t *r)
     return KL_OK;
 }
 
-/* The row iterator: the largest spatial one other than the vector's. */
+/* Whether the product's operand that is read along the vector iterator
+ * also reads iterator it (then rows along it would each load their own
+ * vectors instead of sharing them). */
+static bool s_vec_operand_reads(const rule_t *r, int it)
+{
+    const kl_expr_t *b = r->w->body;
+    if (r->vec < 0 || !b || b->kind != KL_EX_MUL || b->a->kind != KL_EX_LOAD ||
+        b->b->kind != KL_EX_LOAD)
+        return false;
+    int v = r->sp[r->vec];
+    const kl_access_t *acc[2] = {&b->a->access, &b->b->access};
+    for (int o = 0; o < 2; o++) {
+        const kl_tensor_t *t = &r->w->tensors[acc[o]->tensor];
+        bool by_vec = false, by_it = false;
+        for (int d = 0; d < t->ndim; d++) {
+            by_vec = by_vec || acc[o]->idx[d].coef[v];
+            by_it = by_it || acc[o]->idx[d].coef[it];
+        }
+        if (by_vec)
+            return by_it;
+    }
+    return false;
+}
+
+/* The row iterator: the largest spatial one other than the vector's; in
+ * a channel product, the largest that the vector's operand does not read
+ * (a Winograd product's tiles p, not its 16 or 36 transform points e,
+ * whose U panels differ), if there is one. */
 static void s_pick_row(rule_t *r)
 {
     int64_t best = 0;
     r->row = -1;
-    for (int k = 0; k < r->nsp; k++)
-        if (k != r->vec && r->w->iters[r->sp[k]].extent > best) {
-            best = r->w->iters[r->sp[k]].extent;
-            r->row = k;
-        }
+    for (int pass = r->fit ? 0 : 1; pass < 2 && r->row < 0; pass++)
+        for (int k = 0; k < r->nsp; k++)
+            if (k != r->vec && r->w->iters[r->sp[k]].extent > best &&
+                (pass || !s_vec_operand_reads(r, r->sp[k]))) {
+                best = r->w->iters[r->sp[k]].extent;
+                r->row = k;
+            }
 }
 
 /* The direct nest of w (from get_loops on) into tr. */
@@ -543,27 +574,36 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err)
 {
     kl_trace_t *tr = kl_trace_new(t->name);
-    kl_workload_t *d = NULL;
+    kl_workload_t *d2 = NULL, *d4 = NULL;
     int rc;
-    if (kl_workload_winograd(w, 2, &d, NULL, NULL)) {
+    if (kl_workload_winograd(w, 2, &d2, NULL, NULL) ||
+        kl_workload_winograd(w, 4, &d4, NULL, NULL)) {
         rc = s_program(w, t, tr, err);
     } else {
-        /* A 3x3 convolution: directly, or as the Winograd product. */
-        int64_t vals[2] = {0, 1};
-        double ps[2] = {0.5, 0.5};
-        char pred[48];
-        snprintf(pred, sizeof pred, "v%lld == 1",
-                 (long long)kl_tr_sample_categorical(tr, vals, ps, 2));
-        if (!(rc = kl_tr_if(tr, pred, err))) {
+        /* A 3x3 convolution: directly (0), or as the Winograd product
+         * with 2x2 (1) or 4x4 (2) output tiles. */
+        int64_t vals[3] = {0, 1, 2};
+        double ps[3] = {0.4, 0.3, 0.3};
+        long long v = (long long)kl_tr_sample_categorical(tr, vals, ps, 3);
+        char p1[48], p2[48];
+        snprintf(p1, sizeof p1, "v%lld == 1", v);
+        snprintf(p2, sizeof p2, "v%lld == 2", v);
+        if (!(rc = kl_tr_if(tr, p1, err))) {
             kl_tr_winograd(tr, 2);
-            rc = s_program(d, t, tr, err);
+            rc = s_program(d2, t, tr, err);
+        }
+        if (!rc && !(rc = kl_tr_else(tr, err)) &&
+            !(rc = kl_tr_if(tr, p2, err))) {
+            kl_tr_winograd(tr, 4);
+            rc = s_program(d4, t, tr, err);
         }
         if (!rc && !(rc = kl_tr_else(tr, err)))
             rc = s_program(w, t, tr, err);
-        if (!rc)
+        if (!rc && !(rc = kl_tr_end(tr, err)))
             rc = kl_tr_end(tr, err);
-        kl_workload_free(&d);
     }
+    kl_workload_free(&d2);
+    kl_workload_free(&d4);
     if (rc) {
         kl_trace_free(&tr);
         return rc;

@@ -407,16 +407,19 @@ static void test_cpu_channel_vectors(void **state)
                 fail_msg("%s: %s", ops[o], err);
             int it = s_vec_iter_of(s);
             assert_true(it >= 0);
-            if (!strcmp(w->iters[it].name, want[o]))
+            if (kl_sched_winograd_m(s))
+                ; /* the derived product's iterators */
+            else if (!strcmp(w->iters[it].name, want[o]))
                 chan++;
             else
                 other++;
             kl_sched_destroy(&s);
             kl_trace_free(&tr);
         }
-        if (o == 0 && (chan < n / 4 || other < 1))
-            fail_msg("%s: %d of %d vectorized over %s", ops[o], chan, n,
-                     want[o]);
+        /* Of the direct ones (p 0.4 for a 3x3 convolution). */
+        if (o == 0 && (chan < (chan + other) / 3 || other < 1))
+            fail_msg("%s: %d of %d direct ones vectorized over %s", ops[o],
+                     chan, chan + other, want[o]);
         if (o == 1)
             assert_int_equal(chan, n);
         kl_space_destroy(&sp);

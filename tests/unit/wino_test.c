@@ -61,6 +61,19 @@ static void test_takes(void **state)
     kl_workload_free(&d);
     /* Testing only. */
     assert_int_equal(kl_workload_winograd(w, 2, NULL, NULL, NULL), KL_OK);
+    /* 4x4 output tiles: 6x6 input tiles, 36 products over ceil(15 / 4) x
+     * ceil(14 / 4) tiles per image, 4x fewer multiplications per tile. */
+    assert_int_equal(kl_workload_winograd(w, 4, &d, &z, err), KL_OK);
+    assert_int_equal(z.m, 4);
+    assert_int_equal(z.alpha, 6);
+    assert_int_equal(z.th, 4);
+    assert_int_equal(z.tw, 4);
+    assert_int_equal(z.tiles, 2 * 4 * 4);
+    assert_non_null(strstr(d->canonical, "e=36, p=32, k=48, c=32"));
+    assert_non_null(strstr(d->canonical, "kl_wu: const f32[36,32,48]"));
+    assert_true(d->flop == 2.0 * 36 * 32 * 48 * 32);
+    assert_non_null(strstr(d->name, "_wino4"));
+    kl_workload_free(&d);
     kl_workload_free(&w);
     /* Padding 0 and a residual. */
     w = s_wl("conv2d N=1 C=8 H=9 W=9 K=8 R=3 S=3 residual=1");
@@ -107,9 +120,9 @@ static void test_refuses(void **state)
     }
     kl_workload_t *w = s_wl("conv2d N=1 C=8 H=14 W=14 K=8 R=3 S=3 pad=1");
     char err[KL_ERRMSG_LEN];
-    assert_int_equal(kl_workload_winograd(w, 4, NULL, NULL, err),
+    assert_int_equal(kl_workload_winograd(w, 3, NULL, NULL, err),
                      KL_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "only 2"));
+    assert_non_null(strstr(err, "output tile 3: only 2 and 4"));
     kl_workload_free(&w);
 }
 
@@ -240,13 +253,14 @@ static void test_space(void **state)
                          KL_OK);
         kl_rng_t rng;
         kl_rng_seed(&rng, 11);
-        int wino = 0, n = 30;
+        int wino = 0, wino4 = 0, n = 30;
         for (int i = 0; i < n; i++) {
             kl_trace_t *tr = NULL;
             kl_sched_t *s = NULL;
             if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
                 fail_msg("%s: %s", ops[o], err);
             wino += kl_sched_winograd_m(s) == 2;
+            wino4 += kl_sched_winograd_m(s) == 4;
             /* Replaying the trace gives the same form. */
             kl_sched_t *s2 = NULL;
             assert_int_equal(kl_space_replay(sp, tr, &s2, err), KL_OK);
@@ -255,18 +269,23 @@ static void test_space(void **state)
             kl_sched_destroy(&s);
             kl_trace_free(&tr);
         }
-        if (o == 0 && (wino < n / 5 || wino > n - n / 5))
-            fail_msg("%s: %d of %d Winograd", ops[o], wino, n);
+        /* p 0.3 each: 9 of 30 expected. */
+        if (o == 0 &&
+            (wino < n / 6 || wino > n / 2 || wino4 < n / 6 || wino4 > n / 2))
+            fail_msg("%s: %d and %d of %d Winograd F(2x2) and F(4x4)", ops[o],
+                     wino, wino4, n);
         if (o > 0)
-            assert_int_equal(wino, 0);
+            assert_int_equal(wino + wino4, 0);
         kl_space_destroy(&sp);
         kl_workload_free(&w);
     }
 }
 
-/* Generated Winograd kernels against the reference: two images, odd
- * output sizes (a half tile at the edge), no padding, channels that are
- * not a multiple of 16, and every epilogue kind the named ops make. */
+/* Generated Winograd kernels, half of them with 2x2 output tiles and half
+ * with 4x4, against the reference: two images, output sizes that are not
+ * a multiple of the tile (part of a tile at the edge), no padding,
+ * channels that are not a multiple of 16, and every epilogue kind the
+ * named ops make. */
 static void test_kernels(void **state)
 {
     (void)state;
@@ -287,20 +306,24 @@ static void test_kernels(void **state)
         kl_rng_seed(&rng, 5 + (uint64_t)o);
         enum { N = 6 };
         char *srcs[N], *ents[N];
-        int n = 0, tries = 0;
+        int n = 0, tries = 0, per[5] = {0};
         while (n < N && tries++ < 400) {
             kl_trace_t *tr = NULL;
             kl_sched_t *s = NULL;
             if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
                 fail_msg("%s: %s", ops[o], err);
-            if (kl_sched_winograd_m(s)) {
+            int m = kl_sched_winograd_m(s);
+            if (m && per[m] < N / 2) {
+                per[m]++;
                 char entry[32];
                 snprintf(entry, sizeof entry, "kl_w%d", n);
                 kl_kernel_t k;
                 if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
                     fail_msg("%s: %s", ops[o], err);
                 assert_true(k.prepare);
-                assert_non_null(strstr(k.source, "Winograd F(2x2,3x3)"));
+                assert_non_null(strstr(k.source, m == 2
+                                                     ? "Winograd F(2x2,3x3)"
+                                                     : "Winograd F(4x4,3x3)"));
                 srcs[n] = k.source;
                 ents[n++] = k.entry;
             }
