@@ -108,7 +108,7 @@ typedef struct {
 } kla_runner_config_t;
 
 /* Default cap of the flush buffer (see runner.c). */
-#define KLA_FLUSH_CAP_BYTES ((size_t)64 << 20)
+#define KLA_FLUSH_CAP_BYTES ((size_t)128 << 20)
 
 typedef struct kla_runner_s kla_runner_t;
 

@@ -48,7 +48,7 @@ static const kl_opt_t s_opts[] = {
      "address-space limit of each kernel process in MiB (0: none)"},
     {"flush-mb", KL_OPT_INT, "0", 0, 1 << 20, "N",
      "MiB written between samples to flush the caches when the evaluator "
-     "asks (0: twice the last-level cache, at most 64 MiB: virtual "
+     "asks (0: twice the last-level cache, at most 128 MiB: virtual "
      "machines often report the host's whole cache)"},
     {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "LIST",
      "devices to serve: cpu, cuda:0, cuda:0,1, cuda:all, or a mix such as "

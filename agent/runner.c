@@ -177,11 +177,13 @@ int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
     if (!r->cfg.llc_bytes)
         r->cfg.llc_bytes = 32u << 20;
     /* Writing 2x the LLC evicts the candidate's data between samples. A
-     * virtual machine often reports the whole host's L3 (260 MiB here, of
-     * which two cores hold a small share), and writing 520 MiB per sample
-     * costs more than most candidates run; so the default is capped at
-     * KLA_FLUSH_CAP_BYTES, which still exceeds what two cores can keep in
-     * L2 + their share of L3. --flush-mb sets any size. */
+     * virtual machine often reports the whole host's L3 (260 MiB here),
+     * and writing 520 MiB per sample costs more than most candidates run;
+     * so the default is capped at KLA_FLUSH_CAP_BYTES. 64 MiB was not
+     * enough here: after writing 64 MiB, reading 10 MiB took 380-410 us,
+     * as without a flush (365), and 630-680 us after 128 or 192 MiB, so a
+     * 10 MiB Winograd block was timed warm by a "flushed" sample. 128 MiB
+     * costs about 5 ms a sample. --flush-mb sets any size. */
     r->flush_n = r->cfg.flush_bytes ? (size_t)r->cfg.flush_bytes
                                     : (size_t)(2 * r->cfg.llc_bytes);
     if (!r->cfg.flush_bytes && r->flush_n > KLA_FLUSH_CAP_BYTES)
