@@ -100,6 +100,18 @@ static void s_apply(kl_buf_t *out, const char *row, const char *pat)
     }
 }
 
+/* One line "t[i][j] = row i over in;" per row, the first step of a 2-D
+ * transform (in names input #i, e.g. "d%d"). */
+static void s_rows(cg_t *g, const char *const *rows, int n, const char *in)
+{
+    kl_buf_t x = {0};
+    for (int i = 0; i < n; i++) {
+        s_apply(&x, rows[i], in);
+        cg_line(g, "t[%d][j] = %s;", i, x.data);
+    }
+    kl_buf_free(&x);
+}
+
 /* Flat index of an epilogue read, as C over the variables n, k, y, x (the
  * output's iterators z->it[0..3]). */
 static void s_epi_index(const kl_workload_t *w, const kl_wino_t *z,
@@ -221,10 +233,7 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     g->ind++;
     cg_line(g, "double g0 = w[j], g1 = w[%lld + j], g2 = w[%lld + j];", s3,
             2 * s3);
-    for (int i = 0; i < z->alpha; i++) {
-        s_apply(&x, mt->g[i], "g%d");
-        cg_line(g, "t[%d][j] = %s;", i, x.data);
-    }
+    s_rows(g, mt->g, z->alpha, "g%d");
     s_close(g, 1);
     cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
     g->ind++;
@@ -375,10 +384,7 @@ static void s_tile_block(cg_t *g, const kl_wino_t *z, int64_t n)
     for (int i = 0; i < z->alpha; i++)
         cg_line(g, "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + c0);", i,
                 i, WP, CS);
-    for (int i = 0; i < z->alpha; i++) {
-        s_apply(&x, mt->bt[i], "d%d");
-        cg_line(g, "t[%d][j] = %s;", i, x.data);
-    }
+    s_rows(g, mt->bt, z->alpha, "d%d");
     s_close(g, 1);
     cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
     g->ind++;
@@ -475,10 +481,7 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
             TP * K);
     cg_line(g, "for (int j = 0; j < %lld; ++j) {", al);
     g->ind++;
-    for (int a = 0; a < z->m; a++) {
-        s_apply(&x, mt->at[a], "m[%d][j]");
-        cg_line(g, "t[%d][j] = %s;", a, x.data);
-    }
+    s_rows(g, mt->at, z->m, "m[%d][j]");
     s_close(g, 1);
     cg_line(g, "for (int a = 0; a < %lld; ++a) {", m);
     g->ind++;
