@@ -574,36 +574,36 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err)
 {
     kl_trace_t *tr = kl_trace_new(t->name);
-    kl_workload_t *d2 = NULL, *d4 = NULL;
-    int rc;
-    if (kl_workload_winograd(w, 2, &d2, NULL, NULL) ||
-        kl_workload_winograd(w, 4, &d4, NULL, NULL)) {
-        rc = s_program(w, t, tr, err);
-    } else {
-        /* A 3x3 convolution: directly (0), or as the Winograd product
-         * with 2x2 (1) or 4x4 (2) output tiles. */
+    /* A 3x3 convolution: directly (0), or as the Winograd product with
+     * output tiles ms[i] (i + 1), each branch nested in the last one's
+     * else. */
+    static const int ms[2] = {2, 4};
+    kl_workload_t *d[2] = {NULL, NULL};
+    bool wino = true;
+    for (int i = 0; i < 2; i++)
+        wino = wino && !kl_workload_winograd(w, ms[i], &d[i], NULL, NULL);
+    int rc = KL_OK, open = 0;
+    if (wino) {
         int64_t vals[3] = {0, 1, 2};
         double ps[3] = {0.4, 0.3, 0.3};
         long long v = (long long)kl_tr_sample_categorical(tr, vals, ps, 3);
-        char p1[48], p2[48];
-        snprintf(p1, sizeof p1, "v%lld == 1", v);
-        snprintf(p2, sizeof p2, "v%lld == 2", v);
-        if (!(rc = kl_tr_if(tr, p1, err))) {
-            kl_tr_winograd(tr, 2);
-            rc = s_program(d2, t, tr, err);
+        for (int i = 0; i < 2 && !rc; i++) {
+            char pred[48];
+            snprintf(pred, sizeof pred, "v%lld == %d", v, i + 1);
+            if ((rc = kl_tr_if(tr, pred, err)))
+                break;
+            open++;
+            kl_tr_winograd(tr, ms[i]);
+            if (!(rc = s_program(d[i], t, tr, err)))
+                rc = kl_tr_else(tr, err);
         }
-        if (!rc && !(rc = kl_tr_else(tr, err)) &&
-            !(rc = kl_tr_if(tr, p2, err))) {
-            kl_tr_winograd(tr, 4);
-            rc = s_program(d4, t, tr, err);
-        }
-        if (!rc && !(rc = kl_tr_else(tr, err)))
-            rc = s_program(w, t, tr, err);
-        if (!rc && !(rc = kl_tr_end(tr, err)))
-            rc = kl_tr_end(tr, err);
     }
-    kl_workload_free(&d2);
-    kl_workload_free(&d4);
+    if (!rc)
+        rc = s_program(w, t, tr, err);
+    while (!rc && open-- > 0)
+        rc = kl_tr_end(tr, err);
+    for (int i = 0; i < 2; i++)
+        kl_workload_free(&d[i]);
     if (rc) {
         kl_trace_free(&tr);
         return rc;
