@@ -21,8 +21,11 @@
  * constant (then packed once for all calls, by ENTRY_prepare).
  *
  * Channel vectors. When the output's last dimension does not fill whole
- * vectors (a 14-wide NCHW conv2d) and another spatial iterator does (the
- * output channels K), a sampled branch builds the same nest with that
+ * vectors (a 14-wide NCHW conv2d), or is read with a stride (a stride-2
+ * conv2d's columns, whose vectors would gather every other input), and
+ * another spatial iterator does fill them and is read directly, not
+ * through a window (the output channels K, not the rows of a 112-row
+ * image), a sampled branch builds the same nest with that
  * iterator as the vector one instead: its packed panels put K innermost
  * (contiguous weight vectors), the other operand is broadcast, and the
  * register tile is rows of output pixels x channel vectors, the GEMM
@@ -477,6 +480,32 @@ static bool s_vec_operand_reads(const rule_t *r, int it)
     return false;
 }
 
+/* Whether an operand reads iterator it with a stride (X[.., 2x + s]) or,
+ * when window, also through a window (X[.., y + r]): vectors along it
+ * would gather their inputs. */
+static bool s_iter_gathered(const rule_t *r, int it, bool window)
+{
+    const kl_expr_t *b = r->w->body;
+    if (it < 0 || !b || b->kind != KL_EX_MUL || b->a->kind != KL_EX_LOAD ||
+        b->b->kind != KL_EX_LOAD)
+        return false;
+    const kl_access_t *acc[2] = {&b->a->access, &b->b->access};
+    for (int o = 0; o < 2; o++) {
+        const kl_tensor_t *t = &r->w->tensors[acc[o]->tensor];
+        for (int d = 0; d < t->ndim; d++) {
+            const kl_affine_t *f = &acc[o]->idx[d];
+            if (!f->coef[it])
+                continue;
+            if (f->coef[it] != 1 || f->div != 1)
+                return true;
+            for (int i = 0; window && i < r->w->niters; i++)
+                if (i != it && f->coef[i])
+                    return true;
+        }
+    }
+    return false;
+}
+
 /* The row iterator: the largest spatial one other than the vector's; in
  * a channel product, the largest that the vector's operand does not read
  * (a Winograd product's tiles p, not its 16 or 36 transform points e,
@@ -526,13 +555,18 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
                          "cpu rules: %d iterators is too many to tile",
                          w->niters);
     /* A channel vector: another spatial iterator that fills whole
-     * vectors, when the last dimension does not. */
+     * vectors, when the last dimension does not or is read with a stride
+     * (a strided convolution's columns); not one read with a stride or
+     * through a window itself (the output rows of a 112 x 112 image are
+     * not channels). */
     int alt = -1;
     int64_t L = t->vec_lanes;
-    if (r.vec < 0 || w->iters[r.sp[r.vec]].extent % L)
+    if (r.vec < 0 || w->iters[r.sp[r.vec]].extent % L ||
+        s_iter_gathered(&r, r.sp[r.vec], false))
         for (int k = 0; k < r.nsp; k++) {
             int64_t e = w->iters[r.sp[k]].extent;
             if (k != r.vec && e % L == 0 &&
+                !s_iter_gathered(&r, r.sp[k], true) &&
                 (alt < 0 || e > w->iters[r.sp[alt]].extent))
                 alt = k;
         }
