@@ -2,7 +2,8 @@
  * oneDNN (C API) in the same process.
  *
  * Reads the store of a tuning run of
- *   conv2d N=1 C=256 H=14 W=14 K=256 R=3 S=3 pad=1   (any stride-1 conv2d)
+ *   conv2d N=1 C=256 H=14 W=14 K=256 R=3 S=3 pad=1   (any NCHW conv2d:
+ *   stride and padding are read from the workload)
  * and reports:
  *  1. wall time to 90 % of the final best speed: from the first record's
  *     commit to the commit of the first record at least 0.9 x as fast as
@@ -188,6 +189,25 @@ static void s_time_to_90(const bt_run_t *r)
     }
 }
 
+/* The stride and (top) padding of conv2d w: X's row index is
+ * y * stride + r - pad. */
+static void s_stride_pad(const kl_workload_t *w, int64_t *stride, int64_t *pad)
+{
+    const kl_expr_t *b = w->body;
+    const kl_access_t *xa = NULL;
+    if (b && b->kind == KL_EX_MUL) {
+        if (b->a->kind == KL_EX_LOAD && b->a->access.tensor == 0)
+            xa = &b->a->access;
+        else if (b->b->kind == KL_EX_LOAD && b->b->access.tensor == 0)
+            xa = &b->b->access;
+    }
+    for (int i = 0; xa && i < w->niters; i++)
+        if (w->out.idx[2].coef[i] && xa->idx[2].coef[i] > 0) {
+            *stride = xa->idx[2].coef[i];
+            *pad = -xa->idx[2].offset;
+        }
+}
+
 int main(int argc, char **argv)
 {
     const char *db = NULL, *workdir = "/tmp/bench_tune_conv2d", *source = NULL;
@@ -232,11 +252,11 @@ int main(int argc, char **argv)
         printf("kernel: %s (instead of the store's best)\n", source);
     float **kb = bt_alloc_bufs(w, 7), **db_ = bt_alloc_bufs(w, 7);
     k.args = bt_kernel_args(&k.k, w, kb);
-    /* A stride-1 conv2d with symmetric padding. */
     const kl_tensor_t *X = &w->tensors[0], *W = &w->tensors[1],
                       *Y = &w->tensors[2];
-    int64_t stride = 1;
-    int64_t pad = ((Y->shape[2] - 1) + W->shape[2] - X->shape[2]) / 2;
+    int64_t stride = 1, pad = 0;
+    s_stride_pad(w, &stride, &pad);
+    printf("stride %lld, padding %lld\n", (long long)stride, (long long)pad);
     const dnnl_version_t *v = dnnl_version();
     dnnl_engine_t eng;
     dnnl_stream_t st;
