@@ -151,14 +151,20 @@ static void s_tile(rule_t *r)
              * the tiles up to the extent, and the extent itself below. */
             int n = ext >= 8 ? 8 : 5;
             /* Channel vectors: also the divisors of the extent (7 and 14
-             * for 14), which need no guard. */
+             * for 14), which need no guard, at least as likely as the
+             * others: the whole extent (a Winograd product's 16 tiles)
+             * loads each panel vector once for all its rows. */
             for (int64_t d = 5; r->fit && d <= 16; d++) {
-                bool have = false;
+                int have = -1;
                 for (int i = 0; i < n; i++)
-                    have = have || vals[i] == d;
-                if (!have && ext % d == 0) {
+                    have = vals[i] == d ? i : have;
+                if (ext % d)
+                    continue;
+                if (have < 0) {
                     vals[n] = d;
                     ps[n++] = 0.3;
+                } else if (ps[have] < 0.3) {
+                    ps[have] = 0.3;
                 }
             }
             int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
