@@ -207,6 +207,25 @@ static void s_tile(rule_t *r)
             kl_tr_split(tr, r->loop[it], f, 2, r->r[k]);
             if (r->chan && r->cb < 0 && ext % 16 == 0)
                 s_channel_block(r, k);
+        } else if (ext > 1 && ext <= 16) {
+            /* A reduction this small (a window's 3 or 7 taps, an image's
+             * 3 channels) blocks no cache: split outside the
+             * accumulators, it only stores and reloads them. The whole
+             * extent inside is the likely inner tile (the tuned ResNet-18
+             * convolutions keep it whole in 14 of their 15 splits). */
+            int64_t vals[16];
+            double ps[16];
+            int nd = 0;
+            for (int64_t d = 1; d < ext; d++)
+                if (ext % d == 0)
+                    vals[nd++] = d;
+            for (int i = 0; i < nd; i++)
+                ps[i] = 0.4 / nd;
+            vals[nd] = ext;
+            ps[nd] = 0.6;
+            int64_t c = kl_tr_sample_categorical(tr, vals, ps, nd + 1);
+            int64_t f[2] = {KL_SPLIT_INFER, c};
+            kl_tr_split(tr, r->loop[it], f, 2, r->r[k]);
         } else {
             kl_tr_sample_perfect_tile(tr, r->loop[it], 2, 512, v);
             kl_tr_split(tr, r->loop[it], v, 2, r->r[k]);
