@@ -12,7 +12,11 @@
  * iterator (the largest other spatial one) gets a sampled row count,
  * which may not divide its extent (an imperfect, guarded split), so that
  * shapes like 12 x 32 are in the space for 1024; the others get small
- * perfect tiles. reject_if keeps rows x vectors within the register file.
+ * perfect tiles. The inner reduction tile R1 is a cache block (32 to 512)
+ * where the extent has one, most likely the whole extent when it is 16
+ * or less (a window's taps: outside the accumulators they only reload
+ * them), any perfect tile otherwise. reject_if keeps rows x vectors
+ * within the register file.
  * A sampled branch orders the S2 loops (row-major or column-major over the
  * register tiles) and attaches the local write cache (accumulators) at the
  * last S2 loop. Each reused input (one that some spatial iterator does not
