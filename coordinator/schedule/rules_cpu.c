@@ -485,17 +485,28 @@ static int s_build(rule_t *r)
     return KL_OK;
 }
 
+/* The two loads of a product body (A * B, a matmul's or a
+ * convolution's) into acc; false when the body is not one. */
+static bool s_operands(const kl_workload_t *w, const kl_access_t *acc[2])
+{
+    const kl_expr_t *b = w->body;
+    if (!b || b->kind != KL_EX_MUL || b->a->kind != KL_EX_LOAD ||
+        b->b->kind != KL_EX_LOAD)
+        return false;
+    acc[0] = &b->a->access;
+    acc[1] = &b->b->access;
+    return true;
+}
+
 /* Whether the product's operand that is read along the vector iterator
  * also reads iterator it (then rows along it would each load their own
  * vectors instead of sharing them). */
 static bool s_vec_operand_reads(const rule_t *r, int it)
 {
-    const kl_expr_t *b = r->w->body;
-    if (r->vec < 0 || !b || b->kind != KL_EX_MUL || b->a->kind != KL_EX_LOAD ||
-        b->b->kind != KL_EX_LOAD)
+    const kl_access_t *acc[2];
+    if (r->vec < 0 || !s_operands(r->w, acc))
         return false;
     int v = r->sp[r->vec];
-    const kl_access_t *acc[2] = {&b->a->access, &b->b->access};
     for (int o = 0; o < 2; o++) {
         const kl_tensor_t *t = &r->w->tensors[acc[o]->tensor];
         bool by_vec = false, by_it = false;
@@ -514,11 +525,9 @@ static bool s_vec_operand_reads(const rule_t *r, int it)
  * would gather their inputs. */
 static bool s_iter_gathered(const rule_t *r, int it, bool window)
 {
-    const kl_expr_t *b = r->w->body;
-    if (it < 0 || !b || b->kind != KL_EX_MUL || b->a->kind != KL_EX_LOAD ||
-        b->b->kind != KL_EX_LOAD)
+    const kl_access_t *acc[2];
+    if (it < 0 || !s_operands(r->w, acc))
         return false;
-    const kl_access_t *acc[2] = {&b->a->access, &b->b->access};
     for (int o = 0; o < 2; o++) {
         const kl_tensor_t *t = &r->w->tensors[acc[o]->tensor];
         for (int d = 0; d < t->ndim; d++) {
