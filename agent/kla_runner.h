@@ -48,8 +48,8 @@ typedef struct {
     bool skip_verify;
 } kla_eval_t;
 
-/* number 1, repeat 5, min_repeat_ms 50, flush on, timeout 10000 ms,
- * rtol 1e-3, atol 1e-4, seed 0. */
+/* The evaluator's defaults (kl_eval.h: number 1, repeat 5, min_repeat_ms
+ * 50, flush on, timeout 10000 ms, rtol 1e-3, atol 1e-4), seed 0. */
 void kla_eval_defaults(kla_eval_t *e);
 /* From the wire. NULL gives the defaults. Fields where 0 makes no sense
  * (number, repeat, timeout_ms) take their default when 0, as do rtol and

@@ -11,6 +11,7 @@
 
 #include "kl_abi.h"
 #include "kl_err.h"
+#include "kl_eval.h"
 #include "kl_util.h"
 #include "kla_sandbox.h"
 
@@ -52,13 +53,13 @@ struct kla_runner_s {
 
 void kla_eval_defaults(kla_eval_t *e)
 {
-    *e = (kla_eval_t){.number = 1,
-                      .repeat = 5,
-                      .min_repeat_ms = 50,
-                      .flush_cache = true,
-                      .timeout_ms = 10000,
-                      .rtol = 1e-3,
-                      .atol = 1e-4};
+    *e = (kla_eval_t){.number = KL_EVAL_DEF_NUMBER,
+                      .repeat = KL_EVAL_DEF_REPEAT,
+                      .min_repeat_ms = KL_EVAL_DEF_MIN_REPEAT_MS,
+                      .flush_cache = KL_EVAL_DEF_FLUSH,
+                      .timeout_ms = KL_EVAL_DEF_TIMEOUT_MS,
+                      .rtol = KL_EVAL_DEF_RTOL,
+                      .atol = KL_EVAL_DEF_ATOL};
 }
 
 void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe)

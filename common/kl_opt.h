@@ -36,6 +36,12 @@ typedef struct {
     }
 #define KL_NOBOUNDS 1, 0
 
+/* A numeric default written once: a module defines KL_X_DEF_Y 0.2, uses
+ * it in its C defaults, and its option row's default is KL_OPT_DEF
+ * (KL_X_DEF_Y), the same token as text ("0.2"). */
+#define KL_OPT_DEF_(x) #x
+#define KL_OPT_DEF(x) KL_OPT_DEF_(x)
+
 typedef struct kl_opts_s kl_opts_t;
 
 /* Parses argv[0..argc) (argv[0] is NOT skipped: pass argc-1, argv+1 for a

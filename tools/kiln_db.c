@@ -10,7 +10,7 @@
 #include "kl_store.h"
 #include "kl_target.h"
 #include "kl_trace.h"
-#include "kl_tune.h"
+#include "kl_task.h"
 #include "kl_util.h"
 
 #define S_USAGE                                                                \

@@ -13,6 +13,7 @@
 #include "kiln_cmds.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
+#include "kl_eval.h"
 #include "kl_log.h"
 #include "kl_opt.h"
 #include "kl_store.h"
@@ -31,19 +32,8 @@ static const kl_opt_t s_opts[] = {
      "entry symbol of the reference (default: --entry)"},
     {"target", KL_OPT_STR, "cpu", KL_NOBOUNDS, "TARGET",
      "task target: cpu (any CPU agent), cpu/x86_64-avx512, cuda/sm_90, ..."},
-    {"number", KL_OPT_INT, "1", 1, 1e9, "N", "runs per sample"},
-    {"repeat", KL_OPT_INT, "5", 1, 10000, "N", "samples per candidate"},
-    {"min-repeat-ms", KL_OPT_INT, "50", 0, 1e6, "MS",
-     "grow --number until one sample lasts this long"},
-    {"timeout-ms", KL_OPT_INT, "10000", 1, 1e8, "MS",
-     "limit for one candidate's whole run"},
-    {"rtol", KL_OPT_DOUBLE, "1e-3", 0, 1, "X", "relative tolerance"},
-    {"atol", KL_OPT_DOUBLE, "1e-4", 0, 1e9, "X", "absolute tolerance"},
-    {"no-flush", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "do not flush the caches between samples"},
-    {"flop", KL_OPT_DOUBLE, "0", 0, 1e30, "F",
-     "FLOPs of one run (a multiply-add is 2), to print GFLOP/s"},
-    {"seed", KL_OPT_INT, "1", 0, 9e18, "S", "seed of the input data"},
+    KL_EVAL_OPTS{"flop", KL_OPT_DOUBLE, "0", 0, 1e30, "F",
+                 "FLOPs of one run (a multiply-add is 2), to print GFLOP/s"},
     {"db", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
      "record store: commit every result, skip sources already measured"},
     KL_FLEET_OPTS{
@@ -397,15 +387,8 @@ static int s_submit(s_job_t *j, size_t *n_sub, char *err)
         p[n] = &c[n];
         n++;
     }
-    Kiln__Evaluator ev = KILN__EVALUATOR__INIT;
-    ev.number = (uint32_t)kl_opts_int(j->o, "number");
-    ev.repeat = (uint32_t)kl_opts_int(j->o, "repeat");
-    ev.min_repeat_ms = (uint32_t)kl_opts_int(j->o, "min-repeat-ms");
-    ev.flush_cache = !kl_opts_bool(j->o, "no-flush");
-    ev.timeout_ms = (uint32_t)kl_opts_int(j->o, "timeout-ms");
-    ev.rtol = kl_opts_double(j->o, "rtol");
-    ev.atol = kl_opts_double(j->o, "atol");
-    ev.seed = (uint64_t)kl_opts_int(j->o, "seed");
+    Kiln__Evaluator ev;
+    kl_eval_from_opts(j->o, &ev);
     const char *re = kl_opts_str(j->o, "ref-entry");
     kl_dispatch_batch_t b = {.workload_key = j->key,
                              .target = j->target,

@@ -1,7 +1,9 @@
-/* kiln tune - tunes one operator on a local fleet (agents started here) or
- * on remote agents (--listen), recording every result in the store (--db)
- * and continuing from what the store holds. */
-#include <errno.h>
+/* kiln tune - tunes one operator (--op) or every task of a model (--model)
+ * on a local fleet (agents started here) or on remote agents (--listen),
+ * recording every result in the store (--db) and continuing from what the
+ * store holds. Both are one tuning job (coordinator/tune/kl_job.h) of one
+ * task or many; this file only parses options, starts the fleet and
+ * prints. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,95 +12,69 @@
 
 #include "fleet_coord.h"
 #include "kiln_cmds.h"
-#include "kiln_tune_model.h"
-#include "kl_dispatch.h"
 #include "kl_err.h"
+#include "kl_eval.h"
+#include "kl_job.h"
 #include "kl_live.h"
 #include "kl_log.h"
 #include "kl_metrics.h"
+#include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_store.h"
-#include "kl_tune.h"
 #include "kl_util.h"
+
+/* The cap of one task when --op is given without one. */
+#define OP_DEF_MAX_TRIALS 1000
 
 static const kl_opt_t s_opts[] = {
     {"op", KL_OPT_STR, NULL, KL_NOBOUNDS, "TEXT",
-     "the workload: \"matmul M=1024 N=1024 K=1024\", \"conv2d N=1 C=64 ...\" "
+     "one workload: \"matmul M=1024 N=1024 K=1024\", \"conv2d N=1 C=64 ...\" "
      "or an expression (kiln's workload language)"},
-    {"target", KL_OPT_STR, "cpu", KL_NOBOUNDS, "TARGET",
-     "task target: cpu (this machine's vector ISA), cpu/x86_64-avx512, ..., "
-     "cuda/sm_90 (a GPU's exact arch; local agents get --device cuda:all)"},
-    {"strategy", KL_OPT_STR, "evolutionary", KL_NOBOUNDS, "NAME",
-     "search strategy: evolutionary or replay"},
-    {"max-trials-per-task", KL_OPT_INT, "1000", 1, 1e9, "N",
-     "hard cap on the trials of this task, records already in --db "
-     "included; a failed candidate counts as a trial"},
-    {"trials-per-iter", KL_OPT_INT, "64", 1, 1e6, "K",
-     "candidates per batch (the last batch is cut to fit the cap)"},
-    {"db", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
-     "record store: results are committed per batch; a later run on it "
-     "continues (records count, seed the search, are never re-measured)"},
-    {"seed", KL_OPT_INT, "0", 0, 9e18, "S", "seed of the search"},
-    {"population", KL_OPT_INT, "512", 1, 1e6, "N",
-     "evolutionary: population size"},
-    {"generations", KL_OPT_INT, "4", 0, 1000, "N",
-     "evolutionary: generations per batch"},
-    {"mutate-prob", KL_OPT_DOUBLE, "0.85", 0, 1, "P",
-     "evolutionary: probability that a child is mutated"},
-    {"eps-greedy", KL_OPT_DOUBLE, "0.05", 0, 1, "P",
-     "evolutionary: probability that a batch slot is a random sample"},
-    {"init-measured-ratio", KL_OPT_DOUBLE, "0.2", 0, 1, "R",
-     "evolutionary: share of the population taken from the best records"},
-    {"init-min-unmeasured", KL_OPT_INT, "50", 0, 1e6, "N",
-     "evolutionary: random samples in every initial population, at least"},
-    {"model-min-rows", KL_OPT_INT, "64", 2, 1e9, "N",
-     "results before the cost model is used (random scores until then)"},
-    {"model-retrain-growth", KL_OPT_DOUBLE, "0.2", 0, 100, "G",
-     "retrain the cost model when its data grew by this fraction"},
-    {"model-rounds", KL_OPT_INT, "64", 1, 10000, "N",
-     "boosting rounds of the cost model"},
-    {"max-sample-tries", KL_OPT_INT, "1000", 1, 1e9, "N",
-     "rejected samples per draw before the space counts as exhausted"},
-    {"max-known-draws", KL_OPT_INT, "256", 1, 1e9, "N",
-     "already-measured samples in a row before the space counts as "
-     "exhausted"},
-    {"number", KL_OPT_INT, "1", 1, 1e9, "N", "runs per sample"},
-    {"repeat", KL_OPT_INT, "5", 1, 10000, "N", "samples per candidate"},
-    {"min-repeat-ms", KL_OPT_INT, "50", 0, 1e6, "MS",
-     "grow --number until one sample lasts this long"},
-    {"timeout-ms", KL_OPT_INT, "10000", 1, 1e8, "MS",
-     "limit for one candidate's whole run"},
-    {"rtol", KL_OPT_DOUBLE, "1e-3", 0, 1, "X", "relative tolerance"},
-    {"atol", KL_OPT_DOUBLE, "1e-4", 0, 1e9, "X", "absolute tolerance"},
-    {"no-flush", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "do not flush the caches between samples"},
-    {"data-seed", KL_OPT_INT, "1", 0, 9e18, "S", "seed of the input data"},
-    {"source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
-     "write the best kernel's source here (default: "
-     "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db; .cu for "
-     "a cuda target)"},
+    {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
+     "every task of a built-in model (resnet18, resnet50, mobilenet_v2, "
+     "bert_base) or of a graph or ONNX file (docs/models.md)"},
+    {"max-trials-per-task", KL_OPT_INT, NULL, 0, 1e12, "N",
+     "hard cap on each task, records already in --db included; a failed "
+     "candidate counts as a trial (default: " KL_OPT_DEF(
+         OP_DEF_MAX_TRIALS) " with --op, none beyond the global cap with "
+                            "--model)"},
+    {"max-trials-global", KL_OPT_INT, NULL, 1, 1e12, "N",
+     "--model: hard cap on the trials of the whole job, records already in "
+     "--db included (default: 1000 x the number of tasks)"},
+    KL_JOB_OPTS KL_SEARCH_OPTS KL_SCHED_OPTS KL_EVAL_OPTS{
+        "source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
+        "--op: write the best kernel's source here (default: "
+        "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db; .cu for "
+        "a cuda target)"},
+    {"summary-json", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
+     "--model: also write the summary as JSON here (after every round)"},
     KL_FLEET_OPTS{
         "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
         "local agents answer with synthetic latencies (for trying kiln out; "
         "simulated records never replace real ones)"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-     "no progress lines, only the result"},
+     "no progress lines or tables, only the result"},
     KL_METRICS_OPTS,
     KL_OPT_END,
 };
 
 static const char s_usage[] =
-    "usage: kiln tune --op TEXT [--target cpu] [--strategy evolutionary|"
-    "replay]\n"
-    "                 [--max-trials-per-task N] [--trials-per-iter K] "
-    "[--db DIR] [fleet options]\n"
-    "Tunes one operator: proposes schedules, measures them on kiln agents, "
-    "records every result,\nand prints the best latency, its trace and where "
-    "its source is.\n"
+    "usage: kiln tune (--op TEXT | --model NAME|FILE) [--target cpu]\n"
+    "                 [--max-trials-per-task N] [--max-trials-global N] "
+    "[--trials-per-iter K]\n"
+    "                 [--strategy evolutionary|replay] [--scheduler "
+    "gradient|round-robin]\n"
+    "                 [--db DIR] [fleet options]\n"
+    "Tunes one operator (--op) or every task of a model (--model): proposes "
+    "schedules,\nmeasures them on kiln agents, records every result. Caps are "
+    "hard: the last batch\nis cut to fit, failed candidates count as trials, "
+    "records in --db count too. A\ntask is done at its cap, when its design "
+    "space is exhausted or when it stopped\nimproving (--early-stop-rounds); "
+    "the job ends when every task is done or the\nglobal cap is reached. "
+    "--op prints the best latency, its trace and where its\nsource is; "
+    "--model prints the task table.\n"
     "Exit codes: 0 ok, 1 job failed, 2 usage, 69 no CUDA device for a "
-    "cuda target's local agents.\n"
-    "A whole model: kiln tune --model NAME|FILE ... (see kiln tune --model "
-    "resnet18 --help).";
+    "cuda target's local agents.";
 
 static volatile sig_atomic_t s_stop;
 
@@ -110,13 +86,19 @@ static void s_on_signal(int sig)
 
 typedef struct {
     kl_opts_t *o;
+    kl_model_t *model; /* --model */
     kl_store_t *store;
     kl_fleet_t *fleet;
     kl_dispatch_t *disp;
-    kl_task_t *task;
+    kl_port_t port;
+    kl_job_t *job;
+    int64_t global;
     double last_print;
     kl_metrics_t *metrics; /* --http */
-} job_t;
+    kl_live_t *live;
+} cmd_t;
+
+/* ---- printing ------------------------------------------------------------ */
 
 static void s_fmt_time(double s, char *buf, size_t n)
 {
@@ -130,97 +112,116 @@ static void s_fmt_time(double s, char *buf, size_t n)
         snprintf(buf, n, "%.1fh", s / 3600);
 }
 
-/* On a terminal the progress is one block redrawn in place (kl_live.h);
- * elsewhere it stays the plain lines of s_progress. */
-static kl_live_t *s_live;
-
-static void s_progress(void *ctx, const kl_tune_progress_t *p)
+/* --op: the progress of the task, at most once a second (and at the end).
+ * On a terminal it is one block redrawn in place (kl_live.h). */
+static void s_op_progress(cmd_t *c, bool done)
 {
-    job_t *j = ctx;
-    kl_metrics_update(j->metrics, j->disp, &j->task, 1, j->store, false, false);
     double now = kl_now_s();
-    if (kl_opts_bool(j->o, "quiet") || (!p->done && now - j->last_print < 1))
+    if (kl_opts_bool(c->o, "quiet") || (!done && now - c->last_print < 1))
         return;
-    j->last_print = now;
-    if (!s_live)
-        s_live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
-    if (kl_live_is_block(s_live)) {
-        kl_live_tune(s_live, kl_task_workload(j->task)->name, p);
+    c->last_print = now;
+    kl_job_progress_t p;
+    kl_job_progress(c->job, 0, &p);
+    p.done = p.done || done;
+    if (!c->live)
+        c->live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
+    if (kl_live_is_block(c->live)) {
+        kl_live_tune(c->live, kl_task_workload(kl_job_task(c->job, 0))->name,
+                     &p);
         return;
     }
     char el[32], eta[32], best[64] = "no valid candidate yet";
-    s_fmt_time(p->elapsed_s, el, sizeof el);
-    s_fmt_time(p->eta_s, eta, sizeof eta);
-    if (isfinite(p->best_s))
-        snprintf(best, sizeof best, "best %.2f GFLOP/s (%.2f us)", p->gflops,
-                 p->best_s * 1e6);
+    s_fmt_time(p.elapsed_s, el, sizeof el);
+    s_fmt_time(p.eta_s, eta, sizeof eta);
+    if (isfinite(p.best_s))
+        snprintf(best, sizeof best, "best %.2f GFLOP/s (%.2f us)", p.gflops,
+                 p.best_s * 1e6);
     fprintf(stderr,
             "kiln tune: trials %lld/%lld (%lld valid, %lld restored, %lld "
             "in flight)  %s  elapsed %s  ETA %s\n",
-            (long long)p->trials, (long long)p->cap, (long long)p->valid,
-            (long long)p->restored, (long long)p->in_flight, best, el,
-            p->done ? "-" : eta);
+            (long long)p.trials, (long long)p.cap, (long long)p.valid,
+            (long long)p.restored, (long long)p.in_flight, best, el,
+            p.done ? "-" : eta);
 }
 
-static bool s_alive(void *ctx)
+/* --model: the task table, to f and to --summary-json. */
+static void s_summary(cmd_t *c, FILE *f)
 {
-    job_t *j = ctx;
-    return !j->fleet || kl_fleet_running(j->fleet) > 0 ||
-           kl_opts_str(j->o, "listen");
+    const kl_ts_t *ts = kl_job_sched(c->job);
+    int n = kl_job_ntasks(c->job);
+    kl_ts_row_t *rows = kl_xcalloc((size_t)n, sizeof(kl_ts_row_t));
+    kl_ts_rows(ts, rows);
+    kl_ts_print_table(f, rows, n);
+    const char *path = kl_opts_str(c->o, "summary-json");
+    FILE *jf = path ? fopen(path, "w") : NULL;
+    if (path && !jf)
+        kl_warn("--summary-json %s: cannot write it", path);
+    if (jf) {
+        kl_ts_print_json(jf, rows, n);
+        fclose(jf);
+    }
+    free(rows);
 }
 
-/* Binds the coordinator and, when asked, starts local agents. */
-static int s_start(job_t *j, char *err)
+/* --model: after every round, the round line and the table; on a terminal
+ * one block redrawn in place with a progress bar (kl_live.h). */
+static void s_model_round(cmd_t *c, int round, int i)
 {
-    return kl_fleet_coordinator(j->o, "kiln tune",
-                                kl_opts_bool(j->o, "simulate"), &j->fleet,
-                                &j->disp, err);
+    if (kl_opts_bool(c->o, "quiet"))
+        return;
+    const char *name = kl_task_workload(kl_job_task(c->job, i))->name;
+    const kl_ts_t *ts = kl_job_sched(c->job);
+    if (!c->live)
+        c->live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
+    if (!kl_live_is_block(c->live)) {
+        fprintf(stderr,
+                "\nkiln tune: round %d: task %d (%s), %lld trials; "
+                "%lld of %lld in all\n",
+                round, i, name, (long long)kl_ts_trials(ts, i),
+                (long long)kl_ts_total_trials(ts), (long long)c->global);
+        s_summary(c, stderr);
+        return;
+    }
+    FILE *sink = fopen("/dev/null", "w"); /* --summary-json still written */
+    if (sink) {
+        s_summary(c, sink);
+        fclose(sink);
+    }
+    int n = kl_job_ntasks(c->job);
+    kl_ts_row_t *rows = kl_xcalloc((size_t)n, sizeof(kl_ts_row_t));
+    kl_ts_rows(ts, rows);
+    char *head = kl_xasprintf("kiln tune: model %s, round %d: task %d (%s)",
+                              kl_model_name(c->model), round, i, name);
+    kl_live_tasks(c->live, head, rows, n, kl_ts_total_trials(ts), c->global,
+                  kl_ts_finished(ts));
+    free(head);
+    free(rows);
 }
 
-static int s_config(const kl_opts_t *o, kl_task_cfg_t *c, char *err)
+static void s_event(void *ctx, kl_job_t *job, const kl_job_event_t *ev)
 {
-    kl_task_cfg_default(c);
-    c->target = kl_opts_str(o, "target");
-    c->max_trials = kl_opts_int(o, "max-trials-per-task");
-    c->trials_per_iter = (int)kl_opts_int(o, "trials-per-iter");
-    kl_search_cfg_t *s = &c->search;
-    int rc = kl_strategy_parse(kl_opts_str(o, "strategy"), &s->strategy, err);
-    s->seed = (uint64_t)kl_opts_int(o, "seed");
-    s->population = (int)kl_opts_int(o, "population");
-    s->generations = (int)kl_opts_int(o, "generations");
-    s->mutate_prob = kl_opts_double(o, "mutate-prob");
-    s->eps_greedy = kl_opts_double(o, "eps-greedy");
-    s->init_measured_ratio = kl_opts_double(o, "init-measured-ratio");
-    s->init_min_unmeasured = (int)kl_opts_int(o, "init-min-unmeasured");
-    s->model_min_rows = (int)kl_opts_int(o, "model-min-rows");
-    s->model_retrain_growth = kl_opts_double(o, "model-retrain-growth");
-    s->model_rounds = (int)kl_opts_int(o, "model-rounds");
-    s->max_sample_tries = (int)kl_opts_int(o, "max-sample-tries");
-    s->max_known_draws = (int)kl_opts_int(o, "max-known-draws");
-    Kiln__Evaluator *e = &c->evaluator;
-    e->number = (uint32_t)kl_opts_int(o, "number");
-    e->repeat = (uint32_t)kl_opts_int(o, "repeat");
-    e->min_repeat_ms = (uint32_t)kl_opts_int(o, "min-repeat-ms");
-    e->timeout_ms = (uint32_t)kl_opts_int(o, "timeout-ms");
-    e->rtol = kl_opts_double(o, "rtol");
-    e->atol = kl_opts_double(o, "atol");
-    e->flush_cache = !kl_opts_bool(o, "no-flush");
-    e->seed = (uint64_t)kl_opts_int(o, "data-seed");
-    return rc;
+    cmd_t *c = ctx;
+    (void)job;
+    kl_metrics_update(c->metrics, &c->port, c->job, false, false);
+    if (!c->model && ev->kind != KL_JOB_ROUND)
+        s_op_progress(c, ev->kind == KL_JOB_END);
+    else if (c->model && ev->kind == KL_JOB_ROUND)
+        s_model_round(c, ev->round, ev->task);
 }
 
-/* Where the best source goes; heap string. */
-static char *s_source_path(const job_t *j)
+/* Where the best source of --op goes; heap string. */
+static char *s_source_path(const cmd_t *c)
 {
-    const char *given = kl_opts_str(j->o, "source-out");
+    const char *given = kl_opts_str(c->o, "source-out");
     if (given)
         return kl_xstrdup(given);
-    const kl_workload_t *w = kl_task_workload(j->task);
-    char *tg = kl_xstrdup(kl_task_target(j->task));
+    const kl_task_t *t = kl_job_task(c->job, 0);
+    const kl_workload_t *w = kl_task_workload(t);
+    char *tg = kl_xstrdup(kl_task_target(t));
     for (char *p = tg; *p; p++)
         if (*p == '/')
             *p = '_';
-    const char *db = kl_opts_str(j->o, "db");
+    const char *db = kl_opts_str(c->o, "db");
     const char *ext = strncmp(tg, "cuda", 4) ? "c" : "cu";
     char *path = db ? kl_xasprintf("%s/sources/%s.%s.%s", db, w->name, tg, ext)
                     : kl_xasprintf("%s.%s.%s", w->name, tg, ext);
@@ -228,9 +229,10 @@ static char *s_source_path(const job_t *j)
     return path;
 }
 
-static int s_report(job_t *j, char *err)
+/* --op: the result of the one task, its trace, its source written. */
+static int s_op_report(cmd_t *c, char *err)
 {
-    kl_task_t *t = j->task;
+    kl_task_t *t = kl_job_task(c->job, 0);
     const kl_workload_t *w = kl_task_workload(t);
     const kl_trace_t *best = kl_task_best_trace(t);
     printf("workload   %s (%s)\n", w->name, kl_task_target(t));
@@ -250,10 +252,10 @@ static int s_report(job_t *j, char *err)
     if (text[0] && text[strlen(text) - 1] != '\n')
         printf("\n");
     free(text);
-    char *src = NULL, *path = s_source_path(j);
+    char *src = NULL, *path = s_source_path(c);
     int rc = kl_task_source(t, best, &src, err);
-    if (!rc && kl_opts_str(j->o, "db") && !kl_opts_given(j->o, "source-out")) {
-        char *dir = kl_xasprintf("%s/sources", kl_opts_str(j->o, "db"));
+    if (!rc && kl_opts_str(c->o, "db") && !kl_opts_given(c->o, "source-out")) {
+        char *dir = kl_xasprintf("%s/sources", kl_opts_str(c->o, "db"));
         rc = kl_mkdirs(dir, err);
         free(dir);
     }
@@ -267,87 +269,198 @@ static int s_report(job_t *j, char *err)
     return rc;
 }
 
-static void s_job_free(job_t *j)
+static void s_warn_unreached(cmd_t *c)
 {
-    kl_metrics_destroy(&j->metrics);
-    kl_task_destroy(&j->task);
-    kl_dispatch_destroy(&j->disp);
-    kl_fleet_destroy(&j->fleet);
-    kl_store_close(&j->store);
-    kl_opts_free(&j->o);
+    const kl_ts_t *ts = kl_job_sched(c->job);
+    int k = kl_ts_unreached(ts, NULL, 0);
+    if (k == 0)
+        return;
+    int *idx = kl_xcalloc((size_t)k, sizeof(int));
+    kl_ts_unreached(ts, idx, k);
+    kl_buf_t b = {0};
+    for (int i = 0; i < k; i++)
+        kl_buf_printf(&b, "%s%d (%s)", i ? ", " : "", idx[i],
+                      kl_model_task(c->model, idx[i])->w->name);
+    kl_warn("the global cap (%lld) is smaller than what one round of every "
+            "task needs; %d task%s may get no trial at all: %s",
+            (long long)c->global, k, k > 1 ? "s" : "", b.data);
+    kl_buf_free(&b);
+    free(idx);
+}
+
+/* ---- the job ------------------------------------------------------------- */
+
+static bool s_alive(void *ctx)
+{
+    cmd_t *c = ctx;
+    return !c->fleet || kl_fleet_running(c->fleet) > 0 ||
+           kl_opts_str(c->o, "listen");
+}
+
+/* The job's tasks and caps from --op or --model. */
+static int s_job(cmd_t *c, char *err)
+{
+    kl_opts_t *o = c->o;
+    int n = 1;
+    kl_job_task_t one = {kl_opts_str(o, "op"), 1.0}, *tasks = &one;
+    if (c->model) {
+        n = kl_model_ntasks(c->model);
+        tasks = kl_xcalloc((size_t)n, sizeof *tasks);
+        for (int i = 0; i < n; i++) {
+            const kl_model_task_t *mt = kl_model_task(c->model, i);
+            tasks[i] = (kl_job_task_t){mt->spec, (double)mt->weight};
+        }
+    }
+    int64_t per = kl_opts_given(o, "max-trials-per-task")
+                      ? kl_opts_int(o, "max-trials-per-task")
+                  : c->model ? 0
+                             : OP_DEF_MAX_TRIALS;
+    c->global = c->model ? (kl_opts_given(o, "max-trials-global")
+                                ? kl_opts_int(o, "max-trials-global")
+                                : 1000 * (int64_t)n)
+                         : per;
+    kl_job_cfg_t cfg;
+    int rc = KL_OK;
+    if (!c->model && per < 1)
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--max-trials-per-task must be >= 1 with --op");
+    if (!rc)
+        rc = kl_job_cfg_from_opts(o, true, c->global, c->model ? per : 0, &cfg,
+                                  err);
+    if (!rc)
+        rc = kl_job_new(&c->job, tasks, n, &cfg, c->store, err);
+    if (tasks != &one)
+        free(tasks);
+    return rc;
+}
+
+static int s_run(cmd_t *c, char *err)
+{
+    int rc =
+        kl_fleet_coordinator(c->o, "kiln tune", kl_opts_bool(c->o, "simulate"),
+                             &c->fleet, &c->disp, err);
+    if (rc)
+        return rc;
+    c->port = kl_port_dispatch(c->disp);
+    kl_job_run_cfg_t rcfg = {.agent_wait_s =
+                                 kl_opts_double(c->o, "agent-wait-s"),
+                             .stop = &s_stop,
+                             .event = s_event,
+                             .ctx = c,
+                             .alive = s_alive};
+    kl_metrics_update(c->metrics, &c->port, c->job, true, false);
+    return kl_job_run(c->job, &c->port, &rcfg, err);
+}
+
+static void s_cmd_free(cmd_t *c)
+{
+    kl_metrics_destroy(&c->metrics);
+    kl_job_destroy(&c->job);
+    kl_dispatch_destroy(&c->disp);
+    kl_fleet_destroy(&c->fleet);
+    kl_store_close(&c->store);
+    kl_model_destroy(&c->model);
+    kl_live_destroy(&c->live);
+    kl_opts_free(&c->o);
+}
+
+/* Parses and checks the arguments; 0, or the exit code of a usage error
+ * (messages printed). */
+static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
+{
+    char err[KL_ERRMSG_LEN];
+    if (kl_opts_parse(s_opts, argc, argv, &c->o, err) != KL_OK) {
+        fprintf(stderr, "kiln tune: %s\n%s\n", err, s_usage);
+        return 2;
+    }
+    if (kl_opts_help_asked(c->o)) {
+        kl_opts_print_help(stdout, s_usage, s_opts);
+        *help = true;
+        return 0;
+    }
+    const char *op = kl_opts_str(c->o, "op"),
+               *model = kl_opts_str(c->o, "model");
+    int rc = KL_OK;
+    if (kl_opts_npos(c->o) > 0)
+        rc = kl_seterr(err, KL_ERR_INVAL, "unexpected argument '%s'",
+                       kl_opts_pos(c->o, 0));
+    else if (!op == !model)
+        rc = kl_seterr(err, KL_ERR_INVAL, "%s",
+                       op ? "--op and --model exclude each other"
+                          : "--op TEXT or --model NAME|FILE is required");
+    else if (op && kl_opts_given(c->o, "max-trials-global"))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--max-trials-global goes with --model (--op has "
+                       "--max-trials-per-task)");
+    if (!rc && model)
+        rc = kl_model_load(model, &c->model, err);
+    if (rc) {
+        fprintf(stderr, "kiln tune: %s\n%s\n", err, s_usage);
+        return 2;
+    }
+    return 0;
 }
 
 int kiln_cmd_tune(int argc, char **argv)
 {
-    /* A whole model: tools/kiln_tune_model.c (its own options). */
-    if (kiln_tune_model_wanted(argc, argv))
-        return kiln_tune_model(argc, argv);
-    job_t j = {0};
+    cmd_t c = {0};
+    bool help = false;
+    int code = s_parse(&c, argc, argv, &help);
+    if (code || help) {
+        s_cmd_free(&c);
+        return code;
+    }
     char err[KL_ERRMSG_LEN];
-    if (kl_opts_parse(s_opts, argc, argv, &j.o, err) != KL_OK) {
-        fprintf(stderr, "kiln tune: %s\n", err);
-        return 2;
-    }
-    if (kl_opts_help_asked(j.o)) {
-        kl_opts_print_help(stdout, s_usage, s_opts);
-        kl_opts_free(&j.o);
-        return 0;
-    }
-    kl_task_cfg_t cfg;
-    int rc = KL_OK;
-    if (!kl_opts_str(j.o, "op") || kl_opts_npos(j.o) > 0)
-        rc = kl_seterr(err, KL_ERR_INVAL, "%s",
-                       kl_opts_npos(j.o) ? "unexpected argument"
-                                         : "--op TEXT is required");
-    if (!rc)
-        rc = s_config(j.o, &cfg, err);
-    if (rc) {
-        fprintf(stderr, "kiln tune: %s\n%s\n", err, s_usage);
-        kl_opts_free(&j.o);
-        return 2;
-    }
     kl_log_init("kiln tune");
     struct sigaction sa = {.sa_handler = s_on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    const char *db = kl_opts_str(j.o, "db");
-    if (db)
-        rc = kl_store_open(&j.store, db, 0, err);
+    const char *db = kl_opts_str(c.o, "db");
+    int rc = db ? kl_store_open(&c.store, db, 0, err) : KL_OK;
     if (!rc)
-        rc = kl_task_new(&j.task, kl_opts_str(j.o, "op"), &cfg, j.store, err);
+        rc = s_job(&c, err);
     if (!rc) /* --http: live metrics (coordinator/metrics) */
-        rc = kl_metrics_from_opts(&j.metrics, j.o,
-                                  kl_task_workload(j.task)->name, db, err);
+        rc = kl_metrics_from_opts(
+            &c.metrics, c.o,
+            c.model ? kl_model_name(c.model)
+                    : kl_task_workload(kl_job_task(c.job, 0))->name,
+            db, err);
     if (rc == KL_ERR_INVAL || rc == KL_ERR_UNSUPPORTED) {
         fprintf(stderr, "kiln tune: %s\n", err);
-        s_job_free(&j);
+        s_cmd_free(&c);
         return 2;
     }
-    if (!rc && kl_task_restored(j.task) > 0)
+    if (!rc && c.model) {
+        fprintf(stderr,
+                "kiln tune: model %s, %d tasks, %s scheduler, %lld trials "
+                "already in the store\n",
+                kl_model_name(c.model), kl_job_ntasks(c.job),
+                kl_opts_str(c.o, "scheduler"),
+                (long long)kl_ts_total_trials(kl_job_sched(c.job)));
+        s_warn_unreached(&c);
+    } else if (!rc && kl_task_restored(kl_job_task(c.job, 0)) > 0) {
         fprintf(stderr,
                 "kiln tune: %lld records of %s on %s restored from %s\n",
-                (long long)kl_task_restored(j.task),
-                kl_task_workload(j.task)->name, cfg.target, db);
-    if (!rc && !kl_task_done(j.task))
-        rc = s_start(&j, err);
-    if (!rc && !kl_task_done(j.task)) {
-        kl_tune_run_cfg_t rcfg = {.agent_wait_s =
-                                      kl_opts_double(j.o, "agent-wait-s"),
-                                  .stop = &s_stop,
-                                  .progress = s_progress,
-                                  .ctx = &j,
-                                  .alive = s_alive};
-        kl_metrics_update(j.metrics, j.disp, &j.task, 1, j.store, true, false);
-        rc = kl_tune_run(j.task, j.disp, &rcfg, err);
+                (long long)kl_task_restored(kl_job_task(c.job, 0)),
+                kl_task_workload(kl_job_task(c.job, 0))->name,
+                kl_opts_str(c.o, "target"), db);
     }
-    if (j.task)
-        kl_metrics_update(j.metrics, j.disp, &j.task, 1, j.store, true, true);
+    if (!rc && !kl_job_finished(c.job))
+        rc = s_run(&c, err);
+    if (c.job)
+        kl_metrics_update(c.metrics, c.disp ? &c.port : NULL, c.job, true,
+                          true);
     char rerr[KL_ERRMSG_LEN];
-    if (j.task && s_report(&j, rerr))
+    if (c.job && c.model) {
+        printf("\n");
+        s_summary(&c, stdout);
+        fflush(stdout);
+    } else if (c.job && s_op_report(&c, rerr)) {
         fprintf(stderr, "kiln tune: %s\n", rerr);
-    kl_metrics_linger(j.metrics, j.o, &s_stop);
+    }
+    kl_metrics_linger(c.metrics, c.o, &s_stop);
     /* The local CUDA agents said "no such device" (kiln-agent exits 69). */
-    bool no_dev = rc && j.fleet && kl_fleet_exit_code(j.fleet) == 69;
+    bool no_dev = rc && c.fleet && kl_fleet_exit_code(c.fleet) == 69;
     if (no_dev)
         fprintf(stderr,
                 "kiln tune: no CUDA device: the local kiln-agent (--device "
@@ -355,7 +468,6 @@ int kiln_cmd_tune(int argc, char **argv)
                 "message above); run agents on a GPU machine with --listen\n");
     else if (rc)
         fprintf(stderr, "kiln tune: %s\n", err);
-    kl_live_destroy(&s_live);
-    s_job_free(&j);
+    s_cmd_free(&c);
     return no_dev ? 69 : rc ? 1 : 0;
 }

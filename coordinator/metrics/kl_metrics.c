@@ -41,7 +41,7 @@ static const char *s_exact_target(const char *target)
 }
 
 /* Adds the exact target to the snapshot's list once, with its agents. */
-static void s_add_target(kl_metrics_snap_t *s, kl_dispatch_t *d,
+static void s_add_target(kl_metrics_snap_t *s, const kl_port_t *port,
                          const char *exact)
 {
     for (size_t i = 0; i < s->n_targets; i++)
@@ -52,12 +52,13 @@ static void s_add_target(kl_metrics_snap_t *s, kl_dispatch_t *d,
     kl_metrics_target_t *t = &s->targets[s->n_targets++];
     snprintf(t->target, sizeof t->target, "%s", exact);
     t->agents = 0;
-    if (d)
-        kl_dispatch_agents(d, exact, &t->agents, NULL);
+    if (port)
+        kl_port_agents(port, exact, &t->agents, NULL);
 }
 
-static void s_collect_task(kl_metrics_task_t *m, const kl_task_t *t)
+static void s_collect_task(kl_metrics_task_t *m, const kl_job_t *j, int i)
 {
+    const kl_task_t *t = kl_job_task(j, i);
     const kl_workload_t *w = kl_task_workload(t);
     snprintf(m->workload, sizeof m->workload, "%s", w->name);
     snprintf(m->target, sizeof m->target, "%s",
@@ -68,21 +69,22 @@ static void s_collect_task(kl_metrics_task_t *m, const kl_task_t *t)
     m->valid = kl_task_valid(t);
     m->restored = kl_task_restored(t);
     m->in_flight = kl_task_in_flight(t);
-    m->cap = kl_task_cap(t);
-    m->done = kl_task_done(t);
+    m->cap = kl_job_task_cap(j, i);
+    m->done = kl_job_task_done(j, i);
 }
 
-void kl_metrics_collect(kl_metrics_snap_t *s, kl_dispatch_t *d,
-                        kl_task_t *const *tasks, size_t n,
-                        const kl_store_t *store, const char *store_dir)
+void kl_metrics_collect(kl_metrics_snap_t *s, const kl_port_t *port,
+                        const kl_job_t *job, const char *store_dir)
 {
-    s->have_dispatch = d && kl_dispatch_stats(d, &s->dispatch, NULL) == KL_OK;
+    size_t n = job ? (size_t)kl_job_ntasks(job) : 0;
+    const kl_store_t *store = job ? kl_job_store(job) : NULL;
+    s->have_dispatch = port && kl_port_stats(port, &s->dispatch, NULL) == KL_OK;
     if (!s->have_dispatch) /* nothing half-filled */
         memset(&s->dispatch, 0, sizeof s->dispatch);
     s->n_targets = 0;
     for (size_t i = 0; i < n && i < s->n_tasks; i++) {
-        s_collect_task(&s->tasks[i], tasks[i]);
-        s_add_target(s, d, s->tasks[i].target);
+        s_collect_task(&s->tasks[i], job, (int)i);
+        s_add_target(s, port, s->tasks[i].target);
     }
     s->have_store = store != NULL;
     s->store_map_bytes = store ? kl_store_map_size(store) : 0;
@@ -111,9 +113,8 @@ void kl_metrics_publish(kl_metrics_t *self, kl_metrics_snap_t **snap)
     kl_metrics_snap_free(&old);
 }
 
-void kl_metrics_update(kl_metrics_t *self, kl_dispatch_t *d,
-                       kl_task_t *const *tasks, size_t n,
-                       const kl_store_t *store, bool force, bool done)
+void kl_metrics_update(kl_metrics_t *self, const kl_port_t *port,
+                       const kl_job_t *job, bool force, bool done)
 {
     if (!self)
         return;
@@ -121,8 +122,9 @@ void kl_metrics_update(kl_metrics_t *self, kl_dispatch_t *d,
     if (!force && !done && now - self->last_update < self->min_interval_s)
         return;
     self->last_update = now;
-    kl_metrics_snap_t *s = kl_metrics_snap_new(n);
-    kl_metrics_collect(s, d, tasks, n, store, self->store_dir);
+    kl_metrics_snap_t *s =
+        kl_metrics_snap_new(job ? (size_t)kl_job_ntasks(job) : 0);
+    kl_metrics_collect(s, port, job, self->store_dir);
     s->done = done;
     kl_metrics_publish(self, &s);
 }

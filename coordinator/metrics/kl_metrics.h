@@ -52,9 +52,9 @@
 #include <stdint.h>
 
 #include "kl_dispatch.h"
+#include "kl_job.h"
 #include "kl_opt.h"
 #include "kl_store.h"
-#include "kl_tune.h"
 
 /* The two option rows of `kiln tune` (both forms): --http ADDR:PORT and
  * --http-linger S. Put KL_METRICS_OPTS, before KL_OPT_END. */
@@ -109,13 +109,13 @@ kl_metrics_snap_t *kl_metrics_snap_new(size_t n_tasks);
 void kl_metrics_snap_free(kl_metrics_snap_t **self_p);
 
 /* Fills s from the sources, which are borrowed for the call and must be
- * used by the calling thread only: d (NULL: no dispatch yet), tasks[0..n)
- * (n must equal s->n_tasks), store (NULL: none) and store_dir (its
- * directory, for the data file's size). job and elapsed_s are left as
- * they are. Dispatch errors leave its part zero (have_dispatch false). */
-void kl_metrics_collect(kl_metrics_snap_t *s, kl_dispatch_t *d,
-                        kl_task_t *const *tasks, size_t n,
-                        const kl_store_t *store, const char *store_dir);
+ * used by the calling thread only: port (NULL: no fleet yet), the tasks of
+ * job (their count must equal s->n_tasks), the job's store (NULL: none)
+ * and store_dir (its directory, for the data file's size). job and
+ * elapsed_s are left as they are. Fleet errors leave its part zero
+ * (have_dispatch false). */
+void kl_metrics_collect(kl_metrics_snap_t *s, const kl_port_t *port,
+                        const kl_job_t *job, const char *store_dir);
 
 /* The snapshot in the Prometheus text format, and as the HTML status
  * page. Heap strings. Label values and HTML text are escaped. */
@@ -173,9 +173,8 @@ void kl_metrics_publish(kl_metrics_t *self, kl_metrics_snap_t **snap);
  * group of results; with done, the snapshot says the job ended (and is
  * always taken). Safe on a NULL self (no-op), so a job without --http
  * calls it unconditionally. */
-void kl_metrics_update(kl_metrics_t *self, kl_dispatch_t *d,
-                       kl_task_t *const *tasks, size_t n,
-                       const kl_store_t *store, bool force, bool done);
+void kl_metrics_update(kl_metrics_t *self, const kl_port_t *port,
+                       const kl_job_t *job, bool force, bool done);
 
 /* The two steps of `kiln tune --http`, on its parsed options: when --http
  * is given, starts the server (job and store_dir as cfg) and prints

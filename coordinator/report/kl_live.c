@@ -136,7 +136,7 @@ static void s_fmt_time(double s, char *buf, size_t n)
         snprintf(buf, n, "%.1fh", s / 3600);
 }
 
-void kl_live_tune(kl_live_t *l, const char *name, const kl_tune_progress_t *p)
+void kl_live_tune(kl_live_t *l, const char *name, const kl_job_progress_t *p)
 {
     char el[32], eta[32], best[96] = "no valid candidate yet";
     char bar[BAR_WIDTH + 16];

@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #include "kl_tasksched.h"
-#include "kl_tune.h"
+#include "kl_job.h"
 
 typedef enum {
     KL_LIVE_AUTO = 0, /* a block when isatty(fileno(f)), else lines */
@@ -39,10 +39,10 @@ void kl_live_destroy(kl_live_t **self_p);
 /* Whether the view redraws a block (false: plain lines). */
 bool kl_live_is_block(const kl_live_t *l);
 
-/* Shows the progress of one task (kl_tune_run's progress callback):
+/* Shows the progress of one task (kl_job_progress of a job's task):
  * name (may be NULL), trials of the cap, valid, restored and in-flight
  * counts, the best speed and latency, elapsed time and ETA. */
-void kl_live_tune(kl_live_t *l, const char *name, const kl_tune_progress_t *p);
+void kl_live_tune(kl_live_t *l, const char *name, const kl_job_progress_t *p);
 
 /* Shows the task table of a model job: a heading line (e.g. "round 12:
  * task 3 (conv2d_...)"; may be NULL), the trials of the job against its

@@ -34,18 +34,36 @@ void kl_search_cfg_default(kl_search_cfg_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->strategy = KL_STRATEGY_EVOLUTIONARY;
-    cfg->max_sample_tries = 1000;
-    cfg->max_known_draws = 256;
-    cfg->population = 512;
-    cfg->generations = 4;
-    cfg->mutate_prob = 0.85;
-    cfg->eps_greedy = 0.05;
-    cfg->init_measured_ratio = 0.2;
-    cfg->init_min_unmeasured = 50;
-    cfg->model_min_rows = 64;
-    cfg->model_retrain_growth = 0.2;
-    cfg->model_rounds = 64;
+    cfg->max_sample_tries = KL_SEARCH_DEF_MAX_SAMPLE_TRIES;
+    cfg->max_known_draws = KL_SEARCH_DEF_MAX_KNOWN_DRAWS;
+    cfg->population = KL_SEARCH_DEF_POPULATION;
+    cfg->generations = KL_SEARCH_DEF_GENERATIONS;
+    cfg->mutate_prob = KL_SEARCH_DEF_MUTATE_PROB;
+    cfg->eps_greedy = KL_SEARCH_DEF_EPS_GREEDY;
+    cfg->init_measured_ratio = KL_SEARCH_DEF_INIT_MEASURED_RATIO;
+    cfg->init_min_unmeasured = KL_SEARCH_DEF_INIT_MIN_UNMEASURED;
+    cfg->model_min_rows = KL_SEARCH_DEF_MODEL_MIN_ROWS;
+    cfg->model_retrain_growth = KL_SEARCH_DEF_MODEL_RETRAIN_GROWTH;
+    cfg->model_rounds = KL_SEARCH_DEF_MODEL_ROUNDS;
     cfg->model_threads = 1;
+}
+
+int kl_search_cfg_from_opts(const kl_opts_t *o, kl_search_cfg_t *s, char *err)
+{
+    kl_search_cfg_default(s);
+    s->seed = (uint64_t)kl_opts_int(o, "seed");
+    s->population = (int)kl_opts_int(o, "population");
+    s->generations = (int)kl_opts_int(o, "generations");
+    s->mutate_prob = kl_opts_double(o, "mutate-prob");
+    s->eps_greedy = kl_opts_double(o, "eps-greedy");
+    s->init_measured_ratio = kl_opts_double(o, "init-measured-ratio");
+    s->init_min_unmeasured = (int)kl_opts_int(o, "init-min-unmeasured");
+    s->model_min_rows = (int)kl_opts_int(o, "model-min-rows");
+    s->model_retrain_growth = kl_opts_double(o, "model-retrain-growth");
+    s->model_rounds = (int)kl_opts_int(o, "model-rounds");
+    s->max_sample_tries = (int)kl_opts_int(o, "max-sample-tries");
+    s->max_known_draws = (int)kl_opts_int(o, "max-known-draws");
+    return kl_strategy_parse(kl_opts_str(o, "strategy"), &s->strategy, err);
 }
 
 int kl_search_new(kl_search_t **out, const kl_space_t *sp,

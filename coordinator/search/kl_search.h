@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kl_opt.h"
 #include "kl_sched.h"
 #include "kl_space.h"
 #include "kl_trace.h"
@@ -108,25 +109,85 @@ typedef enum {
 const char *kl_strategy_name(kl_strategy s);
 int kl_strategy_parse(const char *name, kl_strategy *out, char *err);
 
+/* The defaults, written once: kl_search_cfg_default and KL_SEARCH_OPTS
+ * (MetaSchedule's for the evolution). */
+#define KL_SEARCH_DEF_MAX_SAMPLE_TRIES 1000
+#define KL_SEARCH_DEF_MAX_KNOWN_DRAWS 256
+#define KL_SEARCH_DEF_POPULATION 512
+#define KL_SEARCH_DEF_GENERATIONS 4
+#define KL_SEARCH_DEF_MUTATE_PROB 0.85
+#define KL_SEARCH_DEF_EPS_GREEDY 0.05
+#define KL_SEARCH_DEF_INIT_MEASURED_RATIO 0.2
+#define KL_SEARCH_DEF_INIT_MIN_UNMEASURED 50
+#define KL_SEARCH_DEF_MODEL_MIN_ROWS 64
+#define KL_SEARCH_DEF_MODEL_RETRAIN_GROWTH 0.2
+#define KL_SEARCH_DEF_MODEL_ROUNDS 64
+
 typedef struct {
     kl_strategy strategy;
     uint64_t seed;
-    int max_sample_tries;        /* rejected samples per draw [1000] */
-    int max_known_draws;         /* known samples in a row [256] */
-    int population;              /* [512] */
-    int generations;             /* [4] */
-    double mutate_prob;          /* [0.85] */
-    double eps_greedy;           /* [0.05] */
-    double init_measured_ratio;  /* [0.2] */
-    int init_min_unmeasured;     /* [50] */
-    int model_min_rows;          /* results before the model is used [64] */
-    double model_retrain_growth; /* [0.2] */
-    int model_rounds;            /* boosting rounds [64] */
+    int max_sample_tries;        /* rejected samples per draw */
+    int max_known_draws;         /* known samples in a row */
+    int population;              /* evolutionary */
+    int generations;             /* evolutionary */
+    double mutate_prob;          /* evolutionary */
+    double eps_greedy;           /* evolutionary */
+    double init_measured_ratio;  /* evolutionary */
+    int init_min_unmeasured;     /* evolutionary */
+    int model_min_rows;          /* results before the model is used */
+    double model_retrain_growth; /* retrain when the data grew so much */
+    int model_rounds;            /* boosting rounds */
     int model_threads;           /* [1] */
 } kl_search_cfg_t;
 
-/* Fills cfg with the defaults above (MetaSchedule's for the evolution). */
+/* Fills cfg with the KL_SEARCH_DEF_ values, strategy evolutionary, seed 0
+ * and one model thread. */
 void kl_search_cfg_default(kl_search_cfg_t *cfg);
+
+/* The search's options, for the table of every command that tunes:
+ * strategy, seed and the parameters above. */
+/* clang-format off */
+#define KL_SEARCH_OPTS \
+    {"strategy", KL_OPT_STR, "evolutionary", KL_NOBOUNDS, "NAME", \
+     "search strategy: evolutionary or replay"}, \
+    {"seed", KL_OPT_INT, "0", 0, 9e18, "S", \
+     "seed of the search (and of the task scheduler)"}, \
+    {"population", KL_OPT_INT, KL_OPT_DEF(KL_SEARCH_DEF_POPULATION), 1, 1e6, \
+     "N", "evolutionary: population size"}, \
+    {"generations", KL_OPT_INT, KL_OPT_DEF(KL_SEARCH_DEF_GENERATIONS), 0, \
+     1000, "N", "evolutionary: generations per batch"}, \
+    {"mutate-prob", KL_OPT_DOUBLE, KL_OPT_DEF(KL_SEARCH_DEF_MUTATE_PROB), 0, \
+     1, "P", "evolutionary: probability that a child is mutated"}, \
+    {"eps-greedy", KL_OPT_DOUBLE, KL_OPT_DEF(KL_SEARCH_DEF_EPS_GREEDY), 0, 1, \
+     "P", "evolutionary: probability that a batch slot is a random sample"}, \
+    {"init-measured-ratio", KL_OPT_DOUBLE, \
+     KL_OPT_DEF(KL_SEARCH_DEF_INIT_MEASURED_RATIO), 0, 1, "R", \
+     "evolutionary: share of the population taken from the best records"}, \
+    {"init-min-unmeasured", KL_OPT_INT, \
+     KL_OPT_DEF(KL_SEARCH_DEF_INIT_MIN_UNMEASURED), 0, 1e6, "N", \
+     "evolutionary: random samples in every initial population, at least"}, \
+    {"model-min-rows", KL_OPT_INT, KL_OPT_DEF(KL_SEARCH_DEF_MODEL_MIN_ROWS), \
+     2, 1e9, "N", \
+     "results before the cost model is used (random scores until then)"}, \
+    {"model-retrain-growth", KL_OPT_DOUBLE, \
+     KL_OPT_DEF(KL_SEARCH_DEF_MODEL_RETRAIN_GROWTH), 0, 100, "G", \
+     "retrain the cost model when its data grew by this fraction"}, \
+    {"model-rounds", KL_OPT_INT, KL_OPT_DEF(KL_SEARCH_DEF_MODEL_ROUNDS), 1, \
+     10000, "N", "boosting rounds of the cost model"}, \
+    {"max-sample-tries", KL_OPT_INT, \
+     KL_OPT_DEF(KL_SEARCH_DEF_MAX_SAMPLE_TRIES), 1, 1e9, "N", \
+     "rejected samples per draw before the space counts as exhausted"}, \
+    {"max-known-draws", KL_OPT_INT, KL_OPT_DEF(KL_SEARCH_DEF_MAX_KNOWN_DRAWS), \
+     1, 1e9, "N", \
+     "already-measured samples in a row before the space counts as " \
+     "exhausted"},
+/* clang-format on */
+
+/* Sets cfg from the KL_SEARCH_OPTS rows of o (which must be in its
+ * table); kl_search_cfg_default first. KL_ERR_INVAL names an unknown
+ * strategy. */
+int kl_search_cfg_from_opts(const kl_opts_t *o, kl_search_cfg_t *cfg,
+                            char *err);
 
 typedef struct kl_search_s kl_search_t;
 

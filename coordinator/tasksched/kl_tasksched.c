@@ -42,8 +42,10 @@ struct kl_ts_s {
     s_group_t *groups;
     int ngroups;
     int64_t total;
-    int pending; /* task with an outstanding round, -1: none */
-    int64_t pending_batch;
+    /* Rounds handed out and not reported yet, oldest first. */
+    int pend_task[KL_TS_MAX_DEPTH];
+    int64_t pend_batch[KL_TS_MAX_DEPTH];
+    int npend;
     int rr_last; /* last task picked by round-robin */
     bool started;
     kl_rng_t rng;
@@ -55,13 +57,14 @@ void kl_ts_cfg_default(kl_ts_cfg_t *cfg)
     cfg->kind = KL_TS_GRADIENT;
     cfg->max_trials_global = 1000;
     cfg->max_trials_per_task = 0;
-    cfg->trials_per_iter = 64;
-    cfg->alpha = 0.2;
-    cfg->beta = 2.0;
-    cfg->window = 3;
-    cfg->eps = 0.05;
-    cfg->early_stop_rounds = 0;
+    cfg->trials_per_iter = KL_TS_DEF_TRIALS_PER_ITER;
+    cfg->alpha = KL_TS_DEF_ALPHA;
+    cfg->beta = KL_TS_DEF_BETA;
+    cfg->window = KL_TS_DEF_WINDOW;
+    cfg->eps = KL_TS_DEF_EPS;
+    cfg->early_stop_rounds = KL_TS_DEF_EARLY_STOP;
     cfg->seed = 1;
+    cfg->depth = 1;
 }
 
 int kl_ts_kind_parse(const char *s, kl_ts_kind *kind, char *err)
@@ -78,6 +81,16 @@ int kl_ts_kind_parse(const char *s, kl_ts_kind *kind, char *err)
                      "unknown scheduler '%s' (expected round-robin or "
                      "gradient)",
                      s ? s : "(none)");
+}
+
+int kl_ts_cfg_from_opts(const kl_opts_t *o, kl_ts_cfg_t *c, char *err)
+{
+    c->alpha = kl_opts_double(o, "alpha");
+    c->beta = kl_opts_double(o, "beta");
+    c->window = (int)kl_opts_int(o, "window");
+    c->eps = kl_opts_double(o, "sched-eps");
+    c->early_stop_rounds = (int)kl_opts_int(o, "early-stop-rounds");
+    return kl_ts_kind_parse(kl_opts_str(o, "scheduler"), &c->kind, err);
 }
 
 const char *kl_ts_kind_name(kl_ts_kind kind)
@@ -135,6 +148,10 @@ static int s_check_cfg(const kl_ts_cfg_t *c, char *err)
         return kl_seterr(err, KL_ERR_INVAL,
                          "scheduler: early-stop-rounds must be >= 0 (got %d)",
                          c->early_stop_rounds);
+    if (c->depth < 1 || c->depth > KL_TS_MAX_DEPTH)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "scheduler: depth must be in [1, %d] (got %d)",
+                         KL_TS_MAX_DEPTH, c->depth);
     return KL_OK;
 }
 
@@ -213,7 +230,6 @@ int kl_ts_new(kl_ts_t **out, const kl_ts_cfg_t *cfg, const kl_ts_task_t *tasks,
         t->best = INFINITY;
     }
     s_make_groups(ts);
-    ts->pending = -1;
     ts->rr_last = -1;
     kl_rng_seed(&ts->rng, cfg->seed);
     *out = ts;
@@ -257,6 +273,35 @@ static void s_push_hist(s_task_t *t)
 static int64_t s_cap(const kl_ts_t *ts)
 {
     return ts->cfg.max_trials_per_task;
+}
+
+/* Trials handed out and not reported yet: of task i, or of all (i < 0). */
+static int64_t s_out(const kl_ts_t *ts, int i)
+{
+    int64_t n = 0;
+    for (int k = 0; k < ts->npend; k++)
+        if (i < 0 || ts->pend_task[k] == i)
+            n += ts->pend_batch[k];
+    return n;
+}
+
+/* The batch task i may get now: trials_per_iter cut to both caps, counting
+ * the rounds still out. */
+static int64_t s_room(const kl_ts_t *ts, int i)
+{
+    int64_t b = ts->cfg.trials_per_iter;
+    int64_t g = ts->cfg.max_trials_global - ts->total - s_out(ts, -1);
+    if (g < b)
+        b = g;
+    if (s_cap(ts) && s_cap(ts) - ts->t[i].trials - s_out(ts, i) < b)
+        b = s_cap(ts) - ts->t[i].trials - s_out(ts, i);
+    return b > 0 ? b : 0;
+}
+
+/* May task i get a round now? */
+static bool s_open(const kl_ts_t *ts, int i)
+{
+    return ts->t[i].state == KL_TS_RUNNING && s_room(ts, i) > 0;
 }
 
 int kl_ts_restore(kl_ts_t *ts, int i, int64_t trials, double best_s, char *err)
@@ -346,14 +391,13 @@ static int s_random_running(kl_ts_t *ts, const double *grad, double min)
 {
     int n = 0;
     for (int i = 0; i < ts->n; i++)
-        if (ts->t[i].state == KL_TS_RUNNING && (!grad || grad[i] == min))
+        if (s_open(ts, i) && (!grad || grad[i] == min))
             n++;
     if (n == 0)
         return -1;
     uint64_t pick = kl_rng_below(&ts->rng, (uint64_t)n);
     for (int i = 0; i < ts->n; i++)
-        if (ts->t[i].state == KL_TS_RUNNING && (!grad || grad[i] == min) &&
-            pick-- == 0)
+        if (s_open(ts, i) && (!grad || grad[i] == min) && pick-- == 0)
             return i;
     return -1;
 }
@@ -365,7 +409,7 @@ static int s_pick_gradient(kl_ts_t *ts)
     double *grad = kl_xcalloc((size_t)ts->n, sizeof(double));
     double min = INFINITY;
     for (int i = 0; i < ts->n; i++) {
-        if (ts->t[i].state != KL_TS_RUNNING)
+        if (!s_open(ts, i))
             continue;
         grad[i] = kl_ts_gradient(ts, i);
         if (grad[i] < min)
@@ -378,14 +422,15 @@ static int s_pick_gradient(kl_ts_t *ts)
 
 static int s_pick(kl_ts_t *ts)
 {
+    /* Warm-up: the first task without any round, reported or out. */
     for (int i = 0; i < ts->n; i++)
-        if (ts->t[i].state == KL_TS_RUNNING && !ts->t[i].warm)
+        if (s_open(ts, i) && !ts->t[i].warm && s_out(ts, i) == 0)
             return i;
     if (ts->cfg.kind == KL_TS_GRADIENT)
         return s_pick_gradient(ts);
     for (int k = 1; k <= ts->n; k++) {
         int i = (ts->rr_last + k) % ts->n;
-        if (ts->t[i].state == KL_TS_RUNNING)
+        if (s_open(ts, i))
             return i;
     }
     return -1;
@@ -401,13 +446,28 @@ bool kl_ts_finished(const kl_ts_t *ts)
     return true;
 }
 
+bool kl_ts_ready(const kl_ts_t *ts)
+{
+    if (ts->npend >= ts->cfg.depth || kl_ts_finished(ts))
+        return false;
+    for (int i = 0; i < ts->n; i++)
+        if (s_open(ts, i))
+            return true;
+    return false;
+}
+
+int kl_ts_outstanding(const kl_ts_t *ts)
+{
+    return ts->npend;
+}
+
 int kl_ts_next(kl_ts_t *ts, int *task, int64_t *batch, char *err)
 {
-    if (ts->pending >= 0)
+    if (ts->npend >= ts->cfg.depth)
         return kl_seterr(err, KL_ERR_INVAL,
                          "scheduler: the round of task %d (%s) is not "
                          "reported yet",
-                         ts->pending, ts->t[ts->pending].name);
+                         ts->pend_task[0], ts->t[ts->pend_task[0]].name);
     *task = -1;
     *batch = 0;
     ts->started = true;
@@ -415,17 +475,19 @@ int kl_ts_next(kl_ts_t *ts, int *task, int64_t *batch, char *err)
         return kl_seterr(err, KL_ERR_EXHAUSTED,
                          "scheduler: the job is over (%lld trials)",
                          (long long)ts->total);
+    if (!kl_ts_ready(ts)) /* rounds out hold the rest of the budget */
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "scheduler: %d round%s out hold what is left; "
+                         "report first",
+                         ts->npend, ts->npend == 1 ? "" : "s");
     int i = s_pick(ts);
     if (i < 0)
         return kl_seterr(err, KL_ERR_INTERNAL, "scheduler: no task to pick");
-    int64_t b = ts->cfg.trials_per_iter;
-    if (ts->cfg.max_trials_global - ts->total < b)
-        b = ts->cfg.max_trials_global - ts->total;
-    if (s_cap(ts) && s_cap(ts) - ts->t[i].trials < b)
-        b = s_cap(ts) - ts->t[i].trials;
+    int64_t b = s_room(ts, i);
     ts->rr_last = i;
-    ts->pending = i;
-    ts->pending_batch = b;
+    ts->pend_task[ts->npend] = i;
+    ts->pend_batch[ts->npend] = b;
+    ts->npend++;
     *task = i;
     *batch = b;
     return KL_OK;
@@ -467,16 +529,24 @@ static void s_adjust_group(kl_ts_t *ts, int i)
 
 int kl_ts_report(kl_ts_t *ts, int i, int64_t trials, double best_s, char *err)
 {
-    if (i < 0 || i >= ts->n || ts->pending != i)
+    int k = 0;
+    while (k < ts->npend && ts->pend_task[k] != i)
+        k++;
+    if (i < 0 || i >= ts->n || k == ts->npend)
         return kl_seterr(err, KL_ERR_INVAL,
                          "scheduler: task %d has no outstanding round", i);
-    if (trials < 0 || trials > ts->pending_batch)
+    int64_t batch = ts->pend_batch[k];
+    if (trials < 0 || trials > batch)
         return kl_seterr(err, KL_ERR_INVAL,
                          "scheduler: task %d reported %lld trials for a batch "
                          "of %lld",
-                         i, (long long)trials, (long long)ts->pending_batch);
+                         i, (long long)trials, (long long)batch);
     s_task_t *t = &ts->t[i];
-    ts->pending = -1;
+    for (; k + 1 < ts->npend; k++) {
+        ts->pend_task[k] = ts->pend_task[k + 1];
+        ts->pend_batch[k] = ts->pend_batch[k + 1];
+    }
+    ts->npend--;
     t->trials += trials;
     ts->total += trials;
     t->warm = true;
@@ -485,7 +555,9 @@ int kl_ts_report(kl_ts_t *ts, int i, int64_t trials, double best_s, char *err)
         t->last_better = t->rounds + 1;
     }
     s_push_hist(t);
-    if (trials == 0)
+    if (t->state != KL_TS_RUNNING)
+        ; /* a round still out when the task was done: counted only */
+    else if (trials == 0)
         t->state = KL_TS_DONE_EXHAUSTED;
     else if (s_cap(ts) && t->trials >= s_cap(ts))
         t->state = KL_TS_DONE_CAP;

@@ -1,5 +1,6 @@
-/* kl_tasksched.h - task schedulers: which task of a model to tune next, and
- * how many trials it may spend (DESIGN.md section 6).
+/* kl_tasksched.h - task schedulers: which task of a tuning job to tune
+ * next, and how many trials it may spend (docs/architecture.md, "Task
+ * scheduler").
  *
  * The scheduler only keeps the books: it never measures anything. A driver
  * asks it for the next (task, batch size) with kl_ts_next, runs that batch
@@ -40,8 +41,12 @@
  *    member of its group and is still slower than 1/beta of the group's
  *    best speed leaves the group (it was not similar after all).
  *
- * One batch is outstanding at a time: kl_ts_next hands out a round and the
- * next call needs its kl_ts_report first. A scheduler is used by one thread.
+ * Rounds out at once: up to `depth` rounds may be handed out before they
+ * are reported (the conductor keeps the agents busy while the next batch is
+ * generated). Caps count the rounds still out, so they hold whatever order
+ * the reports come in; a task's warm-up round is handed out once. With depth
+ * 1 (the default) kl_ts_next needs the last round reported first.
+ * A scheduler is used by one thread.
  */
 #ifndef KL_TASKSCHED_H
 #define KL_TASKSCHED_H
@@ -50,9 +55,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kl_opt.h"
+
 /* The latency (seconds) a task without any valid measurement counts with
  * in the gradient: large and finite, as Ansor's 1e10. */
 #define KL_TS_NO_RESULT_S 1e10
+
+/* The most rounds a scheduler hands out before they are reported. */
+#define KL_TS_MAX_DEPTH 8
 
 typedef enum {
     KL_TS_ROUND_ROBIN = 0,
@@ -78,12 +88,46 @@ typedef struct {
     double eps;                  /* [0, 1] */
     int early_stop_rounds;       /* >= 0; 0: never */
     uint64_t seed;               /* ties and the epsilon-greedy pick */
+    int depth;                   /* rounds out at once, [1, KL_TS_MAX_DEPTH] */
 } kl_ts_cfg_t;
 
+/* The defaults, written once: kl_ts_cfg_default and KL_SCHED_OPTS. */
+#define KL_TS_DEF_TRIALS_PER_ITER 64
+#define KL_TS_DEF_ALPHA 0.2
+#define KL_TS_DEF_BETA 2
+#define KL_TS_DEF_WINDOW 3
+#define KL_TS_DEF_EPS 0.05
+#define KL_TS_DEF_EARLY_STOP 0
+
 /* Fills cfg with: gradient, global cap 1000, no per-task cap, 64 trials
- * per iteration, alpha 0.2, beta 2, window 3, eps 0.05, early stop off,
- * seed 1. */
+ * per iteration, the KL_TS_DEF_ values above, seed 1, depth 1. */
 void kl_ts_cfg_default(kl_ts_cfg_t *cfg);
+
+/* The options of the scheduler, for the table of every command that runs
+ * a job of several tasks (kiln tune --model): scheduler, alpha, beta,
+ * window, sched-eps, early-stop-rounds. */
+/* clang-format off */
+#define KL_SCHED_OPTS \
+    {"scheduler", KL_OPT_STR, "gradient", KL_NOBOUNDS, "NAME", \
+     "task scheduler: gradient (Ansor's) or round-robin"}, \
+    {"alpha", KL_OPT_DOUBLE, KL_OPT_DEF(KL_TS_DEF_ALPHA), 0, 1, "A", \
+     "gradient: weight of the backward (history) term"}, \
+    {"beta", KL_OPT_DOUBLE, KL_OPT_DEF(KL_TS_DEF_BETA), 1e-9, 1e9, "B", \
+     "gradient: a task may reach beta x its similar tasks' best speed"}, \
+    {"window", KL_OPT_INT, KL_OPT_DEF(KL_TS_DEF_WINDOW), 1, 1e6, "DT", \
+     "gradient: backward window in rounds"}, \
+    {"sched-eps", KL_OPT_DOUBLE, KL_OPT_DEF(KL_TS_DEF_EPS), 0, 1, "E", \
+     "gradient: probability of a random task instead of the best one"}, \
+    {"early-stop-rounds", KL_OPT_INT, KL_OPT_DEF(KL_TS_DEF_EARLY_STOP), 0, \
+     1e9, "N", \
+     "a task whose best is no better after N of its rounds is done (0: " \
+     "never)"},
+/* clang-format on */
+
+/* Reads the KL_SCHED_OPTS rows of o (which must be in its table) into cfg;
+ * the other fields are left as they are. KL_ERR_INVAL names an unknown
+ * scheduler. */
+int kl_ts_cfg_from_opts(const kl_opts_t *o, kl_ts_cfg_t *cfg, char *err);
 
 /* "round-robin" or "gradient" to *kind; KL_ERR_INVAL naming the value. */
 int kl_ts_kind_parse(const char *s, kl_ts_kind *kind, char *err);
@@ -123,13 +167,19 @@ int kl_ts_restore(kl_ts_t *ts, int i, int64_t trials, double best_s, char *err);
 int kl_ts_unreached(const kl_ts_t *ts, int *idx, int max);
 
 /* Picks the next round: *task and *batch (1 <= batch <= trials_per_iter,
- * cut to both caps). Returns KL_ERR_EXHAUSTED when the job is over (every
- * task done or the global cap reached; *task is then -1 and *batch 0),
- * KL_ERR_INVAL when the previous round was not reported yet (*task and
- * *batch are left as they are). */
+ * cut to both caps, the rounds still out counted). Returns
+ * KL_ERR_EXHAUSTED when the job is over (every task done or the global cap
+ * reached; *task is then -1 and *batch 0), KL_ERR_INVAL when no round can
+ * be handed out before one is reported (depth rounds are out, or the rounds
+ * out hold what the caps leave; see kl_ts_ready). */
 int kl_ts_next(kl_ts_t *ts, int *task, int64_t *batch, char *err);
 
-/* Reports the round handed out for task i: it spent `trials` trials
+/* Whether kl_ts_next would hand out a round now. */
+bool kl_ts_ready(const kl_ts_t *ts);
+/* Rounds handed out and not reported yet. */
+int kl_ts_outstanding(const kl_ts_t *ts);
+
+/* Reports the oldest round out for task i: it spent `trials` trials
  * (0..batch, failures included) and the task's best valid latency is now
  * best_s (seconds; INFINITY or <= 0: still none; a value worse than the
  * best known is ignored). A round of 0 trials marks the task exhausted.

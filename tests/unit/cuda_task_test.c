@@ -18,7 +18,7 @@
 
 #include "cuda_emu.h"
 #include "kl_codegen_cuda.h"
-#include "kl_tune.h"
+#include "kl_task.h"
 #include "kl_util.h"
 
 #define OP "matmul M=512 N=256 K=128"
@@ -73,7 +73,6 @@ static kl_task_t *s_task(const char *op, const char *target, int strategy)
     kl_task_cfg_t cfg;
     kl_task_cfg_default(&cfg);
     cfg.target = target;
-    cfg.trials_per_iter = BATCH;
     cfg.search.strategy = strategy;
     cfg.search.seed = 3;
     char err[KL_ERRMSG_LEN];

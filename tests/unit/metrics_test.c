@@ -312,18 +312,19 @@ static void test_collect(void **state)
     assert_non_null(mkdtemp(dir));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
-    kl_task_cfg_t cfg;
-    kl_task_cfg_default(&cfg);
-    cfg.max_trials = 17;
-    kl_task_t *t = NULL;
-    assert_int_equal(kl_task_new(&t, "matmul M=16 N=16 K=16", &cfg, st, err),
-                     KL_OK);
+    kl_job_cfg_t cfg;
+    kl_job_cfg_default(&cfg);
+    cfg.sched.max_trials_global = 17;
+    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1};
+    kl_job_t *job = NULL;
+    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, st, err), KL_OK);
     kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
     dc.security.insecure = true;
     kl_dispatch_t *d = NULL;
     assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
+    kl_port_t port = kl_port_dispatch(d);
     kl_metrics_snap_t *s = kl_metrics_snap_new(1);
-    kl_metrics_collect(s, d, &t, 1, st, dir);
+    kl_metrics_collect(s, &port, job, dir);
     assert_true(s->have_dispatch);
     assert_int_equal(s->dispatch.agents, 0);
     assert_int_equal(s->n_targets, 1);
@@ -338,16 +339,18 @@ static void test_collect(void **state)
     assert_true(s->have_store);
     assert_true(s->store_bytes > 0);
     assert_true(s->store_map_bytes >= s->store_bytes);
-    /* Without dispatch or store: those parts are zero / absent. */
-    kl_metrics_collect(s, NULL, &t, 1, NULL, NULL);
+    kl_job_destroy(&job);
+    /* Without a fleet or a store: those parts are zero / absent. */
+    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, NULL, err), KL_OK);
+    kl_metrics_collect(s, NULL, job, NULL);
     assert_false(s->have_dispatch);
     assert_false(s->have_store);
     assert_int_equal(s->targets[0].agents, 0);
     kl_metrics_snap_free(&s);
     /* update on a NULL registry is a no-op */
-    kl_metrics_update(NULL, d, &t, 1, st, true, true);
+    kl_metrics_update(NULL, &port, job, true, true);
     kl_dispatch_destroy(&d);
-    kl_task_destroy(&t);
+    kl_job_destroy(&job);
     kl_store_close(&st);
     char *cmd = kl_xasprintf("rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -365,26 +368,27 @@ static void test_update_cost(void **state)
     assert_non_null(mkdtemp(dir));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
-    kl_task_cfg_t cfg;
-    kl_task_cfg_default(&cfg);
-    kl_task_t *t = NULL;
-    assert_int_equal(kl_task_new(&t, "matmul M=16 N=16 K=16", &cfg, st, err),
-                     KL_OK);
+    kl_job_cfg_t cfg;
+    kl_job_cfg_default(&cfg);
+    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1};
+    kl_job_t *job = NULL;
+    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, st, err), KL_OK);
     kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
     dc.security.insecure = true;
     kl_dispatch_t *d = NULL;
     assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
+    kl_port_t port = kl_port_dispatch(d);
     kl_metrics_t *m = NULL;
     kl_metrics_cfg_t mc = {.listen = "0", .store_dir = dir};
     assert_int_equal(kl_metrics_new(&m, &mc, err), KL_OK);
     int n = 500;
     double t0 = kl_now_s();
     for (int i = 0; i < n; i++)
-        kl_metrics_update(m, d, &t, 1, st, true, false);
+        kl_metrics_update(m, &port, job, true, false);
     double forced = (kl_now_s() - t0) / n;
     t0 = kl_now_s();
     for (int i = 0; i < 100000; i++)
-        kl_metrics_update(m, d, &t, 1, st, false, false);
+        kl_metrics_update(m, &port, job, false, false);
     double limited = (kl_now_s() - t0) / 100000;
     print_message("kl_metrics_update: %.1f us forced, %.3f us rate-limited\n",
                   forced * 1e6, limited * 1e6);
@@ -398,7 +402,7 @@ static void test_update_cost(void **state)
     free(r);
     kl_metrics_destroy(&m);
     kl_dispatch_destroy(&d);
-    kl_task_destroy(&t);
+    kl_job_destroy(&job);
     kl_store_close(&st);
     char *cmd = kl_xasprintf("rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);

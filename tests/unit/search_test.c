@@ -19,7 +19,6 @@
 #include "kl_hashset.h"
 #include "kl_search.h"
 #include "kl_store.h"
-#include "kl_tune.h"
 #include "kl_util.h"
 
 #ifndef KL_TEST_DATA
@@ -497,148 +496,6 @@ static void test_costmodel_dataset(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-/* Results for the n candidates of request req (ids first..first+n-1):
- * status st, latency from the id. */
-static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
-                   Kiln__Status st, const char *error, int expect)
-{
-    char err[KL_ERRMSG_LEN];
-    Kiln__MeasureResult *mr = kl_xcalloc(n, sizeof *mr);
-    kl_dispatch_result_t *r = kl_xcalloc(n, sizeof *r);
-    kl_dispatch_result_t **p = kl_xcalloc(n, sizeof *p);
-    double *samples = kl_xcalloc(n, sizeof *samples);
-    for (size_t i = 0; i < n; i++) {
-        kiln__measure_result__init(&mr[i]);
-        mr[i].status = st;
-        mr[i].error = (char *)error;
-        samples[i] = 1e-3 * (double)(1 + (first + i) % 7);
-        mr[i].samples = &samples[i];
-        mr[i].n_samples = st == KILN__STATUS__STATUS_OK;
-        mr[i].number = 1;
-        r[i].result = &mr[i];
-        r[i].request_id = req;
-        r[i].candidate_id = first + i;
-        r[i].agent = "agent-x";
-        r[i].device_name = "cpu";
-        p[i] = &r[i];
-    }
-    assert_int_equal(kl_task_feed(t, p, n, err), expect);
-    if (expect == KL_ERR_RUNTIME)
-        assert_non_null(strstr(err, "agent-x: reference kernel failed"));
-    free(mr);
-    free(r);
-    free(p);
-    free(samples);
-}
-
-typedef struct {
-    kl_hashset_t h;
-    size_t n, dups, ok;
-} recs_t;
-
-static int s_rec_hash(const Kiln__TuningRecord *r, void *arg)
-{
-    recs_t *c = arg;
-    assert_int_equal(r->trace_hash.len, 16);
-    assert_true(r->trace.len > 0);
-    c->dups += !kl_hashset_add(&c->h, r->trace_hash.data);
-    c->ok += r->status == KILN__STATUS__STATUS_OK;
-    c->n++;
-    return 0;
-}
-
-/* Tasks against a real dispatch (no agents: candidates wait in its queue)
- * and a real store, results made up: caps are hard, failures count,
- * cancelled and reference failures do not, a second task restores the
- * records, never proposes a measured trace, and stops at its cap. */
-static void test_task_store(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    char dir[] = "/tmp/kiln-task-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    kl_store_t *st = NULL;
-    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
-    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
-    dc.security.insecure = true;
-    kl_dispatch_t *d = NULL;
-    assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
-    kl_task_cfg_t cfg;
-    kl_task_cfg_default(&cfg);
-    cfg.max_trials = 20;
-    cfg.trials_per_iter = 8;
-    cfg.search.strategy = KL_STRATEGY_REPLAY;
-    cfg.search.seed = 1;
-    kl_task_t *t = NULL;
-    assert_int_equal(kl_task_new(&t, "matmul M=64 N=64 K=64", &cfg, st, err),
-                     KL_OK);
-    size_t n = 0;
-    uint64_t req = 0;
-    assert_int_equal(kl_task_submit(t, d, 100, &n, &req, err), KL_OK);
-    assert_int_equal(n, 8);
-    assert_int_equal(kl_task_in_flight(t), 8);
-    /* 3 OK, 2 wrong, 3 cancelled (not recorded, not counted). */
-    s_feed(t, req, 1, 3, KILN__STATUS__STATUS_OK, "", KL_OK);
-    s_feed(t, req, 4, 2, KILN__STATUS__STATUS_WRONG_RESULT, "mismatch", KL_OK);
-    s_feed(t, req, 6, 3, KILN__STATUS__STATUS_CANCELLED, "", KL_OK);
-    assert_int_equal(kl_task_trials(t), 5);
-    assert_int_equal(kl_task_valid(t), 3);
-    assert_int_equal(kl_task_in_flight(t), 0);
-    assert_true(isfinite(kl_task_best_s(t)));
-    /* A reference failure: not recorded, the job is told. */
-    assert_int_equal(kl_task_submit(t, d, 2, &n, &req, err), KL_OK);
-    assert_int_equal(n, 2);
-    s_feed(t, req, 9, 2, KILN__STATUS__STATUS_RUNTIME_ERROR,
-           "reference kernel failed: timed out after 5 ms (killed)",
-           KL_ERR_RUNTIME);
-    assert_int_equal(kl_task_trials(t), 5);
-    /* The cap: 8 + 7 more, the last batch cut. */
-    assert_int_equal(kl_task_submit(t, d, 100, &n, &req, err), KL_OK);
-    assert_int_equal(n, 8);
-    uint64_t req2 = 0;
-    size_t n2 = 0;
-    assert_int_equal(kl_task_submit(t, d, 100, &n2, &req2, err), KL_OK);
-    assert_int_equal(n2, 7);
-    assert_int_equal(kl_task_submit(t, d, 100, &n, &req, err),
-                     KL_ERR_EXHAUSTED);
-    s_feed(t, req2 - 1, 11, 8, KILN__STATUS__STATUS_OK, "", KL_OK);
-    s_feed(t, req2, 19, 7, KILN__STATUS__STATUS_TIMEOUT, "slow", KL_OK);
-    assert_int_equal(kl_task_trials(t), 20);
-    assert_true(kl_task_done(t));
-    kl_task_destroy(&t);
-
-    /* A second task on the same store: 20 restored, done at cap 20; with
-     * cap 36 it measures 16 new traces. */
-    assert_int_equal(kl_task_new(&t, "matmul M=64 N=64 K=64", &cfg, st, err),
-                     KL_OK);
-    assert_int_equal(kl_task_restored(t), 20);
-    assert_true(kl_task_done(t));
-    kl_task_destroy(&t);
-    cfg.max_trials = 36;
-    cfg.search.seed = 1; /* same seed: it would draw the same traces */
-    assert_int_equal(kl_task_new(&t, "matmul M=64 N=64 K=64", &cfg, st, err),
-                     KL_OK);
-    assert_int_equal(kl_task_valid(t), 11);
-    assert_int_equal(kl_task_submit(t, d, 100, &n, &req, err), KL_OK);
-    s_feed(t, req, 1, n, KILN__STATUS__STATUS_OK, "", KL_OK);
-    assert_int_equal(kl_task_submit(t, d, 100, &n, &req, err), KL_OK);
-    s_feed(t, req, 9, n, KILN__STATUS__STATUS_OK, "", KL_OK);
-    assert_int_equal(kl_task_trials(t), 36);
-    kl_task_destroy(&t);
-    recs_t c = {0};
-    assert_int_equal(
-        kl_store_foreach_record(st, NULL, NULL, s_rec_hash, &c, err), KL_OK);
-    assert_int_equal(c.n, 36);
-    assert_int_equal(c.dups, 0);
-    assert_int_equal(c.ok, 27);
-    kl_hashset_free(&c.h);
-    kl_dispatch_destroy(&d);
-    kl_store_close(&st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -650,7 +507,6 @@ int main(void)
         cmocka_unit_test(test_replay_exhausts),
         cmocka_unit_test(test_evolutionary),
         cmocka_unit_test(test_costmodel_dataset),
-        cmocka_unit_test(test_task_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

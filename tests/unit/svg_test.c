@@ -339,7 +339,7 @@ static void test_live_block(void **state)
     FILE *f = tmpfile();
     kl_live_t *l = kl_live_new(f, KL_LIVE_BLOCK, 0);
     assert_true(kl_live_is_block(l));
-    kl_tune_progress_t p = {
+    kl_job_progress_t p = {
         .trials = 5, .cap = 10, .best_s = 1e-3, .gflops = 2, .eta_s = 3};
     kl_live_tune(l, "mm", &p);
     p.trials = 10;
@@ -362,7 +362,7 @@ static void test_live_lines(void **state)
     FILE *f = tmpfile();
     kl_live_t *l = kl_live_new(f, KL_LIVE_LINES, 60);
     assert_false(kl_live_is_block(l));
-    kl_tune_progress_t p = {.trials = 1, .cap = 10, .best_s = INFINITY};
+    kl_job_progress_t p = {.trials = 1, .cap = 10, .best_s = INFINITY};
     for (int i = 0; i < 5; i++)
         kl_live_tune(l, NULL, &p); /* one line, then rate-limited */
     kl_ts_row_t rows[1] = {{"t0", 1e6, 1, 1e-3, 4, true, "cap"}};

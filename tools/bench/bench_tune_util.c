@@ -11,7 +11,7 @@
 
 #include "kl_err.h"
 #include "kl_store.h"
-#include "kl_tune.h"
+#include "kl_task.h"
 #include "kl_util.h"
 
 static void s_die(const char *what, const char *err)

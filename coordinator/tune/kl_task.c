@@ -9,9 +9,10 @@
 #include "kl_codegen_cuda.h"
 #include "kl_err.h"
 #include "kl_hashset.h"
+#include "kl_eval.h"
 #include "kl_log.h"
-#include "kl_tune.h"
 #include "kl_target.h"
+#include "kl_task.h"
 
 #define ENTRY "kl_main"
 /* How an agent says that the reference kernel, not the candidate, failed
@@ -55,17 +56,7 @@ void kl_task_cfg_default(kl_task_cfg_t *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->target = "cpu";
     kl_search_cfg_default(&cfg->search);
-    cfg->max_trials = 1000;
-    cfg->trials_per_iter = 64;
-    kiln__evaluator__init(&cfg->evaluator);
-    cfg->evaluator.number = 1;
-    cfg->evaluator.repeat = 5;
-    cfg->evaluator.min_repeat_ms = 50;
-    cfg->evaluator.flush_cache = true;
-    cfg->evaluator.timeout_ms = 10000;
-    cfg->evaluator.rtol = 1e-3;
-    cfg->evaluator.atol = 1e-4;
-    cfg->evaluator.seed = 1;
+    kl_eval_default(&cfg->evaluator);
 }
 
 /* ---- accessors ----------------------------------------------------------- */
@@ -94,10 +85,6 @@ int64_t kl_task_in_flight(const kl_task_t *t)
 {
     return (int64_t)t->npend;
 }
-int64_t kl_task_cap(const kl_task_t *t)
-{
-    return t->cfg.max_trials;
-}
 int64_t kl_task_valid(const kl_task_t *t)
 {
     return t->valid;
@@ -118,11 +105,6 @@ uint64_t kl_task_best_seq(const kl_task_t *t)
 const kl_trace_t *kl_task_best_trace(const kl_task_t *t)
 {
     return t->best_trace;
-}
-
-bool kl_task_done(const kl_task_t *t)
-{
-    return t->exhausted || t->trials >= t->cfg.max_trials;
 }
 
 bool kl_task_owns(const kl_task_t *t, uint64_t request_id)
@@ -245,12 +227,8 @@ static int s_put_workload(kl_task_t *t, char *err)
 int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
                 kl_store_t *store, char *err)
 {
-    if (cfg->max_trials < 1 || cfg->trials_per_iter < 1 || !cfg->target)
-        return kl_seterr(err, KL_ERR_INVAL, "task: %s",
-                         !cfg->target ? "no target"
-                         : cfg->max_trials < 1
-                             ? "max_trials must be >= 1"
-                             : "trials_per_iter must be >= 1");
+    if (!cfg->target)
+        return kl_seterr(err, KL_ERR_INVAL, "task: no target");
     kl_task_t *t = kl_xcalloc(1, sizeof *t);
     t->cfg = *cfg;
     /* "cpu" means this machine's exact target: records are keyed by the
@@ -487,14 +465,11 @@ static kl_dispatch_batch_t s_dbatch(const kl_task_t *t, const batch_t *b)
 
 static int s_want(kl_task_t *t, int max, int *want, char *err)
 {
-    int64_t room = t->cfg.max_trials - t->trials - (int64_t)t->npend;
-    *want = max < t->cfg.trials_per_iter ? max : t->cfg.trials_per_iter;
-    if (room < *want)
-        *want = (int)(room > 0 ? room : 0);
+    *want = max;
     if (t->exhausted || *want <= 0)
         return kl_seterr(err, KL_ERR_EXHAUSTED, "%s",
                          t->exhausted ? "design space exhausted"
-                                      : "trial cap reached");
+                                      : "no candidate asked for");
     return KL_OK;
 }
 
@@ -539,7 +514,7 @@ int kl_task_preview(kl_task_t *t, int max,
     return rc;
 }
 
-int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
+int kl_task_submit(kl_task_t *t, const kl_port_t *port, int max, size_t *n,
                    uint64_t *request_id, char *err)
 {
     *n = 0;
@@ -547,7 +522,7 @@ int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
     int rc = s_next_batch(t, max, &b, err);
     if (!rc) {
         kl_dispatch_batch_t db = s_dbatch(t, &b);
-        rc = kl_dispatch_submit(d, &db, request_id, err);
+        rc = kl_port_submit(port, &db, request_id, err);
         if (rc) {
             s_unpend(t, b.n);
         } else {

@@ -1,37 +1,36 @@
-/* kl_tune.h - tuning tasks: one workload on one target with its search
- * state, driven batch by batch against a dispatch and a record store
- * (DESIGN.md sections 1, 6 and 7).
+/* kl_task.h - a tuning task: one workload on one target with its search
+ * state, restored from and committed to the record store. The conductor
+ * (kl_job.h) owns the tasks of a job and drives them round by round; a
+ * task never decides how many trials it may spend (the job's scheduler
+ * does, kl_tasksched.h).
  *
  * A task owns a design space, a search (kl_search.h) and its bookkeeping:
  *  - On creation it records the workload in the store and restores what
  *    the store holds for (workload, target): every record counts as a
  *    trial, seeds the search (best traces) and trains its cost model, and
  *    its trace is never measured again.
- *  - kl_task_submit asks the search for a batch, drops every trace that
- *    the store's `seen` index, the in-flight set or an earlier source
- *    (two traces that generate the same code) already covers, generates
- *    the code and submits the batch to dispatch. The batch is cut so that
- *    trials + in flight never exceed the task's cap.
+ *  - kl_task_submit asks the search for a batch of up to the size it is
+ *    given, drops every trace that the store's `seen` index, the in-flight
+ *    set or an earlier source (two traces that generate the same code)
+ *    already covers, generates the code and submits the batch through the
+ *    job's port (kl_port.h).
  *  - kl_task_feed commits a group of results in one store transaction
  *    (each a TuningRecord with its trace; failures too: they count as
  *    trials) and gives them to the search. Cancelled candidates are not
  *    recorded and do not count.
- * kl_tune_run is the loop of `kiln tune` for one task: it keeps two
- * batches in flight, so the next batch is generated while the agents
- * measure the current one.
  *
- * A task is used by one thread at a time. It borrows the store and the
- * dispatch it is given; both must outlive it.
+ * A task is used by one thread at a time. It borrows the store it is
+ * given; the store must outlive it.
  */
-#ifndef KL_TUNE_H
-#define KL_TUNE_H
+#ifndef KL_TASK_H
+#define KL_TASK_H
 
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kl_dispatch.h"
 #include "kl_ir.h"
+#include "kl_port.h"
 #include "kl_search.h"
 #include "kl_store.h"
 #include "kl_trace.h"
@@ -39,15 +38,12 @@
 typedef struct {
     const char *target;        /* "cpu", "cpu/x86_64-avx512", "cuda/sm_90" */
     kl_search_cfg_t search;    /* strategy and its parameters */
-    int64_t max_trials;        /* cap of this task (records included), > 0 */
-    int trials_per_iter;       /* batch size, > 0 */
     Kiln__Evaluator evaluator; /* copied into every request */
     const char *job;           /* "job" of the records; NULL: "tune" */
 } kl_task_cfg_t;
 
-/* Fills cfg with: target "cpu", the search defaults, max_trials 1000,
- * trials_per_iter 64, evaluator number 1, repeat 5, min_repeat_ms 50,
- * flush on, timeout 10 s, rtol 1e-3, atol 1e-4, seed 1. */
+/* Fills cfg with: target "cpu", the search defaults (kl_search.h), the
+ * evaluator defaults (kl_eval.h). */
 void kl_task_cfg_default(kl_task_cfg_t *cfg);
 
 typedef struct kl_task_s kl_task_t;
@@ -70,12 +66,9 @@ kl_search_t *kl_task_search(kl_task_t *t);
 int64_t kl_task_trials(const kl_task_t *t);
 int64_t kl_task_restored(const kl_task_t *t);
 int64_t kl_task_in_flight(const kl_task_t *t);
-/* The task's trial cap (max_trials). */
-int64_t kl_task_cap(const kl_task_t *t);
 /* Valid (status OK) results among the trials. */
 int64_t kl_task_valid(const kl_task_t *t);
-/* The cap is reached, or the design space has nothing new. */
-bool kl_task_done(const kl_task_t *t);
+/* The design space has nothing new. */
 bool kl_task_exhausted(const kl_task_t *t);
 
 /* Best verified latency (median seconds; INFINITY when none) and its trace
@@ -84,17 +77,17 @@ double kl_task_best_s(const kl_task_t *t);
 const kl_trace_t *kl_task_best_trace(const kl_task_t *t);
 uint64_t kl_task_best_seq(const kl_task_t *t);
 
-/* Proposes, dedupes, generates and submits up to max candidates (cut to
- * the cap). *n receives the count submitted and *request_id the request.
- * KL_ERR_EXHAUSTED (and *n = 0) when the search has nothing new or the
- * cap is reached; the task is then done. */
-int kl_task_submit(kl_task_t *t, kl_dispatch_t *d, int max, size_t *n,
+/* Proposes, dedupes, generates and submits up to max (>= 1) candidates
+ * through port. *n receives the count submitted and *request_id the
+ * request. KL_ERR_EXHAUSTED (and *n = 0) when the search has nothing new;
+ * the task is then exhausted. */
+int kl_task_submit(kl_task_t *t, const kl_port_t *port, int max, size_t *n,
                    uint64_t *request_id, char *err);
 
 /* Generates the batch kl_task_submit would send (up to max candidates,
  * deduped, code generated: C, or CUDA C with grid / block / shared bytes on
  * a CUDA target; the reference kernel of the target's language) and gives
- * it to fn instead of a dispatch; then forgets the candidates, so that
+ * it to fn instead of a port; then forgets the candidates, so that
  * nothing counts or stays in flight (the search has moved on). *n
  * receives the count. For tests and dry runs. Errors as kl_task_submit. */
 int kl_task_preview(kl_task_t *t, int max,
@@ -127,38 +120,5 @@ int kl_task_source(const kl_task_t *t, const kl_trace_t *trace, char **src,
  * step that failed. *src is a heap string. */
 int kl_trace_source(const char *workload, const char *target,
                     const uint8_t *trace, size_t len, char **src, char *err);
-
-/* ---- the loop ---------------------------------------------------------- */
-
-typedef struct {
-    int64_t trials, cap, restored, in_flight, valid;
-    double best_s;    /* INFINITY when none */
-    double gflops;    /* of the best */
-    double elapsed_s; /* since kl_tune_run started */
-    double eta_s;     /* estimated time to the cap; < 0 unknown */
-    bool done;
-} kl_tune_progress_t;
-
-typedef struct {
-    /* Fail when no agent of the target is connected for this long. */
-    double agent_wait_s;
-    /* Set to non-zero (e.g. by a signal handler) to stop: in-flight
-     * candidates are cancelled and the results that still arrive are
-     * recorded. May be NULL. */
-    volatile sig_atomic_t *stop;
-    /* Called after every group of results (and once at the end). */
-    void (*progress)(void *ctx, const kl_tune_progress_t *p);
-    void *ctx;
-    /* Returns false when the agents are known to be gone (e.g. every
-     * local kiln-agent exited); may be NULL. */
-    bool (*alive)(void *ctx);
-} kl_tune_run_cfg_t;
-
-/* Tunes t on the agents of d until the task is done (cap or exhaustion),
- * a stop, or an error: KL_ERR_TIMEOUT when no agent of the target is
- * connected for agent_wait_s, KL_ERR_CLOSED when stopped or the agents
- * are gone, a store error. */
-int kl_tune_run(kl_task_t *t, kl_dispatch_t *d, const kl_tune_run_cfg_t *cfg,
-                char *err);
 
 #endif
