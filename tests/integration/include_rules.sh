@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The include rules hold on this tree (tools/check_includes.sh), and the
+# checker catches a violation: a copy of the tree where search includes
+# the store, dispatch includes the IR and the agent includes a coordinator
+# header must fail, naming each.
+set -uo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+check="$src/tools/check_includes.sh"
+fail() { echo "FAIL: $*"; exit 1; }
+"$check" "$src" || fail "the tree breaks the include rules"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+for d in common agent coordinator; do cp -r "$src/$d" "$T/$d"; done
+echo '#include "kl_store.h"' >>"$T/coordinator/search/kl_mutate.c"
+echo '#include "kl_ir.h"' >>"$T/coordinator/dispatch/kl_dispatch.c"
+echo '#include "kl_job.h"' >>"$T/agent/work.c"
+out=$("$check" "$T")
+rc=$?
+[ $rc -eq 1 ] || fail "an injected violation passed (exit $rc)"
+grep -q "coordinator/search: includes kl_store.h" <<<"$out" ||
+    fail "search -> store not named: $out"
+grep -q "coordinator/dispatch/kl_dispatch.c: includes kl_ir.h" <<<"$out" ||
+    fail "dispatch -> ir not named: $out"
+grep -q "agent/work.c: includes kl_job.h" <<<"$out" ||
+    fail "agent -> coordinator not named: $out"
+echo PASS

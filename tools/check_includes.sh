@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Checks the include rules of docs/architecture.md ("Modules and the
+# include rules") on a source tree: a module may include only the headers
+# of the modules below it. Prints each violation as FILE: includes HEADER
+# (MODULE) and exits 1 when there is one; exits 0 with "include rules: ok".
+# Usage: tools/check_includes.sh [ROOT]     (default: the repository)
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 2
+
+# The headers of a module: MODULE -> the .h files of its folder(s).
+headers() { # DIR...
+    for d in "$@"; do
+        [ -d "$d" ] && find "$d" -maxdepth 1 -name '*.h' -printf '%f\n'
+    done
+}
+
+bad=0
+# rule SRC_DIRS... -- FORBIDDEN_DIRS...: no file under a source folder
+# includes a header that lives in a forbidden folder.
+rule() {
+    local src=() forb=() seen=0
+    for a in "$@"; do
+        if [ "$a" = "--" ]; then seen=1; continue; fi
+        if [ $seen -eq 0 ]; then src+=("$a"); else forb+=("$a"); fi
+    done
+    local hs
+    hs=$(headers "${forb[@]}" | sort -u)
+    [ -n "$hs" ] || return 0
+    for d in "${src[@]}"; do
+        [ -d "$d" ] || continue
+        while IFS=: read -r file line; do
+            local h
+            h=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
+            h=${h##*/}
+            [ -n "$h" ] || continue
+            if grep -qxF "$h" <<<"$hs"; then
+                echo "$file: includes $h (of ${forb[*]})"
+                bad=1
+            fi
+        done < <(grep -rn --include='*.c' --include='*.h' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$d" | cut -d: -f1,3-)
+    done
+}
+
+coord=$(find coordinator -mindepth 1 -maxdepth 1 -type d | sort)
+# common/ and agent/ include nothing of coordinator/.
+rule common agent -- $coord
+# The compiler half (ir, schedule, codegen) knows nothing of the network,
+# the store's users or the search.
+rule coordinator/ir coordinator/schedule coordinator/codegen -- \
+    coordinator/dispatch coordinator/search coordinator/tune \
+    coordinator/tasksched coordinator/models coordinator/export \
+    coordinator/report coordinator/metrics
+# search proposes and observes: nothing of dispatch, the store or the
+# conductor.
+rule coordinator/search -- coordinator/dispatch coordinator/tune \
+    coordinator/tasksched
+for f in kl_store.h kl_store_priv.h; do
+    if grep -rln --include='*.c' --include='*.h' "#include \"$f\"" \
+        coordinator/search 2>/dev/null; then
+        echo "coordinator/search: includes $f (the store)"
+        bad=1
+    fi
+done
+# dispatch moves requests and results: nothing of ir, schedule, codegen,
+# search or the conductor.
+rule coordinator/dispatch -- coordinator/ir coordinator/schedule \
+    coordinator/codegen coordinator/search coordinator/tune
+# the scheduler only keeps the books.
+rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
+    coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen
+
+if [ $bad -ne 0 ]; then
+    echo "include rules: violated (docs/architecture.md)"
+    exit 1
+fi
+echo "include rules: ok"
