@@ -2,7 +2,7 @@
  * the coordinator and talks over inproc:// PAIR sockets to its build
  * threads (one per build slot) and its runner thread (one per device).
  *
- * Protocol (DESIGN.md section 3): the agent says Hello with its DeviceInfo,
+ * Protocol (docs/protocol.md): the agent says Hello with its DeviceInfo,
  * heartbeats every heartbeat_ms once welcomed, answers each candidate of a
  * MeasureRequest with one MeasureResult as soon as it is done, answers
  * the not-yet-started candidates of a Cancel with CANCELLED, and forgets

@@ -1,6 +1,6 @@
 /* kl_store.h - the record store: one LMDB environment (a directory).
  *
- * Named databases (DESIGN.md section 7):
+ * Named databases (docs/store.md):
  *   workloads  key(16)                        -> Workload
  *   records    key(16) | target-id(8) | seq(8, big-endian) -> TuningRecord
  *   best       key(16) | target-id(8)        -> seq of the best valid record

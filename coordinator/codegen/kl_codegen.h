@@ -1,5 +1,5 @@
-/* kl_codegen.h - scheduled loop nest -> source code (DESIGN.md sections 4
- * and 5).
+/* kl_codegen.h - scheduled loop nest -> source code (docs/architecture.md,
+ * "Kernel ABI and the evaluator" and "Tensor programs").
  *
  * C (CPU): one C11 translation unit defining `void ENTRY(void *const *args)`
  * where args are the workload's tensors in ABI order (inputs, then the

@@ -2,7 +2,8 @@
  * kl_codegen_cuda() (kl_codegen.h): resource checks of generated kernels
  * with NVRTC.
  *
- * Generated kernels (codegen_cuda.c) follow DESIGN.md section 4:
+ * Generated kernels (codegen_cuda.c) follow the CUDA ABI of
+ * docs/architecture.md ("Kernel ABI and the evaluator"):
  *
  *   extern "C" __global__ void __launch_bounds__(THREADS)
  *   ENTRY(const float *__restrict__ a0, ..., float *__restrict__ aN)

@@ -1,6 +1,6 @@
 /* kl_dispatch.h - the coordinator's dispatch: agent registry, one queue per
  * target, credit-based flow control, heartbeats, retries and cancellation
- * (DESIGN.md sections 1-3).
+ * (docs/architecture.md, docs/protocol.md).
  *
  * A kl_dispatch_t is an actor: kl_dispatch_new starts a thread that owns
  * the ROUTER socket (common/kl_net) and every table; the functions below

@@ -1,6 +1,6 @@
 /* kl_export.h - use the results: the best record of a workload on a target,
  * replayed to source, and whole models exported as one shared library
- * (DESIGN.md section 1, "kiln export" / "kiln run"; docs/cli.md).
+ * (docs/cli.md, "kiln export" and "kiln run").
  *
  * Records are keyed by (workload key, exact target string). A user's "cpu"
  * means this machine's exact CPU target (kl_cpu_target); a record of any

@@ -1,6 +1,7 @@
 /* kl_ir.h - workloads: one tensor operator with fixed shapes and dtypes.
  *
- * A workload is written in kiln's expression language (DESIGN.md section 5):
+ * A workload is written in kiln's expression language (docs/architecture.md,
+ * "Tensor programs"):
  *
  *   C[i,j] += A[i,k] * B[k,j] where i=1024, j=1024, k=1024
  *   Y[n,f,y,x] += X[n,c,y*2+r-3,x*2+s-3] * W[f,c,r,s] | + bias[f] | relu

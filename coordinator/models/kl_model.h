@@ -1,5 +1,5 @@
-/* kl_model.h - models and their tuning tasks (DESIGN.md section 1:
- * "task extraction: model -> tasks + weights").
+/* kl_model.h - models and their tuning tasks (docs/models.md): task
+ * extraction, a model -> its tasks and their weights.
  *
  * A model is a graph of layers written in kiln's graph format (the manual
  * is docs/models.md), e.g.

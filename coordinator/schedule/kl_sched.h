@@ -1,5 +1,6 @@
 /* kl_sched.h - the schedule state: one workload's loop nest after
- * primitives (DESIGN.md section 5).
+ * primitives (docs/architecture.md, "Tensor
+ * programs").
  *
  * A schedule starts as the naive nest of its workload: one loop per
  * iterator, spatial iterators first (in workload order), then reductions.

@@ -1,4 +1,4 @@
-/* rules_cpu.c - the CPU design space (BENCHMARKING.md): multi-level tiling
+/* rules_cpu.c - the CPU design space (docs/benchmarking.md): multi-level tiling
  * SSRSRS, a register-tile write cache, packing of reused operands, parallel
  * outer tiles, a vectorized innermost spatial loop, unrolled register
  * tiles, auto-unroll annotations.

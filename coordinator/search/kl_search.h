@@ -1,5 +1,6 @@
-/* kl_search.h - search strategies over one design space (DESIGN.md
- * section 6): loop-nest features, trace mutators, and the two strategies.
+/* kl_search.h - search strategies over one design space
+ * (docs/architecture.md): loop-nest features, trace mutators, and the two
+ * strategies.
  *
  *   replay        samples the design space at random. A sample that the
  *                 rules or postprocessors reject is drawn again (bounded

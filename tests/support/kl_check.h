@@ -2,7 +2,7 @@
  * the system compiler, runs them in-process on pseudo-random inputs and
  * compares their output with the reference interpreter (kl_workload_eval).
  *
- * Kernels follow the CPU ABI of DESIGN.md section 4:
+ * Kernels follow the CPU ABI of docs/architecture.md:
  *   void ENTRY(void *const *args);
  * args are the workload's tensors in ABI order (inputs, then the output),
  * all f32, dense row-major.

@@ -181,7 +181,7 @@ static void test_random_small_sweep(void **state)
     assert_true(prepared > 0);
 }
 
-/* A hand-written trace with the structure of BENCHMARKING.md's fast
+/* A hand-written trace with the structure of docs/benchmarking.md's fast
  * kernel: 12 x 32 register tile (imperfect rows), packed A and B panels. */
 static const char s_blas_trace[] =
     "l0, l1, l2 = get_loops()\n"

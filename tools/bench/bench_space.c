@@ -9,8 +9,8 @@
  *    runs), against OpenBLAS sgemm timed in the same run, interleaved.
  *
  * OpenBLAS must run its best kernels: when OPENBLAS_CORETYPE or
- * OPENBLAS_L2_SIZE is set (BENCHMARKING.md), the program re-executes itself
- * with both unset; when OpenBLAS then still picks a kernel set without
+ * OPENBLAS_L2_SIZE is set (docs/benchmarking.md), the program re-executes
+ * itself with both unset; when OpenBLAS then still picks a kernel set without
  * AVX-512 on an AVX-512 CPU (its detection does not know every model), it
  * re-executes with OPENBLAS_CORETYPE=SkylakeX. The core in use is printed.
  * --keep-blas-env keeps the environment as it is, to see the difference.

@@ -93,7 +93,8 @@ int main(int argc, char **argv)
     }
     bt_clean_env(argc, argv, keep);
     /* OpenBLAS's detection does not know every AVX-512 model; then it
-     * falls back to old kernels, which is not its best (BENCHMARKING.md). */
+     * falls back to old kernels, which is not its best (docs/benchmarking.md).
+     */
     __builtin_cpu_init();
     if (!keep && __builtin_cpu_supports("avx512f") &&
         !strstr(openblas_get_corename(), "kylakex") &&

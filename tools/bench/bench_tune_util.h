@@ -1,7 +1,7 @@
 /* bench_tune_util.h - what the tuning benchmarks share: reading a store
  * written by `kiln tune` (records in commit order, best-after-k curves),
  * regenerating, compiling and loading the best kernel, and timing kernels
- * side by side with a library baseline (BENCHMARKING.md). */
+ * side by side with a library baseline (docs/benchmarking.md). */
 #ifndef BENCH_TUNE_UTIL_H
 #define BENCH_TUNE_UTIL_H
 
@@ -45,7 +45,7 @@ double bt_best_after(const bt_run_t *r, size_t k);
 size_t bt_trials_to_reach(const bt_run_t *r, double target_s);
 
 /* Re-executes the program without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
- * (BENCHMARKING.md) unless keep; call first in main. */
+ * (docs/benchmarking.md) unless keep; call first in main. */
 void bt_clean_env(int argc, char **argv, bool keep);
 
 /* Re-executes the program with OPENBLAS_CORETYPE=core (once: not when it
