@@ -549,6 +549,57 @@ static void test_summary(void **state)
     free(j);
 }
 
+/* depth 2: a second round goes out before the first is reported, the caps
+ * count both, reports may come in either order, a third round waits, and a
+ * task's warm-up round is handed out once. */
+static void test_depth(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_ts_cfg_t cfg;
+    kl_ts_cfg_default(&cfg);
+    cfg.kind = KL_TS_ROUND_ROBIN;
+    cfg.max_trials_global = 10;
+    cfg.trials_per_iter = 4;
+    cfg.depth = 2;
+    s_make(1, "matmul");
+    kl_ts_t *ts = s_new(&cfg, 1);
+    int i = -1;
+    int64_t b = 0;
+    assert_true(kl_ts_ready(ts));
+    assert_int_equal(kl_ts_next(ts, &i, &b, err), KL_OK);
+    assert_int_equal(b, 4);
+    assert_int_equal(kl_ts_next(ts, &i, &b, err), KL_OK);
+    assert_int_equal(b, 4);
+    assert_int_equal(kl_ts_outstanding(ts), 2);
+    assert_false(kl_ts_ready(ts));
+    assert_int_equal(kl_ts_next(ts, &i, &b, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "not reported"));
+    assert_int_equal(kl_ts_report(ts, 0, 3, 1e-3, err), KL_OK); /* 1 lost */
+    assert_int_equal(kl_ts_next(ts, &i, &b, err), KL_OK);
+    assert_int_equal(b, 3); /* 10 - 3 reported - 4 still out */
+    assert_int_equal(kl_ts_report(ts, 0, 4, 2e-3, err), KL_OK);
+    assert_int_equal(kl_ts_report(ts, 0, 3, 1e-3, err), KL_OK);
+    assert_int_equal(kl_ts_total_trials(ts), 10);
+    assert_int_equal(kl_ts_next(ts, &i, &b, err), KL_ERR_EXHAUSTED);
+    assert_int_equal(kl_ts_report(ts, 0, 1, 1e-3, err), KL_ERR_INVAL);
+    kl_ts_destroy(&ts);
+
+    /* Two tasks, depth 2: the warm-up gives each its round, once. */
+    cfg.max_trials_global = 100;
+    s_make(2, "matmul");
+    ts = s_new(&cfg, 2);
+    int a = -1, c = -1;
+    assert_int_equal(kl_ts_next(ts, &a, &b, err), KL_OK);
+    assert_int_equal(kl_ts_next(ts, &c, &b, err), KL_OK);
+    assert_int_equal(a, 0);
+    assert_int_equal(c, 1);
+    kl_ts_destroy(&ts);
+    cfg.depth = KL_TS_MAX_DEPTH + 1;
+    assert_int_equal(kl_ts_new(&ts, &cfg, s_tasks, 2, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "depth"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -563,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_early_stop),
         cmocka_unit_test(test_restore),
         cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_depth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
