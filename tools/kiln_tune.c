@@ -11,6 +11,7 @@
 #include "fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kiln_tune_model.h"
+#include "kl_codegen.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_live.h"
@@ -216,12 +217,14 @@ static char *s_source_path(const job_t *j)
     if (given)
         return kl_xstrdup(given);
     const kl_workload_t *w = kl_task_workload(j->task);
+    kl_target_kind kind = KL_TARGET_CPU;
+    kl_target_kind_of(kl_task_target(j->task), &kind);
+    const char *ext = kl_codegen_source_ext(kind);
     char *tg = kl_xstrdup(kl_task_target(j->task));
     for (char *p = tg; *p; p++)
         if (*p == '/')
             *p = '_';
     const char *db = kl_opts_str(j->o, "db");
-    const char *ext = strncmp(tg, "cuda", 4) ? "c" : "cu";
     char *path = db ? kl_xasprintf("%s/sources/%s.%s.%s", db, w->name, tg, ext)
                     : kl_xasprintf("%s.%s.%s", w->name, tg, ext);
     free(tg);

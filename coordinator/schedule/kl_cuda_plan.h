@@ -89,7 +89,7 @@ typedef struct {
     bool wide_index;    /* some tensor has >= 2^31 elements: 64-bit math */
 } kl_cuda_plan_t;
 
-/* Analyses s for target t (t->cuda). Returns 0 and fills *p, or
+/* Analyses s for a CUDA target t. Returns 0 and fills *p, or
  * KL_ERR_UNSUPPORTED with the reason when the nest cannot be run by the
  * model above (a bound loop after a serial one, a reduction loop above the
  * write cache, a packed or local read cache, a shared write cache, a cached
