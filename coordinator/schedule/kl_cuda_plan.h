@@ -109,9 +109,10 @@ int kl_cuda_plan_check(const kl_cuda_plan_t *p, const kl_sched_t *s,
                        const kl_target_t *t, char *err);
 
 /* An optional resource check run by kl_postproc_cuda after the static
- * checks (see codegen's kl_cuda_enable_resource_check, which compiles the
- * kernel with NVRTC and checks registers and spills). NULL disables it
- * (the default). Set it once, before sampling starts; it is process-wide. */
+ * checks (see kl_cuda_enable_resource_check in tools/cuda_check.h, which
+ * compiles the kernel with NVRTC and checks registers and spills). NULL
+ * disables it (the default). Set it once, before sampling starts; it is
+ * process-wide. */
 typedef int (*kl_cuda_resource_fn)(const kl_sched_t *s, const kl_target_t *t,
                                    char *err);
 void kl_postproc_cuda_set_resource_check(kl_cuda_resource_fn fn);
