@@ -53,60 +53,23 @@ void kla_agent_send_result(kla_agent_t *a, uint64_t request_id,
     s_send(a, &env);
 }
 
-/* One DeviceInfo of a GPU (strings borrowed from a). */
-static void s_gpu_info(kla_agent_t *a, int g, uint32_t index,
-                       Kiln__DeviceInfo *d)
-{
-    const kla_cuda_dev_t *v = &a->gpu[g];
-    kiln__device_info__init(d);
-    d->kind = "cuda";
-    d->name = (char *)v->name;
-    d->target = (char *)v->target;
-    d->cores = v->sms;
-    d->memory_bytes = v->memory_bytes;
-    d->clock_mhz = v->clock_mhz;
-    d->mem_clock_mhz = v->mem_clock_mhz;
-    d->llc_bytes = v->l2_bytes;
-    d->max_threads_per_block = v->max_threads_per_block;
-    d->max_shared_per_block = v->max_shared_optin;
-    d->max_registers_per_block = v->max_regs_per_block;
-    d->driver_version = (char *)v->driver_version;
-    d->simulated = v->fake || a->cfg.simulate;
-    d->index = index;
-}
-
 static void s_send_hello(kla_agent_t *a)
 {
-    Kiln__DeviceInfo gi[KLA_MAX_GPUS];
-    Kiln__DeviceInfo *devs[KLA_MAX_GPUS + 1];
-    size_t nd = 0;
-    Kiln__DeviceInfo d = KILN__DEVICE_INFO__INIT;
-    d.kind = "cpu";
-    d.name = a->dev.name;
-    d.target = a->dev.target;
-    d.cores = a->dev.cores;
-    d.memory_bytes = a->dev.memory_bytes;
-    d.llc_bytes = a->dev.llc_bytes;
-    d.clock_mhz = a->dev.clock_mhz;
-    uint32_t cores[KLA_MAX_CORES];
-    for (int i = 0; i < a->measure.n; i++)
-        cores[i] = (uint32_t)a->measure.cpu[i];
-    d.n_measure_cores = (size_t)a->measure.n;
-    d.measure_cores = cores;
-    d.simulated = a->cfg.simulate;
-    d.index = 0;
-    if (a->has_cpu)
-        devs[nd++] = &d;
-    for (int g = 0; g < a->n_gpu; g++) {
-        s_gpu_info(a, g, (uint32_t)nd, &gi[g]);
-        devs[nd++] = &gi[g];
+    Kiln__DeviceInfo info[KLA_MAX_DEVICES];
+    Kiln__DeviceInfo *devs[KLA_MAX_DEVICES];
+    for (int i = 0; i < a->ndev; i++) {
+        kla_dev_t *d = &a->dev[i];
+        d->backend->info(d, &a->env, &info[i]);
+        info[i].simulated = d->stand_in || a->cfg.simulate;
+        info[i].index = (uint32_t)i;
+        devs[i] = &info[i];
     }
     Kiln__Hello h = KILN__HELLO__INIT;
     h.agent_name = a->name;
     h.hostname = a->hostname;
     h.pid = (uint32_t)getpid();
     h.build_slots = (uint32_t)a->build_slots;
-    h.n_devices = nd;
+    h.n_devices = (size_t)a->ndev;
     h.devices = devs;
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_HELLO;
@@ -172,21 +135,18 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
     }
     kla_problem_t p;
     uint64_t max_bytes = a->cfg.max_mem_mb << 20;
-    int gpu = -1;
+    int dev = 0;
     int rc = kla_problem_from_request(&p, m, max_bytes, err);
     if (rc == KL_OK)
-        rc = kla_work_device(a, m->device_index, &gpu, err);
-    const char *target = gpu >= 0 ? a->gpu[gpu].target : a->dev.target;
+        rc = kla_work_device(a, m->device_index, &dev, err);
+    const kla_dev_t *d = &a->dev[dev];
     if (rc == KL_OK && m->target && *m->target &&
-        strcmp(m->target, target) != 0)
+        strcmp(m->target, d->target) != 0)
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "target %.100s does not match device %u's %s", m->target,
-                       m->device_index, target);
-    if (rc == KL_OK && gpu >= 0 && !strstr(m->reference_source, "__global__"))
-        rc = kl_seterr(err, KL_ERR_INVAL,
-                       "a CUDA request needs a CUDA C reference kernel "
-                       "(__global__, launched with one thread per output "
-                       "element, see kla_cuda.h)");
+                       m->device_index, d->target);
+    if (rc == KL_OK && d->backend->check_request)
+        rc = d->backend->check_request(d, m, err);
     if (rc == KL_OK && (!*m->reference_source || !*m->reference_entry))
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "request has no reference kernel (source and entry)");
@@ -201,7 +161,7 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
         s_reject(a, m, KILN__STATUS__STATUS_INVALID, err);
         return;
     }
-    kla_work_add(a, m, &p, gpu);
+    kla_work_add(a, m, &p, dev);
 }
 
 /* The coordinator left or was lost: forget its work, Hello again later. */
@@ -295,9 +255,8 @@ static void *s_actor(void *arg)
 {
     kla_agent_t *a = arg;
     int nb = a->cfg.simulate ? 0 : a->build_slots;
-    int ng = a->cfg.simulate ? 0 : a->n_gpu;
-    bool cpu_run = !a->cfg.simulate && a->has_cpu;
-    int n = 2 + nb + ng + (cpu_run ? 1 : 0);
+    int nd = a->cfg.simulate ? 0 : a->ndev;
+    int n = 2 + nb + nd;
     zmq_pollitem_t *items = kl_xcalloc((size_t)n, sizeof *items);
     a->next_hello = kl_now_s();
     while (!a->stopping) {
@@ -309,11 +268,9 @@ static void *s_actor(void *arg)
         for (int i = 0; i < nb; i++)
             items[2 + i] =
                 (zmq_pollitem_t){a->builders[i].sock, 0, ZMQ_POLLIN, 0};
-        for (int g = 0; g < ng; g++)
-            items[2 + nb + g] =
-                (zmq_pollitem_t){a->gpu_w[g].sock, 0, ZMQ_POLLIN, 0};
-        if (cpu_run)
-            items[n - 1] = (zmq_pollitem_t){a->runw.sock, 0, ZMQ_POLLIN, 0};
+        for (int d = 0; d < nd; d++)
+            items[2 + nb + d] =
+                (zmq_pollitem_t){a->run_w[d].sock, 0, ZMQ_POLLIN, 0};
         double wait = s_next_timer(a) - kl_now_s();
         long ms = wait <= 0 ? 0 : (long)(wait * 1000.0) + 1;
         int rc = zmq_poll(items, n, ms);
@@ -326,11 +283,9 @@ static void *s_actor(void *arg)
         for (int i = 0; i < nb; i++)
             if (items[2 + i].revents & ZMQ_POLLIN)
                 kla_work_collect(a, &a->builders[i], false);
-        for (int g = 0; g < ng; g++)
-            if (items[2 + nb + g].revents & ZMQ_POLLIN)
-                kla_work_collect(a, &a->gpu_w[g], true);
-        if (cpu_run && (items[n - 1].revents & ZMQ_POLLIN))
-            kla_work_collect(a, &a->runw, true);
+        for (int d = 0; d < nd; d++)
+            if (items[2 + nb + d].revents & ZMQ_POLLIN)
+                kla_work_collect(a, &a->run_w[d], true);
         if (items[1].revents & ZMQ_POLLIN)
             s_drain_net(a);
     }
@@ -396,43 +351,16 @@ static int s_workdir(kla_agent_t *a, const char *given, char *err)
     return KL_OK;
 }
 
-/* NVRTC and one runner (worker process) per GPU. */
-static int s_gpu_backend(kla_agent_t *a, const kla_agent_config_t *cfg,
-                         char *err)
+/* Each backend's builders and runners (not in --simulate). */
+static int s_open(kla_agent_t *a, char *err)
 {
-    int rc = kla_cuda_builder_new(&a->cuda_builder, a->workdir, err);
-    for (int g = 0; rc == KL_OK && g < a->n_gpu; g++) {
-        kla_cuda_runner_config_t c = {.dev = &a->gpu[g],
-                                      .worker_path = cfg->gpu_worker};
-        rc = kla_cuda_runner_new(&a->gpu_runner[g], &c, err);
+    int rc = KL_OK;
+    for (int k = 0; rc == KL_OK && k < KL_TARGET__KINDS; k++) {
+        int first = a->kinds[k].first, n = a->kinds[k].n;
+        if (n)
+            rc = a->dev[first].backend->open(&a->dev[first], n, &a->env, err);
     }
     return rc;
-}
-
-/* Builder, runner and gate (not in --simulate). */
-static int s_backend(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
-{
-    if (a->n_gpu) {
-        int rc = s_gpu_backend(a, cfg, err);
-        if (rc != KL_OK || !a->has_cpu)
-            return rc;
-    }
-    if (!a->disjoint)
-        kla_gate_new(&a->gate);
-    kla_builder_config_t bc = {.workdir = a->workdir,
-                               .cc = cfg->cc,
-                               .cflags = cfg->cflags,
-                               .cores = a->disjoint ? &a->build : NULL,
-                               .gate = a->gate};
-    int rc = kla_builder_new(&a->builder, &bc, err);
-    if (rc != KL_OK)
-        return rc;
-    kla_runner_config_t rcfg = {.llc_bytes = a->dev.llc_bytes,
-                                .max_mem_bytes = cfg->max_mem_mb << 20,
-                                .flush_bytes = cfg->flush_mb << 20,
-                                .pin = a->measure_given ? &a->measure : NULL,
-                                .gate = a->gate};
-    return kla_runner_new(&a->runner, &rcfg, err);
 }
 
 static int s_pipes(kla_agent_t *a, char *err)
@@ -452,26 +380,58 @@ static int s_pipes(kla_agent_t *a, char *err)
     return KL_OK;
 }
 
-/* The devices of --device: the CPU and/or GPUs (queried now). */
+/* The devices of --device, probed by their backends, kinds in registry
+ * order. */
 static int s_devices(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
 {
     kla_devspec_t spec;
     int rc = kla_devspec_parse(
         cfg->device && *cfg->device ? cfg->device : "cpu", &spec, err);
-    if (rc != KL_OK)
-        return rc;
-    a->has_cpu = spec.cpu;
-    if (spec.n_gpu || spec.all_gpus)
-        rc = kla_cuda_query(&spec, a->gpu, &a->n_gpu, err);
+    for (int k = 0; rc == KL_OK && k < KL_TARGET__KINDS; k++) {
+        const kla_backend_t *b = kla_backend_of((kl_target_kind)k);
+        a->kinds[k].first = a->ndev;
+        if (!kla_devsel_any(&spec.sel[k]))
+            continue;
+        if (!b)
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "--device: this agent has no %s backend",
+                             kl_target_kind_info((kl_target_kind)k)->name);
+        if (a->ndev + b->max_devices > KLA_MAX_DEVICES)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "--device: more than %d devices", KLA_MAX_DEVICES);
+        int n = 0;
+        rc = b->probe(&spec.sel[k], &a->env, &a->dev[a->ndev], &n, err);
+        for (int i = 0; i < n; i++)
+            a->dev[a->ndev + i].backend = b;
+        a->kinds[k].n = n;
+        a->ndev += n;
+    }
     return rc;
+}
+
+/* What the backends get: set before probing, the core lists filled in
+ * before open. */
+static void s_env(kla_agent_t *a, const kla_agent_config_t *cfg)
+{
+    a->env = (kla_env_t){.host = &a->host,
+                         .workdir = a->workdir,
+                         .cc = cfg->cc,
+                         .cflags = cfg->cflags,
+                         .measure = &a->measure,
+                         .build = &a->build,
+                         .max_mem_mb = cfg->max_mem_mb,
+                         .flush_mb = cfg->flush_mb,
+                         .worker_path = cfg->gpu_worker,
+                         .simulate = cfg->simulate};
 }
 
 static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
 {
+    kla_device_detect(&a->host);
+    s_env(a, cfg);
     int drc = s_devices(a, cfg, err);
     if (drc != KL_OK)
         return drc;
-    kla_device_detect(&a->dev);
     if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
         snprintf(a->hostname, sizeof a->hostname, "unknown");
     snprintf(a->name, sizeof a->name, "%s",
@@ -492,13 +452,16 @@ static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
                   kla_cores_disjoint(&a->measure, &a->build);
     a->build_slots = cfg->build_slots > 0 ? cfg->build_slots
                      : a->disjoint        ? a->build.n
-                                          : (int)a->dev.cores;
+                                          : (int)a->host.cores;
     if (a->build_slots < 1)
         a->build_slots = 1;
     a->hb_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : 1000;
+    a->env.measure_given = a->measure_given;
+    a->env.disjoint = a->disjoint;
+    a->env.build_slots = a->build_slots;
     rc = s_workdir(a, cfg->workdir, err);
     if (rc == KL_OK && !cfg->simulate)
-        rc = s_backend(a, cfg, err);
+        rc = s_open(a, err);
     if (rc == KL_OK)
         rc = s_pipes(a, err);
     if (rc == KL_OK)
@@ -559,21 +522,11 @@ int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
     a->actor_started = true;
     if (!cfg->simulate)
         s_check_mem(cfg->max_mem_mb);
-    char targets[256];
-    kla_cores_format(&a->measure, targets, sizeof targets);
-    if (a->has_cpu)
-        kl_info("agent %s: %s (%s), %u cores, measuring on %s, %d build "
-                "slots%s",
-                a->name, a->dev.name, a->dev.target, a->dev.cores, targets,
-                a->build_slots, cfg->simulate ? ", simulated" : "");
-    for (int g = 0; g < a->n_gpu; g++)
-        kl_info("agent %s: cuda:%d %s (%s), %u SMs, %llu MiB, L2 %llu KiB, "
-                "driver %s%s",
-                a->name, a->gpu[g].ordinal, a->gpu[g].name, a->gpu[g].target,
-                a->gpu[g].sms,
-                (unsigned long long)(a->gpu[g].memory_bytes >> 20),
-                (unsigned long long)(a->gpu[g].l2_bytes >> 10),
-                a->gpu[g].driver_version, a->gpu[g].fake ? ", FAKE" : "");
+    for (int i = 0; i < a->ndev; i++) {
+        char line[1024];
+        a->dev[i].backend->describe(&a->dev[i], &a->env, line, sizeof line);
+        kl_info("agent %s: %s", a->name, line);
+    }
     *out = a;
     return KL_OK;
 }
@@ -596,12 +549,11 @@ void kla_agent_destroy(kla_agent_t **self_p)
         zmq_close(a->pipe_actor);
     if (a->zctx)
         zmq_ctx_term(a->zctx);
-    kla_runner_destroy(&a->runner);
-    kla_builder_destroy(&a->builder);
-    for (int g = 0; g < a->n_gpu; g++)
-        kla_cuda_runner_destroy(&a->gpu_runner[g]);
-    kla_cuda_builder_destroy(&a->cuda_builder);
-    kla_gate_destroy(&a->gate);
+    for (int k = 0; k < KL_TARGET__KINDS; k++) {
+        int first = a->kinds[k].first, n = a->kinds[k].n;
+        if (n)
+            a->dev[first].backend->close(&a->dev[first], n);
+    }
     if (a->own_workdir)
         nftw(a->workdir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(a);

@@ -1,8 +1,7 @@
-/* cuda_device.c - --device lists, GPU queries, launch and resource checks,
- * and the input generator shared with the device. */
+/* cuda_device.c - GPU queries, launch and resource checks, and the input
+ * generator shared with the device. */
 #include "kla_cuda.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,69 +13,6 @@ bool kla_cuda_fake(void)
 {
     const char *v = getenv("KILN_FAKE_GPU_WORKER");
     return v && *v && strcmp(v, "0") != 0;
-}
-
-static int s_add_gpu(kla_devspec_t *s, const char *tok, const char *num,
-                     char *err)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(num, &end, 10);
-    if (!*num || *end || errno || v < 0 || v > 1023)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "--device: '%s': expected cpu, cuda:N[,N...] or "
-                         "cuda:all",
-                         tok);
-    for (int i = 0; i < s->n_gpu; i++)
-        if (s->gpu[i] == (int)v)
-            return kl_seterr(err, KL_ERR_INVAL,
-                             "--device: GPU %ld is named twice", v);
-    if (s->n_gpu == KLA_MAX_GPUS)
-        return kl_seterr(err, KL_ERR_INVAL, "--device: more than %d GPUs",
-                         KLA_MAX_GPUS);
-    s->gpu[s->n_gpu++] = (int)v;
-    return KL_OK;
-}
-
-int kla_devspec_parse(const char *text, kla_devspec_t *out, char *err)
-{
-    memset(out, 0, sizeof *out);
-    if (!text || !*text)
-        return kl_seterr(err, KL_ERR_INVAL, "--device: empty");
-    char *copy = strdup(text), *save = NULL;
-    int rc = KL_OK;
-    bool in_cuda = false;
-    for (char *tok = strtok_r(copy, ",", &save); tok && rc == KL_OK;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (strcmp(tok, "cpu") == 0) {
-            if (out->cpu)
-                rc = kl_seterr(err, KL_ERR_INVAL,
-                               "--device: cpu is named twice");
-            out->cpu = true;
-            in_cuda = false;
-        } else if (strcmp(tok, "cuda:all") == 0 || strcmp(tok, "cuda") == 0) {
-            out->all_gpus = true;
-            in_cuda = false;
-        } else if (strncmp(tok, "cuda:", 5) == 0) {
-            rc = s_add_gpu(out, tok, tok + 5, err);
-            in_cuda = true;
-        } else if (in_cuda) {
-            rc = s_add_gpu(out, tok, tok, err);
-        } else {
-            rc = kl_seterr(err, KL_ERR_INVAL,
-                           "--device: '%s': expected cpu, cuda:N[,N...] or "
-                           "cuda:all",
-                           tok);
-        }
-    }
-    free(copy);
-    if (rc == KL_OK && out->all_gpus && out->n_gpu)
-        rc = kl_seterr(err, KL_ERR_INVAL,
-                       "--device: cuda:all and a GPU number together");
-    if (rc == KL_OK && !out->cpu && !out->all_gpus && !out->n_gpu)
-        rc =
-            kl_seterr(err, KL_ERR_INVAL, "--device '%s' names no device", text);
-    return rc;
 }
 
 static void s_fake_dev(int ordinal, kla_cuda_dev_t *d)
@@ -173,14 +109,15 @@ static int s_describe(kla_cu_t *cu, int ordinal, int drv, kla_cuda_dev_t *d,
     return KL_OK;
 }
 
-int kla_cuda_query(const kla_devspec_t *spec, kla_cuda_dev_t *out, int *n,
+int kla_cuda_query(const kla_devsel_t *sel, kla_cuda_dev_t *out, int *n,
                    char *err)
 {
     *n = 0;
+    int given = sel->n < KLA_MAX_GPUS ? sel->n : KLA_MAX_GPUS;
     if (kla_cuda_fake()) {
-        int count = spec->all_gpus ? 1 : spec->n_gpu;
+        int count = sel->all ? 1 : given;
         for (int i = 0; i < count; i++)
-            s_fake_dev(spec->all_gpus ? i : spec->gpu[i], &out[i]);
+            s_fake_dev(sel->all ? i : sel->id[i], &out[i]);
         *n = count;
         return KL_OK;
     }
@@ -200,10 +137,9 @@ int kla_cuda_query(const kla_devspec_t *spec, kla_cuda_dev_t *out, int *n,
         return rc;
     }
     cu->DriverGetVersion(&drv);
-    int want = spec->all_gpus ? (count < KLA_MAX_GPUS ? count : KLA_MAX_GPUS)
-                              : spec->n_gpu;
+    int want = sel->all ? (count < KLA_MAX_GPUS ? count : KLA_MAX_GPUS) : given;
     for (int i = 0; i < want && rc == KL_OK; i++) {
-        int ord = spec->all_gpus ? i : spec->gpu[i];
+        int ord = sel->all ? i : sel->id[i];
         if (ord >= count)
             rc = kl_seterr(err, KL_ERR_NOTFOUND,
                            "cuda:%d: this machine has %d GPU%s (cuda:0..%d)",

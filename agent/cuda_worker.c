@@ -122,7 +122,7 @@ static int s_send_res(s_w_t *w, kla_cw_res_t *h, const double *samples)
 static int s_setup(s_w_t *w, int ordinal, char *msg, size_t n)
 {
     char err[KL_ERRMSG_LEN];
-    kla_devspec_t spec = {.n_gpu = 1, .gpu = {ordinal}};
+    kla_devsel_t spec = {.n = 1, .id = {ordinal}};
     int cnt = 0;
     if (kla_cuda_query(&spec, &w->dev, &cnt, err) != KL_OK ||
         kla_cu_open(&w->cu, NULL, err) != KL_OK) {

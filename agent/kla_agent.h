@@ -34,7 +34,7 @@ typedef struct {
     uint64_t max_mem_mb;       /* RLIMIT_AS of kernel children; 0: none */
     uint64_t flush_mb;         /* cache flush buffer (MiB); 0: twice the LLC */
     /* Devices served: "cpu" (NULL), "cuda:0,1", "cuda:all", "cpu,cuda:0"
-     * (kla_cuda.h). A GPU that cannot be used is KL_ERR_UNSUPPORTED or
+     * (kla_backend.h). A GPU that cannot be used is KL_ERR_UNSUPPORTED or
      * KL_ERR_NOTFOUND from kla_agent_new. */
     const char *device;
     /* Executable started as `PATH --gpu-worker N`, one per GPU; NULL: this

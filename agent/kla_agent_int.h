@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 
 #include "kla_agent.h"
+#include "kla_backend.h"
 #include "kla_builder.h"
-#include "kla_cuda.h"
 #include "kla_device.h"
 #include "kla_runner.h"
 
@@ -18,7 +18,7 @@
 typedef struct {
     int refs;
     uint64_t request_id, epoch;
-    int gpu; /* the agent's GPU slot, or -1: the CPU */
+    int dev; /* index into the agent's devices (device_index) */
     kla_problem_t problem;
     char *ref_source, *ref_entry;
     size_t ref_len;
@@ -30,11 +30,11 @@ typedef struct kla_job_s {
     uint64_t cand_id;
     char *source, *entry;
     size_t len;
-    kla_cuda_launch_t launch; /* GPU candidates */
-    double t_recv;            /* when the request arrived */
-    double t_enq;             /* when it entered its current queue */
-    double blocked_s;         /* waited for other candidates (not overhead) */
-    bool finished;            /* res is final (build failed) */
+    kla_launch_t launch; /* kinds that launch grids */
+    double t_recv;       /* when the request arrived */
+    double t_enq;        /* when it entered its current queue */
+    double blocked_s;    /* waited for other candidates (not overhead) */
+    bool finished;       /* res is final (build failed) */
     char ref_so[PATH_MAX];
     kla_build_t build;
     kla_result_t res;
@@ -58,7 +58,8 @@ struct kla_agent_s {
     char name[256], hostname[256];
     char workdir[PATH_MAX];
     bool own_workdir;
-    kla_device_t dev;
+    kla_device_t host;
+    kla_env_t env; /* what the backends get */
     kla_cores_t measure, build;
     bool measure_given, disjoint;
     int build_slots;
@@ -67,20 +68,18 @@ struct kla_agent_s {
     pthread_t actor;
     bool actor_started;
     kl_net_t *net;
-    kla_gate_t *gate;
-    kla_builder_t *builder;
-    kla_runner_t *runner;
     kla_worker_t *builders;
-    kla_worker_t runw;
-    kla_queue_t build_q, run_q;
-    /* GPUs: Hello lists the CPU (when served) first, then these. */
-    bool has_cpu;
-    int n_gpu;
-    kla_cuda_dev_t gpu[KLA_MAX_GPUS];
-    kla_cuda_builder_t *cuda_builder;
-    kla_cuda_runner_t *gpu_runner[KLA_MAX_GPUS];
-    kla_worker_t gpu_w[KLA_MAX_GPUS];
-    kla_queue_t gpu_q[KLA_MAX_GPUS];
+    kla_queue_t build_q;
+    /* The devices, in Hello's order: those of one kind are contiguous, in
+     * kind order (kinds[k] says where). Each has a runner thread and a
+     * queue of built jobs. */
+    int ndev;
+    kla_dev_t dev[KLA_MAX_DEVICES];
+    struct {
+        int first, n;
+    } kinds[KL_TARGET__KINDS];
+    kla_worker_t run_w[KLA_MAX_DEVICES];
+    kla_queue_t run_q[KLA_MAX_DEVICES];
     /* actor state */
     uint64_t epoch;
     bool welcomed, stopping;
@@ -105,12 +104,12 @@ void kla_work_dispatch(kla_agent_t *a);
 /* A thread gave a job back (socket readable): the next step or the
  * result. */
 void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner);
-/* The GPU slot of a request's device_index (-1: the CPU); KL_ERR_INVAL
- * naming the index when the agent has no such device. */
-int kla_work_device(const kla_agent_t *a, uint32_t index, int *gpu, char *err);
-/* Queues the candidates of a checked request. */
+/* The device of a request's device_index; KL_ERR_INVAL naming the index
+ * when the agent has no such device. */
+int kla_work_device(const kla_agent_t *a, uint32_t index, int *dev, char *err);
+/* Queues the candidates of a checked request for device dev. */
 void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p, int gpu);
+                  const kla_problem_t *p, int dev);
 /* Drops queued jobs: of one request (cancel: answered CANCELLED) or all
  * (forget: no answer). */
 void kla_work_cancel(kla_agent_t *a, uint64_t request_id);

@@ -1,10 +1,12 @@
-/* kla_cuda.h - the CUDA backend of kiln-agent: devices, NVRTC builds, and
- * one worker process per GPU that owns the CUDA context.
+/* kla_cuda.h - the CUDA backend of kiln-agent (kla_backend_cuda,
+ * cuda_backend.c): devices, NVRTC builds, and one worker process per GPU
+ * that owns the CUDA context.
  *
- * Devices. `--device` takes "cpu", "cuda:0", "cuda:0,1", "cuda:all" or a
- * mix ("cpu,cuda:0"). The agent's devices are numbered in Hello (and in
- * MeasureRequest.device_index) CPU first, then the GPUs in the order given.
- * The driver (libcuda.so.1) and NVRTC are loaded with dlopen.
+ * Devices. `--device` takes "cuda:0", "cuda:0,1", "cuda:all" (or "cuda"),
+ * alone or with "cpu" ("cpu,cuda:0"); see kla_backend.h. The agent's
+ * devices are numbered in Hello (and in MeasureRequest.device_index) CPU
+ * first, then the GPUs in the order given. The driver (libcuda.so.1) and
+ * NVRTC (kl_nvrtc.h) are loaded with dlopen.
  *
  * Builds. Each candidate is compiled by NVRTC for the device's exact arch
  * (sm_XY from the compute capability) into a cubin, in the agent's build
@@ -56,6 +58,7 @@
 #include <sys/types.h>
 
 #include "kl_nvrtc.h"
+#include "kla_backend.h"
 #include "kla_builder.h"
 #include "kla_runner.h"
 
@@ -63,17 +66,6 @@
 #define KLA_CUDA_REF_BLOCK 256
 
 /* ---- devices ------------------------------------------------------------ */
-
-typedef struct {
-    bool cpu;
-    bool all_gpus; /* "cuda:all" */
-    int n_gpu;
-    int gpu[KLA_MAX_GPUS]; /* CUDA ordinals, no duplicates */
-} kla_devspec_t;
-
-/* Parses a --device value. Empty text, an unknown kind, a bad or repeated
- * ordinal is KL_ERR_INVAL naming the token. */
-int kla_devspec_parse(const char *text, kla_devspec_t *out, char *err);
 
 typedef struct {
     int ordinal;
@@ -96,19 +88,17 @@ typedef struct {
 /* Whether KILN_FAKE_GPU_WORKER asks for the test stand-in. */
 bool kla_cuda_fake(void);
 
-/* Describes the GPUs of spec (every GPU for all_gpus) into out (room for
- * KLA_MAX_GPUS) and their count into *n. No driver, or cuInit failing, is
- * KL_ERR_UNSUPPORTED; an ordinal the machine does not have is
- * KL_ERR_NOTFOUND; both with a message (kiln-agent exits 69). */
-int kla_cuda_query(const kla_devspec_t *spec, kla_cuda_dev_t *out, int *n,
+/* Describes the GPUs of sel (CUDA ordinals; every GPU for all, at most
+ * KLA_MAX_GPUS) into out (room for KLA_MAX_GPUS) and their count into *n. No
+ * driver, or cuInit failing, is KL_ERR_UNSUPPORTED; an ordinal the machine does
+ * not have is KL_ERR_NOTFOUND; both with a message (kiln-agent exits 69). */
+int kla_cuda_query(const kla_devsel_t *sel, kla_cuda_dev_t *out, int *n,
                    char *err);
 
 /* ---- launches and resources -------------------------------------------- */
 
-typedef struct {
-    uint32_t grid[3], block[3];
-    uint32_t shared_bytes; /* dynamic */
-} kla_cuda_launch_t;
+/* A kernel's launch: grid, block, dynamic shared bytes (kla_backend.h). */
+typedef kla_launch_t kla_cuda_launch_t;
 
 /* What a kernel needs (from the loaded function, or from ptxas). */
 typedef struct {

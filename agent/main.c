@@ -8,11 +8,10 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
-#include "kl_nvrtc.h"
 #include "kl_opt.h"
 #include "kl_util.h"
 #include "kla_agent.h"
-#include "kla_cuda.h"
+#include "kla_backend.h"
 
 static const kl_opt_t s_opts[] = {
     {"connect", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
@@ -115,7 +114,8 @@ static int s_run(const kl_opts_t *o)
 }
 
 /* 0 when every device of --device can be served; 69 (with a message)
- * when a GPU or its driver is missing; 2 for a malformed list. */
+ * when a device or its driver or compiler is missing; 2 for a malformed
+ * list. */
 static int s_check_devices(const char *device)
 {
     char err[KL_ERRMSG_LEN];
@@ -124,26 +124,24 @@ static int s_check_devices(const char *device)
         fprintf(stderr, "kiln-agent: %s\n", err);
         return 2;
     }
-    if (!spec.n_gpu && !spec.all_gpus)
-        return 0;
-    static kla_cuda_dev_t devs[KLA_MAX_GPUS];
-    int n = 0;
-    if (kla_cuda_query(&spec, devs, &n, err) != KL_OK ||
-        !kl_nvrtc_default(err)) {
-        fprintf(stderr, "kiln-agent: device '%s': %s\n", device, err);
-        return 69;
+    for (int k = 0; k < KL_TARGET__KINDS; k++) {
+        const kla_backend_t *b = kla_backend_of((kl_target_kind)k);
+        if (b && b->check && kla_devsel_any(&spec.sel[k]) &&
+            b->check(&spec.sel[k], err) != KL_OK) {
+            fprintf(stderr, "kiln-agent: device '%s': %s\n", device, err);
+            return 69;
+        }
     }
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    /* Hidden: the GPU worker process (kla_cuda.h), started by an agent
-     * with its socket on fd 3. */
-    if (argc == 3 && strcmp(argv[1], "--gpu-worker") == 0) {
-        kl_log_init("gpu-worker");
-        return kla_cuda_worker_main(atoi(argv[2]), 3);
-    }
+    /* Hidden: a backend's worker process (the GPU worker, kla_cuda.h),
+     * started by an agent with its socket on fd 3. */
+    int wrc = 0;
+    if (kla_backend_worker(argc, argv, &wrc))
+        return wrc;
     kl_log_init("agent");
     char err[KL_ERRMSG_LEN];
     kl_opts_t *o = NULL;

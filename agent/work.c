@@ -62,8 +62,7 @@ void kla_job_free(kla_job_t *j)
 typedef struct {
     kla_agent_t *a;
     void *sock;
-    bool runner;
-    int gpu; /* runner of this GPU slot; -1: the CPU's */
+    int dev; /* runner of this device; -1: a build thread */
 } s_thread_arg_t;
 
 /* Ends the job with status st and the message prefix + what (bounded). */
@@ -81,14 +80,12 @@ static void s_fail(kla_job_t *j, Kiln__Status st, const char *prefix,
     j->res.error[n + m] = '\0';
 }
 
-/* One build on the job's device: cc for the CPU, NVRTC for a GPU. */
+/* One build for the job's device, by its backend. */
 static int s_build_one(kla_agent_t *a, const kla_req_t *r, const char *src,
                        size_t len, const char *entry, kla_build_t *out)
 {
-    if (r->gpu < 0)
-        return kla_builder_build(a->builder, src, len, out);
-    return kla_cuda_builder_build(a->cuda_builder, src, len,
-                                  a->gpu[r->gpu].arch, entry, out, NULL);
+    kla_dev_t *d = &a->dev[r->dev];
+    return d->backend->build(d, src, len, entry, out);
 }
 
 /* Builds the reference (a cache hit after the first) and the candidate. */
@@ -126,17 +123,14 @@ static void *s_thread_main(void *arg)
             continue;
         if (n != (int)sizeof j || !j)
             break;
-        if (t->runner && t->gpu >= 0)
-            kla_cuda_runner_measure(t->a->gpu_runner[t->gpu], &j->req->problem,
-                                    j->ref_so, j->req->ref_entry,
-                                    j->build.so_path, j->entry, &j->launch,
-                                    &j->res);
-        else if (t->runner)
-            kla_runner_measure(t->a->runner, &j->req->problem, j->ref_so,
-                               j->req->ref_entry, j->build.so_path, j->entry,
-                               &j->res);
-        else
+        if (t->dev >= 0) {
+            kla_dev_t *d = &t->a->dev[t->dev];
+            d->backend->measure(d, &j->req->problem, j->ref_so,
+                                j->req->ref_entry, j->build.so_path, j->entry,
+                                &j->launch, &j->res);
+        } else {
             s_build(t->a, j);
+        }
         while (zmq_send(t->sock, &j, sizeof j, 0) < 0 && errno == EINTR)
             ;
     }
@@ -145,15 +139,13 @@ static void *s_thread_main(void *arg)
     return NULL;
 }
 
-static int s_start_one(kla_agent_t *a, kla_worker_t *w, bool runner, int idx,
-                       int gpu, char *err)
+/* A build thread (dev -1) or device dev's runner thread. */
+static int s_start_one(kla_agent_t *a, kla_worker_t *w, int idx, int dev,
+                       char *err)
 {
     char ep[128];
     snprintf(ep, sizeof ep, "inproc://kla-%p-%s-%d", (void *)a,
-             gpu >= 0 ? "gpu"
-             : runner ? "run"
-                      : "build",
-             idx);
+             dev >= 0 ? "run" : "build", idx);
     w->sock = zmq_socket(a->zctx, ZMQ_PAIR);
     void *theirs = zmq_socket(a->zctx, ZMQ_PAIR);
     if (!w->sock || !theirs || zmq_bind(w->sock, ep) != 0 ||
@@ -164,7 +156,7 @@ static int s_start_one(kla_agent_t *a, kla_worker_t *w, bool runner, int idx,
                          zmq_strerror(errno));
     }
     s_thread_arg_t *t = kl_xmalloc(sizeof *t);
-    *t = (s_thread_arg_t){.a = a, .sock = theirs, .runner = runner, .gpu = gpu};
+    *t = (s_thread_arg_t){.a = a, .sock = theirs, .dev = dev};
     if (pthread_create(&w->thread, NULL, s_thread_main, t) != 0) {
         zmq_close(theirs);
         free(t);
@@ -179,26 +171,23 @@ int kla_work_start(kla_agent_t *a, char *err)
 {
     a->builders = kl_xcalloc((size_t)a->build_slots, sizeof(kla_worker_t));
     for (int i = 0; i < a->build_slots; i++) {
-        int rc = s_start_one(a, &a->builders[i], false, i, -1, err);
+        int rc = s_start_one(a, &a->builders[i], i, -1, err);
         if (rc != KL_OK)
             return rc;
     }
-    for (int g = 0; g < a->n_gpu; g++) {
-        int rc = s_start_one(a, &a->gpu_w[g], true, g, g, err);
+    for (int d = 0; d < a->ndev; d++) {
+        int rc = s_start_one(a, &a->run_w[d], d, d, err);
         if (rc != KL_OK)
             return rc;
     }
-    return a->has_cpu ? s_start_one(a, &a->runw, true, 0, -1, err) : KL_OK;
+    return KL_OK;
 }
 
-/* Kills whatever runs on the runners now (shutdown). */
-static void s_abort_runs(kla_agent_t *a)
+/* Kills whatever builds and runs on the devices now (shutdown). */
+static void s_abort_all(kla_agent_t *a)
 {
-    if (a->runner)
-        kla_runner_abort(a->runner);
-    for (int g = 0; g < a->n_gpu; g++)
-        if (a->gpu_runner[g])
-            kla_cuda_runner_abort(a->gpu_runner[g]);
+    for (int d = 0; d < a->ndev; d++)
+        a->dev[d].backend->abort(&a->dev[d]);
 }
 
 static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
@@ -217,9 +206,7 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
                     w->busy = false;
                 }
             } else {
-                if (a->gate) /* none when builds never pause */
-                    kla_gate_abort(a->gate);
-                s_abort_runs(a);
+                s_abort_all(a);
             }
         }
         kla_job_t *stop = NULL;
@@ -232,24 +219,18 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
 
 void kla_work_stop(kla_agent_t *a)
 {
-    if (a->gate)
-        kla_gate_abort(a->gate);
-    s_abort_runs(a);
+    s_abort_all(a);
     for (int i = 0; a->builders && i < a->build_slots; i++)
         s_stop_one(a, &a->builders[i]);
-    s_stop_one(a, &a->runw);
-    for (int g = 0; g < a->n_gpu; g++) {
-        s_stop_one(a, &a->gpu_w[g]);
-        kla_job_t *j;
-        while ((j = kla_queue_pop(&a->gpu_q[g])))
+    kla_job_t *j;
+    for (int d = 0; d < a->ndev; d++) {
+        s_stop_one(a, &a->run_w[d]);
+        while ((j = kla_queue_pop(&a->run_q[d])))
             kla_job_free(j);
     }
     free(a->builders);
     a->builders = NULL;
-    kla_job_t *j;
     while ((j = kla_queue_pop(&a->build_q)))
-        kla_job_free(j);
-    while ((j = kla_queue_pop(&a->run_q)))
         kla_job_free(j);
 }
 
@@ -271,18 +252,17 @@ void kla_work_dispatch(kla_agent_t *a)
     for (int i = 0; i < a->build_slots && a->build_q.head; i++)
         if (!a->builders[i].busy)
             s_give(&a->builders[i], &a->build_q);
-    if (a->runw.started && !a->runw.busy && a->run_q.head)
-        s_give(&a->runw, &a->run_q);
-    /* An idle GPU takes its own work first, then work queued for another
-     * GPU of the same target (identical GPUs measure in parallel). */
-    for (int g = 0; g < a->n_gpu; g++) {
-        if (a->gpu_w[g].busy)
+    /* An idle device takes its own work first, then work queued for
+     * another device of the same target (identical GPUs measure in
+     * parallel). */
+    for (int d = 0; d < a->ndev; d++) {
+        if (!a->run_w[d].started || a->run_w[d].busy)
             continue;
-        for (int k = 0; k < a->n_gpu; k++) {
-            int q = (g + k) % a->n_gpu;
-            if (a->gpu_q[q].head &&
-                strcmp(a->gpu[q].target, a->gpu[g].target) == 0) {
-                s_give(&a->gpu_w[g], &a->gpu_q[q]);
+        for (int k = 0; k < a->ndev; k++) {
+            int q = (d + k) % a->ndev;
+            if (a->run_q[q].head &&
+                strcmp(a->dev[q].target, a->dev[d].target) == 0) {
+                s_give(&a->run_w[d], &a->run_q[q]);
                 break;
             }
         }
@@ -296,7 +276,7 @@ static void s_answer(kla_agent_t *a, kla_job_t *j)
                       j->res.run_s - j->blocked_s;
     if (overhead < 0)
         overhead = 0;
-    bool fake = j->req->gpu >= 0 && a->gpu[j->req->gpu].fake;
+    bool fake = a->dev[j->req->dev].stand_in;
     kla_agent_send_result(a, j->req->request_id, j->cand_id, &j->res, &j->build,
                           overhead, fake);
     a->held--;
@@ -319,26 +299,26 @@ void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner)
         return;
     }
     j->t_enq = kl_now_s();
-    kla_queue_push(j->req->gpu >= 0 ? &a->gpu_q[j->req->gpu] : &a->run_q, j);
+    kla_queue_push(&a->run_q[j->req->dev], j);
 }
 
-int kla_work_device(const kla_agent_t *a, uint32_t index, int *gpu, char *err)
+int kla_work_device(const kla_agent_t *a, uint32_t index, int *dev, char *err)
 {
-    uint32_t n = (uint32_t)(a->has_cpu ? 1 : 0) + (uint32_t)a->n_gpu;
+    uint32_t n = (uint32_t)a->ndev;
     if (index >= n)
         return kl_seterr(err, KL_ERR_INVAL,
                          "device index %u: this agent has devices 0..%u", index,
                          n - 1);
-    *gpu = a->has_cpu ? (int)index - 1 : (int)index;
+    *dev = (int)index;
     return KL_OK;
 }
 
 void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p, int gpu)
+                  const kla_problem_t *p, int dev)
 {
     kla_req_t *r = kl_xcalloc(1, sizeof *r);
     r->request_id = m->request_id;
-    r->gpu = gpu;
+    r->dev = dev;
     r->epoch = a->epoch;
     r->problem = *p;
     r->ref_len = strlen(m->reference_source);
@@ -381,9 +361,8 @@ void kla_work_cancel(kla_agent_t *a, uint64_t request_id)
 {
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, false, request_id);
-    s_take(&a->run_q, &out, false, request_id);
-    for (int g = 0; g < a->n_gpu; g++)
-        s_take(&a->gpu_q[g], &out, false, request_id);
+    for (int d = 0; d < a->ndev; d++)
+        s_take(&a->run_q[d], &out, false, request_id);
     kla_job_t *j;
     while ((j = kla_queue_pop(&out))) {
         kla_result_clear(&j->res);
@@ -402,9 +381,8 @@ void kla_work_forget(kla_agent_t *a)
 {
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, true, 0);
-    s_take(&a->run_q, &out, true, 0);
-    for (int g = 0; g < a->n_gpu; g++)
-        s_take(&a->gpu_q[g], &out, true, 0);
+    for (int d = 0; d < a->ndev; d++)
+        s_take(&a->run_q[d], &out, true, 0);
     kla_job_t *j;
     while ((j = kla_queue_pop(&out)))
         kla_job_free(j);

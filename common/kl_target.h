@@ -1,12 +1,82 @@
-/* kl_target.h - target strings.
+/* kl_target.h - targets: the kinds of device kiln builds for, and the
+ * value a target string parses to.
  *
  * A target names what a kernel is built for: "cpu/x86_64-avx512",
- * "cpu/x86_64-avx2", "cpu/x86_64", "cpu/aarch64", "cuda/sm_90", ...
- * Records in the store are keyed by the exact target of the device that
- * measured them; a user may write "cpu" for this machine's CPU.
+ * "cpu/x86_64-avx2", "cpu/x86_64", "cpu/aarch64", "cuda/sm_90", ...: a
+ * kind, a slash, and the ISA or architecture inside that kind. Records in
+ * the store are keyed by the exact target of the device that measured
+ * them; a user may write "cpu" for this machine's CPU.
+ *
+ * The kinds live in ONE table (kl_target.c): each row holds the kind's
+ * name (the prefix of its target strings), how an ISA of that kind parses
+ * and which device limits it implies, and what a bare kind means. Every
+ * module with per-kind code (design spaces, code generators, features,
+ * exports, the agent's backends) keeps a table indexed by kl_target_kind
+ * and nowhere tests a kind by name: adding a kind is a row here and a row
+ * in each of those tables (docs/architecture.md, "Adding a target kind").
  */
 #ifndef KL_TARGET_H
 #define KL_TARGET_H
+
+#include <stdint.h>
+
+/* The kinds of target, in the order of the kind table. */
+typedef enum {
+    KL_TARGET_CPU = 0, /* C with vector extensions and OpenMP */
+    KL_TARGET_CUDA,    /* CUDA C compiled by NVRTC */
+    KL_TARGET__KINDS
+} kl_target_kind;
+
+/* What a design space and a code generator know about the machine: the
+ * parsed target. */
+typedef struct {
+    char name[64]; /* exact: "cpu/x86_64-avx512", "cuda/sm_90" */
+    kl_target_kind kind;
+    char isa[64];  /* the part after "KIND/": "x86_64-avx512", "sm_90" */
+    int vec_lanes; /* f32 lanes of the widest vector: 16, 8, 4 (CPU) */
+    int vec_regs;  /* vector registers: 32 (avx512), 16 (avx2) */
+    int cores;     /* CPU cores the kernel will run on (default 2) */
+    int sm;        /* CUDA compute capability * 10, e.g. 90 */
+    int max_threads_per_block;
+    int64_t max_shared_bytes;
+} kl_target_t;
+
+/* One row of the kind table. */
+typedef struct {
+    const char *name; /* "cpu", "cuda": the prefix before '/' */
+    /* The target strings of the kind, for messages:
+     * "cpu, cpu/x86_64-avx512, ...". */
+    const char *forms;
+    /* Fills the limits of out, whose kind and isa are set (isa empty for
+     * the bare kind, which the function may resolve by setting isa).
+     * Returns 0, KL_ERR_NOTFOUND (no message) for an ISA the kind does
+     * not have, or KL_ERR_INVAL with a message naming text. */
+    int (*parse)(const char *text, kl_target_t *out, char *err);
+    /* The exact target of this machine's device of the kind, which the
+     * bare kind means (kl_target_resolve); NULL: the bare kind names no
+     * one device. */
+    const char *(*here)(void);
+    /* Why the bare kind cannot stand for an exact target, for a task that
+     * needs one; NULL when here is set. */
+    const char *bare_hint;
+    /* The kiln-agent --device value that serves every device of the kind
+     * ("cuda:all"); NULL: the agent's default. */
+    const char *agent_device;
+} kl_target_kind_t;
+
+/* The row of kind k (k < KL_TARGET__KINDS). Static. */
+const kl_target_kind_t *kl_target_kind_info(kl_target_kind k);
+
+/* The kind a target string belongs to, by its prefix: "cuda/sm_90" and
+ * "cuda" are KL_TARGET_CUDA. Returns 0, or KL_ERR_NOTFOUND when no kind
+ * has that name (text NULL included). */
+int kl_target_kind_of(const char *text, kl_target_kind *out);
+
+/* Parses "cpu" (this machine: avx512 when the CPU has it, else avx2),
+ * "cpu/x86_64-avx512", "cpu/x86_64-avx2", "cpu/generic" (4 lanes),
+ * "cuda/sm_NN". Unknown text is KL_ERR_INVAL naming it and the forms
+ * every kind accepts. */
+int kl_target_parse(const char *text, kl_target_t *out, char *err);
 
 /* The exact target string of this machine's CPU, as kiln-agent reports it
  * in Hello: "cpu/x86_64-avx512" with avx512f, "cpu/x86_64-avx2" with avx2
@@ -17,5 +87,9 @@ const char *kl_cpu_target(void);
 /* The target a user means: NULL or "cpu" is kl_cpu_target(), anything else
  * is itself. Static or borrowed string. */
 const char *kl_target_resolve(const char *user_target);
+
+/* Checks that text can key records: 0, or KL_ERR_INVAL with the kind's
+ * bare_hint when text is a bare kind that names no one device ("cuda"). */
+int kl_target_check_exact(const char *text, char *err);
 
 #endif

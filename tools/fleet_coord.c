@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 /* The allow-list and keys of a coordinator bound with --listen. */
@@ -48,14 +49,15 @@ int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
     char *allow = NULL;
     int rc = KL_OK;
     if (!listen || n_local > 0) {
-        /* A CUDA target's local agents serve every GPU here. */
-        const char *target = kl_opts_str(o, "target");
-        kl_fleet_config_t fc = {
-            .n_agents = n_local,
-            .device = target && !strncmp(target, "cuda", 4) ? "cuda:all" : NULL,
-            .insecure = insecure,
-            .simulate = simulate,
-            .heartbeat_ms = cfg.heartbeat_ms};
+        /* Local agents serve every device here of the target's kind. */
+        kl_target_kind kind = KL_TARGET_CPU;
+        kl_target_kind_of(kl_opts_str(o, "target"), &kind);
+        const char *device = kl_target_kind_info(kind)->agent_device;
+        kl_fleet_config_t fc = {.n_agents = n_local,
+                                .device = device,
+                                .insecure = insecure,
+                                .simulate = simulate,
+                                .heartbeat_ms = cfg.heartbeat_ms};
         rc = kl_fleet_new(fleet, &fc, err);
         if (rc == KL_OK && !listen)
             cfg.security = *kl_fleet_security(*fleet);

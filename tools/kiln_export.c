@@ -59,9 +59,11 @@ static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
         rc = kl_export_replay(w, rec, "kl_main", &k, err);
     if (!rc)
         rc = kl_mkdirs(out, err);
+    kl_target_kind kind = KL_TARGET_CPU;
+    kl_target_kind_of(t, &kind);
     if (!rc) {
-        char *p = kl_xasprintf("%s/%s.%s", out, w->name,
-                               strncmp(t, "cuda/", 5) ? "c" : "cu");
+        char *p =
+            kl_xasprintf("%s/%s.%s", out, w->name, kl_codegen_source_ext(kind));
         rc = kl_write_file(p, k.source, strlen(k.source), err);
         if (!rc)
             printf("%s on %s: record %llu, median %.3f us -> %s%s\n", w->name,

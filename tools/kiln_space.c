@@ -85,15 +85,15 @@ static int s_one(const kl_space_t *sp, kl_rng_t *rng, int i, const char *dir,
     char entry[32];
     snprintf(entry, sizeof entry, "kl_s%03d", i);
     kl_kernel_t k;
-    rc = t->cuda ? kl_codegen_cuda(s, t, entry, &k, err)
-                 : kl_codegen_c(s, t, entry, &k, err);
+    rc = kl_codegen_kernel(s, t, entry, &k, err);
     char *txt = rc ? NULL : kl_trace_to_text(tr);
     if (!rc && !dir) {
         printf("=== sample %d\n--- trace\n%s--- source (%s)\n%s\n", i, txt,
                k.entry, k.source);
     } else if (!rc) {
         char name[32];
-        snprintf(name, sizeof name, "%03d.%s", i, t->cuda ? "cu" : "c");
+        snprintf(name, sizeof name, "%03d.%s", i,
+                 kl_codegen_source_ext(t->kind));
         rc = s_write(dir, name, k.source, err);
         char tname[32];
         snprintf(tname, sizeof tname, "%03d.trace", i);

@@ -12,6 +12,7 @@
 
 #include "fleet_coord.h"
 #include "kiln_cmds.h"
+#include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_eval.h"
 #include "kl_job.h"
@@ -217,12 +218,14 @@ static char *s_source_path(const cmd_t *c)
         return kl_xstrdup(given);
     const kl_task_t *t = kl_job_task(c->job, 0);
     const kl_workload_t *w = kl_task_workload(t);
+    kl_target_kind kind = KL_TARGET_CPU;
+    kl_target_kind_of(kl_task_target(t), &kind);
+    const char *ext = kl_codegen_source_ext(kind);
     char *tg = kl_xstrdup(kl_task_target(t));
     for (char *p = tg; *p; p++)
         if (*p == '/')
             *p = '_';
     const char *db = kl_opts_str(c->o, "db");
-    const char *ext = strncmp(tg, "cuda", 4) ? "c" : "cu";
     char *path = db ? kl_xasprintf("%s/sources/%s.%s.%s", db, w->name, tg, ext)
                     : kl_xasprintf("%s.%s.%s", w->name, tg, ext);
     free(tg);

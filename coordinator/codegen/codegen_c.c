@@ -700,7 +700,7 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
                  kl_kernel_t *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    if (t && t->cuda)
+    if (t && t->kind != KL_TARGET_CPU)
         return kl_seterr(err, KL_ERR_INVAL,
                          "codegen: target %s is not a CPU target", t->name);
     kl_target_t def;

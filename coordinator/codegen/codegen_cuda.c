@@ -709,6 +709,7 @@ static void s_finish(g_t *g, const char *entry, kl_kernel_t *out)
     kl_buf_puts(&g->b, "}\n");
     out->source = kl_buf_take(&g->b);
     out->entry = kl_xstrdup(entry);
+    out->launched = true;
     for (int i = 0; i < 3; i++) {
         out->grid[i] = g->p.grid[i];
         out->block[i] = g->p.block[i];

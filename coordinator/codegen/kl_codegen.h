@@ -1,24 +1,30 @@
 /* kl_codegen.h - scheduled loop nest -> source code (docs/architecture.md,
  * "Kernel ABI and the evaluator" and "Tensor programs").
  *
- * C (CPU): one C11 translation unit defining `void ENTRY(void *const *args)`
- * where args are the workload's tensors in ABI order (inputs, then the
- * output), all f32. It uses GCC/Clang vector extensions (an unaligned
- * vector type per lane count), OpenMP `#pragma omp parallel for` on the
- * parallel loop, named vector accumulators for a local write cache
- * (register tile), packed buffers per thread for packed read caches, and
- * applies the workload's epilogue where the output is written back. Build
- * it with `-O3 -march=native -fopenmp` (GNU C mode, so that multiply-add
- * contracts to FMA). Codegen is deterministic: the same schedule gives the
- * same bytes.
+ * Each kind of target (kl_target.h) has its generator, its reference
+ * generator and its source language, registered in codegen_kinds.c;
+ * callers go through kl_codegen_kernel and kl_codegen_reference_kernel,
+ * which pick them by the target's kind.
  *
- * CUDA: `extern "C" __global__ void ENTRY(float *__restrict__ a0, ...)`
- * with grid / block / dynamic shared bytes (codegen_cuda.c; until it is
- * built in, kl_codegen_cuda returns KL_ERR_UNSUPPORTED).
+ * C (CPU, codegen_c.c): one C11 translation unit defining
+ * `void ENTRY(void *const *args)` where args are the workload's tensors in
+ * ABI order (inputs, then the output), all f32. It uses GCC/Clang vector
+ * extensions (an unaligned vector type per lane count), OpenMP
+ * `#pragma omp parallel for` on the parallel loop, named vector
+ * accumulators for a local write cache (register tile), packed buffers per
+ * thread for packed read caches, and applies the workload's epilogue where
+ * the output is written back. Build it with `-O3 -march=native -fopenmp`
+ * (GNU C mode, so that multiply-add contracts to FMA). Codegen is
+ * deterministic: the same schedule gives the same bytes.
  *
- * The reference kernel of a workload is the C code of its naive schedule:
- * serial loops, the output set to the reduction's identity first, the body
- * accumulated in place, the epilogue applied last.
+ * CUDA (codegen_cuda.c, kl_codegen_cuda.h):
+ * `extern "C" __global__ void ENTRY(float *__restrict__ a0, ...)` with
+ * grid / block / dynamic shared bytes.
+ *
+ * The reference kernel of a workload on a CPU is the C code of its naive
+ * schedule: serial loops, the output set to the reduction's identity
+ * first, the body accumulated in place, the epilogue applied last. On a
+ * GPU it is the naive schedule's flat kernel (kl_codegen_cuda.h).
  */
 #ifndef KL_CODEGEN_H
 #define KL_CODEGEN_H
@@ -32,7 +38,8 @@
 typedef struct {
     char *source;              /* owned */
     char *entry;               /* owned */
-    int64_t grid[3], block[3]; /* CUDA launch; 1s for C */
+    bool launched;             /* run as a grid of blocks (CUDA), not called */
+    int64_t grid[3], block[3]; /* the launch; 1s for C */
     int64_t shared_bytes;      /* CUDA dynamic shared memory */
     bool prepare; /* C: the source also defines ENTRY_prepare (kl_abi.h) */
 } kl_kernel_t;
@@ -40,19 +47,36 @@ typedef struct {
 /* Frees the strings and zeroes k (safe on a zeroed kernel). */
 void kl_kernel_free(kl_kernel_t *k);
 
-/* Generates C for s on target t (vector lanes). entry names the function
- * (NULL: "kl_main"). Returns 0 or KL_ERR_INVAL / KL_ERR_UNSUPPORTED with
- * the reason (e.g. a GPU-bound loop, a vectorized loop that is not
- * innermost, a write cache whose loops are not unrolled). */
+/* Generates the kernel of s for target t in the language of t's kind (C
+ * for a CPU, CUDA C for a GPU). entry names the function (NULL:
+ * "kl_main"). Returns 0 or KL_ERR_INVAL / KL_ERR_UNSUPPORTED with the
+ * reason (e.g. a loop bound to a kind of hardware the target does not
+ * have, a vectorized loop that is not innermost, a write cache whose
+ * loops are not unrolled). Same bytes for the same schedule. */
+int kl_codegen_kernel(const kl_sched_t *s, const kl_target_t *t,
+                      const char *entry, kl_kernel_t *out, char *err);
+
+/* The reference kernel of w for target t, in the language of t's kind and
+ * launched as that kind's agent backend expects (entry NULL: "kl_ref"). */
+int kl_codegen_reference_kernel(const kl_workload_t *w, const kl_target_t *t,
+                                const char *entry, kl_kernel_t *out, char *err);
+
+/* The file extension of generated sources of a kind: "c", "cu". Static. */
+const char *kl_codegen_source_ext(kl_target_kind kind);
+
+/* ---- the generators of each kind ---- */
+
+/* Generates C for s on a CPU target t (vector lanes; NULL: "cpu"). */
 int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
                  kl_kernel_t *out, char *err);
 
-/* Generates CUDA C for s (codegen_cuda.c). */
+/* Generates CUDA C for s on a CUDA target t (codegen_cuda.c). */
 int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
                     const char *entry, kl_kernel_t *out, char *err);
 
 /* The reference kernel: C of the naive schedule of w (entry NULL:
- * "kl_ref"). */
+ * "kl_ref"). The CUDA reference is kl_codegen_cuda_reference
+ * (kl_codegen_cuda.h). */
 int kl_codegen_reference(const kl_workload_t *w, const char *entry,
                          kl_kernel_t *out, char *err);
 

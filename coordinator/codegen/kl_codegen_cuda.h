@@ -1,6 +1,6 @@
 /* kl_codegen_cuda.h - what the CUDA code generator offers beyond
- * kl_codegen_cuda() (kl_codegen.h): resource checks of generated kernels
- * with NVRTC.
+ * kl_codegen_cuda() (kl_codegen.h): the reference kernel. The resource
+ * check of generated kernels with NVRTC is tools/cuda_check.h.
  *
  * Generated kernels (codegen_cuda.c) follow the CUDA ABI of
  * docs/architecture.md ("Kernel ABI and the evaluator"):
@@ -21,7 +21,6 @@
 
 #include "kl_codegen.h"
 #include "kl_err.h"
-#include "kl_nvrtc.h"
 
 /* The reference kernel of w for a CUDA target t (agent/kla_cuda.h): the
  * naive schedule's flat kernel, one thread per output element, launched
@@ -33,29 +32,5 @@
  * KL_ERR_UNSUPPORTED for a dtype other than f32). */
 int kl_codegen_cuda_reference(const kl_workload_t *w, const kl_target_t *t,
                               const char *entry, kl_kernel_t *out, char *err);
-
-/* Register file per multiprocessor (32-bit registers) on sm_50..sm_90. */
-#define KL_CUDA_REGFILE 65536
-
-/* Compiles n generated kernels (distinct entries) as ONE NVRTC program for
- * arch ("sm_90") and checks each against the machine: registers per
- * thread * threads per block <= KL_CUDA_REGFILE, spill stores + loads <=
- * KL_CUDA_MAX_SPILL_BYTES, static shared memory <= 48 KiB. rcs[i] receives
- * 0 or KL_ERR_INVAL, why[i] (optional, n messages of KL_ERRMSG_LEN) the
- * reason; res[i] (optional) each kernel's resources. Returns 0 when the
- * program compiled (whatever the checks said), KL_ERR_COMPILE with the
- * first error line in err when it did not, or kl_nvrtc_compile's other
- * errors. */
-int kl_cuda_check_many(kl_nvrtc_t *nv, const kl_kernel_t *ks, int n,
-                       const char *arch, int *rcs, char (*why)[KL_ERRMSG_LEN],
-                       kl_nvrtc_kernel_t *res, char *err);
-
-/* Turns on the resource check inside kl_postproc_cuda for this process:
- * each postprocessed schedule is generated and compiled (one NVRTC call,
- * a few hundred ms) and rejected when kl_cuda_check_many refuses it.
- * Returns 0, or KL_ERR_UNSUPPORTED when NVRTC cannot be loaded (then the
- * check stays off). kl_cuda_disable_resource_check turns it off. */
-int kl_cuda_enable_resource_check(char *err);
-void kl_cuda_disable_resource_check(void);
 
 #endif

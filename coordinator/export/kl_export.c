@@ -128,9 +128,7 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
     }
     if (!rc) {
         step = "codegen";
-        rc = kl_space_target(sp)->cuda
-                 ? kl_codegen_cuda(s, kl_space_target(sp), entry, out, e2)
-                 : kl_codegen_c(s, kl_space_target(sp), entry, out, e2);
+        rc = kl_codegen_kernel(s, kl_space_target(sp), entry, out, e2);
     }
     kl_sched_destroy(&s);
     kl_trace_free(&ex);
@@ -209,8 +207,22 @@ static json_object *s_task_json(const kl_model_task_t *t, int i,
     return o;
 }
 
+/* What a model export writes on each kind of target. */
+typedef struct {
+    /* The kernel of a task without a valid record (kl_export_cfg_t's
+     * fallback_naive); NULL: every task needs a record. */
+    int (*naive)(const kl_workload_t *w, const char *entry, kl_kernel_t *out,
+                 char *err);
+    /* Writes the kernels, and what links them, into cfg->out_dir. */
+    int (*write)(const kl_export_cfg_t *cfg, const char *text,
+                 const kl_model_t *m, const s_tasks_t *ts, kl_target_kind kind,
+                 kl_export_result_t *res, char *err);
+    const char *library; /* the manifest's "library"; NULL: none */
+} s_kind_t;
+
 static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
-                      const s_tasks_t *ts, bool cuda, char *err)
+                      const s_tasks_t *ts, kl_target_kind kind,
+                      const s_kind_t *how, char *err)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "model",
@@ -219,14 +231,16 @@ static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
     json_object *a = json_object_new_array();
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         char file[32];
-        snprintf(file, sizeof file, "task_%02d.%s", i, cuda ? "cu" : "c");
+        snprintf(file, sizeof file, "task_%02d.%s", i,
+                 kl_codegen_source_ext(kind));
         json_object_array_add(a,
                               s_task_json(kl_model_task(m, i), i, ts->recs[i],
                                           &ts->kernels[i], file));
     }
     json_object_object_add(o, "tasks", a);
-    json_object_object_add(
-        o, "library", cuda ? NULL : json_object_new_string("libkiln_model.so"));
+    json_object_object_add(o, "library",
+                           how->library ? json_object_new_string(how->library)
+                                        : NULL);
     const char *s = json_object_to_json_string_ext(
         o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *path = kl_xasprintf("%s/manifest.json", dir);
@@ -270,16 +284,16 @@ static int s_lookup(kl_store_t *store, const kl_model_t *m, const char *target,
     return rc;
 }
 
-static int s_kernels(const kl_model_t *m, s_tasks_t *ts, char *err)
+static int s_kernels(const kl_model_t *m, const s_kind_t *how, s_tasks_t *ts,
+                     char *err)
 {
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
         char entry[32];
         snprintf(entry, sizeof entry, "kiln_task_%02d", i);
-        int rc = ts->recs[i]
-                     ? kl_export_replay(t->w, ts->recs[i], entry,
-                                        &ts->kernels[i], err)
-                     : kl_codegen_reference(t->w, entry, &ts->kernels[i], err);
+        int rc = ts->recs[i] ? kl_export_replay(t->w, ts->recs[i], entry,
+                                                &ts->kernels[i], err)
+                             : how->naive(t->w, entry, &ts->kernels[i], err);
         if (rc)
             return rc;
         ts->nprepare += ts->kernels[i].prepare;
@@ -287,11 +301,18 @@ static int s_kernels(const kl_model_t *m, s_tasks_t *ts, char *err)
     return KL_OK;
 }
 
-static int s_write_cuda(const kl_model_t *m, const char *dir,
-                        const s_tasks_t *ts, char *err)
+/* Each kernel in its own source file, task_NN.EXT (GPU kinds: the caller
+ * compiles and launches them as the manifest says). */
+static int s_write_sources(const kl_export_cfg_t *cfg, const char *text,
+                           const kl_model_t *m, const s_tasks_t *ts,
+                           kl_target_kind kind, kl_export_result_t *res,
+                           char *err)
 {
+    (void)text;
+    (void)res;
     for (int i = 0; i < kl_model_ntasks(m); i++) {
-        char *p = kl_xasprintf("%s/task_%02d.cu", dir, i);
+        char *p = kl_xasprintf("%s/task_%02d.%s", cfg->out_dir, i,
+                               kl_codegen_source_ext(kind));
         int rc = kl_write_file(p, ts->kernels[i].source,
                                strlen(ts->kernels[i].source), err);
         free(p);
@@ -301,29 +322,48 @@ static int s_write_cuda(const kl_model_t *m, const char *dir,
     return KL_OK;
 }
 
+/* The layer graph's code and, with cfg->build, libkiln_model.so. */
+static int s_write_graph(const kl_export_cfg_t *cfg, const char *text,
+                         const kl_model_t *m, const s_tasks_t *ts,
+                         kl_target_kind kind, kl_export_result_t *res,
+                         char *err)
+{
+    (void)kind;
+    int rc = kl_export_write_graph(text, cfg->model, m, ts->kernels,
+                                   cfg->out_dir, cfg->build, cfg->cc, err);
+    if (!rc && cfg->build)
+        res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
+    return rc;
+}
+
+static const s_kind_t s_kinds[] = {
+    [KL_TARGET_CPU] = {kl_codegen_reference, s_write_graph, "libkiln_model.so"},
+    [KL_TARGET_CUDA] = {NULL, s_write_sources, NULL},
+};
+_Static_assert(sizeof s_kinds / sizeof s_kinds[0] == KL_TARGET__KINDS,
+               "a model export per kind of target");
+
 static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
                     const kl_model_t *m, const char *text, s_tasks_t *ts,
                     kl_export_result_t *res, char *err)
 {
     const char *target = kl_export_target(cfg->target);
-    bool cuda = !strncmp(target, "cuda/", 5);
+    kl_target_kind kind;
+    if (kl_target_kind_of(target, &kind))
+        return kl_seterr(err, KL_ERR_INVAL, "target '%s': unknown kind",
+                         target);
+    const s_kind_t *how = &s_kinds[kind];
     int rc = s_lookup(store, m, target, ts, res, err);
-    if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && !cuda)
+    if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && how->naive)
         rc = KL_OK;
     if (!rc)
-        rc = s_kernels(m, ts, err);
+        rc = s_kernels(m, how, ts, err);
     if (!rc)
         rc = kl_mkdirs(cfg->out_dir, err);
-    if (!rc && cuda)
-        rc = s_write_cuda(m, cfg->out_dir, ts, err);
-    if (!rc && !cuda) {
-        rc = kl_export_write_graph(text, cfg->model, m, ts->kernels,
-                                   cfg->out_dir, cfg->build, cfg->cc, err);
-        if (!rc && cfg->build)
-            res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
-    }
     if (!rc)
-        rc = s_manifest(m, target, cfg->out_dir, ts, cuda, err);
+        rc = how->write(cfg, text, m, ts, kind, res, err);
+    if (!rc)
+        rc = s_manifest(m, target, cfg->out_dir, ts, kind, how, err);
     res->nprepare = ts->nprepare;
     return rc;
 }

@@ -34,7 +34,7 @@
 #include "kl_ir.h"
 #include "kl_model.h"
 #include "kl_store.h"
-#include "kl_target.h" /* kl_cpu_target */
+#include "kl_target.h" /* kl_cpu_target, kl_target_kind_of */
 
 /* The target a user means (kl_target_resolve): "cpu" is kl_cpu_target(),
  * anything else is itself. Static or borrowed string. */

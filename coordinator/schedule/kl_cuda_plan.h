@@ -89,7 +89,7 @@ typedef struct {
     bool wide_index;    /* some tensor has >= 2^31 elements: 64-bit math */
 } kl_cuda_plan_t;
 
-/* Analyses s for target t (t->cuda). Returns 0 and fills *p, or
+/* Analyses s for a CUDA target t. Returns 0 and fills *p, or
  * KL_ERR_UNSUPPORTED with the reason when the nest cannot be run by the
  * model above (a bound loop after a serial one, a reduction loop above the
  * write cache, a packed or local read cache, a shared write cache, a cached
@@ -109,9 +109,10 @@ int kl_cuda_plan_check(const kl_cuda_plan_t *p, const kl_sched_t *s,
                        const kl_target_t *t, char *err);
 
 /* An optional resource check run by kl_postproc_cuda after the static
- * checks (see codegen's kl_cuda_enable_resource_check, which compiles the
- * kernel with NVRTC and checks registers and spills). NULL disables it
- * (the default). Set it once, before sampling starts; it is process-wide. */
+ * checks (see kl_cuda_enable_resource_check in tools/cuda_check.h, which
+ * compiles the kernel with NVRTC and checks registers and spills). NULL
+ * disables it (the default). Set it once, before sampling starts; it is
+ * process-wide. */
 typedef int (*kl_cuda_resource_fn)(const kl_sched_t *s, const kl_target_t *t,
                                    char *err);
 void kl_postproc_cuda_set_resource_check(kl_cuda_resource_fn fn);

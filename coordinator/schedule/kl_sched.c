@@ -60,55 +60,6 @@ int kl_scope_parse(const char *name, kl_scope *out)
     return KL_ERR_INVAL;
 }
 
-static bool s_cpu_has_avx512(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
-}
-
-int kl_target_parse(const char *text, kl_target_t *out, char *err)
-{
-    memset(out, 0, sizeof *out);
-    out->cores = 2;
-    const char *t = text;
-    if (!strcmp(t, "cpu"))
-        t = s_cpu_has_avx512() ? "cpu/x86_64-avx512" : "cpu/x86_64-avx2";
-    if (strlen(t) >= sizeof out->name)
-        return kl_seterr(err, KL_ERR_INVAL, "target '%s': too long", text);
-    snprintf(out->name, sizeof out->name, "%s", t);
-    if (!strcmp(t, "cpu/x86_64-avx512")) {
-        out->vec_lanes = 16;
-        out->vec_regs = 32;
-    } else if (!strcmp(t, "cpu/x86_64-avx2")) {
-        out->vec_lanes = 8;
-        out->vec_regs = 16;
-    } else if (!strcmp(t, "cpu/generic")) {
-        out->vec_lanes = 4;
-        out->vec_regs = 16;
-    } else if (!strncmp(t, "cuda/sm_", 8)) {
-        int sm = 0;
-        char tail = 0;
-        if (sscanf(t + 8, "%d%c", &sm, &tail) != 1 || sm < 30 || sm > 200)
-            return kl_seterr(err, KL_ERR_INVAL,
-                             "target '%s': expected cuda/sm_NN", text);
-        out->cuda = true;
-        out->sm = sm;
-        out->vec_lanes = 1;
-        out->max_threads_per_block = 1024;
-        out->max_shared_bytes = sm >= 80 ? 99 * 1024 : 48 * 1024;
-    } else {
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "unknown target '%s' (cpu, cpu/x86_64-avx512, "
-                         "cpu/x86_64-avx2, cpu/generic, cuda/sm_NN)",
-                         text);
-    }
-    return KL_OK;
-}
-
 /* The naive nest of s->w: spatial iterators first, then reductions, each
  * in workload order. */
 static void s_naive(kl_sched_t *s)

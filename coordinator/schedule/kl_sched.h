@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "kl_ir.h"
+#include "kl_target.h" /* kl_target_t, kl_target_parse */
 
 #define KL_SCHED_MAX_LOOPS 64
 #define KL_LOOP_MAX_PARTS 8
@@ -132,23 +133,6 @@ typedef struct {
     kl_scope scope;
     int attach; /* loop id, or KL_ATTACH_ROOT */
 } kl_stage_t;
-
-/* What a design space and codegen know about the machine. */
-typedef struct {
-    char name[64]; /* "cpu/x86_64-avx512", "cuda/sm_90" */
-    bool cuda;
-    int vec_lanes; /* f32 lanes of the widest vector: 16, 8, 4 (CPU) */
-    int vec_regs;  /* vector registers: 32 (avx512), 16 (avx2) */
-    int cores;     /* CPU cores the kernel will run on (default 2) */
-    int sm;        /* CUDA compute capability * 10, e.g. 90 */
-    int max_threads_per_block;
-    int64_t max_shared_bytes;
-} kl_target_t;
-
-/* Parses "cpu" (this machine: avx512 when the CPU has it, else avx2),
- * "cpu/x86_64-avx512", "cpu/x86_64-avx2", "cpu/generic" (4 lanes),
- * "cuda/sm_NN". Unknown text is KL_ERR_INVAL naming it. */
-int kl_target_parse(const char *text, kl_target_t *out, char *err);
 
 typedef struct kl_sched_s kl_sched_t;
 

@@ -1,10 +1,23 @@
-/* kl_space.c - design spaces: rule program + postprocessors per target. */
+/* kl_space.c - design spaces: rule program + postprocessors per target
+ * kind. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kl_err.h"
 #include "kl_space.h"
+
+/* The design space of each kind of target. */
+static const struct {
+    int (*rules)(const kl_workload_t *w, const kl_target_t *t, kl_trace_t **out,
+                 char *err);
+    int (*postproc)(const kl_target_t *t, kl_sched_t *s, char *err);
+} s_kinds[] = {
+    [KL_TARGET_CPU] = {kl_rules_cpu_program, kl_postproc_cpu},
+    [KL_TARGET_CUDA] = {kl_rules_cuda_program, kl_postproc_cuda},
+};
+_Static_assert(sizeof s_kinds / sizeof s_kinds[0] == KL_TARGET__KINDS,
+               "a design space per kind of target");
 
 struct kl_space_s {
     kl_target_t target;
@@ -20,8 +33,7 @@ int kl_space_for_target(const char *target, const kl_workload_t *w,
     if (rc)
         return rc;
     kl_trace_t *prog = NULL;
-    rc = t.cuda ? kl_rules_cuda_program(w, &t, &prog, err)
-                : kl_rules_cpu_program(w, &t, &prog, err);
+    rc = s_kinds[t.kind].rules(w, &t, &prog, err);
     if (rc)
         return rc;
     kl_space_t *sp = kl_xcalloc(1, sizeof *sp);
@@ -58,8 +70,7 @@ const kl_trace_t *kl_space_program(const kl_space_t *sp)
 
 int kl_space_postproc(const kl_space_t *sp, kl_sched_t *s, char *err)
 {
-    return sp->target.cuda ? kl_postproc_cuda(&sp->target, s, err)
-                           : kl_postproc_cpu(&sp->target, s, err);
+    return s_kinds[sp->target.kind].postproc(&sp->target, s, err);
 }
 
 int kl_space_sample(const kl_space_t *sp, kl_rng_t *rng, kl_trace_t **trace,

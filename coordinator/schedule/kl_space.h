@@ -7,15 +7,18 @@
  * then runs the target's postprocessors; samples that a reject_if or a
  * postprocessor refuses are drawn again.
  *
- * CPU rules (rules_cpu.c): multi-level tiling SSRSRS, a local write cache
- * (register-tile accumulators) at a sampled level, optional packing of the
- * reused operand(s), parallel fused outer tiles, a vectorized innermost
- * spatial loop, unrolled register tiles, auto-unroll annotations.
+ * Each kind of target (kl_target.h) has its rules and its postprocessors,
+ * registered in kl_space.c's table of kinds:
  *
- * CUDA hooks: rules_cuda.c and postproc_cuda.c (when present in the tree)
- * define kl_rules_cuda_program and kl_postproc_cuda. Until they exist,
- * cuda_default.c defines both to return KL_ERR_UNSUPPORTED ("CUDA design
- * space not built in"), so everything links; meson picks one or the other.
+ * CPU (rules_cpu.c, postproc_cpu.c): multi-level tiling SSRSRS, a local
+ * write cache (register-tile accumulators) at a sampled level, optional
+ * packing of the reused operand(s), parallel fused outer tiles, a
+ * vectorized innermost spatial loop, unrolled register tiles, auto-unroll
+ * annotations.
+ *
+ * CUDA (rules_cuda.c, postproc_cuda.c, kl_cuda_plan.h): blockIdx and
+ * threadIdx tiles, virtual threads, shared-memory read caches, register
+ * accumulators.
  */
 #ifndef KL_SPACE_H
 #define KL_SPACE_H
@@ -62,7 +65,7 @@ int kl_space_replay(const kl_space_t *sp, const kl_trace_t *trace,
  * what it computes). */
 int kl_space_postproc(const kl_space_t *sp, kl_sched_t *s, char *err);
 
-/* ---- rules and postprocessors per target ---- */
+/* ---- rules and postprocessors per kind of target ---- */
 
 /* The CPU rule program for w (see above); *out is the caller's. */
 int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
@@ -73,8 +76,8 @@ int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
  * (at most 2 x vec_regs vectors); packed buffers at most 8 MiB each. */
 int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err);
 
-/* Hooks of the CUDA design space (rules_cuda.c, postproc_cuda.c). Same
- * contracts as the CPU pair. */
+/* The CUDA design space (rules_cuda.c, postproc_cuda.c). Same contracts
+ * as the CPU pair. */
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *t,
                           kl_trace_t **out, char *err);
 int kl_postproc_cuda(const kl_target_t *t, kl_sched_t *s, char *err);

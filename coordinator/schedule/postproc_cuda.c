@@ -243,7 +243,7 @@ int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
 {
     memset(p, 0, sizeof *p);
     const kl_workload_t *w = kl_sched_workload(s);
-    if (t && !t->cuda)
+    if (t && t->kind != KL_TARGET_CUDA)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "target %s is not a CUDA target", t->name);
     for (int i = 0; i < w->ntensors; i++)

@@ -36,6 +36,36 @@
 _Static_assert(NG + NBUF * NB + NPOS * NP == KL_FEATURES_N,
                "KL_FEATURES_N must match the layout");
 
+/* The two target slots of the global features, per kind of target: what a
+ * CPU kernel runs on (vector lanes, cores) and what a GPU kernel is cut
+ * into (threads per block, virtual threads). */
+typedef struct {
+    int64_t threads, vthreads; /* bound loops' extents (GPU) */
+    int cores;
+} s_par_t;
+
+static void s_slots_cpu(const kl_target_t *t, const s_par_t *p, float *f)
+{
+    f[0] = (float)t->vec_lanes;
+    f[1] = (float)p->cores;
+}
+
+static void s_slots_cuda(const kl_target_t *t, const s_par_t *p, float *f)
+{
+    (void)t;
+    f[0] = (float)p->threads;
+    f[1] = (float)p->vthreads;
+}
+
+static void (*const s_target_slots[])(const kl_target_t *, const s_par_t *,
+                                      float *) = {
+    [KL_TARGET_CPU] = s_slots_cpu,
+    [KL_TARGET_CUDA] = s_slots_cuda,
+};
+_Static_assert(sizeof s_target_slots / sizeof s_target_slots[0] ==
+                   KL_TARGET__KINDS,
+               "target slots per kind of target");
+
 static float s_lg(double x)
 {
     return (float)log2(1.0 + (x > 0 ? x : 0));
@@ -304,8 +334,8 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
         double fl = w->flop * s_iters(c, lev[k]) / (iters > 0 ? iters : 1);
         f[31 + k] = s_lg(fl / (bytes > 0 ? bytes : 1));
     }
-    f[34] = t->cuda ? (float)threads : (float)t->vec_lanes;
-    f[35] = t->cuda ? (float)vthreads : (float)cores;
+    s_par_t par = {threads, vthreads, cores};
+    s_target_slots[t->kind](t, &par, &f[34]);
 }
 
 static void s_buffer(const ctx_t *c, const levels_t *L, int b, float *f)

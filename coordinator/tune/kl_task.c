@@ -117,13 +117,12 @@ bool kl_task_owns(const kl_task_t *t, uint64_t request_id)
 
 /* ---- creation and restore ------------------------------------------------ */
 
-/* The candidate code of s: CUDA C (with its launch) on a CUDA target, else
- * C. */
+/* The candidate code of s in the language of the target's kind (with its
+ * launch where the kind has one). */
 static int s_codegen(const kl_sched_t *s, const kl_target_t *tg, kl_kernel_t *k,
                      char *err)
 {
-    return tg->cuda ? kl_codegen_cuda(s, tg, ENTRY, k, err)
-                    : kl_codegen_c(s, tg, ENTRY, k, err);
+    return kl_codegen_kernel(s, tg, ENTRY, k, err);
 }
 
 static void s_best(kl_task_t *t, const kl_trace_t *tr, bool ok, double m,
@@ -239,21 +238,16 @@ int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
     t->best_s = INFINITY;
     t->next_id = 1;
     int rc = kl_workload_from_string(workload, &t->w, err);
-    if (!rc && !strcmp(t->target, "cuda"))
-        rc = kl_seterr(err, KL_ERR_INVAL,
-                       "target 'cuda': name the GPU's architecture, e.g. "
-                       "cuda/sm_90 (nvidia-smi --query-gpu=compute_cap); "
-                       "the coordinator does not query devices");
+    if (!rc)
+        rc = kl_target_check_exact(t->target, err);
     if (!rc)
         rc = kl_space_for_target(t->target, t->w, &t->sp, err);
     if (!rc)
         rc = kl_search_new(&t->search, t->sp, &cfg->search, err);
     kl_kernel_t ref = {0};
-    if (!rc && kl_space_target(t->sp)->cuda)
-        rc = kl_codegen_cuda_reference(t->w, kl_space_target(t->sp), "kl_ref",
-                                       &ref, err);
-    else if (!rc)
-        rc = kl_codegen_reference(t->w, "kl_ref", &ref, err);
+    if (!rc)
+        rc = kl_codegen_reference_kernel(t->w, kl_space_target(t->sp), "kl_ref",
+                                         &ref, err);
     if (!rc) {
         t->ref_src = ref.source;
         ref.source = NULL;
@@ -325,11 +319,11 @@ typedef struct {
     Kiln__Candidate *c;
     Kiln__Candidate **p;
     char **src;
-    uint32_t (*launch)[6]; /* CUDA: grid, block */
+    uint32_t (*launch)[6]; /* launched kernels: grid, block */
     size_t n;
 } batch_t;
 
-/* A CUDA kernel's launch into the candidate (storage in b). */
+/* A launched kernel's grid and block into the candidate (storage in b). */
 static void s_launch(batch_t *b, Kiln__Candidate *cd, const kl_kernel_t *k)
 {
     uint32_t *l = b->launch[b->n];
@@ -389,7 +383,7 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
     cd->id = p->id;
     cd->source = k.source;
     cd->entry = ENTRY;
-    if (kl_space_target(t->sp)->cuda)
+    if (k.launched)
         s_launch(b, cd, &k);
     kl_trace_to_proto(p->trace, &cd->trace.data, &cd->trace.len);
     b->src[b->n] = k.source;

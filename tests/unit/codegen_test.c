@@ -18,6 +18,7 @@
 
 #include "kl_check.h"
 #include "kl_codegen.h"
+#include "kl_codegen_cuda.h"
 #include "kl_err.h"
 #include "kl_ir.h"
 #include "kl_space.h"
@@ -414,6 +415,48 @@ static void test_codegen_errors(void **state)
     kl_workload_free(&w);
 }
 
+/* kl_codegen_kernel and kl_codegen_reference_kernel pick the generator of
+ * the target's kind and give the same bytes as calling it directly. */
+static void test_codegen_by_kind(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_wl("matmul M=16 N=16 K=16");
+    kl_sched_t *s = NULL;
+    char err[KL_ERRMSG_LEN];
+    kl_target_t t[2];
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx2", &t[0], err), KL_OK);
+    assert_int_equal(kl_target_parse("cuda/sm_90", &t[1], err), KL_OK);
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    for (int i = 0; i < 2; i++) {
+        kl_kernel_t a, b, ra, rb;
+        assert_int_equal(kl_codegen_reference_kernel(w, &t[i], NULL, &ra, err),
+                         KL_OK);
+        if (i == 0) {
+            assert_string_equal(kl_codegen_source_ext(t[i].kind), "c");
+            assert_int_equal(kl_codegen_c(s, &t[i], "k", &a, err), KL_OK);
+            assert_int_equal(kl_codegen_reference(w, NULL, &rb, err), KL_OK);
+        } else {
+            assert_string_equal(kl_codegen_source_ext(t[i].kind), "cu");
+            assert_int_equal(kl_codegen_cuda(s, &t[i], "k", &a, err), KL_OK);
+            assert_int_equal(
+                kl_codegen_cuda_reference(w, &t[i], NULL, &rb, err), KL_OK);
+        }
+        assert_int_equal(kl_codegen_kernel(s, &t[i], "k", &b, err), KL_OK);
+        assert_string_equal(a.source, b.source);
+        assert_string_equal(ra.source, rb.source);
+        assert_string_equal(ra.entry, "kl_ref");
+        /* Only a GPU kernel carries a launch. */
+        assert_int_equal(b.launched, i == 1);
+        assert_int_equal(ra.launched, i == 1);
+        kl_kernel_free(&a);
+        kl_kernel_free(&b);
+        kl_kernel_free(&ra);
+        kl_kernel_free(&rb);
+    }
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+}
+
 /* Sweeps the shapes of one operator (op a name) or one shape (op its
  * index in s_shapes). */
 static int s_sweep_main(const char *op, int n)
@@ -454,6 +497,7 @@ int main(int argc, char **argv)
         return s_sweep_main(argv[2], argc >= 4 ? atoi(argv[3]) : 50);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codegen_errors),
+        cmocka_unit_test(test_codegen_by_kind),
         cmocka_unit_test(test_reference_all_ops),
         cmocka_unit_test(test_register_tile_structure),
         cmocka_unit_test(test_random_small_sweep),

@@ -49,20 +49,33 @@ static void test_devspec(void **state)
     (void)state;
     char err[KL_ERRMSG_LEN];
     kla_devspec_t s;
+    const kla_devsel_t *cpu = &s.sel[KL_TARGET_CPU];
+    const kla_devsel_t *gpu = &s.sel[KL_TARGET_CUDA];
     assert_int_equal(kla_devspec_parse("cpu", &s, err), KL_OK);
-    assert_true(s.cpu);
-    assert_int_equal(s.n_gpu, 0);
+    assert_true(cpu->all);
+    assert_false(kla_devsel_any(gpu));
     assert_int_equal(kla_devspec_parse("cuda:0,1", &s, err), KL_OK);
-    assert_false(s.cpu);
-    assert_int_equal(s.n_gpu, 2);
-    assert_int_equal(s.gpu[1], 1);
+    assert_false(kla_devsel_any(cpu));
+    assert_int_equal(gpu->n, 2);
+    assert_int_equal(gpu->id[1], 1);
     assert_int_equal(kla_devspec_parse("cpu,cuda:3", &s, err), KL_OK);
-    assert_true(s.cpu);
-    assert_int_equal(s.gpu[0], 3);
+    assert_true(cpu->all);
+    assert_int_equal(gpu->id[0], 3);
     assert_int_equal(kla_devspec_parse("cuda:all", &s, err), KL_OK);
-    assert_true(s.all_gpus);
-    const char *bad[] = {"",        "gpu",     "cuda:x",          "cuda:0,0",
-                         "cpu,cpu", "cuda:-1", "cuda:all,cuda:1", "cpu,1"};
+    assert_true(gpu->all);
+    assert_int_equal(kla_devspec_parse("cuda", &s, err), KL_OK);
+    assert_true(gpu->all);
+    const char *bad[] = {"",
+                         "gpu",
+                         "cuda:x",
+                         "cuda:0,0",
+                         "cpu,cpu",
+                         "cuda:-1",
+                         "cuda:all,cuda:1",
+                         "cpu,1",
+                         "cpu:0",
+                         "cudax",
+                         "cuda:"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = '\0';
         assert_int_equal(kla_devspec_parse(bad[i], &s, err), KL_ERR_INVAL);
@@ -167,7 +180,7 @@ static void test_no_driver(void **state)
     /* A driver that cannot be there, whatever the machine has. */
     setenv("KILN_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
     char err[KL_ERRMSG_LEN] = "";
-    kla_devspec_t s = {.n_gpu = 1};
+    kla_devsel_t s = {.n = 1};
     kla_cuda_dev_t d[KLA_MAX_GPUS];
     int n = 5;
     assert_int_equal(kla_cuda_query(&s, d, &n, err), KL_ERR_UNSUPPORTED);
@@ -381,7 +394,7 @@ static void test_runner_faults(void **state)
         skip();
     setenv("KILN_FAKE_GPU_WORKER", "1", 1);
     char err[KL_ERRMSG_LEN];
-    kla_devspec_t spec = {.n_gpu = 1};
+    kla_devsel_t spec = {.n = 1};
     kla_cuda_dev_t d;
     int n = 0;
     assert_int_equal(kla_cuda_query(&spec, &d, &n, err), KL_OK);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "cuda_check.h"
 #include "cuda_emu.h"
 #include "kl_codegen_cuda.h"
 #include "kl_cuda_plan.h"

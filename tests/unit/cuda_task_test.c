@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "cuda_check.h"
 #include "cuda_emu.h"
 #include "kl_codegen_cuda.h"
 #include "kl_task.h"

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda_check.h"
 #include "kl_codegen_cuda.h"
 #include "kl_cuda_plan.h"
 #include "kl_err.h"

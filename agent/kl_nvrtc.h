@@ -15,6 +15,16 @@
  *
  * Thread safety: one kl_nvrtc_t may be used from several threads at once
  * (each compilation is its own NVRTC program).
+ *
+ * Home. NVRTC belongs to the agent's CUDA backend, its one user in kiln
+ * proper: the builder compiles candidates and references (cuda_build.c),
+ * the GPU worker its helper kernels (cuda_worker.c), and kiln-agent checks
+ * that it loads before serving a GPU. The coordinator generates CUDA C but
+ * never compiles it, and the include rules keep it apart from agent/ (and
+ * agent/ from it), so the one thing that needs both the code generator and
+ * NVRTC, the offline resource check of generated kernels
+ * (tools/cuda_check.h), lives in tools/, for tests and benchmarks. The
+ * API keeps its kl_nvrtc_ names from its days in common/.
  */
 #ifndef KL_NVRTC_H
 #define KL_NVRTC_H

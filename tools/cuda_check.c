@@ -1,5 +1,7 @@
 /* cuda_check.c - resource checks of generated CUDA kernels with NVRTC
- * (kl_codegen_cuda.h). */
+ * (cuda_check.h). */
+#include "cuda_check.h"
+
 #include <stdio.h>
 #include <string.h>
 
