@@ -186,13 +186,20 @@ static bool s_auniform(const s_node_t *nd, const char *name, int64_t def,
 static int s_window(s_ctx_t *c, const s_node_t *nd, int64_t *stride,
                     int64_t *pad, int64_t *dil)
 {
+    /* NOTSET (the default: the pads as given) and VALID (no padding) are
+     * what kiln reads; the value is ONNX bytes, without a terminator, so
+     * its length is that of the word. */
     const KilnOnnx__AttributeProto *ap = s_attr(nd, "auto_pad");
     if (ap && ap->has_s && ap->s.len &&
-        !(ap->s.len == 7 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
-        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0))
-        return s_fail(c, nd,
-                      "auto_pad SAME_* is not supported (export with "
-                      "explicit pads)");
+        !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
+        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0)) {
+        char msg[120];
+        snprintf(msg, sizeof(msg),
+                 "auto_pad %.*s is not supported (export with explicit "
+                 "pads)",
+                 (int)(ap->s.len > 40 ? 40 : ap->s.len), ap->s.data);
+        return s_fail(c, nd, msg);
+    }
     if (!s_auniform(nd, "strides", 1, stride))
         return s_fail(c, nd, "different strides per axis");
     if (!s_auniform(nd, "pads", 0, pad))

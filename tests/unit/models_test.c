@@ -445,6 +445,19 @@ static KilnOnnx__AttributeProto *s_int(const char *name, int64_t v)
     return at;
 }
 
+/* A string attribute, as ONNX stores it: bytes without a terminator. */
+static KilnOnnx__AttributeProto *s_str(const char *name, const char *v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_s = 1;
+    at->s.len = strlen(v);
+    at->s.data = s_mem(at->s.len + 1);
+    memcpy(at->s.data, v, at->s.len);
+    return at;
+}
+
 static KilnOnnx__TensorProto *s_tensor(const char *name, int n, int64_t a,
                                        int64_t b, int64_t c3, int64_t d)
 {
@@ -693,6 +706,54 @@ static void test_onnx_attention_and_errors(void **state)
     s_arena_free();
 }
 
+/* auto_pad: an explicit NOTSET (the default, six letters) and VALID are
+ * the pads as given, like a node without the attribute; SAME_* is still
+ * refused with the node's name. */
+static void test_onnx_auto_pad(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *pads[] = {NULL, "NOTSET", "VALID", "SAME_UPPER"};
+    char *spec[3] = {NULL};
+    for (int i = 0; i < 4; i++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 8, 16, 16};
+        s_onnx_init(&o, "x", 4, in);
+        o.inits[0] = s_tensor("w", 4, 8, 8, 3, 3);
+        o.g.n_initializer = 1;
+        /* VALID means no padding: its node has none to give. */
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c",
+                    pads[i] ? s_str("auto_pad", pads[i]) : NULL,
+                    s_ints("pads", 4, i == 2 ? 0 : 1, i == 2 ? 0 : 1,
+                           i == 2 ? 0 : 1, i == 2 ? 0 : 1),
+                    0);
+        const char *path = s_onnx_write(&o, "c");
+        kl_model_t *m = NULL;
+        int rc = kl_model_load(path, &m, err);
+        unlink(path);
+        if (i == 3) {
+            assert_int_equal(rc, KL_ERR_INVAL);
+            assert_non_null(
+                strstr(err, "node 'c' (Conv): auto_pad SAME_UPPER is not "
+                            "supported"));
+        } else {
+            if (rc)
+                fail_msg("auto_pad %s: %s", pads[i] ? pads[i] : "(none)", err);
+            assert_int_equal(kl_model_ntasks(m), 1);
+            spec[i] = strdup(kl_model_task(m, 0)->spec);
+            kl_model_destroy(&m);
+        }
+        s_arena_free();
+    }
+    assert_string_equal(spec[0], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=1");
+    assert_string_equal(spec[1], spec[0]);
+    assert_string_equal(spec[2], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=0");
+    for (int i = 0; i < 3; i++)
+        free(spec[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -703,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_onnx_cnn),
         cmocka_unit_test(test_onnx_attention_and_errors),
+        cmocka_unit_test(test_onnx_auto_pad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
