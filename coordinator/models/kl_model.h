@@ -14,13 +14,14 @@
  *
  * Every tensor is f32 and 4-D tensors are NCHW; shapes are inferred layer by
  * layer from the inputs. Extraction then:
- *  1. fuses into its producer every `relu` that follows a conv2d,
+ *  1. fuses into its producer every `relu` or `clip` (one of them per
+ *     producer; a clip becomes its clip=LO,HI) that follows a conv2d,
  *     depthwise_conv2d, dense or matmul, and every `add` of a conv2d or
  *     depthwise_conv2d output with a tensor of its shape (the residual; the
  *     first operand that qualifies gets it), when the producer's output has
  *     no other consumer; bias is an attribute of the producer itself. The
- *     epilogue order is bias, residual, relu, as kl_ir.h has it, so a relu
- *     fused before an add stops the add from fusing;
+ *     epilogue order is bias, residual, relu (or clip), as kl_ir.h has it,
+ *     so a relu or clip fused before an add stops the add from fusing;
  *  2. turns every remaining layer that computes into a workload with
  *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
  *     gives the same operator); reshape, flatten and transpose are views,

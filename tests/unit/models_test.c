@@ -341,6 +341,58 @@ static void test_fusion_rules(void **state)
     kl_model_destroy(&m);
 }
 
+/* clip LO HI: fused into the layer before it like a relu (one
+ * activation per layer: after a relu it stays a layer of its own, and a
+ * residual add does not fuse after it); the bounds are its workload's
+ * clip(lo, hi) epilogue. */
+static void test_clip_layers(void **state)
+{
+    (void)state;
+    kl_model_t *m = s_parse("input x 1x8x8x8\n"
+                            "c = conv2d x K=8 R=3 pad=1 bias=1\n"
+                            "r = clip c lo=0 hi=6\n"
+                            "d = depthwise_conv2d r R=3 pad=1\n"
+                            "dr = relu d\n"
+                            "q = clip dr lo=-0.5 hi=0.25\n"
+                            "e = conv2d q K=8 R=1\n"
+                            "ec = clip e lo=0 hi=6\n"
+                            "s = add ec x\n");
+    assert_int_equal(kl_model_ntasks(m), 5);
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 stride=1 pad=1 "
+                        "bias=1 clip=0,6");
+    assert_non_null(strstr(kl_model_task(m, 0)->w->canonical,
+                           "| + bias[f] | clip(0, 6) where"));
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "depthwise_conv2d N=1 C=8 H=8 W=8 R=3 S=3 stride=1 "
+                        "pad=1 relu=1");
+    assert_string_equal(kl_model_task(m, 2)->spec,
+                        "clip shape=1x8x8x8 lo=-0.5 hi=0.25");
+    assert_non_null(
+        strstr(kl_model_task(m, 2)->w->canonical, "| clip(-0.5, 0.25) where"));
+    assert_string_equal(kl_model_task(m, 3)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=1 S=1 stride=1 pad=0 "
+                        "clip=0,6");
+    /* No residual after an activation: the add stays a layer. */
+    assert_string_equal(kl_model_task(m, 4)->spec, "add shape=1x8x8x8");
+    assert_int_equal(kl_model_ntuned_layers(m), 8);
+    kl_model_destroy(&m);
+    m = s_parse("input x 2x16\n"
+                "fc = dense x O=10\n"
+                "fo = clip fc lo=-1 hi=1\n");
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "dense N=2 I=16 O=10 bias=1 clip=-1,1");
+    kl_model_destroy(&m);
+
+    s_parse_fails("input x 1x8\nr = clip x lo=0\n", "clip needs hi=");
+    s_parse_fails("input x 1x8\nr = clip x lo=7 hi=6\n",
+                  "layer 'r': clip lo=7 is above hi=6");
+    s_parse_fails("input x 1x8\nr = clip x lo=zero hi=6\n",
+                  "layer 'r': bad value 'zero' for lo (a finite number)");
+    s_parse_fails("input x 1x8\nr = clip x lo=0 hi=inf\n",
+                  "bad value 'inf' for hi");
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -761,6 +813,7 @@ int main(void)
         cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_bert),
         cmocka_unit_test(test_fusion_rules),
+        cmocka_unit_test(test_clip_layers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_onnx_cnn),
         cmocka_unit_test(test_onnx_attention_and_errors),
