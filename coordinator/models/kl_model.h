@@ -79,15 +79,17 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
 /* Writes an ONNX model (the bytes of a .onnx file) as kiln graph text:
  * Conv (group = channels: depthwise_conv2d), Gemm (transB: dense, else
  * matmul), MatMul, MaxPool, AveragePool, GlobalAveragePool, Relu, Clip
- * with min 0 (ReLU6, as relu), Add, Flatten (axis 1), Reshape (constant
+ * (with constant min and max: clip lo=MIN hi=MAX, so ReLU6 is clip 0..6;
+ * min 0 and no max: relu), Add, Flatten (axis 1), Reshape (constant
  * shape), Transpose, Softmax, LayerNormalization and Gelu map to the ops
  * of the same meaning; BatchNormalization and an Add of a constant after
  * a conv, dense or matmul become its bias=1; Identity and Dropout vanish;
  * weights lend only their shapes; symbolic dimensions are 1; value names
  * keep [A-Za-z0-9_.-] and the rest becomes '_'. Anything else is
  * KL_ERR_INVAL naming the node and its op, as are asymmetric pads,
- * SAME_* auto_pad, ceil_mode and inputs that are not float32. *text is
- * the caller's (free). */
+ * SAME_* auto_pad, ceil_mode, a Clip with one bound (other than min 0),
+ * none, or one that is not a constant float, and inputs that are not
+ * float32. *text is the caller's (free). */
 int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
                           char **text, char *err);
 
