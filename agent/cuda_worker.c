@@ -375,16 +375,18 @@ static CUresult s_sample(s_w_t *w, CUfunction f, const kla_cuda_launch_t *l,
     return rc;
 }
 
-/* Grows number, then takes the samples (seconds per launch). */
+/* Grows number, then takes the samples (seconds per launch); *launches
+ * counts the launches made. */
 static void s_timing(s_w_t *w, const kla_cw_req_t *q, CUfunction f,
                      const kla_cuda_launch_t *l, void **params, kla_cw_res_t *h,
-                     double **samples)
+                     double **samples, uint64_t *launches)
 {
     uint32_t number = q->number ? q->number : 1;
     double want = q->min_repeat_ms / 1000.0, t = 0;
     CUresult rc = CUDA_SUCCESS;
     while (want > 0 && !rc) {
         rc = s_sample(w, f, l, params, number, -1, &t);
+        *launches += number;
         if (rc || t >= want || number >= S_MAX_NUMBER)
             break;
         double grow = t > 0 ? want / t * 1.1 : 100;
@@ -397,6 +399,7 @@ static void s_timing(s_w_t *w, const kla_cw_req_t *q, CUfunction f,
         rc = s_sample(w, f, l, params, number, q->flush ? (int)(r & 0xff) : -1,
                       &t);
         s[r] = t / number;
+        *launches += number;
     }
     if (s_fail(w, rc, "timing", h->msg, sizeof h->msg)) {
         h->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
@@ -409,10 +412,11 @@ static void s_timing(s_w_t *w, const kla_cw_req_t *q, CUfunction f,
     *samples = s;
 }
 
-/* Compares every output with the reference; false (and h filled) when
- * wrong or when the comparison failed. */
+/* Compares every output with the reference; false (and h filled, its
+ * message starting with `when`) when wrong or when the comparison
+ * failed. */
 static bool s_verify(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
-                     CUdeviceptr *out, kla_cw_res_t *h)
+                     CUdeviceptr *out, const char *when, kla_cw_res_t *h)
 {
     uint64_t total = 0, bad = 0, maxbits = 0;
     for (uint32_t a = 0; a < q->n_args; a++) {
@@ -432,10 +436,10 @@ static bool s_verify(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
             w->cu->MemcpyDtoH(&got, out[a] + st[1] * 4, 4);
             w->cu->MemcpyDtoH(&want, ref->buf[a] + st[1] * 4, 4);
             snprintf(h->msg, sizeof h->msg,
-                     "output %u element %llu is %g, expected %g (rtol %g of "
-                     "|expected| + rms %g, atol %g)",
-                     a, (unsigned long long)st[1], (double)got, (double)want,
-                     q->rtol, ref->rms[a], q->atol);
+                     "%soutput %u element %llu is %g, expected %g (rtol %g "
+                     "of |expected| + rms %g, atol %g)",
+                     when, a, (unsigned long long)st[1], (double)got,
+                     (double)want, q->rtol, ref->rms[a], q->atol);
         }
         bad += st[0];
         total += q->nelem[a];
@@ -451,6 +455,28 @@ static bool s_verify(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
              h->max_abs_err);
     h->status = KILN__STATUS__STATUS_WRONG_RESULT;
     return false;
+}
+
+/* The check after timing: every timed launch writes the same outputs, so
+ * comparing the last one's catches, with one more compare and nothing
+ * recomputed, a kernel whose first launch was right and whose later ones
+ * are not (a __device__ counter, state left in a buffer). When wrong,
+ * the samples are dropped and h says so. */
+static void s_verify_after(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
+                           CUdeviceptr *out, uint64_t launches, kla_cw_res_t *h,
+                           double **samples)
+{
+    char when[96];
+    snprintf(when, sizeof when,
+             "check after timing (output of launch %llu; the first "
+             "launch's was right): ",
+             (unsigned long long)launches);
+    if (s_verify(w, q, ref, out, when, h))
+        return;
+    free(*samples);
+    *samples = NULL;
+    h->n_samples = 0;
+    h->number = 0;
 }
 
 /* Reads the loaded function's resources and checks the launch. */
@@ -504,6 +530,7 @@ static void s_candidate(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
     CUdeviceptr out[64] = {0};
     void *params[64];
     CUresult rc = CUDA_SUCCESS;
+    uint64_t launches = 1; /* the verified one, then the timed ones */
     if (s_check(w, f, &l, h) != 0)
         goto done;
     /* Inputs are copies of the cached ones (a candidate that writes its
@@ -523,9 +550,11 @@ static void s_candidate(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
         s_fail(w, w->cu->StreamSynchronize(w->stream), "kernel", h->msg,
                sizeof h->msg))
         goto done;
-    if (!q->skip_verify && !s_verify(w, q, ref, out, h))
+    if (!q->skip_verify && !s_verify(w, q, ref, out, "", h))
         goto done;
-    s_timing(w, q, f, &l, params, h, samples);
+    s_timing(w, q, f, &l, params, h, samples, &launches);
+    if (h->status == KILN__STATUS__STATUS_OK && !q->skip_verify)
+        s_verify_after(w, q, ref, out, launches, h, samples);
 done:
     if (w->poisoned)
         return; /* the process ends; nothing can be freed */

@@ -27,7 +27,9 @@
  * the root mean square of the reference output, or NaN, is WRONG_RESULT,
  * as on the CPU), then times with CUDA events: `number` launches per sample
  * (grown until a sample lasts min_repeat_ms), `repeat` samples, the L2
- * flushed before each by a memset of twice its size.
+ * flushed before each by a memset of twice its size, and compares the
+ * last timed launch's output once more, as the CPU runner does (a
+ * mismatch is WRONG_RESULT, no samples, "check after timing: ...").
  *
  * Faults. An error that poisons the context (illegal address, trap,
  * misaligned access, ...) is RUNTIME_ERROR naming the CUDA error; the

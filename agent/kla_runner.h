@@ -19,8 +19,12 @@
  * then times it: `number` runs per sample (grown until one sample lasts
  * min_repeat_ms), `repeat` samples, the cache flushed before each sample by
  * writing a buffer of twice the last-level cache (mapped once by the
- * runner, populated, and shared with the children). One runner runs one
- * child at a time.
+ * runner, populated, and shared with the children), and last compares
+ * again, with the same test, the output of the last timed call (every call
+ * writes the same output buffers, so nothing is recomputed): a kernel
+ * whose first call was right and a later one wrong (state in a static) is
+ * WRONG_RESULT, no samples, its error starting "check after timing".
+ * skip_verify skips both compares. One runner runs one child at a time.
  */
 #ifndef KLA_RUNNER_H
 #define KLA_RUNNER_H

@@ -259,8 +259,10 @@ static int s_send(int fd, s_child_hdr_t *h, const double *samples)
     return 0;
 }
 
-/* Compares the outputs with the reference; fills h on a mismatch. */
-static bool s_verify(const s_ctx_t *c, void *const *args, s_child_hdr_t *h)
+/* Compares the outputs with the reference; fills h on a mismatch, its
+ * message starting with `when` ("" for the check of the first call). */
+static bool s_verify(const s_ctx_t *c, void *const *args, const char *when,
+                     s_child_hdr_t *h)
 {
     const kla_eval_t *e = &c->p->eval;
     size_t bad = 0, total = 0;
@@ -279,10 +281,10 @@ static bool s_verify(const s_ctx_t *c, void *const *args, s_child_hdr_t *h)
             if (d > e->atol + e->rtol * (fabs((double)ref[i]) + rms)) {
                 if (!bad++)
                     snprintf(h->msg, sizeof h->msg,
-                             "output %d element %zu is %g, expected %g "
+                             "%soutput %d element %zu is %g, expected %g "
                              "(rtol %g of |expected| + rms %g, atol %g)",
-                             a, i, (double)out[i], (double)ref[i], e->rtol, rms,
-                             e->atol);
+                             when, a, i, (double)out[i], (double)ref[i],
+                             e->rtol, rms, e->atol);
             }
         }
     }
@@ -306,16 +308,21 @@ static double s_time_runs(s_kernel_fn fn, void *const *args, uint32_t number)
 }
 
 /* Grows number until `number` runs last min_repeat_ms, then takes the
- * samples. */
+ * samples, then checks the output of the last timed call: a kernel whose
+ * first call was right may change between calls (state kept in a static,
+ * a buffer it reuses), and every timed call writes the same outputs, so
+ * one more compare, nothing recomputed, catches it. */
 static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
 {
     const kla_eval_t *e = &c->p->eval;
     s_child_hdr_t h = {.status = S_CH_OK, .n_samples = e->repeat};
     uint32_t number = e->number;
+    uint64_t calls = 1; /* the verified call */
     double want = e->min_repeat_ms / 1000.0;
     if (want > 0) {
         for (;;) {
             double t = s_time_runs(fn, args, number);
+            calls += number;
             if (t >= want || number >= S_MAX_NUMBER)
                 break;
             double grow = t > 0 ? want / t * 1.1 : 100;
@@ -348,8 +355,17 @@ static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
             __asm__ volatile("" : : "r"(flush) : "memory");
         }
         samples[r] = s_time_runs(fn, args, number) / number;
+        calls += number;
     }
-    int rc = s_send(fd, &h, samples);
+    char when[96];
+    snprintf(when, sizeof when,
+             "check after timing (output of call %llu; the first call's was "
+             "right): ",
+             (unsigned long long)calls);
+    s_child_hdr_t wrong = {0};
+    int rc = !e->skip_verify && !s_verify(c, args, when, &wrong)
+                 ? s_send(fd, &wrong, NULL)
+                 : s_send(fd, &h, samples);
     free(samples);
     if (own)
         munmap(own, flush_n);
@@ -422,7 +438,7 @@ static int s_child(void *arg, int fd)
     if (c->shared_out) {
         h.status = S_CH_OK;
         rc = s_send(fd, &h, NULL);
-    } else if (!c->p->eval.skip_verify && !s_verify(c, args, &h)) {
+    } else if (!c->p->eval.skip_verify && !s_verify(c, args, "", &h)) {
         rc = s_send(fd, &h, NULL);
     } else {
         rc = s_timing(c, fn, args, fd);

@@ -142,7 +142,9 @@ static void s_arg(s_net_t *n, s_step_t *s, int what,
         s->args[s->nargs++] = (dnnl_exec_arg_t){what, s_mem(n, md, data)};
 }
 
-static dnnl_primitive_attr_t s_attr(bool sum, bool relu)
+/* The post-ops of layer nd: the residual (a sum into dst, when sum),
+ * then its relu or clip (alpha lo, beta hi: max(lo, min(hi, x))). */
+static dnnl_primitive_attr_t s_attr(bool sum, const kl_mnode_t *nd)
 {
     dnnl_primitive_attr_t a = NULL;
     dnnl_post_ops_t po = NULL;
@@ -150,8 +152,11 @@ static dnnl_primitive_attr_t s_attr(bool sum, bool relu)
     dnnl_post_ops_create(&po);
     if (sum)
         dnnl_post_ops_append_sum(po, 1.0f);
-    if (relu)
+    if (nd->relu)
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0);
+    if (nd->clip)
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, (float)nd->lo,
+                                     (float)nd->hi);
     dnnl_primitive_attr_set_post_ops(a, po);
     dnnl_post_ops_destroy(po);
     return a;
@@ -179,7 +184,7 @@ static bool s_conv(s_net_t *n, int i)
             &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wany,
             nd->bias ? &bias : NULL, &dst, str, dil, pad, pad) != dnnl_success)
         return false;
-    dnnl_primitive_attr_t attr = s_attr(nd->res, nd->relu);
+    dnnl_primitive_attr_t attr = s_attr(nd->res, nd);
     dnnl_primitive_desc_t pd = NULL;
     s_step_t *s = s_step(n, &cd, attr, &pd);
     dnnl_primitive_attr_destroy(attr);
@@ -236,7 +241,7 @@ static bool s_gemm(s_net_t *n, int i)
                                       nd->bias ? &bias : NULL, &dst);
     if (st != dnnl_success)
         return false;
-    dnnl_primitive_attr_t attr = s_attr(false, nd->relu);
+    dnnl_primitive_attr_t attr = s_attr(false, nd);
     dnnl_primitive_desc_t pd = NULL;
     s_step_t *s = s_step(n, &od, attr, &pd);
     dnnl_primitive_attr_destroy(attr);
@@ -281,7 +286,7 @@ static bool s_pool(s_net_t *n, int i)
     return true;
 }
 
-/* add, relu, gelu, softmax, layer_norm. */
+/* add, relu, clip, gelu, softmax, layer_norm. */
 static bool s_elementwise(s_net_t *n, int i)
 {
     const kl_mnode_t *nd = &n->g->nodes[i];
@@ -301,6 +306,10 @@ static bool s_elementwise(s_net_t *n, int i)
     else if (nd->op == KL_MOP_LAYER_NORM)
         st = dnnl_layer_normalization_forward_desc_init(
             &od.ln, dnnl_forward_inference, &md, NULL, 1e-5f, 0);
+    else if (nd->op == KL_MOP_CLIP)
+        st = dnnl_eltwise_forward_desc_init(&od.elt, dnnl_forward_inference,
+                                            dnnl_eltwise_clip, &md,
+                                            (float)nd->lo, (float)nd->hi);
     else
         st = dnnl_eltwise_forward_desc_init(
             &od.elt, dnnl_forward_inference,

@@ -196,13 +196,18 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *          size HxW, K output channels)
  *   max_pool2d / avg_pool2d N C H W R S [stride=R pad=0]
  *   add shape=AxBxC, relu shape=AxBxC        (up to 8 dimensions)
+ *   clip shape=AxBxC lo=LO hi=HI             Y = X | clip(LO, HI)
  * Layouts (all NCHW unless said): conv2d weight [K,C/groups,R,S]; NHWC
  * takes X [N,H,W,C] and weight [R,S,C/groups,K] (HWIO). With groups > 1
  * the output channel is split into (group, channel) iterators, so Y is
  * declared [N,G,K/G,P,Q] (NHWC: [N,P,Q,G,K/G]): the same memory as the 4-D
  * tensor. bias is bias[K]; residual is a tensor Res shaped like Y; the
- * epilogue order is bias, residual, relu. depthwise_conv2d has weight
- * [C*M,1,R,S] (M = multiplier; with M > 1, Y is [N,C,M,P,Q]).
+ * epilogue order is bias, residual, relu. matmul, dense, conv2d and
+ * depthwise_conv2d also take clip=LO,HI (two finite numbers, LO <= HI):
+ * the epilogue clip(LO, HI) in relu's place, a clamp to [LO, HI] (ReLU6 is
+ * clip=0,6); relu=1 and clip= together are an error. depthwise_conv2d
+ * has weight [C*M,1,R,S] (M = multiplier; with M > 1, Y is
+ * [N,C,M,P,Q]).
  * conv2d_transpose is PyTorch's ConvTranspose2d: weight [C,K,R,S],
  * Y [N,K,(H-1)*stride-2*pad+R+output_pad, ...], output_pad < stride,
  * written with the exact '(y+pad-r)/stride' gather. max_pool2d skips padded

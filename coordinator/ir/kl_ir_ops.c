@@ -6,6 +6,7 @@
 #include "kl_err.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,99 @@ static int s_flag(s_spec_t *s, const char *key, int64_t def, int64_t *out)
     return rc;
 }
 
+/* Shortest of %.15g / %.17g that reads back to the same double (as the
+ * canonical text prints numbers). */
+static void s_num_text(char out[40], double v)
+{
+    snprintf(out, 40, "%.15g", v);
+    if (strtod(out, NULL) != v)
+        snprintf(out, 40, "%.17g", v);
+}
+
+/* A finite number from text t (all of it); false when it is not one. */
+static bool s_strnum(const char *t, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(t, &end);
+    return end != t && !*end && !errno && isfinite(*out);
+}
+
+/* Required number parameter key (a finite double). */
+static int s_num(s_spec_t *s, const char *key, double *out)
+{
+    s_kv_t *kv = s_find(s, key);
+    if (!kv)
+        return kl_seterr(s->err, KL_ERR_INVAL, "%s: missing %s", s->op, key);
+    if (!s_strnum(kv->val, out))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for %s (a finite number)", s->op,
+                         kv->val, key);
+    return KL_OK;
+}
+
+/* The activation of a layer's epilogue: relu=1, or clip=LO,HI (a clamp
+ * to [LO, HI], as ReLU6 is clip=0,6); at most one of them. */
+typedef struct {
+    int64_t relu;
+    bool clip;
+    double lo, hi;
+} s_act_t;
+
+static int s_act(s_spec_t *s, s_act_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    int rc = s_flag(s, "relu", 0, &a->relu);
+    s_kv_t *kv = rc ? NULL : s_find(s, "clip");
+    if (!kv)
+        return rc;
+    char lo[64], *comma = strchr(kv->val, ',');
+    size_t n = comma ? (size_t)(comma - kv->val) : 0;
+    if (n < sizeof(lo)) {
+        memcpy(lo, kv->val, n);
+        lo[n] = '\0';
+    }
+    if (!comma || n >= sizeof(lo) || !s_strnum(lo, &a->lo) ||
+        !s_strnum(comma + 1, &a->hi) || a->lo > a->hi)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for clip (LO,HI: two finite "
+                         "numbers, LO <= HI)",
+                         s->op, kv->val);
+    if (a->relu)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: relu=1 and clip= are both activations; give "
+                         "one (clip=0,HI clamps at zero too)",
+                         s->op);
+    a->clip = true;
+    return KL_OK;
+}
+
+/* The activation's epilogue text (" | relu", " | clip(0, 6)" or ""). */
+static void s_act_epilogue(kl_buf_t *b, const s_act_t *a)
+{
+    char lo[40], hi[40];
+    if (a->relu)
+        kl_buf_puts(b, " | relu");
+    if (!a->clip)
+        return;
+    s_num_text(lo, a->lo);
+    s_num_text(hi, a->hi);
+    kl_buf_printf(b, " | clip(%s, %s)", lo, hi);
+}
+
+/* The activation's part of a name ("_relu", "_clip0_6" or ""). */
+static void s_act_name(kl_buf_t *b, const s_act_t *a)
+{
+    char lo[40], hi[40];
+    if (a->relu)
+        kl_buf_puts(b, "_relu");
+    if (!a->clip)
+        return;
+    s_num_text(lo, a->lo);
+    s_num_text(hi, a->hi);
+    kl_buf_printf(b, "_clip%s_%s", lo, hi);
+}
+
 static int s_unused(const s_spec_t *s)
 {
     for (int i = 0; i < s->n; i++)
@@ -175,21 +269,24 @@ static int s_outsize(s_spec_t *s, const char *what, int64_t in, int64_t k,
 
 static int s_matmul(s_spec_t *s, kl_workload_t **out)
 {
-    int64_t M, N, K, bias, relu;
+    int64_t M, N, K, bias;
+    s_act_t act;
     int rc = s_int(s, "M", -1, 1, &M) ?: s_int(s, "N", -1, 1, &N)
                                         ?: s_int(s, "K", -1, 1, &K)
                                         ?: s_flag(s, "bias", 0, &bias)
-                                        ?: s_flag(s, "relu", 0, &relu);
+                                        ?: s_act(s, &act);
     if (rc)
         return rc;
-    char *text = kl_xasprintf(
-        "C[i,j] += A[i,k] * B[k,j]%s%s where i=%lld, j=%lld, k=%lld",
-        bias ? " | + bias[j]" : "", relu ? " | relu" : "", (long long)M,
-        (long long)N, (long long)K);
-    char *name =
-        kl_xasprintf("matmul_%lld_%lld_%lld%s%s", (long long)M, (long long)N,
-                     (long long)K, bias ? "_bias" : "", relu ? "_relu" : "");
-    return s_finish(s, text, "matmul", name, out);
+    kl_buf_t t = {0}, n = {0};
+    kl_buf_printf(&t, "C[i,j] += A[i,k] * B[k,j]%s",
+                  bias ? " | + bias[j]" : "");
+    s_act_epilogue(&t, &act);
+    kl_buf_printf(&t, " where i=%lld, j=%lld, k=%lld", (long long)M,
+                  (long long)N, (long long)K);
+    kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s", (long long)M, (long long)N,
+                  (long long)K, bias ? "_bias" : "");
+    s_act_name(&n, &act);
+    return s_finish(s, kl_buf_take(&t), "matmul", kl_buf_take(&n), out);
 }
 
 static int s_batch_matmul(s_spec_t *s, kl_workload_t **out)
@@ -211,29 +308,31 @@ static int s_batch_matmul(s_spec_t *s, kl_workload_t **out)
 
 static int s_dense(s_spec_t *s, kl_workload_t **out)
 {
-    int64_t N, I, O, bias, relu;
+    int64_t N, I, O, bias;
+    s_act_t act;
     int rc = s_int(s, "N", -1, 1, &N) ?: s_int(s, "I", -1, 1, &I)
                                         ?: s_int(s, "O", -1, 1, &O)
                                         ?: s_flag(s, "bias", 1, &bias)
-                                        ?: s_flag(s, "relu", 0, &relu);
+                                        ?: s_act(s, &act);
     if (rc)
         return rc;
-    char bdecl[64] = "";
+    kl_buf_t t = {0}, n = {0};
+    kl_buf_printf(&t, "Y[n,o] += X[n,i] * W[o,i]%s", bias ? " | + b[o]" : "");
+    s_act_epilogue(&t, &act);
+    kl_buf_printf(&t, " where n=%lld, o=%lld, i=%lld; W: const f32[%lld,%lld]",
+                  (long long)N, (long long)O, (long long)I, (long long)O,
+                  (long long)I);
     if (bias)
-        snprintf(bdecl, sizeof bdecl, ", b: const f32[%lld]", (long long)O);
-    char *text = kl_xasprintf(
-        "Y[n,o] += X[n,i] * W[o,i]%s%s where n=%lld, o=%lld, i=%lld; "
-        "W: const f32[%lld,%lld]%s",
-        bias ? " | + b[o]" : "", relu ? " | relu" : "", (long long)N,
-        (long long)O, (long long)I, (long long)O, (long long)I, bdecl);
-    char *name =
-        kl_xasprintf("dense_%lld_%lld_%lld%s%s", (long long)N, (long long)I,
-                     (long long)O, bias ? "_bias" : "", relu ? "_relu" : "");
-    return s_finish(s, text, "dense", name, out);
+        kl_buf_printf(&t, ", b: const f32[%lld]", (long long)O);
+    kl_buf_printf(&n, "dense_%lld_%lld_%lld%s", (long long)N, (long long)I,
+                  (long long)O, bias ? "_bias" : "");
+    s_act_name(&n, &act);
+    return s_finish(s, kl_buf_take(&t), "dense", kl_buf_take(&n), out);
 }
 
 typedef struct {
-    int64_t N, C, H, W, K, R, S, stride, pad, dil, groups, bias, relu, res;
+    int64_t N, C, H, W, K, R, S, stride, pad, dil, groups, bias, res;
+    s_act_t act;
     bool nhwc;
 } s_conv_t;
 
@@ -250,7 +349,7 @@ static int s_conv_params(s_spec_t *s, s_conv_t *c, bool has_k)
                                            ?: s_int(s, "dilation", 1, 1,
                                                     &c->dil)
                                            ?: s_flag(s, "bias", 0, &c->bias)
-                                           ?: s_flag(s, "relu", 0, &c->relu)
+                                           ?: s_act(s, &c->act)
                                            ?: s_flag(s, "residual", 0,
                                                      &c->res);
     if (!rc && has_k)
@@ -258,8 +357,8 @@ static int s_conv_params(s_spec_t *s, s_conv_t *c, bool has_k)
     return rc;
 }
 
-/* Epilogue text of bias / residual / relu; ch is the output channel index
- * expression, outidx the output access indices. */
+/* Epilogue text of bias / residual / relu or clip; ch is the output
+ * channel index expression, outidx the output access indices. */
 static void s_conv_epilogue(kl_buf_t *b, const s_conv_t *c, const char *ch,
                             const char *outidx)
 {
@@ -267,8 +366,7 @@ static void s_conv_epilogue(kl_buf_t *b, const s_conv_t *c, const char *ch,
         kl_buf_printf(b, " | + bias[%s]", ch);
     if (c->res)
         kl_buf_printf(b, " | + Res[%s]", outidx);
-    if (c->relu)
-        kl_buf_puts(b, " | relu");
+    s_act_epilogue(b, &c->act);
 }
 
 static char *s_conv_name(const char *op, const s_conv_t *c, bool has_k)
@@ -290,8 +388,7 @@ static char *s_conv_name(const char *op, const s_conv_t *c, bool has_k)
         kl_buf_puts(&b, "_bias");
     if (c->res)
         kl_buf_puts(&b, "_res");
-    if (c->relu)
-        kl_buf_puts(&b, "_relu");
+    s_act_name(&b, &c->act);
     return kl_buf_take(&b);
 }
 
@@ -503,9 +600,23 @@ static int s_pool(s_spec_t *s, bool is_max, kl_workload_t **out)
     return s_finish(s, kl_buf_take(&b), s->op, name, out);
 }
 
-/* add / relu over shape=AxBxC. */
-static int s_elementwise(s_spec_t *s, bool is_add, kl_workload_t **out)
+/* add / relu / clip over shape=AxBxC; clip's bounds are lo= and hi=,
+ * its workload the clip(lo, hi) epilogue on a copy. */
+static int s_elementwise(s_spec_t *s, kl_workload_t **out)
 {
+    bool is_add = strcmp(s->op, "add") == 0;
+    s_act_t clip = {.clip = strcmp(s->op, "clip") == 0};
+    char lo[40] = "", hi[40] = "";
+    if (clip.clip) {
+        int rc = s_num(s, "lo", &clip.lo) ?: s_num(s, "hi", &clip.hi);
+        if (rc)
+            return rc;
+        s_num_text(lo, clip.lo);
+        s_num_text(hi, clip.hi);
+        if (clip.lo > clip.hi)
+            return kl_seterr(s->err, KL_ERR_INVAL, "clip: lo=%s is above hi=%s",
+                             lo, hi);
+    }
     s_kv_t *kv = s_find(s, "shape");
     if (!kv)
         return kl_seterr(s->err, KL_ERR_INVAL, "%s: missing shape", s->op);
@@ -533,11 +644,20 @@ static int s_elementwise(s_spec_t *s, bool is_add, kl_workload_t **out)
                       (long long)dims[d]);
         kl_buf_printf(&shp, "%s%lld", d ? "x" : "", (long long)dims[d]);
     }
-    char *text = is_add ? kl_xasprintf("Y[%s] = A[%s] + B[%s] where %s",
-                                       idx.data, idx.data, idx.data, where.data)
-                        : kl_xasprintf("Y[%s] = max(X[%s], 0) where %s",
-                                       idx.data, idx.data, where.data);
-    char *name = kl_xasprintf("%s_%s", s->op, shp.data);
+    kl_buf_t t = {0}, n = {0};
+    if (is_add)
+        kl_buf_printf(&t, "Y[%s] = A[%s] + B[%s]", idx.data, idx.data,
+                      idx.data);
+    else if (clip.clip)
+        kl_buf_printf(&t, "Y[%s] = X[%s]", idx.data, idx.data);
+    else
+        kl_buf_printf(&t, "Y[%s] = max(X[%s], 0)", idx.data, idx.data);
+    s_act_epilogue(&t, &clip);
+    kl_buf_printf(&t, " where %s", where.data);
+    kl_buf_printf(&n, "%s_%s", s->op, shp.data);
+    if (clip.clip)
+        kl_buf_printf(&n, "_%s_%s", lo, hi);
+    char *text = kl_buf_take(&t), *name = kl_buf_take(&n);
     kl_buf_free(&idx);
     kl_buf_free(&where);
     kl_buf_free(&shp);
@@ -545,10 +665,17 @@ static int s_elementwise(s_spec_t *s, bool is_add, kl_workload_t **out)
 }
 
 static const char *s_ops[] = {
-    "matmul",     "batch_matmul",     "dense",
-    "conv2d",     "depthwise_conv2d", "conv2d_transpose",
-    "max_pool2d", "avg_pool2d",       "add",
+    "matmul",
+    "batch_matmul",
+    "dense",
+    "conv2d",
+    "depthwise_conv2d",
+    "conv2d_transpose",
+    "max_pool2d",
+    "avg_pool2d",
+    "add",
     "relu",
+    "clip",
 };
 
 int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err)
@@ -575,12 +702,13 @@ int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err)
         return s_conv2d_transpose(&s, out);
     if (strcmp(op, "max_pool2d") == 0 || strcmp(op, "avg_pool2d") == 0)
         return s_pool(&s, op[1] == 'a', out);
-    if (strcmp(op, "add") == 0 || strcmp(op, "relu") == 0)
-        return s_elementwise(&s, op[0] == 'a', out);
+    if (strcmp(op, "add") == 0 || strcmp(op, "relu") == 0 ||
+        strcmp(op, "clip") == 0)
+        return s_elementwise(&s, out);
     return kl_seterr(err, KL_ERR_INVAL,
                      "unknown operator '%s' (expected matmul, batch_matmul, "
                      "dense, conv2d, depthwise_conv2d, conv2d_transpose, "
-                     "max_pool2d, avg_pool2d, add or relu)",
+                     "max_pool2d, avg_pool2d, add, relu or clip)",
                      op);
 }
 

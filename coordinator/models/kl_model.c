@@ -1,6 +1,7 @@
-/* kl_model.c - task extraction: fusion of relu / residual add into their
- * producers, one workload per computing layer, identical workloads merged
- * into weighted tasks. The graph format itself is kl_model_parse.c. */
+/* kl_model.c - task extraction: fusion of relu, clip and residual add
+ * into their producers, one workload per computing layer, identical
+ * workloads merged into weighted tasks. The graph format itself is
+ * kl_model_parse.c. */
 #include "kl_model_int.h"
 
 #include <errno.h>
@@ -43,17 +44,23 @@ static void s_count_uses(kl_mgraph_t *g)
         g->nodes[g->outputs[k]].uses++;
 }
 
-/* Folds relu and residual adds into the producers (see kl_model.h). */
+/* Folds relu, clip and residual adds into the producers (see
+ * kl_model.h). A producer takes one activation, relu or clip, last. */
 void kl_mgraph_fuse(kl_mgraph_t *g)
 {
     s_count_uses(g);
     for (int i = 0; i < g->n; i++) {
         kl_mnode_t *nd = &g->nodes[i];
-        if (nd->op == KL_MOP_RELU) {
+        if (nd->op == KL_MOP_RELU || nd->op == KL_MOP_CLIP) {
             const kl_mnode_t *x = &g->nodes[nd->in[0]];
             kl_mnode_t *p = &g->nodes[x->owner];
-            if (s_fuses_relu(p->op) && !p->relu && x->uses == 1) {
-                p->relu = true;
+            if (s_fuses_relu(p->op) && !p->relu && !p->clip && x->uses == 1) {
+                p->relu = nd->op == KL_MOP_RELU;
+                p->clip = nd->op == KL_MOP_CLIP;
+                if (p->clip) {
+                    p->lo = nd->lo;
+                    p->hi = nd->hi;
+                }
                 nd->owner = x->owner;
                 nd->fused = true;
             }
@@ -63,8 +70,8 @@ void kl_mgraph_fuse(kl_mgraph_t *g)
                 kl_mnode_t *p = &g->nodes[x->owner];
                 /* The residual must be computed before the layer it is
                  * fused into, which runs in node order. */
-                if (s_fuses_res(p->op) && !p->res && !p->relu && x->uses == 1 &&
-                    nd->in[1 - k] < x->owner) {
+                if (s_fuses_res(p->op) && !p->res && !p->relu && !p->clip &&
+                    x->uses == 1 && nd->in[1 - k] < x->owner) {
                     p->res = true;
                     p->res_from = nd->in[1 - k];
                     nd->owner = x->owner;
@@ -84,14 +91,34 @@ static void s_shape_x(kl_buf_t *b, const kl_mnode_t *nd)
         kl_buf_printf(b, "%s%lld", i ? "x" : "", (long long)nd->shape[i]);
 }
 
+/* A number as the shortest text that reads back to it. */
+static void s_num(char out[40], double v)
+{
+    snprintf(out, 40, "%.15g", v);
+    if (strtod(out, NULL) != v)
+        snprintf(out, 40, "%.17g", v);
+}
+
+/* relu=1 or clip=LO,HI of a producer. */
+static void s_activation(kl_buf_t *b, const kl_mnode_t *nd)
+{
+    char lo[40], hi[40];
+    if (nd->relu)
+        kl_buf_puts(b, " relu=1");
+    if (nd->clip) {
+        s_num(lo, nd->lo);
+        s_num(hi, nd->hi);
+        kl_buf_printf(b, " clip=%s,%s", lo, hi);
+    }
+}
+
 static void s_epilogue(kl_buf_t *b, const kl_mnode_t *nd)
 {
     if (nd->bias)
         kl_buf_puts(b, " bias=1");
     if (nd->res)
         kl_buf_puts(b, " residual=1");
-    if (nd->relu)
-        kl_buf_puts(b, " relu=1");
+    s_activation(b, nd);
 }
 
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
@@ -124,8 +151,7 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     case KL_MOP_DENSE:
         kl_buf_printf(&b, "dense N=%lld I=%lld O=%lld bias=%d", (long long)s[0],
                       (long long)s[1], (long long)nd->O, nd->bias ? 1 : 0);
-        if (nd->relu)
-            kl_buf_puts(&b, " relu=1");
+        s_activation(&b, nd);
         break;
     case KL_MOP_MATMUL:
         kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)s[0],
@@ -158,8 +184,15 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
         break;
     case KL_MOP_ADD:
     case KL_MOP_RELU:
-        kl_buf_printf(&b, "%s shape=", nd->op == KL_MOP_ADD ? "add" : "relu");
+    case KL_MOP_CLIP:
+        kl_buf_printf(&b, "%s shape=", kl_mop_name(nd->op));
         s_shape_x(&b, nd);
+        if (nd->op == KL_MOP_CLIP) {
+            char lo[40], hi[40];
+            s_num(lo, nd->lo);
+            s_num(hi, nd->hi);
+            kl_buf_printf(&b, " lo=%s hi=%s", lo, hi);
+        }
         break;
     default:
         return NULL;

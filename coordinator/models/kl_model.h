@@ -14,13 +14,14 @@
  *
  * Every tensor is f32 and 4-D tensors are NCHW; shapes are inferred layer by
  * layer from the inputs. Extraction then:
- *  1. fuses into its producer every `relu` that follows a conv2d,
+ *  1. fuses into its producer every `relu` or `clip` (one of them per
+ *     producer; a clip becomes its clip=LO,HI) that follows a conv2d,
  *     depthwise_conv2d, dense or matmul, and every `add` of a conv2d or
  *     depthwise_conv2d output with a tensor of its shape (the residual; the
  *     first operand that qualifies gets it), when the producer's output has
  *     no other consumer; bias is an attribute of the producer itself. The
- *     epilogue order is bias, residual, relu, as kl_ir.h has it, so a relu
- *     fused before an add stops the add from fusing;
+ *     epilogue order is bias, residual, relu (or clip), as kl_ir.h has it,
+ *     so a relu or clip fused before an add stops the add from fusing;
  *  2. turns every remaining layer that computes into a workload with
  *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
  *     gives the same operator); reshape, flatten and transpose are views,
@@ -78,15 +79,17 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
 /* Writes an ONNX model (the bytes of a .onnx file) as kiln graph text:
  * Conv (group = channels: depthwise_conv2d), Gemm (transB: dense, else
  * matmul), MatMul, MaxPool, AveragePool, GlobalAveragePool, Relu, Clip
- * with min 0 (ReLU6, as relu), Add, Flatten (axis 1), Reshape (constant
+ * (with constant min and max: clip lo=MIN hi=MAX, so ReLU6 is clip 0..6;
+ * min 0 and no max: relu), Add, Flatten (axis 1), Reshape (constant
  * shape), Transpose, Softmax, LayerNormalization and Gelu map to the ops
  * of the same meaning; BatchNormalization and an Add of a constant after
  * a conv, dense or matmul become its bias=1; Identity and Dropout vanish;
  * weights lend only their shapes; symbolic dimensions are 1; value names
  * keep [A-Za-z0-9_.-] and the rest becomes '_'. Anything else is
  * KL_ERR_INVAL naming the node and its op, as are asymmetric pads,
- * SAME_* auto_pad, ceil_mode and inputs that are not float32. *text is
- * the caller's (free). */
+ * SAME_* auto_pad, ceil_mode, a Clip with one bound (other than min 0),
+ * none, or one that is not a constant float, and inputs that are not
+ * float32. *text is the caller's (free). */
 int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
                           char **text, char *err);
 

@@ -22,6 +22,7 @@ typedef enum {
     KL_MOP_GLOBAL_AVG_POOL,
     KL_MOP_ADD,
     KL_MOP_RELU,
+    KL_MOP_CLIP,
     KL_MOP_FLATTEN,
     KL_MOP_RESHAPE,
     KL_MOP_TRANSPOSE,
@@ -41,6 +42,10 @@ typedef struct {
     /* Attributes (those of the op; the rest stay 0). */
     int64_t K, R, S, stride, pad, dil, groups, mult, O, N;
     bool bias, res, relu;
+    /* A clip layer's bounds; on a producer, clip says that a clip layer
+     * was fused into it, with these bounds. */
+    bool clip;
+    double lo, hi;
     /* Filled by extraction. */
     int uses;     /* layers (and outputs) that read this value */
     int owner;    /* node whose kernel computes this value */
@@ -62,8 +67,9 @@ int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
                     char *err);
 void kl_mgraph_free(kl_mgraph_t *g);
 
-/* Folds relu and residual adds into their producers (kl_model.h): sets
- * uses, owner, fused, relu, res and res_from of g's nodes. Task extraction
+/* Folds relu, clip and residual adds into their producers (kl_model.h):
+ * sets uses, owner, fused, relu, clip (lo, hi), res and res_from of g's
+ * nodes. Task extraction
  * and export both call it, so a graph runs exactly as its tasks were
  * extracted. */
 void kl_mgraph_fuse(kl_mgraph_t *g);

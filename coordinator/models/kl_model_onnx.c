@@ -2,9 +2,11 @@
  * schema, onnx_min.proto) is written out as kiln graph text, which the
  * graph parser then reads like any other graph file. Weights only lend
  * their shapes; batch normalisation and constant adds after a conv or a
- * dense layer become its bias; symbolic dimensions are 1 (batch 1). */
+ * dense layer become its bias; Clip is a clip layer (relu for min 0 and no
+ * max); symbolic dimensions are 1 (batch 1). */
 #include "kl_model_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,13 +188,20 @@ static bool s_auniform(const s_node_t *nd, const char *name, int64_t def,
 static int s_window(s_ctx_t *c, const s_node_t *nd, int64_t *stride,
                     int64_t *pad, int64_t *dil)
 {
+    /* NOTSET (the default: the pads as given) and VALID (no padding) are
+     * what kiln reads; the value is ONNX bytes, without a terminator, so
+     * its length is that of the word. */
     const KilnOnnx__AttributeProto *ap = s_attr(nd, "auto_pad");
     if (ap && ap->has_s && ap->s.len &&
-        !(ap->s.len == 7 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
-        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0))
-        return s_fail(c, nd,
-                      "auto_pad SAME_* is not supported (export with "
-                      "explicit pads)");
+        !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
+        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0)) {
+        char msg[120];
+        snprintf(msg, sizeof(msg),
+                 "auto_pad %.*s is not supported (export with explicit "
+                 "pads)",
+                 (int)(ap->s.len > 40 ? 40 : ap->s.len), ap->s.data);
+        return s_fail(c, nd, msg);
+    }
     if (!s_auniform(nd, "strides", 1, stride))
         return s_fail(c, nd, "different strides per axis");
     if (!s_auniform(nd, "pads", 0, pad))
@@ -364,6 +373,84 @@ static int s_simple(s_ctx_t *c, const s_node_t *nd, const char *op)
     return KL_OK;
 }
 
+/* Bound k of a Clip (1: min, 2: max): a constant f32 scalar input (opset
+ * 11 on), else the float attribute `what` (before 11). *has is false when
+ * there is none; an infinite bound on its own side is none too. */
+static int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k,
+                        const char *what, bool *has, float *v)
+{
+    char msg[200];
+    const KilnOnnx__AttributeProto *a = s_attr(nd, what);
+    *has = false;
+    if (k < nd->n_input && nd->input[k] && nd->input[k][0]) {
+        const s_tensor_t *t = s_init(c, nd->input[k]);
+        const char *why = NULL;
+        if (!t)
+            why = "is not a constant (an initializer or a Constant node)";
+        else if (t->has_data_type && t->data_type != 1)
+            why = "is not float32";
+        else if (t->n_float_data == 1)
+            *v = t->float_data[0];
+        else if (t->has_raw_data && t->raw_data.len == 4)
+            memcpy(v, t->raw_data.data, 4); /* little-endian */
+        else
+            why = "is not one float";
+        if (why) {
+            snprintf(msg, sizeof(msg), "%s ('%.80s') %s", what, nd->input[k],
+                     why);
+            return s_fail(c, nd, msg);
+        }
+        *has = true;
+    } else if (a && a->has_f) {
+        *v = a->f;
+        *has = true;
+    }
+    bool lo = k == 1;
+    if (*has && isinf(*v) && (*v < 0) == lo)
+        *has = false;
+    else if (*has && !isfinite(*v)) {
+        snprintf(msg, sizeof(msg), "%s is %g", what, (double)*v);
+        return s_fail(c, nd, msg);
+    }
+    return KL_OK;
+}
+
+/* Clip(min, max): the clip layer, clip lo=MIN hi=MAX; min 0 without a
+ * max is relu. A bound alone otherwise has no kiln op (clip takes both),
+ * nor does a Clip without bounds. */
+static int s_clip(s_ctx_t *c, const s_node_t *nd)
+{
+    bool has_lo, has_hi;
+    float lo = 0, hi = 0;
+    int rc = s_clip_bound(c, nd, 1, "min", &has_lo, &lo);
+    if (!rc)
+        rc = s_clip_bound(c, nd, 2, "max", &has_hi, &hi);
+    if (rc)
+        return rc;
+    if (!has_lo)
+        return s_fail(c, nd,
+                      "a Clip without a min is not supported (kiln's clip "
+                      "takes both bounds; min 0 alone is relu)");
+    if (!has_hi && lo != 0.0f)
+        return s_fail(c, nd,
+                      "a Clip without a max is supported only with min 0 "
+                      "(relu)");
+    if (!has_hi)
+        return s_simple(c, nd, "relu");
+    if (lo > hi) {
+        char msg[120];
+        snprintf(msg, sizeof(msg), "min %.9g is above max %.9g", (double)lo,
+                 (double)hi);
+        return s_fail(c, nd, msg);
+    }
+    if ((rc = s_simple(c, nd, "clip")))
+        return rc;
+    /* %.9g reads back as the same float. */
+    kl_buf_printf(&c->lines[c->nlines - 1].args, " lo=%.9g hi=%.9g", (double)lo,
+                  (double)hi);
+    return KL_OK;
+}
+
 static bool s_is(const s_node_t *nd, const char *op)
 {
     return strcmp(nd->op_type, op) == 0;
@@ -407,22 +494,8 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         kl_buf_printf(&l->args, "%s %s", a, b);
         return KL_OK;
     }
-    if (s_is(nd, "Clip")) {
-        const s_tensor_t *lo = nd->n_input > 1 ? s_init(c, nd->input[1]) : 0;
-        const KilnOnnx__AttributeProto *amin = s_attr(nd, "min");
-        float mn = -1.0f;
-        if (lo && lo->n_float_data)
-            mn = lo->float_data[0];
-        else if (lo && lo->has_raw_data && lo->raw_data.len >= 4)
-            memcpy(&mn, lo->raw_data.data, 4);
-        else if (amin && amin->has_f)
-            mn = amin->f;
-        if (mn != 0.0f)
-            return s_fail(c, nd,
-                          "only Clip with min 0 (ReLU6, imported as "
-                          "relu) is supported");
-        return s_simple(c, nd, "relu");
-    }
+    if (s_is(nd, "Clip"))
+        return s_clip(c, nd);
     if (s_is(nd, "Identity") || s_is(nd, "Dropout")) {
         const char *x = s_in(c, nd, 0, &rc);
         if (x)

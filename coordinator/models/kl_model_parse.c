@@ -3,6 +3,7 @@
 #include "kl_model_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ static const s_opdef_t s_ops[] = {
     {"global_avg_pool", KL_MOP_GLOBAL_AVG_POOL, 1, 1, ""},
     {"add", KL_MOP_ADD, 2, 2, ""},
     {"relu", KL_MOP_RELU, 1, 1, ""},
+    {"clip", KL_MOP_CLIP, 1, 1, "lo hi"},
     {"flatten", KL_MOP_FLATTEN, 1, 1, ""},
     {"reshape", KL_MOP_RESHAPE, 1, 1, "shape"},
     {"transpose", KL_MOP_TRANSPOSE, 1, 1, "perm"},
@@ -204,6 +206,23 @@ static int s_int(s_ctx_t *c, int from, const kl_mnode_t *nd, const char *key,
                      "layer '%s': bad value '%s' for %s (an integer >= %lld)",
                      nd->name, v, key, (long long)min);
     *out = x;
+    return KL_OK;
+}
+
+/* Required number attribute (finite). */
+static int s_num(s_ctx_t *c, int from, const kl_mnode_t *nd, const char *key,
+                 double *out)
+{
+    const char *v = s_attr(c, from, key);
+    if (!v)
+        return S_ERR(c, "layer '%s': %s needs %s=", nd->name,
+                     kl_mop_name(nd->op), key);
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(*out))
+        return S_ERR(c, "layer '%s': bad value '%s' for %s (a finite number)",
+                     nd->name, v, key);
     return KL_OK;
 }
 
@@ -434,6 +453,19 @@ static int s_views(s_ctx_t *c, int from, kl_mnode_t *nd)
     return KL_OK;
 }
 
+/* clip: its bounds, lo <= hi; the input's shape. */
+static int s_clip(s_ctx_t *c, int from, kl_mnode_t *nd, const kl_mnode_t *x)
+{
+    int rc =
+        s_num(c, from, nd, "lo", &nd->lo) ?: s_num(c, from, nd, "hi", &nd->hi);
+    if (!rc && nd->lo > nd->hi)
+        rc = S_ERR(c, "layer '%s': clip lo=%s is above hi=%s", nd->name,
+                   s_attr(c, from, "lo"), s_attr(c, from, "hi"));
+    nd->ndim = x->ndim;
+    memcpy(nd->shape, x->shape, sizeof(nd->shape));
+    return rc;
+}
+
 /* Attributes and output shape of a layer whose inputs are set. */
 static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
 {
@@ -456,6 +488,8 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
         nd->shape[2] = nd->shape[3] = 1;
         return rc;
     }
+    case KL_MOP_CLIP:
+        return s_clip(c, from, nd, x);
     case KL_MOP_ADD:
         if (!s_same_shape(x, &c->g->nodes[nd->in[1]])) {
             char a[160], b[160];
@@ -497,7 +531,7 @@ static int s_layer(s_ctx_t *c)
         return S_ERR(c,
                      "unknown op '%s' (conv2d, depthwise_conv2d, dense, "
                      "matmul, batch_matmul, max_pool2d, avg_pool2d, "
-                     "global_avg_pool, add, relu, flatten, reshape, "
+                     "global_avg_pool, add, relu, clip, flatten, reshape, "
                      "transpose, softmax, layer_norm, gelu)",
                      c->tok[2]);
     int rc;

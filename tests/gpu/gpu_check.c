@@ -1,7 +1,8 @@
 /* gpu_check - the GPU end-to-end check of tests/gpu/run.sh: starts a local
  * fleet with one CUDA kiln-agent, checks its fault handling (out-of-bounds
- * kernel, infinite loop, wrong result: each recorded with the right status
- * and the agent still alive and measuring), then measures the samples of a
+ * kernel, infinite loop, wrong result, a result wrong only from the third
+ * launch on: each recorded with the right status and the agent still
+ * alive and measuring), then measures the samples of a
  * `kiln space --emit DIR` matmul design space and prints the best. The
  * reference kernel is kiln's own (kl_codegen_cuda_reference of the
  * manifest's workload), as `kiln tune` sends it.
@@ -234,37 +235,57 @@ static void s_simple(s_job_t *j, s_cand_t *c, uint64_t id, const char *name,
     c->shared = 0;
 }
 
-/* Out-of-bounds, infinite loop and wrong result, then a good one: each
- * must come back with its status, and the agent must still be there. */
+/* Out-of-bounds, infinite loop, wrong result, a result that goes wrong
+ * from the third launch on (a __device__ launch counter: the first
+ * launch is verified, the check after timing must catch it), then a good
+ * one: each must come back with its status, and the agent must still be
+ * there. */
 static int s_faults(s_job_t *j, char *err)
 {
-    s_cand_t c[4];
+    s_cand_t c[5];
     s_simple(j, &c[0], 0, "oob",
              "if (i == 0 && j == 0) C[1ll << 40] = s;"
              " if (i == 1 && j == 0) ((float *)0)[12345] = s;");
     s_simple(j, &c[1], 1, "hang",
              "if (i == 0 && j == 0) { volatile int f = 1; while (f) {} }");
     s_simple(j, &c[2], 2, "wrong", "s += (i == 3 && j == 5) ? 1.0f : 0.0f;");
-    s_simple(j, &c[3], 3, "good", "");
-    Kiln__Status st[4];
-    double med[4];
-    char msg[4][200];
+    /* Every thread reads the count before thread (0, 0) adds its launch,
+     * so launch L reads L or L + 1: launch 0 (the verified one) is right,
+     * every launch from the third on is wrong everywhere. */
+    s_simple(j, &c[3], 3, "late",
+             "unsigned seen = *(volatile unsigned *)&kl_launches;"
+             " if (i == 0 && j == 0) atomicAdd(&kl_launches, 1u);"
+             " s += seen >= 2 ? 1.0f : 0.0f;");
+    char *late =
+        kl_xasprintf("__device__ unsigned kl_launches;\n%s", c[3].source);
+    free(c[3].source);
+    c[3].source = late;
+    s_simple(j, &c[4], 4, "good", "");
+    Kiln__Status st[5];
+    double med[5];
+    char msg[5][200];
     int rc = KL_OK;
-    const Kiln__Status want[4] = {
+    const Kiln__Status want[5] = {
         KILN__STATUS__STATUS_RUNTIME_ERROR, KILN__STATUS__STATUS_TIMEOUT,
-        KILN__STATUS__STATUS_WRONG_RESULT, KILN__STATUS__STATUS_OK};
+        KILN__STATUS__STATUS_WRONG_RESULT, KILN__STATUS__STATUS_WRONG_RESULT,
+        KILN__STATUS__STATUS_OK};
     /* One at a time, so each fault meets a fresh or a restarted worker. */
-    for (int i = 0; i < 4 && rc == KL_OK; i++) {
+    for (int i = 0; i < 5 && rc == KL_OK; i++) {
         rc = s_measure(j, &c[i], 1, &st[i], &med[i], &msg[i], err);
         printf("fault check %-6s %-13s %s\n", c[i].entry, s_st(st[i]), msg[i]);
         if (rc == KL_OK && st[i] != want[i])
             rc = kl_seterr(err, KL_ERR_RUNTIME, "%s: %s, expected %s",
                            c[i].entry, s_st(st[i]), s_st(want[i]));
+        if (rc == KL_OK && i == 3 && !strstr(msg[i], "after timing"))
+            rc = kl_seterr(err, KL_ERR_RUNTIME,
+                           "late: the error does not name the check after "
+                           "timing: %s",
+                           msg[i]);
         if (rc == KL_OK && kl_fleet_running(j->fleet) != 1)
             rc = kl_seterr(err, KL_ERR_RUNTIME,
                            "the agent died after the %s kernel", c[i].entry);
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         free(c[i].source);
         free(c[i].entry);
     }

@@ -5,8 +5,10 @@
 #      .gpudeps/ (tests/gpu/fetch_deps.sh) unpacked into a private prefix
 #      when the machine lacks the libraries;
 #   2. starts a local fleet with one CUDA kiln-agent and checks its faults:
-#      an out-of-bounds kernel, an infinite loop, a wrong result, each
-#      recorded right with the agent alive (tests/gpu/gpu_check.c);
+#      an out-of-bounds kernel, an infinite loop, a wrong result, a result
+#      wrong only after its first launch (caught by the check after
+#      timing), each recorded right with the agent alive
+#      (tests/gpu/gpu_check.c);
 #   3. tunes matmul M=1024 N=1024 K=1024 for the GPU's arch with
 #      `kiln tune --target cuda/sm_XY --strategy evolutionary
 #      --max-trials-per-task TRIALS` on the local fleet (one kiln-agent,

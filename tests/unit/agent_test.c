@@ -469,6 +469,32 @@ static void test_wrong_result(void **state)
     kla_result_clear(&r);
 }
 
+/* A kernel that is right on its first call and wrong from its third on
+ * (a static counter) passes the check before timing; the check after
+ * timing catches it and says so. */
+static void test_wrong_after_timing(void **state)
+{
+    (void)state;
+    kla_problem_t p;
+    s_problem(&p);
+    kla_result_t r;
+    s_measure(&p, "static int calls; calls++;", "+ (calls >= 3 ? 1.0f : 0.0f)",
+              "mm", &r);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_WRONG_RESULT);
+    if (!strstr(r.error, "after timing"))
+        fail_msg("error '%s' does not say 'after timing'", r.error);
+    assert_non_null(strstr(r.error, "4096 of 4096"));
+    assert_true(r.max_abs_err > 0.99 && r.max_abs_err < 1.01);
+    assert_int_equal(r.n_samples, 0);
+    kla_result_clear(&r);
+    /* skip_verify skips both checks. */
+    p.eval.skip_verify = true;
+    s_measure(&p, "static int calls; calls++;", "+ (calls >= 3 ? 1.0f : 0.0f)",
+              "mm", &r);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_OK);
+    kla_result_clear(&r);
+}
+
 static void test_writes_nothing(void **state)
 {
     (void)state;
@@ -659,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_huge_malloc),
         cmocka_unit_test(test_missing_entry),
         cmocka_unit_test(test_wrong_result),
+        cmocka_unit_test(test_wrong_after_timing),
         cmocka_unit_test(test_writes_nothing),
         cmocka_unit_test(test_reference_fails),
         cmocka_unit_test(test_evaluator_stats),

@@ -46,6 +46,9 @@ static const char *const s_shapes[] = {
     "avg_pool2d N=1 C=4 H=12 W=12 R=2 S=2",
     "add shape=4x7x9",
     "relu shape=1000",
+    /* clip epilogues: both bounds reached by inputs in [-1, 1) */
+    "clip shape=4x7x9 lo=-0.25 hi=0.5",
+    "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1 bias=1 clip=0,0.5",
     NULL,
 };
 

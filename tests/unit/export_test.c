@@ -1,7 +1,11 @@
 /* Unit tests of coordinator/export: the best record of a workload on an
- * exact target in a real LMDB store, its replay to source, and a model
+ * exact target in a real LMDB store, its replay to source, a model
  * export's missing-task and fallback paths (sources only; the library
- * build and run are tests/integration/export_model.sh). */
+ * build and run of tuned exports are tests/integration/export_model.sh),
+ * and the naive build and oneDNN graph of clip layers, run against
+ * values computed here. */
+#include <dlfcn.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,6 +230,88 @@ static void test_model_missing_and_fallback(void **state)
     free(out);
 }
 
+/* A standalone clip (of the input: nothing to fuse into) and one fused
+ * into a dense layer: the naive build computes min(max(v, lo), hi), and so
+ * does the oneDNN graph (an eltwise clip and a clip post-op). */
+static const char s_clip_graph[] = "model clip\n"
+                                   "input x 2x16\n"
+                                   "c = clip x lo=-0.25 hi=0.5\n"
+                                   "d = dense c O=16\n"
+                                   "r = clip d lo=0 hi=6\n";
+
+static void test_clip_naive_and_dnnl(void **state)
+{
+    (void)state;
+    char dir[64], err[KL_ERRMSG_LEN];
+    snprintf(dir, sizeof dir, "/tmp/kiln-export-clip-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *gpath = kl_xasprintf("%s/clip.graph", dir);
+    char *nvd = kl_xasprintf("%s/naive", dir);
+    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
+    assert_int_equal(
+        kl_write_file(gpath, s_clip_graph, strlen(s_clip_graph), err), KL_OK);
+    if (kl_export_naive(gpath, nvd, NULL, err))
+        fail_msg("%s", err);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", lib, dlerror());
+    int (*run)(const float *const *, float *);
+    int (*nparams)(void);
+    *(void **)&run = dlsym(h, "kiln_model_run");
+    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
+    assert_true(run && nparams);
+    assert_int_equal(nparams(), 3); /* x, d.weight, d.bias */
+    float x[32], w[256], b[16], want[32], got[32];
+    for (int k = 0; k < 32; k++)
+        x[k] = (float)(k % 7 - 1) * 0.25f; /* -0.25 .. 1.25 */
+    for (int o = 0; o < 16; o++) {
+        b[o] = 0.25f;
+        for (int i = 0; i < 16; i++)
+            w[o * 16 + i] = (float)(o - 7) * 0.5f;
+    }
+    int six = 0, zero = 0, between = 0;
+    for (int n = 0; n < 2; n++)
+        for (int o = 0; o < 16; o++) {
+            float y = b[o];
+            for (int i = 0; i < 16; i++)
+                y += fminf(fmaxf(x[n * 16 + i], -0.25f), 0.5f) * w[o * 16 + i];
+            want[n * 16 + o] = fminf(fmaxf(y, 0.0f), 6.0f);
+            six += y > 6;
+            zero += y < 0;
+            between += y > 0 && y < 6;
+        }
+    assert_true(six > 0 && zero > 0 && between > 0);
+    float *p[3] = {x, w, b};
+    assert_int_equal(run((const float *const *)p, got), 0);
+    for (int k = 0; k < 32; k++)
+        if (fabsf(got[k] - want[k]) > 1e-5f)
+            fail_msg("output %d is %g, expected %g", k, got[k], want[k]);
+    /* oneDNN's graph of the same model, checked against these values. */
+    char out[512] = "";
+    FILE *f = fmemopen(out, sizeof out, "w");
+    assert_non_null(f);
+    kl_export_dnnl_report(gpath, 2, p, 3, want, 32, f);
+    fclose(f);
+    if (!strstr(out, "built without libdnnl")) {
+        const char *d = strstr(out, "largest difference from the naive build ");
+        if (!d)
+            fail_msg("no oneDNN figure: %s", out);
+        double diff = strtod(d + strlen("largest difference from the naive "
+                                        "build "),
+                             NULL);
+        if (!(diff <= 1e-5))
+            fail_msg("oneDNN is off by %g: %s", diff, out);
+    }
+    dlclose(h);
+    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    free(cmd);
+    free(lib);
+    free(nvd);
+    free(gpath);
+}
+
 int main(void)
 {
     if (kl_target_parse(kl_cpu_target(), &(kl_target_t){0}, NULL) != KL_OK) {
@@ -243,6 +329,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cuda_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,
                                         teardown),
+        cmocka_unit_test(test_clip_naive_and_dnnl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

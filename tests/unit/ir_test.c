@@ -64,6 +64,14 @@ static const struct {
     {"add shape=7x7x3", "add"},
     {"relu shape=1000", "relu"},
     {"relu shape=1x64x56x56", "relu"},
+    {"clip shape=1x32x112x112 lo=0 hi=6", "clip"},
+    {"clip shape=7 lo=-0.5 hi=0.25", "clip"},
+    {"matmul M=8 N=8 K=8 bias=1 clip=-1,1", "matmul"},
+    {"dense N=1 I=64 O=10 clip=0,6", "dense"},
+    {"conv2d N=1 C=16 H=7 W=7 K=8 R=3 S=3 pad=1 bias=1 residual=1 clip=0,6",
+     "conv2d"},
+    {"depthwise_conv2d N=1 C=32 H=56 W=56 R=3 S=3 pad=1 bias=1 clip=0,6",
+     "depthwise_conv2d"},
 };
 
 static void test_ops_round_trip(void **state)
@@ -135,6 +143,22 @@ static void test_golden_keys(void **state)
     kl_workload_t *named = s_op("conv2d N=1 C=3 H=224 W=224 K=64 R=7 S=7 "
                                 "stride=2 pad=3 bias=1 relu=1");
     assert_string_equal(hdr->canonical, named->canonical);
+    kl_workload_free(&hdr);
+    kl_workload_free(&named);
+    /* clip=LO,HI is the clip(lo, hi) epilogue, after bias and residual;
+     * the clip op is that epilogue on a copy. */
+    hdr = s_op("Y[n,c,y,x] += X[n,c,y+r-1,x+s-1] * W[c,0,r,s] | + bias[c] "
+               "| clip(0, 6) where n=1, c=32, y=56, x=56, r=3, s=3; X: "
+               "f32[1,32,56,56], W: const f32[32,1,3,3], bias: const f32[32]");
+    named = s_op("depthwise_conv2d N=1 C=32 H=56 W=56 R=3 S=3 pad=1 bias=1 "
+                 "clip=0,6");
+    assert_string_equal(hdr->canonical, named->canonical);
+    kl_workload_free(&hdr);
+    kl_workload_free(&named);
+    hdr = s_op("Y[d0,d1] = X[d0,d1] | clip(-0.5, 6) where d0=2, d1=3");
+    named = s_op("clip shape=2x3 lo=-0.5 hi=6");
+    assert_string_equal(hdr->canonical, named->canonical);
+    assert_true(named->flop == 6);
     kl_workload_free(&hdr);
     kl_workload_free(&named);
     kl_workload_t *a = s_op("Y[y] += X[2*y+r] where y=4, r=3");
@@ -488,6 +512,15 @@ static void test_op_errors(void **state)
          "conv2d_transpose: output_pad=2 must be less than stride=2"},
         {"add shape=4xx5", "add: bad value '4xx5' for shape"},
         {"relu", "relu: missing shape"},
+        {"clip shape=4 lo=0", "clip: missing hi"},
+        {"clip shape=4 lo=1 hi=0", "clip: lo=1 is above hi=0"},
+        {"clip shape=4 lo=x hi=1", "clip: bad value 'x' for lo (a finite "
+                                   "number)"},
+        {"conv2d N=1 C=8 H=5 W=5 K=8 R=3 S=3 relu=1 clip=0,6",
+         "conv2d: relu=1 and clip= are both activations"},
+        {"matmul M=4 N=4 K=4 clip=0", "matmul: bad value '0' for clip "
+                                      "(LO,HI: two finite numbers, LO <= HI)"},
+        {"dense N=1 I=4 O=4 clip=6,0", "dense: bad value '6,0' for clip"},
         {"softmax N=4", "unknown operator 'softmax'"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -341,6 +341,58 @@ static void test_fusion_rules(void **state)
     kl_model_destroy(&m);
 }
 
+/* clip LO HI: fused into the layer before it like a relu (one
+ * activation per layer: after a relu it stays a layer of its own, and a
+ * residual add does not fuse after it); the bounds are its workload's
+ * clip(lo, hi) epilogue. */
+static void test_clip_layers(void **state)
+{
+    (void)state;
+    kl_model_t *m = s_parse("input x 1x8x8x8\n"
+                            "c = conv2d x K=8 R=3 pad=1 bias=1\n"
+                            "r = clip c lo=0 hi=6\n"
+                            "d = depthwise_conv2d r R=3 pad=1\n"
+                            "dr = relu d\n"
+                            "q = clip dr lo=-0.5 hi=0.25\n"
+                            "e = conv2d q K=8 R=1\n"
+                            "ec = clip e lo=0 hi=6\n"
+                            "s = add ec x\n");
+    assert_int_equal(kl_model_ntasks(m), 5);
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 stride=1 pad=1 "
+                        "bias=1 clip=0,6");
+    assert_non_null(strstr(kl_model_task(m, 0)->w->canonical,
+                           "| + bias[f] | clip(0, 6) where"));
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "depthwise_conv2d N=1 C=8 H=8 W=8 R=3 S=3 stride=1 "
+                        "pad=1 relu=1");
+    assert_string_equal(kl_model_task(m, 2)->spec,
+                        "clip shape=1x8x8x8 lo=-0.5 hi=0.25");
+    assert_non_null(
+        strstr(kl_model_task(m, 2)->w->canonical, "| clip(-0.5, 0.25) where"));
+    assert_string_equal(kl_model_task(m, 3)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=1 S=1 stride=1 pad=0 "
+                        "clip=0,6");
+    /* No residual after an activation: the add stays a layer. */
+    assert_string_equal(kl_model_task(m, 4)->spec, "add shape=1x8x8x8");
+    assert_int_equal(kl_model_ntuned_layers(m), 8);
+    kl_model_destroy(&m);
+    m = s_parse("input x 2x16\n"
+                "fc = dense x O=10\n"
+                "fo = clip fc lo=-1 hi=1\n");
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "dense N=2 I=16 O=10 bias=1 clip=-1,1");
+    kl_model_destroy(&m);
+
+    s_parse_fails("input x 1x8\nr = clip x lo=0\n", "clip needs hi=");
+    s_parse_fails("input x 1x8\nr = clip x lo=7 hi=6\n",
+                  "layer 'r': clip lo=7 is above hi=6");
+    s_parse_fails("input x 1x8\nr = clip x lo=zero hi=6\n",
+                  "layer 'r': bad value 'zero' for lo (a finite number)");
+    s_parse_fails("input x 1x8\nr = clip x lo=0 hi=inf\n",
+                  "bad value 'inf' for hi");
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -445,6 +497,19 @@ static KilnOnnx__AttributeProto *s_int(const char *name, int64_t v)
     return at;
 }
 
+/* A string attribute, as ONNX stores it: bytes without a terminator. */
+static KilnOnnx__AttributeProto *s_str(const char *name, const char *v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_s = 1;
+    at->s.len = strlen(v);
+    at->s.data = s_mem(at->s.len + 1);
+    memcpy(at->s.data, v, at->s.len);
+    return at;
+}
+
 static KilnOnnx__TensorProto *s_tensor(const char *name, int n, int64_t a,
                                        int64_t b, int64_t c3, int64_t d)
 {
@@ -457,6 +522,35 @@ static KilnOnnx__TensorProto *s_tensor(const char *name, int n, int64_t a,
     memcpy(t->dims, v, sizeof(v));
     t->has_data_type = 1;
     t->data_type = 1;
+    return t;
+}
+
+/* A float attribute (Clip's min and max before opset 11). */
+static KilnOnnx__AttributeProto *s_float(const char *name, float v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_f = 1;
+    at->f = v;
+    return at;
+}
+
+/* A scalar float initializer: in float_data, or in raw_data (little
+ * endian) as PyTorch writes it. */
+static KilnOnnx__TensorProto *s_scalar(const char *name, float v, bool raw)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, 0, 0, 0, 0, 0);
+    if (raw) {
+        t->has_raw_data = 1;
+        t->raw_data.len = 4;
+        t->raw_data.data = s_mem(4);
+        memcpy(t->raw_data.data, &v, 4);
+    } else {
+        t->n_float_data = 1;
+        t->float_data = s_mem(sizeof(float));
+        t->float_data[0] = v;
+    }
     return t;
 }
 
@@ -566,9 +660,9 @@ static void s_same_tasks(const kl_model_t *a, const kl_model_t *b)
     assert_true(kl_model_total_flop(a) == kl_model_total_flop(b));
 }
 
-/* A residual CNN as a PyTorch export writes it (conv + batch norm, ReLU6
- * as Clip, Gemm with transB, a Reshape with 0 and -1) against the graph
- * file that says the same. */
+/* A residual CNN as a PyTorch export writes it (conv + batch norm, a
+ * Clip with min 0 and no max, Gemm with transB, a Reshape with 0 and -1)
+ * against the graph file that says the same. */
 static void test_onnx_cnn(void **state)
 {
     (void)state;
@@ -693,6 +787,191 @@ static void test_onnx_attention_and_errors(void **state)
     s_arena_free();
 }
 
+/* Loads x (1x8x8x8) -> Conv 3x3 (or MaxPool 2x2 when pool) -> Clip with
+ * inputs lo and hi (names of the initializers zero, six, m1, one, or ""
+ * for none; NULL: the input is left out) and attributes a0, a1. */
+static int s_onnx_clip(bool pool, const char *lo, const char *hi,
+                       KilnOnnx__AttributeProto *a0,
+                       KilnOnnx__AttributeProto *a1, kl_model_t **m, char *err)
+{
+    s_onnx_t o;
+    int64_t in[4] = {1, 8, 8, 8};
+    s_onnx_init(&o, "x", 4, in);
+    o.inits[0] = s_tensor("w", 4, 8, 8, 3, 3);
+    o.inits[1] = s_scalar("zero", 0.0f, false);
+    o.inits[2] = s_scalar("six", 6.0f, true);
+    o.inits[3] = s_scalar("m1", -1.0f, false);
+    o.inits[4] = s_scalar("one", 1.0f, true);
+    o.g.n_initializer = 5;
+    if (pool)
+        s_onnx_node(&o, "MaxPool", s_strs("x", 0, 0), 1, "c",
+                    s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                    s_ints("strides", 2, 2, 2, 0, 0), 0);
+    else
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c",
+                    s_ints("pads", 4, 1, 1, 1, 1), 0, 0);
+    s_onnx_node(&o, "Clip", s_strs("c", lo, hi), 1 + !!lo + !!hi, "r", a0, a1,
+                0);
+    const char *path = s_onnx_write(&o, "r");
+    *m = NULL;
+    int rc = kl_model_load(path, m, err);
+    unlink(path);
+    s_arena_free();
+    return rc;
+}
+
+/* The conv task's output on X = 1 in the top four rows and -1 below,
+ * every weight 0.1: sums from -7.2 to 7.2, some above 6, some between 0
+ * and 6. Heap; the output's numel in *n. */
+static float *s_eval(const kl_workload_t *w, int64_t *n)
+{
+    float *bufs[KL_IR_MAX_TENSORS];
+    int out = kl_workload_output(w);
+    for (int t = 0; t < w->ntensors; t++) {
+        int64_t k = kl_tensor_numel(&w->tensors[t]);
+        bufs[t] = calloc((size_t)k, sizeof(float));
+        for (int64_t i = 0; i < k && t != out; i++)
+            bufs[t][i] = t > 0 ? 0.1f : (i / 8) % 8 < 4 ? 1.0f : -1.0f;
+    }
+    kl_workload_eval(w, bufs);
+    *n = kl_tensor_numel(&w->tensors[out]);
+    for (int t = 0; t < w->ntensors; t++)
+        if (t != out)
+            free(bufs[t]);
+    return bufs[out];
+}
+
+/* Clip: min 0 and max 6 (ReLU6) is clip(0, 6), fused into the conv before
+ * it, whether the bounds are inputs (opset 11: float_data or raw_data) or
+ * attributes (opset 6); min 0 without a max stays relu; other bounds are
+ * clip(lo, hi); a Clip that cannot fuse is a clip layer of its own; bounds
+ * kiln cannot read are errors that name the node. */
+static void test_onnx_clip(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m6 = NULL, *relu = NULL, *m = NULL;
+    if (s_onnx_clip(false, "zero", "six", 0, 0, &m6, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m6), 1);
+    const kl_model_task_t *t6 = kl_model_task(m6, 0);
+    assert_string_equal(t6->spec, "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 "
+                                  "stride=1 pad=1 clip=0,6");
+    assert_non_null(strstr(t6->w->canonical, "| clip(0, 6) where"));
+    /* Min 0 and no max (an empty input name, or no input at all). */
+    if (s_onnx_clip(false, "zero", "", 0, 0, &relu, err))
+        fail_msg("%s", err);
+    assert_string_equal(kl_model_task(relu, 0)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 stride=1 pad=1 "
+                        "relu=1");
+    assert_non_null(strstr(kl_model_task(relu, 0)->w->canonical, "| relu"));
+    assert_null(strstr(kl_model_task(relu, 0)->w->canonical, "clip"));
+    if (s_onnx_clip(false, "zero", NULL, 0, 0, &m, err))
+        fail_msg("%s", err);
+    s_same_tasks(m, relu);
+    kl_model_destroy(&m);
+    /* What the two compute: relu's values above 6 are 6 under clip. */
+    int64_t n, n2, above = 0, inside = 0;
+    float *y6 = s_eval(t6->w, &n), *yr = s_eval(kl_model_task(relu, 0)->w, &n2);
+    assert_int_equal(n, n2);
+    for (int64_t i = 0; i < n; i++) {
+        above += yr[i] > 6;
+        inside += yr[i] > 0 && yr[i] < 6;
+        if (y6[i] != fminf(yr[i], 6.0f))
+            fail_msg("element %lld: clip %g, relu %g", (long long)i, y6[i],
+                     yr[i]);
+    }
+    assert_true(above > 0 && inside > 0);
+    free(y6);
+    free(yr);
+    /* Opset 6: min and max as attributes; the same task. */
+    if (s_onnx_clip(false, NULL, NULL, s_float("min", 0), s_float("max", 6), &m,
+                    err))
+        fail_msg("%s", err);
+    s_same_tasks(m, m6);
+    kl_model_destroy(&m);
+    /* Other bounds. */
+    if (s_onnx_clip(false, "m1", "one", 0, 0, &m, err))
+        fail_msg("%s", err);
+    assert_non_null(strstr(kl_model_task(m, 0)->spec, " clip=-1,1"));
+    assert_non_null(strstr(kl_model_task(m, 0)->w->canonical, "clip(-1, 1)"));
+    kl_model_destroy(&m);
+    /* After a pool there is nothing to fuse into. */
+    if (s_onnx_clip(true, "zero", "six", 0, 0, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 2);
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "clip shape=1x8x4x4 lo=0 hi=6");
+    kl_model_destroy(&m);
+    /* Errors name the node. */
+    static const struct {
+        const char *lo, *hi, *msg;
+    } bad[] = {
+        {"", "six", "node 'r' (Clip): a Clip without a min"},
+        {NULL, NULL, "node 'r' (Clip): a Clip without a min"},
+        {"six", "one", "node 'r' (Clip): min 6 is above max 1"},
+        {"m1", NULL, "node 'r' (Clip): a Clip without a max"},
+        {"c", "six", "node 'r' (Clip): min ('c') is not a constant"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(
+            s_onnx_clip(false, bad[i].lo, bad[i].hi, 0, 0, &m, err),
+            KL_ERR_INVAL);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("error '%s' does not say '%s'", err, bad[i].msg);
+    }
+    kl_model_destroy(&m6);
+    kl_model_destroy(&relu);
+}
+
+/* auto_pad: an explicit NOTSET (the default, six letters) and VALID are
+ * the pads as given, like a node without the attribute; SAME_* is still
+ * refused with the node's name. */
+static void test_onnx_auto_pad(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *pads[] = {NULL, "NOTSET", "VALID", "SAME_UPPER"};
+    char *spec[3] = {NULL};
+    for (int i = 0; i < 4; i++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 8, 16, 16};
+        s_onnx_init(&o, "x", 4, in);
+        o.inits[0] = s_tensor("w", 4, 8, 8, 3, 3);
+        o.g.n_initializer = 1;
+        /* VALID means no padding: its node has none to give. */
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c",
+                    pads[i] ? s_str("auto_pad", pads[i]) : NULL,
+                    s_ints("pads", 4, i == 2 ? 0 : 1, i == 2 ? 0 : 1,
+                           i == 2 ? 0 : 1, i == 2 ? 0 : 1),
+                    0);
+        const char *path = s_onnx_write(&o, "c");
+        kl_model_t *m = NULL;
+        int rc = kl_model_load(path, &m, err);
+        unlink(path);
+        if (i == 3) {
+            assert_int_equal(rc, KL_ERR_INVAL);
+            assert_non_null(
+                strstr(err, "node 'c' (Conv): auto_pad SAME_UPPER is not "
+                            "supported"));
+        } else {
+            if (rc)
+                fail_msg("auto_pad %s: %s", pads[i] ? pads[i] : "(none)", err);
+            assert_int_equal(kl_model_ntasks(m), 1);
+            spec[i] = strdup(kl_model_task(m, 0)->spec);
+            kl_model_destroy(&m);
+        }
+        s_arena_free();
+    }
+    assert_string_equal(spec[0], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=1");
+    assert_string_equal(spec[1], spec[0]);
+    assert_string_equal(spec[2], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=0");
+    for (int i = 0; i < 3; i++)
+        free(spec[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -700,9 +979,12 @@ int main(void)
         cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_bert),
         cmocka_unit_test(test_fusion_rules),
+        cmocka_unit_test(test_clip_layers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_onnx_cnn),
         cmocka_unit_test(test_onnx_attention_and_errors),
+        cmocka_unit_test(test_onnx_auto_pad),
+        cmocka_unit_test(test_onnx_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
