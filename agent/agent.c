@@ -12,6 +12,7 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_target.h"
 #include "kl_util.h"
 #include "kla_agent_int.h"
 #include "kla_simulate.h"
@@ -166,6 +167,19 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
 {
     atomic_fetch_add(&a->st_requests, 1);
     char err[KL_ERRMSG_LEN];
+    if (a->cfg.simulate && m->target && *m->target &&
+        !kl_target_is_sim(m->target)) {
+        /* Fake latencies must never come back as measurements of a real
+         * target, whoever asks for them. */
+        snprintf(err, sizeof err,
+                 "target %.100s: this agent only simulates (--simulate); it "
+                 "serves %s targets only",
+                 m->target, KL_TARGET_SIM);
+        kl_warn("agent: request %llu rejected: %s",
+                (unsigned long long)m->request_id, err);
+        s_reject(a, m, KILN__STATUS__STATUS_INVALID, err);
+        return;
+    }
     if (a->cfg.simulate) {
         s_simulate(a, m);
         return;
@@ -466,12 +480,30 @@ static int s_devices(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
     return rc;
 }
 
+/* A device that only pretends to measure names a target of its own
+ * (kl_target.h: "sim/cpu/x86_64-avx512"), so that no coordinator sends it
+ * work for the real target or keys its results as measurements of it. */
+static void s_sim_target(char *target, size_t len)
+{
+    char sim[64];
+    kl_target_sim(target, sim, sizeof sim);
+    /* Cut to fit, it still starts with "sim/". */
+    size_t n = strlen(sim) < len ? strlen(sim) : len - 1;
+    memcpy(target, sim, n);
+    target[n] = '\0';
+}
+
 static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
 {
     int drc = s_devices(a, cfg, err);
     if (drc != KL_OK)
         return drc;
     kla_device_detect(&a->dev);
+    if (cfg->simulate) {
+        s_sim_target(a->dev.target, sizeof a->dev.target);
+        for (int g = 0; g < a->n_gpu; g++)
+            s_sim_target(a->gpu[g].target, sizeof a->gpu[g].target);
+    }
     if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
         snprintf(a->hostname, sizeof a->hostname, "unknown");
     snprintf(a->name, sizeof a->name, "%s",

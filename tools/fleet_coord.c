@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 /* The allow-list and keys of a coordinator bound with --listen. */
@@ -48,13 +49,17 @@ int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
     char *allow = NULL;
     int rc = KL_OK;
     if (!listen || n_local > 0) {
-        /* A CUDA target's local agents serve every GPU here. */
-        const char *target = kl_opts_str(o, "target");
+        /* A CUDA target's local agents serve every GPU here (a simulated
+         * one's too: the fake GPU of KILN_FAKE_GPU_WORKER). */
+        const char *user = kl_opts_str(o, "target");
+        const char *target = kl_target_base(user);
+        bool cuda = target && !strncmp(target, "cuda", 4);
         kl_fleet_config_t fc = {
             .n_agents = n_local,
-            .device = target && !strncmp(target, "cuda", 4) ? "cuda:all" : NULL,
+            .device = cuda ? "cuda:all" : NULL,
             .insecure = insecure,
-            .simulate = simulate,
+            /* The only simulated CPU device is kiln-agent --simulate. */
+            .simulate = simulate || (kl_target_is_sim(user) && !cuda),
             .heartbeat_ms = cfg.heartbeat_ms};
         rc = kl_fleet_new(fleet, &fc, err);
         if (rc == KL_OK && !listen)

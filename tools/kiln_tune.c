@@ -18,6 +18,7 @@
 #include "kl_metrics.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_tune.h"
 #include "kl_util.h"
 
@@ -79,8 +80,9 @@ static const kl_opt_t s_opts[] = {
      "a cuda target)"},
     KL_FLEET_OPTS{
         "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-        "local agents answer with synthetic latencies (for trying kiln out; "
-        "simulated records never replace real ones)"},
+        "local agents answer with synthetic latencies (for trying kiln out); "
+        "the task's target becomes sim/TARGET, so that its records are "
+        "never taken for measurements of TARGET"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines, only the result"},
     KL_METRICS_OPTS,
@@ -181,6 +183,12 @@ static int s_config(const kl_opts_t *o, kl_task_cfg_t *c, char *err)
 {
     kl_task_cfg_default(c);
     c->target = kl_opts_str(o, "target");
+    if (kl_opts_bool(o, "simulate")) {
+        /* Simulated results are keyed under a target of their own
+         * (kl_target.h), never as measurements of the real one. */
+        static char sim[160];
+        c->target = kl_target_sim(c->target, sim, sizeof sim);
+    }
     c->max_trials = kl_opts_int(o, "max-trials-per-task");
     c->trials_per_iter = (int)kl_opts_int(o, "trials-per-iter");
     kl_search_cfg_t *s = &c->search;
@@ -221,7 +229,9 @@ static char *s_source_path(const job_t *j)
         if (*p == '/')
             *p = '_';
     const char *db = kl_opts_str(j->o, "db");
-    const char *ext = strncmp(tg, "cuda", 4) ? "c" : "cu";
+    const char *ext =
+        strncmp(kl_target_base(kl_task_target(j->task)), "cuda", 4) ? "c"
+                                                                    : "cu";
     char *path = db ? kl_xasprintf("%s/sources/%s.%s.%s", db, w->name, tg, ext)
                     : kl_xasprintf("%s.%s.%s", w->name, tg, ext);
     free(tg);
@@ -243,8 +253,9 @@ static int s_report(job_t *j, char *err)
         return KL_OK;
     }
     double b = kl_task_best_s(t);
-    printf("best       %.3f us, %.2f GFLOP/s (record seq %llu)\n", b * 1e6,
-           w->flop / b / 1e9, (unsigned long long)kl_task_best_seq(t));
+    printf("best       %.3f us, %.2f GFLOP/s (record seq %llu)%s\n", b * 1e6,
+           w->flop / b / 1e9, (unsigned long long)kl_task_best_seq(t),
+           kl_target_is_sim(kl_task_target(t)) ? ", simulated" : "");
     char *text = kl_trace_to_text(best);
     printf("trace\n%s", text);
     if (text[0] && text[strlen(text) - 1] != '\n')
@@ -327,7 +338,7 @@ int kiln_cmd_tune(int argc, char **argv)
         fprintf(stderr,
                 "kiln tune: %lld records of %s on %s restored from %s\n",
                 (long long)kl_task_restored(j.task),
-                kl_task_workload(j.task)->name, cfg.target, db);
+                kl_task_workload(j.task)->name, kl_task_target(j.task), db);
     if (!rc && !kl_task_done(j.task))
         rc = s_start(&j, err);
     if (!rc && !kl_task_done(j.task)) {

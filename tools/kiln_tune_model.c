@@ -22,6 +22,7 @@
 #include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_tasksched.h"
 #include "kl_tune.h"
 #include "kl_util.h"
@@ -99,7 +100,9 @@ static const kl_opt_t s_opts[] = {
     {"data-seed", KL_OPT_INT, "1", 0, 9e18, "S", "seed of the input data"},
     KL_FLEET_OPTS{
         "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-        "local agents answer with synthetic latencies (for trying kiln out)"},
+        "local agents answer with synthetic latencies (for trying kiln "
+        "out); the tasks' target becomes sim/TARGET, so that their records "
+        "are never taken for measurements of TARGET"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no table after every round, only the final one"},
     KL_METRICS_OPTS,
@@ -164,6 +167,12 @@ static int s_task_config(const kl_opts_t *o, kl_task_cfg_t *c, char *err)
 {
     kl_task_cfg_default(c);
     c->target = kl_opts_str(o, "target");
+    if (kl_opts_bool(o, "simulate")) {
+        /* Simulated results are keyed under a target of their own
+         * (kl_target.h), never as measurements of the real one. */
+        static char sim[160];
+        c->target = kl_target_sim(c->target, sim, sizeof sim);
+    }
     c->trials_per_iter = (int)kl_opts_int(o, "trials-per-iter");
     kl_search_cfg_t *s = &c->search;
     s->seed = (uint64_t)kl_opts_int(o, "seed");
