@@ -16,6 +16,7 @@
 #include "kl_log.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 static const kl_opt_t s_opts[] = {
@@ -231,6 +232,21 @@ static const char *s_status(int st)
     return v ? v->name + 7 : "UNKNOWN"; /* past "STATUS_" */
 }
 
+/* The evaluator of every request (and of every record: what its latency
+ * means, kl_record.h). */
+static void s_evaluator(const kl_opts_t *o, Kiln__Evaluator *ev)
+{
+    kiln__evaluator__init(ev);
+    ev->number = (uint32_t)kl_opts_int(o, "number");
+    ev->repeat = (uint32_t)kl_opts_int(o, "repeat");
+    ev->min_repeat_ms = (uint32_t)kl_opts_int(o, "min-repeat-ms");
+    ev->flush_cache = !kl_opts_bool(o, "no-flush");
+    ev->timeout_ms = (uint32_t)kl_opts_int(o, "timeout-ms");
+    ev->rtol = kl_opts_double(o, "rtol");
+    ev->atol = kl_opts_double(o, "atol");
+    ev->seed = (uint64_t)kl_opts_int(o, "seed");
+}
+
 static int s_read_sources(s_job_t *j, char *err)
 {
     int rc = kl_read_file(kl_opts_str(j->o, "reference"), &j->ref, NULL, err);
@@ -284,11 +300,13 @@ static int s_dedupe(s_job_t *j, char *err)
         rc = kl_store_put_workload(j->store, &w, err);
     if (have)
         kiln__workload__free_unpacked(have, NULL);
+    Kiln__Evaluator ev;
+    s_evaluator(j->o, &ev);
     for (int i = 0; i < j->npos && rc == KL_OK; i++) {
         bool seen = false;
         if (!j->skip[i])
-            rc = kl_store_seen(j->store, j->key, j->target, j->hash[i], &seen,
-                               err);
+            rc = kl_store_seen(j->store, j->key, j->target, kl_cond_of(&ev),
+                               j->hash[i], &seen, err);
         if (seen)
             j->skip[i] = 1;
     }
@@ -344,13 +362,19 @@ static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
     if (j->store) {
         Kiln__TuningRecord *recs = kl_xcalloc(n, sizeof *recs);
         Kiln__TuningRecord **ptrs = kl_xcalloc(n, sizeof *ptrs);
+        Kiln__Evaluator ev;
+        s_evaluator(j->o, &ev);
+        /* A simulated result is never a measurement of a real target
+         * (kl_target.h), even from an agent that names the real one. */
+        char sim[160];
+        kl_target_sim(j->target, sim, sizeof sim);
         for (size_t i = 0; i < n; i++) {
             const Kiln__MeasureResult *r = b[i]->result;
             Kiln__TuningRecord *t = ptrs[i] = &recs[i];
             kiln__tuning_record__init(t);
             t->workload_key.data = j->key;
             t->workload_key.len = 16;
-            t->target = (char *)j->target;
+            t->target = r->simulated ? sim : (char *)j->target;
             t->status = r->status;
             t->n_samples = r->n_samples;
             t->samples = r->samples;
@@ -360,7 +384,8 @@ static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
             t->time_us = kl_unix_us();
             t->agent = (char *)b[i]->agent;
             t->device_name = (char *)b[i]->device_name;
-            t->simulated = r->simulated;
+            t->simulated = r->simulated || kl_target_is_sim(j->target);
+            t->evaluator = &ev;
             t->trace_hash.data = j->hash[b[i]->index];
             t->trace_hash.len = 16;
             t->spread = r->spread;
@@ -397,15 +422,8 @@ static int s_submit(s_job_t *j, size_t *n_sub, char *err)
         p[n] = &c[n];
         n++;
     }
-    Kiln__Evaluator ev = KILN__EVALUATOR__INIT;
-    ev.number = (uint32_t)kl_opts_int(j->o, "number");
-    ev.repeat = (uint32_t)kl_opts_int(j->o, "repeat");
-    ev.min_repeat_ms = (uint32_t)kl_opts_int(j->o, "min-repeat-ms");
-    ev.flush_cache = !kl_opts_bool(j->o, "no-flush");
-    ev.timeout_ms = (uint32_t)kl_opts_int(j->o, "timeout-ms");
-    ev.rtol = kl_opts_double(j->o, "rtol");
-    ev.atol = kl_opts_double(j->o, "atol");
-    ev.seed = (uint64_t)kl_opts_int(j->o, "seed");
+    Kiln__Evaluator ev;
+    s_evaluator(j->o, &ev);
     const char *re = kl_opts_str(j->o, "ref-entry");
     kl_dispatch_batch_t b = {.workload_key = j->key,
                              .target = j->target,

@@ -10,6 +10,7 @@
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_log.h"
+#include "kl_record.h"
 #include "kl_tune.h"
 #include "kl_target.h"
 
@@ -371,7 +372,8 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
                   uint64_t request, char *err)
 {
     bool seen = false;
-    int rc = t->store ? kl_store_seen(t->store, t->w->key, t->target, c->hash,
+    int rc = t->store ? kl_store_seen(t->store, t->w->key, t->target,
+                                      kl_cond_of(&t->cfg.evaluator), c->hash,
                                       &seen, err)
                       : KL_OK;
     if (rc)
