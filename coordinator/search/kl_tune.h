@@ -4,21 +4,29 @@
  *
  * A task owns a design space, a search (kl_search.h) and its bookkeeping:
  *  - On creation it records the workload in the store and restores what
- *    the store holds for (workload, target): every record counts as a
- *    trial, seeds the search (best traces) and trains its cost model, and
- *    its trace is never measured again.
+ *    the store holds for (workload, target) in the measurement condition
+ *    of its evaluator (kl_record.h: warm or cold): every such record that
+ *    is a measurement counts as a trial, seeds the search (best traces)
+ *    and trains its cost model, and its trace is never measured again in
+ *    that condition. Records of the other condition, simulated records of
+ *    a real target and unverified ones (skip_verify) are not restored.
+ *  - A task for a simulated target ("sim/cpu/...", kl_target.h) is served
+ *    by simulated devices only and builds the code of the real target; a
+ *    task for a real target is never served by them. A result that says
+ *    it is simulated is recorded under the simulated target whatever the
+ *    task's target (an agent from before simulated targets), and is a
+ *    trial spent, never a valid result or a best of a real task.
  *  - kl_task_submit asks the search for a batch, drops every trace that
  *    the store's `seen` index, the in-flight set or an earlier source
  *    (two traces that generate the same code) already covers, generates
  *    the code and submits the batch to dispatch. The batch is cut so that
  *    trials + in flight never exceed the task's cap.
  *  - kl_task_feed commits a group of results in one store transaction
- *    (each a TuningRecord with its trace; failures too: they count as
- *    trials) and gives them to the search. Cancelled candidates are not
- *    recorded and do not count.
- * kl_tune_run is the loop of `kiln tune` for one task: it keeps two
- * batches in flight, so the next batch is generated while the agents
- * measure the current one.
+ *    (each a TuningRecord with its trace and the task's evaluator;
+ *    failures too: they count as trials) and gives them to the search.
+ * Cancelled candidates are not recorded and do not count. kl_tune_run is the
+ * loop of `kiln tune` for one task: it keeps two batches in flight, so the next
+ * batch is generated while the agents measure the current one.
  *
  * A task is used by one thread at a time. It borrows the store and the
  * dispatch it is given; both must outlive it.
@@ -41,7 +49,7 @@ typedef struct {
     kl_search_cfg_t search;    /* strategy and its parameters */
     int64_t max_trials;        /* cap of this task (records included), > 0 */
     int trials_per_iter;       /* batch size, > 0 */
-    Kiln__Evaluator evaluator; /* copied into every request */
+    Kiln__Evaluator evaluator; /* copied into every request and record */
     const char *job;           /* "job" of the records; NULL: "tune" */
 } kl_task_cfg_t;
 
@@ -72,14 +80,15 @@ int64_t kl_task_restored(const kl_task_t *t);
 int64_t kl_task_in_flight(const kl_task_t *t);
 /* The task's trial cap (max_trials). */
 int64_t kl_task_cap(const kl_task_t *t);
-/* Valid (status OK) results among the trials. */
+/* Valid results among the trials (kl_record_valid: status OK, verified,
+ * a measurement). */
 int64_t kl_task_valid(const kl_task_t *t);
 /* The cap is reached, or the design space has nothing new. */
 bool kl_task_done(const kl_task_t *t);
 bool kl_task_exhausted(const kl_task_t *t);
 
-/* Best verified latency (median seconds; INFINITY when none) and its trace
- * (borrowed, NULL when none) and record seq. */
+/* Best valid latency of the task's condition (median seconds; INFINITY
+ * when none) and its trace (borrowed, NULL when none) and record seq. */
 double kl_task_best_s(const kl_task_t *t);
 const kl_trace_t *kl_task_best_trace(const kl_task_t *t);
 uint64_t kl_task_best_seq(const kl_task_t *t);

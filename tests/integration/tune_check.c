@@ -1,7 +1,7 @@
 /* tune_check DB [MIN_RECORDS] - checks a store written by `kiln tune`:
  * every (workload, target) has no trace measured twice (distinct
- * trace_hash), every record carries a trace (and all are of one
- * measurement condition), and its best record of that condition
+ * trace_hash), every record carries a trace and the job's evaluator (one
+ * measurement condition for all), and its best record of that condition
  * is a valid one (kl_record_valid: status OK, verified, not simulated)
  * with the lowest median of the valid records. Prints "records=N ok=M dups=D
  * best_us=X" per group and exits 1 on any violation (or fewer than MIN_RECORDS
@@ -18,7 +18,7 @@
 typedef struct {
     uint8_t key[16];
     char target[64];
-    size_t n, ok, dups, notrace, mixed;
+    size_t n, ok, dups, notrace, noeval, mixed;
     kl_cond_t cond;
     double best;
     uint64_t best_seq;
@@ -44,6 +44,7 @@ static int s_rec(const Kiln__TuningRecord *r, void *arg)
         if (!memcmp(g->hashes[i], g->hashes[g->n], 16))
             g->dups++;
     g->notrace += r->trace.len == 0;
+    g->noeval += r->evaluator == NULL;
     g->mixed += kl_record_cond(r) != g->cond;
     g->n++;
     if (kl_record_valid(r)) {
@@ -81,11 +82,12 @@ int main(int argc, char **argv)
     }
     printf("records=%zu ok=%zu dups=%zu best_us=%.3f\n", g.n, g.ok, g.dups,
            g.best * 1e6);
-    if (g.n < min || g.dups || g.notrace || g.mixed) {
+    if (g.n < min || g.dups || g.notrace || g.noeval || g.mixed) {
         fprintf(stderr,
                 "tune_check: %zu records (want >= %zu), %zu measured twice, "
-                "%zu without a trace, %zu of another condition\n",
-                g.n, min, g.dups, g.notrace, g.mixed);
+                "%zu without a trace, %zu without an evaluator, %zu of "
+                "another condition\n",
+                g.n, min, g.dups, g.notrace, g.noeval, g.mixed);
         bad = 1;
     }
     Kiln__TuningRecord *b = NULL;
