@@ -12,6 +12,7 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_target.h"
 #include "kl_util.h"
 #include "kla_agent_int.h"
 #include "kla_simulate.h"
@@ -60,6 +61,7 @@ static void s_send_hello(kla_agent_t *a)
     for (int i = 0; i < a->ndev; i++) {
         kla_dev_t *d = &a->dev[i];
         d->backend->info(d, &a->env, &info[i]);
+        info[i].target = d->target; /* "sim/..." when it only pretends */
         info[i].simulated = d->stand_in || a->cfg.simulate;
         info[i].index = (uint32_t)i;
         devs[i] = &info[i];
@@ -129,6 +131,19 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
 {
     atomic_fetch_add(&a->st_requests, 1);
     char err[KL_ERRMSG_LEN];
+    if (a->cfg.simulate && m->target && *m->target &&
+        !kl_target_is_sim(m->target)) {
+        /* Fake latencies must never come back as measurements of a real
+         * target, whoever asks for them. */
+        snprintf(err, sizeof err,
+                 "target %.100s: this agent only simulates (--simulate); it "
+                 "serves %s targets only",
+                 m->target, KL_TARGET_SIM);
+        kl_warn("agent: request %llu rejected: %s",
+                (unsigned long long)m->request_id, err);
+        s_reject(a, m, KILN__STATUS__STATUS_INVALID, err);
+        return;
+    }
     if (a->cfg.simulate) {
         s_simulate(a, m);
         return;
@@ -425,6 +440,19 @@ static void s_env(kla_agent_t *a, const kla_agent_config_t *cfg)
                          .simulate = cfg->simulate};
 }
 
+/* A device that only pretends to measure names a target of its own
+ * (kl_target.h: "sim/cpu/x86_64-avx512"), so that no coordinator sends it
+ * work for the real target or keys its results as measurements of it. */
+static void s_sim_target(char *target, size_t len)
+{
+    char sim[64];
+    kl_target_sim(target, sim, sizeof sim);
+    /* Cut to fit, it still starts with "sim/". */
+    size_t n = strlen(sim) < len ? strlen(sim) : len - 1;
+    memcpy(target, sim, n);
+    target[n] = '\0';
+}
+
 static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
 {
     kla_device_detect(&a->host);
@@ -432,6 +460,9 @@ static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
     int drc = s_devices(a, cfg, err);
     if (drc != KL_OK)
         return drc;
+    for (int i = 0; cfg->simulate && i < a->ndev; i++)
+        if (!kl_target_is_sim(a->dev[i].target))
+            s_sim_target(a->dev[i].target, sizeof a->dev[i].target);
     if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
         snprintf(a->hostname, sizeof a->hostname, "unknown");
     snprintf(a->name, sizeof a->name, "%s",

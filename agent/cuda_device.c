@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 #include "kla_cuda_api.h"
 
 bool kla_cuda_fake(void)
@@ -23,7 +24,8 @@ static void s_fake_dev(int ordinal, kla_cuda_dev_t *d)
              "fake GPU %d (KILN_FAKE_GPU_WORKER, no CUDA)", ordinal);
     d->cc_major = 9;
     snprintf(d->arch, sizeof d->arch, "sm_90");
-    snprintf(d->target, sizeof d->target, "cuda/sm_90");
+    /* A stand-in measures nothing: its target says so (kl_target.h). */
+    snprintf(d->target, sizeof d->target, KL_TARGET_SIM "cuda/sm_90");
     d->sms = 132;
     d->memory_bytes = (uint64_t)1 << 32;
     d->clock_mhz = 1980;

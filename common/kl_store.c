@@ -168,6 +168,8 @@ static uint8_t *s_pack_buf(kl_store_t *self, size_t n)
 
 /* ---- open / close ------------------------------------------------------- */
 
+static int s_upgrade_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err);
+
 static int s_open_dbs(kl_store_t *self, char *err)
 {
     static const char *names[] = {"workloads", "records", "best", "seen",
@@ -203,6 +205,12 @@ static int s_open_dbs(kl_store_t *self, char *err)
     MDB_val k = {6, "schema"}, v;
     int mrc = mdb_get(txn, self->db_meta, &k, &v);
     uint8_t mine[4] = {0, 0, 0, KL_STORE_SCHEMA};
+    const uint8_t *p = mrc == 0 ? v.mv_data : NULL;
+    unsigned got = p && v.mv_size == 4
+                       ? (unsigned)p[0] << 24 | (unsigned)p[1] << 16 |
+                             (unsigned)p[2] << 8 | p[3]
+                       : 0;
+    self->schema_found = mrc == MDB_NOTFOUND ? KL_STORE_SCHEMA : got;
     if (mrc == MDB_NOTFOUND && !self->rdonly) {
         MDB_val nv = {4, mine};
         mrc = mdb_put(txn, self->db_meta, &k, &nv, 0);
@@ -211,12 +219,17 @@ static int s_open_dbs(kl_store_t *self, char *err)
         return kl_seterr(err, KL_ERR_CORRUPT,
                          "store %s: no schema version: not a kiln store",
                          self->dir);
-    } else if (mrc == 0 && (v.mv_size != 4 || memcmp(v.mv_data, mine, 4))) {
-        const uint8_t *p = v.mv_data;
-        unsigned got = v.mv_size == 4
-                           ? (unsigned)p[0] << 24 | (unsigned)p[1] << 16 |
-                                 (unsigned)p[2] << 8 | p[3]
-                           : 0;
+    } else if (mrc == 0 && got == 1 && self->rdonly) {
+        mdb_txn_abort(txn);
+        return kl_seterr(err, KL_ERR_VERSION,
+                         "store %s: schema version 1 (from before records "
+                         "kept their evaluator settings), this kiln reads "
+                         "schema %d: upgrade it once with 'kiln db upgrade "
+                         "--db %s' (kiln tune and kiln db import on it "
+                         "upgrade it too)",
+                         self->dir, KL_STORE_SCHEMA, self->dir);
+    } else if (mrc == 0 && got != 1 &&
+               (v.mv_size != 4 || memcmp(v.mv_data, mine, 4))) {
         mdb_txn_abort(txn);
         return kl_seterr(err, KL_ERR_CORRUPT,
                          "store %s: schema version %u, this kiln reads "
@@ -282,12 +295,19 @@ int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
         s_refresh_map_size(self);
     }
     rc = s_open_dbs(self, err);
+    if (rc == KL_OK && self->schema_found == 1)
+        rc = s_write(self, s_upgrade_fn, NULL, err);
     if (rc) {
         kl_store_close(&self);
         return rc;
     }
     *out = self;
     return KL_OK;
+}
+
+unsigned kl_store_schema_found(const kl_store_t *self)
+{
+    return self->schema_found;
 }
 
 int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err)
@@ -373,34 +393,17 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
 }
 
 /* ---- commit ---------------------------------------------------------------
- * best value: seq(8, BE) | median_s bits(8, BE) | simulated(1), so that a
- * new record is ranked without unpacking the old best. */
-
-static bool s_can_be_best(const Kiln__TuningRecord *r)
-{
-    return r->status == KILN__STATUS__STATUS_OK && isfinite(r->median_s) &&
-           r->median_s >= 0;
-}
-
-/* A real record beats a simulated one; otherwise the lower median wins
- * (ties keep the older best). */
-static bool s_beats(const Kiln__TuningRecord *r, const MDB_val *old)
-{
-    const uint8_t *p = old->mv_data;
-    uint64_t bits = s_get_be64(p + 8);
-    double old_median;
-    memcpy(&old_median, &bits, sizeof bits);
-    bool old_sim = p[16] != 0;
-    if (old_sim != (bool)r->simulated)
-        return old_sim;
-    return r->median_s < old_median;
-}
+ * best value: seq(8, BE) | median_s bits(8, BE), so that a new record is
+ * ranked without unpacking the old best. Which records count is
+ * kl_record.h's. */
 
 static int s_update_best(kl_store_t *self, MDB_txn *txn,
                          const Kiln__TuningRecord *r, const uint8_t pre[24],
                          char *err)
 {
-    MDB_val k = {24, (void *)pre}, old;
+    uint8_t bk[25];
+    s_best_key(bk, pre, kl_record_cond(r));
+    MDB_val k = {25, bk}, old;
     int mrc = mdb_get(txn, self->db_best, &k, &old);
     if (mrc && mrc != MDB_NOTFOUND)
         return kl_store__lmdb(self, mrc, "best", err);
@@ -408,14 +411,19 @@ static int s_update_best(kl_store_t *self, MDB_txn *txn,
         return kl_seterr(err, KL_ERR_CORRUPT,
                          "store %s: best entry of %s is %zu bytes, want %d",
                          self->dir, r->target, old.mv_size, KL_STORE_BEST_LEN);
-    if (mrc == 0 && !s_beats(r, &old))
-        return KL_OK;
+    if (mrc == 0) {
+        /* The strictly lower median wins; a tie keeps the older best. */
+        uint64_t bits = s_get_be64((const uint8_t *)old.mv_data + 8);
+        double old_median;
+        memcpy(&old_median, &bits, sizeof bits);
+        if (!(r->median_s < old_median))
+            return KL_OK;
+    }
     uint8_t val[KL_STORE_BEST_LEN];
     uint64_t bits;
     memcpy(&bits, &r->median_s, sizeof bits);
     s_be64(val, r->seq);
     s_be64(val + 8, bits);
-    val[16] = r->simulated ? 1 : 0;
     MDB_val v = {KL_STORE_BEST_LEN, val};
     mrc = mdb_put(txn, self->db_best, &k, &v, 0);
     return mrc ? kl_store__lmdb(self, mrc, "put best", err) : KL_OK;
@@ -425,16 +433,30 @@ static int s_update_seen(kl_store_t *self, MDB_txn *txn,
                          const Kiln__TuningRecord *r, const uint8_t pre[24],
                          char *err)
 {
-    uint8_t sk[40], sv[8];
-    memcpy(sk, pre, 24);
-    memcpy(sk + 24, r->trace_hash.data, 16);
+    uint8_t sk[41], sv[8];
+    s_seen_key(sk, pre, kl_record_cond(r), r->trace_hash.data);
     s_be64(sv, r->seq);
-    MDB_val k = {40, sk}, v = {8, sv};
+    MDB_val k = {41, sk}, v = {8, sv};
     /* The first record of a trace stays the one seen points at. */
     int mrc = mdb_put(txn, self->db_seen, &k, &v, MDB_NOOVERWRITE);
     if (mrc && mrc != MDB_KEYEXIST)
         return kl_store__lmdb(self, mrc, "put seen", err);
     return KL_OK;
+}
+
+/* The indexes of one stored record: seen and best, when it counts. */
+static int s_index_record(kl_store_t *self, MDB_txn *txn,
+                          const Kiln__TuningRecord *r, const uint8_t pre[24],
+                          char *err)
+{
+    if (kl_record_kind(r) != KL_RECORD_MEASURED)
+        return KL_OK;
+    if (r->trace_hash.len == 16) {
+        int rc = s_update_seen(self, txn, r, pre, err);
+        if (rc)
+            return rc;
+    }
+    return kl_record_valid(r) ? s_update_best(self, txn, r, pre, err) : KL_OK;
 }
 
 /* The last seq of (key, target) in this transaction, 0 when none. */
@@ -533,12 +555,51 @@ static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
     }
     if (mrc)
         return kl_store__lmdb(self, mrc, "put record", err);
-    if (r->trace_hash.len == 16) {
-        rc = s_update_seen(self, txn, r, pre, err);
-        if (rc)
-            return rc;
+    return s_index_record(self, txn, r, pre, err);
+}
+
+/* Schema 1 -> 2: best and seen rebuilt from the records under the rules
+ * of kl_record.h (conditions; simulated and unverified records out). The
+ * records themselves are not touched. */
+static int s_upgrade_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
+{
+    (void)ctx;
+    int mrc = mdb_drop(txn, self->db_best, 0);
+    if (mrc == 0)
+        mrc = mdb_drop(txn, self->db_seen, 0);
+    MDB_cursor *cur = NULL;
+    if (mrc == 0)
+        mrc = mdb_cursor_open(txn, self->db_records, &cur);
+    if (mrc)
+        return kl_store__lmdb(self, mrc, "upgrade from schema 1", err);
+    MDB_val k, v;
+    int rc = KL_OK;
+    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0 && !rc;
+         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        Kiln__TuningRecord *r =
+            k.mv_size == 32
+                ? kiln__tuning_record__unpack(NULL, v.mv_size, v.mv_data)
+                : NULL;
+        if (!r) {
+            rc = kl_seterr(err, KL_ERR_CORRUPT,
+                           "store %s: upgrade from schema 1: a record "
+                           "(%zu-byte key, %zu bytes) does not decode",
+                           self->dir, k.mv_size, v.mv_size);
+            break;
+        }
+        rc = s_index_record(self, txn, r, k.mv_data, err);
+        kiln__tuning_record__free_unpacked(r, NULL);
     }
-    return s_can_be_best(r) ? s_update_best(self, txn, r, pre, err) : KL_OK;
+    mdb_cursor_close(cur);
+    if (rc)
+        return rc;
+    if (mrc != MDB_NOTFOUND)
+        return kl_store__lmdb(self, mrc, "upgrade from schema 1", err);
+    uint8_t mine[4] = {0, 0, 0, KL_STORE_SCHEMA};
+    MDB_val sk = {6, "schema"}, sv = {4, mine};
+    mrc = mdb_put(txn, self->db_meta, &sk, &sv, 0);
+    return mrc ? kl_store__lmdb(self, mrc, "upgrade from schema 1", err)
+               : KL_OK;
 }
 
 static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)

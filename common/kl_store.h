@@ -3,12 +3,20 @@
  * Named databases (docs/store.md):
  *   workloads  key(16)                        -> Workload
  *   records    key(16) | target-id(8) | seq(8, big-endian) -> TuningRecord
- *   best       key(16) | target-id(8)        -> seq of the best valid record
- *              (value: seq(8, BE) | median_s bits(8, BE) | simulated(1))
- *   seen       key(16) | target-id(8) | trace-hash(16) -> seq
+ *   best       key(16) | target-id(8) | cond(1) -> the best valid record
+ *              of that condition (value: seq(8, BE) | median_s bits(8, BE))
+ *   seen       key(16) | target-id(8) | cond(1) | trace-hash(16) -> seq
  *   meta       text -> bytes (schema version, jobs)
- * target-id is kl_hash64 of the target string, big-endian. Seqs start at 1
- * per (workload, target), so records iterate in commit order.
+ * target-id is kl_hash64 of the target string, big-endian; cond is the
+ * record's measurement condition (kl_record.h: 0 warm, 1 cold). Seqs start
+ * at 1 per (workload, target), so records iterate in commit order. What
+ * counts as valid, and which condition a record has, is kl_record.h's.
+ *
+ * Schema 2 added the condition to best and seen and stopped counting
+ * simulated and unverified records in them. A writer that opens a schema 1
+ * store upgrades it in one transaction (best and seen rebuilt from the
+ * records, which are not touched); a read-only open of a schema 1 store is
+ * KL_ERR_VERSION with a message saying how to upgrade it.
  *
  * Only the coordinator writes; any number of processes may read at the same
  * time (open with KL_STORE_RDONLY); a reader adopts a map grown by the
@@ -38,8 +46,9 @@
 #include <stdio.h>
 
 #include "kiln.pb-c.h"
+#include "kl_record.h"
 
-#define KL_STORE_SCHEMA 1
+#define KL_STORE_SCHEMA 2
 /* Map size of a new store; it doubles each time it fills. */
 #define KL_STORE_INITIAL_MAP ((size_t)64 << 20)
 
@@ -54,8 +63,10 @@ enum {
 };
 
 /* Opens (creating if needed, unless RDONLY) the store in directory dir. A
- * store of another schema version is KL_ERR_CORRUPT with a message; with
- * RDONLY, a missing directory or store is KL_ERR_NOTFOUND. */
+ * writer upgrades a schema 1 store (see the top); a read-only open of one
+ * is KL_ERR_VERSION; a store of any other schema version is
+ * KL_ERR_CORRUPT with a message; with RDONLY, a missing directory or store
+ * is KL_ERR_NOTFOUND. */
 int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err);
 /* The same with the map of a writer made at least initial_map bytes
  * (kl_store_open uses KL_STORE_INITIAL_MAP); tests start small to exercise
@@ -63,6 +74,9 @@ int kl_store_open(kl_store_t **out, const char *dir, unsigned flags, char *err);
 int kl_store_open_sized(kl_store_t **out, const char *dir, unsigned flags,
                         size_t initial_map, char *err);
 void kl_store_close(kl_store_t **self_p);
+/* The schema version the store had when it was opened: KL_STORE_SCHEMA,
+ * or 1 when this open upgraded it. */
+unsigned kl_store_schema_found(const kl_store_t *self);
 
 /* Inserts or replaces a workload (keyed by w->key, 16 bytes). */
 int kl_store_put_workload(kl_store_t *self, const Kiln__Workload *w, char *err);
@@ -72,12 +86,12 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
 
 /* Commits n records in ONE write transaction: each gets the next seq of its
  * (workload, target) (written back into recs[i]->seq; time_us is set to
- * now when 0), is added to seen (when it has a 16-byte trace_hash; seen
- * keeps the first seq of a trace) and becomes best when it can: its
- * status is OK with a finite median >= 0, and either there is no best
- * yet, or it is real and the best is simulated, or both are of the same
- * kind and its median is strictly lower (a simulated record never
- * replaces a real one). Each record needs a 16-byte workload_key, a
+ * now when 0). A measurement (kl_record_kind) is added to seen under its
+ * condition (when it has a 16-byte trace_hash; seen keeps the first seq
+ * of a trace) and becomes the best of its condition when it is valid
+ * (kl_record_valid) and there is no best yet or its median is strictly
+ * lower. Simulated records of a real target and unverified ones are
+ * stored, and that is all. Each record needs a 16-byte workload_key, a
  * target and a trace_hash of 0 or 16 bytes (else KL_ERR_INVAL naming the
  * record's index in the batch). Returns only after the commit is
  * durable. On failure nothing of the batch is written and the records'
@@ -85,12 +99,17 @@ int kl_store_get_workload(kl_store_t *self, const uint8_t key[16],
 int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
                     char *err);
 
-/* The best valid record of (key, target): KL_ERR_NOTFOUND when none. */
+/* The best valid record of (key, target) measured in condition cond:
+ * KL_ERR_NOTFOUND when none. Records of the other condition never
+ * compete. */
 int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
-                  Kiln__TuningRecord **out, char *err);
-/* Whether a trace with this hash was measured for (key, target). */
+                  kl_cond_t cond, Kiln__TuningRecord **out, char *err);
+/* Whether a trace with this hash was measured for (key, target) in
+ * condition cond (simulated records of a real target and unverified ones
+ * do not count). */
 int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
-                  const uint8_t trace_hash[16], bool *seen, char *err);
+                  kl_cond_t cond, const uint8_t trace_hash[16], bool *seen,
+                  char *err);
 
 /* Calls fn for every record of key (all keys when key is NULL) on target
  * (every target when NULL), in (key, target, seq) order, inside one read

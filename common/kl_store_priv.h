@@ -9,8 +9,8 @@
 #include "kl_store.h"
 #include "kl_util.h"
 
-/* Length of a best value: seq(8) | median_s bits(8) | simulated(1). */
-#define KL_STORE_BEST_LEN 17
+/* Length of a best value: seq(8) | median_s bits(8). */
+#define KL_STORE_BEST_LEN 16
 
 struct kl_store_s {
     MDB_env *env;
@@ -19,7 +19,8 @@ struct kl_store_s {
     size_t map_size;
     bool rdonly;
     bool map_full; /* set by kl_store__lmdb() when LMDB said MDB_MAP_FULL */
-    uint8_t *pack; /* reusable buffer for packed values */
+    unsigned schema_found; /* the schema version found at open */
+    uint8_t *pack;         /* reusable buffer for packed values */
     size_t pack_cap;
 };
 
@@ -50,6 +51,22 @@ static inline void s_prefix(uint8_t out[24], const uint8_t key[16],
 {
     memcpy(out, key, 16);
     s_be64(out + 16, tid);
+}
+
+/* prefix(24) | condition(1): a best key. */
+static inline void s_best_key(uint8_t out[25], const uint8_t pre[24],
+                              kl_cond_t cond)
+{
+    memcpy(out, pre, 24);
+    out[24] = (uint8_t)cond;
+}
+
+/* prefix(24) | condition(1) | trace hash(16): a seen key. */
+static inline void s_seen_key(uint8_t out[41], const uint8_t pre[24],
+                              kl_cond_t cond, const uint8_t hash[16])
+{
+    s_best_key(out, pre, cond);
+    memcpy(out + 25, hash, 16);
 }
 
 /* Translates an LMDB return code (never 0) into a kl_err with a message

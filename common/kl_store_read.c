@@ -26,16 +26,17 @@ static int s_corrupt_record(kl_store_t *self, const MDB_val *k, size_t vlen,
 }
 
 int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
-                  Kiln__TuningRecord **out, char *err)
+                  kl_cond_t cond, Kiln__TuningRecord **out, char *err)
 {
     *out = NULL;
     MDB_txn *txn;
     int rc = kl_store__begin_read(self, &txn, err);
     if (rc)
         return rc;
-    uint8_t pre[24], rk[32];
+    uint8_t pre[24], bk[25], rk[32];
     s_prefix(pre, key, s_tid(target));
-    MDB_val k = {24, pre}, v;
+    s_best_key(bk, pre, cond);
+    MDB_val k = {25, bk}, v;
     int mrc = mdb_get(txn, self->db_best, &k, &v);
     if (mrc == 0 && v.mv_size != KL_STORE_BEST_LEN)
         rc = kl_seterr(err, KL_ERR_CORRUPT, "store %s: best entry is %zu bytes",
@@ -62,17 +63,18 @@ int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
 }
 
 int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
-                  const uint8_t trace_hash[16], bool *seen, char *err)
+                  kl_cond_t cond, const uint8_t trace_hash[16], bool *seen,
+                  char *err)
 {
     *seen = false;
     MDB_txn *txn;
     int rc = kl_store__begin_read(self, &txn, err);
     if (rc)
         return rc;
-    uint8_t sk[40];
-    s_prefix(sk, key, s_tid(target));
-    memcpy(sk + 24, trace_hash, 16);
-    MDB_val k = {40, sk}, v;
+    uint8_t pre[24], sk[41];
+    s_prefix(pre, key, s_tid(target));
+    s_seen_key(sk, pre, cond, trace_hash);
+    MDB_val k = {41, sk}, v;
     int mrc = mdb_get(txn, self->db_seen, &k, &v);
     if (mrc == 0)
         *seen = true;

@@ -7,20 +7,29 @@
 
 #include "kl_err.h"
 
-const char *kl_cpu_target(void)
+/* This machine's CPU target, or its simulated twin: literals, so that
+ * both are static strings. */
+#define S_CPU(sim, t) ((sim) ? KL_TARGET_SIM t : t)
+
+static const char *s_cpu(bool sim)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return "cpu/x86_64-avx512";
+        return S_CPU(sim, "cpu/x86_64-avx512");
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "cpu/x86_64-avx2";
-    return "cpu/x86_64";
+        return S_CPU(sim, "cpu/x86_64-avx2");
+    return S_CPU(sim, "cpu/x86_64");
 #elif defined(__aarch64__)
-    return "cpu/aarch64";
+    return S_CPU(sim, "cpu/aarch64");
 #else
-    return "cpu/unknown";
+    return S_CPU(sim, "cpu/unknown");
 #endif
+}
+
+const char *kl_cpu_target(void)
+{
+    return s_cpu(false);
 }
 
 /* ---- the kinds ----------------------------------------------------------- */
@@ -104,6 +113,7 @@ int kl_target_kind_of(const char *text, kl_target_kind *out)
 {
     if (!text)
         return KL_ERR_NOTFOUND;
+    text = kl_target_base(text);
     size_t n = strcspn(text, "/");
     for (int k = 0; k < KL_TARGET__KINDS; k++)
         if (strlen(s_kinds[k].name) == n &&
@@ -153,6 +163,8 @@ const char *kl_target_resolve(const char *user_target)
     kl_target_kind k = KL_TARGET_CPU;
     if (!user_target)
         return s_kinds[k].here();
+    if (!strcmp(user_target, KL_TARGET_SIM "cpu"))
+        return s_cpu(true);
     if (!strchr(user_target, '/') && !kl_target_kind_of(user_target, &k) &&
         s_kinds[k].here)
         return s_kinds[k].here();
@@ -162,9 +174,27 @@ const char *kl_target_resolve(const char *user_target)
 int kl_target_check_exact(const char *text, char *err)
 {
     kl_target_kind k;
+    text = kl_target_base(text);
     if (text && !strchr(text, '/') && !kl_target_kind_of(text, &k) &&
         s_kinds[k].bare_hint)
         return kl_seterr(err, KL_ERR_INVAL, "target '%s': %s", text,
                          s_kinds[k].bare_hint);
     return KL_OK;
+}
+
+bool kl_target_is_sim(const char *target)
+{
+    return target && !strncmp(target, KL_TARGET_SIM, strlen(KL_TARGET_SIM));
+}
+
+const char *kl_target_base(const char *target)
+{
+    return kl_target_is_sim(target) ? target + strlen(KL_TARGET_SIM) : target;
+}
+
+char *kl_target_sim(const char *target, char *buf, size_t len)
+{
+    const char *t = kl_target_resolve(target);
+    snprintf(buf, len, "%s%s", kl_target_is_sim(t) ? "" : KL_TARGET_SIM, t);
+    return buf;
 }

@@ -49,15 +49,21 @@ int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
     char *allow = NULL;
     int rc = KL_OK;
     if (!listen || n_local > 0) {
-        /* Local agents serve every device here of the target's kind. */
+        /* Local agents serve every device here of the target's kind (a
+         * simulated CUDA target's too: the fake GPU of
+         * KILN_FAKE_GPU_WORKER). */
+        const char *user = kl_opts_str(o, "target");
         kl_target_kind kind = KL_TARGET_CPU;
-        kl_target_kind_of(kl_opts_str(o, "target"), &kind);
+        kl_target_kind_of(user, &kind);
         const char *device = kl_target_kind_info(kind)->agent_device;
-        kl_fleet_config_t fc = {.n_agents = n_local,
-                                .device = device,
-                                .insecure = insecure,
-                                .simulate = simulate,
-                                .heartbeat_ms = cfg.heartbeat_ms};
+        kl_fleet_config_t fc = {
+            .n_agents = n_local,
+            .device = device,
+            .insecure = insecure,
+            /* The only simulated CPU device is kiln-agent --simulate. */
+            .simulate =
+                simulate || (kl_target_is_sim(user) && kind == KL_TARGET_CPU),
+            .heartbeat_ms = cfg.heartbeat_ms};
         rc = kl_fleet_new(fleet, &fc, err);
         if (rc == KL_OK && !listen)
             cfg.security = *kl_fleet_security(*fleet);

@@ -42,10 +42,12 @@
      "heartbeat interval (agents silent for 3 are lost)"},
 /* clang-format on */
 
-/* who names the command in the "listening on" line ("kiln tune"). On
- * success *disp is bound and *fleet (NULL when no local agent was asked
- * for) is running; on failure both may be set and are the caller's to
- * destroy. */
+/* who names the command in the "listening on" line ("kiln tune"). Local
+ * agents simulate when simulate is set or the target is a simulated CPU
+ * target ("sim/cpu...", kl_target.h); a CUDA target's (simulated or not)
+ * serve every GPU here. On success *disp is bound and *fleet (NULL when
+ * no local agent was asked for) is running; on failure both may be set
+ * and are the caller's to destroy. */
 int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
                          kl_fleet_t **fleet, kl_dispatch_t **disp, char *err);
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kiln_cmds.h"
 #include "kl_err.h"
@@ -16,9 +17,10 @@
 #define S_USAGE                                                                \
     "usage: kiln db ls --db DIR\n"                                             \
     "       kiln db best --db DIR (--key HEX | --name NAME) [--target T] "     \
-    "[--json] [--source]\n"                                                    \
+    "[--condition warm|cold] [--json] [--source]\n"                            \
     "       kiln db export --db DIR [--out FILE]\n"                            \
-    "       kiln db import --db DIR FILE    (FILE '-' reads stdin)\n"
+    "       kiln db import --db DIR FILE    (FILE '-' reads stdin)\n"          \
+    "       kiln db upgrade --db DIR        (a store of an older schema)\n"
 
 static const kl_opt_t s_opts[] = {
     {"db", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", "record store directory"},
@@ -28,6 +30,9 @@ static const kl_opt_t s_opts[] = {
     {"target", KL_OPT_STR, NULL, KL_NOBOUNDS, "T",
      "best: only this target; cpu is this machine's exact target (default: "
      "every target with records)"},
+    {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold",
+     "best: records of this measurement condition only (cold: caches "
+     "flushed before every sample of one run); the two never compete"},
     {"json", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
      "best: print the record as one JSON line (the export format)"},
     {"source", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
@@ -39,9 +44,15 @@ static const kl_opt_t s_opts[] = {
 
 /* ---- ls ---------------------------------------------------------------- */
 
+/* One row of ls: the records of (workload, target) of one class: a
+ * measurement condition, or "simulated" / "unverified" for records that
+ * are never results (kl_record.h). */
 typedef struct {
     uint8_t key[16];
     char *target;
+    const char *cls;
+    bool measured;
+    kl_cond_t cond;
     size_t n, ok;
 } group_t;
 
@@ -52,23 +63,42 @@ typedef struct {
     size_t nw, capw;
 } ls_t;
 
+static const char *s_class(const Kiln__TuningRecord *r)
+{
+    kl_record_kind_t k = kl_record_kind(r);
+    return k == KL_RECORD_MEASURED ? kl_cond_name(kl_record_cond(r))
+                                   : kl_record_kind_name(k);
+}
+
 static int s_ls_rec(const Kiln__TuningRecord *r, void *arg)
 {
     ls_t *ls = arg;
-    group_t *last = ls->n ? &ls->g[ls->n - 1] : NULL;
-    if (!last || memcmp(last->key, r->workload_key.data, 16) ||
-        strcmp(last->target, r->target)) {
+    const char *cls = s_class(r);
+    /* Records come in (key, target) order: the groups of this pair are the
+     * last ones. */
+    group_t *g = NULL;
+    for (size_t i = ls->n; i-- > 0 && !g;) {
+        if (memcmp(ls->g[i].key, r->workload_key.data, 16) ||
+            strcmp(ls->g[i].target, r->target))
+            break;
+        if (!strcmp(ls->g[i].cls, cls))
+            g = &ls->g[i];
+    }
+    if (!g) {
         if (ls->n == ls->cap) {
             ls->cap = ls->cap ? 2 * ls->cap : 16;
             ls->g = kl_xrealloc(ls->g, ls->cap * sizeof *ls->g);
         }
-        last = &ls->g[ls->n++];
-        memcpy(last->key, r->workload_key.data, 16);
-        last->target = kl_xstrdup(r->target);
-        last->n = last->ok = 0;
+        g = &ls->g[ls->n++];
+        memcpy(g->key, r->workload_key.data, 16);
+        g->target = kl_xstrdup(r->target);
+        g->cls = cls;
+        g->measured = kl_record_kind(r) == KL_RECORD_MEASURED;
+        g->cond = kl_record_cond(r);
+        g->n = g->ok = 0;
     }
-    last->n++;
-    last->ok += r->status == KILN__STATUS__STATUS_OK;
+    g->n++;
+    g->ok += kl_record_valid(r);
     return 0;
 }
 
@@ -99,21 +129,25 @@ static const Kiln__Workload *s_find_w(const ls_t *ls, const uint8_t key[16])
 static void s_ls_row(kl_store_t *st, const uint8_t key[16],
                      const Kiln__Workload *w, const group_t *g)
 {
-    char hex[33], best[32] = "-", speed[32] = "-";
+    char hex[33], best[32] = "-", speed[32] = "-", ok[24] = "-";
     kl_hex128(key, hex);
     Kiln__TuningRecord *b = NULL;
     char err[KL_ERRMSG_LEN];
-    if (g && kl_store_best(st, key, g->target, &b, err) == KL_OK) {
+    if (g && g->measured)
+        snprintf(ok, sizeof ok, "%zu", g->ok);
+    if (g && g->measured &&
+        kl_store_best(st, key, g->target, g->cond, &b, err) == KL_OK) {
         snprintf(best, sizeof best, "%.2f", b->median_s * 1e6);
         if (w && w->flop > 0 && b->median_s > 0)
             snprintf(speed, sizeof speed, "%.1f", w->flop / b->median_s / 1e9);
-        if (b->simulated)
+        if (kl_target_is_sim(b->target))
             strcat(best, " (sim)");
         kiln__tuning_record__free_unpacked(b, NULL);
     }
-    printf("%-12.12s  %-28s %-12s %-20s %8zu %8zu %12s %10s\n", hex,
+    printf("%-12.12s  %-28s %-12s %-22s %-10s %8zu %8s %12s %10s\n", hex,
            w && *w->name ? w->name : "-", w && *w->op_kind ? w->op_kind : "-",
-           g ? g->target : "-", g ? g->n : 0, g ? g->ok : 0, best, speed);
+           g ? g->target : "-", g ? g->cls : "-", g ? g->n : 0, ok, best,
+           speed);
 }
 
 static int s_ls(kl_store_t *st, char *err)
@@ -123,8 +157,9 @@ static int s_ls(kl_store_t *st, char *err)
     if (rc == KL_OK)
         rc = kl_store_foreach_record(st, NULL, NULL, s_ls_rec, &ls, err);
     if (rc == KL_OK) {
-        printf("%-12s  %-28s %-12s %-20s %8s %8s %12s %10s\n", "KEY", "NAME",
-               "OP", "TARGET", "RECORDS", "OK", "BEST_US", "GFLOP/S");
+        printf("%-12s  %-28s %-12s %-22s %-10s %8s %8s %12s %10s\n", "KEY",
+               "NAME", "OP", "TARGET", "CONDITION", "RECORDS", "VALID",
+               "BEST_US", "GFLOP/S");
         for (size_t i = 0; i < ls.n; i++)
             s_ls_row(st, ls.g[i].key, s_find_w(&ls, ls.g[i].key), &ls.g[i]);
         /* Workloads that have no record yet. */
@@ -221,6 +256,13 @@ static void s_print_best(const Kiln__TuningRecord *r, const Kiln__Workload *w)
         printf("samples    %zu x %u runs, min %.3f us, max %.3f us\n",
                r->n_samples, r->number, lo * 1e6, hi * 1e6);
     }
+    Kiln__Evaluator e;
+    kl_record_evaluator(r, &e);
+    printf("evaluator  %s: number %u, repeat %u, min_repeat_ms %u, flush %s, "
+           "rtol %g, atol %g%s\n",
+           kl_cond_name(kl_cond_of(&e)), e.number, e.repeat, e.min_repeat_ms,
+           e.flush_cache ? "on" : "off", e.rtol, e.atol,
+           r->evaluator ? "" : " (not recorded: the defaults of that time)");
     printf("agent      %s%s%s%s\n", *r->agent ? r->agent : "-",
            *r->device_name ? " (" : "", r->device_name,
            *r->device_name ? ")" : "");
@@ -316,6 +358,11 @@ static int s_resolve_key(kl_store_t *st, const kl_opts_t *o, uint8_t key[16],
 static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
 {
     uint8_t key[16];
+    kl_cond_t cond = KL_COND_WARM;
+    if (kl_cond_parse(kl_opts_str(o, "condition"), &cond, err)) {
+        fprintf(stderr, "kiln db best: --condition: %s\n", err);
+        return 2;
+    }
     int rc = s_resolve_key(st, o, key, err);
     if (rc)
         return rc;
@@ -334,7 +381,7 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     Kiln__Workload *w = NULL;
     if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
         fprintf(stderr, "kiln db best: %s\n", err);
-    size_t found = 0, nrec = 0;
+    size_t found = 0, nrec = 0, other = 0;
     rc = 0;
     if (!w && kl_store_count(st, key, NULL, &nrec, err) == KL_OK && !nrec) {
         fprintf(stderr, "kiln db best: no workload or record with key %s\n",
@@ -343,9 +390,15 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     }
     for (size_t i = 0; i < ts.n && rc == 0; i++) {
         Kiln__TuningRecord *r = NULL;
-        int brc = kl_store_best(st, key, ts.t[i], &r, err);
-        if (brc == KL_ERR_NOTFOUND)
+        int brc = kl_store_best(st, key, ts.t[i], cond, &r, err);
+        if (brc == KL_ERR_NOTFOUND) {
+            Kiln__TuningRecord *o2 = NULL;
+            if (kl_store_best(st, key, ts.t[i], !cond, &o2, err) == KL_OK)
+                other++;
+            if (o2)
+                kiln__tuning_record__free_unpacked(o2, NULL);
             continue;
+        }
         if (brc) {
             fprintf(stderr, "kiln db best: %s\n", err);
             rc = 1;
@@ -366,8 +419,14 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
         kiln__tuning_record__free_unpacked(r, NULL);
     }
     if (rc == 0 && found == 0) {
-        fprintf(stderr, "kiln db best: no valid record for workload %s%s%s\n",
-                hex, target ? " on " : "", target ? target : "");
+        fprintf(
+            stderr,
+            "kiln db best: no valid %s record for workload %s%s%s%s%s\n",
+            kl_cond_name(cond), hex, target ? " on " : "", target ? target : "",
+            other ? "; there are valid records measured " : "",
+            other
+                ? (cond ? "warm (--condition warm)" : "cold (--condition cold)")
+                : "");
         rc = 3;
     }
     for (size_t i = 0; i < ts.n; i++)
@@ -423,12 +482,25 @@ static int s_import(kl_store_t *st, const char *path, char *err)
     return 0;
 }
 
+static int s_upgrade(kl_store_t *st, const char *dir)
+{
+    unsigned was = kl_store_schema_found(st);
+    if (was == KL_STORE_SCHEMA)
+        printf("store %s: schema %d already\n", dir, KL_STORE_SCHEMA);
+    else
+        printf("store %s: upgraded from schema %u to %d (best and seen "
+               "rebuilt from the records)\n",
+               dir, was, KL_STORE_SCHEMA);
+    return 0;
+}
+
 /* ---- dispatch ---------------------------------------------------------- */
 
 static int s_run(const char *sub, const kl_opts_t *o)
 {
     const char *dir = kl_opts_str(o, "db");
     bool imp = strcmp(sub, "import") == 0;
+    bool write = imp || !strcmp(sub, "upgrade");
     if (!dir) {
         fprintf(stderr, "kiln db %s: --db DIR is required\n%s", sub, S_USAGE);
         return 2;
@@ -439,14 +511,27 @@ static int s_run(const char *sub, const kl_opts_t *o)
     }
     char err[KL_ERRMSG_LEN];
     kl_store_t *st = NULL;
-    if (kl_store_open(&st, dir, imp ? 0 : KL_STORE_RDONLY, err)) {
+    if (!strcmp(sub, "upgrade")) {
+        /* An upgrade never creates a store where there was none. */
+        char *data = kl_xasprintf("%s/data.mdb", dir);
+        struct stat sb;
+        bool none = stat(data, &sb) != 0;
+        free(data);
+        if (none) {
+            fprintf(stderr, "kiln db upgrade: %s: no store in this directory\n",
+                    dir);
+            return 1;
+        }
+    }
+    if (kl_store_open(&st, dir, write ? 0 : KL_STORE_RDONLY, err)) {
         fprintf(stderr, "kiln db %s: %s\n", sub, err);
         return 1;
     }
-    int rc = !strcmp(sub, "ls")       ? s_ls(st, err)
-             : !strcmp(sub, "best")   ? s_best(st, o, err)
-             : !strcmp(sub, "export") ? s_export(st, o, err)
-                                      : s_import(st, kl_opts_pos(o, 0), err);
+    int rc = !strcmp(sub, "ls")        ? s_ls(st, err)
+             : !strcmp(sub, "best")    ? s_best(st, o, err)
+             : !strcmp(sub, "export")  ? s_export(st, o, err)
+             : !strcmp(sub, "upgrade") ? s_upgrade(st, dir)
+                                       : s_import(st, kl_opts_pos(o, 0), err);
     if (rc == 1 && !strcmp(sub, "ls"))
         fprintf(stderr, "kiln db ls: %s\n", err);
     kl_store_close(&st);
@@ -455,7 +540,7 @@ static int s_run(const char *sub, const kl_opts_t *o)
 
 int kiln_cmd_db(int argc, char **argv)
 {
-    static const char *subs[] = {"ls", "best", "export", "import"};
+    static const char *subs[] = {"ls", "best", "export", "import", "upgrade"};
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
         kl_opts_print_help(argc < 1 ? stderr : stdout, S_USAGE, s_opts);
         return argc < 1 ? 2 : 0;

@@ -22,6 +22,9 @@ static const kl_opt_t s_opts[] = {
      "exact target of the records: cpu (this machine's exact CPU target), "
      "cpu/x86_64-avx512, cuda/sm_90, ...; records of any other target are "
      "never used"},
+    {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold",
+     "measurement condition of the records: warm, or cold (caches flushed "
+     "before every sample of one run); the two are never compared"},
     {"out", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", "output directory"},
     {"fallback", KL_OPT_STR, NULL, KL_NOBOUNDS, "naive",
      "tasks without a record get their reference kernel (one warning "
@@ -36,14 +39,16 @@ static const kl_opt_t s_opts[] = {
 static const char s_usage[] =
     "usage: kiln export --db DIR (--model NAME | --op TEXT) [--target cpu] "
     "--out DIR\n"
-    "                   [--fallback naive] [--no-build]\n"
+    "                   [--condition warm|cold] [--fallback naive] "
+    "[--no-build]\n"
     "Writes the best record of every task on the exact target as source, a "
     "manifest.json,\nand for CPU targets libkiln_model.so with kiln_model_run "
     "(see DIR/kiln_model.h).\n"
     "Exit codes: 0 ok, 1 failed, 2 usage, 3 a task without a record (each "
     "is listed).";
 
-static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
+static int s_op(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, const char *out,
+                char *err)
 {
     kl_workload_t *w = NULL;
     int rc = kl_workload_from_string(kl_opts_str(o, "op"), &w, err);
@@ -54,7 +59,7 @@ static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
     Kiln__TuningRecord *rec = NULL;
     kl_kernel_t k = {0};
     const char *t = kl_export_target(kl_opts_str(o, "target"));
-    rc = kl_export_best(st, w, t, &rec, err);
+    rc = kl_export_best(st, w, t, cond, &rec, err);
     if (!rc)
         rc = kl_export_replay(w, rec, "kl_main", &k, err);
     if (!rc)
@@ -66,8 +71,9 @@ static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
             kl_xasprintf("%s/%s.%s", out, w->name, kl_codegen_source_ext(kind));
         rc = kl_write_file(p, k.source, strlen(k.source), err);
         if (!rc)
-            printf("%s on %s: record %llu, median %.3f us -> %s%s\n", w->name,
-                   t, (unsigned long long)rec->seq, rec->median_s * 1e6, p,
+            printf("%s on %s: record %llu, median %.3f us (%s) -> %s%s\n",
+                   w->name, t, (unsigned long long)rec->seq,
+                   rec->median_s * 1e6, kl_cond_name(cond), p,
                    k.prepare ? " (defines kl_main_prepare: constant inputs "
                                "laid out once, kl_abi.h)"
                              : "");
@@ -79,14 +85,16 @@ static int s_op(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
     kl_workload_free(&w);
     if (rc)
         fprintf(stderr, "kiln export: %s\n", err);
-    return rc == KL_ERR_NOTFOUND ? 3 : rc ? 1 : 0;
+    return rc == KL_ERR_NOTFOUND ? 3 : rc == KL_ERR_INVAL ? 2 : rc ? 1 : 0;
 }
 
-static int s_model(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
+static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
+                   const char *out, char *err)
 {
     kl_export_cfg_t cfg = {
         .model = kl_opts_str(o, "model"),
         .target = kl_opts_str(o, "target"),
+        .cond = cond,
         .out_dir = out,
         .fallback_naive = kl_opts_given(o, "fallback"),
         .build = !kl_opts_bool(o, "no-build"),
@@ -109,10 +117,10 @@ static int s_model(kl_store_t *st, kl_opts_t *o, const char *out, char *err)
     } else {
         printf("model %s on %s: %d tasks, %d tuned, %d naive, %d with a "
                "prepare step; sum of weighted task latencies %.3f ms (tuned "
-               "tasks)\n",
+               "tasks, %s)\n",
                res.model ? res.model : cfg.model, kl_export_target(cfg.target),
                res.ntasks, res.ntasks - res.nmissing, res.nmissing,
-               res.nprepare, res.tuned_s * 1e3);
+               res.nprepare, res.tuned_s * 1e3, kl_cond_name(cond));
         printf("wrote %s/manifest.json%s%s\n", out, res.lib_path ? " and " : "",
                res.lib_path ? res.lib_path : "");
     }
@@ -136,7 +144,10 @@ int kiln_cmd_export(int argc, char **argv)
     const char *db = kl_opts_str(o, "db"), *out = kl_opts_str(o, "out");
     const char *fb = kl_opts_str(o, "fallback");
     bool model = kl_opts_given(o, "model"), op = kl_opts_given(o, "op");
-    const char *bad = !db               ? "--db is required"
+    kl_cond_t cond = KL_COND_WARM;
+    bool bad_cond = kl_cond_parse(kl_opts_str(o, "condition"), &cond, err);
+    const char *bad = bad_cond          ? err
+                      : !db             ? "--db is required"
                       : !out            ? "--out is required"
                       : model == op     ? "give one of --model and --op"
                       : kl_opts_npos(o) ? "unexpected argument"
@@ -155,7 +166,7 @@ int kiln_cmd_export(int argc, char **argv)
         kl_opts_free(&o);
         return rc == KL_ERR_NOTFOUND ? 3 : 1;
     }
-    rc = op ? s_op(st, o, out, err) : s_model(st, o, out, err);
+    rc = op ? s_op(st, o, cond, out, err) : s_model(st, o, cond, out, err);
     kl_store_close(&st);
     kl_opts_free(&o);
     return rc;

@@ -17,6 +17,7 @@
 #include "kl_log.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 static const kl_opt_t s_opts[] = {
@@ -221,6 +222,8 @@ static const char *s_status(int st)
     return v ? v->name + 7 : "UNKNOWN"; /* past "STATUS_" */
 }
 
+/* The evaluator of every request (and of every record: what its latency
+ * means, kl_record.h). */
 static int s_read_sources(s_job_t *j, char *err)
 {
     int rc = kl_read_file(kl_opts_str(j->o, "reference"), &j->ref, NULL, err);
@@ -274,11 +277,13 @@ static int s_dedupe(s_job_t *j, char *err)
         rc = kl_store_put_workload(j->store, &w, err);
     if (have)
         kiln__workload__free_unpacked(have, NULL);
+    Kiln__Evaluator ev;
+    kl_eval_from_opts(j->o, &ev);
     for (int i = 0; i < j->npos && rc == KL_OK; i++) {
         bool seen = false;
         if (!j->skip[i])
-            rc = kl_store_seen(j->store, j->key, j->target, j->hash[i], &seen,
-                               err);
+            rc = kl_store_seen(j->store, j->key, j->target, kl_cond_of(&ev),
+                               j->hash[i], &seen, err);
         if (seen)
             j->skip[i] = 1;
     }
@@ -334,13 +339,19 @@ static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
     if (j->store) {
         Kiln__TuningRecord *recs = kl_xcalloc(n, sizeof *recs);
         Kiln__TuningRecord **ptrs = kl_xcalloc(n, sizeof *ptrs);
+        Kiln__Evaluator ev;
+        kl_eval_from_opts(j->o, &ev);
+        /* A simulated result is never a measurement of a real target
+         * (kl_target.h), even from an agent that names the real one. */
+        char sim[160];
+        kl_target_sim(j->target, sim, sizeof sim);
         for (size_t i = 0; i < n; i++) {
             const Kiln__MeasureResult *r = b[i]->result;
             Kiln__TuningRecord *t = ptrs[i] = &recs[i];
             kiln__tuning_record__init(t);
             t->workload_key.data = j->key;
             t->workload_key.len = 16;
-            t->target = (char *)j->target;
+            t->target = r->simulated ? sim : (char *)j->target;
             t->status = r->status;
             t->n_samples = r->n_samples;
             t->samples = r->samples;
@@ -350,7 +361,8 @@ static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
             t->time_us = kl_unix_us();
             t->agent = (char *)b[i]->agent;
             t->device_name = (char *)b[i]->device_name;
-            t->simulated = r->simulated;
+            t->simulated = r->simulated || kl_target_is_sim(j->target);
+            t->evaluator = &ev;
             t->trace_hash.data = j->hash[b[i]->index];
             t->trace_hash.len = 16;
             t->spread = r->spread;

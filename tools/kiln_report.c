@@ -19,6 +19,9 @@ static const kl_opt_t s_opts[] = {
      "every workload with records, weight 1"},
     {"target", KL_OPT_STR, "cpu", KL_NOBOUNDS, "TARGET",
      "records of this target only; cpu is this machine's exact CPU target"},
+    {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold",
+     "records of this measurement condition only (cold: caches flushed "
+     "before every sample of one run); the two are never compared"},
     {"html", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
      "write the page here (- for stdout)"},
     {"svg", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
@@ -28,7 +31,8 @@ static const kl_opt_t s_opts[] = {
 
 static const char s_usage[] =
     "usage: kiln report --db DIR [--model NAME|FILE] [--target cpu] "
-    "[--html FILE] [--svg DIR]\n"
+    "[--condition warm|cold]\n"
+    "                   [--html FILE] [--svg DIR]\n"
     "Writes the results of a record store as one HTML page with inline SVG "
     "plots (no network\nneeded to view it) and/or the plots as SVG files.\n"
     "Exit codes: 0 ok, 1 failed (store, model, file), 2 usage, 3 no record "
@@ -48,7 +52,7 @@ static int s_write_html(const kl_report_t *r, const char *path, char *err)
     return rc;
 }
 
-static int s_run(const kl_opts_t *o, char *err)
+static int s_run(const kl_opts_t *o, kl_cond_t cond, char *err)
 {
     kl_store_t *st = NULL;
     const char *db = kl_opts_str(o, "db");
@@ -58,7 +62,8 @@ static int s_run(const kl_opts_t *o, char *err)
     kl_report_t *r = NULL;
     kl_report_cfg_t cfg = {.target = kl_opts_str(o, "target"),
                            .model = kl_opts_str(o, "model"),
-                           .source = db};
+                           .source = db,
+                           .cond = cond};
     rc = kl_report_load(&r, st, &cfg, err);
     const char *html = kl_opts_str(o, "html"), *svg = kl_opts_str(o, "svg");
     if (!rc && html)
@@ -66,9 +71,9 @@ static int s_run(const kl_opts_t *o, char *err)
     if (!rc && svg)
         rc = kl_report_write_svgs(r, svg, err);
     if (!rc)
-        fprintf(stderr, "kiln report: %d task(s) on %s%s%s%s%s\n",
+        fprintf(stderr, "kiln report: %d task(s) on %s (%s)%s%s%s%s\n",
                 kl_report_ntasks(r), kl_report_exact_target(r),
-                html ? ", page " : "", html ? html : "",
+                kl_cond_name(cond), html ? ", page " : "", html ? html : "",
                 svg ? ", plots in " : "", svg ? svg : "");
     kl_report_destroy(&r);
     kl_store_close(&st);
@@ -98,7 +103,13 @@ int kiln_cmd_report(int argc, char **argv)
         kl_opts_free(&o);
         return 2;
     }
-    int rc = s_run(o, err);
+    kl_cond_t cond = KL_COND_WARM;
+    if (kl_cond_parse(kl_opts_str(o, "condition"), &cond, err)) {
+        fprintf(stderr, "kiln report: --condition: %s\n%s\n", err, s_usage);
+        kl_opts_free(&o);
+        return 2;
+    }
+    int rc = s_run(o, cond, err);
     if (rc)
         fprintf(stderr, "kiln report: %s\n", err);
     kl_opts_free(&o);

@@ -22,6 +22,7 @@
 #include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_store.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 /* The cap of one task when --op is given without one. */
@@ -51,8 +52,9 @@ static const kl_opt_t s_opts[] = {
      "--model: also write the summary as JSON here (after every round)"},
     KL_FLEET_OPTS{
         "simulate", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
-        "local agents answer with synthetic latencies (for trying kiln out; "
-        "simulated records never replace real ones)"},
+        "local agents answer with synthetic latencies (for trying kiln out); "
+        "the tasks' target becomes sim/TARGET, so that their records are "
+        "never taken for measurements of TARGET"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines or tables, only the result"},
     KL_METRICS_OPTS,
@@ -248,8 +250,9 @@ static int s_op_report(cmd_t *c, char *err)
         return KL_OK;
     }
     double b = kl_task_best_s(t);
-    printf("best       %.3f us, %.2f GFLOP/s (record seq %llu)\n", b * 1e6,
-           w->flop / b / 1e9, (unsigned long long)kl_task_best_seq(t));
+    printf("best       %.3f us, %.2f GFLOP/s (record seq %llu)%s\n", b * 1e6,
+           w->flop / b / 1e9, (unsigned long long)kl_task_best_seq(t),
+           kl_target_is_sim(kl_task_target(t)) ? ", simulated" : "");
     char *text = kl_trace_to_text(best);
     printf("trace\n%s", text);
     if (text[0] && text[strlen(text) - 1] != '\n')
@@ -330,6 +333,9 @@ static int s_job(cmd_t *c, char *err)
     if (!rc)
         rc = kl_job_cfg_from_opts(o, true, c->global, c->model ? per : 0, &cfg,
                                   err);
+    static char sim[160];
+    if (!rc && kl_opts_bool(o, "simulate")) /* keyed apart (kl_target.h) */
+        cfg.task.target = kl_target_sim(cfg.task.target, sim, sizeof sim);
     if (!rc)
         rc = kl_job_new(&c->job, tasks, n, &cfg, c->store, err);
     if (tasks != &one)
@@ -446,7 +452,7 @@ int kiln_cmd_tune(int argc, char **argv)
                 "kiln tune: %lld records of %s on %s restored from %s\n",
                 (long long)kl_task_restored(kl_job_task(c.job, 0)),
                 kl_task_workload(kl_job_task(c.job, 0))->name,
-                kl_opts_str(c.o, "target"), db);
+                kl_task_target(kl_job_task(c.job, 0)), db);
     }
     if (!rc && !kl_job_finished(c.job))
         rc = s_run(&c, err);

@@ -164,7 +164,11 @@ typedef struct {
 
 int kl_dispatch_stats(kl_dispatch_t *self, kl_dispatch_stats_t *out, char *err);
 
-/* True when a device of device_target may run a task of task_target. */
+/* True when a device of device_target may run a task of task_target: the
+ * same string, or a bare kind ("cpu", "cuda") and a device of that kind
+ * ("cpu/x86_64-avx512"). A simulated target ("sim/...", kl_target.h)
+ * matches simulated ones only, by the same rule ("sim/cpu" matches
+ * "sim/cpu/x86_64-avx512"), and a real one real ones only. */
 bool kl_dispatch_target_match(const char *task_target,
                               const char *device_target);
 

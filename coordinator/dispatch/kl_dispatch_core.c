@@ -8,6 +8,7 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 #define S_LAT_RING 65536
@@ -429,7 +430,13 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
     a->dev_name = kl_xcalloc(a->n_dev, sizeof(char *));
     a->dev_index = kl_xcalloc(a->n_dev, sizeof(uint32_t));
     for (size_t i = 0; i < a->n_dev; i++) {
-        a->dev_target[i] = kl_xstrdup(h->devices[i]->target);
+        /* A device that says it only simulates never passes for the real
+         * target, even when an agent from before simulated targets names
+         * that one (kl_target.h). */
+        const char *t = h->devices[i]->target;
+        a->dev_target[i] = h->devices[i]->simulated && !kl_target_is_sim(t)
+                               ? kl_xasprintf(KL_TARGET_SIM "%s", t)
+                               : kl_xstrdup(t);
         a->dev_name[i] =
             kl_xstrdup(h->devices[i]->name ? h->devices[i]->name : "");
         a->dev_index[i] = h->devices[i]->index;

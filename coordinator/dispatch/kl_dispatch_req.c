@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 static char *s_dup(const char *s)
@@ -289,6 +290,14 @@ void kl_dispatch_result_free(kl_dispatch_result_t **self_p)
 bool kl_dispatch_target_match(const char *task, const char *dev)
 {
     if (!task || !dev || !*task)
+        return false;
+    /* A simulated device serves simulated tasks only, and the other way
+     * round (kl_target.h); within each, the same rule. */
+    if (kl_target_is_sim(task) != kl_target_is_sim(dev))
+        return false;
+    task = kl_target_base(task);
+    dev = kl_target_base(dev);
+    if (!*task)
         return false;
     if (strcmp(task, dev) == 0)
         return true;

@@ -23,7 +23,8 @@ const char *kl_export_target(const char *user_target)
 /* What the store holds for a key when its best on target is missing. */
 typedef struct {
     const char *target;
-    size_t here, here_ok, other;
+    kl_cond_t cond;
+    size_t here, here_ok, other_cond, sim, unverified, other;
     char others[160];
 } s_census_t;
 
@@ -31,8 +32,13 @@ static int s_census(const Kiln__TuningRecord *rec, void *arg)
 {
     s_census_t *c = arg;
     if (!strcmp(rec->target, c->target)) {
+        kl_record_kind_t k = kl_record_kind(rec);
+        bool valid = kl_record_valid(rec);
         c->here++;
-        c->here_ok += rec->status == KILN__STATUS__STATUS_OK;
+        c->sim += k == KL_RECORD_SIMULATED;
+        c->unverified += k == KL_RECORD_UNVERIFIED;
+        c->here_ok += valid && kl_record_cond(rec) == c->cond;
+        c->other_cond += valid && kl_record_cond(rec) != c->cond;
         return 0;
     }
     c->other++;
@@ -46,43 +52,61 @@ static int s_census(const Kiln__TuningRecord *rec, void *arg)
 }
 
 static int s_missing(kl_store_t *store, const kl_workload_t *w,
-                     const char *target, const char *why, char *err)
+                     const char *target, kl_cond_t cond, char *err)
 {
-    s_census_t c = {.target = target};
+    s_census_t c = {.target = target, .cond = cond};
     char e2[KL_ERRMSG_LEN], key[33];
     kl_hex128(w->key, key);
     kl_store_foreach_record(store, w->key, NULL, s_census, &c, e2);
-    char what[256];
-    if (why)
-        snprintf(what, sizeof what, "%s", why);
-    else if (c.here)
-        snprintf(what, sizeof what, "%zu record(s) there, %zu valid", c.here,
-                 c.here_ok);
-    else if (c.other)
+    char what[320];
+    if (c.here) {
+        int n = snprintf(what, sizeof what, "%zu record(s) there, %zu valid %s",
+                         c.here, c.here_ok, kl_cond_name(cond));
+        if (c.other_cond)
+            n +=
+                snprintf(what + n, sizeof what - (size_t)n,
+                         ", %zu valid %s (never compared with %s)",
+                         c.other_cond, kl_cond_name(!cond), kl_cond_name(cond));
+        if (c.sim)
+            n += snprintf(what + n, sizeof what - (size_t)n,
+                          ", %zu simulated (never a result)", c.sim);
+        if (c.unverified)
+            snprintf(what + n, sizeof what - (size_t)n,
+                     ", %zu unverified (skip_verify: never a result)",
+                     c.unverified);
+    } else if (c.other) {
         snprintf(what, sizeof what,
                  "%zu record(s) on other targets (%s), never used for %s",
                  c.other, c.others, target);
-    else
+    } else {
         snprintf(what, sizeof what, "no record at all");
+    }
     return kl_seterr(err, KL_ERR_NOTFOUND,
-                     "no valid record of %s (key %s) on target %s: %s", w->name,
-                     key, target, what);
+                     "no valid record of %s (key %s) on target %s, measured "
+                     "%s: %s",
+                     w->name, key, target, kl_cond_name(cond), what);
 }
 
 int kl_export_best(kl_store_t *store, const kl_workload_t *w,
-                   const char *target, Kiln__TuningRecord **out, char *err)
+                   const char *target, kl_cond_t cond, Kiln__TuningRecord **out,
+                   char *err)
 {
     *out = NULL;
     const char *t = kl_export_target(target);
+    if (kl_target_is_sim(t))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "target %s is a simulated device: its latencies are "
+                         "synthetic, there is nothing to export",
+                         t);
     char e2[KL_ERRMSG_LEN];
     Kiln__TuningRecord *rec = NULL;
-    int rc = kl_store_best(store, w->key, t, &rec, e2);
+    int rc = kl_store_best(store, w->key, t, cond, &rec, e2);
     if (rc == KL_ERR_NOTFOUND)
-        return s_missing(store, w, t, NULL, err);
+        return s_missing(store, w, t, cond, err);
     if (rc)
         return kl_seterr(err, rc, "%s on %s: %s", w->name, t, e2);
     /* The store's own checks, made again here: the record must be of this
-     * exact target and key, valid, real and finite. */
+     * exact target and key, a valid measurement of the condition. */
     if (strcmp(rec->target, t) != 0 || rec->workload_key.len != 16 ||
         memcmp(rec->workload_key.data, w->key, 16) != 0) {
         kiln__tuning_record__free_unpacked(rec, NULL);
@@ -91,11 +115,9 @@ int kl_export_best(kl_store_t *store, const kl_workload_t *w,
                          "workload or target",
                          w->name, t);
     }
-    if (rec->simulated || rec->status != KILN__STATUS__STATUS_OK ||
-        !isfinite(rec->median_s)) {
+    if (!kl_record_valid(rec) || kl_record_cond(rec) != cond) {
         kiln__tuning_record__free_unpacked(rec, NULL);
-        return s_missing(store, w, t,
-                         "only simulated records (kiln tune --simulate)", err);
+        return s_missing(store, w, t, cond, err);
     }
     *out = rec;
     return KL_OK;
@@ -184,6 +206,9 @@ static json_object *s_task_json(const kl_model_task_t *t, int i,
             r, "agent", json_object_new_string(rec->agent ? rec->agent : ""));
         json_object_object_add(
             r, "job", json_object_new_string(rec->job ? rec->job : ""));
+        json_object_object_add(
+            r, "condition",
+            json_object_new_string(kl_cond_name(kl_record_cond(rec))));
         json_object_object_add(o, "record", r);
         json_object_object_add(o, "latency_s",
                                json_object_new_double(rec->median_s));
@@ -254,13 +279,14 @@ static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
 
 /* Looks up every task's record; lists the missing ones in res. */
 static int s_lookup(kl_store_t *store, const kl_model_t *m, const char *target,
-                    s_tasks_t *ts, kl_export_result_t *res, char *err)
+                    kl_cond_t cond, s_tasks_t *ts, kl_export_result_t *res,
+                    char *err)
 {
     kl_buf_t names = {0};
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
         char e2[KL_ERRMSG_LEN];
-        int rc = kl_export_best(store, t->w, target, &ts->recs[i], e2);
+        int rc = kl_export_best(store, t->w, target, cond, &ts->recs[i], e2);
         if (rc == KL_ERR_NOTFOUND) {
             res->missing = kl_xrealloc(
                 res->missing, (size_t)(res->nmissing + 1) * sizeof(char *));
@@ -353,7 +379,9 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
         return kl_seterr(err, KL_ERR_INVAL, "target '%s': unknown kind",
                          target);
     const s_kind_t *how = &s_kinds[kind];
-    int rc = s_lookup(store, m, target, ts, res, err);
+    int rc = s_lookup(store, m, target, cfg->cond, ts, res, err);
+    if (rc == KL_ERR_INVAL)
+        return rc; /* a simulated target: no fallback either */
     if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && how->naive)
         rc = KL_OK;
     if (!rc)

@@ -17,7 +17,8 @@
  *                        task's kernel with its own weights
  *   libkiln_model.so     (CPU targets) built with the system cc, -O3
  *                        -march=native -fopenmp -shared -fPIC
- *   manifest.json        per task: workload, key, record, latency, launch,
+ *   manifest.json        per task: workload, key, record (with its
+ *                        measurement condition), latency, launch,
  *                        "prepare" (true when the kernel has a prepare
  *                        step)
  * The model's API is documented in the generated kiln_model.h.
@@ -40,13 +41,18 @@
  * anything else is itself. Static or borrowed string. */
 const char *kl_export_target(const char *user_target);
 
-/* The best valid, real (not simulated) record of w on exactly `target`
- * (after kl_export_target). KL_ERR_NOTFOUND with a message naming the
- * workload, its key and the target, and saying what the store holds for it
- * instead (records on other targets, only simulated or failed ones). On
- * success *out is the caller's (kiln__tuning_record__free_unpacked). */
+/* The best valid record (kl_record_valid: measured, verified, not
+ * simulated) of w on exactly `target` (after kl_export_target) among the
+ * records of measurement condition cond (kl_record.h: warm and cold never
+ * compete). KL_ERR_NOTFOUND with a message naming the workload, its key,
+ * the condition and the target, and saying what the store holds for it
+ * instead (records on other targets, of the other condition, simulated,
+ * unverified or failed ones); KL_ERR_INVAL for a simulated target
+ * ("sim/..."). On success *out is the caller's
+ * (kiln__tuning_record__free_unpacked). */
 int kl_export_best(kl_store_t *store, const kl_workload_t *w,
-                   const char *target, Kiln__TuningRecord **out, char *err);
+                   const char *target, kl_cond_t cond, Kiln__TuningRecord **out,
+                   char *err);
 
 /* Replays rec's trace for w on rec's target into source with function
  * name `entry`: C for CPU targets, CUDA for cuda/ targets (with launch
@@ -61,6 +67,7 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
 typedef struct {
     const char *model;  /* built-in name or graph file (kl_model_load) */
     const char *target; /* user target ("cpu" allowed) */
+    kl_cond_t cond;     /* records of this condition; 0 is warm */
     const char *out_dir;
     bool fallback_naive; /* reference kernels where a record is missing */
     bool build;          /* build libkiln_model.so (CPU targets) */
@@ -79,8 +86,9 @@ typedef struct {
 
 void kl_export_result_free(kl_export_result_t *r);
 
-/* Exports a model (see the top of this file). Every task needs a record
- * on the exact target: when some have none and fallback_naive is off,
+/* Exports a model (see the top of this file). Every task needs a valid
+ * record of cfg->cond on the exact target (a simulated target is
+ * KL_ERR_INVAL): when some have none and fallback_naive is off,
  * nothing is written, res->missing lists each of them and the error is
  * KL_ERR_NOTFOUND naming them all. With fallback_naive, those tasks get
  * their reference kernel and res->missing still lists them (the caller

@@ -15,7 +15,7 @@
 const char *kl_report_target(const char *target)
 {
     /* The same rule as kiln-agent's and kiln export's, from one place. */
-    return target && !strcmp(target, "cpu") ? kl_cpu_target() : target;
+    return target ? kl_target_resolve(target) : target;
 }
 
 static krep_task_t *s_add_task(kl_report_t *r)
@@ -27,16 +27,32 @@ static krep_task_t *s_add_task(kl_report_t *r)
     return t;
 }
 
+typedef struct {
+    const kl_report_t *r;
+    krep_task_t *t;
+} s_rec_ctx_t;
+
 static int s_on_record(const Kiln__TuningRecord *rec, void *arg)
 {
-    krep_task_t *t = arg;
+    const s_rec_ctx_t *c = arg;
+    krep_task_t *t = c->t;
+    /* Only measurements of the report's condition are trials here; the
+     * others are counted apart, so that the page can say so. */
+    kl_record_kind_t kind = kl_record_kind(rec);
+    t->nsim += kind == KL_RECORD_SIMULATED;
+    t->nunverified += kind == KL_RECORD_UNVERIFIED;
+    if (kind != KL_RECORD_MEASURED)
+        return 0;
+    if (kl_record_cond(rec) != c->r->cond) {
+        t->nother++;
+        return 0;
+    }
     if (t->nrec == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
         t->time_us = kl_xrealloc(t->time_us, t->cap * sizeof *t->time_us);
         t->lat_s = kl_xrealloc(t->lat_s, t->cap * sizeof *t->lat_s);
     }
-    bool ok = rec->status == KILN__STATUS__STATUS_OK &&
-              isfinite(rec->median_s) && rec->median_s > 0;
+    bool ok = kl_record_valid(rec) && rec->median_s > 0;
     t->time_us[t->nrec] = rec->time_us;
     t->lat_s[t->nrec] = ok ? rec->median_s : NAN;
     t->nrec++;
@@ -51,8 +67,9 @@ static int s_on_record(const Kiln__TuningRecord *rec, void *arg)
 static int s_load_records(kl_report_t *r, kl_store_t *store, char *err)
 {
     for (int i = 0; i < r->n; i++) {
+        s_rec_ctx_t c = {r, &r->tasks[i]};
         int rc = kl_store_foreach_record(store, r->tasks[i].key, r->target,
-                                         s_on_record, &r->tasks[i], err);
+                                         s_on_record, &c, err);
         if (rc)
             return rc;
     }
@@ -142,6 +159,7 @@ int kl_report_load(kl_report_t **out, kl_store_t *store,
     kl_report_t *r = kl_xcalloc(1, sizeof *r);
     r->target = kl_xstrdup(kl_report_target(cfg->target ? cfg->target : "cpu"));
     r->source = kl_xstrdup(cfg->source ? cfg->source : "");
+    r->cond = cfg->cond;
     r->weighted = cfg->model != NULL;
     int rc = KL_OK;
     if (cfg->model) {
@@ -196,6 +214,17 @@ size_t kl_report_nrecords(const kl_report_t *r, int i)
 const char *kl_report_exact_target(const kl_report_t *r)
 {
     return r->target;
+}
+
+void kl_report_left_out(const kl_report_t *r, size_t *sim, size_t *unverified,
+                        size_t *other_cond)
+{
+    *sim = *unverified = *other_cond = 0;
+    for (int i = 0; i < r->n; i++) {
+        *sim += r->tasks[i].nsim;
+        *unverified += r->tasks[i].nunverified;
+        *other_cond += r->tasks[i].nother;
+    }
 }
 
 int kl_report_write_svgs(const kl_report_t *r, const char *dir, char *err)

@@ -9,6 +9,12 @@
  *    record on the target, weight 1 each.
  * Only records whose target is exactly the report's target are used. The
  * target "cpu" means this machine's exact CPU target (kl_report_target).
+ * Of those, only measurements of the report's condition (kl_record.h: warm
+ * unless asked for cold) are trials and latencies: simulated records of a
+ * real target, unverified ones (skip_verify) and those of the other
+ * condition are counted apart and the page says how many it left out. A
+ * simulated target ("sim/...") can be reported on; its page says that its
+ * latencies are synthetic.
  *
  * Per task the page shows the best GFLOP/s so far against the trials
  * (records in commit order, failures included) and against the wall time
@@ -28,12 +34,14 @@
 
 #include <stdint.h>
 
+#include "kl_record.h"
 #include "kl_store.h"
 
 typedef struct {
     const char *target; /* "cpu" (this machine), "cpu/x86_64-avx2", ... */
     const char *model;  /* NULL: every workload with records, weight 1 */
     const char *source; /* shown in the page's header (e.g. the store dir) */
+    kl_cond_t cond;     /* measurement condition; 0 is warm */
 } kl_report_cfg_t;
 
 typedef struct kl_report_s kl_report_t;
@@ -59,6 +67,10 @@ int kl_report_ntasks(const kl_report_t *r);
 size_t kl_report_nrecords(const kl_report_t *r, int i);
 /* The exact target of the report. */
 const char *kl_report_exact_target(const kl_report_t *r);
+/* Records of the target that the report left out, over all tasks:
+ * simulated (of a real target), unverified, and of the other condition. */
+void kl_report_left_out(const kl_report_t *r, size_t *sim, size_t *unverified,
+                        size_t *other_cond);
 
 /* The page (heap string): a summary table, the weighted-latency plot (one
  * SVG, id "weighted") and one SVG per task (id "task-I", three plots). */

@@ -7,6 +7,7 @@
 #include "kl_report.h"
 #include "kl_report_int.h"
 #include "kl_svg.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 #define HIST_BINS 24
@@ -282,6 +283,35 @@ static void s_table(const kl_report_t *r, kl_buf_t *b)
                       without);
 }
 
+/* What the page does not show, and why: a reader must never take a
+ * simulated or unverified latency, or one of the other condition, for
+ * one of these. */
+static void s_left_out(const kl_report_t *r, kl_buf_t *b)
+{
+    if (kl_target_is_sim(r->target))
+        kl_buf_puts(b, "<p class=\"note\">Simulated device: every latency "
+                       "on this page is synthetic, none was measured.</p>\n");
+    size_t sim, unver, other;
+    kl_report_left_out(r, &sim, &unver, &other);
+    if (!sim && !unver && !other)
+        return;
+    kl_buf_puts(b, "<p class=\"note\">Not counted:");
+    const char *sep = " ";
+    if (sim) {
+        kl_buf_printf(b, "%s%zu simulated record(s)", sep, sim);
+        sep = ", ";
+    }
+    if (unver) {
+        kl_buf_printf(b, "%s%zu unverified record(s) (skip_verify)", sep,
+                      unver);
+        sep = ", ";
+    }
+    if (other)
+        kl_buf_printf(b, "%s%zu record(s) measured %s (--condition %s)", sep,
+                      other, kl_cond_name(!r->cond), kl_cond_name(!r->cond));
+    kl_buf_puts(b, ".</p>\n");
+}
+
 char *kl_report_html(const kl_report_t *r)
 {
     kl_buf_t b = {0};
@@ -303,7 +333,9 @@ char *kl_report_html(const kl_report_t *r)
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
     kl_buf_printf(&b, ", %d task(s), records of target ", r->n);
     kl_buf_put_xml(&b, r->target);
-    kl_buf_printf(&b, " only; made %s.</p>\n", when);
+    kl_buf_printf(&b, " only, measured %s; made %s.</p>\n",
+                  kl_cond_name(r->cond), when);
+    s_left_out(r, &b);
     s_table(r, &b);
     char *svg = kl_report_weighted_svg(r);
     kl_buf_puts(&b, "<h2>Weighted latency</h2>\n");

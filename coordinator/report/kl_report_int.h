@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kl_record.h"
+
 typedef struct {
     char *name;
     uint8_t key[16];
@@ -15,11 +17,15 @@ typedef struct {
     uint64_t *time_us; /* commit time of each record, in seq order */
     double *lat_s;     /* median of each record; NAN when not valid */
     double best_s;     /* INFINITY when no valid record */
+    /* Records of the target left out: simulated ones (of a real target),
+     * unverified ones, and measurements of the other condition. */
+    size_t nsim, nunverified, nother;
 } krep_task_t;
 
 struct kl_report_s {
     char *target, *source, *title;
-    bool weighted; /* weights from a model */
+    kl_cond_t cond; /* the measurement condition shown */
+    bool weighted;  /* weights from a model */
     krep_task_t *tasks;
     int n;
 };

@@ -6,6 +6,7 @@
 
 #include "kl_err.h"
 #include "kl_space.h"
+#include "kl_target.h"
 
 /* The design space of each kind of target. */
 static const struct {
@@ -29,7 +30,8 @@ int kl_space_for_target(const char *target, const kl_workload_t *w,
                         kl_space_t **out, char *err)
 {
     kl_target_t t;
-    int rc = kl_target_parse(target, &t, err);
+    /* A simulated target ("sim/...") builds the code of the real one. */
+    int rc = kl_target_parse(kl_target_base(target), &t, err);
     if (rc)
         return rc;
     kl_trace_t *prog = NULL;

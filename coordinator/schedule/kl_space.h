@@ -34,9 +34,10 @@
 typedef struct kl_space_s kl_space_t;
 
 /* Builds the design space of w for target ("cpu", "cpu/x86_64-avx512",
- * "cpu/x86_64-avx2", "cuda/sm_90", ...). Borrows w (it must outlive the
- * space). KL_ERR_INVAL for an unknown target, KL_ERR_UNSUPPORTED when the
- * target's rules cannot handle w. */
+ * "cpu/x86_64-avx2", "cuda/sm_90", ...; a simulated target "sim/T" gets
+ * the space of T). Borrows w (it must outlive the space). KL_ERR_INVAL for an
+ * unknown target, KL_ERR_UNSUPPORTED when the target's rules cannot handle w.
+ */
 int kl_space_for_target(const char *target, const kl_workload_t *w,
                         kl_space_t **out, char *err);
 void kl_space_destroy(kl_space_t **self_p);

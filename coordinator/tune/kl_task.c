@@ -11,6 +11,7 @@
 #include "kl_hashset.h"
 #include "kl_eval.h"
 #include "kl_log.h"
+#include "kl_record.h"
 #include "kl_target.h"
 #include "kl_task.h"
 
@@ -46,7 +47,6 @@ struct kl_task_s {
     int64_t trials, restored, valid;
     bool exhausted;
     double best_s;
-    bool best_sim;
     kl_trace_t *best_trace;
     uint64_t best_seq;
 };
@@ -125,20 +125,28 @@ static int s_codegen(const kl_sched_t *s, const kl_target_t *tg, kl_kernel_t *k,
     return kl_codegen_kernel(s, tg, ENTRY, k, err);
 }
 
+/* ok: a valid record of this task's target and condition (s_counts), so
+ * that only latencies of one kind are compared. */
 static void s_best(kl_task_t *t, const kl_trace_t *tr, bool ok, double m,
-                   bool sim, uint64_t seq)
+                   uint64_t seq)
 {
     if (!ok || !(m >= 0) || !isfinite(m))
         return;
-    bool better = !t->best_trace || (t->best_sim && !sim) ||
-                  (t->best_sim == sim && m < t->best_s);
-    if (!better)
+    if (t->best_trace && !(m < t->best_s))
         return;
     kl_trace_free(&t->best_trace);
     t->best_trace = kl_trace_clone(tr);
     t->best_s = m;
-    t->best_sim = sim;
     t->best_seq = seq;
+}
+
+/* Whether a record of this task's target is one of its trials: a
+ * measurement (not simulated on a real target, not unverified) in the
+ * condition of the task's evaluator (kl_record.h). */
+static bool s_counts(const kl_task_t *t, const Kiln__TuningRecord *rec)
+{
+    return kl_record_kind(rec) == KL_RECORD_MEASURED &&
+           kl_record_cond(rec) == kl_cond_of(&t->cfg.evaluator);
 }
 
 /* Replays tr: features, and the hash of the code it generates. */
@@ -167,9 +175,11 @@ static int s_replay(const kl_task_t *t, const kl_trace_t *tr, float *f,
 static int s_restore_one(const Kiln__TuningRecord *rec, void *arg)
 {
     kl_task_t *t = arg;
+    if (!s_counts(t, rec))
+        return 0; /* another condition, simulated or unverified: not ours */
     t->trials++;
     t->restored++;
-    bool ok = rec->status == KILN__STATUS__STATUS_OK;
+    bool ok = kl_record_valid(rec);
     t->valid += ok;
     if (rec->trace_hash.len == 16)
         kl_hashset_add(&t->seen, rec->trace_hash.data);
@@ -183,7 +193,7 @@ static int s_restore_one(const Kiln__TuningRecord *rec, void *arg)
         kl_hashset_add(&t->sources, sh);
         kl_search_observe(t->search, tr, f, ok, rec->median_s);
     }
-    s_best(t, tr, ok, rec->median_s, rec->simulated, rec->seq);
+    s_best(t, tr, ok, rec->median_s, rec->seq);
     kl_trace_free(&tr);
     return 0;
 }
@@ -343,7 +353,8 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
                   uint64_t request, char *err)
 {
     bool seen = false;
-    int rc = t->store ? kl_store_seen(t->store, t->w->key, t->target, c->hash,
+    int rc = t->store ? kl_store_seen(t->store, t->w->key, t->target,
+                                      kl_cond_of(&t->cfg.evaluator), c->hash,
                                       &seen, err)
                       : KL_OK;
     if (rc)
@@ -549,14 +560,18 @@ static void s_drop(kl_task_t *t, pend_t *p)
     *p = t->pend[--t->npend];
 }
 
+/* sim_target: the simulated twin of the task's target (kl_target.h), where
+ * a simulated result lands whatever the task's target: an agent from
+ * before simulated targets says "simulated" but names the real target. */
 static void s_record(const kl_task_t *t, const kl_dispatch_result_t *d,
-                     const pend_t *p, Kiln__TuningRecord *rec, uint8_t **tb)
+                     const pend_t *p, const char *sim_target,
+                     Kiln__TuningRecord *rec, uint8_t **tb)
 {
     const Kiln__MeasureResult *r = d->result;
     kiln__tuning_record__init(rec);
     rec->workload_key.data = t->w->key;
     rec->workload_key.len = 16;
-    rec->target = t->target;
+    rec->target = r->simulated ? (char *)sim_target : t->target;
     size_t len = 0;
     kl_trace_to_proto(p->trace, tb, &len);
     rec->trace.data = *tb;
@@ -568,13 +583,15 @@ static void s_record(const kl_task_t *t, const kl_dispatch_result_t *d,
     rec->error = r->error;
     rec->agent = (char *)d->agent;
     rec->device_name = (char *)d->device_name;
-    rec->simulated = r->simulated;
+    rec->simulated = r->simulated || kl_target_is_sim(t->target);
     rec->trace_hash.data = (uint8_t *)p->hash;
     rec->trace_hash.len = 16;
     rec->spread = r->spread;
     rec->job = t->job;
     rec->number = r->number;
     rec->compile_s = r->compile_s;
+    /* What the latency means (kl_record.h): the request's evaluator. */
+    rec->evaluator = (Kiln__Evaluator *)&t->cfg.evaluator;
 }
 
 int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
@@ -584,7 +601,8 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     Kiln__TuningRecord **ptrs = kl_xcalloc(n ? n : 1, sizeof *ptrs);
     pend_t **ps = kl_xcalloc(n ? n : 1, sizeof *ps);
     uint8_t **tbs = kl_xcalloc(n ? n : 1, sizeof *tbs);
-    char ref_err[400] = "";
+    char ref_err[400] = "", sim_target[160];
+    kl_target_sim(t->target, sim_target, sizeof sim_target);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         pend_t *p = s_find(t, res[i]->request_id, res[i]->candidate_id);
@@ -605,7 +623,7 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
             s_drop(t, p);
             continue;
         }
-        s_record(t, res[i], p, &recs[m], &tbs[m]);
+        s_record(t, res[i], p, sim_target, &recs[m], &tbs[m]);
         ptrs[m] = &recs[m];
         ps[m++] = p;
     }
@@ -613,14 +631,18 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     if (!rc) {
         /* Observe first: pend_t pointers move when one is dropped. */
         for (size_t i = 0; i < m; i++) {
-            bool ok = recs[i].status == KILN__STATUS__STATUS_OK;
+            /* A result keyed elsewhere (simulated) or unverified is a
+             * trial spent, never a latency of this task. */
+            bool mine =
+                !strcmp(recs[i].target, t->target) && s_counts(t, &recs[i]);
+            bool ok = mine && kl_record_valid(&recs[i]);
             t->trials++;
             t->valid += ok;
             kl_hashset_add(&t->seen, ps[i]->hash);
-            kl_search_observe(t->search, ps[i]->trace, ps[i]->features, ok,
-                              recs[i].median_s);
-            s_best(t, ps[i]->trace, ok, recs[i].median_s, recs[i].simulated,
-                   recs[i].seq);
+            if (mine)
+                kl_search_observe(t->search, ps[i]->trace, ps[i]->features, ok,
+                                  recs[i].median_s);
+            s_best(t, ps[i]->trace, ok, recs[i].median_s, recs[i].seq);
         }
         uint64_t *ids = kl_xcalloc(m ? m : 1, 2 * sizeof *ids);
         for (size_t i = 0; i < m; i++) {

@@ -6,18 +6,27 @@
  *
  * A task owns a design space, a search (kl_search.h) and its bookkeeping:
  *  - On creation it records the workload in the store and restores what
- *    the store holds for (workload, target): every record counts as a
- *    trial, seeds the search (best traces) and trains its cost model, and
- *    its trace is never measured again.
+ *    the store holds for (workload, target) in the measurement condition
+ *    of its evaluator (kl_record.h: warm or cold): every such record that
+ *    is a measurement counts as a trial, seeds the search (best traces)
+ *    and trains its cost model, and its trace is never measured again in
+ *    that condition. Records of the other condition, simulated records of
+ *    a real target and unverified ones (skip_verify) are not restored.
+ *  - A task for a simulated target ("sim/cpu/...", kl_target.h) is served
+ *    by simulated devices only and builds the code of the real target; a
+ *    task for a real target is never served by them. A result that says
+ *    it is simulated is recorded under the simulated target whatever the
+ *    task's target (an agent from before simulated targets), and is a
+ *    trial spent, never a valid result or a best of a real task.
  *  - kl_task_submit asks the search for a batch of up to the size it is
  *    given, drops every trace that the store's `seen` index, the in-flight
  *    set or an earlier source (two traces that generate the same code)
  *    already covers, generates the code and submits the batch through the
  *    job's port (kl_port.h).
  *  - kl_task_feed commits a group of results in one store transaction
- *    (each a TuningRecord with its trace; failures too: they count as
- *    trials) and gives them to the search. Cancelled candidates are not
- *    recorded and do not count.
+ *    (each a TuningRecord with its trace and the task's evaluator;
+ *    failures too: they count as trials) and gives them to the search.
+ *    Cancelled candidates are not recorded and do not count.
  *
  * A task is used by one thread at a time. It borrows the store it is
  * given; the store must outlive it.
@@ -38,7 +47,7 @@
 typedef struct {
     const char *target;        /* "cpu", "cpu/x86_64-avx512", "cuda/sm_90" */
     kl_search_cfg_t search;    /* strategy and its parameters */
-    Kiln__Evaluator evaluator; /* copied into every request */
+    Kiln__Evaluator evaluator; /* copied into every request and record */
     const char *job;           /* "job" of the records; NULL: "tune" */
 } kl_task_cfg_t;
 
@@ -66,13 +75,14 @@ kl_search_t *kl_task_search(kl_task_t *t);
 int64_t kl_task_trials(const kl_task_t *t);
 int64_t kl_task_restored(const kl_task_t *t);
 int64_t kl_task_in_flight(const kl_task_t *t);
-/* Valid (status OK) results among the trials. */
+/* Valid results among the trials (kl_record_valid: status OK, verified,
+ * a measurement). */
 int64_t kl_task_valid(const kl_task_t *t);
 /* The design space has nothing new. */
 bool kl_task_exhausted(const kl_task_t *t);
 
-/* Best verified latency (median seconds; INFINITY when none) and its trace
- * (borrowed, NULL when none) and record seq. */
+/* Best valid latency of the task's condition (median seconds; INFINITY
+ * when none) and its trace (borrowed, NULL when none) and record seq. */
 double kl_task_best_s(const kl_task_t *t);
 const kl_trace_t *kl_task_best_trace(const kl_task_t *t);
 uint64_t kl_task_best_seq(const kl_task_t *t);

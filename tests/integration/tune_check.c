@@ -1,9 +1,11 @@
 /* tune_check DB [MIN_RECORDS] - checks a store written by `kiln tune`:
  * every (workload, target) has no trace measured twice (distinct
- * trace_hash), every record carries a trace, and its best record is a
- * verified one (status OK, not simulated) with the lowest median of the
- * verified records. Prints "records=N ok=M dups=D best_us=X" per group and
- * exits 1 on any violation (or fewer than MIN_RECORDS records). */
+ * trace_hash), every record carries a trace and the job's evaluator (one
+ * measurement condition for all), and its best record of that condition
+ * is a valid one (kl_record_valid: status OK, verified, not simulated)
+ * with the lowest median of the valid records. Prints "records=N ok=M dups=D
+ * best_us=X" per group and exits 1 on any violation (or fewer than MIN_RECORDS
+ * records). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,8 @@
 typedef struct {
     uint8_t key[16];
     char target[64];
-    size_t n, ok, dups, notrace;
+    size_t n, ok, dups, notrace, noeval, mixed;
+    kl_cond_t cond;
     double best;
     uint64_t best_seq;
     uint8_t (*hashes)[16];
@@ -28,6 +31,7 @@ static int s_rec(const Kiln__TuningRecord *r, void *arg)
     if (g->n == 0) {
         memcpy(g->key, r->workload_key.data, 16);
         snprintf(g->target, sizeof g->target, "%s", r->target);
+        g->cond = kl_record_cond(r);
     }
     if (memcmp(g->key, r->workload_key.data, 16) ||
         strcmp(g->target, r->target))
@@ -40,8 +44,10 @@ static int s_rec(const Kiln__TuningRecord *r, void *arg)
         if (!memcmp(g->hashes[i], g->hashes[g->n], 16))
             g->dups++;
     g->notrace += r->trace.len == 0;
+    g->noeval += r->evaluator == NULL;
+    g->mixed += kl_record_cond(r) != g->cond;
     g->n++;
-    if (r->status == KILN__STATUS__STATUS_OK && !r->simulated) {
+    if (kl_record_valid(r)) {
         g->ok++;
         if (r->median_s < g->best) {
             g->best = r->median_s;
@@ -76,20 +82,20 @@ int main(int argc, char **argv)
     }
     printf("records=%zu ok=%zu dups=%zu best_us=%.3f\n", g.n, g.ok, g.dups,
            g.best * 1e6);
-    if (g.n < min || g.dups || g.notrace) {
+    if (g.n < min || g.dups || g.notrace || g.noeval || g.mixed) {
         fprintf(stderr,
                 "tune_check: %zu records (want >= %zu), %zu measured twice, "
-                "%zu without a trace\n",
-                g.n, min, g.dups, g.notrace);
+                "%zu without a trace, %zu without an evaluator, %zu of "
+                "another condition\n",
+                g.n, min, g.dups, g.notrace, g.noeval, g.mixed);
         bad = 1;
     }
     Kiln__TuningRecord *b = NULL;
     if (g.n && g.ok) {
-        if (kl_store_best(st, g.key, g.target, &b, err)) {
+        if (kl_store_best(st, g.key, g.target, g.cond, &b, err)) {
             fprintf(stderr, "tune_check: best: %s\n", err);
             bad = 1;
-        } else if (b->status != KILN__STATUS__STATUS_OK || b->simulated ||
-                   b->seq != g.best_seq) {
+        } else if (!kl_record_valid(b) || b->seq != g.best_seq) {
             fprintf(stderr,
                     "tune_check: best is seq %llu (%s), the fastest verified "
                     "record is seq %llu\n",
@@ -100,7 +106,8 @@ int main(int argc, char **argv)
         }
         if (b)
             kiln__tuning_record__free_unpacked(b, NULL);
-    } else if (g.n && kl_store_best(st, g.key, g.target, &b, err) == KL_OK) {
+    } else if (g.n &&
+               kl_store_best(st, g.key, g.target, g.cond, &b, err) == KL_OK) {
         fprintf(stderr, "tune_check: a best record without a verified one\n");
         kiln__tuning_record__free_unpacked(b, NULL);
         bad = 1;

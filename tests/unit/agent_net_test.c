@@ -26,6 +26,7 @@ typedef struct {
     kl_peer_t peer;
     double next_hb;
     int hb_ms;
+    char target[64]; /* the device's, from Hello: what requests name */
 } coord_t;
 
 static const char *s_ref =
@@ -123,7 +124,12 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
     assert_int_equal(h->build_slots, 2);
     assert_int_equal(h->n_devices, 1);
     assert_string_equal(h->devices[0]->kind, "cpu");
-    assert_string_equal(h->devices[0]->target, kla_device_target());
+    /* A simulated agent never claims the real device (kl_target.h). */
+    char want[64];
+    snprintf(want, sizeof want, "%s%s", simulate ? "sim/" : "",
+             kla_device_target());
+    assert_string_equal(h->devices[0]->target, want);
+    snprintf(c->target, sizeof c->target, "%s", h->devices[0]->target);
     assert_true(h->devices[0]->cores >= 1);
     assert_true(h->devices[0]->n_measure_cores >= 1);
     assert_true(h->devices[0]->simulated == simulate);
@@ -192,7 +198,7 @@ static void s_request(coord_t *c, uint64_t id, char **srcs, int n)
     m.request_id = id;
     m.workload_key.data = key;
     m.workload_key.len = 16;
-    m.target = (char *)kla_device_target();
+    m.target = c->target;
     m.n_args = 3;
     m.args = args;
     m.reference_source = (char *)s_ref;
@@ -394,6 +400,31 @@ static void test_simulate_fast(void **state)
     s_stop(&c, &agent);
 }
 
+/* A simulated agent answers a request for the real target INVALID: fake
+ * latencies never come back as measurements of a real device. */
+static void test_simulate_refuses_real_target(void **state)
+{
+    (void)state;
+    coord_t c;
+    kla_agent_t *agent = NULL;
+    s_start(&c, &agent, true);
+    snprintf(c.target, sizeof c.target, "%s", kla_device_target());
+    char *srcs[2] = {kl_xstrdup("void mm(void *const *a) { (void)a; }"),
+                     kl_xstrdup("void mm(void *const *a) { (void)a; } ")};
+    s_request(&c, 6, srcs, 2);
+    for (int i = 0; i < 2; i++) {
+        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 5);
+        assert_non_null(r);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_INVALID);
+        assert_int_equal(r->result->n_samples, 0);
+        assert_non_null(strstr(r->result->error, "simulates"));
+        kl_net_envelope_free(&r);
+    }
+    for (int i = 0; i < 2; i++)
+        free(srcs[i]);
+    s_stop(&c, &agent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_cancel_and_goodbye),
         cmocka_unit_test(test_silence_means_hello),
         cmocka_unit_test(test_simulate_fast),
+        cmocka_unit_test(test_simulate_refuses_real_target),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@
 #include "kl_util.h"
 #include "kla_agent.h"
 #include "kla_cuda.h"
+#include "kl_target.h"
 
 static char s_dir[256];
 
@@ -565,7 +566,7 @@ static void s_request(coord_t *c, uint64_t id, uint32_t dev, const char *ref,
     m.request_id = id;
     m.workload_key.len = 16;
     m.workload_key.data = key;
-    m.target = "cuda/sm_90";
+    m.target = KL_TARGET_SIM "cuda/sm_90"; /* the fake GPUs' */
     m.n_args = 3;
     m.args = ap;
     m.reference_source = ref ? (char *)ref : refsrc;
@@ -627,7 +628,8 @@ static void test_agent_fake_gpus(void **state)
     for (int i = 1; i < 3; i++) {
         const Kiln__DeviceInfo *d = h->devices[i];
         assert_string_equal(d->kind, "cuda");
-        assert_string_equal(d->target, "cuda/sm_90");
+        /* A stand-in never passes for a GPU: its target says simulated. */
+        assert_string_equal(d->target, KL_TARGET_SIM "cuda/sm_90");
         assert_int_equal(d->index, i);
         assert_true(d->simulated); /* a stand-in never passes for a GPU */
         assert_true(d->cores > 0 && d->llc_bytes > 0);

@@ -61,8 +61,9 @@ static void s_submit(kl_dcore_t *core, s_batch_t *sb, uint64_t id, double now)
     assert_null(req);
 }
 
-static int s_hello(kl_dcore_t *core, uint8_t peer_id, const char *name,
-                   const char *target, uint32_t slots, double now)
+static int s_hello_sim(kl_dcore_t *core, uint8_t peer_id, const char *name,
+                       const char *target, uint32_t slots, double now,
+                       bool simulated)
 {
     kl_peer_t peer = {{0}, 5};
     peer.id[4] = peer_id;
@@ -71,6 +72,7 @@ static int s_hello(kl_dcore_t *core, uint8_t peer_id, const char *name,
     dev.kind = "cpu";
     dev.name = "test cpu";
     dev.target = (char *)target;
+    dev.simulated = simulated;
     Kiln__Hello h = KILN__HELLO__INIT;
     h.agent_name = (char *)name;
     h.hostname = "localhost";
@@ -79,6 +81,12 @@ static int s_hello(kl_dcore_t *core, uint8_t peer_id, const char *name,
     h.devices = devs;
     char err[KL_ERRMSG_LEN];
     return kl_dcore_hello(core, &peer, &h, now, err);
+}
+
+static int s_hello(kl_dcore_t *core, uint8_t peer_id, const char *name,
+                   const char *target, uint32_t slots, double now)
+{
+    return s_hello_sim(core, peer_id, name, target, slots, now, false);
 }
 
 /* What the core asked to send: (slot, request, candidate index). */
@@ -156,8 +164,44 @@ static void test_target_match(void **state)
     assert_false(kl_dispatch_target_match("cpu", "cpux/foo"));
     assert_false(kl_dispatch_target_match("cuda/sm_80", "cuda/sm_90"));
     assert_true(kl_dispatch_target_match("cuda", "cuda/sm_90"));
+    /* A simulated device serves its own target only, never the real one
+     * nor a bare kind (kl_target.h). */
+    assert_false(kl_dispatch_target_match("cpu", "sim/cpu/x86_64-avx512"));
+    assert_false(
+        kl_dispatch_target_match("cpu/x86_64-avx512", "sim/cpu/x86_64-avx512"));
+    assert_false(kl_dispatch_target_match("cuda", "sim/cuda/sm_90"));
+    assert_true(kl_dispatch_target_match("sim/cpu/x86_64-avx512",
+                                         "sim/cpu/x86_64-avx512"));
+    assert_false(
+        kl_dispatch_target_match("sim/cpu/x86_64-avx512", "cpu/x86_64-avx512"));
+    assert_true(kl_dispatch_target_match("sim/cpu", "sim/cpu/x86_64-avx512"));
+    assert_false(kl_dispatch_target_match("sim/cpu", "cpu/x86_64-avx512"));
+    assert_false(kl_dispatch_target_match("sim/", "sim/cpu/x86_64-avx512"));
     assert_false(kl_dispatch_target_match("", "cpu/x86_64"));
     assert_false(kl_dispatch_target_match(NULL, "cpu/x86_64"));
+}
+
+/* A device that says it simulates serves its simulated target only, even
+ * when (as agents before simulated targets did) it names the real one. */
+static void test_simulated_device(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu/x86_64-avx512", 4, 1000);
+    s_submit(core, &sb, 1, 0);
+    assert_true(s_hello_sim(core, 1, "old", "cpu/x86_64-avx512", 2, 0, true) >=
+                0);
+    assert_true(
+        s_hello_sim(core, 2, "new", "sim/cpu/x86_64-avx512", 2, 0, true) >= 0);
+    assert_int_equal(kl_dcore_agents(core, "cpu"), 0);
+    assert_int_equal(kl_dcore_agents(core, "cpu/x86_64-avx512"), 0);
+    assert_int_equal(kl_dcore_agents(core, "sim/cpu/x86_64-avx512"), 2);
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.5, s_capture, &sent), 0);
+    kl_dcore_destroy(&core);
 }
 
 static void test_batch_checks(void **state)
@@ -506,6 +550,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_target_match),
         cmocka_unit_test(test_batch_checks),
+        cmocka_unit_test(test_simulated_device),
         cmocka_unit_test(test_credit_and_targets),
         cmocka_unit_test(test_idempotent_results),
         cmocka_unit_test(test_lost_agent_retries),

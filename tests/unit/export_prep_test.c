@@ -353,7 +353,8 @@ static void test_packed_weight_exported(void **state)
     assert_int_equal(kl_store_open(&st, db, 0, fx->err), KL_OK);
     s_commit(st, w, tgt, tr, fx->err);
     Kiln__TuningRecord *rec = NULL;
-    assert_int_equal(kl_export_best(st, w, "cpu", &rec, fx->err), KL_OK);
+    assert_int_equal(kl_export_best(st, w, "cpu", KL_COND_WARM, &rec, fx->err),
+                     KL_OK);
     kl_kernel_t k = {0};
     int rc = kl_export_replay(w, rec, "kl_main", &k, fx->err);
     if (rc)

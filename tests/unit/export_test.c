@@ -60,9 +60,11 @@ static int teardown(void **state)
 }
 
 /* Commits one record of w on target: a real trace sampled from the
- * target's design space, status OK, the given median. */
-static void s_commit(fx_t *fx, const kl_workload_t *w, const char *target,
-                     double median, bool simulated, uint64_t seed)
+ * target's design space, status OK, the given median, measured with ev
+ * (NULL: none, as before records kept it). */
+static void s_commit_ev(fx_t *fx, const kl_workload_t *w, const char *target,
+                        double median, bool simulated, uint64_t seed,
+                        Kiln__Evaluator *ev)
 {
     kl_space_t *sp = NULL;
     kl_trace_t *tr = NULL;
@@ -83,11 +85,18 @@ static void s_commit(fx_t *fx, const kl_workload_t *w, const char *target,
     rec.status = KILN__STATUS__STATUS_OK;
     rec.median_s = median;
     rec.simulated = simulated;
+    rec.evaluator = ev;
     Kiln__TuningRecord *p = &rec;
     assert_int_equal(kl_store_commit(fx->st, &p, 1, fx->err), KL_OK);
     free(buf);
     kl_trace_free(&tr);
     kl_space_destroy(&sp);
+}
+
+static void s_commit(fx_t *fx, const kl_workload_t *w, const char *target,
+                     double median, bool simulated, uint64_t seed)
+{
+    s_commit_ev(fx, w, target, median, simulated, seed, NULL);
 }
 
 static void test_cpu_target(void **state)
@@ -104,8 +113,9 @@ static void test_best_missing_names_it(void **state)
 {
     fx_t *fx = *state;
     Kiln__TuningRecord *rec = NULL;
-    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
-                     KL_ERR_NOTFOUND);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, "cpu", KL_COND_WARM, &rec, fx->err),
+        KL_ERR_NOTFOUND);
     assert_null(rec);
     assert_non_null(strstr(fx->err, fx->w->name));
     assert_non_null(strstr(fx->err, fx->tgt));
@@ -117,13 +127,15 @@ static void test_other_target_never_used(void **state)
     fx_t *fx = *state;
     s_commit(fx, fx->w, fx->other, 1e-9, false, 1);
     Kiln__TuningRecord *rec = NULL;
-    assert_int_equal(kl_export_best(fx->st, fx->w, fx->tgt, &rec, fx->err),
-                     KL_ERR_NOTFOUND);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, fx->tgt, KL_COND_WARM, &rec, fx->err),
+        KL_ERR_NOTFOUND);
     assert_non_null(strstr(fx->err, fx->other));
     assert_non_null(strstr(fx->err, "never used"));
     s_commit(fx, fx->w, fx->tgt, 1e-3, false, 2);
-    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
-                     KL_OK);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, "cpu", KL_COND_WARM, &rec, fx->err),
+        KL_OK);
     assert_string_equal(rec->target, fx->tgt);
     assert_true(rec->median_s == 1e-3);
     kl_kernel_t k = {0};
@@ -146,8 +158,59 @@ static void test_simulated_is_not_a_result(void **state)
     fx_t *fx = *state;
     s_commit(fx, fx->w, fx->tgt, 1e-6, true, 3);
     Kiln__TuningRecord *rec = NULL;
-    assert_int_equal(kl_export_best(fx->st, fx->w, fx->tgt, &rec, fx->err),
-                     KL_ERR_NOTFOUND);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, fx->tgt, KL_COND_WARM, &rec, fx->err),
+        KL_ERR_NOTFOUND);
+    assert_non_null(strstr(fx->err, "simulated"));
+}
+
+/* Warm and cold records never compete: each condition exports its own
+ * best; an unverified record (skip_verify) is never exported; a simulated
+ * target has nothing to export. */
+static void test_conditions_and_unverified(void **state)
+{
+    fx_t *fx = *state;
+    Kiln__Evaluator warm = KILN__EVALUATOR__INIT, cold, unverified;
+    warm.number = 1;
+    warm.min_repeat_ms = 50;
+    warm.flush_cache = true;
+    cold = warm;
+    cold.min_repeat_ms = 0;
+    unverified = cold;
+    unverified.skip_verify = true;
+    s_commit_ev(fx, fx->w, fx->tgt, 3e-3, false, 11, &warm);
+    s_commit_ev(fx, fx->w, fx->tgt, 1e-3, false, 12, &cold);
+    s_commit_ev(fx, fx->w, fx->tgt, 1e-9, false, 13, &unverified);
+    Kiln__TuningRecord *rec = NULL;
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, "cpu", KL_COND_WARM, &rec, fx->err),
+        KL_OK);
+    assert_true(rec->median_s == 3e-3);
+    kiln__tuning_record__free_unpacked(rec, NULL);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, "cpu", KL_COND_COLD, &rec, fx->err),
+        KL_OK);
+    assert_true(rec->median_s == 1e-3);
+    kiln__tuning_record__free_unpacked(rec, NULL);
+    /* Only an unverified record of another workload's size: missing, and
+     * the message says why. */
+    kl_workload_t *w2 = NULL;
+    assert_int_equal(kl_workload_from_op("matmul M=32 N=16 K=16", &w2, fx->err),
+                     KL_OK);
+    s_commit_ev(fx, w2, fx->tgt, 1e-9, false, 14, &unverified);
+    assert_int_equal(
+        kl_export_best(fx->st, w2, "cpu", KL_COND_COLD, &rec, fx->err),
+        KL_ERR_NOTFOUND);
+    assert_non_null(strstr(fx->err, "unverified"));
+    assert_non_null(strstr(fx->err, "cold"));
+    kl_workload_free(&w2);
+    /* A simulated target, even with records, exports nothing. */
+    char sim[64];
+    s_commit(fx, fx->w, kl_target_sim("cpu", sim, sizeof sim), 1e-9, true, 15);
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, sim, KL_COND_WARM, &rec, fx->err),
+        KL_ERR_INVAL);
+    assert_null(rec);
     assert_non_null(strstr(fx->err, "simulated"));
 }
 
@@ -164,9 +227,11 @@ static void test_cuda_replay(void **state)
     kl_space_destroy(&sp);
     s_commit(fx, fx->w, "cuda/sm_90", 1e-6, false, 5);
     Kiln__TuningRecord *rec = NULL;
-    assert_int_equal(kl_export_best(fx->st, fx->w, "cpu", &rec, fx->err),
-                     KL_ERR_NOTFOUND);
-    assert_int_equal(kl_export_best(fx->st, fx->w, "cuda/sm_90", &rec, fx->err),
+    assert_int_equal(
+        kl_export_best(fx->st, fx->w, "cpu", KL_COND_WARM, &rec, fx->err),
+        KL_ERR_NOTFOUND);
+    assert_int_equal(kl_export_best(fx->st, fx->w, "cuda/sm_90", KL_COND_WARM,
+                                    &rec, fx->err),
                      KL_OK);
     kl_kernel_t k = {0};
     assert_int_equal(kl_export_replay(fx->w, rec, "kiln_task_00", &k, fx->err),
@@ -325,6 +390,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_other_target_never_used, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_simulated_is_not_a_result, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_conditions_and_unverified, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cuda_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,

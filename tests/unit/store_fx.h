@@ -102,6 +102,24 @@ static inline Kiln__TuningRecord *s_rec(int wl, const char *target, int status,
     return r;
 }
 
+/* An evaluator of the given condition (heap: the record that points at it
+ * frees it); rtol and atol odd enough to show a lossy round trip. */
+static inline Kiln__Evaluator *s_eval(kl_cond_t cond, bool skip_verify)
+{
+    Kiln__Evaluator *e = kl_xmalloc(sizeof *e);
+    kiln__evaluator__init(e);
+    e->number = 1;
+    e->repeat = 5;
+    e->min_repeat_ms = cond == KL_COND_COLD ? 0 : 50;
+    e->flush_cache = true;
+    e->timeout_ms = 7000;
+    e->rtol = 1.0 / 3.0;
+    e->atol = 1e-7;
+    e->seed = 12345678901234ULL;
+    e->skip_verify = skip_verify;
+    return e;
+}
+
 static inline int s_commit1(kl_store_t *st, Kiln__TuningRecord *r, char *err)
 {
     return kl_store_commit(st, &r, 1, err);

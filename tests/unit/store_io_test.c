@@ -70,6 +70,10 @@ static void test_export_import(void **state)
         r->spread = i % 13 ? 0.1 * i : INFINITY;
         r->number = (uint32_t)i;
         r->compile_s = NAN;
+        /* Old records (no evaluator), warm, cold and unverified ones. */
+        if ((i / 4) % 4)
+            r->evaluator = s_eval(
+                (i / 4) % 4 == 1 ? KL_COND_COLD : KL_COND_WARM, i % 17 == 0);
         assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
         s_free(r);
     }
@@ -98,30 +102,53 @@ static void test_export_import(void **state)
     assert_int_equal(l2.n, 300);
     for (size_t i = 0; i < l1.n; i++)
         s_assert_same_record(l1.recs[i], l2.recs[i]);
-    /* Same best and seen for every (workload, target). */
+    /* Same best of each condition and seen for every (workload, target). */
+    size_t nbest = 0;
     for (int k = 0; k < 4; k++) {
         uint8_t kk[16];
         s_key(k, kk);
-        for (int t = 0; t < 2; t++) {
-            const char *tg = t ? GPU : CPU;
+        for (int t = 0; t < 2 * KL_COND_COUNT; t++) {
+            const char *tg = t % 2 ? GPU : CPU;
+            kl_cond_t cond = t / 2 ? KL_COND_COLD : KL_COND_WARM;
             Kiln__TuningRecord *b1 = NULL, *b2 = NULL;
-            int rc1 = kl_store_best(fx->st, kk, tg, &b1, fx->err);
-            int rc2 = kl_store_best(st2, kk, tg, &b2, fx->err);
-            assert_int_equal(rc1, KL_OK);
+            int rc1 = kl_store_best(fx->st, kk, tg, cond, &b1, fx->err);
+            int rc2 = kl_store_best(st2, kk, tg, cond, &b2, fx->err);
             assert_int_equal(rc2, rc1);
+            if (rc1 == KL_ERR_NOTFOUND)
+                continue;
+            assert_int_equal(rc1, KL_OK);
             s_assert_same_record(b1, b2);
+            assert_int_equal(kl_record_cond(b2), cond);
+            assert_true(kl_record_valid(b2));
+            nbest++;
             s_free(b1);
             s_free(b2);
         }
     }
+    assert_true(nbest >= 12);
+    size_t nevaluator = 0;
     for (size_t i = 0; i < l1.n; i++) {
         const Kiln__TuningRecord *r = l1.recs[i];
-        bool s2 = false;
-        assert_int_equal(kl_store_seen(st2, r->workload_key.data, r->target,
-                                       r->trace_hash.data, &s2, fx->err),
+        bool s1 = false, s2 = false;
+        kl_cond_t cond = kl_record_cond(r);
+        assert_int_equal(kl_store_seen(fx->st, r->workload_key.data, r->target,
+                                       cond, r->trace_hash.data, &s1, fx->err),
                          KL_OK);
-        assert_true(s2);
+        assert_int_equal(kl_store_seen(st2, r->workload_key.data, r->target,
+                                       cond, r->trace_hash.data, &s2, fx->err),
+                         KL_OK);
+        assert_true(s1 == s2);
+        if (kl_record_kind(r) == KL_RECORD_MEASURED)
+            assert_true(s2);
+        /* The evaluator made it through JSON, every field of it. */
+        nevaluator += l2.recs[i]->evaluator != NULL;
+        if (r->evaluator) {
+            assert_non_null(l2.recs[i]->evaluator);
+            assert_true(l2.recs[i]->evaluator->rtol == 1.0 / 3.0);
+            assert_int_equal(l2.recs[i]->evaluator->seed, 12345678901234ULL);
+        }
     }
+    assert_int_equal(nevaluator, 224);
     Kiln__Workload *w2 = NULL;
     assert_int_equal(kl_store_get_workload(st2, key, &w2, fx->err), KL_OK);
     assert_true(w2->flop == w.flop);
@@ -250,7 +277,7 @@ static void test_schema_and_missing(void **state)
     assert_int_equal(mdb_env_open(env, fx->dir, 0, 0644), 0);
     assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
     assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
-    uint8_t v2[4] = {0, 0, 0, 2};
+    uint8_t v2[4] = {0, 0, 0, KL_STORE_SCHEMA + 1};
     MDB_val k = {6, "schema"}, v = {4, v2};
     assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
     assert_int_equal(mdb_txn_commit(txn), 0);
@@ -258,12 +285,102 @@ static void test_schema_and_missing(void **state)
     assert_int_equal(kl_store_open(&fx->st, fx->dir, 0, fx->err),
                      KL_ERR_CORRUPT);
     assert_null(fx->st);
-    assert_non_null(strstr(fx->err, "schema version 2"));
+    char want[32];
+    snprintf(want, sizeof want, "schema version %d", KL_STORE_SCHEMA + 1);
+    assert_non_null(strstr(fx->err, want));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, "/tmp/kiln-no-such-store-dir",
                                    KL_STORE_RDONLY, fx->err),
                      KL_ERR_NOTFOUND);
     assert_non_null(strstr(fx->err, "/tmp/kiln-no-such-store-dir"));
+}
+
+static void s_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* A store of schema 1 (records without an evaluator; a simulated record
+ * could be the best; best and seen without a condition): a reader is told
+ * how to upgrade it, a writer upgrades it, and best and seen come out as
+ * schema 2 has them. */
+static void test_upgrade_schema1(void **state)
+{
+    fx_t *fx = *state;
+    Kiln__TuningRecord *r[3] = {s_rec(0, CPU, 0, 1e-6, true, 1),
+                                s_rec(0, CPU, 0, 5e-3, false, 2),
+                                s_rec(0, CPU, 0, 2e-3, false, 3)};
+    assert_int_equal(kl_store_commit(fx->st, r, 3, fx->err), KL_OK);
+    kl_store_close(&fx->st);
+    /* Rewrite the indexes the way schema 1 had them. */
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi meta, best, seen;
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+    assert_int_equal(mdb_env_open(env, fx->dir, 0, 0644), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+    assert_int_equal(mdb_dbi_open(txn, "best", 0, &best), 0);
+    assert_int_equal(mdb_dbi_open(txn, "seen", 0, &seen), 0);
+    assert_int_equal(mdb_drop(txn, best, 0), 0);
+    assert_int_equal(mdb_drop(txn, seen, 0), 0);
+    uint8_t pre[24], bv[17] = {0}, sk[40], sv[8];
+    s_key(0, pre);
+    s_be64(pre + 16, kl_hash64(CPU, strlen(CPU)));
+    /* best: the simulated seq 1, as schema 1 kept it while alone. */
+    s_be64(bv, 1);
+    uint64_t bits;
+    memcpy(&bits, &r[0]->median_s, 8);
+    s_be64(bv + 8, bits);
+    bv[16] = 1;
+    MDB_val k = {24, pre}, v = {17, bv};
+    assert_int_equal(mdb_put(txn, best, &k, &v, 0), 0);
+    for (int i = 0; i < 3; i++) {
+        memcpy(sk, pre, 24);
+        memcpy(sk + 24, r[i]->trace_hash.data, 16);
+        s_be64(sv, r[i]->seq);
+        k = (MDB_val){40, sk};
+        v = (MDB_val){8, sv};
+        assert_int_equal(mdb_put(txn, seen, &k, &v, 0), 0);
+    }
+    uint8_t one[4] = {0, 0, 0, 1};
+    k = (MDB_val){6, "schema"};
+    v = (MDB_val){4, one};
+    assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+
+    assert_int_equal(kl_store_open(&fx->st, fx->dir, KL_STORE_RDONLY, fx->err),
+                     KL_ERR_VERSION);
+    assert_non_null(strstr(fx->err, "schema version 1"));
+    assert_non_null(strstr(fx->err, "kiln db upgrade"));
+    assert_int_equal(kl_store_open(&fx->st, fx->dir, 0, fx->err), KL_OK);
+    assert_int_equal(kl_store_schema_found(fx->st), 1);
+    Kiln__TuningRecord *b = NULL;
+    assert_int_equal(kl_store_best(fx->st, r[0]->workload_key.data, CPU,
+                                   KL_COND_WARM, &b, fx->err),
+                     KL_OK);
+    assert_int_equal(b->seq, 3);
+    s_free(b);
+    for (int i = 0; i < 3; i++) {
+        bool seen_it = true;
+        assert_int_equal(kl_store_seen(fx->st, r[i]->workload_key.data, CPU,
+                                       KL_COND_WARM, r[i]->trace_hash.data,
+                                       &seen_it, fx->err),
+                         KL_OK);
+        assert_true(seen_it == (i > 0)); /* the simulated one is not */
+    }
+    kl_store_close(&fx->st);
+    assert_int_equal(kl_store_open(&fx->st, fx->dir, KL_STORE_RDONLY, fx->err),
+                     KL_OK);
+    assert_int_equal(kl_store_schema_found(fx->st), KL_STORE_SCHEMA);
+    size_t n = 0;
+    assert_int_equal(kl_store_count(fx->st, NULL, NULL, &n, fx->err), KL_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++)
+        s_free(r[i]);
 }
 
 /* A file size limit makes the disk refuse: KL_ERR_NOSPC naming the
@@ -328,6 +445,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_value, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_and_missing, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_schema1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

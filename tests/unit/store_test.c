@@ -73,7 +73,8 @@ static void s_check_best(fx_t *fx, int wl, const char *target, uint64_t seq)
     uint8_t key[16];
     s_key(wl, key);
     Kiln__TuningRecord *b = NULL;
-    assert_int_equal(kl_store_best(fx->st, key, target, &b, fx->err), KL_OK);
+    assert_int_equal(
+        kl_store_best(fx->st, key, target, KL_COND_WARM, &b, fx->err), KL_OK);
     assert_int_equal(b->seq, seq);
     s_free(b);
 }
@@ -84,7 +85,7 @@ static void test_best(void **state)
     uint8_t key[16];
     s_key(3, key);
     Kiln__TuningRecord *b = NULL;
-    assert_int_equal(kl_store_best(fx->st, key, CPU, &b, fx->err),
+    assert_int_equal(kl_store_best(fx->st, key, CPU, KL_COND_WARM, &b, fx->err),
                      KL_ERR_NOTFOUND);
     struct {
         int status;
@@ -94,8 +95,9 @@ static void test_best(void **state)
     } steps[] = {
         {KILN__STATUS__STATUS_WRONG_RESULT, 1e-6, false, 0}, /* 1: never */
         {KILN__STATUS__STATUS_OK, NAN, false, 0},            /* 2: never */
-        {KILN__STATUS__STATUS_OK, 1e-6, true, 3},  /* 3: simulated, alone */
-        {KILN__STATUS__STATUS_OK, 5e-3, false, 4}, /* 4: real beats sim */
+        /* 3: simulated on a real target: never a result, even alone */
+        {KILN__STATUS__STATUS_OK, 1e-6, true, 0},
+        {KILN__STATUS__STATUS_OK, 5e-3, false, 4}, /* 4: the first real */
         {KILN__STATUS__STATUS_OK, 1e-9, true, 4},  /* 5: sim never wins */
         {KILN__STATUS__STATUS_OK, 6e-3, false, 4}, /* 6: slower */
         {KILN__STATUS__STATUS_TIMEOUT, 1e-9, false, 4},
@@ -109,14 +111,140 @@ static void test_best(void **state)
         assert_int_equal(r->seq, i + 1);
         s_free(r);
         if (steps[i].best_after == 0)
-            assert_int_equal(kl_store_best(fx->st, key, CPU, &b, fx->err),
-                             KL_ERR_NOTFOUND);
+            assert_int_equal(
+                kl_store_best(fx->st, key, CPU, KL_COND_WARM, &b, fx->err),
+                KL_ERR_NOTFOUND);
         else
             s_check_best(fx, 3, CPU, steps[i].best_after);
     }
-    /* Another target has its own best. */
-    assert_int_equal(kl_store_best(fx->st, key, GPU, &b, fx->err),
+    /* Another target has its own best, and so has the other condition. */
+    assert_int_equal(kl_store_best(fx->st, key, GPU, KL_COND_WARM, &b, fx->err),
                      KL_ERR_NOTFOUND);
+    assert_int_equal(kl_store_best(fx->st, key, CPU, KL_COND_COLD, &b, fx->err),
+                     KL_ERR_NOTFOUND);
+}
+
+/* Warm and cold records of one (workload, target) never compete for best;
+ * an unverified record (skip_verify) is never best, in either condition;
+ * a record without an evaluator (written before records had one) is
+ * warm; a simulated target ranks its own records. */
+static void test_best_conditions(void **state)
+{
+    fx_t *fx = *state;
+    uint8_t key[16];
+    s_key(4, key);
+    struct {
+        int cond; /* -1: no evaluator (an old record) */
+        bool skip_verify;
+        double median;
+        uint64_t warm_after, cold_after;
+    } steps[] = {
+        {-1, false, 4e-3, 1, 0},           /* 1: old: warm by default */
+        {KL_COND_COLD, false, 9e-3, 1, 2}, /* 2: the first cold */
+        {KL_COND_WARM, false, 3e-3, 3, 2}, /* 3: faster warm */
+        {KL_COND_COLD, false, 1e-3, 3, 4}, /* 4: faster than every warm */
+        {KL_COND_WARM, true, 1e-9, 3, 4},  /* 5: unverified: never */
+        {KL_COND_COLD, true, 1e-9, 3, 4},  /* 6: unverified: never */
+        {KL_COND_WARM, false, 2e-3, 7, 4}, /* 7: faster warm */
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        Kiln__TuningRecord *r = s_rec(4, CPU, KILN__STATUS__STATUS_OK,
+                                      steps[i].median, false, 100 + (int)i);
+        if (steps[i].cond >= 0)
+            r->evaluator = s_eval(steps[i].cond, steps[i].skip_verify);
+        assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
+        s_free(r);
+        Kiln__TuningRecord *b = NULL;
+        assert_int_equal(
+            kl_store_best(fx->st, key, CPU, KL_COND_WARM, &b, fx->err), KL_OK);
+        assert_int_equal(b->seq, steps[i].warm_after);
+        assert_int_equal(kl_record_cond(b), KL_COND_WARM);
+        s_free(b);
+        int rc = kl_store_best(fx->st, key, CPU, KL_COND_COLD, &b, fx->err);
+        if (steps[i].cold_after == 0) {
+            assert_int_equal(rc, KL_ERR_NOTFOUND);
+            continue;
+        }
+        assert_int_equal(rc, KL_OK);
+        assert_int_equal(b->seq, steps[i].cold_after);
+        assert_int_equal(kl_record_cond(b), KL_COND_COLD);
+        assert_non_null(b->evaluator);
+        assert_int_equal(b->evaluator->min_repeat_ms, 0);
+        s_free(b);
+    }
+    /* A simulated target has a best of its own; the real one is unmoved. */
+    Kiln__TuningRecord *r =
+        s_rec(4, "sim/" CPU, KILN__STATUS__STATUS_OK, 1e-12, true, 200);
+    assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
+    s_free(r);
+    Kiln__TuningRecord *b = NULL;
+    assert_int_equal(
+        kl_store_best(fx->st, key, "sim/" CPU, KL_COND_WARM, &b, fx->err),
+        KL_OK);
+    assert_true(b->simulated && b->median_s == 1e-12);
+    s_free(b);
+    s_check_best(fx, 4, CPU, 7);
+}
+
+/* What each evaluator means (kl_record.h). */
+static void test_record_meaning(void **state)
+{
+    (void)state;
+    Kiln__Evaluator e = KILN__EVALUATOR__INIT;
+    e.flush_cache = true;
+    e.number = 1;
+    assert_int_equal(kl_cond_of(&e), KL_COND_COLD);
+    e.number = 0; /* the agent's default: one run */
+    assert_int_equal(kl_cond_of(&e), KL_COND_COLD);
+    e.number = 2;
+    assert_int_equal(kl_cond_of(&e), KL_COND_WARM);
+    e.number = 1;
+    e.min_repeat_ms = 50;
+    assert_int_equal(kl_cond_of(&e), KL_COND_WARM);
+    e.min_repeat_ms = 0;
+    e.flush_cache = false;
+    assert_int_equal(kl_cond_of(&e), KL_COND_WARM);
+    /* A record without an evaluator reads as the defaults of its time. */
+    Kiln__TuningRecord r = KILN__TUNING_RECORD__INIT;
+    r.target = CPU;
+    r.status = KILN__STATUS__STATUS_OK;
+    r.median_s = 1e-3;
+    Kiln__Evaluator got;
+    kl_record_evaluator(&r, &got);
+    assert_true(got.flush_cache && !got.skip_verify);
+    assert_int_equal(got.min_repeat_ms, 50);
+    assert_int_equal(got.number, 1);
+    assert_int_equal(got.repeat, 5);
+    assert_int_equal(kl_record_cond(&r), KL_COND_WARM);
+    assert_int_equal(kl_record_kind(&r), KL_RECORD_MEASURED);
+    assert_true(kl_record_valid(&r));
+    r.simulated = true;
+    assert_int_equal(kl_record_kind(&r), KL_RECORD_SIMULATED);
+    assert_false(kl_record_valid(&r));
+    r.target = "sim/" CPU;
+    assert_int_equal(kl_record_kind(&r), KL_RECORD_MEASURED);
+    r.simulated = false;
+    r.target = CPU;
+    Kiln__Evaluator sv = KILN__EVALUATOR__INIT;
+    sv.skip_verify = true;
+    r.evaluator = &sv;
+    assert_int_equal(kl_record_kind(&r), KL_RECORD_UNVERIFIED);
+    assert_false(kl_record_valid(&r));
+    kl_cond_t c;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_cond_parse("cold", &c, err), KL_OK);
+    assert_int_equal(c, KL_COND_COLD);
+    assert_int_equal(kl_cond_parse("hot", &c, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "hot"));
+}
+
+static bool s_seen(fx_t *fx, const uint8_t key[16], const char *target,
+                   kl_cond_t cond, const uint8_t hash[16])
+{
+    bool seen = true;
+    assert_int_equal(
+        kl_store_seen(fx->st, key, target, cond, hash, &seen, fx->err), KL_OK);
+    return seen;
 }
 
 static void test_seen(void **state)
@@ -126,17 +254,25 @@ static void test_seen(void **state)
     uint8_t hash[16], key[16];
     memcpy(hash, r->trace_hash.data, 16);
     s_key(1, key);
-    bool seen = true;
-    assert_int_equal(kl_store_seen(fx->st, key, CPU, hash, &seen, fx->err),
-                     KL_OK);
-    assert_false(seen);
+    assert_false(s_seen(fx, key, CPU, KL_COND_WARM, hash));
     assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
-    assert_int_equal(kl_store_seen(fx->st, key, CPU, hash, &seen, fx->err),
-                     KL_OK);
-    assert_true(seen);
-    assert_int_equal(kl_store_seen(fx->st, key, GPU, hash, &seen, fx->err),
-                     KL_OK);
-    assert_false(seen);
+    assert_true(s_seen(fx, key, CPU, KL_COND_WARM, hash));
+    assert_false(s_seen(fx, key, GPU, KL_COND_WARM, hash));
+    /* Measured warm is not measured cold: a cold job measures it. */
+    assert_false(s_seen(fx, key, CPU, KL_COND_COLD, hash));
+    s_free(r);
+    /* Simulated (on a real target) and unverified records are no
+     * measurement: their traces stay to be measured. */
+    r = s_rec(1, CPU, 0, 1e-3, true, 43);
+    memcpy(hash, r->trace_hash.data, 16);
+    assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
+    assert_false(s_seen(fx, key, CPU, KL_COND_WARM, hash));
+    s_free(r);
+    r = s_rec(1, CPU, 0, 1e-3, false, 44);
+    r->evaluator = s_eval(KL_COND_COLD, true);
+    memcpy(hash, r->trace_hash.data, 16);
+    assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
+    assert_false(s_seen(fx, key, CPU, KL_COND_COLD, hash));
     s_free(r);
 }
 
@@ -327,6 +463,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_workload_put_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_seq_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_best, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_best_conditions, setup, teardown),
+        cmocka_unit_test(test_record_meaning),
         cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta, setup, teardown),

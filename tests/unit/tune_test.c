@@ -26,8 +26,9 @@
 
 /* Results for the n candidates of request req (ids first..first+n-1):
  * status st, latency from the id. */
-static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
-                   Kiln__Status st, const char *error, int expect)
+static void s_feed_sim(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
+                       Kiln__Status st, const char *error, int expect,
+                       bool simulated)
 {
     char err[KL_ERRMSG_LEN];
     Kiln__MeasureResult *mr = kl_xcalloc(n, sizeof *mr);
@@ -42,6 +43,7 @@ static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
         mr[i].samples = &samples[i];
         mr[i].n_samples = st == KILN__STATUS__STATUS_OK;
         mr[i].number = 1;
+        mr[i].simulated = simulated;
         r[i].result = &mr[i];
         r[i].request_id = req;
         r[i].candidate_id = first + i;
@@ -56,6 +58,12 @@ static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
     free(r);
     free(p);
     free(samples);
+}
+
+static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
+                   Kiln__Status st, const char *error, int expect)
+{
+    s_feed_sim(t, req, first, n, st, error, expect, false);
 }
 
 typedef struct {
@@ -151,6 +159,183 @@ static void test_task_store(void **state)
     assert_int_equal(c.dups, 0);
     assert_int_equal(c.ok, 27);
     kl_hashset_free(&c.h);
+    kl_dispatch_destroy(&d);
+    kl_store_close(&st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* One JSON line of a record of w on target: a trace sampled with seed,
+ * status OK, the given median, and `extra` fields (",..." or ""). */
+static char *s_record_line(const kl_workload_t *w, const char *target,
+                           uint64_t seed, double median, const char *extra)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_space_t *sp = NULL;
+    kl_trace_t *tr = NULL;
+    kl_rng_t r;
+    kl_rng_seed(&r, seed);
+    assert_int_equal(kl_space_for_target(target, w, &sp, err), KL_OK);
+    assert_int_equal(kl_space_sample(sp, &r, &tr, NULL, 0, NULL, err), KL_OK);
+    uint8_t *buf = NULL, hash[16];
+    size_t len = 0;
+    kl_trace_to_proto(tr, &buf, &len);
+    kl_trace_hash(tr, hash);
+    char *hex = kl_xmalloc(2 * len + 1), key[33], th[33];
+    for (size_t i = 0; i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
+    hex[2 * len] = 0;
+    kl_hex128(w->key, key);
+    kl_hex128(hash, th);
+    char *line = kl_xasprintf(
+        "{\"type\":\"record\",\"workload_key\":\"%s\",\"target\":\"%s\","
+        "\"status\":\"STATUS_OK\",\"median_s\":%.17g,\"samples\":[%.17g],"
+        "\"trace\":\"%s\",\"trace_hash\":\"%s\"%s}\n",
+        key, target, median, median, hex, th, extra);
+    free(hex);
+    free(buf);
+    kl_trace_free(&tr);
+    kl_space_destroy(&sp);
+    return line;
+}
+
+static void s_import(kl_store_t *st, const char *text)
+{
+    char err[KL_ERRMSG_LEN];
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    assert_non_null(f);
+    int rc = kl_store_import_jsonl(st, f, NULL, err);
+    if (rc)
+        fail_msg("import: %s", err);
+    fclose(f);
+}
+
+/* A task restores only the records that are its trials: measurements
+ * (not simulated, not unverified) of its own condition. The others never
+ * count, never train the model and are never its best, however fast. */
+static void test_task_restore_own_condition(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    char dir[] = "/tmp/kiln-task-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kl_store_t *st = NULL;
+    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
+    const char *op = "matmul M=64 N=64 K=64";
+    const char *tg = "cpu/x86_64-avx512";
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(op, &w, err), KL_OK);
+    const char *cold = ",\"evaluator\":{\"number\":1,\"repeat\":5,"
+                       "\"min_repeat_ms\":0,\"flush_cache\":true}";
+    const char *warm = ",\"evaluator\":{\"number\":1,\"repeat\":5,"
+                       "\"min_repeat_ms\":50,\"flush_cache\":true}";
+    const char *unverified = ",\"evaluator\":{\"number\":1,\"repeat\":5,"
+                             "\"min_repeat_ms\":50,\"flush_cache\":true,"
+                             "\"skip_verify\":true}";
+    char *lines[5] = {
+        s_record_line(w, tg, 1, 5e-3, ""), /* old: warm by default */
+        s_record_line(w, tg, 2, 1e-6, ",\"simulated\":true"),
+        s_record_line(w, tg, 3, 1e-4, cold),
+        s_record_line(w, tg, 4, 1e-5, unverified),
+        s_record_line(w, tg, 5, 4e-3, warm),
+    };
+    kl_buf_t text = {0};
+    for (int i = 0; i < 5; i++) {
+        kl_buf_puts(&text, lines[i]);
+        free(lines[i]);
+    }
+    s_import(st, text.data);
+    kl_buf_free(&text);
+
+    kl_task_cfg_t cfg;
+    kl_task_cfg_default(&cfg);
+    cfg.target = tg;
+    cfg.search.strategy = KL_STRATEGY_REPLAY;
+    kl_task_t *t = NULL;
+    assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
+    assert_int_equal(kl_task_restored(t), 2);
+    assert_int_equal(kl_task_valid(t), 2);
+    assert_true(kl_task_best_s(t) == 4e-3);
+    assert_int_equal(kl_task_best_seq(t), 5);
+    kl_task_destroy(&t);
+
+    cfg.evaluator.min_repeat_ms = 0; /* cold: flushed, one run a sample */
+    assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
+    assert_int_equal(kl_task_restored(t), 1);
+    assert_true(kl_task_best_s(t) == 1e-4);
+    assert_int_equal(kl_task_best_seq(t), 3);
+    kl_task_destroy(&t);
+
+    kl_workload_free(&w);
+    kl_store_close(&st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+typedef struct {
+    size_t n, simulated, with_eval;
+    const char *target;
+} where_t;
+
+static int s_where(const Kiln__TuningRecord *r, void *arg)
+{
+    where_t *c = arg;
+    c->n++;
+    c->simulated += r->simulated;
+    c->target = strcmp(r->target, "cpu/x86_64-avx512") ? "other" : "real";
+    return 0;
+}
+
+/* A simulated result (here from an agent that names the real target, as
+ * agents did before simulated targets) is recorded under the simulated
+ * twin of the task's target: it counts as a trial spent, never as a valid
+ * result or the task's best, and a resumed task does not restore it. */
+static void test_task_simulated_result(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    char dir[] = "/tmp/kiln-task-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kl_store_t *st = NULL;
+    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
+    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
+    dc.security.insecure = true;
+    kl_dispatch_t *d = NULL;
+    assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
+    kl_port_t port = kl_port_dispatch(d);
+    kl_task_cfg_t cfg;
+    kl_task_cfg_default(&cfg);
+    cfg.target = "cpu/x86_64-avx512";
+    cfg.search.strategy = KL_STRATEGY_REPLAY;
+    const char *op = "matmul M=64 N=64 K=64";
+    kl_task_t *t = NULL;
+    assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
+    size_t n = 0;
+    uint64_t req = 0;
+    assert_int_equal(kl_task_submit(t, &port, 4, &n, &req, err), KL_OK);
+    assert_int_equal(n, 4);
+    s_feed_sim(t, req, 1, 4, KILN__STATUS__STATUS_OK, "", KL_OK, true);
+    assert_int_equal(kl_task_trials(t), 4);
+    assert_int_equal(kl_task_valid(t), 0);
+    assert_null(kl_task_best_trace(t));
+    assert_false(isfinite(kl_task_best_s(t)));
+    const uint8_t *key = kl_task_workload(t)->key;
+    size_t on_real = 9;
+    assert_int_equal(
+        kl_store_count(st, key, "cpu/x86_64-avx512", &on_real, err), KL_OK);
+    assert_int_equal(on_real, 0);
+    where_t c = {0};
+    assert_int_equal(kl_store_foreach_record(st, key, NULL, s_where, &c, err),
+                     KL_OK);
+    assert_int_equal(c.n, 4);
+    assert_int_equal(c.simulated, 4);
+    assert_string_equal(c.target, "other");
+    kl_task_destroy(&t);
+    assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
+    assert_int_equal(kl_task_restored(t), 0);
+    kl_task_destroy(&t);
     kl_dispatch_destroy(&d);
     kl_store_close(&st);
     char cmd[128];
@@ -254,6 +439,7 @@ static kl_job_cfg_t s_cfg(int64_t global, int64_t per_task, int64_t batch)
 {
     kl_job_cfg_t cfg;
     kl_job_cfg_default(&cfg);
+    cfg.task.target = "sim/cpu"; /* the simulated agents' target */
     cfg.task.search.strategy = KL_STRATEGY_REPLAY;
     cfg.task.search.seed = 3;
     cfg.sched.max_trials_global = global;
@@ -398,8 +584,12 @@ static void test_job_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_task_store), cmocka_unit_test(test_job_op),
-        cmocka_unit_test(test_job_model),  cmocka_unit_test(test_job_stop),
+        cmocka_unit_test(test_task_store),
+        cmocka_unit_test(test_task_restore_own_condition),
+        cmocka_unit_test(test_task_simulated_result),
+        cmocka_unit_test(test_job_op),
+        cmocka_unit_test(test_job_model),
+        cmocka_unit_test(test_job_stop),
         cmocka_unit_test(test_job_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

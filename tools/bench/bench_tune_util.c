@@ -40,8 +40,7 @@ static int s_record(const Kiln__TuningRecord *rec, void *arg)
         return 0;
     r->lat = kl_xrealloc(r->lat, (r->n + 1) * sizeof *r->lat);
     r->t_s = kl_xrealloc(r->t_s, (r->n + 1) * sizeof *r->t_s);
-    bool ok = rec->status == KILN__STATUS__STATUS_OK && !rec->simulated &&
-              rec->median_s > 0;
+    bool ok = kl_record_valid(rec) && rec->median_s > 0;
     r->lat[r->n] = ok ? rec->median_s : INFINITY;
     r->t_s[r->n] = (double)rec->time_us * 1e-6;
     r->n++;
