@@ -2,7 +2,8 @@
 # kiln tune for a CUDA target without a GPU:
 #  1. `--target cuda/sm_90` on a machine without a CUDA driver (forced with
 #     KILN_LIBCUDA pointing nowhere, so that it holds on a GPU machine too)
-#     exits 69 within seconds, naming the missing CUDA device;
+#     exits 69 as soon as its local agent exits 69 (not after a wait),
+#     naming the missing CUDA device, with nothing measured;
 #  2. `--target cuda` alone is a usage error asking for cuda/sm_NN;
 #  3. a dry run on the agent's fake GPU (KILN_FAKE_GPU_WORKER=1: NVRTC
 #     builds every candidate for sm_90, results are simulated, so the fake
@@ -17,16 +18,21 @@
 OP="matmul M=128 N=128 K=64"
 TEVAL=(--repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush)
 
+# timeout 60 is a hang bound only (exit 124); how fast it fails is not
+# asserted, what it did is.
 start=$(date +%s)
 KILN_LIBCUDA=/nonexistent/libcuda.so.1 timeout 60 "$KILN" tune --op "$OP" \
     --target cuda/sm_90 --max-trials-per-task 8 --db "$T/nodev" \
     >"$T/nodev.txt" 2>"$T/nodev.log"
 rc=$?
 took=$(( $(date +%s) - start ))
+[ $rc -ne 124 ] || fail "no CUDA driver: kiln tune still ran after 60 s"
 [ $rc -eq 69 ] || fail "no CUDA driver: kiln tune exited $rc, expected 69"
-[ $took -le 15 ] || fail "no CUDA driver: took $took s to fail"
 grep -q "no CUDA device" "$T/nodev.log" || fail "no 'no CUDA device' message"
 grep -q "no CUDA driver" "$T/nodev.log" || fail "the agent's reason is missing"
+grep -q "kiln-agent (--device cuda:all) exited 69" "$T/nodev.log" ||
+    fail "not stopped by its agent's exit"
+grep -q "^trials *0 (0 valid" "$T/nodev.txt" || fail "no CUDA driver: trials ran"
 echo "no device: exit 69 in $took s"
 
 "$KILN" tune --op "$OP" --target cuda >"$T/arch.txt" 2>"$T/arch.log"

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -595,6 +596,66 @@ static void s_request(coord_t *c, uint64_t id, uint32_t dev, const char *ref,
     free(refsrc);
 }
 
+/* The state letter of process pid ('R', 'S', 'Z', ...), 0 when there is
+ * no such process; *ppid its parent. */
+static char s_proc_state(pid_t pid, pid_t *ppid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* "PID (COMM) STATE PPID ..." */
+    char st = 0;
+    int pp = 0;
+    if (!p || sscanf(p + 1, " %c %d", &st, &pp) != 2)
+        return 0;
+    if (ppid)
+        *ppid = (pid_t)pp;
+    return st;
+}
+
+/* Whether process pid runs with "--gpu-worker" among its arguments. */
+static bool s_is_gpu_worker(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0'; /* the arguments are NUL-separated */
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+        if (!strcmp(buf + i, "--gpu-worker"))
+            return true;
+    return false;
+}
+
+/* The GPU workers this process started that are still running (not
+ * zombies). */
+static int s_gpu_workers(pid_t *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        pid_t pid = (pid_t)atoi(e->d_name), ppid = 0;
+        if (pid <= 0)
+            continue;
+        char st = s_proc_state(pid, &ppid);
+        if (st && st != 'Z' && st != 'X' && ppid == getpid() &&
+            s_is_gpu_worker(pid))
+            out[n++] = pid;
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_agent_fake_gpus(void **state)
 {
     (void)state;
@@ -689,9 +750,19 @@ static void test_agent_fake_gpus(void **state)
     s_request(&c, 6, 1, NULL, hang, 1, NULL, NULL, NULL);
     for (double end = kl_now_s() + 1; kl_now_s() < end;)
         s_heartbeat(&c);
+    pid_t workers[16];
+    int n = s_gpu_workers(workers, 16); /* one of them hangs */
+    assert_true(n >= 1);
     double t0 = kl_now_s();
     kla_agent_destroy(&agent);
-    assert_true(kl_now_s() - t0 < 5);
+    assert_true(kl_now_s() - t0 < 30); /* a hang bound: the kernel hangs */
+    for (int i = 0; i < n; i++) {
+        char st = s_proc_state(workers[i], NULL);
+        if (st)
+            fprintf(stderr, "worker %d still there (%c)\n", (int)workers[i],
+                    st);
+        assert_int_equal(st, 0); /* killed and reaped */
+    }
     kl_net_destroy(&c.server);
     unsetenv("KILN_FAKE_GPU_WORKER");
 }
