@@ -25,8 +25,9 @@
 #include "kl_target.h"
 #include "kl_util.h"
 
-/* The cap of one task when --op is given without one. */
-#define OP_DEF_MAX_TRIALS 1000
+/* Trials per task when no cap is given: the cap of --op, and per task of
+ * a model's global cap. */
+#define DEF_TRIALS_PER_TASK 1000
 
 static const kl_opt_t s_opts[] = {
     {"op", KL_OPT_STR, NULL, KL_NOBOUNDS, "TEXT",
@@ -38,11 +39,12 @@ static const kl_opt_t s_opts[] = {
     {"max-trials-per-task", KL_OPT_INT, NULL, 0, 1e12, "N",
      "hard cap on each task, records already in --db included; a failed "
      "candidate counts as a trial (default: " KL_OPT_DEF(
-         OP_DEF_MAX_TRIALS) " with --op, none beyond the global cap with "
-                            "--model)"},
+         DEF_TRIALS_PER_TASK) " with --op, none beyond the global cap with "
+                              "--model)"},
     {"max-trials-global", KL_OPT_INT, NULL, 1, 1e12, "N",
      "--model: hard cap on the trials of the whole job, records already in "
-     "--db included (default: 1000 x the number of tasks)"},
+     "--db included (default: " KL_OPT_DEF(
+         DEF_TRIALS_PER_TASK) " x the number of tasks)"},
     KL_JOB_OPTS KL_SEARCH_OPTS KL_SCHED_OPTS KL_EVAL_OPTS{
         "source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
         "--op: write the best kernel's source here (default: "
@@ -320,10 +322,10 @@ static int s_job(cmd_t *c, char *err)
     int64_t per = kl_opts_given(o, "max-trials-per-task")
                       ? kl_opts_int(o, "max-trials-per-task")
                   : c->model ? 0
-                             : OP_DEF_MAX_TRIALS;
+                             : DEF_TRIALS_PER_TASK;
     c->global = c->model ? (kl_opts_given(o, "max-trials-global")
                                 ? kl_opts_int(o, "max-trials-global")
-                                : 1000 * (int64_t)n)
+                                : DEF_TRIALS_PER_TASK * (int64_t)n)
                          : per;
     kl_job_cfg_t cfg;
     int rc = KL_OK;
@@ -331,9 +333,8 @@ static int s_job(cmd_t *c, char *err)
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "--max-trials-per-task must be >= 1 with --op");
     if (!rc)
-        rc = kl_job_cfg_from_opts(o, true, c->global, c->model ? per : 0, &cfg,
-                                  err);
-    static char sim[160];
+        rc = kl_job_cfg_from_opts(o, c->global, c->model ? per : 0, &cfg, err);
+    char sim[160];                          /* kl_task_new copies the target */
     if (!rc && kl_opts_bool(o, "simulate")) /* keyed apart (kl_target.h) */
         cfg.task.target = kl_target_sim(cfg.task.target, sim, sizeof sim);
     if (!rc)

@@ -47,15 +47,15 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg)
     cfg->sched.depth = 0;
 }
 
-int kl_job_cfg_from_opts(const kl_opts_t *o, bool sched_opts,
-                         int64_t max_trials_global, int64_t max_trials_per_task,
-                         kl_job_cfg_t *c, char *err)
+int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
+                         int64_t max_trials_per_task, kl_job_cfg_t *c,
+                         char *err)
 {
     kl_job_cfg_default(c);
     c->task.target = kl_opts_str(o, "target");
     kl_eval_from_opts(o, &c->task.evaluator);
     int rc = kl_search_cfg_from_opts(o, &c->task.search, err);
-    if (!rc && sched_opts)
+    if (!rc)
         rc = kl_ts_cfg_from_opts(o, &c->sched, err);
     c->sched.trials_per_iter = kl_opts_int(o, "trials-per-iter");
     c->sched.max_trials_global = max_trials_global;
@@ -135,11 +135,6 @@ kl_task_t *kl_job_task(const kl_job_t *j, int i)
     return j->tasks[i];
 }
 
-kl_task_t *const *kl_job_tasks(const kl_job_t *j)
-{
-    return j->tasks;
-}
-
 const kl_ts_t *kl_job_sched(const kl_job_t *j)
 {
     return j->ts;
@@ -214,21 +209,25 @@ static round_t *s_round_of(kl_job_t *j, uint64_t request)
     return NULL;
 }
 
-/* Reports the round at k to the scheduler and forgets it. */
+/* Reports a round of task i that spent `spent` trials to the scheduler. */
+static int s_report(kl_job_t *j, int i, int64_t spent, char *err)
+{
+    int rc = kl_ts_report(j->ts, i, spent, kl_task_best_s(j->tasks[i]), err);
+    if (!rc) {
+        j->ended++;
+        s_event(j, KL_JOB_ROUND, i, spent);
+    }
+    return rc;
+}
+
+/* Forgets the round at k and reports it. */
 static int s_end_round(kl_job_t *j, int k, char *err)
 {
     round_t r = j->rounds[k];
     for (; k + 1 < j->nrounds; k++)
         j->rounds[k] = j->rounds[k + 1];
     j->nrounds--;
-    int64_t spent = r.spent;
-    int rc = kl_ts_report(j->ts, r.task, spent,
-                          kl_task_best_s(j->tasks[r.task]), err);
-    if (!rc) {
-        j->ended++;
-        s_event(j, KL_JOB_ROUND, r.task, spent);
-    }
-    return rc;
+    return s_report(j, r.task, r.spent, err);
 }
 
 /* Hands out rounds while the scheduler has one: the task proposes and the
@@ -245,11 +244,8 @@ static int s_fill(kl_job_t *j, char *err)
         uint64_t req = 0;
         rc = kl_task_submit(j->tasks[i], j->port, (int)batch, &n, &req, err);
         if (rc == KL_ERR_EXHAUSTED) { /* a round of 0 trials: exhausted */
-            if ((rc = kl_ts_report(j->ts, i, 0, kl_task_best_s(j->tasks[i]),
-                                   err)))
+            if ((rc = s_report(j, i, 0, err)))
                 return rc;
-            j->ended++;
-            s_event(j, KL_JOB_ROUND, i, 0);
             continue;
         }
         if (rc)

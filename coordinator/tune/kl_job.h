@@ -80,12 +80,12 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg);
 /* clang-format on */
 
 /* Sets cfg from a command's options: KL_JOB_OPTS, KL_SEARCH_OPTS,
- * KL_EVAL_OPTS (all in o's table), KL_SCHED_OPTS when o's table has them
- * (sched_opts true), and the caps given. The scheduler's seed is the
- * search seed + 1. KL_ERR_INVAL names a bad strategy or scheduler. */
-int kl_job_cfg_from_opts(const kl_opts_t *o, bool sched_opts,
-                         int64_t max_trials_global, int64_t max_trials_per_task,
-                         kl_job_cfg_t *cfg, char *err);
+ * KL_SCHED_OPTS and KL_EVAL_OPTS (all in o's table), and the caps given.
+ * The scheduler's seed is the search seed + 1. KL_ERR_INVAL names a bad
+ * strategy or scheduler. */
+int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
+                         int64_t max_trials_per_task, kl_job_cfg_t *cfg,
+                         char *err);
 
 typedef struct kl_job_s kl_job_t;
 
@@ -100,8 +100,6 @@ void kl_job_destroy(kl_job_t **self_p);
 
 int kl_job_ntasks(const kl_job_t *j);
 kl_task_t *kl_job_task(const kl_job_t *j, int i);
-/* The tasks as an array of kl_job_ntasks (borrowed). */
-kl_task_t *const *kl_job_tasks(const kl_job_t *j);
 const kl_ts_t *kl_job_sched(const kl_job_t *j);
 const char *kl_job_target(const kl_job_t *j);
 kl_store_t *kl_job_store(const kl_job_t *j);

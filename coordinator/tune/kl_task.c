@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "kl_codegen.h"
-#include "kl_codegen_cuda.h"
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_eval.h"
@@ -42,8 +41,6 @@ struct kl_task_s {
     pend_t *pend;
     size_t npend, cappend;
     uint64_t next_id;
-    uint64_t *reqs;
-    size_t nreqs;
     int64_t trials, restored, valid;
     bool exhausted;
     double best_s;
@@ -107,23 +104,7 @@ const kl_trace_t *kl_task_best_trace(const kl_task_t *t)
     return t->best_trace;
 }
 
-bool kl_task_owns(const kl_task_t *t, uint64_t request_id)
-{
-    for (size_t i = 0; i < t->nreqs; i++)
-        if (t->reqs[i] == request_id)
-            return true;
-    return false;
-}
-
 /* ---- creation and restore ------------------------------------------------ */
-
-/* The candidate code of s in the language of the target's kind (with its
- * launch where the kind has one). */
-static int s_codegen(const kl_sched_t *s, const kl_target_t *tg, kl_kernel_t *k,
-                     char *err)
-{
-    return kl_codegen_kernel(s, tg, ENTRY, k, err);
-}
 
 /* ok: a valid record of this task's target and condition (s_counts), so
  * that only latencies of one kind are compared. */
@@ -161,7 +142,8 @@ static int s_replay(const kl_task_t *t, const kl_trace_t *tr, float *f,
     if (!rc) {
         kl_features_extract(s, kl_space_target(t->sp), f);
         kl_kernel_t tmp = {0};
-        rc = s_codegen(s, kl_space_target(t->sp), k ? k : &tmp, err);
+        rc = kl_codegen_kernel(s, kl_space_target(t->sp), ENTRY, k ? k : &tmp,
+                               err);
         if (!rc)
             kl_hash128((k ? k : &tmp)->source, strlen((k ? k : &tmp)->source),
                        src_hash);
@@ -285,7 +267,6 @@ void kl_task_destroy(kl_task_t **self_p)
     for (size_t i = 0; i < t->npend; i++)
         kl_trace_free(&t->pend[i].trace);
     free(t->pend);
-    free(t->reqs);
     kl_hashset_free(&t->seen);
     kl_hashset_free(&t->sources);
     kl_hashset_free(&t->flight);
@@ -364,7 +345,7 @@ static int s_take(kl_task_t *t, kl_search_cand_t *c, batch_t *b,
         return KL_OK;
     }
     kl_kernel_t k = {0};
-    if (s_codegen(c->sched, kl_space_target(t->sp), &k, err)) {
+    if (kl_codegen_kernel(c->sched, kl_space_target(t->sp), ENTRY, &k, err)) {
         kl_warn("codegen refused a valid schedule: %s", err);
         kl_hashset_add(&t->seen, c->hash);
         return KL_OK;
@@ -534,8 +515,6 @@ int kl_task_submit(kl_task_t *t, const kl_port_t *port, int max, size_t *n,
             /* The request id is known after submit: record it now. */
             for (size_t i = t->npend - b.n; i < t->npend; i++)
                 t->pend[i].request = *request_id;
-            t->reqs = kl_xrealloc(t->reqs, (t->nreqs + 1) * sizeof *t->reqs);
-            t->reqs[t->nreqs++] = *request_id;
             *n = b.n;
         }
     }
@@ -686,7 +665,7 @@ int kl_trace_source(const char *workload, const char *target,
     if (!rc)
         rc = kl_search_fix(sp, tr, &r, &ex, &s, err);
     if (!rc)
-        rc = s_codegen(s, kl_space_target(sp), &k, err);
+        rc = kl_codegen_kernel(s, kl_space_target(sp), ENTRY, &k, err);
     if (!rc) {
         *src = k.source;
         k.source = NULL;

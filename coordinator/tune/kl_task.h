@@ -104,9 +104,6 @@ int kl_task_preview(kl_task_t *t, int max,
                     void (*fn)(void *ctx, const kl_dispatch_batch_t *b),
                     void *ctx, size_t *n, char *err);
 
-/* Whether a request id was submitted by this task. */
-bool kl_task_owns(const kl_task_t *t, uint64_t request_id);
-
 /* Commits n results of this task (one transaction) and feeds the search.
  * The results stay the caller's. On a store error nothing is committed
  * and the candidates stay in flight. A result saying that the agent's

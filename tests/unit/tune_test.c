@@ -24,6 +24,47 @@
 #include "kl_task.h"
 #include "kl_util.h"
 
+typedef struct {
+    char dir[64];
+    kl_store_t *st;
+    kl_fleet_t *fleet;
+    kl_dispatch_t *d;
+    kl_port_t port;
+} fx_t;
+
+/* A store in a temp dir, a dispatch and n_agents simulated kiln-agents
+ * (0: none; candidates then wait in the dispatch's queue). */
+static fx_t *s_fx(int n_agents)
+{
+    char err[KL_ERRMSG_LEN];
+    fx_t *f = kl_xcalloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/kiln-tune-test-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(kl_store_open(&f->st, f->dir, KL_STORE_NOSYNC, err),
+                     KL_OK);
+    kl_fleet_config_t fc = {.n_agents = n_agents, .simulate = true};
+    assert_int_equal(kl_fleet_new(&f->fleet, &fc, err), KL_OK);
+    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*",
+                               .security = *kl_fleet_security(f->fleet)};
+    assert_int_equal(kl_dispatch_new(&f->d, &dc, err), KL_OK);
+    if (n_agents > 0)
+        assert_int_equal(
+            kl_fleet_start(f->fleet, kl_dispatch_endpoint(f->d), err), KL_OK);
+    f->port = kl_port_dispatch(f->d);
+    return f;
+}
+
+static void s_fx_free(fx_t *f)
+{
+    kl_dispatch_destroy(&f->d);
+    kl_fleet_destroy(&f->fleet);
+    kl_store_close(&f->st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+}
+
 /* Results for the n candidates of request req (ids first..first+n-1):
  * status st, latency from the id. */
 static void s_feed_sim(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
@@ -83,22 +124,16 @@ static int s_rec_hash(const Kiln__TuningRecord *r, void *arg)
 }
 
 /* Tasks against a real dispatch (no agents: candidates wait in its queue)
- * and a real store, results made up: failures count, cancelled and
+ * and a real store (s_fx(0)), results made up: failures count, cancelled and
  * reference failures do not, a second task restores the records and
  * never proposes a measured trace. (Caps are the job's: test_job_*.) */
 static void test_task_store(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    char dir[] = "/tmp/kiln-task-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    kl_store_t *st = NULL;
-    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
-    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
-    dc.security.insecure = true;
-    kl_dispatch_t *d = NULL;
-    assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
-    kl_port_t port = kl_port_dispatch(d);
+    fx_t *f = s_fx(0);
+    kl_store_t *st = f->st;
+    kl_port_t port = f->port;
     kl_task_cfg_t cfg;
     kl_task_cfg_default(&cfg);
     cfg.search.strategy = KL_STRATEGY_REPLAY;
@@ -159,11 +194,7 @@ static void test_task_store(void **state)
     assert_int_equal(c.dups, 0);
     assert_int_equal(c.ok, 27);
     kl_hashset_free(&c.h);
-    kl_dispatch_destroy(&d);
-    kl_store_close(&st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    s_fx_free(f);
 }
 
 /* One JSON line of a record of w on target: a trace sampled with seed,
@@ -218,10 +249,8 @@ static void test_task_restore_own_condition(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    char dir[] = "/tmp/kiln-task-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    kl_store_t *st = NULL;
-    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
+    fx_t *f = s_fx(0);
+    kl_store_t *st = f->st;
     const char *op = "matmul M=64 N=64 K=64";
     const char *tg = "cpu/x86_64-avx512";
     kl_workload_t *w = NULL;
@@ -268,10 +297,7 @@ static void test_task_restore_own_condition(void **state)
     kl_task_destroy(&t);
 
     kl_workload_free(&w);
-    kl_store_close(&st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    s_fx_free(f);
 }
 
 typedef struct {
@@ -296,15 +322,9 @@ static void test_task_simulated_result(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    char dir[] = "/tmp/kiln-task-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    kl_store_t *st = NULL;
-    assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
-    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
-    dc.security.insecure = true;
-    kl_dispatch_t *d = NULL;
-    assert_int_equal(kl_dispatch_new(&d, &dc, err), KL_OK);
-    kl_port_t port = kl_port_dispatch(d);
+    fx_t *f = s_fx(0);
+    kl_store_t *st = f->st;
+    kl_port_t port = f->port;
     kl_task_cfg_t cfg;
     kl_task_cfg_default(&cfg);
     cfg.target = "cpu/x86_64-avx512";
@@ -336,60 +356,10 @@ static void test_task_simulated_result(void **state)
     assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
     assert_int_equal(kl_task_restored(t), 0);
     kl_task_destroy(&t);
-    kl_dispatch_destroy(&d);
-    kl_store_close(&st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    s_fx_free(f);
 }
 
 /* ---- the conductor on a real fleet of simulated agents ------------------ */
-
-typedef struct {
-    char dir[64];
-    kl_store_t *st;
-    kl_fleet_t *fleet;
-    kl_dispatch_t *d;
-    kl_port_t port;
-} fx_t;
-
-static void s_fx_store(fx_t *f)
-{
-    char err[KL_ERRMSG_LEN];
-    snprintf(f->dir, sizeof f->dir, "/tmp/kiln-tune-test-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    assert_int_equal(kl_store_open(&f->st, f->dir, KL_STORE_NOSYNC, err),
-                     KL_OK);
-}
-
-/* A store, a dispatch and n_agents simulated kiln-agents (0: none). */
-static fx_t *s_fx(int n_agents)
-{
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = kl_xcalloc(1, sizeof *f);
-    s_fx_store(f);
-    kl_fleet_config_t fc = {.n_agents = n_agents, .simulate = true};
-    assert_int_equal(kl_fleet_new(&f->fleet, &fc, err), KL_OK);
-    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*",
-                               .security = *kl_fleet_security(f->fleet)};
-    assert_int_equal(kl_dispatch_new(&f->d, &dc, err), KL_OK);
-    if (n_agents > 0)
-        assert_int_equal(
-            kl_fleet_start(f->fleet, kl_dispatch_endpoint(f->d), err), KL_OK);
-    f->port = kl_port_dispatch(f->d);
-    return f;
-}
-
-static void s_fx_free(fx_t *f)
-{
-    kl_dispatch_destroy(&f->d);
-    kl_fleet_destroy(&f->fleet);
-    kl_store_close(&f->st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
-    assert_int_equal(system(cmd), 0);
-    free(f);
-}
 
 typedef struct {
     int results, rounds, ends, max_out;
