@@ -1,0 +1,561 @@
+/* Unit tests of coordinator/models' ONNX import (kl_model_onnx.c): models
+ * built here with the importer's schema (onnx_min.proto), written to a
+ * file and loaded like a user's: the tasks they give, their fusion, and an
+ * error that names each node the importer does not take. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_model.h"
+#include "onnx_min.pb-c.h"
+
+static kl_model_t *s_parse(const char *text)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = NULL;
+    if (kl_model_parse(text, "test", &m, err))
+        fail_msg("kl_model_parse: %s", err);
+    return m;
+}
+
+static void *s_arena[512];
+static int s_narena;
+
+static void *s_mem(size_t n)
+{
+    assert_true(s_narena < 512);
+    return s_arena[s_narena++] = calloc(1, n);
+}
+
+static void s_arena_free(void)
+{
+    while (s_narena > 0)
+        free(s_arena[--s_narena]);
+}
+
+static char **s_strs(const char *a, const char *b, const char *c3)
+{
+    char **v = s_mem(3 * sizeof(char *));
+    v[0] = (char *)a;
+    v[1] = (char *)b;
+    v[2] = (char *)c3;
+    return v;
+}
+
+static KilnOnnx__AttributeProto *s_ints(const char *name, int n, int64_t a,
+                                        int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->n_ints = (size_t)n;
+    at->ints = s_mem(4 * sizeof(int64_t));
+    int64_t v[4] = {a, b, c3, d};
+    memcpy(at->ints, v, sizeof(v));
+    return at;
+}
+
+static KilnOnnx__AttributeProto *s_int(const char *name, int64_t v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_i = 1;
+    at->i = v;
+    return at;
+}
+
+/* A string attribute, as ONNX stores it: bytes without a terminator. */
+static KilnOnnx__AttributeProto *s_str(const char *name, const char *v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_s = 1;
+    at->s.len = strlen(v);
+    at->s.data = s_mem(at->s.len + 1);
+    memcpy(at->s.data, v, at->s.len);
+    return at;
+}
+
+static KilnOnnx__TensorProto *s_tensor(const char *name, int n, int64_t a,
+                                       int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__TensorProto *t = s_mem(sizeof(*t));
+    kiln_onnx__tensor_proto__init(t);
+    t->name = (char *)name;
+    t->n_dims = (size_t)n;
+    t->dims = s_mem(4 * sizeof(int64_t));
+    int64_t v[4] = {a, b, c3, d};
+    memcpy(t->dims, v, sizeof(v));
+    t->has_data_type = 1;
+    t->data_type = 1;
+    return t;
+}
+
+/* A float attribute (Clip's min and max before opset 11). */
+static KilnOnnx__AttributeProto *s_float(const char *name, float v)
+{
+    KilnOnnx__AttributeProto *at = s_mem(sizeof(*at));
+    kiln_onnx__attribute_proto__init(at);
+    at->name = (char *)name;
+    at->has_f = 1;
+    at->f = v;
+    return at;
+}
+
+/* A scalar float initializer: in float_data, or in raw_data (little
+ * endian) as PyTorch writes it. */
+static KilnOnnx__TensorProto *s_scalar(const char *name, float v, bool raw)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, 0, 0, 0, 0, 0);
+    if (raw) {
+        t->has_raw_data = 1;
+        t->raw_data.len = 4;
+        t->raw_data.data = s_mem(4);
+        memcpy(t->raw_data.data, &v, 4);
+    } else {
+        t->n_float_data = 1;
+        t->float_data = s_mem(sizeof(float));
+        t->float_data[0] = v;
+    }
+    return t;
+}
+
+typedef struct {
+    KilnOnnx__GraphProto g;
+    KilnOnnx__NodeProto *nodes[32];
+    KilnOnnx__TensorProto *inits[32];
+    KilnOnnx__ValueInfoProto *io[4];
+} s_onnx_t;
+
+static void s_onnx_init(s_onnx_t *o, const char *in, int n, const int64_t *d)
+{
+    memset(o, 0, sizeof(*o));
+    kiln_onnx__graph_proto__init(&o->g);
+    o->g.node = o->nodes;
+    o->g.initializer = o->inits;
+    KilnOnnx__ValueInfoProto *vi = s_mem(sizeof(*vi));
+    kiln_onnx__value_info_proto__init(vi);
+    vi->name = (char *)in;
+    vi->type = s_mem(sizeof(*vi->type));
+    kiln_onnx__type_proto__init(vi->type);
+    vi->type->value_case = KILN_ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    vi->type->tensor_type = s_mem(sizeof(*vi->type->tensor_type));
+    kiln_onnx__type_proto__tensor__init(vi->type->tensor_type);
+    vi->type->tensor_type->has_elem_type = 1;
+    vi->type->tensor_type->elem_type = 1;
+    KilnOnnx__TensorShapeProto *sh = s_mem(sizeof(*sh));
+    kiln_onnx__tensor_shape_proto__init(sh);
+    sh->n_dim = (size_t)n;
+    sh->dim = s_mem((size_t)n * sizeof(*sh->dim));
+    for (int i = 0; i < n; i++) {
+        sh->dim[i] = s_mem(sizeof(**sh->dim));
+        kiln_onnx__tensor_shape_proto__dimension__init(sh->dim[i]);
+        if (d[i] > 0) {
+            sh->dim[i]->value_case =
+                KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            sh->dim[i]->dim_value = d[i];
+        } else { /* a symbolic batch dimension */
+            sh->dim[i]->value_case =
+                KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            sh->dim[i]->dim_param = "batch";
+        }
+    }
+    vi->type->tensor_type->shape = sh;
+    o->io[0] = vi;
+    o->g.input = o->io;
+    o->g.n_input = 1;
+}
+
+static void s_onnx_node(s_onnx_t *o, const char *op, char **in, int nin,
+                        const char *out, KilnOnnx__AttributeProto *a0,
+                        KilnOnnx__AttributeProto *a1,
+                        KilnOnnx__AttributeProto *a2)
+{
+    KilnOnnx__NodeProto *nd = s_mem(sizeof(*nd));
+    kiln_onnx__node_proto__init(nd);
+    nd->op_type = (char *)op;
+    nd->name = (char *)out;
+    nd->input = in;
+    nd->n_input = (size_t)nin;
+    nd->output = s_strs(out, NULL, NULL);
+    nd->n_output = 1;
+    nd->attribute = s_mem(3 * sizeof(*nd->attribute));
+    KilnOnnx__AttributeProto *a[3] = {a0, a1, a2};
+    for (int i = 0; i < 3; i++)
+        if (a[i])
+            nd->attribute[nd->n_attribute++] = a[i];
+    o->nodes[o->g.n_node++] = nd;
+}
+
+/* Packs the graph as a model file; returns its path (static). */
+static const char *s_onnx_write(s_onnx_t *o, const char *out)
+{
+    static char path[64];
+    KilnOnnx__ValueInfoProto *vo = s_mem(sizeof(*vo));
+    kiln_onnx__value_info_proto__init(vo);
+    vo->name = (char *)out;
+    o->io[1] = vo;
+    o->g.output = &o->io[1];
+    o->g.n_output = 1;
+    KilnOnnx__ModelProto m = KILN_ONNX__MODEL_PROTO__INIT;
+    m.has_ir_version = 1;
+    m.ir_version = 7;
+    m.graph = &o->g;
+    size_t n = kiln_onnx__model_proto__get_packed_size(&m);
+    uint8_t *buf = malloc(n);
+    kiln_onnx__model_proto__pack(&m, buf);
+    snprintf(path, sizeof(path), "/tmp/kiln_onnx_test_%d.onnx", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    free(buf);
+    return path;
+}
+
+static void s_same_tasks(const kl_model_t *a, const kl_model_t *b)
+{
+    assert_int_equal(kl_model_ntasks(a), kl_model_ntasks(b));
+    for (int i = 0; i < kl_model_ntasks(a); i++) {
+        const kl_model_task_t *x = kl_model_task(a, i),
+                              *y = kl_model_task(b, i);
+        if (memcmp(x->w->key, y->w->key, 16) || x->weight != y->weight)
+            fail_msg("task %d: %s x%d vs %s x%d", i, x->spec, x->weight,
+                     y->spec, y->weight);
+    }
+    assert_true(kl_model_total_flop(a) == kl_model_total_flop(b));
+}
+
+/* A residual CNN as a PyTorch export writes it (conv + batch norm, a
+ * Clip with min 0 and no max, Gemm with transB, a Reshape with 0 and -1)
+ * against the graph file that says the same. */
+static void test_onnx_cnn(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[4] = {0, 3, 32, 32};
+    s_onnx_init(&o, "input.1", 4, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_tensor("w1", 4, 16, 3, 3, 3);
+    t[1] = s_tensor("b1", 1, 16, 0, 0, 0);
+    t[2] = s_tensor("w2", 4, 16, 1, 3, 3);
+    t[3] = s_tensor("w3", 4, 16, 16, 1, 1);
+    t[4] = s_tensor("w4", 2, 10, 16, 0, 0);
+    t[5] = s_tensor("b4", 1, 10, 0, 0, 0);
+    t[6] = s_tensor("zero", 0, 0, 0, 0, 0);
+    t[6]->n_float_data = 1;
+    t[6]->float_data = s_mem(sizeof(float));
+    t[7] = s_tensor("shape", 1, 2, 0, 0, 0);
+    t[7]->data_type = 7;
+    t[7]->n_int64_data = 2;
+    t[7]->int64_data = s_mem(2 * sizeof(int64_t));
+    t[7]->int64_data[1] = -1;
+    o.g.n_initializer = 8;
+    s_onnx_node(&o, "Conv", s_strs("input.1", "w1", "b1"), 3, "/c1/Conv",
+                s_ints("pads", 4, 1, 1, 1, 1), s_ints("strides", 2, 1, 1, 0, 0),
+                s_ints("kernel_shape", 2, 3, 3, 0, 0));
+    s_onnx_node(&o, "Relu", s_strs("/c1/Conv", 0, 0), 1, "r1", 0, 0, 0);
+    s_onnx_node(&o, "MaxPool", s_strs("r1", 0, 0), 1, "p1",
+                s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                s_ints("strides", 2, 2, 2, 0, 0), 0);
+    s_onnx_node(&o, "Conv", s_strs("p1", "w2", 0), 2, "dw",
+                s_ints("pads", 4, 1, 1, 1, 1), s_int("group", 16), 0);
+    s_onnx_node(&o, "BatchNormalization", s_strs("dw", "s", "b"), 3, "bn2", 0,
+                0, 0);
+    s_onnx_node(&o, "Clip", s_strs("bn2", "zero", ""), 3, "r2", 0, 0, 0);
+    s_onnx_node(&o, "Conv", s_strs("r2", "w3", 0), 2, "pw", 0, 0, 0);
+    s_onnx_node(&o, "BatchNormalization", s_strs("pw", "s", "b"), 3, "bn3", 0,
+                0, 0);
+    s_onnx_node(&o, "Add", s_strs("bn3", "p1", 0), 2, "s", 0, 0, 0);
+    s_onnx_node(&o, "Relu", s_strs("s", 0, 0), 1, "o", 0, 0, 0);
+    s_onnx_node(&o, "GlobalAveragePool", s_strs("o", 0, 0), 1, "g", 0, 0, 0);
+    s_onnx_node(&o, "Flatten", s_strs("g", 0, 0), 1, "f", 0, 0, 0);
+    s_onnx_node(&o, "Dropout", s_strs("f", 0, 0), 1, "fd", 0, 0, 0);
+    s_onnx_node(&o, "Gemm", s_strs("fd", "w4", "b4"), 3, "fc",
+                s_int("transB", 1), 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("fc", "shape", 0), 2, "out", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "out");
+    kl_model_t *m = NULL, *want = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    want = s_parse("input x 1x3x32x32\n"
+                   "c1 = conv2d x K=16 R=3 pad=1 bias=1\n"
+                   "r1 = relu c1\n"
+                   "p1 = max_pool2d r1 R=2\n"
+                   "dw = depthwise_conv2d p1 R=3 pad=1 bias=1\n"
+                   "r2 = relu dw\n"
+                   "pw = conv2d r2 K=16 R=1 bias=1\n"
+                   "s = add pw p1\n"
+                   "o = relu s\n"
+                   "g = global_avg_pool o\n"
+                   "f = flatten g\n"
+                   "fc = dense f O=10 bias=1\n");
+    s_same_tasks(m, want);
+    assert_int_equal(kl_model_ntasks(m), 6);
+    char *text = NULL;
+    assert_int_equal(kl_model_text(path, &text, err), KL_OK);
+    assert_non_null(strstr(text, "input input.1 1x3x32x32\n"));
+    assert_non_null(strstr(text, "_c1_Conv = conv2d input.1 K=16 R=3 S=3 "
+                                 "stride=1 pad=1 bias=1\n"));
+    assert_non_null(strstr(text, "out = reshape fc shape=0x-1\n"));
+    free(text);
+    kl_model_destroy(&m);
+    kl_model_destroy(&want);
+    unlink(path);
+    s_arena_free();
+}
+
+/* Attention scores: MatMul of two 3-D values is a batch matmul; the
+ * Transpose and Softmax carry the shapes. Errors name the node. */
+static void test_onnx_attention_and_errors(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[3] = {12, 128, 64};
+    s_onnx_init(&o, "q", 3, in);
+    s_onnx_node(&o, "Transpose", s_strs("q", 0, 0), 1, "kt",
+                s_ints("perm", 3, 0, 2, 1, 0), 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("q", "kt", 0), 2, "scores", 0, 0, 0);
+    s_onnx_node(&o, "Softmax", s_strs("scores", 0, 0), 1, "p", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "p");
+    kl_model_t *m = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 1);
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "batch_matmul B=12 M=128 N=128 K=64");
+    assert_string_equal(kl_model_untuned(m), "softmax x1");
+    kl_model_destroy(&m);
+
+    /* An op kiln does not import is named with its node. */
+    s_onnx_node(&o, "Erf", s_strs("p", 0, 0), 1, "/gelu/Erf", 0, 0, 0);
+    path = s_onnx_write(&o, "/gelu/Erf");
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "node '/gelu/Erf' (Erf): unsupported op"));
+    /* Asymmetric padding. */
+    o.g.n_node = 0;
+    o.inits[0] = s_tensor("w", 4, 8, 128, 3, 3);
+    o.g.n_initializer = 1;
+    s_onnx_node(&o, "Conv", s_strs("q", "w", 0), 2, "c",
+                s_ints("pads", 4, 0, 0, 1, 1), 0, 0);
+    path = s_onnx_write(&o, "c");
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "node 'c' (Conv): asymmetric"));
+    /* Bytes that are not a ModelProto. */
+    FILE *f = fopen(path, "wb");
+    fputs("\xff\xff\xff", f);
+    fclose(f);
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "not an ONNX model"));
+    unlink(path);
+    s_arena_free();
+}
+
+/* Loads x (1x8x8x8) -> Conv 3x3 (or MaxPool 2x2 when pool) -> Clip with
+ * inputs lo and hi (names of the initializers zero, six, m1, one, or ""
+ * for none; NULL: the input is left out) and attributes a0, a1. */
+static int s_onnx_clip(bool pool, const char *lo, const char *hi,
+                       KilnOnnx__AttributeProto *a0,
+                       KilnOnnx__AttributeProto *a1, kl_model_t **m, char *err)
+{
+    s_onnx_t o;
+    int64_t in[4] = {1, 8, 8, 8};
+    s_onnx_init(&o, "x", 4, in);
+    o.inits[0] = s_tensor("w", 4, 8, 8, 3, 3);
+    o.inits[1] = s_scalar("zero", 0.0f, false);
+    o.inits[2] = s_scalar("six", 6.0f, true);
+    o.inits[3] = s_scalar("m1", -1.0f, false);
+    o.inits[4] = s_scalar("one", 1.0f, true);
+    o.g.n_initializer = 5;
+    if (pool)
+        s_onnx_node(&o, "MaxPool", s_strs("x", 0, 0), 1, "c",
+                    s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                    s_ints("strides", 2, 2, 2, 0, 0), 0);
+    else
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c",
+                    s_ints("pads", 4, 1, 1, 1, 1), 0, 0);
+    s_onnx_node(&o, "Clip", s_strs("c", lo, hi), 1 + !!lo + !!hi, "r", a0, a1,
+                0);
+    const char *path = s_onnx_write(&o, "r");
+    *m = NULL;
+    int rc = kl_model_load(path, m, err);
+    unlink(path);
+    s_arena_free();
+    return rc;
+}
+
+/* The conv task's output on X = 1 in the top four rows and -1 below,
+ * every weight 0.1: sums from -7.2 to 7.2, some above 6, some between 0
+ * and 6. Heap; the output's numel in *n. */
+static float *s_eval(const kl_workload_t *w, int64_t *n)
+{
+    float *bufs[KL_IR_MAX_TENSORS];
+    int out = kl_workload_output(w);
+    for (int t = 0; t < w->ntensors; t++) {
+        int64_t k = kl_tensor_numel(&w->tensors[t]);
+        bufs[t] = calloc((size_t)k, sizeof(float));
+        for (int64_t i = 0; i < k && t != out; i++)
+            bufs[t][i] = t > 0 ? 0.1f : (i / 8) % 8 < 4 ? 1.0f : -1.0f;
+    }
+    kl_workload_eval(w, bufs);
+    *n = kl_tensor_numel(&w->tensors[out]);
+    for (int t = 0; t < w->ntensors; t++)
+        if (t != out)
+            free(bufs[t]);
+    return bufs[out];
+}
+
+/* Clip: min 0 and max 6 (ReLU6) is clip(0, 6), fused into the conv before
+ * it, whether the bounds are inputs (opset 11: float_data or raw_data) or
+ * attributes (opset 6); min 0 without a max stays relu; other bounds are
+ * clip(lo, hi); a Clip that cannot fuse is a clip layer of its own; bounds
+ * kiln cannot read are errors that name the node. */
+static void test_onnx_clip(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m6 = NULL, *relu = NULL, *m = NULL;
+    if (s_onnx_clip(false, "zero", "six", 0, 0, &m6, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m6), 1);
+    const kl_model_task_t *t6 = kl_model_task(m6, 0);
+    assert_string_equal(t6->spec, "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 "
+                                  "stride=1 pad=1 clip=0,6");
+    assert_non_null(strstr(t6->w->canonical, "| clip(0, 6) where"));
+    /* Min 0 and no max (an empty input name, or no input at all). */
+    if (s_onnx_clip(false, "zero", "", 0, 0, &relu, err))
+        fail_msg("%s", err);
+    assert_string_equal(kl_model_task(relu, 0)->spec,
+                        "conv2d N=1 C=8 H=8 W=8 K=8 R=3 S=3 stride=1 pad=1 "
+                        "relu=1");
+    assert_non_null(strstr(kl_model_task(relu, 0)->w->canonical, "| relu"));
+    assert_null(strstr(kl_model_task(relu, 0)->w->canonical, "clip"));
+    if (s_onnx_clip(false, "zero", NULL, 0, 0, &m, err))
+        fail_msg("%s", err);
+    s_same_tasks(m, relu);
+    kl_model_destroy(&m);
+    /* What the two compute: relu's values above 6 are 6 under clip. */
+    int64_t n, n2, above = 0, inside = 0;
+    float *y6 = s_eval(t6->w, &n), *yr = s_eval(kl_model_task(relu, 0)->w, &n2);
+    assert_int_equal(n, n2);
+    for (int64_t i = 0; i < n; i++) {
+        above += yr[i] > 6;
+        inside += yr[i] > 0 && yr[i] < 6;
+        if (y6[i] != fminf(yr[i], 6.0f))
+            fail_msg("element %lld: clip %g, relu %g", (long long)i, y6[i],
+                     yr[i]);
+    }
+    assert_true(above > 0 && inside > 0);
+    free(y6);
+    free(yr);
+    /* Opset 6: min and max as attributes; the same task. */
+    if (s_onnx_clip(false, NULL, NULL, s_float("min", 0), s_float("max", 6), &m,
+                    err))
+        fail_msg("%s", err);
+    s_same_tasks(m, m6);
+    kl_model_destroy(&m);
+    /* Other bounds. */
+    if (s_onnx_clip(false, "m1", "one", 0, 0, &m, err))
+        fail_msg("%s", err);
+    assert_non_null(strstr(kl_model_task(m, 0)->spec, " clip=-1,1"));
+    assert_non_null(strstr(kl_model_task(m, 0)->w->canonical, "clip(-1, 1)"));
+    kl_model_destroy(&m);
+    /* After a pool there is nothing to fuse into. */
+    if (s_onnx_clip(true, "zero", "six", 0, 0, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 2);
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "clip shape=1x8x4x4 lo=0 hi=6");
+    kl_model_destroy(&m);
+    /* Errors name the node. */
+    static const struct {
+        const char *lo, *hi, *msg;
+    } bad[] = {
+        {"", "six", "node 'r' (Clip): a Clip without a min"},
+        {NULL, NULL, "node 'r' (Clip): a Clip without a min"},
+        {"six", "one", "node 'r' (Clip): min 6 is above max 1"},
+        {"m1", NULL, "node 'r' (Clip): a Clip without a max"},
+        {"c", "six", "node 'r' (Clip): min ('c') is not a constant"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(
+            s_onnx_clip(false, bad[i].lo, bad[i].hi, 0, 0, &m, err),
+            KL_ERR_INVAL);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("error '%s' does not say '%s'", err, bad[i].msg);
+    }
+    kl_model_destroy(&m6);
+    kl_model_destroy(&relu);
+}
+
+/* auto_pad: an explicit NOTSET (the default, six letters) and VALID are
+ * the pads as given, like a node without the attribute; SAME_* is still
+ * refused with the node's name. */
+static void test_onnx_auto_pad(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *pads[] = {NULL, "NOTSET", "VALID", "SAME_UPPER"};
+    char *spec[3] = {NULL};
+    for (int i = 0; i < 4; i++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 8, 16, 16};
+        s_onnx_init(&o, "x", 4, in);
+        o.inits[0] = s_tensor("w", 4, 8, 8, 3, 3);
+        o.g.n_initializer = 1;
+        /* VALID means no padding: its node has none to give. */
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c",
+                    pads[i] ? s_str("auto_pad", pads[i]) : NULL,
+                    s_ints("pads", 4, i == 2 ? 0 : 1, i == 2 ? 0 : 1,
+                           i == 2 ? 0 : 1, i == 2 ? 0 : 1),
+                    0);
+        const char *path = s_onnx_write(&o, "c");
+        kl_model_t *m = NULL;
+        int rc = kl_model_load(path, &m, err);
+        unlink(path);
+        if (i == 3) {
+            assert_int_equal(rc, KL_ERR_INVAL);
+            assert_non_null(
+                strstr(err, "node 'c' (Conv): auto_pad SAME_UPPER is not "
+                            "supported"));
+        } else {
+            if (rc)
+                fail_msg("auto_pad %s: %s", pads[i] ? pads[i] : "(none)", err);
+            assert_int_equal(kl_model_ntasks(m), 1);
+            spec[i] = strdup(kl_model_task(m, 0)->spec);
+            kl_model_destroy(&m);
+        }
+        s_arena_free();
+    }
+    assert_string_equal(spec[0], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=1");
+    assert_string_equal(spec[1], spec[0]);
+    assert_string_equal(spec[2], "conv2d N=1 C=8 H=16 W=16 K=8 R=3 S=3 "
+                                 "stride=1 pad=0");
+    for (int i = 0; i < 3; i++)
+        free(spec[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_onnx_cnn),
+        cmocka_unit_test(test_onnx_attention_and_errors),
+        cmocka_unit_test(test_onnx_auto_pad),
+        cmocka_unit_test(test_onnx_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
