@@ -424,3 +424,36 @@ const char *kl_model_untuned(const kl_model_t *m)
 {
     return m->untuned;
 }
+
+/* ---- parameters ---- */
+
+int kl_model_params(const char *name_or_path, kl_model_params_t *out,
+                    char *err)
+{
+    /* Interim: no model's initializers are read yet (the ONNX importer
+     * fills this in); every model gets the caller's parameters. */
+    memset(out, 0, sizeof *out);
+    char *text = NULL;
+    int rc = kl_model_text(name_or_path, &text, err);
+    free(text);
+    return rc;
+}
+
+const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
+                                             const char *name)
+{
+    for (int i = 0; ps && i < ps->n; i++)
+        if (strcmp(ps->p[i].name, name) == 0)
+            return &ps->p[i];
+    return NULL;
+}
+
+void kl_model_params_free(kl_model_params_t *ps)
+{
+    for (int i = 0; ps && i < ps->n; i++) {
+        free(ps->p[i].name);
+        free(ps->p[i].data);
+    }
+    if (ps)
+        memset(ps, 0, sizeof *ps);
+}

@@ -93,6 +93,43 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
 int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
                           char **text, char *err);
 
+/* ---- the model's own parameters ------------------------------------------
+ *
+ * An ONNX model carries trained weights (its initializers). Import folds
+ * them the way the graph text it writes expects: BatchNormalization (and an
+ * Add or Mul of a constant, and other chains of constants) into the
+ * weight and bias of the conv, dense or matmul before it, Gemm's alpha and
+ * beta into its weight and bias, and lays every weight out as kl_ir.h's
+ * named operator reads it (conv2d [K,C/groups,R,S], depthwise_conv2d
+ * [C*M,1,R,S], dense [O,I], matmul [K,N]). A parameter is named as the
+ * exported library names it (kiln_model.h): "LAYER.weight", "LAYER.bias",
+ * LAYER being the layer's name in the graph text. A layer with bias=1
+ * whose model had no bias gets zeros. */
+typedef struct {
+    char *name;    /* "LAYER.weight" / "LAYER.bias" */
+    int64_t numel; /* floats in data */
+    float *data;
+} kl_model_param_t;
+
+typedef struct {
+    kl_model_param_t *p;
+    int n;
+} kl_model_params_t;
+
+/* The parameters of the model kl_model_load(name_or_path) would load: an
+ * ONNX model's folded initializers (as above, external data read from
+ * beside the file); none (n == 0) for built-ins and graph files, whose
+ * users pick their own (kiln export makes seeded random ones). Errors as
+ * kl_model_load, and KL_ERR_INVAL naming the initializer that cannot be
+ * read (not float32, truncated, missing external file). out is the
+ * caller's (kl_model_params_free) on success. */
+int kl_model_params(const char *name_or_path, kl_model_params_t *out,
+                    char *err);
+/* The parameter called name, or NULL. */
+const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
+                                             const char *name);
+void kl_model_params_free(kl_model_params_t *ps);
+
 void kl_model_destroy(kl_model_t **self_p);
 
 /* The built-in models: names in a NULL-terminated static array, and the
