@@ -41,7 +41,7 @@ static const s_opdef_t s_ops[] = {
     {"reshape", KL_MOP_RESHAPE, 1, 1, "shape"},
     {"transpose", KL_MOP_TRANSPOSE, 1, 1, "perm"},
     {"softmax", KL_MOP_SOFTMAX, 1, 1, ""},
-    {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, ""},
+    {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
     {"gelu", KL_MOP_GELU, 1, 1, ""},
 };
 #define S_NOPS ((int)(sizeof(s_ops) / sizeof(s_ops[0])))
@@ -490,6 +490,16 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
     }
     case KL_MOP_CLIP:
         return s_clip(c, from, nd, x);
+    case KL_MOP_LAYER_NORM: {
+        nd->eps = 1e-5;
+        nd->ndim = x->ndim;
+        memcpy(nd->shape, x->shape, sizeof(nd->shape));
+        int rc = s_attr(c, from, "eps") ? s_num(c, from, nd, "eps", &nd->eps)
+                                        : KL_OK;
+        if (!rc && !(nd->eps > 0))
+            rc = S_ERR(c, "layer '%s': eps must be above 0", nd->name);
+        return rc ?: s_flag(c, from, nd, "affine", false, &nd->affine);
+    }
     case KL_MOP_ADD:
         if (!s_same_shape(x, &c->g->nodes[nd->in[1]])) {
             char a[160], b[160];
@@ -502,7 +512,6 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
         /* fall through */
     case KL_MOP_RELU:
     case KL_MOP_SOFTMAX:
-    case KL_MOP_LAYER_NORM:
     case KL_MOP_GELU:
         nd->ndim = x->ndim;
         memcpy(nd->shape, x->shape, sizeof(nd->shape));
