@@ -107,6 +107,7 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
     }
     free(text);
     kl_export_result_t res;
+    kl_target_kind kind = KL_TARGET_CPU;
     int rc = kl_export_model(st, &cfg, &res, err);
     for (int i = 0; i < res.nmissing; i++)
         fprintf(stderr, "kiln export: %s%s\n",
@@ -121,6 +122,19 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
                res.model ? res.model : cfg.model, kl_export_target(cfg.target),
                res.ntasks, res.ntasks - res.nmissing, res.nmissing,
                res.nprepare, res.tuned_s * 1e3, kl_cond_name(cond));
+        if (kl_target_kind_of(kl_export_target(cfg.target), &kind) == KL_OK &&
+            kind == KL_TARGET_CPU) {
+            if (res.trained)
+                printf("weights: the model's own (%d parameters) in "
+                       "%s/kiln_model.weights, embedded in the library\n",
+                       res.nmodel_params, out);
+            else
+                printf("weights: seeded random, uniform in [-%g, %g), seed %d "
+                       "(the model carries none) in %s/kiln_model.weights, "
+                       "embedded in the library\n",
+                       KL_EXPORT_WEIGHT_SCALE, KL_EXPORT_WEIGHT_SCALE,
+                       KL_EXPORT_WEIGHT_SEED, out);
+        }
         printf("wrote %s/manifest.json%s%s\n", out, res.lib_path ? " and " : "",
                res.lib_path ? res.lib_path : "");
     }

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,23 @@ static int64_t s_numel(const kl_mnode_t *nd)
     return n;
 }
 
+/* A parameter of the model: a graph input, or a layer's weight or bias
+ * (whose values go into kiln_model.weights). */
+typedef struct {
+    char *name;
+    int64_t numel;
+    int ndim;
+    int64_t shape[KL_IR_MAX_DIMS];
+    bool input;
+    int64_t offset; /* floats into the weights; -1 for an input */
+} s_param_t;
+
+/* A layer that runs code of its own (kiln_model.h, "Layers"). */
+typedef struct {
+    char name[KL_MODEL_MAX_NAME];
+    int task; /* -1: no task */
+} s_layer_t;
+
 typedef struct {
     const kl_mgraph_t *g;
     const kl_model_t *m;
@@ -40,11 +58,15 @@ typedef struct {
     int *param;                 /* node -> its param index (inputs), -1 */
     kl_buf_t decl;              /* buffers, kernels' prototypes */
     kl_buf_t run;               /* body of kiln_model_run */
-    kl_buf_t prep;   /* body of s_prepare: one block per prepared layer */
-    kl_buf_t pnames; /* param names */
-    kl_buf_t pnumel; /* param sizes */
-    int nparams;
+    kl_buf_t prun;              /* body of kiln_model_run_profiled */
+    kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
+    s_param_t *params;
+    int nparams, ninputs;
+    int64_t nweights; /* floats in kiln_model.weights, padding included */
+    s_layer_t *layers;
+    int nlayers;
     int nprep; /* layers whose kernel has a prepare step */
+    bool trained;
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
 } s_gen_t;
@@ -63,13 +85,41 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
         snprintf(out, n, "b_%d", i);
 }
 
-static int s_new_param(s_gen_t *c, const char *name, const char *what,
-                       int64_t numel)
+/* A new parameter NAME.WHAT (an input when what is NULL) of the given
+ * shape; its index. */
+static int s_new_param(s_gen_t *c, const char *name, const char *what, int ndim,
+                       const int64_t *shape)
 {
-    kl_buf_printf(&c->pnames, "    \"%s%s%s\",\n", name, what ? "." : "",
-                  what ? what : "");
-    kl_buf_printf(&c->pnumel, "    %lldLL,\n", (long long)numel);
+    c->params =
+        kl_xrealloc(c->params, (size_t)(c->nparams + 1) * sizeof *c->params);
+    s_param_t *p = &c->params[c->nparams];
+    memset(p, 0, sizeof *p);
+    p->name = what ? kl_xasprintf("%s.%s", name, what) : kl_xstrdup(name);
+    p->input = !what;
+    p->offset = -1;
+    p->ndim = ndim < KL_IR_MAX_DIMS ? ndim : KL_IR_MAX_DIMS;
+    p->numel = 1;
+    for (int k = 0; k < ndim; k++) {
+        p->numel *= shape[k];
+        if (k < KL_IR_MAX_DIMS)
+            p->shape[k] = shape[k];
+    }
+    c->ninputs += p->input;
     return c->nparams++;
+}
+
+/* Code of one layer, in kiln_model_run as it is and in
+ * kiln_model_run_profiled between two readings of the clock. */
+static void s_emit(s_gen_t *c, const char *name, int task, const char *code)
+{
+    kl_buf_puts(&c->run, code);
+    kl_buf_printf(&c->prun,
+                  "    t = s_now();\n%s    layer_s[%d] = s_now() - t;\n", code,
+                  c->nlayers);
+    c->layers =
+        kl_xrealloc(c->layers, (size_t)(c->nlayers + 1) * sizeof *c->layers);
+    snprintf(c->layers[c->nlayers].name, sizeof c->layers[0].name, "%s", name);
+    c->layers[c->nlayers++].task = task;
 }
 
 /* A layer's tensors in ABI order, as C expressions. */
@@ -89,7 +139,8 @@ static void s_push(s_args_t *a, const char *ex)
 static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
                          const char *what, const kl_workload_t *w)
 {
-    int pi = s_new_param(c, nd->name, what, kl_tensor_numel(&w->tensors[a->n]));
+    const kl_tensor_t *t = &w->tensors[a->n < KL_IR_MAX_TENSORS ? a->n : 0];
+    int pi = s_new_param(c, nd->name, what, t->ndim, t->shape);
     char ex[64];
     snprintf(ex, sizeof ex, "p[%d]", pi);
     if (a->n < KL_IR_MAX_TENSORS)
@@ -198,27 +249,42 @@ static int s_task_call(s_gen_t *c, int i, char *err)
         kl_buf_printf(&l, ", s_prep[%d].block", c->nprep);
         rc = s_prep_layer(c, nd, w, task, &a, err);
     }
-    if (!rc)
-        kl_buf_printf(&c->run,
-                      "    { /* %s: %s */\n        void *a[] = {%s};\n"
-                      "        kiln_task_%02d(a);\n    }\n",
-                      nd->name, w->name, l.data, task);
+    if (!rc) {
+        char *code = kl_xasprintf("    { /* %s: %s */\n        void *a[] = "
+                                  "{%s};\n        kiln_task_%02d(a);\n    }\n",
+                                  nd->name, w->name, l.data, task);
+        s_emit(c, nd->name, task, code);
+        free(code);
+    }
     kl_buf_free(&l);
     kl_workload_free(&w);
     return rc;
 }
 
-/* Layers without a task: softmax, layer_norm, gelu over the last dim. */
+/* Layers without a task: softmax, layer_norm, gelu over the last dim;
+ * an affine layer_norm has parameters LAYER.weight and LAYER.bias of the
+ * last dim. */
 static void s_untuned_call(s_gen_t *c, int i)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
-    char in[64], out[64];
+    char in[64], out[64], ln[128] = "";
     s_bufexpr(c, nd->in[0], in, sizeof in);
     s_bufexpr(c, i, out, sizeof out);
     long long cols = nd->shape[nd->ndim - 1];
     long long rows = s_numel(nd) / cols;
-    kl_buf_printf(&c->run, "    s_%s(%s, %s, %lld, %lld); /* %s */\n",
-                  kl_mop_name(nd->op), in, out, rows, cols, nd->name);
+    if (nd->op == KL_MOP_LAYER_NORM && nd->affine) {
+        int64_t sh[1] = {cols};
+        int wi = s_new_param(c, nd->name, "weight", 1, sh);
+        int bi = s_new_param(c, nd->name, "bias", 1, sh);
+        snprintf(ln, sizeof ln, ", %.17g, p[%d], p[%d]", nd->eps, wi, bi);
+    } else if (nd->op == KL_MOP_LAYER_NORM) {
+        snprintf(ln, sizeof ln, ", %.17g, 0, 0", nd->eps);
+    }
+    char *code =
+        kl_xasprintf("    s_%s(%s, %s, %lld, %lld%s); /* %s */\n",
+                     kl_mop_name(nd->op), in, out, rows, cols, ln, nd->name);
+    s_emit(c, nd->name, -1, code);
+    free(code);
 }
 
 int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
@@ -261,19 +327,22 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     s_bufexpr(c, nd->in[0], in, sizeof in);
     kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
                   (long long)s_numel(nd), nd->name);
-    kl_buf_printf(&c->run,
+    kl_buf_t b = {0};
+    kl_buf_printf(&b,
                   "    { /* %s */\n        static const long long "
                   "sh[] = {",
                   nd->name);
     for (int k = 0; k < x->ndim; k++)
-        kl_buf_printf(&c->run, "%s%lld", k ? ", " : "", (long long)x->shape[k]);
-    kl_buf_puts(&c->run, "};\n        static const int pm[] = {");
+        kl_buf_printf(&b, "%s%lld", k ? ", " : "", (long long)x->shape[k]);
+    kl_buf_puts(&b, "};\n        static const int pm[] = {");
     for (int k = 0; k < nd->ndim; k++)
-        kl_buf_printf(&c->run, "%s%d", k ? ", " : "", perm[k]);
-    kl_buf_printf(&c->run,
+        kl_buf_printf(&b, "%s%d", k ? ", " : "", perm[k]);
+    kl_buf_printf(&b,
                   "};\n        s_transpose(%s, b_%d, %d, sh, pm);\n"
                   "    }\n",
                   in, i, nd->ndim);
+    s_emit(c, nd->name, -1, b.data);
+    kl_buf_free(&b);
     return KL_OK;
 }
 
@@ -282,7 +351,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
     const kl_mnode_t *nd = &c->g->nodes[i];
     switch (nd->op) {
     case KL_MOP_INPUT:
-        c->param[i] = s_new_param(c, nd->name, NULL, s_numel(nd));
+        c->param[i] = s_new_param(c, nd->name, NULL, nd->ndim, nd->shape);
         return KL_OK;
     case KL_MOP_FLATTEN:
     case KL_MOP_RESHAPE:
@@ -305,6 +374,9 @@ static int s_layer(s_gen_t *c, int i, char *err)
 }
 
 static const char s_helpers[] =
+    "static double s_now(void)\n{\n    struct timespec ts;\n"
+    "    clock_gettime(CLOCK_MONOTONIC, &ts);\n"
+    "    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;\n}\n\n"
     "static void s_softmax(const float *x, float *y, long long r, long long "
     "n)\n{\n    for (long long i = 0; i < r; i++) {\n"
     "        const float *a = x + i * n;\n        float *b = y + i * n, m = "
@@ -315,16 +387,21 @@ static const char s_helpers[] =
     "expf(a[j] - m);\n"
     "        for (long long j = 0; j < n; j++)\n            b[j] /= s;\n    "
     "}\n}\n\n"
+    "/* (x - mean) / sqrt(var + eps) over each row, then * g + be when the\n"
+    " * layer is affine (g, be: NULL otherwise). */\n"
     "static void s_layer_norm(const float *x, float *y, long long r, long "
-    "long n)\n{\n    for (long long i = 0; i < r; i++) {\n"
+    "long n,\n                         double eps, const float *g, const "
+    "float *be)\n{\n    for (long long i = 0; i < r; i++) {\n"
     "        const float *a = x + i * n;\n        float *b = y + i * n;\n"
     "        double m = 0, v = 0;\n"
     "        for (long long j = 0; j < n; j++)\n            m += a[j];\n"
     "        m /= n;\n        for (long long j = 0; j < n; j++)\n"
     "            v += (a[j] - m) * (a[j] - m);\n"
-    "        float d = (float)(1.0 / sqrt(v / n + 1e-5));\n"
+    "        float d = (float)(1.0 / sqrt(v / n + eps));\n"
     "        for (long long j = 0; j < n; j++)\n            b[j] = "
-    "(float)(a[j] - m) * d;\n    }\n}\n\n"
+    "(float)(a[j] - m) * d;\n"
+    "        if (g)\n            for (long long j = 0; j < n; j++)\n"
+    "                b[j] = b[j] * g[j] + be[j];\n    }\n}\n\n"
     "static void s_gelu(const float *x, float *y, long long r, long long n)\n"
     "{\n    for (long long i = 0; i < r * n; i++)\n"
     "        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));\n}\n\n"
@@ -348,8 +425,22 @@ static const char s_header[] =
     " * computing layer's weight and bias, in graph order (names\n"
     " * \"LAYER.weight\", \"LAYER.bias\"); all are dense row-major f32 in\n"
     " * the layouts of kl_ir.h's named operators (conv2d weight [K,C,R,S],\n"
-    " * dense weight [O,I]). Intermediate buffers are static: allocated once,\n"
-    " * when the library is loaded, so kiln_model_run is not reentrant.\n"
+    " * dense weight [O,I]; an affine layer_norm's weight and bias are of\n"
+    " * its last dimension). Intermediate buffers are static: allocated\n"
+    " * once, when the library is loaded, so kiln_model_run is not\n"
+    " * reentrant.\n"
+    " *\n"
+    " * Weights. The library carries a value for every parameter that is\n"
+    " * not an input (kiln_model_param_data): the model's own trained ones\n"
+    " * when it has them (an ONNX model's initializers, batch norm folded;\n"
+    " * kiln_model_trained() is 1), else seeded random ones (uniform in\n"
+    " * [-0.1, 0.1), kiln's generator seeded with 1, drawn parameter by\n"
+    " * parameter in order; kiln_model_trained() is 0). kiln export wrote\n"
+    " * the same values to kiln_model.weights beside this header (every\n"
+    " * weight's floats, little-endian, in parameter order, each starting\n"
+    " * at a multiple of 64 bytes), which kiln_weights.S embeds: the library\n"
+    " * does not read that file at run time. kiln_model_infer runs on them;\n"
+    " * kiln_model_run takes any weights the caller gives.\n"
     " *\n"
     " * Constant inputs. A layer whose kernel has a prepare step (its task's\n"
     " * kiln_task_NN_prepare, kiln's kl_abi.h; \"prepare\": true in\n"
@@ -393,6 +484,41 @@ static const char s_header[] =
     " * kiln_model_output_numel() floats. Returns 0, or 1 when a layer's\n"
     " * prepare step ran out of memory (output is then not written). */\n"
     "int kiln_model_run(const float *const *params, float *output);\n\n"
+    "/* Shapes: parameter i's dimensions into dims (room for 8), returning\n"
+    " * their count (-1 out of range); the output's likewise. */\n"
+    "int kiln_model_param_shape(int i, long long *dims);\n"
+    "int kiln_model_output_shape(long long *dims);\n"
+    "/* The embedded values of parameter i (see \"Weights\"); NULL for the\n"
+    " * graph's inputs and out of range. */\n"
+    "const float *kiln_model_param_data(int i);\n"
+    "/* 1 when the embedded weights are the model's own, 0 when random. */\n"
+    "int kiln_model_trained(void);\n"
+    "/* Number of the graph's inputs (the parameters without data). */\n"
+    "int kiln_model_ninputs(void);\n"
+    "/* Runs the model on the embedded weights: kiln_model_run with\n"
+    " * params[i] = kiln_model_param_data(i) and the inputs in their place\n"
+    " * (the first call prepares the layers that have a prepare step).\n"
+    " * kiln_model_infer takes the one input of a one-input model,\n"
+    " * kiln_model_infer_n one pointer per input in parameter order. Returns\n"
+    " * 0; 1 when a prepare step ran out of memory; 2 for a NULL pointer,\n"
+    " * or kiln_model_infer on a model with several inputs. */\n"
+    "int kiln_model_infer(const float *input, float *output);\n"
+    "int kiln_model_infer_n(const float *const *inputs, float *output);\n\n"
+    "/* Layers. The layers that run code of their own, in order: each\n"
+    " * computing layer (with what is fused into it), transpose, softmax,\n"
+    " * layer_norm, gelu; views and fused layers are not layers here.\n"
+    " * kiln_model_layer_name(i) is the graph's name of layer i (NULL out\n"
+    " * of range); kiln_model_layer_task(i) its task (manifest.json's\n"
+    " * \"id\"), -1 for a layer without one (softmax, transpose, ...). */\n"
+    "int kiln_model_nlayers(void);\n"
+    "const char *kiln_model_layer_name(int i);\n"
+    "int kiln_model_layer_task(int i);\n"
+    "/* kiln_model_run that also writes layer i's time in seconds into\n"
+    " * layer_s[i] (kiln_model_nlayers() of them; clock_gettime of\n"
+    " * CLOCK_MONOTONIC around each layer; the prepare steps are not in\n"
+    " * them). kiln_model_run itself is never timed. */\n"
+    "int kiln_model_run_profiled(const float *const *params, float *output,\n"
+    "                            double *layer_s);\n\n"
     "#endif\n";
 
 /* The prepared blocks (kiln_model.h, "Constant inputs"): s_prepared
@@ -434,6 +560,84 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
                   c->prep.data ? c->prep.data : "", c->nprep, c->nprep);
 }
 
+/* The tables of the parameters: names, sizes, shapes, offsets. */
+static void s_param_tables(const s_gen_t *c, kl_buf_t *b)
+{
+    kl_buf_puts(b, "static const char *const s_names[] = {\n");
+    for (int i = 0; i < c->nparams; i++)
+        kl_buf_printf(b, "    \"%s\",\n", c->params[i].name);
+    kl_buf_puts(b, "};\nstatic const long long s_numel[] = {\n");
+    for (int i = 0; i < c->nparams; i++)
+        kl_buf_printf(b, "    %lldLL,\n", (long long)c->params[i].numel);
+    kl_buf_puts(b, "};\nstatic const int s_ndim[] = {");
+    for (int i = 0; i < c->nparams; i++)
+        kl_buf_printf(b, "%s%d", i ? ", " : "", c->params[i].ndim);
+    kl_buf_puts(b, "};\nstatic const long long s_shape[][8] = {\n");
+    for (int i = 0; i < c->nparams; i++) {
+        kl_buf_puts(b, "    {");
+        for (int k = 0; k < c->params[i].ndim; k++)
+            kl_buf_printf(b, "%s%lld", k ? ", " : "",
+                          (long long)c->params[i].shape[k]);
+        kl_buf_puts(b, c->params[i].ndim ? "},\n" : "0},\n");
+    }
+    kl_buf_puts(b, "};\n/* Floats into kiln_model_weights_; -1: an input. */\n"
+                   "static const long long s_offset[] = {\n");
+    for (int i = 0; i < c->nparams; i++)
+        kl_buf_printf(b, "    %lldLL,\n", (long long)c->params[i].offset);
+    kl_buf_puts(b, "};\n/* kiln_model.weights, embedded by kiln_weights.S. */\n"
+                   "extern const float kiln_model_weights_[]\n"
+                   "    __attribute__((visibility(\"hidden\")));\n\n");
+}
+
+/* The layers' tables and the weights' functions. */
+static void s_api_code(const s_gen_t *c, const kl_mnode_t *out, kl_buf_t *b)
+{
+    kl_buf_puts(b, "static const char *const s_layer_names[] = {\n");
+    for (int i = 0; i < c->nlayers; i++)
+        kl_buf_printf(b, "    \"%s\",\n", c->layers[i].name);
+    kl_buf_puts(b, "};\nstatic const int s_layer_tasks[] = {");
+    for (int i = 0; i < c->nlayers; i++)
+        kl_buf_printf(b, "%s%d", i ? ", " : "", c->layers[i].task);
+    kl_buf_puts(b, "};\nstatic const long long s_oshape[] = {");
+    for (int k = 0; k < out->ndim; k++)
+        kl_buf_printf(b, "%s%lld", k ? ", " : "", (long long)out->shape[k]);
+    kl_buf_printf(
+        b,
+        "};\n\nint kiln_model_param_shape(int i, long long *dims)\n{\n"
+        "    if (i < 0 || i >= %d)\n        return -1;\n"
+        "    memcpy(dims, s_shape[i], (size_t)s_ndim[i] * sizeof *dims);\n"
+        "    return s_ndim[i];\n}\n\n"
+        "int kiln_model_output_shape(long long *dims)\n{\n"
+        "    memcpy(dims, s_oshape, sizeof s_oshape);\n    return %d;\n}\n\n"
+        "const float *kiln_model_param_data(int i)\n{\n"
+        "    return i >= 0 && i < %d && s_offset[i] >= 0\n"
+        "               ? kiln_model_weights_ + s_offset[i]\n"
+        "               : 0;\n}\n\n"
+        "int kiln_model_trained(void)\n{\n    return %d;\n}\n\n"
+        "int kiln_model_ninputs(void)\n{\n    return %d;\n}\n\n"
+        "static int s_infer(const float *const *in, float *output)\n{\n"
+        "    const float *p[%d];\n    int k = 0;\n"
+        "    for (int i = 0; i < %d; i++) {\n"
+        "        p[i] = s_offset[i] >= 0 ? kiln_model_weights_ + s_offset[i]"
+        "\n                                : in[k++];\n"
+        "        if (!p[i])\n            return 2;\n    }\n"
+        "    return kiln_model_run(p, output);\n}\n\n"
+        "int kiln_model_infer(const float *input, float *output)\n{\n"
+        "    if (kiln_model_ninputs() != 1 || !input || !output)\n"
+        "        return 2;\n"
+        "    return s_infer(&input, output);\n}\n\n"
+        "int kiln_model_infer_n(const float *const *inputs, float *output)\n"
+        "{\n    if (!inputs || !output)\n        return 2;\n"
+        "    return s_infer(inputs, output);\n}\n\n"
+        "int kiln_model_nlayers(void)\n{\n    return %d;\n}\n\n"
+        "const char *kiln_model_layer_name(int i)\n{\n"
+        "    return i >= 0 && i < %d ? s_layer_names[i] : 0;\n}\n\n"
+        "int kiln_model_layer_task(int i)\n{\n"
+        "    return i >= 0 && i < %d ? s_layer_tasks[i] : -1;\n}\n\n",
+        c->nparams, out->ndim, c->nparams, c->trained ? 1 : 0, c->ninputs,
+        c->nparams, c->nparams, c->nlayers, c->nlayers, c->nlayers);
+}
+
 static char *s_model_c(s_gen_t *c)
 {
     const kl_mgraph_t *g = c->g;
@@ -443,8 +647,9 @@ static char *s_model_c(s_gen_t *c)
     kl_buf_t b = {0};
     kl_buf_printf(&b,
                   "/* kiln_model.c - the layer graph of model %s, written "
-                  "by kiln export. */\n#include <math.h>\n#include "
-                  "<stdlib.h>\n#include <string.h>\n\n#include "
+                  "by kiln export. */\n#define _POSIX_C_SOURCE 200809L\n"
+                  "#include <math.h>\n#include <stdlib.h>\n#include "
+                  "<string.h>\n#include <time.h>\n\n#include "
                   "\"kiln_model.h\"\n\n",
                   kl_model_name(c->m));
     for (int t = 0; t < kl_model_ntasks(c->m); t++) {
@@ -456,10 +661,7 @@ static char *s_model_c(s_gen_t *c)
                           t);
     }
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "", s_helpers);
-    kl_buf_printf(&b,
-                  "static const char *const s_names[] = {\n%s};\n"
-                  "static const long long s_numel[] = {\n%s};\n\n",
-                  c->pnames.data, c->pnumel.data);
+    s_param_tables(c, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
                   "\"%s\";\n}\n\nint kiln_model_nparams(void)\n{\n    "
@@ -475,9 +677,18 @@ static char *s_model_c(s_gen_t *c)
                   "int kiln_model_run(const float *const *p, float *output)"
                   "\n{\n    if (s_prepare(p))\n        return 1;\n%s"
                   "    memcpy(output, %s, %lldULL * sizeof(float));\n"
-                  "    return 0;\n}\n",
+                  "    return 0;\n}\n\n",
                   c->run.data ? c->run.data : "", oex,
                   (long long)s_numel(&g->nodes[out]));
+    kl_buf_printf(&b,
+                  "int kiln_model_run_profiled(const float *const *p, float "
+                  "*output,\n                            double *layer_s)\n"
+                  "{\n    double t;\n    if (s_prepare(p))\n        return "
+                  "1;\n%s    memcpy(output, %s, %lldULL * sizeof(float));\n"
+                  "    return 0;\n}\n\n",
+                  c->prun.data ? c->prun.data : "", oex,
+                  (long long)s_numel(&g->nodes[out]));
+    s_api_code(c, &g->nodes[out], &b);
     return kl_buf_take(&b);
 }
 
@@ -495,21 +706,188 @@ static int s_write(const char *dir, const char *name, const char *text,
     return KL_OK;
 }
 
-static int s_gen(s_gen_t *c, char **model_c, char *err)
+/* ---- the weights ---- */
+
+/* Lays the weights out (each at a multiple of 64 bytes) and checks the
+ * model's own parameters, when it has any, against the graph's. */
+static int s_weights_plan(s_gen_t *c, const kl_model_params_t *ps, char *err)
+{
+    c->trained = ps && ps->n > 0;
+    int64_t off = 0;
+    for (int i = 0; i < c->nparams; i++) {
+        s_param_t *p = &c->params[i];
+        if (p->input)
+            continue;
+        off = (off + 15) / 16 * 16;
+        p->offset = off;
+        off += p->numel;
+        if (!c->trained)
+            continue;
+        const kl_model_param_t *q = kl_model_params_find(ps, p->name);
+        if (!q)
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "%s: parameter '%s' of the exported graph is "
+                             "not among the model's %d parameters",
+                             c->src, p->name, ps->n);
+        if (q->numel != p->numel)
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "%s: parameter '%s': the model's has %lld "
+                             "floats, the exported graph's layer takes %lld",
+                             c->src, p->name, (long long)q->numel,
+                             (long long)p->numel);
+    }
+    c->nweights = off;
+    return KL_OK;
+}
+
+static int s_fwrite(FILE *f, const void *data, size_t n, const char *path,
+                    char *err)
+{
+    if (n && fwrite(data, 1, n, f) != n)
+        return kl_seterr(err, KL_ERR_IO, "%s: write failed: %s", path,
+                         strerror(errno));
+    return KL_OK;
+}
+
+/* One parameter's floats as little-endian bytes: the model's own, else
+ * seeded random ones (kiln_model.h, "Weights"). */
+static int s_weights_param(FILE *f, const s_param_t *p,
+                           const kl_model_params_t *ps, kl_rng_t *r,
+                           const char *path, char *err)
+{
+    const kl_model_param_t *q = ps ? kl_model_params_find(ps, p->name) : NULL;
+    unsigned char buf[4096];
+    size_t n = 0;
+    for (int64_t k = 0; k < p->numel; k++) {
+        float v =
+            q ? q->data[k]
+              : (float)(KL_EXPORT_WEIGHT_SCALE * (2 * kl_rng_double(r) - 1));
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        for (int b = 0; b < 4; b++)
+            buf[n++] = (unsigned char)(u >> (8 * b));
+        if (n == sizeof buf) {
+            int rc = s_fwrite(f, buf, n, path, err);
+            if (rc)
+                return rc;
+            n = 0;
+        }
+    }
+    return s_fwrite(f, buf, n, path, err);
+}
+
+/* DIR/kiln_model.weights, as s_weights_plan laid it out. */
+static int s_weights_file(const s_gen_t *c, const kl_model_params_t *ps,
+                          const char *path, char *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return kl_seterr(err, KL_ERR_IO, "%s: %s", path, strerror(errno));
+    kl_rng_t r;
+    kl_rng_seed(&r, KL_EXPORT_WEIGHT_SEED);
+    static const unsigned char zeros[64];
+    int64_t at = 0;
+    int rc = KL_OK;
+    for (int i = 0; !rc && i < c->nparams; i++) {
+        const s_param_t *p = &c->params[i];
+        if (p->input)
+            continue;
+        rc = s_fwrite(f, zeros, (size_t)(p->offset - at) * 4, path, err);
+        if (!rc)
+            rc = s_weights_param(f, p, c->trained ? ps : NULL, &r, path, err);
+        at = p->offset + p->numel;
+    }
+    if (fclose(f) && !rc)
+        rc = kl_seterr(err, KL_ERR_IO, "%s: %s", path, strerror(errno));
+    return rc;
+}
+
+/* kiln_weights.S: the weights file, embedded with .incbin (which is fast
+ * for any size), named by its absolute path so that the assembler finds
+ * it from any directory. */
+static char *s_weights_asm(const char *wpath, char *err)
+{
+    char abs[PATH_MAX];
+    if (!realpath(wpath, abs)) {
+        kl_seterr(err, KL_ERR_IO, "%s: %s", wpath, strerror(errno));
+        return NULL;
+    }
+    if (strchr(abs, '\n')) {
+        kl_seterr(err, KL_ERR_INVAL,
+                  "%s: a newline in the path of the output directory", abs);
+        return NULL;
+    }
+    kl_buf_t q = {0};
+    for (const char *p = abs; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            kl_buf_puts(&q, "\\");
+        kl_buf_append(&q, p, 1);
+    }
+    char *text = kl_xasprintf(
+        "/* kiln_weights.S - kiln_model.weights in the library, written by "
+        "kiln export. */\n"
+        "    .section .rodata.kiln_weights,\"a\",@progbits\n"
+        "    .balign 64\n"
+        "    .globl kiln_model_weights_\n"
+        "    .hidden kiln_model_weights_\n"
+        "    .type kiln_model_weights_, @object\n"
+        "kiln_model_weights_:\n"
+        "    .incbin \"%s\"\n"
+        "    .balign 64\n"
+        "    .size kiln_model_weights_, . - kiln_model_weights_\n"
+        "    .section .note.GNU-stack,\"\",@progbits\n",
+        q.data);
+    kl_buf_free(&q);
+    return text;
+}
+
+static int s_write_weights(const s_gen_t *c, const kl_model_params_t *ps,
+                           const char *dir, char ***paths, int *np, char *err)
+{
+    char *wpath = kl_xasprintf("%s/kiln_model.weights", dir);
+    int rc = s_weights_file(c, ps, wpath, err);
+    char *text = rc ? NULL : s_weights_asm(wpath, err);
+    if (!rc && !text)
+        rc = KL_ERR_IO;
+    if (!rc)
+        rc = s_write(dir, "kiln_weights.S", text, paths, np, err);
+    free(text);
+    free(wpath);
+    return rc;
+}
+
+static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
+                 char *err)
 {
     for (int i = 0; i < c->g->n; i++) {
         int rc = s_layer(c, i, err);
         if (rc)
             return rc;
     }
+    int rc = s_weights_plan(c, ps, err);
+    if (rc)
+        return rc;
     *model_c = s_model_c(c);
     return KL_OK;
 }
 
+static void s_gen_free(s_gen_t *c)
+{
+    free(c->param);
+    kl_buf_free(&c->decl);
+    kl_buf_free(&c->run);
+    kl_buf_free(&c->prun);
+    kl_buf_free(&c->prep);
+    for (int i = 0; i < c->nparams; i++)
+        free(c->params[i].name);
+    free(c->params);
+    free(c->layers);
+}
+
 int kl_export_write_graph(const char *text, const char *source,
                           const kl_model_t *m, const kl_kernel_t *kernels,
-                          const char *dir, bool build, const char *cc,
-                          char *err)
+                          const kl_model_params_t *params, const char *dir,
+                          bool build, const char *cc, char *err)
 {
     kl_mgraph_t g;
     int rc = kl_mgraph_parse(text, source, &g, err);
@@ -521,7 +899,7 @@ int kl_export_write_graph(const char *text, const char *source,
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     char *model_c = NULL, **paths = NULL;
     int np = 0;
-    rc = s_gen(&c, &model_c, err);
+    rc = s_gen(&c, params, &model_c, err);
     for (int t = 0; !rc && t < kl_model_ntasks(m); t++) {
         char name[32];
         snprintf(name, sizeof name, "task_%02d.c", t);
@@ -531,6 +909,8 @@ int kl_export_write_graph(const char *text, const char *source,
         rc = s_write(dir, "kiln_model.h", s_header, NULL, NULL, err);
     if (!rc)
         rc = s_write(dir, "kiln_model.c", model_c, &paths, &np, err);
+    if (!rc)
+        rc = s_write_weights(&c, params, dir, &paths, &np, err);
     if (!rc && build) {
         char *lib = kl_xasprintf("%s/libkiln_model.so", dir);
         rc = kl_export_cc(cc, paths, np, lib, err);
@@ -540,12 +920,7 @@ int kl_export_write_graph(const char *text, const char *source,
         free(paths[i]);
     free(paths);
     free(model_c);
-    free(c.param);
-    kl_buf_free(&c.decl);
-    kl_buf_free(&c.run);
-    kl_buf_free(&c.prep);
-    kl_buf_free(&c.pnames);
-    kl_buf_free(&c.pnumel);
+    s_gen_free(&c);
     kl_mgraph_free(&g);
     return rc;
 }

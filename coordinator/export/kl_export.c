@@ -355,8 +355,15 @@ static int s_write_graph(const kl_export_cfg_t *cfg, const char *text,
                          char *err)
 {
     (void)kind;
-    int rc = kl_export_write_graph(text, cfg->model, m, ts->kernels,
-                                   cfg->out_dir, cfg->build, cfg->cc, err);
+    kl_model_params_t ps;
+    int rc = kl_model_params(cfg->model, &ps, err);
+    if (rc)
+        return rc;
+    res->trained = ps.n > 0;
+    res->nmodel_params = ps.n;
+    rc = kl_export_write_graph(text, cfg->model, m, ts->kernels, &ps,
+                               cfg->out_dir, cfg->build, cfg->cc, err);
+    kl_model_params_free(&ps);
     if (!rc && cfg->build)
         res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
     return rc;
@@ -444,8 +451,12 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
         snprintf(entry, sizeof entry, "kiln_task_%02d", i);
         rc = kl_codegen_reference(kl_model_task(m, i)->w, entry, &ks[i], err);
     }
+    kl_model_params_t ps = {0};
     if (!rc)
-        rc = kl_export_write_graph(text, model, m, ks, dir, true, cc, err);
+        rc = kl_model_params(model, &ps, err);
+    if (!rc)
+        rc = kl_export_write_graph(text, model, m, ks, &ps, dir, true, cc, err);
+    kl_model_params_free(&ps);
     for (int i = 0; i < n; i++)
         kl_kernel_free(&ks[i]);
     free(ks);

@@ -15,13 +15,27 @@
  *   kiln_model.c / .h    the layer graph (CPU targets): every layer in
  *                        graph order, each computing layer calling its
  *                        task's kernel with its own weights
+ *   kiln_model.weights   (CPU targets) the value of every parameter that
+ *                        is not an input: the model's own (kl_model_params)
+ *                        when it has them, else seeded random ones
+ *                        (KL_EXPORT_WEIGHT_SEED); raw little-endian f32 in
+ *                        parameter order, each parameter at a multiple of
+ *                        64 bytes (kiln_model.c's s_offset says where)
+ *   kiln_weights.S       embeds kiln_model.weights (.incbin, absolute
+ *                        path) into the library, which never reads the
+ *                        file at run time
  *   libkiln_model.so     (CPU targets) built with the system cc, -O3
  *                        -march=native -fopenmp -shared -fPIC
  *   manifest.json        per task: workload, key, record (with its
  *                        measurement condition), latency, launch,
  *                        "prepare" (true when the kernel has a prepare
  *                        step)
- * The model's API is documented in the generated kiln_model.h.
+ * The model's API is documented in the generated kiln_model.h: besides
+ * kiln_model_run(params, output), the embedded weights
+ * (kiln_model_param_data, kiln_model_trained), kiln_model_infer(input,
+ * output) and kiln_model_infer_n on them, the shapes, and the layers
+ * (kiln_model_nlayers, _layer_name, _layer_task) with
+ * kiln_model_run_profiled, which times each layer.
  */
 #ifndef KL_EXPORT_H
 #define KL_EXPORT_H
@@ -64,6 +78,12 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
 
 /* ---- whole models ------------------------------------------------------ */
 
+/* The random weights of a model without its own (built-ins, graph files):
+ * uniform in [-SCALE, SCALE), kl_rng seeded with SEED, drawn parameter
+ * after parameter in parameter order. */
+#define KL_EXPORT_WEIGHT_SEED 1
+#define KL_EXPORT_WEIGHT_SCALE 0.1
+
 typedef struct {
     const char *model;  /* built-in name or graph file (kl_model_load) */
     const char *target; /* user target ("cpu" allowed) */
@@ -82,11 +102,19 @@ typedef struct {
     int nprepare;   /* tasks whose kernel has a prepare step (kl_abi.h) */
     char *lib_path; /* the library when built, else NULL */
     char *model;    /* the model's name */
+    /* CPU targets: whether the weights are the model's own (else seeded
+     * random), and how many parameters kl_model_params gave. */
+    bool trained;
+    int nmodel_params;
 } kl_export_result_t;
 
 void kl_export_result_free(kl_export_result_t *r);
 
-/* Exports a model (see the top of this file). Every task needs a valid
+/* Exports a model (see the top of this file). On CPU targets the weights
+ * come from kl_model_params(cfg->model) when it gives any: every
+ * parameter of the graph that is not an input must be there (else
+ * KL_ERR_INTERNAL naming it; a size mismatch names both sizes). Every task
+ * needs a valid
  * record of cfg->cond on the exact target (a simulated target is
  * KL_ERR_INVAL): when some have none and fallback_naive is off,
  * nothing is written, res->missing lists each of them and the error is
@@ -100,25 +128,30 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
                     kl_export_result_t *res, char *err);
 
 /* Writes the naive build of a model into dir (every task's reference
- * kernel, the same graph code) and builds dir/libkiln_model.so; `kiln run`
- * checks an export against it. cc as in kl_export_cfg_t. */
+ * kernel, the same graph code, the same weights as kl_export_model) and
+ * builds dir/libkiln_model.so; `kiln run` checks an export against it. cc
+ * as in kl_export_cfg_t. */
 int kl_export_naive(const char *model, const char *dir, const char *cc,
                     char *err);
 
 /* ---- the generated graph code (export_graph.c) ------------------------- */
 
-/* Writes task_NN.c, kiln_model.c and kiln_model.h of model text `text`
- * (source names it in errors) into dir, with the given C kernels (in
- * kl_model task order, entries kiln_task_NN), and builds libkiln_model.so
- * when build is set. A kernel with `prepare` defines kiln_task_NN_prepare
- * (kl_abi.h): every layer of its task keeps a block of its own, prepared
- * from its weight and bias (which must be parameters of the model, else
- * KL_ERR_INTERNAL) and passed after its tensors (kiln_model.h, "Constant
- * inputs"). */
+/* Writes task_NN.c, kiln_model.c, kiln_model.h, kiln_model.weights and
+ * kiln_weights.S of model text `text` (source names it in errors) into
+ * dir, with the given C kernels (in kl_model task order, entries
+ * kiln_task_NN), and builds libkiln_model.so when build is set. The
+ * weights are params' when it holds any (each parameter that is not an
+ * input found by name, else KL_ERR_INTERNAL naming it; the sizes must
+ * agree, else KL_ERR_INTERNAL naming both), else seeded random
+ * (KL_EXPORT_WEIGHT_SEED); params may be NULL. A kernel with `prepare` defines
+ * kiln_task_NN_prepare (kl_abi.h): every layer of its task keeps a block of its
+ * own, prepared from its weight and bias (which must be parameters of the
+ * model, else KL_ERR_INTERNAL) and passed after its tensors (kiln_model.h,
+ * "Constant inputs"). */
 int kl_export_write_graph(const char *text, const char *source,
                           const kl_model_t *m, const kl_kernel_t *kernels,
-                          const char *dir, bool build, const char *cc,
-                          char *err);
+                          const kl_model_params_t *params, const char *dir,
+                          bool build, const char *cc, char *err);
 
 /* Compiles sources (paths) into the shared library `lib` with cc -O3
  * -march=native -fopenmp -shared -fPIC -Wl,-z,nodelete (dlclose leaves it

@@ -230,8 +230,8 @@ static void test_graph_code_prepares_per_layer(void **state)
     char *out = kl_xasprintf("%s/hand", fx->dir);
     char *nvd = kl_xasprintf("%s/naive", fx->dir);
     assert_int_equal(kl_mkdirs(out, fx->err), KL_OK);
-    assert_int_equal(kl_export_write_graph(s_graph, fx->gpath, m, ks, out, true,
-                                           NULL, fx->err),
+    assert_int_equal(kl_export_write_graph(s_graph, fx->gpath, m, ks, NULL, out,
+                                           true, NULL, fx->err),
                      KL_OK);
     assert_int_equal(kl_export_naive(fx->gpath, nvd, NULL, fx->err), KL_OK);
     char *mc = s_read(fx, out, "kiln_model.c");
