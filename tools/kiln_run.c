@@ -1,9 +1,12 @@
 /* kiln run - runs an exported model (libkiln_model.so of kiln export) on
- * random parameters, checks its output against the naive build of the
- * same graph (every task's reference kernel), and times both, side by
- * side, and oneDNN where it can express every layer. The exported build's
- * constant inputs are prepared once (kiln_model_prepare) before the check
- * and the timed runs, as a deployment does at load time. */
+ * the weights it embeds and the input of an .npy file (else random),
+ * checks its output against the naive build of the same graph (every
+ * task's reference kernel, run once) and, when given, a file of expected
+ * values, writes it as .npy, times it, and oneDNN where it can express
+ * every layer; with --profile, every layer's time beside its task's tuned
+ * latency. The exported build's constant inputs are prepared once
+ * (kiln_model_prepare) before the check and the timed runs, as a
+ * deployment does at load time. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,9 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "kiln_cmds.h"
 #include "kl_err.h"
 #include "kl_export.h"
+#include "kl_npy.h"
 #include "kl_opt.h"
 #include "kl_util.h"
 
@@ -24,10 +30,23 @@ static const kl_opt_t s_opts[] = {
      "the model it was exported from"},
     {"repeat", KL_OPT_INT, "10", 1, 100000, "N",
      "timed runs of each build (the median is printed)"},
-    {"seed", KL_OPT_INT, "1", 0, 9e18, "S", "seed of the random parameters"},
+    {"seed", KL_OPT_INT, "1", 0, 9e18, "S",
+     "seed of the random inputs (and of every parameter of a library "
+     "without embedded weights)"},
+    {"input", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE.npy",
+     "the model's input ('<f4', its element count); once per input of the "
+     "model, in order"},
+    {"output", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE.npy",
+     "write the exported build's output there"},
+    {"expect", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE.npy",
+     "fail unless the output matches these values (within --rtol)"},
     {"rtol", KL_OPT_DOUBLE, "1e-3", 0, 1, "X",
-     "largest difference allowed, relative to the naive output's largest "
-     "magnitude"},
+     "largest difference allowed, relative to the reference's largest "
+     "magnitude (default 1e-3 against the naive build, 1e-4 against "
+     "--expect; given, it applies to both)"},
+    {"profile", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "time every layer (median of --repeat runs) beside its task's tuned "
+     "latency (manifest.json beside the library)"},
     {"cc", KL_OPT_STR, NULL, KL_NOBOUNDS, "CC",
      "C compiler for the naive build (default $CC, else cc)"},
     {"no-dnnl", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL, "do not time oneDNN"},
@@ -35,11 +54,18 @@ static const kl_opt_t s_opts[] = {
 };
 
 static const char s_usage[] =
-    "usage: kiln run --lib DIR/libkiln_model.so --model NAME [--repeat N]\n"
-    "Runs the exported model on random parameters, checks it against the "
-    "naive build of the\nsame graph, and prints the end-to-end latency "
-    "(median of --repeat runs) of both.\n"
-    "Exit codes: 0 ok, 1 failed or wrong output, 2 usage.";
+    "usage: kiln run --lib DIR/libkiln_model.so --model NAME|FILE "
+    "[--input x.npy]\n"
+    "                [--output y.npy] [--expect ref.npy [--rtol X]] "
+    "[--profile] [--repeat N]\n"
+    "Runs the exported model on its embedded weights and the input (else "
+    "random), checks\nit against the naive build of the same graph (and "
+    "--expect), writes --output, and\nprints the end-to-end latency "
+    "(median of --repeat runs); --profile: every layer's.\n"
+    "Exit codes: 0 ok, 1 failed, wrong output or a bad .npy, 2 usage.";
+
+/* The default --rtol against --expect. */
+#define S_EXPECT_RTOL 1e-4
 
 typedef struct {
     void *h;
@@ -53,6 +79,16 @@ typedef struct {
     int (*nprepare)(void);
     int (*prepare)(const float *const *);
     void (*release)(void);
+    /* Libraries exported before weights were embedded lack these; a
+     * member may be NULL alone. */
+    const float *(*pdata)(int);
+    int (*trained)(void);
+    int (*pshape)(int, long long *);
+    int (*oshape)(long long *);
+    int (*run_profiled)(const float *const *, float *, double *);
+    int (*nlayers)(void);
+    const char *(*lname)(int);
+    int (*ltask)(int);
 } s_lib_t;
 
 static int s_open(s_lib_t *l, const char *path, char *err)
@@ -72,6 +108,18 @@ static int s_open(s_lib_t *l, const char *path, char *err)
     *(void **)&l->release = dlsym(l->h, "kiln_model_release");
     if (!l->nprepare || !l->prepare || !l->release)
         l->nprepare = NULL, l->prepare = NULL, l->release = NULL;
+    *(void **)&l->pdata = dlsym(l->h, "kiln_model_param_data");
+    *(void **)&l->trained = dlsym(l->h, "kiln_model_trained");
+    *(void **)&l->pshape = dlsym(l->h, "kiln_model_param_shape");
+    *(void **)&l->oshape = dlsym(l->h, "kiln_model_output_shape");
+    *(void **)&l->run_profiled = dlsym(l->h, "kiln_model_run_profiled");
+    *(void **)&l->nlayers = dlsym(l->h, "kiln_model_nlayers");
+    *(void **)&l->lname = dlsym(l->h, "kiln_model_layer_name");
+    *(void **)&l->ltask = dlsym(l->h, "kiln_model_layer_task");
+    if (!l->pdata || !l->trained)
+        l->pdata = NULL, l->trained = NULL;
+    if (!l->run_profiled || !l->nlayers || !l->lname || !l->ltask)
+        l->run_profiled = NULL;
     if (!l->name || !l->nparams || !l->pname || !l->pnumel || !l->onumel ||
         !l->run)
         return kl_seterr(err, KL_ERR_INVAL,
@@ -98,21 +146,102 @@ static int s_same(const s_lib_t *a, const s_lib_t *b, const char *lib,
     return KL_OK;
 }
 
-static float **s_params(const s_lib_t *l, uint64_t seed)
+/* The parameters of one run: the library's embedded weights (borrowed),
+ * the inputs of the --input files, and random values for the rest
+ * (inputs in [-1, 1), the weights of a library without embedded ones
+ * smaller, so that deep graphs stay in range). */
+typedef struct {
+    float **p; /* [nparams] */
+    bool *own; /* p[i] is ours to free */
+    int n;
+} s_params_t;
+
+static void s_params_free(s_params_t *ps)
 {
-    kl_rng_t r;
-    kl_rng_seed(&r, seed);
-    float **p = kl_xcalloc((size_t)l->nparams() + 1, sizeof(float *));
-    for (int i = 0; i < l->nparams(); i++) {
-        long long n = l->pnumel(i);
-        p[i] = kl_xmalloc((size_t)n * sizeof(float) + 1);
-        /* Inputs in [-1, 1), weights smaller so that deep graphs stay in
-         * range. */
-        float scale = strchr(l->pname(i), '.') ? 0.1f : 1.0f;
-        for (long long k = 0; k < n; k++)
-            p[i][k] = scale * (float)(2 * kl_rng_double(&r) - 1);
+    for (int i = 0; i < ps->n; i++)
+        if (ps->own[i])
+            free(ps->p[i]);
+    free(ps->p);
+    free(ps->own);
+    memset(ps, 0, sizeof *ps);
+}
+
+/* Whether parameter i is an input of the graph (weights are "L.weight",
+ * "L.bias"; a library with data says it exactly). */
+static bool s_is_input(const s_lib_t *l, int i)
+{
+    return l->pdata ? l->pdata(i) == NULL : strchr(l->pname(i), '.') == NULL;
+}
+
+/* The shape of parameter i (its element count, 1-D, for old libraries). */
+static int s_pshape(const s_lib_t *l, int i, int64_t *dims)
+{
+    long long d[8];
+    int nd = l->pshape ? l->pshape(i, d) : -1;
+    if (nd < 0 || nd > 8) {
+        dims[0] = l->pnumel(i);
+        return 1;
     }
-    return p;
+    for (int k = 0; k < nd; k++)
+        dims[k] = d[k];
+    return nd;
+}
+
+static int s_params(const s_lib_t *l, kl_opts_t *o, s_params_t *ps, char *err)
+{
+    const char *const *files = NULL;
+    int nfiles = kl_opts_all(o, "input", &files), ninputs = 0;
+    for (int i = 0; i < l->nparams(); i++)
+        ninputs += s_is_input(l, i);
+    if (nfiles && nfiles != ninputs)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "the model has %d input%s, %d --input given (one "
+                         "per input, in order)",
+                         ninputs, ninputs == 1 ? "" : "s", nfiles);
+    kl_rng_t r;
+    kl_rng_seed(&r, (uint64_t)kl_opts_int(o, "seed"));
+    ps->n = l->nparams();
+    ps->p = kl_xcalloc((size_t)ps->n + 1, sizeof(float *));
+    ps->own = kl_xcalloc((size_t)ps->n + 1, sizeof(bool));
+    for (int i = 0, k = 0; i < ps->n; i++) {
+        bool input = s_is_input(l, i);
+        if (!input && l->pdata) {
+            ps->p[i] = (float *)l->pdata(i);
+            continue;
+        }
+        ps->own[i] = true;
+        if (input && nfiles) {
+            int64_t want[8];
+            int nd = s_pshape(l, i, want);
+            kl_npy_t a;
+            char e2[KL_ERRMSG_LEN];
+            int rc = kl_npy_read(files[k], want, nd, &a, e2);
+            if (rc)
+                return kl_seterr(err, rc, "--input for input '%s': %s",
+                                 l->pname(i), e2);
+            ps->p[i] = a.data;
+            printf("input %s: %s\n", l->pname(i), files[k++]);
+            continue;
+        }
+        long long n = l->pnumel(i);
+        ps->p[i] = kl_xmalloc((size_t)n * sizeof(float) + 1);
+        float scale = input ? 1.0f : 0.1f;
+        for (long long j = 0; j < n; j++)
+            ps->p[i][j] = scale * (float)(2 * kl_rng_double(&r) - 1);
+    }
+    if (!l->pdata)
+        printf("no kiln_model_param_data in the library (exported before "
+               "weights were embedded): random weights (seed %lld)\n",
+               (long long)kl_opts_int(o, "seed"));
+    else if (l->trained())
+        printf("weights: the model's own, embedded in the library\n");
+    else
+        printf("weights: kiln export's seeded random ones, embedded in the "
+               "library (the model carries none)\n");
+    if (!nfiles)
+        printf("input%s: random (seed %lld)\n", ninputs == 1 ? "" : "s",
+               (long long)kl_opts_int(o, "seed"));
+    return KL_OK;
 }
 
 /* Prepares the constant inputs of every layer that has a prepare step,
@@ -138,12 +267,18 @@ static int s_prepare(const s_lib_t *l, float *const *p, char *err)
     return KL_OK;
 }
 
-/* The output of one untimed run of each build. */
+/* The output of one run of each build: the naive build runs this once,
+ * never between timed runs. */
 static int s_outputs(const s_lib_t *lib, const s_lib_t *nv, float *const *p,
                      float *got, float *ref, char *err)
 {
     int a = lib->run((const float *const *)p, got);
+    double t0 = kl_now_s();
     int b = a ? 0 : nv->run((const float *const *)p, ref);
+    if (!a && !b)
+        printf("naive build: one run for the check, %.3f ms (not a "
+               "benchmark)\n",
+               (kl_now_s() - t0) * 1e3);
     if (a || b)
         return kl_seterr(err, KL_ERR_NOMEM,
                          "kiln_model_run of the %s build returned %d: a "
@@ -159,8 +294,25 @@ static double s_time(const s_lib_t *l, float *const *p, float *out)
     return kl_now_s() - t0;
 }
 
-static int s_check(const float *got, const float *ref, long long n, double rtol,
-                   char *err)
+/* The output's shape (its element count, 1-D, for old libraries). */
+static int s_oshape(const s_lib_t *l, int64_t *dims)
+{
+    long long d[8];
+    int nd = l->oshape ? l->oshape(d) : -1;
+    if (nd < 0 || nd > 8) {
+        dims[0] = l->onumel();
+        return 1;
+    }
+    for (int k = 0; k < nd; k++)
+        dims[k] = d[k];
+    return nd;
+}
+
+/* Fails unless the largest difference of got from ref is at most rtol of
+ * ref's largest magnitude; the error names the element (flat and by
+ * index), both values and the tolerance. what names the reference. */
+static int s_check(const s_lib_t *l, const float *got, const float *ref,
+                   long long n, double rtol, const char *what, char *err)
 {
     double big = 0, worst = 0;
     long long at = 0;
@@ -173,15 +325,58 @@ static int s_check(const float *got, const float *ref, long long n, double rtol,
             at = i;
         }
     }
-    if (!(worst <= rtol * fmax(big, 1e-6)))
+    if (!(worst <= rtol * fmax(big, 1e-6))) {
+        int64_t sh[8], ix[8];
+        int nd = s_oshape(l, sh);
+        long long r = at;
+        for (int k = nd - 1; k >= 0; k--) {
+            ix[k] = sh[k] ? r % sh[k] : 0;
+            r = sh[k] ? r / sh[k] : 0;
+        }
+        char idx[200];
+        kl_npy_shape_str(ix, nd, idx, sizeof idx);
         return kl_seterr(err, KL_ERR_RUNTIME,
-                         "output differs from the naive build: element %lld "
-                         "is %g, naive %g (largest |naive| %g, rtol %g)",
-                         at, got[at], ref[at], big, rtol);
-    printf("output matches the naive build: %lld elements, largest "
-           "difference %.3g (%.3g of the largest magnitude)\n",
-           n, worst, big > 0 ? worst / big : 0.0);
+                         "output differs from %s: element %lld %s is %.9g, "
+                         "expected %.9g: difference %.3g > rtol %g x largest "
+                         "|expected| %.6g%s",
+                         what, at, idx, got[at], ref[at], worst, rtol, big,
+                         l->trained && !l->trained()
+                             ? " (the library's weights are random: the "
+                               "model carried none when it was exported)"
+                             : "");
+    }
+    printf("output matches %s: %lld elements, largest difference %.3g (%.3g "
+           "of the largest magnitude, rtol %g)\n",
+           what, n, worst, big > 0 ? worst / big : 0.0, rtol);
     return KL_OK;
+}
+
+/* --expect: read (its element count must be the output's) before the
+ * naive build, so that a bad file fails at once. */
+static int s_read_expect(const s_lib_t *l, const char *path, kl_npy_t *a,
+                         char *err)
+{
+    int64_t sh[8];
+    int nd = s_oshape(l, sh);
+    char e2[KL_ERRMSG_LEN];
+    int rc = kl_npy_read(path, sh, nd, a, e2);
+    if (rc)
+        return kl_seterr(err, rc, "--expect: %s", e2);
+    return KL_OK;
+}
+
+static int s_write_output(const s_lib_t *l, const char *path, const float *got,
+                          char *err)
+{
+    int64_t sh[8];
+    int nd = s_oshape(l, sh);
+    int rc = kl_npy_write(path, got, sh, nd, err);
+    if (!rc) {
+        char s[200];
+        printf("wrote the output %s to %s\n",
+               kl_npy_shape_str(sh, nd, s, sizeof s), path);
+    }
+    return rc;
 }
 
 /* The naive build in a fresh temporary directory (removed by the caller). */
@@ -200,8 +395,9 @@ static int s_naive(const char *model, const char *cc, char *dir, size_t n,
 
 static void s_rmdir(const char *dir)
 {
-    static const char *files[] = {"kiln_model.c", "kiln_model.h",
-                                  "libkiln_model.so", "libkiln_model.so.log"};
+    static const char *files[] = {"kiln_model.c",       "kiln_model.h",
+                                  "libkiln_model.so",   "libkiln_model.so.log",
+                                  "kiln_model.weights", "kiln_weights.S"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char *p = kl_xasprintf("%s/%s", dir, files[i]);
         unlink(p);
@@ -217,40 +413,201 @@ static void s_rmdir(const char *dir)
     rmdir(dir);
 }
 
-/* Times both builds interleaved (one run of each per round) and prints the
- * medians. */
-static void s_bench(const s_lib_t *lib, const s_lib_t *nv, float *const *p,
-                    float *out, int repeat)
+/* Times the exported build (the naive build ran once, for the check) and
+ * prints the median; returns it. */
+static double s_bench(const s_lib_t *lib, float *const *p, float *out,
+                      int repeat)
 {
     double *a = kl_xcalloc((size_t)repeat, sizeof(double));
-    double *b = kl_xcalloc((size_t)repeat, sizeof(double));
     s_time(lib, p, out); /* warm-up */
-    s_time(nv, p, out);
-    for (int i = 0; i < repeat; i++) {
+    for (int i = 0; i < repeat; i++)
         a[i] = s_time(lib, p, out);
-        b[i] = s_time(nv, p, out);
-    }
-    double ma = kl_median(a, (size_t)repeat), mb = kl_median(b, (size_t)repeat);
+    double ma = kl_median(a, (size_t)repeat);
     const char *th = getenv("OMP_NUM_THREADS");
-    printf("end-to-end latency, median of %d interleaved runs (min .. max), "
+    printf("end-to-end latency, median of %d runs (min .. max), "
            "OMP_NUM_THREADS=%s:\n",
            repeat, th ? th : "(OpenMP default)");
     printf("kiln (exported)  %10.3f ms  (%.3f .. %.3f)\n", ma * 1e3,
            kl_percentile(a, (size_t)repeat, 0) * 1e3,
            kl_percentile(a, (size_t)repeat, 100) * 1e3);
-    printf("naive            %10.3f ms  (%.3f .. %.3f)  naive / kiln = %.2f\n",
-           mb * 1e3, kl_percentile(b, (size_t)repeat, 0) * 1e3,
-           kl_percentile(b, (size_t)repeat, 100) * 1e3, mb / ma);
     free(a);
-    free(b);
+    return ma;
+}
+
+/* ---- --profile ---- */
+
+/* A task of manifest.json (kl_export.c): name, weight, latency_s (NaN for
+ * a naive kernel, whose latency is null). */
+typedef struct {
+    char name[128];
+    int weight;
+    double latency;
+} s_mtask_t;
+
+/* The tasks of DIR/manifest.json beside the library; none (and a line
+ * saying so) when it is not there. */
+static s_mtask_t *s_manifest_tasks(const char *lib, int *n)
+{
+    const char *slash = strrchr(lib, '/');
+    char *path =
+        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
+              : kl_xstrdup("manifest.json");
+    json_object *m = json_object_from_file(path), *tasks = NULL;
+    s_mtask_t *t = NULL;
+    *n = 0;
+    if (!m || !json_object_object_get_ex(m, "tasks", &tasks) ||
+        !json_object_is_type(tasks, json_type_array)) {
+        printf("no readable manifest.json at %s: tuned latencies not "
+               "shown\n",
+               path);
+    } else {
+        *n = (int)json_object_array_length(tasks);
+        t = kl_xcalloc((size_t)*n + 1, sizeof *t);
+        for (int i = 0; i < *n; i++) {
+            json_object *o = json_object_array_get_idx(tasks, (size_t)i), *v;
+            t[i].latency = NAN;
+            if (json_object_object_get_ex(o, "name", &v))
+                snprintf(t[i].name, sizeof t[i].name, "%s",
+                         json_object_get_string(v));
+            if (json_object_object_get_ex(o, "weight", &v))
+                t[i].weight = json_object_get_int(v);
+            if (json_object_object_get_ex(o, "latency_s", &v) && v)
+                t[i].latency = json_object_get_double(v);
+        }
+    }
+    json_object_put(m);
+    free(path);
+    return t;
+}
+
+/* Every layer's median time over repeat runs of kiln_model_run_profiled,
+ * beside its task's tuned latency, and the totals. */
+static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
+                     float *out, int repeat, double e2e, char *err)
+{
+    if (!l->run_profiled)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--profile: %s has no kiln_model_run_profiled "
+                         "(exported before per-layer profiling): export it "
+                         "again",
+                         lib);
+    int nl = l->nlayers(), nt = 0;
+    double *row = kl_xcalloc((size_t)nl + 1, sizeof(double));
+    double *t = kl_xcalloc((size_t)nl * (size_t)repeat + 1, sizeof(double));
+    int rc = l->run_profiled((const float *const *)p, out, row); /* warm */
+    for (int r = 0; !rc && r < repeat; r++) {
+        rc = l->run_profiled((const float *const *)p, out, row);
+        for (int k = 0; k < nl; k++)
+            t[(size_t)k * (size_t)repeat + (size_t)r] = row[k];
+    }
+    if (rc) {
+        free(row);
+        free(t);
+        return kl_seterr(err, KL_ERR_NOMEM,
+                         "kiln_model_run_profiled returned %d: a layer's "
+                         "prepare step ran out of memory",
+                         rc);
+    }
+    s_mtask_t *mt = s_manifest_tasks(lib, &nt);
+    printf("profile: every layer's median of %d runs of "
+           "kiln_model_run_profiled, beside its task's tuned latency "
+           "(manifest.json):\n",
+           repeat);
+    printf("  %-20s %5s  %-44s %10s %10s\n", "layer", "task", "workload",
+           "layer ms", "tuned ms");
+    double sum = 0, tuned = 0;
+    int naive = 0;
+    for (int k = 0; k < nl; k++) {
+        double med = kl_median(t + (size_t)k * (size_t)repeat, (size_t)repeat);
+        int task = l->ltask(k);
+        const s_mtask_t *m = task >= 0 && task < nt ? &mt[task] : NULL;
+        char tk[16] = "-", tl[32] = "-";
+        if (task >= 0)
+            snprintf(tk, sizeof tk, "%d", task);
+        if (m && !isnan(m->latency))
+            snprintf(tl, sizeof tl, "%.4f", m->latency * 1e3);
+        else if (m)
+            snprintf(tl, sizeof tl, "naive");
+        printf("  %-20s %5s  %-44s %10.4f %10s\n", l->lname(k), tk,
+               m           ? m->name
+               : task >= 0 ? "?"
+                           : "(no task)",
+               med * 1e3, tl);
+        sum += med;
+    }
+    for (int i = 0; i < nt; i++) {
+        if (isnan(mt[i].latency))
+            naive++;
+        else
+            tuned += mt[i].weight * mt[i].latency;
+    }
+    printf("total: sum of layer medians             %10.4f ms\n", sum * 1e3);
+    printf("total: end-to-end median                %10.4f ms "
+           "(kiln_model_run, layers not timed)\n",
+           e2e * 1e3);
+    if (nt)
+        printf("total: sum of weighted tuned latencies  %10.4f ms "
+               "(%d tasks; %d naive, without a latency)\n",
+               tuned * 1e3, nt, naive);
+    else
+        printf("total: sum of weighted tuned latencies  %10s (no "
+               "manifest.json)\n",
+               "-");
+    free(mt);
+    free(row);
+    free(t);
+    return KL_OK;
+}
+
+/* The checks and the timings, once both builds are loaded. */
+static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
+                    const s_params_t *ps, const kl_npy_t *expect, char *err)
+{
+    const char *model = kl_opts_str(o, "model");
+    const char *epath = kl_opts_str(o, "expect"),
+               *opath = kl_opts_str(o, "output");
+    double rtol = kl_opts_double(o, "rtol");
+    int repeat = (int)kl_opts_int(o, "repeat");
+    float **p = ps->p;
+    long long n = lib->onumel();
+    float *got = kl_xmalloc((size_t)n * sizeof(float));
+    float *ref = kl_xmalloc((size_t)n * sizeof(float));
+    int rc = s_prepare(lib, p, err);
+    if (!rc)
+        rc = s_outputs(lib, nv, p, got, ref, err);
+    if (!rc && opath)
+        rc = s_write_output(lib, opath, got, err);
+    if (!rc)
+        rc = s_check(lib, got, ref, n, rtol, "the naive build", err);
+    if (!rc && epath)
+        rc = s_check(lib, got, expect->data, n,
+                     kl_opts_given(o, "rtol") ? rtol : S_EXPECT_RTOL, epath,
+                     err);
+    double e2e = 0;
+    if (!rc)
+        e2e = s_bench(lib, p, got, repeat);
+    if (!rc && !kl_opts_bool(o, "no-dnnl"))
+        kl_export_dnnl_report(model, repeat, p, lib->nparams(), ref, n, stdout);
+    if (!rc && kl_opts_bool(o, "profile"))
+        rc = s_profile(lib, kl_opts_str(o, "lib"), p, got, repeat, e2e, err);
+    free(got);
+    free(ref);
+    return rc;
 }
 
 static int s_run(kl_opts_t *o, char *err)
 {
     const char *path = kl_opts_str(o, "lib"), *model = kl_opts_str(o, "model");
     s_lib_t lib, nv = {0};
+    s_params_t ps = {0};
+    kl_npy_t expect = {0};
     char dir[4096] = "";
     int rc = s_open(&lib, path, err);
+    /* The .npy files first: a bad one fails before the naive build. */
+    if (!rc)
+        rc = s_params(&lib, o, &ps, err);
+    if (!rc && kl_opts_str(o, "expect"))
+        rc = s_read_expect(&lib, kl_opts_str(o, "expect"), &expect, err);
     if (!rc)
         rc = s_naive(model, kl_opts_str(o, "cc"), dir, sizeof dir, err);
     if (!rc) {
@@ -260,27 +617,10 @@ static int s_run(kl_opts_t *o, char *err)
     }
     if (!rc)
         rc = s_same(&lib, &nv, path, model, err);
-    if (!rc) {
-        float **p = s_params(&lib, (uint64_t)kl_opts_int(o, "seed"));
-        long long n = lib.onumel();
-        float *got = kl_xmalloc((size_t)n * sizeof(float));
-        float *ref = kl_xmalloc((size_t)n * sizeof(float));
-        rc = s_prepare(&lib, p, err);
-        if (!rc)
-            rc = s_outputs(&lib, &nv, p, got, ref, err);
-        if (!rc)
-            rc = s_check(got, ref, n, kl_opts_double(o, "rtol"), err);
-        if (!rc)
-            s_bench(&lib, &nv, p, got, (int)kl_opts_int(o, "repeat"));
-        if (!rc && !kl_opts_bool(o, "no-dnnl"))
-            kl_export_dnnl_report(model, (int)kl_opts_int(o, "repeat"), p,
-                                  lib.nparams(), ref, n, stdout);
-        for (int i = 0; i < lib.nparams(); i++)
-            free(p[i]);
-        free(p);
-        free(got);
-        free(ref);
-    }
+    if (!rc)
+        rc = s_checks(o, &lib, &nv, &ps, &expect, err);
+    s_params_free(&ps);
+    kl_npy_free(&expect);
     if (lib.release)
         lib.release();
     if (nv.h)
