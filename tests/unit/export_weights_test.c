@@ -1,0 +1,395 @@
+/* Unit tests of the exported library's weights and layers
+ * (kl_export.h, kl_export_write_graph; the generated kiln_model.h): the
+ * library is built with the system compiler from reference kernels,
+ * loaded with dlopen and checked against values computed here.
+ *  - the model's own parameters: embedded as given (kiln_model_param_data,
+ *    kiln_model.weights), kiln_model_trained, kiln_model_infer on them
+ *    through a dense layer and an affine layer_norm with its eps;
+ *  - a parameter the model lacks, or of another size: the error names it;
+ *  - no parameters of the model's own: seeded random ones, the same in the
+ *    naive build;
+ *  - a model of two inputs: kiln_model_infer refuses, _infer_n runs;
+ *  - layers: names, tasks and kiln_model_run_profiled's times. */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_export.h"
+#include "kl_util.h"
+
+/* d: dense 2x8 -> 2x4 with bias; l: layer_norm over the 4 outputs with
+ * eps 0.5 and its weight and bias; sm: softmax. */
+static const char s_graph[] = "model wts\n"
+                              "input x 2x8\n"
+                              "d = dense x O=4 bias=1\n"
+                              "l = layer_norm d eps=0.5 affine=1\n"
+                              "sm = softmax l\n";
+
+/* Two inputs, no weight: y = a b. */
+static const char s_two[] = "model two\n"
+                            "input a 2x8\n"
+                            "input b 8x4\n"
+                            "y = matmul a b\n";
+
+typedef struct {
+    char dir[64];
+    char err[KL_ERRMSG_LEN];
+} fx_t;
+
+typedef struct {
+    void *h;
+    int (*nparams)(void);
+    const char *(*pname)(int);
+    long long (*pnumel)(int);
+    int (*pshape)(int, long long *);
+    int (*oshape)(long long *);
+    const float *(*pdata)(int);
+    int (*trained)(void);
+    int (*ninputs)(void);
+    int (*infer)(const float *, float *);
+    int (*infer_n)(const float *const *, float *);
+    int (*run)(const float *const *, float *);
+    int (*run_profiled)(const float *const *, float *, double *);
+    int (*nlayers)(void);
+    const char *(*lname)(int);
+    int (*ltask)(int);
+} lib_t;
+
+static int setup(void **state)
+{
+    fx_t *fx = kl_xcalloc(1, sizeof *fx);
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-export-wts-XXXXXX");
+    if (!mkdtemp(fx->dir))
+        return -1;
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *fx = *state;
+    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", fx->dir);
+    free(cmd);
+    free(fx);
+    return 0;
+}
+
+/* Writes (and builds, with build) the graph `text` with reference kernels
+ * and the parameters ps into fx->dir/sub; returns kl_export_write_graph's
+ * code. */
+static int s_export(fx_t *fx, const char *text, const char *sub,
+                    const kl_model_params_t *ps, bool build)
+{
+    kl_model_t *m = NULL;
+    assert_int_equal(kl_model_parse(text, "test.graph", &m, fx->err), KL_OK);
+    int n = kl_model_ntasks(m);
+    kl_kernel_t *ks = kl_xcalloc((size_t)n, sizeof *ks);
+    for (int t = 0; t < n; t++) {
+        char entry[32];
+        snprintf(entry, sizeof entry, "kiln_task_%02d", t);
+        assert_int_equal(kl_codegen_reference(kl_model_task(m, t)->w, entry,
+                                              &ks[t], fx->err),
+                         KL_OK);
+    }
+    char *dir = kl_xasprintf("%s/%s", fx->dir, sub);
+    assert_int_equal(kl_mkdirs(dir, fx->err), KL_OK);
+    int rc = kl_export_write_graph(text, "test.graph", m, ks, ps, dir, build,
+                                   NULL, fx->err);
+    for (int t = 0; t < n; t++)
+        kl_kernel_free(&ks[t]);
+    free(ks);
+    free(dir);
+    kl_model_destroy(&m);
+    return rc;
+}
+
+static void s_open(fx_t *fx, lib_t *l, const char *sub)
+{
+    char *p = kl_xasprintf("%s/%s/libkiln_model.so", fx->dir, sub);
+    memset(l, 0, sizeof *l);
+    l->h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!l->h)
+        fail_msg("dlopen %s: %s", p, dlerror());
+    free(p);
+    *(void **)&l->nparams = dlsym(l->h, "kiln_model_nparams");
+    *(void **)&l->pname = dlsym(l->h, "kiln_model_param_name");
+    *(void **)&l->pnumel = dlsym(l->h, "kiln_model_param_numel");
+    *(void **)&l->pshape = dlsym(l->h, "kiln_model_param_shape");
+    *(void **)&l->oshape = dlsym(l->h, "kiln_model_output_shape");
+    *(void **)&l->pdata = dlsym(l->h, "kiln_model_param_data");
+    *(void **)&l->trained = dlsym(l->h, "kiln_model_trained");
+    *(void **)&l->ninputs = dlsym(l->h, "kiln_model_ninputs");
+    *(void **)&l->infer = dlsym(l->h, "kiln_model_infer");
+    *(void **)&l->infer_n = dlsym(l->h, "kiln_model_infer_n");
+    *(void **)&l->run = dlsym(l->h, "kiln_model_run");
+    *(void **)&l->run_profiled = dlsym(l->h, "kiln_model_run_profiled");
+    *(void **)&l->nlayers = dlsym(l->h, "kiln_model_nlayers");
+    *(void **)&l->lname = dlsym(l->h, "kiln_model_layer_name");
+    *(void **)&l->ltask = dlsym(l->h, "kiln_model_layer_task");
+    assert_true(l->nparams && l->pname && l->pnumel && l->pshape && l->oshape &&
+                l->pdata && l->trained && l->ninputs && l->infer &&
+                l->infer_n && l->run && l->run_profiled && l->nlayers &&
+                l->lname && l->ltask);
+}
+
+/* The parameters of s_graph, with values of their own. */
+static void s_own(kl_model_params_t *ps)
+{
+    static const struct {
+        const char *name;
+        int64_t n;
+    } defs[] = {
+        {"d.weight", 32}, {"d.bias", 4}, {"l.weight", 4}, {"l.bias", 4}};
+    ps->n = 4;
+    ps->p = kl_xcalloc(4, sizeof *ps->p);
+    for (int i = 0; i < 4; i++) {
+        ps->p[i].name = kl_xstrdup(defs[i].name);
+        ps->p[i].numel = defs[i].n;
+        ps->p[i].data = kl_xmalloc((size_t)defs[i].n * sizeof(float));
+        for (int k = 0; k < defs[i].n; k++)
+            ps->p[i].data[k] = (float)((k * 5 + i * 3) % 11 - 5) * 0.125f;
+    }
+}
+
+/* s_graph in double: softmax(layer_norm(x W^T + b) * g + be). */
+static void s_want(const float *x, const kl_model_params_t *ps, double *y)
+{
+    const float *W = ps->p[0].data, *b = ps->p[1].data;
+    const float *g = ps->p[2].data, *be = ps->p[3].data;
+    for (int n = 0; n < 2; n++) {
+        double d[4], m = 0, v = 0, s = 0;
+        for (int o = 0; o < 4; o++) {
+            d[o] = b[o];
+            for (int i = 0; i < 8; i++)
+                d[o] += (double)x[n * 8 + i] * W[o * 8 + i];
+            m += d[o] / 4;
+        }
+        for (int o = 0; o < 4; o++)
+            v += (d[o] - m) * (d[o] - m) / 4;
+        for (int o = 0; o < 4; o++) {
+            d[o] = (d[o] - m) / sqrt(v + 0.5) * g[o] + be[o];
+            s += exp(d[o]);
+        }
+        for (int o = 0; o < 4; o++)
+            y[n * 4 + o] = exp(d[o]) / s;
+    }
+}
+
+static void s_near(const float *got, const double *want, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (!(fabs(got[k] - want[k]) <= 1e-5))
+            fail_msg("output %d is %.9g, expected %.9g", k, got[k], want[k]);
+}
+
+static void test_own_weights(void **state)
+{
+    fx_t *fx = *state;
+    kl_model_params_t ps = {0};
+    s_own(&ps);
+    if (s_export(fx, s_graph, "own", &ps, true))
+        fail_msg("%s", fx->err);
+    lib_t l;
+    s_open(fx, &l, "own");
+    assert_int_equal(l.trained(), 1);
+    assert_int_equal(l.ninputs(), 1);
+    assert_int_equal(l.nparams(), 5);
+    assert_string_equal(l.pname(0), "x");
+    assert_null(l.pdata(0));
+    assert_null(l.pdata(5));
+    assert_null(l.pdata(-1));
+    for (int i = 1; i < 5; i++) {
+        const kl_model_param_t *q = kl_model_params_find(&ps, l.pname(i));
+        if (!q)
+            fail_msg("parameter %s is not the model's", l.pname(i));
+        assert_int_equal(l.pnumel(i), q->numel);
+        assert_non_null(l.pdata(i));
+        assert_memory_equal(l.pdata(i), q->data,
+                            (size_t)q->numel * sizeof(float));
+        /* Every parameter at a multiple of 64 bytes. */
+        assert_int_equal((uintptr_t)l.pdata(i) % 64, 0);
+    }
+    long long dims[8];
+    assert_int_equal(l.pshape(1, dims), 2); /* d.weight [O, I] */
+    assert_true(dims[0] == 4 && dims[1] == 8);
+    assert_int_equal(l.pshape(3, dims), 1); /* l.weight [4] */
+    assert_true(dims[0] == 4);
+    assert_int_equal(l.pshape(9, dims), -1);
+    assert_int_equal(l.oshape(dims), 2);
+    assert_true(dims[0] == 2 && dims[1] == 4);
+    /* kiln_model.weights: the same floats, d.bias at float 32 (after
+     * d.weight's 32), l.weight at 48, l.bias at 64. */
+    char *wp = kl_xasprintf("%s/own/kiln_model.weights", fx->dir), *w = NULL;
+    size_t wlen = 0;
+    assert_int_equal(kl_read_file(wp, &w, &wlen, fx->err), KL_OK);
+    assert_int_equal(wlen, 68 * 4);
+    assert_memory_equal(w + 32 * 4, ps.p[1].data, 16);
+    assert_memory_equal(w + 64 * 4, ps.p[3].data, 16);
+    free(w);
+    free(wp);
+
+    float x[16], got[8], again[8];
+    double want[8];
+    for (int k = 0; k < 16; k++)
+        x[k] = (float)(k % 5) * 0.5f - 1.0f;
+    s_want(x, &ps, want);
+    assert_int_equal(l.infer(x, got), 0);
+    s_near(got, want, 8);
+    assert_int_equal(l.infer(NULL, got), 2);
+    const float *in[1] = {x};
+    assert_int_equal(l.infer_n(in, again), 0);
+    assert_memory_equal(got, again, sizeof got);
+
+    /* Layers: d (task 0), l and sm without a task; the profiled run gives
+     * the same output and a time per layer. */
+    assert_int_equal(l.nlayers(), 3);
+    assert_string_equal(l.lname(0), "d");
+    assert_string_equal(l.lname(1), "l");
+    assert_string_equal(l.lname(2), "sm");
+    assert_null(l.lname(3));
+    assert_int_equal(l.ltask(0), 0);
+    assert_int_equal(l.ltask(1), -1);
+    assert_int_equal(l.ltask(2), -1);
+    assert_int_equal(l.ltask(3), -1);
+    double t[4] = {-1, -1, -1, -7};
+    const float *p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = i ? l.pdata(i) : x;
+    assert_int_equal(l.run_profiled(p, again, t), 0);
+    assert_memory_equal(got, again, sizeof got);
+    for (int k = 0; k < 3; k++)
+        assert_true(t[k] >= 0 && t[k] < 10);
+    assert_true(t[3] == -7); /* nothing written past the layers */
+    dlclose(l.h);
+    kl_model_params_free(&ps);
+}
+
+static void test_missing_or_wrong_size(void **state)
+{
+    fx_t *fx = *state;
+    kl_model_params_t ps = {0};
+    s_own(&ps);
+    free(ps.p[3].name);
+    ps.p[3].name = kl_xstrdup("l.beta");
+    assert_int_equal(s_export(fx, s_graph, "miss", &ps, false),
+                     KL_ERR_INTERNAL);
+    if (!strstr(fx->err, "'l.bias'") || !strstr(fx->err, "4 parameters"))
+        fail_msg("does not name the missing parameter: %s", fx->err);
+    free(ps.p[3].name);
+    ps.p[3].name = kl_xstrdup("l.bias");
+    ps.p[1].numel = 3;
+    assert_int_equal(s_export(fx, s_graph, "size", &ps, false),
+                     KL_ERR_INTERNAL);
+    if (!strstr(fx->err, "'d.bias'") || !strstr(fx->err, "has 3 floats") ||
+        !strstr(fx->err, "takes 4"))
+        fail_msg("does not name both sizes: %s", fx->err);
+    kl_model_params_free(&ps);
+}
+
+static void test_random_weights(void **state)
+{
+    fx_t *fx = *state;
+    kl_model_params_t none = {0};
+    if (s_export(fx, s_graph, "rnd", &none, true))
+        fail_msg("%s", fx->err);
+    char *gpath = kl_xasprintf("%s/wts.graph", fx->dir);
+    char *nvd = kl_xasprintf("%s/naive", fx->dir);
+    assert_int_equal(kl_write_file(gpath, s_graph, strlen(s_graph), fx->err),
+                     KL_OK);
+    if (kl_export_naive(gpath, nvd, NULL, fx->err))
+        fail_msg("%s", fx->err);
+    lib_t l, nv;
+    s_open(fx, &l, "rnd");
+    s_open(fx, &nv, "naive");
+    assert_int_equal(l.trained(), 0);
+    assert_int_equal(nv.trained(), 0);
+    /* Uniform in [-0.1, 0.1), kl_rng seeded with KL_EXPORT_WEIGHT_SEED,
+     * parameter after parameter; the naive build has the same. */
+    kl_rng_t r;
+    kl_rng_seed(&r, KL_EXPORT_WEIGHT_SEED);
+    kl_model_params_t ps = {0};
+    s_own(&ps); /* the shapes; the values are replaced */
+    for (int i = 1; i < 5; i++) {
+        kl_model_param_t *q = &ps.p[i - 1];
+        assert_string_equal(l.pname(i), q->name);
+        for (int k = 0; k < q->numel; k++) {
+            q->data[k] =
+                (float)(KL_EXPORT_WEIGHT_SCALE * (2 * kl_rng_double(&r) - 1));
+            assert_true(q->data[k] >= -0.1f && q->data[k] < 0.1f);
+        }
+        assert_memory_equal(l.pdata(i), q->data,
+                            (size_t)q->numel * sizeof(float));
+        assert_memory_equal(nv.pdata(i), q->data,
+                            (size_t)q->numel * sizeof(float));
+    }
+    float x[16], got[8];
+    double want[8];
+    for (int k = 0; k < 16; k++)
+        x[k] = (float)(k % 3) - 1.0f;
+    s_want(x, &ps, want);
+    assert_int_equal(l.infer(x, got), 0);
+    s_near(got, want, 8);
+    dlclose(l.h);
+    dlclose(nv.h);
+    kl_model_params_free(&ps);
+    free(gpath);
+    free(nvd);
+}
+
+static void test_two_inputs(void **state)
+{
+    fx_t *fx = *state;
+    if (s_export(fx, s_two, "two", NULL, true))
+        fail_msg("%s", fx->err);
+    lib_t l;
+    s_open(fx, &l, "two");
+    assert_int_equal(l.ninputs(), 2);
+    assert_int_equal(l.nparams(), 2);
+    assert_null(l.pdata(0));
+    assert_null(l.pdata(1));
+    float a[16], b[32], got[8];
+    for (int k = 0; k < 16; k++)
+        a[k] = (float)(k % 4) - 1.5f;
+    for (int k = 0; k < 32; k++)
+        b[k] = (float)(k % 7) * 0.25f;
+    assert_int_equal(l.infer(a, got), 2); /* two inputs: refused */
+    const float *in[2] = {a, b};
+    assert_int_equal(l.infer_n(in, got), 0);
+    for (int n = 0; n < 2; n++)
+        for (int j = 0; j < 4; j++) {
+            double s = 0;
+            for (int k = 0; k < 8; k++)
+                s += (double)a[n * 8 + k] * b[k * 4 + j];
+            if (!(fabs(got[n * 4 + j] - s) <= 1e-5))
+                fail_msg("y[%d,%d] is %g, expected %g", n, j, got[n * 4 + j],
+                         s);
+        }
+    dlclose(l.h);
+}
+
+int main(void)
+{
+    if (system("${CC:-cc} --version >/dev/null 2>&1") != 0) {
+        printf("SKIP: no C compiler (cc or $CC) to build the library\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_own_weights, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_or_wrong_size, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_random_weights, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_inputs, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
