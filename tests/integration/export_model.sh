@@ -139,6 +139,100 @@ grep -qE "^oneDNN +[0-9.]+ ms .*largest difference from the naive build|^oneDNN 
     "$T/run.out" || fail "kiln run: no oneDNN line"
 grep -q "^output matches the naive build" "$T/run.out" || fail "kiln run: no match line"
 grep -q "^kiln (exported) " "$T/run.out" || fail "kiln run: no latency"
+# The library carries its weights (seeded random: a graph file has none),
+# and the naive build runs once, for the check, never between timed runs.
+grep -q "^weights: kiln export's seeded random ones, embedded in the library" \
+    "$T/run.out" || fail "kiln run: no weights line: $(cat "$T/run.out")"
+grep -q "^naive build: one run for the check" "$T/run.out" ||
+    fail "kiln run: the naive build is not run once"
+grep -qE "^naive +[0-9.]+ ms" "$T/run.out" && fail "kiln run still times the naive build"
+[ -s "$T/out/kiln_model.weights" ] && [ -s "$T/out/kiln_weights.S" ] ||
+    fail "export wrote no kiln_model.weights / kiln_weights.S"
+grep -q "^weights: seeded random, uniform in \[-0.1, 0.1), seed 1" "$T/export.out" ||
+    fail "kiln export does not say where the weights come from: $(cat "$T/export.out")"
+# The library does not read the weights file at run time.
+mv "$T/out/kiln_model.weights" "$T/weights.moved"
+
+# Input and output as .npy files (written and read here with struct, no
+# numpy): the output is softmax's, (1, 32), summing to 1; --expect of a
+# copy passes, of a copy with one element moved fails naming it.
+NPY="python3 $(dirname "$0")/npy_tool.py"
+$NPY write "$T/x.npy" '<f4' 1x8x16x16 || fail "cannot write x.npy"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 3 \
+    --no-dnnl --input "$T/x.npy" --output "$T/y.npy" --profile \
+    >"$T/npy.out" 2>"$T/npy.log" || fail "kiln run --input --output exited $?: $(cat "$T/npy.log")"
+grep -q "^input x: $T/x.npy" "$T/npy.out" || fail "kiln run: --input not used"
+sums=$($NPY check "$T/y.npy" 1x32) || fail "the output file: $sums"
+awk -v s="$(echo "$sums" | cut -d' ' -f2)" -v lo="$(echo "$sums" | cut -d' ' -f4)" \
+    'BEGIN { exit !(s > 0.9999 && s < 1.0001 && lo > 0) }' ||
+    fail "the output is not a softmax: $sums"
+cp "$T/y.npy" "$T/ref.npy"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 1 \
+    --no-dnnl --input "$T/x.npy" --expect "$T/ref.npy" >"$T/exp.out" 2>"$T/exp.log" ||
+    fail "kiln run --expect of its own output exited $?: $(cat "$T/exp.log")"
+grep -q "^output matches $T/ref.npy: 32 elements, .*rtol 0.0001)" "$T/exp.out" ||
+    fail "kiln run --expect: no match line: $(cat "$T/exp.out")"
+$NPY perturb "$T/ref.npy" "$T/off.npy" 7 1e-3 || fail "cannot write off.npy"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 1 \
+    --no-dnnl --input "$T/x.npy" --expect "$T/off.npy" >/dev/null 2>"$T/off.log"
+[ $? -eq 1 ] || fail "an output off by 1e-3 of the largest passes --expect"
+grep -q "output differs from $T/off.npy: element 7 (0, 7) is .*, expected .*rtol 0.0001 x largest |expected|" \
+    "$T/off.log" || fail "the --expect failure does not name the element: $(cat "$T/off.log")"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 1 \
+    --no-dnnl --input "$T/x.npy" --expect "$T/off.npy" --rtol 1e-2 >/dev/null 2>&1 ||
+    fail "--rtol 1e-2 does not accept a difference of 1e-3"
+
+# --profile: every layer (conv c with its relu, the pool, conv c2 with the
+# residual add, the dense layer, softmax) with its time and its task's
+# tuned latency, and the three totals.
+for l in c p c2 d; do
+    grep -qE "^  $l +[0-9]+  [a-z0-9_]+ +[0-9.]+ +[0-9.]+$" "$T/npy.out" ||
+        fail "--profile: no line for layer $l with a tuned latency: $(cat "$T/npy.out")"
+done
+grep -qE "^  sm +- +\(no task\) +[0-9.]+ +-$" "$T/npy.out" ||
+    fail "--profile: no line for the softmax layer"
+[ "$(grep -cE '^  [a-z0-9_]+ +([0-9]+|-) ' "$T/npy.out")" -eq 5 ] ||
+    fail "--profile: not 5 layers"
+for t in "sum of layer medians" "end-to-end median" "sum of weighted tuned latencies"; do
+    grep -qE "^total: $t +[0-9.]+ ms" "$T/npy.out" || fail "--profile: no total '$t'"
+done
+python3 - "$T/out/manifest.json" "$T/npy.out" <<'P' || fail "--profile: the weighted sum is not the manifest's"
+import json, re, sys
+m = json.load(open(sys.argv[1]))
+want = sum(t["weight"] * t["latency_s"] for t in m["tasks"]) * 1e3
+got = float(re.search(r"^total: sum of weighted tuned latencies +([0-9.]+) ms",
+                      open(sys.argv[2]).read(), re.M).group(1))
+sys.exit(abs(got - want) > 1e-4 + 1e-3 * want)
+P
+
+# Bad inputs: the wrong shape and float64 are named, exit 1.
+$NPY write "$T/wrong.npy" '<f4' 1x8x16x8 && $NPY write "$T/f64.npy" '<f8' 1x8x16x16 ||
+    fail "cannot write the bad inputs"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --input "$T/wrong.npy" >/dev/null 2>"$T/wrong.log"
+[ $? -eq 1 ] && grep -q "$T/wrong.npy: shape (1, 8, 16, 8) (1024 elements) does not match the expected (1, 8, 16, 16) (2048 elements)" \
+    "$T/wrong.log" || fail "a wrong-shape input: $(cat "$T/wrong.log")"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --input "$T/f64.npy" >/dev/null 2>"$T/f64.log"
+[ $? -eq 1 ] && grep -q "$T/f64.npy: dtype '<f8', .*astype(np.float32)" "$T/f64.log" ||
+    fail "a float64 input: $(cat "$T/f64.log")"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --input "$T/x.npy" --input "$T/x.npy" >/dev/null 2>"$T/two.log"
+[ $? -eq 1 ] && grep -q "the model has 1 input, 2 --input given" "$T/two.log" ||
+    fail "two --input for one input: $(cat "$T/two.log")"
+
+# A library exported before weights were embedded (no
+# kiln_model_param_data) runs on random weights and says so.
+mv "$T/weights.moved" "$T/out/kiln_model.weights"
+mkdir -p "$T/old"
+"${CC:-cc}" -O1 -fopenmp -shared -fPIC -Dkiln_model_param_data=kiln_old_param_data \
+    -o "$T/old/libkiln_model.so" "$T"/out/task_*.c "$T/out/kiln_model.c" \
+    "$T/out/kiln_weights.S" -lm 2>"$T/old.log" || fail "cannot build the old library: $(cat "$T/old.log")"
+"$KILN" run --lib "$T/old/libkiln_model.so" --model "$T/tiny.graph" --repeat 1 \
+    --no-dnnl >"$T/old.out" 2>>"$T/old.log" || fail "kiln run of an old library exited $?"
+grep -q "^no kiln_model_param_data in the library (exported before weights were embedded): random weights (seed 1)" \
+    "$T/old.out" && grep -q "^output matches the naive build" "$T/old.out" ||
+    fail "kiln run of an old library: $(cat "$T/old.out")"
 
 # On the other target only the dense task has a record: exit 3, naming the
 # three others.
