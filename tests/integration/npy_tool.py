@@ -27,12 +27,14 @@ def write(path, descr, shape, vals):
         f.write(struct.pack("<%d%s" % (len(vals), code), *vals))
 
 
-def read(path):
+def read(path, strict=False):
+    """shape, values of a v1.0 '<f4' C-order file; strict: as kiln writes
+    them, the data at a multiple of 64 bytes."""
     b = open(path, "rb").read()
     if b[:8] != b"\x93NUMPY\x01\x00":
         sys.exit("%s: not a v1.0 .npy file: %r" % (path, b[:8]))
     hlen = struct.unpack("<H", b[8:10])[0]
-    if (10 + hlen) % 64:
+    if strict and (10 + hlen) % 64:
         sys.exit("%s: the data starts at %d, not a multiple of 64" % (path, 10 + hlen))
     h = ast.literal_eval(b[10:10 + hlen].decode())
     if h["descr"] != "<f4" or h["fortran_order"]:
@@ -55,7 +57,7 @@ def main(argv):
             n *= d
         write(argv[2], argv[3], shape, [((i * 37) % 101 - 50) / 50.0 for i in range(n)])
     elif cmd == "check":
-        shape, vals = read(argv[2])
+        shape, vals = read(argv[2], strict=True)
         want = tuple(int(d) for d in argv[3].split("x"))
         if tuple(shape) != want:
             sys.exit("%s: shape %r, expected %r" % (argv[2], shape, want))
