@@ -29,7 +29,7 @@ static const kl_opt_t s_opts[] = {
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
      "the model it was exported from"},
     {"repeat", KL_OPT_INT, "10", 1, 100000, "N",
-     "timed runs of each build (the median is printed)"},
+     "timed runs of the exported build (the median is printed)"},
     {"seed", KL_OPT_INT, "1", 0, 9e18, "S",
      "seed of the random inputs (and of every parameter of a library "
      "without embedded weights)"},
