@@ -143,8 +143,9 @@ static void test_versions_and_shapes(void **state)
 static void test_errors(void **state)
 {
     fx_t *fx = *state;
-    assert_int_equal(
-        kl_write_file(fx->path, "PK\x03\x04 not numpy", 17, fx->err), KL_OK);
+    static const char zip[] = "PK\x03\x04 not numpy";
+    assert_int_equal(kl_write_file(fx->path, zip, sizeof zip - 1, fx->err),
+                     KL_OK);
     s_bad(fx, NULL, 0, "not an .npy file");
     s_file(fx, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
            24);
