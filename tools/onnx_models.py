@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""onnx_models.py - the ONNX models kiln is tested and benchmarked on.
+
+Subcommands:
+
+  small-cnn OUTDIR
+      A small CNN built with onnx.helper (no torch), deterministic (numpy
+      seed 18), opset 17, input `x` 1x3x32x32 f32, output `y` 1x10:
+        Conv 3->16 3x3 pad 1 + BatchNormalization + Relu
+        MaxPool 2x2 stride 2
+        Conv 16->16 3x3 pad 1 + BatchNormalization, Add of the pooled
+          tensor (residual), Clip(0, 6) (bounds as constant inputs)
+        depthwise Conv (group 16) 3x3 pad 1 + BatchNormalization + Clip(0, 6)
+        Conv 1x1 16->32 with a bias
+        GlobalAveragePool, Flatten, Gemm (transB=1) 32->10 with a bias
+      Writes OUTDIR/small_cnn.onnx, OUTDIR/small_cnn.input.npy (f32, C
+      order, ~N(0, 1), seed-fixed) and OUTDIR/small_cnn.ort.npy (ONNX
+      Runtime's output for that input, CPU EP, f32). These three are the
+      files committed under tests/data/onnx/.
+
+  torchvision NAME OUT.onnx [--exporter legacy|dynamo]
+      resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
+      every BatchNorm's running mean/var and affine parameters randomized
+      (torch seed 18) so that folding BN is exercised, eval(), input
+      1x3x224x224, exported at opset 17. The default exporter is the legacy
+      TorchScript one (dynamo=False), which keeps the BatchNormalization
+      nodes; --exporter dynamo uses torch.onnx.export's dynamo exporter
+      (needs onnxscript).
+
+  encoder OUT.onnx [--layers N] [--exporter legacy|dynamo]
+      A BERT-base-like encoder stack: torch.nn.TransformerEncoder of N
+      (default 12) TransformerEncoderLayer(d_model=768, nhead=12,
+      dim_feedforward=3072, activation='gelu', batch_first=True,
+      dropout=0.0), eval, input 1x128x768, opset 17.
+
+  ops FILE.onnx
+      Prints the op types of a model and how many of each.
+
+Benchmark models (torchvision, encoder) are written outside the repository
+and never committed; peers.sh (tools/bench/) runs them.
+
+Packages: numpy, onnx, onnxruntime (small-cnn); torch and torchvision too
+(torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
+test suite needs them: the tests read the committed files only.
+
+Through the wrapper, which makes (once) and reuses a virtual environment in
+${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
+
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn tests/data/onnx
+  tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
+  tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
+
+or with a virtual environment of your own:
+
+  python3 -m venv /tmp/kiln-venv
+  /tmp/kiln-venv/bin/pip install numpy onnx onnxruntime onnxscript
+  /tmp/kiln-venv/bin/pip install torch torchvision \\
+      --index-url https://download.pytorch.org/whl/cpu
+  /tmp/kiln-venv/bin/python tools/onnx_models.py small-cnn tests/data/onnx
+"""
+
+import argparse
+import collections
+import os
+import sys
+
+SEED = 18
+OPSET = 17
+
+
+def small_cnn(outdir):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(SEED)
+    inits = []
+    nodes = []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(
+            np.ascontiguousarray(arr, dtype=np.float32), name))
+        return name
+
+    def conv_w(name, k, c, r, s):
+        fan_in = c * r * s
+        return init(name, rng.normal(0.0, np.sqrt(2.0 / fan_in),
+                                     (k, c, r, s)))
+
+    def bn(name, x, ch):
+        # Non-trivial statistics and affine parameters, so that folding
+        # BN into the conv before it is exercised.
+        g = init(name + ".gamma", rng.uniform(0.5, 1.5, ch))
+        b = init(name + ".beta", rng.normal(0.0, 0.2, ch))
+        m = init(name + ".mean", rng.normal(0.0, 0.2, ch))
+        v = init(name + ".var", rng.uniform(0.5, 2.0, ch))
+        nodes.append(helper.make_node(
+            "BatchNormalization", [x, g, b, m, v], [name],
+            name=name, epsilon=1e-5))
+        return name
+
+    lo = init("clip.min", np.array(0.0))
+    hi = init("clip.max", np.array(6.0))
+
+    def clip(name, x):
+        nodes.append(helper.make_node("Clip", [x, lo, hi], [name], name=name))
+        return name
+
+    def conv(name, x, w, b=None, pad=1, group=1):
+        ins = [x, w] + ([b] if b else [])
+        nodes.append(helper.make_node(
+            "Conv", ins, [name], name=name, pads=[pad] * 4,
+            strides=[1, 1], group=group))
+        return name
+
+    # Block 1: Conv + BN + Relu, MaxPool.
+    t = conv("conv1", "x", conv_w("conv1.w", 16, 3, 3, 3))
+    t = bn("bn1", t, 16)
+    nodes.append(helper.make_node("Relu", [t], ["relu1"], name="relu1"))
+    nodes.append(helper.make_node("MaxPool", ["relu1"], ["pool1"],
+                                  name="pool1", kernel_shape=[2, 2],
+                                  strides=[2, 2]))
+    # Block 2: Conv + BN, residual Add, Clip(0, 6).
+    t = conv("conv2", "pool1", conv_w("conv2.w", 16, 16, 3, 3))
+    t = bn("bn2", t, 16)
+    nodes.append(helper.make_node("Add", [t, "pool1"], ["add2"], name="add2"))
+    t = clip("clip2", "add2")
+    # Block 3: depthwise Conv + BN + Clip(0, 6).
+    t = conv("dw3", t, conv_w("dw3.w", 16, 1, 3, 3), group=16)
+    t = bn("bn3", t, 16)
+    t = clip("clip3", t)
+    # Block 4: Conv 1x1 with a bias.
+    t = conv("conv4", t, conv_w("conv4.w", 32, 16, 1, 1),
+             init("conv4.b", rng.normal(0.0, 0.1, 32)), pad=0)
+    # Head.
+    nodes.append(helper.make_node("GlobalAveragePool", [t], ["gap"],
+                                  name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flat",
+                                  axis=1))
+    nodes.append(helper.make_node(
+        "Gemm", ["flat", init("fc.w", rng.normal(0.0, np.sqrt(1 / 32),
+                                                 (10, 32))),
+                 init("fc.b", rng.normal(0.0, 0.1, 10))],
+        ["y"], name="fc", transB=1))
+
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits)
+    model = helper.make_model(
+        graph, producer_name="kiln tools/onnx_models.py",
+        opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8  # opset 17 needs IR 8; older readers take it
+    onnx.checker.check_model(model, full_check=True)
+
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "small_cnn.onnx")
+    onnx.save(model, path)
+    np.save(os.path.join(outdir, "small_cnn.input.npy"),
+            np.ascontiguousarray(x))
+    y = ort_run(path, x)
+    np.save(os.path.join(outdir, "small_cnn.ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    print("wrote %s (%d bytes), input %s, ORT output %s: %s" % (
+        path, os.path.getsize(path), x.shape, y.shape,
+        np.array2string(y.ravel(), precision=4)))
+
+
+def ort_run(path, x):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return sess.run(None, {name: x})[0]
+
+
+def randomize_bn(model, seed):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(c, generator=g) * 1.0 + 0.5)
+                m.weight.copy_(torch.rand(c, generator=g) * 1.0 + 0.5)
+                m.bias.copy_(torch.randn(c, generator=g) * 0.1)
+                n += 1
+    return n
+
+
+def export(model, x, out, exporter, input_name="x"):
+    import torch
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with torch.no_grad():
+        if exporter == "dynamo":
+            prog = torch.onnx.export(model, (x,), None, opset_version=OPSET,
+                                     input_names=[input_name],
+                                     output_names=["y"], dynamo=True,
+                                     external_data=False)
+            prog.save(out, external_data=False)
+        else:
+            torch.onnx.export(model, (x,), out, opset_version=OPSET,
+                              input_names=[input_name], output_names=["y"],
+                              dynamo=False)
+    print_ops(out)
+
+
+def torchvision_model(name, out, exporter):
+    import torch
+    import torchvision
+    if name not in ("resnet18", "resnet50", "mobilenet_v2"):
+        sys.exit("onnx_models.py: unknown torchvision model %r "
+                 "(resnet18, resnet50, mobilenet_v2)" % name)
+    torch.manual_seed(SEED)
+    model = getattr(torchvision.models, name)(weights=None)
+    n = randomize_bn(model, SEED)
+    model.eval()
+    print("%s: %d BatchNorm layers randomized" % (name, n))
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator()
+                    .manual_seed(SEED))
+    export(model, x, out, exporter)
+
+
+def encoder(out, layers, exporter):
+    import torch
+    torch.manual_seed(SEED)
+    layer = torch.nn.TransformerEncoderLayer(
+        d_model=768, nhead=12, dim_feedforward=3072, activation="gelu",
+        batch_first=True, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, num_layers=layers,
+                                        enable_nested_tensor=False)
+    model.eval()
+    x = torch.randn(1, 128, 768, generator=torch.Generator()
+                    .manual_seed(SEED))
+    export(model, x, out, exporter)
+
+
+def print_ops(path):
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    c = collections.Counter(n.op_type for n in m.graph.node)
+    print("%s: opset %s, %d nodes: %s" % (
+        path, [(o.domain or "ai.onnx", o.version) for o in m.opset_import],
+        len(m.graph.node),
+        ", ".join("%s %d" % kv for kv in sorted(c.items()))))
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="Makes the ONNX models kiln is tested and benchmarked "
+                    "on (see the docstring).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("small-cnn")
+    p.add_argument("outdir")
+    p = sub.add_parser("torchvision")
+    p.add_argument("name", choices=["resnet18", "resnet50", "mobilenet_v2"])
+    p.add_argument("out")
+    p.add_argument("--exporter", choices=["legacy", "dynamo"],
+                   default="legacy")
+    p = sub.add_parser("encoder")
+    p.add_argument("out")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--exporter", choices=["legacy", "dynamo"],
+                   default="legacy")
+    p = sub.add_parser("ops")
+    p.add_argument("file")
+    a = ap.parse_args()
+    if a.cmd == "small-cnn":
+        small_cnn(a.outdir)
+    elif a.cmd == "torchvision":
+        torchvision_model(a.name, a.out, a.exporter)
+    elif a.cmd == "encoder":
+        encoder(a.out, a.layers, a.exporter)
+    else:
+        print_ops(a.file)
+
+
+if __name__ == "__main__":
+    main()
