@@ -456,6 +456,7 @@ static const char s_header[] =
     " * here prints; out of memory is a return value.\n"
     " *\n"
     " * Threads: one caller at a time per process. kiln_model_run,\n"
+    " * kiln_model_run_profiled, kiln_model_infer, kiln_model_infer_n,\n"
     " * kiln_model_prepare and kiln_model_release share the static buffers\n"
     " * and the prepared blocks and must not overlap (the kernels run\n"
     " * OpenMP threads of their own inside); the other functions only read\n"
