@@ -43,7 +43,8 @@ static const char s_usage[] =
     "[--no-build]\n"
     "Writes the best record of every task on the exact target as source, a "
     "manifest.json,\nand for CPU targets libkiln_model.so with kiln_model_run "
-    "(see DIR/kiln_model.h).\n"
+    "and the model's weights\n(its own, else seeded random; see "
+    "DIR/kiln_model.h).\n"
     "Exit codes: 0 ok, 1 failed, 2 usage, 3 a task without a record (each "
     "is listed).";
 

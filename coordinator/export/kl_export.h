@@ -85,7 +85,7 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
 #define KL_EXPORT_WEIGHT_SCALE 0.1
 
 typedef struct {
-    const char *model;  /* built-in name or graph file (kl_model_load) */
+    const char *model;  /* built-in, graph file or ONNX model (kl_model_load) */
     const char *target; /* user target ("cpu" allowed) */
     kl_cond_t cond;     /* records of this condition; 0 is warm */
     const char *out_dir;

@@ -217,6 +217,10 @@ $NPY write "$T/wrong.npy" '<f4' 1x8x16x8 && $NPY write "$T/f64.npy" '<f8' 1x8x16
 [ $? -eq 1 ] && grep -q "$T/f64.npy: dtype '<f8', .*astype(np.float32)" "$T/f64.log" ||
     fail "a float64 input: $(cat "$T/f64.log")"
 "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --expect "$T/x.npy" >/dev/null 2>"$T/expshape.log"
+[ $? -eq 1 ] && grep -q "^kiln run: --expect: $T/x.npy: shape (1, 8, 16, 16) (2048 elements) does not match the expected (1, 32) (32 elements)" \
+    "$T/expshape.log" || fail "an --expect of another shape: $(cat "$T/expshape.log")"
+"$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
     --input "$T/x.npy" --input "$T/x.npy" >/dev/null 2>"$T/two.log"
 [ $? -eq 1 ] && grep -q "the model has 1 input, 2 --input given" "$T/two.log" ||
     fail "two --input for one input: $(cat "$T/two.log")"
