@@ -62,7 +62,6 @@ typedef struct {
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
     s_param_t *params;
     int nparams, ninputs;
-    int64_t nweights; /* floats in kiln_model.weights, padding included */
     s_layer_t *layers;
     int nlayers;
     int nprep; /* layers whose kernel has a prepare step */
@@ -737,7 +736,6 @@ static int s_weights_plan(s_gen_t *c, const kl_model_params_t *ps, char *err)
                              c->src, p->name, (long long)q->numel,
                              (long long)p->numel);
     }
-    c->nweights = off;
     return KL_OK;
 }
 
