@@ -41,7 +41,7 @@ static const s_opdef_t s_ops[] = {
     {"reshape", KL_MOP_RESHAPE, 1, 1, "shape"},
     {"transpose", KL_MOP_TRANSPOSE, 1, 1, "perm"},
     {"softmax", KL_MOP_SOFTMAX, 1, 1, ""},
-    {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, ""},
+    {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
     {"gelu", KL_MOP_GELU, 1, 1, ""},
 };
 #define S_NOPS ((int)(sizeof(s_ops) / sizeof(s_ops[0])))
@@ -500,9 +500,21 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
                          nd->name, x->name, a, y->name, b);
         }
         /* fall through */
+    case KL_MOP_LAYER_NORM: {
+        nd->eps = 1e-5;
+        int rc = s_attr(c, from, "eps") ? s_num(c, from, nd, "eps", &nd->eps)
+                                        : KL_OK;
+        if (!rc && !(nd->eps > 0))
+            rc = S_ERR(c, "layer '%s': eps=%s is not above 0", nd->name,
+                       s_attr(c, from, "eps"));
+        if (!rc)
+            rc = s_flag(c, from, nd, "affine", false, &nd->affine);
+        if (rc)
+            return rc;
+    }
+        /* fall through */
     case KL_MOP_RELU:
     case KL_MOP_SOFTMAX:
-    case KL_MOP_LAYER_NORM:
     case KL_MOP_GELU:
         nd->ndim = x->ndim;
         memcpy(nd->shape, x->shape, sizeof(nd->shape));
