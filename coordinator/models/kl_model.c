@@ -153,16 +153,27 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
                       (long long)s[1], (long long)nd->O, nd->bias ? 1 : 0);
         s_activation(&b, nd);
         break;
-    case KL_MOP_MATMUL:
-        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)s[0],
-                      (long long)nd->N, (long long)s[1]);
+    case KL_MOP_MATMUL: {
+        /* an N-D A is [M, K] with M the product of its leading dims */
+        int64_t m = 1;
+        for (int i = 0; i < x->ndim - 1; i++)
+            m *= s[i];
+        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)m,
+                      (long long)nd->N, (long long)s[x->ndim - 1]);
         s_epilogue(&b, nd);
         break;
-    case KL_MOP_BATCH_MATMUL:
+    }
+    case KL_MOP_BATCH_MATMUL: {
+        /* B is the product of the dims before the last two */
+        int64_t bt = 1;
+        int r = x->ndim;
+        for (int i = 0; i < r - 2; i++)
+            bt *= s[i];
         kl_buf_printf(&b, "batch_matmul B=%lld M=%lld N=%lld K=%lld",
-                      (long long)s[0], (long long)s[1], (long long)nd->shape[2],
-                      (long long)s[2]);
+                      (long long)bt, (long long)s[r - 2],
+                      (long long)nd->shape[r - 1], (long long)s[r - 1]);
         break;
+    }
     case KL_MOP_MAX_POOL:
     case KL_MOP_AVG_POOL:
         kl_buf_printf(&b,

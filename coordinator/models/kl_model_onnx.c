@@ -82,6 +82,10 @@ typedef struct {
  * lists them all. */
 #define S_UNSUP (-1000)
 
+/* First character of the names of values kiln makes itself (no ONNX name
+ * starts with it). */
+#define S_OWN '\x01'
+
 static const s_tensor_t *s_init(const s_ctx_t *c, const char *name)
 {
     if (!name || !*name)
@@ -108,6 +112,8 @@ static void s_add_const(s_ctx_t *c, const char *name, const s_tensor_t *t,
 static int s_readers(const s_ctx_t *c, const char *name)
 {
     int n = 0;
+    if (name[0] == S_OWN) /* kiln's own, read by the line made with it */
+        return 1;
     for (size_t i = 0; i < c->g->n_node; i++)
         for (size_t k = 0; k < c->g->node[i]->n_input; k++)
             n += strcmp(c->g->node[i]->input[k], name) == 0;
@@ -350,19 +356,26 @@ static const char *s_in(s_ctx_t *c, const s_node_t *nd, size_t k, int *rc)
 }
 
 /* Opens a layer for output 0 of nd. */
-static s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op)
+static s_line_t *s_line_for(s_ctx_t *c, const char *out, const char *in0,
+                            const char *op)
 {
     c->lines =
         kl_xrealloc(c->lines, (size_t)(c->nlines + 1) * sizeof(s_line_t));
     s_line_t *l = &c->lines[c->nlines];
     memset(l, 0, sizeof(*l));
     l->op = op;
-    l->name = s_kiln_name(c, nd->n_output ? nd->output[0] : "v");
-    l->in0 = kl_xstrdup(nd->n_input ? nd->input[0] : "");
+    /* a value of kiln's own (S_OWN prefix) is named without it */
+    l->name = s_kiln_name(c, out[0] == S_OWN ? out + 1 : out);
+    l->in0 = kl_xstrdup(in0);
     c->nlines++;
-    s_add_val(c, nd->n_output ? nd->output[0] : "", l->name, c->nlines - 1,
-              false);
+    s_add_val(c, out, l->name, c->nlines - 1, false);
     return l;
+}
+
+static s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op)
+{
+    return s_line_for(c, nd->n_output ? nd->output[0] : "v",
+                      nd->n_input ? nd->input[0] : "", op);
 }
 
 static const KilnOnnx__AttributeProto *s_attr(const s_node_t *nd,
@@ -537,6 +550,186 @@ static float s_afloat(const s_node_t *nd, const char *name, float def)
     return a && a->has_f ? a->f : def;
 }
 
+static bool s_is(const s_node_t *nd, const char *op);
+static const char *s_other(const s_node_t *nd, const char *one);
+static int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax);
+
+/* A packed projection (PyTorch's in_proj: Q, K and V in one weight
+ * [H, G*D]): MatMul by the weight, an optional Add of its bias, Reshape
+ * to [..., G, D], Unsqueeze, Transpose and Squeeze that bring G to the
+ * front and keep the other dims in order, then Gathers on axis 0 with
+ * constant indices. Each Gather becomes its own matmul N=D (the weight's
+ * columns and the bias of its block) and a reshape to the Gather's shape;
+ * the chain vanishes. *matched false when the nodes are not that. */
+static int s_split_proj(s_ctx_t *c, const s_node_t *nd, const char *x,
+                        const s_tensor_t *w, bool *matched)
+{
+    *matched = false;
+    const KilnOnnx__GraphProto *g = c->g;
+    int64_t nout = w->dims[1], G = 0, D = 0;
+    int add = -1, chain[8], nchain = 0;
+    /* tags: >= 0 a leading dim of the Reshape (its size), -1 an inserted
+     * 1, -2 the block axis G, -3 the block's own D */
+    int64_t tag[8], size[8];
+    int nt = 0;
+    const char *v = nd->output[0];
+    int r = s_reader(c, v);
+    if (r >= 0 && s_is(g->node[r], "Add") && s_other(g->node[r], v) &&
+        s_init(c, s_other(g->node[r], v)) &&
+        s_numel(s_init(c, s_other(g->node[r], v))) == nout) {
+        add = r;
+        v = g->node[r]->output[0];
+        r = s_reader(c, v);
+    }
+    for (; r >= 0 && nchain < 8; r = s_reader(c, v)) {
+        const s_node_t *n = g->node[r];
+        int64_t ax[8];
+        int na = 0;
+        if (nchain == 0) {
+            const s_tensor_t *st = s_is(n, "Reshape") && n->n_input > 1
+                                       ? s_init(c, n->input[1])
+                                       : NULL;
+            na = st ? s_ints_of(st, ax, 8) : -1;
+            if (na < 3 || ax[na - 1] <= 0 || ax[na - 2] < 2 ||
+                ax[na - 1] * ax[na - 2] != nout)
+                return KL_OK;
+            for (int i = 0; i < na; i++) {
+                if (ax[i] == 0 && i < na - 2)
+                    return KL_OK; /* a copied dim: positions move below */
+                tag[i] = i < na - 2 ? i : i == na - 2 ? -2 : -3;
+                size[i] = ax[i];
+            }
+            nt = na;
+            G = ax[na - 2];
+            D = ax[na - 1];
+        } else if (s_is(n, "Transpose")) {
+            const KilnOnnx__AttributeProto *p = s_attr(n, "perm");
+            int64_t t2[8], s2[8];
+            if (!p || (int)p->n_ints != nt)
+                return KL_OK;
+            for (int i = 0; i < nt; i++) {
+                if (p->ints[i] < 0 || p->ints[i] >= nt)
+                    return KL_OK;
+                t2[i] = tag[p->ints[i]];
+                s2[i] = size[p->ints[i]];
+            }
+            memcpy(tag, t2, sizeof(t2));
+            memcpy(size, s2, sizeof(s2));
+        } else if (s_is(n, "Unsqueeze") || s_is(n, "Squeeze")) {
+            bool un = s_is(n, "Unsqueeze");
+            na = s_axes(c, n, ax);
+            int ro = un ? nt + na : nt - na, k = 0;
+            if (na <= 0 || ro > 8 || ro < 1)
+                return KL_OK;
+            int64_t t2[8], s2[8];
+            for (int i = 0, src = 0; i < (un ? ro : nt); i++) {
+                bool hit = false;
+                for (int a = 0; a < na; a++)
+                    hit |= ax[a] == i || ax[a] + (un ? ro : nt) == i;
+                if (un) {
+                    t2[i] = hit ? -1 : tag[src];
+                    s2[i] = hit ? 1 : size[src];
+                    src += !hit;
+                } else if (hit && size[i] != 1)
+                    return KL_OK;
+                else if (!hit) {
+                    t2[k] = tag[i];
+                    s2[k++] = size[i];
+                }
+            }
+            nt = ro;
+            memcpy(tag, t2, sizeof(t2));
+            memcpy(size, s2, sizeof(s2));
+        } else
+            break;
+        chain[nchain++] = r;
+        v = n->output[0];
+    }
+    /* Now every reader of v is a Gather on axis 0 of the block axis, and
+     * the other axes keep their order with D last. */
+    int nread = s_readers(c, v);
+    if (nchain < 2 || nt < 2 || tag[0] != -2 || tag[nt - 1] != -3 || nread < 1)
+        return KL_OK;
+    for (int i = 1, last = -1; i < nt - 1; i++) {
+        if (tag[i] >= 0 && tag[i] <= last)
+            return KL_OK;
+        if (tag[i] < -1)
+            return KL_OK;
+        last = tag[i] >= 0 ? (int)tag[i] : last;
+    }
+    int gat[8], ng = 0;
+    int64_t idx[8];
+    for (size_t i = 0; i < g->n_node; i++) {
+        const s_node_t *n = g->node[i];
+        bool reads = false;
+        for (size_t k = 0; k < n->n_input; k++)
+            reads |= strcmp(n->input[k], v) == 0;
+        if (!reads)
+            continue;
+        const s_tensor_t *it = n->n_input == 2 ? s_init(c, n->input[1]) : NULL;
+        if (!s_is(n, "Gather") || s_aint(n, "axis", 0) != 0 || !it ||
+            strcmp(n->input[0], v) || ng == 8 || s_numel(it) != 1 ||
+            it->n_dims != 0 || s_ints_of(it, &idx[ng], 1) != 1 || idx[ng] < 0 ||
+            idx[ng] >= G)
+            return KL_OK;
+        gat[ng++] = (int)i;
+    }
+    if (ng != nread)
+        return KL_OK;
+    /* The blocks. */
+    float *wd = NULL, *bd = NULL;
+    int64_t n, nb = 0;
+    int rc = KL_OK;
+    const s_tensor_t *bt =
+        add >= 0 ? s_init(c, s_other(g->node[add], nd->output[0])) : NULL;
+    if (c->want) {
+        rc = s_floats(c, w, nd->input[1], &wd, &n);
+        if (!rc && bt)
+            rc =
+                s_floats(c, bt, s_other(g->node[add], nd->output[0]), &bd, &nb);
+    }
+    for (int k = 0; k < ng && !rc; k++) {
+        const s_node_t *ga = g->node[gat[k]];
+        char *own = kl_xasprintf("%c%s_mm", S_OWN, ga->output[0]);
+        s_line_t *l = s_line_for(c, own, "", "matmul");
+        const char *mm = l->name;
+        kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+        free(l->in0);
+        l->in0 = kl_xstrdup(nd->input[0]);
+        l->params = l->colw = true;
+        l->nout = D;
+        if (bt)
+            s_need_bias(c, l);
+        if (wd) {
+            int64_t H = w->dims[0];
+            l->wn = H * D;
+            l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+            for (int64_t i = 0; i < H; i++)
+                memcpy(l->w + i * D, wd + i * nout + idx[k] * D,
+                       (size_t)D * sizeof(float));
+        }
+        for (int64_t i = 0; bd && i < D; i++)
+            l->b[i] = bd[idx[k] * D + i];
+        s_line_t *rs = s_line_for(c, ga->output[0], own, "reshape");
+        kl_buf_printf(&rs->args, "%s shape=", mm);
+        for (int i = 1; i < nt; i++)
+            kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "",
+                          (long long)size[i]);
+        free(own);
+        c->skip[gat[k]] = true;
+    }
+    free(wd);
+    free(bd);
+    if (rc)
+        return rc;
+    if (add >= 0)
+        c->skip[add] = true;
+    for (int k = 0; k < nchain; k++)
+        c->skip[chain[k]] = true;
+    *matched = true;
+    return KL_OK;
+}
+
 /* Gemm and MatMul: by a weight, dense O= ([O,I], Gemm transB=1) or matmul
  * N= ([K,N]), alpha in the weight and beta in the bias; MatMul of two
  * computed values: matmul A B. */
@@ -563,6 +756,11 @@ static int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
     }
     if (b->n_dims != 2)
         return s_fail(c, nd, "a weight that is not 2-D");
+    if (!gemm) {
+        bool m;
+        if ((rc = s_split_proj(c, nd, a, b, &m)) || m)
+            return rc;
+    }
     bool tb = gemm && s_aint(nd, "transB", 0);
     s_line_t *l = s_line(c, nd, tb ? "dense" : "matmul");
     l->colw = !tb;
