@@ -999,6 +999,143 @@ static void test_onnx_gelu_layer_norm(void **state)
     }
 }
 
+/* An int64 initializer of n values (n_dims 0 when scalar). */
+static KilnOnnx__TensorProto *s_i64(const char *name, bool scalar, int n,
+                                    int64_t a, int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, scalar ? 0 : 1, n, 0, 0, 0);
+    int64_t v[4] = {a, b, c3, d};
+    t->data_type = 7;
+    t->n_int64_data = (size_t)n;
+    t->int64_data = s_mem(4 * sizeof(int64_t));
+    memcpy(t->int64_data, v, sizeof(v));
+    return t;
+}
+
+/* Self-attention as PyTorch's dynamo exporter writes it: one packed QKV
+ * projection of a [1,S,H] input split by Reshape, Unsqueeze, Transpose,
+ * Squeeze and Gather becomes three matmuls by their blocks of the weight
+ * and bias; the scale (a Mul through the head views) folds into Q's; the
+ * 4-D scores are a batch_matmul over batch x heads. */
+static void test_onnx_attention_split(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    float w[8 * 24], b[24];
+    for (int i = 0; i < 8 * 24; i++) {
+        w[i] = (float)(i % 11) - 5;
+        if (i < 24)
+            b[i] = (float)i;
+    }
+    s_onnx_t o;
+    int64_t in[3] = {1, 4, 8};
+    s_onnx_init(&o, "x", 3, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_data(s_tensor("w", 2, 8, 24, 0, 0), w, 192, true);
+    t[1] = s_data(s_tensor("b", 1, 24, 0, 0, 0), b, 24, false);
+    t[2] = s_i64("sh", false, 4, 1, 4, 3, 8);
+    t[3] = s_i64("zero", false, 1, 0, 0, 0, 0);
+    t[4] = s_i64("three", false, 1, 3, 0, 0, 0);
+    t[5] = s_i64("i0", true, 1, 0, 0, 0, 0);
+    t[6] = s_i64("i1", true, 1, 1, 0, 0, 0);
+    t[7] = s_i64("i2", true, 1, 2, 0, 0, 0);
+    t[8] = s_i64("heads", false, 4, 1, 4, 2, 4);
+    t[9] = s_scalar("half", 0.5f, true);
+    o.g.n_initializer = 10;
+    s_onnx_node(&o, "MatMul", s_strs("x", "w", 0), 2, "qkv", 0, 0, 0);
+    s_onnx_node(&o, "Add", s_strs("qkv", "b", 0), 2, "qkvb", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("qkvb", "sh", 0), 2, "v1",
+                s_int("allowzero", 1), 0, 0);
+    s_onnx_node(&o, "Unsqueeze", s_strs("v1", "zero", 0), 2, "u", 0, 0, 0);
+    KilnOnnx__AttributeProto *p5 = s_ints("perm", 4, 0, 0, 0, 0);
+    static const int64_t perm5[5] = {3, 1, 2, 0, 4};
+    p5->ints = s_mem(sizeof(perm5));
+    memcpy(p5->ints, perm5, sizeof(perm5));
+    p5->n_ints = 5;
+    s_onnx_node(&o, "Transpose", s_strs("u", 0, 0), 1, "tr", p5, 0, 0);
+    s_onnx_node(&o, "Squeeze", s_strs("tr", "three", 0), 2, "sq", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i0", 0), 2, "q", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i1", 0), 2, "k", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i2", 0), 2, "v", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("q", "heads", 0), 2, "qh", 0, 0, 0);
+    s_onnx_node(&o, "Transpose", s_strs("qh", 0, 0), 1, "qt",
+                s_ints("perm", 4, 0, 2, 1, 3), 0, 0);
+    s_onnx_node(&o, "Mul", s_strs("qt", "half", 0), 2, "qs", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("k", "heads", 0), 2, "kh", 0, 0, 0);
+    s_onnx_node(&o, "Transpose", s_strs("kh", 0, 0), 1, "kt",
+                s_ints("perm", 4, 0, 2, 3, 1), 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("qs", "kt", 0), 2, "sc", 0, 0, 0);
+    s_onnx_node(&o, "Softmax", s_strs("sc", 0, 0), 1, "p", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "p");
+    s_text_has(path, "q_mm = matmul x N=8 bias=1\n"
+                     "q = reshape q_mm shape=1x4x8\n"
+                     "k_mm = matmul x N=8 bias=1\n");
+    kl_model_t *m = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 2);
+    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=4 N=8 K=8 bias=1");
+    assert_int_equal(kl_model_task(m, 0)->weight, 3);
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "batch_matmul B=2 M=4 N=4 K=4");
+    kl_model_destroy(&m);
+    kl_model_params_t ps = s_params(path);
+    assert_int_equal(ps.n, 6);
+    double want[64];
+    for (int blk = 0; blk < 3; blk++) {
+        char name[32];
+        double sc = blk == 0 ? 0.5 : 1.0;
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 8; j++)
+                want[i * 8 + j] = w[i * 24 + blk * 8 + j] * sc;
+        snprintf(name, sizeof(name), "%c_mm.weight", "qkv"[blk]);
+        s_param_is(&ps, name, want, 64);
+        for (int j = 0; j < 8; j++)
+            want[j] = b[blk * 8 + j] * sc;
+        snprintf(name, sizeof(name), "%c_mm.bias", "qkv"[blk]);
+        s_param_is(&ps, name, want, 8);
+    }
+    kl_model_params_free(&ps);
+    unlink(path);
+    s_arena_free();
+}
+
+/* The graph format: a matmul by a weight takes any leading dims (M is
+ * their product), batch_matmul any rank from 3 with equal leading dims;
+ * layer_norm's eps and affine. */
+static void test_graph_nd_matmul_layer_norm(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = s_parse("input x 2x3x8\n"
+                            "input y 1x2x8x5\n"
+                            "input z 1x2x5x4\n"
+                            "a = matmul x N=4 bias=1\n"
+                            "n = layer_norm a eps=1e-6 affine=1\n"
+                            "r = relu n\n"
+                            "b = matmul y z\n");
+    assert_int_equal(kl_model_ntasks(m), 3);
+    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=6 N=4 K=8 bias=1");
+    assert_string_equal(kl_model_task(m, 2)->spec,
+                        "batch_matmul B=2 M=8 N=4 K=5");
+    kl_model_destroy(&m);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"input x 2x8\nn = layer_norm x eps=0\n", "eps=0 is not above 0"},
+        {"input x 2x8\nn = layer_norm x affine=2\n", "affine must be 0 or 1"},
+        {"input y 1x2x8x5\ninput z 1x3x5x4\nb = matmul y z\n",
+         "batch_matmul of 1x2x8x5 by 1x3x5x4"},
+        {"input x 8\na = matmul x N=4\n", "expects a 2-D [...,M,K] input"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(kl_model_parse(bad[i].text, "t", &m, err),
+                         KL_ERR_INVAL);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("error '%s' does not say '%s'", err, bad[i].msg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1012,6 +1149,8 @@ int main(void)
         cmocka_unit_test(test_onnx_fold_refused),
         cmocka_unit_test(test_onnx_unsupported_all),
         cmocka_unit_test(test_onnx_gelu_layer_norm),
+        cmocka_unit_test(test_onnx_attention_split),
+        cmocka_unit_test(test_graph_nd_matmul_layer_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
