@@ -47,6 +47,8 @@ typedef struct {
      * wanted. */
     bool params;
     bool colw;
+    bool dead; /* replaced (a packed projection split by its Gathers) */
+    char *out; /* ONNX name of its output */
     int64_t nout;
     float *w;
     int64_t wn;
@@ -61,6 +63,7 @@ typedef struct {
     char *name;
     const s_tensor_t *t;
     s_tensor_t *own;
+    void *data; /* an evaluated constant's values (owned) */
 } s_const_t;
 
 typedef struct {
@@ -97,6 +100,16 @@ static const s_tensor_t *s_init(const s_ctx_t *c, const char *name)
         if (c->g->initializer[i]->name &&
             strcmp(c->g->initializer[i]->name, name) == 0)
             return c->g->initializer[i];
+    /* A Constant node further down (a pattern looks ahead). */
+    for (size_t i = 0; i < c->g->n_node; i++) {
+        const s_node_t *nd = c->g->node[i];
+        if (nd->op_type && !strcmp(nd->op_type, "Constant") && nd->n_output &&
+            !strcmp(nd->output[0], name))
+            for (size_t k = 0; k < nd->n_attribute; k++)
+                if (nd->attribute[k]->name &&
+                    !strcmp(nd->attribute[k]->name, "value"))
+                    return nd->attribute[k]->t;
+    }
     return NULL;
 }
 
@@ -105,7 +118,7 @@ static void s_add_const(s_ctx_t *c, const char *name, const s_tensor_t *t,
 {
     c->consts =
         kl_xrealloc(c->consts, (size_t)(c->nconsts + 1) * sizeof(s_const_t));
-    c->consts[c->nconsts++] = (s_const_t){kl_xstrdup(name), t, own};
+    c->consts[c->nconsts++] = (s_const_t){kl_xstrdup(name), t, own, NULL};
 }
 
 /* How many nodes (and graph outputs) read value name. */
@@ -114,9 +127,12 @@ static int s_readers(const s_ctx_t *c, const char *name)
     int n = 0;
     if (name[0] == S_OWN) /* kiln's own, read by the line made with it */
         return 1;
+    /* a Shape reads no values: folds and splits keep the shape */
     for (size_t i = 0; i < c->g->n_node; i++)
         for (size_t k = 0; k < c->g->node[i]->n_input; k++)
-            n += strcmp(c->g->node[i]->input[k], name) == 0;
+            n += strcmp(c->g->node[i]->input[k], name) == 0 &&
+                 !(c->g->node[i]->op_type &&
+                   !strcmp(c->g->node[i]->op_type, "Shape"));
     for (size_t i = 0; i < c->g->n_output; i++)
         n += c->g->output[i]->name && strcmp(c->g->output[i]->name, name) == 0;
     return n;
@@ -129,7 +145,9 @@ static int s_reader(const s_ctx_t *c, const char *name)
         return -1;
     for (size_t i = 0; i < c->g->n_node; i++)
         for (size_t k = 0; k < c->g->node[i]->n_input; k++)
-            if (strcmp(c->g->node[i]->input[k], name) == 0)
+            if (strcmp(c->g->node[i]->input[k], name) == 0 &&
+                strcmp(c->g->node[i]->op_type ? c->g->node[i]->op_type : "",
+                       "Shape"))
                 return (int)i;
     return -1;
 }
@@ -367,10 +385,13 @@ static s_line_t *s_line_for(s_ctx_t *c, const char *out, const char *in0,
     /* a value of kiln's own (S_OWN prefix) is named without it */
     l->name = s_kiln_name(c, out[0] == S_OWN ? out + 1 : out);
     l->in0 = kl_xstrdup(in0);
+    l->out = kl_xstrdup(out);
     c->nlines++;
     s_add_val(c, out, l->name, c->nlines - 1, false);
     return l;
 }
+
+static void s_lines_text(const s_ctx_t *c, kl_buf_t *b, bool dead);
 
 static s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op)
 {
@@ -554,182 +575,6 @@ static bool s_is(const s_node_t *nd, const char *op);
 static const char *s_other(const s_node_t *nd, const char *one);
 static int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax);
 
-/* A packed projection (PyTorch's in_proj: Q, K and V in one weight
- * [H, G*D]): MatMul by the weight, an optional Add of its bias, Reshape
- * to [..., G, D], Unsqueeze, Transpose and Squeeze that bring G to the
- * front and keep the other dims in order, then Gathers on axis 0 with
- * constant indices. Each Gather becomes its own matmul N=D (the weight's
- * columns and the bias of its block) and a reshape to the Gather's shape;
- * the chain vanishes. *matched false when the nodes are not that. */
-static int s_split_proj(s_ctx_t *c, const s_node_t *nd, const char *x,
-                        const s_tensor_t *w, bool *matched)
-{
-    *matched = false;
-    const KilnOnnx__GraphProto *g = c->g;
-    int64_t nout = w->dims[1], G = 0, D = 0;
-    int add = -1, chain[8], nchain = 0;
-    /* tags: >= 0 a leading dim of the Reshape (its size), -1 an inserted
-     * 1, -2 the block axis G, -3 the block's own D */
-    int64_t tag[8], size[8];
-    int nt = 0;
-    const char *v = nd->output[0];
-    int r = s_reader(c, v);
-    if (r >= 0 && s_is(g->node[r], "Add") && s_other(g->node[r], v) &&
-        s_init(c, s_other(g->node[r], v)) &&
-        s_numel(s_init(c, s_other(g->node[r], v))) == nout) {
-        add = r;
-        v = g->node[r]->output[0];
-        r = s_reader(c, v);
-    }
-    for (; r >= 0 && nchain < 8; r = s_reader(c, v)) {
-        const s_node_t *n = g->node[r];
-        int64_t ax[8];
-        int na = 0;
-        if (nchain == 0) {
-            const s_tensor_t *st = s_is(n, "Reshape") && n->n_input > 1
-                                       ? s_init(c, n->input[1])
-                                       : NULL;
-            na = st ? s_ints_of(st, ax, 8) : -1;
-            if (na < 3 || ax[na - 1] <= 0 || ax[na - 2] < 2 ||
-                ax[na - 1] * ax[na - 2] != nout)
-                return KL_OK;
-            for (int i = 0; i < na; i++) {
-                if (ax[i] == 0 && i < na - 2)
-                    return KL_OK; /* a copied dim: positions move below */
-                tag[i] = i < na - 2 ? i : i == na - 2 ? -2 : -3;
-                size[i] = ax[i];
-            }
-            nt = na;
-            G = ax[na - 2];
-            D = ax[na - 1];
-        } else if (s_is(n, "Transpose")) {
-            const KilnOnnx__AttributeProto *p = s_attr(n, "perm");
-            int64_t t2[8], s2[8];
-            if (!p || (int)p->n_ints != nt)
-                return KL_OK;
-            for (int i = 0; i < nt; i++) {
-                if (p->ints[i] < 0 || p->ints[i] >= nt)
-                    return KL_OK;
-                t2[i] = tag[p->ints[i]];
-                s2[i] = size[p->ints[i]];
-            }
-            memcpy(tag, t2, sizeof(t2));
-            memcpy(size, s2, sizeof(s2));
-        } else if (s_is(n, "Unsqueeze") || s_is(n, "Squeeze")) {
-            bool un = s_is(n, "Unsqueeze");
-            na = s_axes(c, n, ax);
-            int ro = un ? nt + na : nt - na, k = 0;
-            if (na <= 0 || ro > 8 || ro < 1)
-                return KL_OK;
-            int64_t t2[8], s2[8];
-            for (int i = 0, src = 0; i < (un ? ro : nt); i++) {
-                bool hit = false;
-                for (int a = 0; a < na; a++)
-                    hit |= ax[a] == i || ax[a] + (un ? ro : nt) == i;
-                if (un) {
-                    t2[i] = hit ? -1 : tag[src];
-                    s2[i] = hit ? 1 : size[src];
-                    src += !hit;
-                } else if (hit && size[i] != 1)
-                    return KL_OK;
-                else if (!hit) {
-                    t2[k] = tag[i];
-                    s2[k++] = size[i];
-                }
-            }
-            nt = ro;
-            memcpy(tag, t2, sizeof(t2));
-            memcpy(size, s2, sizeof(s2));
-        } else
-            break;
-        chain[nchain++] = r;
-        v = n->output[0];
-    }
-    /* Now every reader of v is a Gather on axis 0 of the block axis, and
-     * the other axes keep their order with D last. */
-    int nread = s_readers(c, v);
-    if (nchain < 2 || nt < 2 || tag[0] != -2 || tag[nt - 1] != -3 || nread < 1)
-        return KL_OK;
-    for (int i = 1, last = -1; i < nt - 1; i++) {
-        if (tag[i] >= 0 && tag[i] <= last)
-            return KL_OK;
-        if (tag[i] < -1)
-            return KL_OK;
-        last = tag[i] >= 0 ? (int)tag[i] : last;
-    }
-    int gat[8], ng = 0;
-    int64_t idx[8];
-    for (size_t i = 0; i < g->n_node; i++) {
-        const s_node_t *n = g->node[i];
-        bool reads = false;
-        for (size_t k = 0; k < n->n_input; k++)
-            reads |= strcmp(n->input[k], v) == 0;
-        if (!reads)
-            continue;
-        const s_tensor_t *it = n->n_input == 2 ? s_init(c, n->input[1]) : NULL;
-        if (!s_is(n, "Gather") || s_aint(n, "axis", 0) != 0 || !it ||
-            strcmp(n->input[0], v) || ng == 8 || s_numel(it) != 1 ||
-            it->n_dims != 0 || s_ints_of(it, &idx[ng], 1) != 1 || idx[ng] < 0 ||
-            idx[ng] >= G)
-            return KL_OK;
-        gat[ng++] = (int)i;
-    }
-    if (ng != nread)
-        return KL_OK;
-    /* The blocks. */
-    float *wd = NULL, *bd = NULL;
-    int64_t n, nb = 0;
-    int rc = KL_OK;
-    const s_tensor_t *bt =
-        add >= 0 ? s_init(c, s_other(g->node[add], nd->output[0])) : NULL;
-    if (c->want) {
-        rc = s_floats(c, w, nd->input[1], &wd, &n);
-        if (!rc && bt)
-            rc =
-                s_floats(c, bt, s_other(g->node[add], nd->output[0]), &bd, &nb);
-    }
-    for (int k = 0; k < ng && !rc; k++) {
-        const s_node_t *ga = g->node[gat[k]];
-        char *own = kl_xasprintf("%c%s_mm", S_OWN, ga->output[0]);
-        s_line_t *l = s_line_for(c, own, "", "matmul");
-        const char *mm = l->name;
-        kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
-        free(l->in0);
-        l->in0 = kl_xstrdup(nd->input[0]);
-        l->params = l->colw = true;
-        l->nout = D;
-        if (bt)
-            s_need_bias(c, l);
-        if (wd) {
-            int64_t H = w->dims[0];
-            l->wn = H * D;
-            l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
-            for (int64_t i = 0; i < H; i++)
-                memcpy(l->w + i * D, wd + i * nout + idx[k] * D,
-                       (size_t)D * sizeof(float));
-        }
-        for (int64_t i = 0; bd && i < D; i++)
-            l->b[i] = bd[idx[k] * D + i];
-        s_line_t *rs = s_line_for(c, ga->output[0], own, "reshape");
-        kl_buf_printf(&rs->args, "%s shape=", mm);
-        for (int i = 1; i < nt; i++)
-            kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "",
-                          (long long)size[i]);
-        free(own);
-        c->skip[gat[k]] = true;
-    }
-    free(wd);
-    free(bd);
-    if (rc)
-        return rc;
-    if (add >= 0)
-        c->skip[add] = true;
-    for (int k = 0; k < nchain; k++)
-        c->skip[chain[k]] = true;
-    *matched = true;
-    return KL_OK;
-}
-
 /* Gemm and MatMul: by a weight, dense O= ([O,I], Gemm transB=1) or matmul
  * N= ([K,N]), alpha in the weight and beta in the bias; MatMul of two
  * computed values: matmul A B. */
@@ -756,11 +601,6 @@ static int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
     }
     if (b->n_dims != 2)
         return s_fail(c, nd, "a weight that is not 2-D");
-    if (!gemm) {
-        bool m;
-        if ((rc = s_split_proj(c, nd, a, b, &m)) || m)
-            return rc;
-    }
     bool tb = gemm && s_aint(nd, "transB", 0);
     s_line_t *l = s_line(c, nd, tb ? "dense" : "matmul");
     l->colw = !tb;
@@ -1255,6 +1095,399 @@ static int s_const_view(s_ctx_t *c, const s_node_t *nd, bool *done)
     return KL_OK;
 }
 
+/* The shape of the value kiln names `kiln` as the graph parser infers it
+ * from the lines so far; false when it cannot. */
+static bool s_shape(const s_ctx_t *c, const char *kiln, int64_t *d, int *n)
+{
+    kl_buf_t b = {0};
+    kl_mgraph_t g;
+    char err[KL_ERRMSG_LEN];
+    bool ok = false;
+    s_lines_text(c, &b, true);
+    if (b.data && kl_mgraph_parse(b.data, c->src, &g, err) == KL_OK) {
+        for (int i = 0; i < g.n && !ok; i++)
+            if (strcmp(g.nodes[i].name, kiln) == 0) {
+                *n = g.nodes[i].ndim;
+                memcpy(d, g.nodes[i].shape, sizeof(g.nodes[i].shape));
+                ok = true;
+            }
+        kl_mgraph_free(&g);
+    }
+    kl_buf_free(&b);
+    return ok;
+}
+
+#define S_MAXC 64 /* values in a constant kiln evaluates */
+
+/* A constant of kiln's own: n values v of ONNX type (1 float, 7 int64). */
+static void s_new_const(s_ctx_t *c, const char *name, int type,
+                        const int64_t *dims, int nd, const double *v, int n)
+{
+    s_tensor_t *t = kl_xmalloc(sizeof(*t));
+    kiln_onnx__tensor_proto__init(t);
+    t->has_data_type = 1;
+    t->data_type = type;
+    t->n_dims = (size_t)nd;
+    t->dims = kl_xmalloc(8 * sizeof(int64_t));
+    memcpy(t->dims, dims, (size_t)nd * sizeof(int64_t));
+    void *data;
+    if (type == 7) {
+        int64_t *x = kl_xmalloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        for (int i = 0; i < n; i++)
+            x[i] = (int64_t)v[i];
+        t->n_int64_data = (size_t)n;
+        t->int64_data = x;
+        data = x;
+    } else {
+        float *x = kl_xmalloc((size_t)(n ? n : 1) * sizeof(float));
+        for (int i = 0; i < n; i++)
+            x[i] = (float)v[i];
+        t->n_float_data = (size_t)n;
+        t->float_data = x;
+        data = x;
+    }
+    s_add_const(c, name, t, t);
+    c->consts[c->nconsts - 1].data = data;
+}
+
+/* The values of a small constant (int64 or float) as doubles: their count,
+ * -1 when name is not one. */
+static int s_nums(s_ctx_t *c, const char *name, double *v, int *type,
+                  int64_t *dims, int *nd)
+{
+    const s_tensor_t *t = name && *name ? s_init(c, name) : NULL;
+    if (!t || s_numel(t) > S_MAXC || t->n_dims > 8 ||
+        (t->data_type != 1 && t->data_type != 7))
+        return -1;
+    *type = t->data_type;
+    *nd = (int)t->n_dims;
+    memcpy(dims, t->dims, t->n_dims * sizeof(int64_t));
+    int64_t n = s_numel(t);
+    if (t->data_type == 7) {
+        int64_t x[S_MAXC];
+        if (s_ints_of(t, x, S_MAXC) != n)
+            return -1;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (double)x[i];
+        return (int)n;
+    }
+    float *f;
+    char keep[KL_ERRMSG_LEN];
+    memcpy(keep, c->err ? c->err : "", c->err ? KL_ERRMSG_LEN : 1);
+    int rc = s_floats(c, t, name, &f, &n);
+    if (c->err)
+        memcpy(c->err, keep, KL_ERRMSG_LEN);
+    if (rc)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = f[i];
+    free(f);
+    return (int)n;
+}
+
+/* Shape arithmetic (as PyTorch's TorchScript exporter writes it): Shape of
+ * a computed value, and Mod, Add, Sub, Mul, Div, Sqrt, Cast, Concat, Slice
+ * and Gather of small constants are constants (*done). */
+static int s_const_eval(s_ctx_t *c, const s_node_t *nd, bool *done)
+{
+    double a[S_MAXC], b[S_MAXC], r[S_MAXC];
+    int64_t da[8], db[8], dr[8];
+    int ta = 7, tb = 7, na = 0, nb = 0, nra = 0, nrb = 0, n = 0, nd_r = 1;
+    *done = false;
+    if (s_is(nd, "Shape")) {
+        const s_val_t *v = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+        int64_t d[KL_MODEL_MAX_DIMS];
+        int k;
+        if (!v || v->bad || !s_shape(c, v->kiln, d, &k))
+            return KL_OK;
+        int64_t st = s_aint(nd, "start", 0), en = s_aint(nd, "end", k);
+        st = st < 0 ? st + k : st;
+        en = en < 0 ? en + k : en > k ? k : en;
+        for (int64_t i = st < 0 ? 0 : st; i < en; i++)
+            r[n++] = (double)d[i];
+        dr[0] = n;
+        s_new_const(c, nd->output[0], 7, dr, 1, r, n);
+        *done = true;
+        return KL_OK;
+    }
+    static const char *ops[] = {"Mod",  "Add",  "Sub",    "Mul",   "Div",
+                                "Sqrt", "Cast", "Concat", "Slice", "Gather"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        known |= s_is(nd, ops[i]);
+    if (!known || nd->n_input < 1)
+        return KL_OK;
+    for (size_t k = 0; k < nd->n_input; k++)
+        if (nd->input[k][0] && !s_init(c, nd->input[k]))
+            return KL_OK; /* not all constant */
+    na = s_nums(c, nd->input[0], a, &ta, da, &nra);
+    if (na < 0)
+        return KL_OK;
+    if (nd->n_input > 1 && !s_is(nd, "Concat") &&
+        (nb = s_nums(c, nd->input[1], b, &tb, db, &nrb)) < 0)
+        return KL_OK;
+    int type = ta;
+    memcpy(dr, da, sizeof(da));
+    nd_r = nra;
+    if (s_is(nd, "Sqrt")) {
+        for (n = 0; n < na; n++)
+            r[n] = sqrt(a[n]);
+    } else if (s_is(nd, "Cast")) {
+        type = (int)s_aint(nd, "to", 0);
+        if (type != 1 && type != 7)
+            return KL_OK;
+        for (n = 0; n < na; n++)
+            r[n] = type == 7 ? trunc(a[n]) : a[n];
+    } else if (s_is(nd, "Concat")) {
+        for (size_t k = 0; k < nd->n_input; k++) {
+            double x[S_MAXC];
+            int64_t dx[8];
+            int tx, nx, m = s_nums(c, nd->input[k], x, &tx, dx, &nx);
+            if (m < 0 || nx != 1 || n + m > S_MAXC)
+                return KL_OK;
+            memcpy(r + n, x, (size_t)m * sizeof(double));
+            n += m;
+        }
+        dr[0] = n;
+        nd_r = 1;
+    } else if (s_is(nd, "Slice")) {
+        /* data, starts, ends[, axes[, steps]]: 1-D data only */
+        double e[S_MAXC], ax[S_MAXC], stp[S_MAXC];
+        int64_t dd[8];
+        int tt, ndd;
+        bool has_ax = nd->n_input > 3 && nd->input[3][0],
+             has_st = nd->n_input > 4 && nd->input[4][0];
+        if (nra != 1 || nb != 1 || nd->n_input < 3 ||
+            s_nums(c, nd->input[2], e, &tt, dd, &ndd) != 1 ||
+            (has_ax && (s_nums(c, nd->input[3], ax, &tt, dd, &ndd) != 1 ||
+                        (ax[0] != 0 && ax[0] != -1))) ||
+            (has_st &&
+             (s_nums(c, nd->input[4], stp, &tt, dd, &ndd) != 1 || stp[0] != 1)))
+            return KL_OK;
+        double st = b[0] < 0 ? b[0] + na : b[0],
+               en = e[0] < 0 ? e[0] + na : e[0];
+        st = st < 0 ? 0 : st > na ? na : st;
+        en = en < 0 ? 0 : en > na ? na : en;
+        for (int i = (int)st; i < (int)en; i++)
+            r[n++] = a[i];
+        dr[0] = n;
+    } else if (s_is(nd, "Gather")) {
+        if (s_aint(nd, "axis", 0) != 0 || nra != 1)
+            return KL_OK;
+        for (n = 0; n < nb; n++) {
+            int64_t i = (int64_t)b[n] < 0 ? (int64_t)b[n] + na : (int64_t)b[n];
+            if (i < 0 || i >= na)
+                return s_fail(c, nd, "an index outside the constant");
+            r[n] = a[i];
+        }
+        nd_r = nrb;
+        memcpy(dr, db, sizeof(db));
+    } else { /* Mod, Add, Sub, Mul, Div: a scalar broadcasts */
+        if (nb != na && nb != 1 && na != 1)
+            return KL_OK;
+        if (na == 1 && nb > 1) {
+            memcpy(dr, db, sizeof(db));
+            nd_r = nrb;
+        }
+        n = na > nb ? na : nb;
+        for (int i = 0; i < n; i++) {
+            double x = a[na == 1 ? 0 : i], y = b[nb == 1 ? 0 : i];
+            if ((s_is(nd, "Mod") || (s_is(nd, "Div") && type == 7)) && y == 0)
+                return s_fail(c, nd, "an integer division by zero");
+            if (s_is(nd, "Mod")) /* the sign of the divisor (fmod=0) */
+                r[i] = x - floor(x / y) * y;
+            else if (s_is(nd, "Add"))
+                r[i] = x + y;
+            else if (s_is(nd, "Sub"))
+                r[i] = x - y;
+            else if (s_is(nd, "Mul"))
+                r[i] = x * y;
+            else
+                r[i] = type == 7 ? trunc(x / y) : x / y;
+        }
+    }
+    s_new_const(c, nd->output[0], type, dr, nd_r, r, n);
+    *done = true;
+    return KL_OK;
+}
+
+/* Unsqueeze and Squeeze of a computed value: a reshape to its new shape. */
+static int s_squeeze(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    const char *x = s_in(c, nd, 0, &rc);
+    if (!x)
+        return rc;
+    int64_t d[KL_MODEL_MAX_DIMS], o[KL_MODEL_MAX_DIMS], ax[8];
+    int r, n = s_axes(c, nd, ax), no = 0;
+    bool un = s_is(nd, "Unsqueeze");
+    if (!s_shape(c, x, d, &r))
+        return s_fail(c, nd, "the input's shape is not known");
+    if (n < 0 || (un && n == 0))
+        return s_fail(c, nd, "the axes must be constant int64");
+    int ro = un ? r + n : r;
+    if (ro > KL_MODEL_MAX_DIMS)
+        return s_fail(c, nd, "more than 8 dimensions");
+    for (int i = 0, src = 0; i < ro; i++) {
+        bool hit = n == 0 && !un && d[i] == 1;
+        for (int k = 0; k < n; k++)
+            hit |= ax[k] == i || ax[k] + ro == i;
+        if (un)
+            o[no++] = hit ? 1 : d[src++];
+        else if (hit && d[i] != 1)
+            return s_fail(c, nd, "squeezes an axis that is not 1");
+        else if (!hit)
+            o[no++] = d[i];
+    }
+    s_line_t *l = s_line(c, nd, "reshape");
+    kl_buf_printf(&l->args, "%s shape=", x);
+    for (int i = 0; i < no; i++)
+        kl_buf_printf(&l->args, "%s%lld", i ? "x" : "", (long long)o[i]);
+    if (no == 0)
+        kl_buf_puts(&l->args, "1");
+    return KL_OK;
+}
+
+/* The dims of d other than 1, in order. */
+static int s_non1(const int64_t *d, int n, int *at)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (d[i] != 1)
+            at[k++] = i;
+    return k;
+}
+
+/* Gather on axis 0, by a constant index, of a packed projection's output
+ * seen through views (PyTorch's MultiheadAttention: Q, K and V in one
+ * weight [H, G*D], its output viewed as [..., G, D] and G brought to the
+ * front): a matmul N=D by the index's block of the weight and bias, and a
+ * reshape to the Gather's shape. The packed layer and its views are
+ * dropped. *matched false when the Gather is not that. */
+static int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    *matched = false;
+    const s_tensor_t *it = nd->n_input == 2 ? s_init(c, nd->input[1]) : NULL;
+    const s_val_t *v = s_val(c, nd->input[0]);
+    int64_t idx;
+    if (!v || v->line < 0 || !it || it->n_dims != 0 ||
+        s_ints_of(it, &idx, 1) != 1 || s_aint(nd, "axis", 0) != 0)
+        return KL_OK;
+    /* Walk the views back to the packed layer. */
+    int chain[16], nch = 0, li = v->line;
+    /* Every reader of the Gather's input is a Gather, and each value on
+     * the way back is read only by the next. */
+    for (size_t i = 0; i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            if (!strcmp(c->g->node[i]->input[k], nd->input[0]) &&
+                (k || !s_is(c->g->node[i], "Gather")))
+                return KL_OK;
+    while (nch < 16 && (!strcmp(c->lines[li].op, "reshape") ||
+                        !strcmp(c->lines[li].op, "transpose"))) {
+        chain[nch++] = li;
+        const s_val_t *u = s_val(c, c->lines[li].in0);
+        if (!u || u->line < 0 || !u->sole || s_readers(c, u->onnx) != 1)
+            return KL_OK;
+        li = u->line;
+    }
+    s_line_t *p = &c->lines[li];
+    if (nch == 0 || !p->params || !p->colw)
+        return KL_OK;
+    /* Follow the axes from the packed output: tags -2 the block axis G,
+     * -3 the block's D, >= 0 the leading dims in order, -1 a 1. */
+    int64_t d[KL_MODEL_MAX_DIMS], pd[KL_MODEL_MAX_DIMS], tag[8], G = 0, D = 0;
+    int n, pn, at[8];
+    if (!s_shape(c, p->name, pd, &pn))
+        return KL_OK;
+    for (int k = nch - 1; k >= 0; k--) {
+        const s_line_t *l = &c->lines[chain[k]];
+        int64_t t2[8];
+        if (!s_shape(c, l->name, d, &n))
+            return KL_OK;
+        if (k == nch - 1) { /* the split: [..., nout] to [..., G, D] */
+            if (strcmp(l->op, "reshape") || n < 2 ||
+                d[n - 1] * d[n - 2] != p->nout || d[n - 2] < 2 ||
+                d[n - 1] == p->nout)
+                return KL_OK;
+            G = d[n - 2];
+            D = d[n - 1];
+            for (int i = 0; i < n; i++)
+                t2[i] = i == n - 2 ? -2 : i == n - 1 ? -3 : d[i] == 1 ? -1 : i;
+        } else if (!strcmp(l->op, "transpose")) {
+            char *pm = strstr(l->args.data, "perm=") + 5;
+            for (int i = 0; i < n; i++) {
+                long a = strtol(pm, &pm, 10);
+                if (a < 0 || a >= n)
+                    return KL_OK;
+                t2[i] = tag[a];
+                pm += *pm == ',';
+            }
+        } else { /* a reshape that only adds or drops 1s */
+            int a1[8], a2[8];
+            int m1 = s_non1(pd, pn, a1), m2 = s_non1(d, n, a2);
+            if (m1 != m2)
+                return KL_OK;
+            for (int i = 0; i < n; i++)
+                t2[i] = -1;
+            for (int i = 0; i < m1; i++) {
+                if (pd[a1[i]] != d[a2[i]])
+                    return KL_OK;
+                t2[a2[i]] = tag[a1[i]];
+            }
+        }
+        memcpy(tag, t2, sizeof(t2));
+        memcpy(pd, d, sizeof(d));
+        pn = n;
+    }
+    /* G first; the rest keeps its order with D last. */
+    int m = s_non1(pd, pn, at);
+    if (tag[0] != -2 || m < 2 || tag[at[m - 1]] != -3 || idx < 0 || idx >= G)
+        return KL_OK;
+    for (int i = 2; i < m - 1; i++)
+        if (tag[at[i]] <= tag[at[i - 1]] && i > 1)
+            return KL_OK;
+    for (int i = 1; i < m - 1; i++)
+        if (tag[at[i]] < 0)
+            return KL_OK;
+    /* The block's layer. */
+    size_t xl = strcspn(p->args.data, " ");
+    char *x = kl_xstrndup(p->args.data, xl);
+    char *own = kl_xasprintf("%c%s_mm", S_OWN, nd->output[0]);
+    char *pin0 = kl_xstrdup(p->in0);
+    s_line_t *l = s_line_for(c, own, pin0, "matmul");
+    p = &c->lines[li]; /* lines moved */
+    const char *mm = l->name;
+    kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+    l->params = l->colw = true;
+    l->nout = D;
+    l->bias = p->bias;
+    if (p->w) {
+        int64_t H = p->wn / p->nout;
+        l->wn = H * D;
+        l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+        for (int64_t i = 0; i < H; i++)
+            memcpy(l->w + i * D, p->w + i * p->nout + idx * D,
+                   (size_t)D * sizeof(float));
+    }
+    if (p->b) {
+        l->b = kl_xmalloc((size_t)D * sizeof(float));
+        memcpy(l->b, p->b + idx * D, (size_t)D * sizeof(float));
+    } else if (l->bias)
+        s_need_bias(c, l);
+    s_line_t *rs = s_line_for(c, nd->output[0], own, "reshape");
+    kl_buf_printf(&rs->args, "%s shape=", mm);
+    for (int i = 1; i < pn; i++)
+        kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "", (long long)pd[i]);
+    c->lines[li].dead = true;
+    for (int k = 0; k < nch; k++)
+        c->lines[chain[k]].dead = true;
+    free(x);
+    free(own);
+    free(pin0);
+    *matched = true;
+    return KL_OK;
+}
+
 static int s_node(s_ctx_t *c, const s_node_t *nd)
 {
     int rc = KL_OK;
@@ -1272,6 +1505,15 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
     }
     if ((rc = s_const_view(c, nd, &done)) || done)
         return rc;
+    if ((rc = s_const_eval(c, nd, &done)) || done)
+        return rc;
+    if (s_is(nd, "Unsqueeze") || s_is(nd, "Squeeze"))
+        return s_squeeze(c, nd);
+    if (s_is(nd, "Gather")) {
+        if ((rc = s_gather_block(c, nd, &done)) || done)
+            return rc;
+        return S_UNSUP;
+    }
     if (s_is(nd, "Conv"))
         return s_conv(c, nd);
     if (s_is(nd, "MaxPool") || s_is(nd, "AveragePool"))
@@ -1442,6 +1684,20 @@ static int s_inputs(s_ctx_t *c)
     return KL_OK;
 }
 
+/* The input lines and the layers so far (the dead ones too when dead). */
+static void s_lines_text(const s_ctx_t *c, kl_buf_t *b, bool dead)
+{
+    kl_buf_puts(b, c->head.data ? c->head.data : "");
+    for (int i = 0; i < c->nlines; i++)
+        if (dead || !c->lines[i].dead)
+            kl_buf_printf(b, "%s = %s %s%s\n", c->lines[i].name, c->lines[i].op,
+                          c->lines[i].args.data ? c->lines[i].args.data : "",
+                          c->lines[i].bias &&
+                                  strcmp(c->lines[i].op, "layer_norm")
+                              ? " bias=1"
+                              : "");
+}
+
 static char *s_emit(s_ctx_t *c)
 {
     kl_buf_t b = {0};
@@ -1452,13 +1708,7 @@ static char *s_emit(s_ctx_t *c)
         *dot = '\0';
     kl_buf_printf(&b, "# imported from %s\nmodel %s\n", c->src, name);
     free(name);
-    kl_buf_puts(&b, c->head.data ? c->head.data : "");
-    for (int i = 0; i < c->nlines; i++)
-        kl_buf_printf(&b, "%s = %s %s%s\n", c->lines[i].name, c->lines[i].op,
-                      c->lines[i].args.data ? c->lines[i].args.data : "",
-                      c->lines[i].bias && strcmp(c->lines[i].op, "layer_norm")
-                          ? " bias=1"
-                          : "");
+    s_lines_text(c, &b, false);
     for (size_t i = 0; i < c->g->n_output; i++) {
         const s_val_t *v =
             c->g->output[i]->name ? s_val(c, c->g->output[i]->name) : NULL;
@@ -1475,7 +1725,7 @@ static void s_params(s_ctx_t *c, kl_model_params_t *ps)
     memset(ps, 0, sizeof(*ps));
     for (int i = 0; i < c->nlines; i++) {
         s_line_t *l = &c->lines[i];
-        if (!l->params)
+        if (!l->params || l->dead)
             continue;
         ps->p = kl_xrealloc(ps->p, (size_t)(ps->n + 2) * sizeof(*ps->p));
         ps->p[ps->n++] =
@@ -1502,6 +1752,7 @@ static void s_free(s_ctx_t *c)
     for (int i = 0; i < c->nlines; i++) {
         free(c->lines[i].name);
         free(c->lines[i].in0);
+        free(c->lines[i].out);
         free(c->lines[i].w);
         free(c->lines[i].b);
         kl_buf_free(&c->lines[i].args);
@@ -1512,6 +1763,7 @@ static void s_free(s_ctx_t *c)
         if (c->consts[i].own)
             free(c->consts[i].own->dims);
         free(c->consts[i].own);
+        free(c->consts[i].data);
     }
     free(c->consts);
     free(c->skip);
