@@ -992,10 +992,107 @@ static int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax)
 }
 
 /* ReduceMean over H and W with keepdims: global_avg_pool. */
+static int s_nums(s_ctx_t *c, const char *name, double *v, int *type,
+                  int64_t *dims, int *nd);
+
+/* A ReduceMean over the last axis (keepdims) of the node's input? */
+static bool s_mean_last(s_ctx_t *c, const s_node_t *nd, const char *x)
+{
+    int64_t ax[8];
+    return nd && s_is(nd, "ReduceMean") && nd->n_input >= 1 &&
+           !strcmp(nd->input[0], x) && s_axes(c, nd, ax) == 1 && ax[0] == -1 &&
+           s_aint(nd, "keepdims", 1);
+}
+
+/* Layer norm spelled out from ReduceMean nd: d = x - mean(x); d / sqrt(
+ * mean(d^2) + eps), then optionally * gamma (+ beta): layer_norm eps=
+ * (affine=1, gamma and beta its weight and bias). *matched false when it
+ * is not that. */
+static int s_layer_norm_parts(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    const KilnOnnx__GraphProto *g = c->g;
+    const char *x = nd->input[0];
+    int is, ip = -1, iv, ie, iq, id = -1, im, ia;
+    *matched = false;
+    const s_node_t *sub = s_next(c, nd, "Sub", &is);
+    if (!sub || sub->n_input != 2 || strcmp(sub->input[0], x) ||
+        strcmp(sub->input[1], nd->output[0]) ||
+        s_readers(c, sub->output[0]) != 2)
+        return KL_OK;
+    for (size_t i = 0; i < g->n_node; i++) { /* d's two readers */
+        const s_node_t *n = g->node[i];
+        if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+            s_is(n, "Pow") && s_scalar_is(c, n->input[1], 2.0))
+            ip = (int)i;
+        else if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+                 s_is(n, "Div"))
+            id = (int)i;
+    }
+    if (ip < 0 || id < 0)
+        return KL_OK;
+    const s_node_t *var = s_next(c, g->node[ip], "ReduceMean", &iv);
+    const s_node_t *add = var && s_mean_last(c, var, g->node[ip]->output[0])
+                              ? s_next(c, var, "Add", &ie)
+                              : NULL;
+    const char *eps = add ? s_other(add, var->output[0]) : NULL;
+    const s_node_t *sq = eps ? s_next(c, add, "Sqrt", &iq) : NULL;
+    double ev[1];
+    int64_t dd[8];
+    int et, end;
+    if (!sq || s_nums(c, eps, ev, &et, dd, &end) != 1 || !(ev[0] > 0) ||
+        s_reader(c, sq->output[0]) != id ||
+        strcmp(g->node[id]->input[1], sq->output[0]))
+        return KL_OK;
+    /* The affine part: * gamma, then + beta, constants of one shape. */
+    const s_node_t *last = g->node[id], *mul = s_next(c, last, "Mul", &im);
+    const char *gam = mul ? s_other(mul, last->output[0]) : NULL;
+    const s_tensor_t *gt = gam ? s_init(c, gam) : NULL;
+    const s_node_t *badd = gt ? s_next(c, mul, "Add", &ia) : NULL;
+    const char *bet = badd ? s_other(badd, mul->output[0]) : NULL;
+    const s_tensor_t *bt = bet ? s_init(c, bet) : NULL;
+    if (!gt)
+        mul = NULL;
+    if (!bt || s_numel(bt) != s_numel(gt))
+        badd = NULL, bt = NULL;
+    last = badd ? badd : mul ? mul : last;
+    int rc = KL_OK;
+    const char *xk = s_in(c, nd, 0, &rc);
+    if (!xk)
+        return rc;
+    s_line_t *l = s_line_for(c, last->output[0], x, "layer_norm");
+    kl_buf_printf(&l->args, "%s eps=%.9g%s", xk, ev[0], mul ? " affine=1" : "");
+    if (mul) {
+        l->nout = s_numel(gt);
+        l->params = true;
+        l->bias = true;
+        if (c->want && (rc = s_floats(c, gt, gam, &l->w, &l->wn)))
+            return rc;
+        if (c->want && bt) {
+            int64_t n;
+            if ((rc = s_floats(c, bt, bet, &l->b, &n)))
+                return rc;
+        } else if (c->want)
+            l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
+        c->skip[im] = true;
+        if (badd)
+            c->skip[ia] = true;
+    }
+    c->skip[is] = c->skip[ip] = c->skip[iv] = c->skip[ie] = c->skip[iq] =
+        c->skip[id] = true;
+    *matched = true;
+    return KL_OK;
+}
+
+/* ReduceMean over H and W with keepdims: global_avg_pool; over the last
+ * axis, the start of a layer norm spelled out. */
 static int s_reduce_mean(s_ctx_t *c, const s_node_t *nd)
 {
     int64_t ax[8];
     int n = s_axes(c, nd, ax);
+    bool m;
+    int rc;
+    if (s_mean_last(c, nd, nd->input[0]))
+        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : S_UNSUP;
     /* {2, 3} or {-2, -1}, in either order (4-D: the parser checks) */
     int64_t lo = n == 2 && ax[0] > ax[1] ? ax[1] : ax[0],
             hi = n == 2 && ax[0] > ax[1] ? ax[0] : ax[1];
@@ -1089,7 +1186,8 @@ static int s_const_view(s_ctx_t *c, const s_node_t *nd, bool *done)
     o->dims = kl_xmalloc(8 * sizeof(int64_t));
     memcpy(o->dims, d, (size_t)nd_out * sizeof(int64_t));
     if (s_numel(o) != s_numel(t))
-        memcpy(o->dims, t->dims, (o->n_dims = t->n_dims) * sizeof(int64_t));
+        for (o->n_dims = 0; o->n_dims < t->n_dims; o->n_dims++)
+            o->dims[o->n_dims] = t->dims[o->n_dims];
     s_add_const(c, nd->output[0], o, o);
     *done = true;
     return KL_OK;
@@ -1161,7 +1259,8 @@ static int s_nums(s_ctx_t *c, const char *name, double *v, int *type,
         return -1;
     *type = t->data_type;
     *nd = (int)t->n_dims;
-    memcpy(dims, t->dims, t->n_dims * sizeof(int64_t));
+    if (t->n_dims) /* a scalar's dims may be NULL */
+        memcpy(dims, t->dims, t->n_dims * sizeof(int64_t));
     int64_t n = s_numel(t);
     if (t->data_type == 7) {
         int64_t x[S_MAXC];

@@ -1136,6 +1136,124 @@ static void test_graph_nd_matmul_layer_norm(void **state)
     }
 }
 
+/* Layer norm spelled out in elementwise ops (PyTorch before opset 17):
+ * ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, then * gamma and
+ * + beta: layer_norm eps= affine=1 with gamma and beta as its parameters;
+ * without them, affine stays 0 and there are no parameters. */
+static void test_onnx_layer_norm_parts(void **state)
+{
+    (void)state;
+    float gam[8], bet[8];
+    for (int i = 0; i < 8; i++) {
+        gam[i] = 1.0f + (float)i;
+        bet[i] = (float)i - 4;
+    }
+    for (int affine = 0; affine < 2; affine++) {
+        s_onnx_t o;
+        int64_t in[2] = {2, 8};
+        s_onnx_init(&o, "x", 2, in);
+        KilnOnnx__TensorProto **t = o.inits;
+        t[0] = s_scalar("two", 2, true);
+        t[1] = s_scalar("eps", 1e-6f, false);
+        t[2] = s_data(s_tensor("gam", 1, 8, 0, 0, 0), gam, 8, true);
+        t[3] = s_data(s_tensor("bet", 1, 8, 0, 0, 0), bet, 8, false);
+        o.g.n_initializer = 4;
+        s_onnx_node(&o, "Relu", s_strs("x", 0, 0), 1, "r", 0, 0, 0);
+        s_onnx_node(&o, "ReduceMean", s_strs("r", 0, 0), 1, "/ln/mean",
+                    s_ints("axes", 1, -1, 0, 0, 0), 0, 0);
+        s_onnx_node(&o, "Sub", s_strs("r", "/ln/mean", 0), 2, "/ln/d", 0, 0, 0);
+        s_onnx_node(&o, "Pow", s_strs("/ln/d", "two", 0), 2, "/ln/p", 0, 0, 0);
+        s_onnx_node(&o, "ReduceMean", s_strs("/ln/p", 0, 0), 1, "/ln/var",
+                    s_ints("axes", 1, -1, 0, 0, 0), 0, 0);
+        s_onnx_node(&o, "Add", s_strs("/ln/var", "eps", 0), 2, "/ln/ve", 0, 0,
+                    0);
+        s_onnx_node(&o, "Sqrt", s_strs("/ln/ve", 0, 0), 1, "/ln/sd", 0, 0, 0);
+        s_onnx_node(&o, "Div", s_strs("/ln/d", "/ln/sd", 0), 2, "/ln/n", 0, 0,
+                    0);
+        const char *out = "/ln/n";
+        if (affine) {
+            s_onnx_node(&o, "Mul", s_strs("/ln/n", "gam", 0), 2, "/ln/g", 0, 0,
+                        0);
+            s_onnx_node(&o, "Add", s_strs("/ln/g", "bet", 0), 2, "/ln/y", 0, 0,
+                        0);
+            out = "/ln/y";
+        }
+        const char *path = s_onnx_write(&o, out);
+        s_text_has(path, affine ? "_ln_y = layer_norm r eps=9.99999997e-07 "
+                                  "affine=1\n"
+                                : "_ln_n = layer_norm r eps=9.99999997e-07\n");
+        kl_model_params_t ps = s_params(path);
+        assert_int_equal(ps.n, affine ? 2 : 0);
+        if (affine) {
+            double want[8];
+            for (int i = 0; i < 8; i++)
+                want[i] = gam[i];
+            s_param_is(&ps, "_ln_y.weight", want, 8);
+            for (int i = 0; i < 8; i++)
+                want[i] = bet[i];
+            s_param_is(&ps, "_ln_y.bias", want, 8);
+        }
+        kl_model_params_free(&ps);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
+/* Shape arithmetic as the TorchScript exporter writes it: Shape of a
+ * computed value, Slice, Concat, Gather, Cast, Sqrt and Div of constants
+ * are constants, so a Reshape gets its shape and 1/sqrt(d) folds into the
+ * MatMul before it; Constant nodes may come after their users. */
+static void test_onnx_shape_arithmetic(void **state)
+{
+    (void)state;
+    float w[36];
+    for (int i = 0; i < 36; i++)
+        w[i] = (float)i;
+    s_onnx_t o;
+    int64_t in[3] = {1, 4, 6};
+    s_onnx_init(&o, "x", 3, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_data(s_tensor("w", 2, 6, 6, 0, 0), w, 36, true);
+    t[1] = s_i64("s0", false, 1, 0, 0, 0, 0);
+    t[2] = s_i64("s2", false, 1, 2, 0, 0, 0);
+    t[3] = s_i64("heads", false, 2, 2, 3, 0, 0);
+    t[4] = s_i64("last", true, 1, -1, 0, 0, 0);
+    t[5] = s_scalar("one", 1, false);
+    o.g.n_initializer = 6;
+    s_onnx_node(&o, "MatMul", s_strs("x", "w", 0), 2, "h", 0, 0, 0);
+    s_onnx_node(&o, "Shape", s_strs("h", 0, 0), 1, "sh", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sh", "last", 0), 2, "d", 0, 0, 0);
+    s_onnx_node(&o, "Cast", s_strs("d", 0, 0), 1, "df", s_int("to", 1), 0, 0);
+    s_onnx_node(&o, "Sqrt", s_strs("df", 0, 0), 1, "sd", 0, 0, 0);
+    s_onnx_node(&o, "Div", s_strs("one", "sd", 0), 2, "inv", 0, 0, 0);
+    s_onnx_node(&o, "Mul", s_strs("h", "inv", 0), 2, "hs", 0, 0, 0);
+    s_onnx_node(&o, "Slice", s_strs("sh", "s0", "s2"), 3, "lead", 0, 0, 0);
+    s_onnx_node(&o, "Concat", s_strs("lead", "heads", 0), 2, "nsh",
+                s_int("axis", 0), 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("hs", "nsh", 0), 2, "r", 0, 0, 0);
+    /* A Relu whose constant bound comes later: Clip(r, zero) with the
+     * Constant node after it. */
+    s_onnx_node(&o, "Clip", s_strs("r", "zero", 0), 2, "c", 0, 0, 0);
+    KilnOnnx__AttributeProto *val = s_mem(sizeof(*val));
+    kiln_onnx__attribute_proto__init(val);
+    val->name = "value";
+    val->t = s_scalar("", 0, false);
+    s_onnx_node(&o, "Constant", NULL, 0, "zero", val, 0, 0);
+    const char *path = s_onnx_write(&o, "c");
+    s_text_has(path, "h = matmul x N=6\n"
+                     "r = reshape h shape=1x4x2x3\n"
+                     "c = relu r\n");
+    kl_model_params_t ps = s_params(path);
+    double want[36];
+    for (int i = 0; i < 36; i++)
+        want[i] = w[i] / sqrt(6.0);
+    s_param_is(&ps, "h.weight", want, 36);
+    assert_int_equal(ps.n, 1);
+    kl_model_params_free(&ps);
+    unlink(path);
+    s_arena_free();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1151,6 +1269,8 @@ int main(void)
         cmocka_unit_test(test_onnx_gelu_layer_norm),
         cmocka_unit_test(test_onnx_attention_split),
         cmocka_unit_test(test_graph_nd_matmul_layer_norm),
+        cmocka_unit_test(test_onnx_layer_norm_parts),
+        cmocka_unit_test(test_onnx_shape_arithmetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
