@@ -46,6 +46,10 @@ typedef struct {
      * was fused into it, with these bounds. */
     bool clip;
     double lo, hi;
+    /* layer_norm: epsilon (default 1e-5) and affine (its own weight and
+     * bias, each [last dim]). */
+    double eps;
+    bool affine;
     /* Filled by extraction. */
     int uses;     /* layers (and outputs) that read this value */
     int owner;    /* node whose kernel computes this value */
