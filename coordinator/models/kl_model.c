@@ -153,16 +153,27 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
                       (long long)s[1], (long long)nd->O, nd->bias ? 1 : 0);
         s_activation(&b, nd);
         break;
-    case KL_MOP_MATMUL:
-        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)s[0],
-                      (long long)nd->N, (long long)s[1]);
+    case KL_MOP_MATMUL: {
+        /* an N-D A is [M, K] with M the product of its leading dims */
+        int64_t m = 1;
+        for (int i = 0; i < x->ndim - 1; i++)
+            m *= s[i];
+        kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)m,
+                      (long long)nd->N, (long long)s[x->ndim - 1]);
         s_epilogue(&b, nd);
         break;
-    case KL_MOP_BATCH_MATMUL:
+    }
+    case KL_MOP_BATCH_MATMUL: {
+        /* B is the product of the dims before the last two */
+        int64_t bt = 1;
+        int r = x->ndim;
+        for (int i = 0; i < r - 2; i++)
+            bt *= s[i];
         kl_buf_printf(&b, "batch_matmul B=%lld M=%lld N=%lld K=%lld",
-                      (long long)s[0], (long long)s[1], (long long)nd->shape[2],
-                      (long long)s[2]);
+                      (long long)bt, (long long)s[r - 2],
+                      (long long)nd->shape[r - 1], (long long)s[r - 1]);
         break;
+    }
     case KL_MOP_MAX_POOL:
     case KL_MOP_AVG_POOL:
         kl_buf_printf(&b,
@@ -342,9 +353,14 @@ const char *kl_model_builtin_text(const char *name)
     return NULL;
 }
 
-int kl_model_text(const char *name_or_path, char **text, char *err)
+/* The text of a model (see kl_model_text) and, when params is not NULL,
+ * its parameters (an ONNX model's; none for the others). */
+static int s_text_params(const char *name_or_path, char **text,
+                         kl_model_params_t *params, char *err)
 {
     *text = NULL;
+    if (params)
+        memset(params, 0, sizeof *params);
     if (!name_or_path || !*name_or_path)
         return kl_seterr(err, KL_ERR_INVAL, "no model given");
     const char *builtin = kl_model_builtin_text(name_or_path);
@@ -369,12 +385,18 @@ int kl_model_text(const char *name_or_path, char **text, char *err)
     size_t pl = strlen(name_or_path);
     if (memchr(data, '\0', len) ||
         (pl > 5 && strcmp(name_or_path + pl - 5, ".onnx") == 0)) {
-        int rc = kl_model_onnx_to_text(data, len, name_or_path, text, err);
+        int rc =
+            kl_model_onnx_import(data, len, name_or_path, text, params, err);
         free(data);
         return rc;
     }
     *text = data;
     return KL_OK;
+}
+
+int kl_model_text(const char *name_or_path, char **text, char *err)
+{
+    return s_text_params(name_or_path, text, NULL, err);
 }
 
 int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
@@ -427,14 +449,84 @@ const char *kl_model_untuned(const kl_model_t *m)
 
 /* ---- parameters ---- */
 
-int kl_model_params(const char *name_or_path, kl_model_params_t *out,
-                    char *err)
+/* The floats layer nd's weight and bias need (0: it has none). */
+static void s_param_sizes(const kl_mgraph_t *g, const kl_mnode_t *nd,
+                          int64_t *w, int64_t *b)
 {
-    /* Interim: no model's initializers are read yet (the ONNX importer
-     * fills this in); every model gets the caller's parameters. */
-    memset(out, 0, sizeof *out);
+    const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
+    int64_t last = x && x->ndim ? x->shape[x->ndim - 1] : 0;
+    *w = *b = 0;
+    switch (nd->op) {
+    case KL_MOP_CONV2D:
+        *w = nd->K * (x->shape[1] / nd->groups) * nd->R * nd->S;
+        *b = nd->K;
+        break;
+    case KL_MOP_DEPTHWISE:
+        *w = x->shape[1] * nd->mult * nd->R * nd->S;
+        *b = x->shape[1] * nd->mult;
+        break;
+    case KL_MOP_DENSE:
+        *w = nd->O * last;
+        *b = nd->O;
+        break;
+    case KL_MOP_MATMUL:
+        *w = nd->nin == 1 ? last * nd->N : 0;
+        *b = nd->nin == 1 ? nd->N : 0;
+        break;
+    case KL_MOP_LAYER_NORM:
+        *w = *b = nd->affine ? last : 0;
+        return;
+    default:
+        return;
+    }
+    if (!nd->bias)
+        *b = 0;
+}
+
+/* Every parameter the graph's layers need is in ps with its size, and
+ * nothing else: the import's text and parameters agree. */
+static int s_params_check(const char *text, const char *src,
+                          const kl_model_params_t *ps, char *err)
+{
+    kl_mgraph_t g;
+    int rc = kl_mgraph_parse(text, src, &g, err), n = 0;
+    for (int i = 0; !rc && i < g.n; i++) {
+        const kl_mnode_t *nd = &g.nodes[i];
+        int64_t want[2];
+        s_param_sizes(&g, nd, &want[0], &want[1]);
+        for (int k = 0; k < 2 && !rc; k++) {
+            if (!want[k])
+                continue;
+            char name[KL_MODEL_MAX_NAME + 8];
+            snprintf(name, sizeof name, "%s.%s", nd->name,
+                     k ? "bias" : "weight");
+            const kl_model_param_t *p = kl_model_params_find(ps, name);
+            n++;
+            if (!p || p->numel != want[k])
+                rc = kl_seterr(err, KL_ERR_INTERNAL,
+                               "%s: layer '%s' needs %lld floats in '%s', "
+                               "the import gave %lld",
+                               src, nd->name, (long long)want[k], name,
+                               p ? (long long)p->numel : 0LL);
+        }
+    }
+    if (!rc && n != ps->n)
+        rc = kl_seterr(err, KL_ERR_INTERNAL,
+                       "%s: the import gave %d parameters, the layers need "
+                       "%d",
+                       src, ps->n, n);
+    kl_mgraph_free(&g); /* zeroed by a failed parse */
+    return rc;
+}
+
+int kl_model_params(const char *name_or_path, kl_model_params_t *out, char *err)
+{
     char *text = NULL;
-    int rc = kl_model_text(name_or_path, &text, err);
+    int rc = s_text_params(name_or_path, &text, out, err);
+    if (!rc && out->n)
+        rc = s_params_check(text, name_or_path, out, err);
+    if (rc)
+        kl_model_params_free(out);
     free(text);
     return rc;
 }
@@ -454,6 +546,8 @@ void kl_model_params_free(kl_model_params_t *ps)
         free(ps->p[i].name);
         free(ps->p[i].data);
     }
-    if (ps)
+    if (ps) {
+        free(ps->p);
         memset(ps, 0, sizeof *ps);
+    }
 }

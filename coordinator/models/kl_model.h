@@ -76,20 +76,24 @@ int kl_model_load(const char *name_or_path, kl_model_t **out, char *err);
  * (free). Errors as kl_model_load. */
 int kl_model_text(const char *name_or_path, char **text, char *err);
 
-/* Writes an ONNX model (the bytes of a .onnx file) as kiln graph text:
- * Conv (group = channels: depthwise_conv2d), Gemm (transB: dense, else
- * matmul), MatMul, MaxPool, AveragePool, GlobalAveragePool, Relu, Clip
+/* Writes an ONNX model (the bytes of a .onnx file) as kiln graph text
+ * (docs/models.md, "ONNX models"): Conv (group = channels:
+ * depthwise_conv2d), Gemm (transB: dense, else matmul), MatMul, MaxPool,
+ * AveragePool, GlobalAveragePool (and ReduceMean over H, W), Relu, Clip
  * (with constant min and max: clip lo=MIN hi=MAX, so ReLU6 is clip 0..6;
  * min 0 and no max: relu), Add, Flatten (axis 1), Reshape (constant
- * shape), Transpose, Softmax, LayerNormalization and Gelu map to the ops
- * of the same meaning; BatchNormalization and an Add of a constant after
- * a conv, dense or matmul become its bias=1; Identity and Dropout vanish;
- * weights lend only their shapes; symbolic dimensions are 1; value names
- * keep [A-Za-z0-9_.-] and the rest becomes '_'. Anything else is
- * KL_ERR_INVAL naming the node and its op, as are asymmetric pads,
- * SAME_* auto_pad, ceil_mode, a Clip with one bound (other than min 0),
- * none, or one that is not a constant float, and inputs that are not
- * float32. *text is the caller's (free). */
+ * shape), Transpose, Softmax, LayerNormalization (layer_norm eps= affine=1)
+ * and Gelu (also its Erf form) map to the ops of the same meaning;
+ * BatchNormalization and an Add, Mul or Div of a constant after a conv,
+ * dense or matmul fold into it; Identity and Dropout vanish, and views of
+ * constants are constants; symbolic dimensions are 1; value names keep
+ * [A-Za-z0-9_.-] and the rest becomes '_'. Nodes kiln has no layer for are
+ * KL_ERR_INVAL naming all of them ("x.onnx: 3 nodes kiln cannot import:
+ * '/a' (Erf), ..."); asymmetric pads, SAME_* auto_pad, ceil_mode, a Clip
+ * with one bound (other than min 0), none, or one that is not a constant
+ * float, a fold into a layer whose output is read elsewhere, and inputs
+ * that are not float32 are KL_ERR_INVAL naming the node. *text is the
+ * caller's (free). */
 int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
                           char **text, char *err);
 
@@ -129,6 +133,13 @@ int kl_model_params(const char *name_or_path, kl_model_params_t *out,
 const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
                                              const char *name);
 void kl_model_params_free(kl_model_params_t *ps);
+
+/* kl_model_onnx_to_text, and when params is not NULL the model's
+ * parameters as kl_model_params describes them (external data read
+ * relative to source's directory), from the same pass: the text and the
+ * parameters always agree. On error params is empty. */
+int kl_model_onnx_import(const void *data, size_t len, const char *source,
+                         char **text, kl_model_params_t *params, char *err);
 
 void kl_model_destroy(kl_model_t **self_p);
 

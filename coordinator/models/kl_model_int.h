@@ -46,8 +46,8 @@ typedef struct {
      * was fused into it, with these bounds. */
     bool clip;
     double lo, hi;
-    /* layer_norm: epsilon (default 1e-5); affine: parameters LAYER.weight
-     * and LAYER.bias, each of the last dimension. */
+    /* layer_norm: epsilon (default 1e-5) and affine (its own weight and
+     * bias, each [last dim]). */
     double eps;
     bool affine;
     /* Filled by extraction. */

@@ -1,9 +1,14 @@
 /* kl_model_onnx.c - ONNX import: a ModelProto (decoded with kiln's minimal
  * schema, onnx_min.proto) is written out as kiln graph text, which the
- * graph parser then reads like any other graph file. Weights only lend
- * their shapes; batch normalisation and constant adds after a conv or a
- * dense layer become its bias; Clip is a clip layer (relu for min 0 and no
- * max); symbolic dimensions are 1 (batch 1). */
+ * graph parser then reads like any other graph file, and, in the same
+ * pass, the model's parameters (kl_model_params): each layer line keeps
+ * its weight and bias as the named op reads them, and the nodes that fold
+ * into it change those numbers (BatchNormalization, Add, Mul and Div of a
+ * constant, Gemm's alpha and beta; docs/models.md, "The model's weights").
+ * Weights are read only when the parameters are wanted; the text needs
+ * their shapes alone. Clip is a clip layer (relu for min 0 and no max);
+ * GELU's Erf form is a gelu layer; symbolic dimensions are 1 (batch 1).
+ * Nodes kiln has no layer for are collected and named in one error. */
 #include "kl_model_int.h"
 
 #include <math.h>
@@ -15,16 +20,19 @@
 #include "kl_util.h"
 #include "onnx_min.pb-c.h"
 
-#define S_MAXV 8
-
 typedef KilnOnnx__NodeProto s_node_t;
 typedef KilnOnnx__TensorProto s_tensor_t;
 
 typedef struct {
     char *onnx; /* ONNX value name */
     char *kiln; /* its name in the graph text */
-    int line;   /* layer that computes it, -1 for inputs and aliases */
+    int line;   /* layer that computes it (aliases: their source's), -1 for
+                   inputs */
     bool owns;  /* kiln is this entry's (a graph input's name) */
+    /* Every value from the layer's own output to this one was read by one
+     * node only: a constant may fold into the layer through it. */
+    bool sole;
+    bool bad; /* computed by a node kiln cannot import */
 } s_val_t;
 
 typedef struct {
@@ -32,34 +40,246 @@ typedef struct {
     const char *op;
     kl_buf_t args; /* inputs and attributes after the op */
     bool bias;
+    char *in0; /* ONNX name of the first input (views walk back) */
+    /* The layer's parameters: a weight laid out as the named op reads it
+     * (w, wn floats; colw: [K,N], the output channel is the column) and a
+     * bias of nout floats (NULL: zeros). Data only when params are
+     * wanted. */
+    bool params;
+    bool colw;
+    bool dead; /* replaced (a packed projection split by its Gathers) */
+    char *out; /* ONNX name of its output */
+    int64_t nout;
+    float *w;
+    int64_t wn;
+    float *b;
 } s_line_t;
+
+/* A constant that is not an initializer: a Constant node's value, or a
+ * view (Identity, Cast to float, Reshape, Squeeze, Unsqueeze) of a
+ * constant; own is the derived tensor (its dims are owned, its data the
+ * source's). */
+typedef struct {
+    char *name;
+    const s_tensor_t *t;
+    s_tensor_t *own;
+    void *data; /* an evaluated constant's values (owned) */
+} s_const_t;
 
 typedef struct {
     const KilnOnnx__GraphProto *g;
     const char *src;
     char *err;
+    bool want; /* read and fold the parameters */
     s_val_t *vals;
     int nvals;
     s_line_t *lines;
     int nlines;
-    const s_tensor_t **consts; /* outputs of Constant nodes */
-    char **const_names;
+    s_const_t *consts;
     int nconsts;
+    bool *skip; /* nodes consumed by a pattern (gelu) */
     kl_buf_t head;
 } s_ctx_t;
+
+/* Returned by a node handler for a node kiln has no layer for; the caller
+ * lists them all. */
+#define S_UNSUP (-1000)
+
+/* First character of the names of values kiln makes itself (no ONNX name
+ * starts with it). */
+#define S_OWN '\x01'
 
 static const s_tensor_t *s_init(const s_ctx_t *c, const char *name)
 {
     if (!name || !*name)
         return NULL;
+    for (int i = c->nconsts - 1; i >= 0; i--)
+        if (strcmp(c->consts[i].name, name) == 0)
+            return c->consts[i].t;
     for (size_t i = 0; i < c->g->n_initializer; i++)
         if (c->g->initializer[i]->name &&
             strcmp(c->g->initializer[i]->name, name) == 0)
             return c->g->initializer[i];
-    for (int i = 0; i < c->nconsts; i++)
-        if (strcmp(c->const_names[i], name) == 0)
-            return c->consts[i];
+    /* A Constant node further down (a pattern looks ahead). */
+    for (size_t i = 0; i < c->g->n_node; i++) {
+        const s_node_t *nd = c->g->node[i];
+        if (nd->op_type && !strcmp(nd->op_type, "Constant") && nd->n_output &&
+            !strcmp(nd->output[0], name))
+            for (size_t k = 0; k < nd->n_attribute; k++)
+                if (nd->attribute[k]->name &&
+                    !strcmp(nd->attribute[k]->name, "value"))
+                    return nd->attribute[k]->t;
+    }
     return NULL;
+}
+
+static void s_add_const(s_ctx_t *c, const char *name, const s_tensor_t *t,
+                        s_tensor_t *own)
+{
+    c->consts =
+        kl_xrealloc(c->consts, (size_t)(c->nconsts + 1) * sizeof(s_const_t));
+    c->consts[c->nconsts++] = (s_const_t){kl_xstrdup(name), t, own, NULL};
+}
+
+/* How many nodes (and graph outputs) read value name. */
+static int s_readers(const s_ctx_t *c, const char *name)
+{
+    int n = 0;
+    if (name[0] == S_OWN) /* kiln's own, read by the line made with it */
+        return 1;
+    /* a Shape reads no values: folds and splits keep the shape */
+    for (size_t i = 0; i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            n += strcmp(c->g->node[i]->input[k], name) == 0 &&
+                 !(c->g->node[i]->op_type &&
+                   !strcmp(c->g->node[i]->op_type, "Shape"));
+    for (size_t i = 0; i < c->g->n_output; i++)
+        n += c->g->output[i]->name && strcmp(c->g->output[i]->name, name) == 0;
+    return n;
+}
+
+/* The node that reads name, when exactly one does (else -1). */
+static int s_reader(const s_ctx_t *c, const char *name)
+{
+    if (s_readers(c, name) != 1)
+        return -1;
+    for (size_t i = 0; i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            if (strcmp(c->g->node[i]->input[k], name) == 0 &&
+                strcmp(c->g->node[i]->op_type ? c->g->node[i]->op_type : "",
+                       "Shape"))
+                return (int)i;
+    return -1;
+}
+
+static int64_t s_numel(const s_tensor_t *t)
+{
+    int64_t n = 1;
+    for (size_t i = 0; i < t->n_dims; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+static int s_terr(s_ctx_t *c, const char *name, const char *what)
+{
+    return kl_seterr(c->err, KL_ERR_INVAL, "%s: initializer '%s': %s", c->src,
+                     name && *name ? name : "(unnamed)", what);
+}
+
+/* Reads t's floats from external data: the file external_data names,
+ * relative to the model's directory. */
+static int s_external(s_ctx_t *c, const s_tensor_t *t, const char *name,
+                      float *out, int64_t n)
+{
+    const char *loc = NULL;
+    long long off = 0, len = -1;
+    char msg[400];
+    for (size_t i = 0; i < t->n_external_data; i++) {
+        const KilnOnnx__StringStringEntryProto *e = t->external_data[i];
+        if (!e->key || !e->value)
+            continue;
+        if (strcmp(e->key, "location") == 0)
+            loc = e->value;
+        else if (strcmp(e->key, "offset") == 0)
+            off = strtoll(e->value, NULL, 10);
+        else if (strcmp(e->key, "length") == 0)
+            len = strtoll(e->value, NULL, 10);
+    }
+    if (!loc || !*loc)
+        return s_terr(c, name, "external data without a location");
+    if (len >= 0 && len != n * 4) {
+        snprintf(msg, sizeof(msg),
+                 "external data of %lld bytes for %lld floats", len,
+                 (long long)n);
+        return s_terr(c, name, msg);
+    }
+    const char *slash = strrchr(c->src, '/');
+    char *path =
+        loc[0] == '/' || !slash
+            ? kl_xstrdup(loc)
+            : kl_xasprintf("%.*s/%s", (int)(slash - c->src), c->src, loc);
+    FILE *f = fopen(path, "rb");
+    size_t got = 0;
+    if (f && off >= 0 && fseek(f, (long)off, SEEK_SET) == 0)
+        got = fread(out, 4, (size_t)n, f);
+    if (f)
+        fclose(f);
+    int rc = KL_OK;
+    if (!f) {
+        snprintf(msg, sizeof(msg),
+                 "cannot open its external data file '%.200s'", path);
+        rc = s_terr(c, name, msg);
+    } else if (got != (size_t)n) {
+        snprintf(msg, sizeof(msg),
+                 "external data file '%.200s' ends before its %lld floats at "
+                 "offset %lld",
+                 path, (long long)n, off);
+        rc = s_terr(c, name, msg);
+    }
+    free(path);
+    return rc;
+}
+
+/* The floats of constant t (named name): float_data, raw_data (little
+ * endian) or external data. *out is heap, *n its count. */
+static int s_floats(s_ctx_t *c, const s_tensor_t *t, const char *name,
+                    float **out, int64_t *n)
+{
+    char msg[200];
+    *out = NULL;
+    *n = s_numel(t);
+    if (t->data_type != 1) {
+        snprintf(msg, sizeof(msg),
+                 "not float32 (ONNX type %d); kiln models are f32",
+                 (int)t->data_type);
+        return s_terr(c, name, msg);
+    }
+    if (*n < 0 || *n > ((int64_t)1 << 31))
+        return s_terr(c, name, "a bad size");
+    float *d = kl_xmalloc((size_t)(*n ? *n : 1) * sizeof(float));
+    int rc = KL_OK;
+    if (t->has_data_location && t->data_location == 1)
+        rc = s_external(c, t, name, d, *n);
+    else if (t->has_raw_data) {
+        if (t->raw_data.len != (size_t)*n * 4) {
+            snprintf(msg, sizeof(msg),
+                     "raw_data of %zu bytes for %lld floats (truncated?)",
+                     t->raw_data.len, (long long)*n);
+            rc = s_terr(c, name, msg);
+        } else
+            memcpy(d, t->raw_data.data, (size_t)*n * 4); /* little-endian */
+    } else if (t->n_float_data == (size_t)*n)
+        memcpy(d, t->float_data, (size_t)*n * 4);
+    else {
+        snprintf(msg, sizeof(msg), "%zu values in float_data for %lld",
+                 t->n_float_data, (long long)*n);
+        rc = s_terr(c, name, msg);
+    }
+    if (rc) {
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return KL_OK;
+}
+
+/* The int64 values of constant t (at most max), or -1. */
+static int s_ints_of(const s_tensor_t *t, int64_t *d, int max)
+{
+    size_t n = 0;
+    if (t->data_type != 7)
+        return -1;
+    if (t->n_int64_data) {
+        n = t->n_int64_data;
+        for (size_t i = 0; i < n && i < (size_t)max; i++)
+            d[i] = t->int64_data[i];
+    } else if (t->has_raw_data && t->raw_data.len % 8 == 0) {
+        n = t->raw_data.len / 8;
+        for (size_t i = 0; i < n && i < (size_t)max; i++)
+            memcpy(&d[i], t->raw_data.data + 8 * i, 8); /* little-endian */
+    } else if (s_numel(t) != 0)
+        return -1;
+    return n > (size_t)max ? -1 : (int)n;
 }
 
 static s_val_t *s_val(const s_ctx_t *c, const char *onnx)
@@ -108,18 +328,32 @@ static char *s_kiln_name(const s_ctx_t *c, const char *onnx)
 
 /* Adds a value; kiln is borrowed (from a line or another value) unless
  * owns. */
-static void s_add_val(s_ctx_t *c, const char *onnx, char *kiln, int line,
-                      bool owns)
+static s_val_t *s_add_val(s_ctx_t *c, const char *onnx, char *kiln, int line,
+                          bool owns)
 {
     c->vals = kl_xrealloc(c->vals, (size_t)(c->nvals + 1) * sizeof(s_val_t));
-    c->vals[c->nvals++] = (s_val_t){kl_xstrdup(onnx), kiln, line, owns};
+    c->vals[c->nvals] =
+        (s_val_t){kl_xstrdup(onnx), kiln, line, owns, true, false};
+    return &c->vals[c->nvals++];
+}
+
+/* Output `onnx` becomes another name of value v (Identity, a fold). */
+static void s_alias(s_ctx_t *c, const char *onnx, const s_val_t *v)
+{
+    bool sole = v->sole && s_readers(c, v->onnx) == 1;
+    s_val_t *a = s_add_val(c, onnx, v->kiln, v->line, false);
+    a->sole = sole;
+}
+
+static const char *s_nname(const s_node_t *nd)
+{
+    return nd->name && *nd->name ? nd->name : "(unnamed)";
 }
 
 static int s_fail(s_ctx_t *c, const s_node_t *nd, const char *what)
 {
     return kl_seterr(c->err, KL_ERR_INVAL, "%s: node '%s' (%s): %s", c->src,
-                     nd->name && *nd->name ? nd->name : "(unnamed)",
-                     nd->op_type ? nd->op_type : "?", what);
+                     s_nname(nd), nd->op_type ? nd->op_type : "?", what);
 }
 
 /* The kiln name of value input k of nd, or NULL (and an error). */
@@ -140,18 +374,29 @@ static const char *s_in(s_ctx_t *c, const s_node_t *nd, size_t k, int *rc)
 }
 
 /* Opens a layer for output 0 of nd. */
-static s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op)
+static s_line_t *s_line_for(s_ctx_t *c, const char *out, const char *in0,
+                            const char *op)
 {
     c->lines =
         kl_xrealloc(c->lines, (size_t)(c->nlines + 1) * sizeof(s_line_t));
     s_line_t *l = &c->lines[c->nlines];
     memset(l, 0, sizeof(*l));
     l->op = op;
-    l->name = s_kiln_name(c, nd->n_output ? nd->output[0] : "v");
+    /* a value of kiln's own (S_OWN prefix) is named without it */
+    l->name = s_kiln_name(c, out[0] == S_OWN ? out + 1 : out);
+    l->in0 = kl_xstrdup(in0);
+    l->out = kl_xstrdup(out);
     c->nlines++;
-    s_add_val(c, nd->n_output ? nd->output[0] : "", l->name, c->nlines - 1,
-              false);
+    s_add_val(c, out, l->name, c->nlines - 1, false);
     return l;
+}
+
+static void s_lines_text(const s_ctx_t *c, kl_buf_t *b, bool dead);
+
+static s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op)
+{
+    return s_line_for(c, nd->n_output ? nd->output[0] : "v",
+                      nd->n_input ? nd->input[0] : "", op);
 }
 
 static const KilnOnnx__AttributeProto *s_attr(const s_node_t *nd,
@@ -213,6 +458,52 @@ static int s_window(s_ctx_t *c, const s_node_t *nd, int64_t *stride,
     return KL_OK;
 }
 
+/* The bias of line l from constant input k of nd (Conv's B, Gemm's C),
+ * times scale: [nout], [1,nout] or a scalar. */
+static int s_bias_in(s_ctx_t *c, const s_node_t *nd, size_t k, s_line_t *l,
+                     float scale)
+{
+    if (k >= nd->n_input || !nd->input[k][0])
+        return KL_OK;
+    const s_tensor_t *t = s_init(c, nd->input[k]);
+    if (!t)
+        return s_fail(c, nd, "the bias must be a constant");
+    int64_t n = s_numel(t);
+    bool ok = n == 1 || (n == l->nout && t->dims[t->n_dims - 1] == n);
+    if (!ok) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "the bias '%.80s' has %lld values for %lld outputs",
+                 nd->input[k], (long long)n, (long long)l->nout);
+        return s_fail(c, nd, msg);
+    }
+    l->bias = true;
+    if (!c->want)
+        return KL_OK;
+    float *v;
+    int rc = s_floats(c, t, nd->input[k], &v, &n);
+    if (rc)
+        return rc;
+    l->b = kl_xmalloc((size_t)l->nout * sizeof(float));
+    for (int64_t i = 0; i < l->nout; i++)
+        l->b[i] = v[n == 1 ? 0 : i] * scale;
+    free(v);
+    return KL_OK;
+}
+
+/* The weight of line l: constant input 1 of nd, times scale. */
+static int s_weight_in(s_ctx_t *c, const s_node_t *nd, const s_tensor_t *w,
+                       s_line_t *l, float scale)
+{
+    l->params = true;
+    if (!c->want)
+        return KL_OK;
+    int rc = s_floats(c, w, nd->input[1], &l->w, &l->wn);
+    for (int64_t i = 0; !rc && scale != 1.0f && i < l->wn; i++)
+        l->w[i] *= scale;
+    return rc;
+}
+
 static int s_conv(s_ctx_t *c, const s_node_t *nd)
 {
     int rc = KL_OK;
@@ -243,8 +534,8 @@ static int s_conv(s_ctx_t *c, const s_node_t *nd)
         kl_buf_printf(&l->args, " multiplier=%lld", (long long)(K / g));
     if (!dw && g > 1)
         kl_buf_printf(&l->args, " groups=%lld", (long long)g);
-    l->bias = nd->n_input > 2 && nd->input[2][0];
-    return KL_OK;
+    l->nout = K;
+    return s_weight_in(c, nd, w, l, 1.0f) ?: s_bias_in(c, nd, 2, l, 1.0f);
 }
 
 static int s_pool(s_ctx_t *c, const s_node_t *nd, bool is_max)
@@ -272,7 +563,21 @@ static int s_pool(s_ctx_t *c, const s_node_t *nd, bool is_max)
     return KL_OK;
 }
 
-/* Gemm and MatMul. */
+static void s_need_bias(s_ctx_t *c, s_line_t *l);
+
+static float s_afloat(const s_node_t *nd, const char *name, float def)
+{
+    const KilnOnnx__AttributeProto *a = s_attr(nd, name);
+    return a && a->has_f ? a->f : def;
+}
+
+static bool s_is(const s_node_t *nd, const char *op);
+static const char *s_other(const s_node_t *nd, const char *one);
+static int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax);
+
+/* Gemm and MatMul: by a weight, dense O= ([O,I], Gemm transB=1) or matmul
+ * N= ([K,N]), alpha in the weight and beta in the bias; MatMul of two
+ * computed values: matmul A B. */
 static int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
 {
     int rc = KL_OK;
@@ -281,11 +586,8 @@ static int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
         return rc;
     const s_tensor_t *b = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
     if (gemm) {
-        const KilnOnnx__AttributeProto *al = s_attr(nd, "alpha"),
-                                       *be = s_attr(nd, "beta");
-        if (s_aint(nd, "transA", 0) || (al && al->has_f && al->f != 1.0f) ||
-            (be && be->has_f && be->f != 1.0f))
-            return s_fail(c, nd, "only transA=0, alpha=1, beta=1");
+        if (s_aint(nd, "transA", 0))
+            return s_fail(c, nd, "transA=1 is not supported");
         if (!b || b->n_dims != 2)
             return s_fail(c, nd, "B must be a 2-D initializer");
     }
@@ -301,35 +603,183 @@ static int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
         return s_fail(c, nd, "a weight that is not 2-D");
     bool tb = gemm && s_aint(nd, "transB", 0);
     s_line_t *l = s_line(c, nd, tb ? "dense" : "matmul");
+    l->colw = !tb;
+    l->nout = tb ? b->dims[0] : b->dims[1];
     if (tb)
-        kl_buf_printf(&l->args, "%s O=%lld", a, (long long)b->dims[0]);
+        kl_buf_printf(&l->args, "%s O=%lld", a, (long long)l->nout);
     else
-        kl_buf_printf(&l->args, "%s N=%lld", a, (long long)b->dims[1]);
-    l->bias = gemm && nd->n_input > 2 && nd->input[2][0];
+        kl_buf_printf(&l->args, "%s N=%lld", a, (long long)l->nout);
+    float alpha = gemm ? s_afloat(nd, "alpha", 1.0f) : 1.0f,
+          beta = gemm ? s_afloat(nd, "beta", 1.0f) : 1.0f;
+    rc = s_weight_in(c, nd, b, l, alpha);
+    if (!rc && gemm)
+        rc = s_bias_in(c, nd, 2, l, beta);
+    if (!rc && tb) /* dense has bias=1 by default: zeros when none */
+        s_need_bias(c, l);
+    return rc;
+}
+
+/* ---- folding constants into the layer before them ---- */
+
+/* The layer that constants after value `in` of nd fold into: a conv,
+ * dense or matmul by a weight whose output only nd reads; through views
+ * (reshape, transpose, flatten) when views. -1 and an error else. */
+static int s_fold_target(s_ctx_t *c, const s_node_t *nd, const char *in,
+                         bool views, int *rc)
+{
+    const s_val_t *v = in ? s_val(c, in) : NULL;
+    const char *why = NULL;
+    while (v && v->line >= 0 && views && v->sole &&
+           s_readers(c, v->onnx) == 1) {
+        const s_line_t *l = &c->lines[v->line];
+        if (strcmp(l->op, "reshape") && strcmp(l->op, "transpose") &&
+            strcmp(l->op, "flatten"))
+            break;
+        v = s_val(c, l->in0);
+    }
+    if (!v || v->line < 0 || !c->lines[v->line].params ||
+        !strcmp(c->lines[v->line].op, "layer_norm"))
+        why = views ? "folds only into a conv, dense or matmul by a weight "
+                      "(through reshapes and transposes)"
+                    : "folds only into a conv, dense or matmul by a weight "
+                      "just before it";
+    else if (!v->sole || s_readers(c, v->onnx) != 1)
+        why = "folds into the layer before it only when nothing else reads "
+              "that layer's output";
+    if (why) {
+        *rc = s_fail(c, nd, why);
+        return -1;
+    }
+    return v->line;
+}
+
+/* Constant t (named name) as per-output-channel values of line l: a scalar
+ * (*n = 1), or l->nout values on the channel axis (conv: [K,1,1],
+ * [1,K,1,1]; dense and matmul: [N], [1,N], ...; any shape when flat). Values
+ * read only when params are wanted (*v NULL else). */
+static int s_chan(s_ctx_t *c, const s_node_t *nd, const s_tensor_t *t,
+                  const char *name, const s_line_t *l, bool flat, float **v,
+                  int64_t *n)
+{
+    *v = NULL;
+    *n = s_numel(t);
+    bool conv = strstr(l->op, "conv2d") != NULL;
+    bool ok = *n == 1 || (flat && *n == l->nout);
+    if (!ok && *n == l->nout) {
+        size_t ax = conv ? t->n_dims - 3 : t->n_dims - 1;
+        ok = t->n_dims >= (conv ? 3u : 1u) && t->n_dims <= 4 &&
+             t->dims[ax] == l->nout;
+    }
+    if (!ok) {
+        char msg[240];
+        snprintf(msg, sizeof(msg),
+                 "constant '%.80s' (%lld values) is neither a scalar nor "
+                 "one value per output channel of '%.60s' (%lld)",
+                 name, (long long)*n, l->name, (long long)l->nout);
+        return s_fail(c, nd, msg);
+    }
+    return c->want ? s_floats(c, t, name, v, n) : KL_OK;
+}
+
+/* Scales line l's output channel k by s[k] (s[0] for all when ns is 1):
+ * its weight and bias. */
+static void s_scale(s_line_t *l, const float *s, int64_t ns)
+{
+    int64_t per = l->nout ? l->wn / l->nout : 0;
+    for (int64_t i = 0; l->w && i < l->wn; i++) {
+        int64_t k = l->colw ? i % l->nout : i / per;
+        l->w[i] *= s[ns == 1 ? 0 : k];
+    }
+    for (int64_t k = 0; l->b && k < l->nout; k++)
+        l->b[k] *= s[ns == 1 ? 0 : k];
+}
+
+static void s_need_bias(s_ctx_t *c, s_line_t *l)
+{
+    l->bias = true;
+    if (c->want && !l->b)
+        l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
+}
+
+/* Add, Mul or Div (op '+', '*', '/') of value input k of nd by constant
+ * input 1-k: the bias (+), or a scale of weight and bias; a scalar scale
+ * folds through views (attention's scaling of Q and K). */
+static int s_fold_const(s_ctx_t *c, const s_node_t *nd, size_t k, char op)
+{
+    int rc = KL_OK;
+    int li = s_fold_target(c, nd, nd->input[k], op != '+', &rc);
+    const s_tensor_t *t = s_init(c, nd->input[1 - k]);
+    if (li < 0)
+        return rc;
+    s_line_t *l = &c->lines[li];
+    float *v;
+    int64_t n;
+    if ((rc = s_chan(c, nd, t, nd->input[1 - k], l, false, &v, &n)))
+        return rc;
+    if (op != '+' && n > 1 && s_val(c, nd->input[k])->line != li) {
+        free(v);
+        return s_fail(c, nd,
+                      "a per-channel scale folds only into the layer just "
+                      "before it, not through views");
+    }
+    if (op == '+') {
+        s_need_bias(c, l);
+        for (int64_t i = 0; v && i < l->nout; i++)
+            l->b[i] += v[n == 1 ? 0 : i];
+    } else if (v) {
+        for (int64_t i = 0; op == '/' && i < n; i++)
+            v[i] = 1.0f / v[i];
+        s_scale(l, v, n);
+    }
+    free(v);
+    s_alias(c, nd->output[0], s_val(c, nd->input[k]));
     return KL_OK;
 }
 
-/* An op that becomes its producer's bias (BatchNormalization, Add of a
- * constant): aliases the output to the producer's. */
-static int s_fold_bias(s_ctx_t *c, const s_node_t *nd, size_t k)
+/* BatchNormalization after a conv, dense or matmul: s = gamma /
+ * sqrt(var + eps); W[k] *= s[k]; b' = (b - mean) * s + beta. */
+static int s_fold_bn(s_ctx_t *c, const s_node_t *nd)
 {
-    const s_val_t *v = k < nd->n_input ? s_val(c, nd->input[k]) : NULL;
-    if (!v || v->line < 0)
-        return s_fail(c, nd,
-                      "folds into a bias only after a conv, dense or "
-                      "matmul layer");
-    s_line_t *l = &c->lines[v->line];
-    if (strcmp(l->op, "conv2d") && strcmp(l->op, "depthwise_conv2d") &&
-        strcmp(l->op, "dense") && strcmp(l->op, "matmul"))
-        return s_fail(c, nd,
-                      "folds into a bias only after a conv, dense or "
-                      "matmul layer");
-    if (strcmp(l->op, "matmul") == 0 && strchr(l->args.data, ' ') &&
-        !strstr(l->args.data, "N="))
-        return s_fail(c, nd, "a bias on a matmul of two computed values");
-    l->bias = true;
-    s_add_val(c, nd->n_output ? nd->output[0] : "", l->name, -1, false);
-    return KL_OK;
+    int rc = KL_OK;
+    int li =
+        s_fold_target(c, nd, nd->n_input ? nd->input[0] : NULL, false, &rc);
+    if (li < 0)
+        return rc;
+    s_line_t *l = &c->lines[li];
+    float *p[4] = {NULL}; /* gamma, beta, mean, var */
+    int64_t n[4];
+    if (nd->n_input != 5)
+        return s_fail(c, nd, "expects 5 inputs");
+    for (int i = 0; i < 4 && !rc; i++) {
+        const s_tensor_t *t = s_init(c, nd->input[i + 1]);
+        if (!t)
+            rc = s_fail(c, nd, "scale, B, mean and var must be constants");
+        else
+            rc = s_chan(c, nd, t, nd->input[i + 1], l, true, &p[i], &n[i]);
+    }
+    if (!rc && c->want) {
+        double eps = s_afloat(nd, "epsilon", 1e-5f);
+        float *s = kl_xmalloc((size_t)l->nout * sizeof(float));
+        s_need_bias(c, l);
+        for (int64_t k = 0; k < l->nout; k++) {
+#define S_AT(i) ((double)p[i][n[i] == 1 ? 0 : k])
+            s[k] = (float)(S_AT(0) / sqrt(S_AT(3) + eps));
+            l->b[k] = (float)(((double)l->b[k] - S_AT(2)) * s[k] + S_AT(1));
+#undef S_AT
+        }
+        float *keep = l->b;
+        l->b = NULL; /* the bias is done; scale only the weight */
+        s_scale(l, s, l->nout);
+        l->b = keep;
+        free(s);
+    }
+    if (!rc)
+        s_need_bias(c, l);
+    for (int i = 0; i < 4; i++)
+        free(p[i]);
+    if (!rc)
+        s_alias(c, nd->output[0], s_val(c, nd->input[0]));
+    return rc;
 }
 
 /* Reshape's target shape as "AxBx..." (0 copies, -1 infers). */
@@ -453,12 +903,694 @@ static int s_clip(s_ctx_t *c, const s_node_t *nd)
 
 static bool s_is(const s_node_t *nd, const char *op)
 {
-    return strcmp(nd->op_type, op) == 0;
+    return nd->op_type && strcmp(nd->op_type, op) == 0;
+}
+
+/* Constant t is one float within 1e-4 (relative) of want? */
+static bool s_scalar_is(s_ctx_t *c, const char *name, double want)
+{
+    const s_tensor_t *t = s_init(c, name);
+    float *v = NULL;
+    int64_t n = 0;
+    char keep[KL_ERRMSG_LEN];
+    if (!t || s_numel(t) != 1)
+        return false;
+    memcpy(keep, c->err ? c->err : "", c->err ? KL_ERRMSG_LEN : 1);
+    bool ok = s_floats(c, t, name, &v, &n) == KL_OK &&
+              fabs(v[0] - want) <= 1e-4 * fabs(want);
+    if (c->err) /* a failed read is just no match */
+        memcpy(c->err, keep, KL_ERRMSG_LEN);
+    free(v);
+    return ok;
+}
+
+/* The other input of two-input node nd, given one of them; NULL when nd
+ * does not read `one`. */
+static const char *s_other(const s_node_t *nd, const char *one)
+{
+    if (nd->n_input != 2)
+        return NULL;
+    if (strcmp(nd->input[0], one) == 0)
+        return nd->input[1];
+    if (strcmp(nd->input[1], one) == 0)
+        return nd->input[0];
+    return NULL;
+}
+
+/* The node that alone reads node i's output and is an `op`, or NULL. */
+static const s_node_t *s_next(const s_ctx_t *c, const s_node_t *nd,
+                              const char *op, int *idx)
+{
+    int k = nd->n_output ? s_reader(c, nd->output[0]) : -1;
+    *idx = k;
+    return k >= 0 && s_is(c->g->node[k], op) ? c->g->node[k] : NULL;
+}
+
+/* GELU spelled out from Div nd: x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5
+ * (or * 0.5, then * x): a gelu layer. *matched false when it is not. */
+static int s_gelu_erf(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    *matched = false;
+    int ie, ia, i1, i2;
+    const char *x = nd->input[0];
+    const s_node_t *e = s_next(c, nd, "Erf", &ie);
+    const s_node_t *a = e ? s_next(c, e, "Add", &ia) : NULL;
+    const char *one = a ? s_other(a, e->output[0]) : NULL;
+    const s_node_t *m1 =
+        one && s_scalar_is(c, one, 1.0) ? s_next(c, a, "Mul", &i1) : NULL;
+    const char *o1 = m1 ? s_other(m1, a->output[0]) : NULL;
+    const s_node_t *m2 = o1 ? s_next(c, m1, "Mul", &i2) : NULL;
+    const char *o2 = m2 ? s_other(m2, m1->output[0]) : NULL;
+    if (!o2 || !s_scalar_is(c, nd->input[1], sqrt(2.0)) ||
+        !((strcmp(o1, x) == 0 && s_scalar_is(c, o2, 0.5)) ||
+          (strcmp(o2, x) == 0 && s_scalar_is(c, o1, 0.5))))
+        return KL_OK;
+    int rc = KL_OK;
+    const char *xk = s_in(c, nd, 0, &rc);
+    if (!xk)
+        return rc;
+    s_line_t *l = s_line(c, m2, "gelu");
+    kl_buf_puts(&l->args, xk);
+    free(l->in0);
+    l->in0 = kl_xstrdup(x);
+    c->skip[ie] = c->skip[ia] = c->skip[i1] = c->skip[i2] = true;
+    *matched = true;
+    return KL_OK;
+}
+
+/* The int64 axes of nd: input 1 (opset 13 and 18 on) or the attribute. */
+static int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax)
+{
+    const KilnOnnx__AttributeProto *a = s_attr(nd, "axes");
+    if (a) {
+        for (size_t i = 0; i < a->n_ints && i < 8; i++)
+            ax[i] = a->ints[i];
+        return a->n_ints > 8 ? -1 : (int)a->n_ints;
+    }
+    const s_tensor_t *t = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    return t ? s_ints_of(t, ax, 8) : nd->n_input > 1 ? -1 : 0;
+}
+
+/* ReduceMean over H and W with keepdims: global_avg_pool. */
+static int s_nums(s_ctx_t *c, const char *name, double *v, int *type,
+                  int64_t *dims, int *nd);
+
+/* A ReduceMean over the last axis (keepdims) of the node's input? */
+static bool s_mean_last(s_ctx_t *c, const s_node_t *nd, const char *x)
+{
+    int64_t ax[8];
+    return nd && s_is(nd, "ReduceMean") && nd->n_input >= 1 &&
+           !strcmp(nd->input[0], x) && s_axes(c, nd, ax) == 1 && ax[0] == -1 &&
+           s_aint(nd, "keepdims", 1);
+}
+
+/* Layer norm spelled out from ReduceMean nd: d = x - mean(x); d / sqrt(
+ * mean(d^2) + eps), then optionally * gamma (+ beta): layer_norm eps=
+ * (affine=1, gamma and beta its weight and bias). *matched false when it
+ * is not that. */
+static int s_layer_norm_parts(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    const KilnOnnx__GraphProto *g = c->g;
+    const char *x = nd->input[0];
+    int is, ip = -1, iv, ie, iq, id = -1, im, ia;
+    *matched = false;
+    const s_node_t *sub = s_next(c, nd, "Sub", &is);
+    if (!sub || sub->n_input != 2 || strcmp(sub->input[0], x) ||
+        strcmp(sub->input[1], nd->output[0]) ||
+        s_readers(c, sub->output[0]) != 2)
+        return KL_OK;
+    for (size_t i = 0; i < g->n_node; i++) { /* d's two readers */
+        const s_node_t *n = g->node[i];
+        if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+            s_is(n, "Pow") && s_scalar_is(c, n->input[1], 2.0))
+            ip = (int)i;
+        else if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+                 s_is(n, "Div"))
+            id = (int)i;
+    }
+    if (ip < 0 || id < 0)
+        return KL_OK;
+    const s_node_t *var = s_next(c, g->node[ip], "ReduceMean", &iv);
+    const s_node_t *add = var && s_mean_last(c, var, g->node[ip]->output[0])
+                              ? s_next(c, var, "Add", &ie)
+                              : NULL;
+    const char *eps = add ? s_other(add, var->output[0]) : NULL;
+    const s_node_t *sq = eps ? s_next(c, add, "Sqrt", &iq) : NULL;
+    double ev[1];
+    int64_t dd[8];
+    int et, end;
+    if (!sq || s_nums(c, eps, ev, &et, dd, &end) != 1 || !(ev[0] > 0) ||
+        s_reader(c, sq->output[0]) != id ||
+        strcmp(g->node[id]->input[1], sq->output[0]))
+        return KL_OK;
+    /* The affine part: * gamma, then + beta, constants of one shape. */
+    const s_node_t *last = g->node[id], *mul = s_next(c, last, "Mul", &im);
+    const char *gam = mul ? s_other(mul, last->output[0]) : NULL;
+    const s_tensor_t *gt = gam ? s_init(c, gam) : NULL;
+    const s_node_t *badd = gt ? s_next(c, mul, "Add", &ia) : NULL;
+    const char *bet = badd ? s_other(badd, mul->output[0]) : NULL;
+    const s_tensor_t *bt = bet ? s_init(c, bet) : NULL;
+    if (!gt)
+        mul = NULL;
+    if (!bt || s_numel(bt) != s_numel(gt))
+        badd = NULL, bt = NULL;
+    last = badd ? badd : mul ? mul : last;
+    int rc = KL_OK;
+    const char *xk = s_in(c, nd, 0, &rc);
+    if (!xk)
+        return rc;
+    s_line_t *l = s_line_for(c, last->output[0], x, "layer_norm");
+    kl_buf_printf(&l->args, "%s eps=%.9g%s", xk, ev[0], mul ? " affine=1" : "");
+    if (mul) {
+        l->nout = s_numel(gt);
+        l->params = true;
+        l->bias = true;
+        if (c->want && (rc = s_floats(c, gt, gam, &l->w, &l->wn)))
+            return rc;
+        if (c->want && bt) {
+            int64_t n;
+            if ((rc = s_floats(c, bt, bet, &l->b, &n)))
+                return rc;
+        } else if (c->want)
+            l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
+        c->skip[im] = true;
+        if (badd)
+            c->skip[ia] = true;
+    }
+    c->skip[is] = c->skip[ip] = c->skip[iv] = c->skip[ie] = c->skip[iq] =
+        c->skip[id] = true;
+    *matched = true;
+    return KL_OK;
+}
+
+/* ReduceMean over H and W with keepdims: global_avg_pool; over the last
+ * axis, the start of a layer norm spelled out. */
+static int s_reduce_mean(s_ctx_t *c, const s_node_t *nd)
+{
+    int64_t ax[8];
+    int n = s_axes(c, nd, ax);
+    bool m;
+    int rc;
+    if (s_mean_last(c, nd, nd->input[0]))
+        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : S_UNSUP;
+    /* {2, 3} or {-2, -1}, in either order (4-D: the parser checks) */
+    int64_t lo = n == 2 && ax[0] > ax[1] ? ax[1] : ax[0],
+            hi = n == 2 && ax[0] > ax[1] ? ax[0] : ax[1];
+    bool hw = n == 2 && ((lo == 2 && hi == 3) || (lo == -2 && hi == -1));
+    if (!hw || !s_aint(nd, "keepdims", 1))
+        return S_UNSUP;
+    return s_simple(c, nd, "global_avg_pool");
+}
+
+/* LayerNormalization over the last axis: layer_norm eps= affine=1, its
+ * weight the scale and its bias B (zeros when none). */
+static int s_layer_norm(s_ctx_t *c, const s_node_t *nd)
+{
+    int64_t axis = s_aint(nd, "axis", -1);
+    if (axis != -1)
+        return s_fail(c, nd, "only axis=-1 (the last axis)");
+    const s_tensor_t *sc = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    if (!sc)
+        return s_fail(c, nd, "the scale must be a constant");
+    int rc = s_simple(c, nd, "layer_norm");
+    if (rc)
+        return rc;
+    s_line_t *l = &c->lines[c->nlines - 1];
+    kl_buf_printf(&l->args, " eps=%.9g affine=1",
+                  (double)s_afloat(nd, "epsilon", 1e-5f));
+    l->nout = s_numel(sc);
+    return s_weight_in(c, nd, sc, l, 1.0f) ?: s_bias_in(c, nd, 2, l, 1.0f);
+}
+
+/* Identity, Cast to the same type, Reshape, Squeeze and Unsqueeze of a
+ * constant: a constant (*done). */
+static int s_const_view(s_ctx_t *c, const s_node_t *nd, bool *done)
+{
+    const s_tensor_t *t = nd->n_input ? s_init(c, nd->input[0]) : NULL;
+    *done = false;
+    if (!t)
+        return KL_OK;
+    if (s_is(nd, "Identity") ||
+        (s_is(nd, "Cast") && s_aint(nd, "to", 0) == t->data_type)) {
+        s_add_const(c, nd->output[0], t, NULL);
+        *done = true;
+        return KL_OK;
+    }
+    bool re = s_is(nd, "Reshape"), sq = s_is(nd, "Squeeze"),
+         un = s_is(nd, "Unsqueeze");
+    if (!re && !sq && !un)
+        return KL_OK;
+    int64_t ax[8], d[8];
+    int n = re ? (nd->n_input > 1 && s_init(c, nd->input[1])
+                      ? s_ints_of(s_init(c, nd->input[1]), ax, 8)
+                      : -1)
+               : s_axes(c, nd, ax);
+    int r = (int)t->n_dims, nd_out = 0;
+    if (n < 0)
+        return s_fail(c, nd, "the shape or axes must be constant int64");
+    if (re) {
+        int64_t known = 1, infer = -1;
+        for (int i = 0; i < n; i++) {
+            d[i] = ax[i] == 0 && i < r ? t->dims[i] : ax[i];
+            if (d[i] < 0)
+                infer = i;
+            else
+                known *= d[i];
+        }
+        if (infer >= 0)
+            d[infer] = known ? s_numel(t) / known : 0;
+        nd_out = n;
+    } else if (sq) {
+        for (int i = 0; i < r; i++) {
+            bool drop = n == 0 && t->dims[i] == 1;
+            for (int k = 0; k < n; k++)
+                drop |= ax[k] == i || ax[k] + r == i;
+            if (!drop)
+                d[nd_out++] = t->dims[i];
+        }
+    } else {
+        int ro = r + n, src = 0;
+        if (ro > 8)
+            return s_fail(c, nd, "more than 8 dimensions");
+        for (int i = 0; i < ro; i++) {
+            bool ins = false;
+            for (int k = 0; k < n; k++)
+                ins |= ax[k] == i || ax[k] + ro == i;
+            d[i] = ins ? 1 : t->dims[src++];
+        }
+        nd_out = ro;
+    }
+    s_tensor_t *o = kl_xmalloc(sizeof(*o));
+    *o = *t;
+    o->n_dims = (size_t)nd_out;
+    o->dims = kl_xmalloc(8 * sizeof(int64_t));
+    memcpy(o->dims, d, (size_t)nd_out * sizeof(int64_t));
+    if (s_numel(o) != s_numel(t))
+        for (o->n_dims = 0; o->n_dims < t->n_dims; o->n_dims++)
+            o->dims[o->n_dims] = t->dims[o->n_dims];
+    s_add_const(c, nd->output[0], o, o);
+    *done = true;
+    return KL_OK;
+}
+
+/* The shape of the value kiln names `kiln` as the graph parser infers it
+ * from the lines so far; false when it cannot. */
+static bool s_shape(const s_ctx_t *c, const char *kiln, int64_t *d, int *n)
+{
+    kl_buf_t b = {0};
+    kl_mgraph_t g;
+    char err[KL_ERRMSG_LEN];
+    bool ok = false;
+    s_lines_text(c, &b, true);
+    if (b.data && kl_mgraph_parse(b.data, c->src, &g, err) == KL_OK) {
+        for (int i = 0; i < g.n && !ok; i++)
+            if (strcmp(g.nodes[i].name, kiln) == 0) {
+                *n = g.nodes[i].ndim;
+                memcpy(d, g.nodes[i].shape, sizeof(g.nodes[i].shape));
+                ok = true;
+            }
+        kl_mgraph_free(&g);
+    }
+    kl_buf_free(&b);
+    return ok;
+}
+
+#define S_MAXC 64 /* values in a constant kiln evaluates */
+
+/* A constant of kiln's own: n values v of ONNX type (1 float, 7 int64). */
+static void s_new_const(s_ctx_t *c, const char *name, int type,
+                        const int64_t *dims, int nd, const double *v, int n)
+{
+    s_tensor_t *t = kl_xmalloc(sizeof(*t));
+    kiln_onnx__tensor_proto__init(t);
+    t->has_data_type = 1;
+    t->data_type = type;
+    t->n_dims = (size_t)nd;
+    t->dims = kl_xmalloc(8 * sizeof(int64_t));
+    memcpy(t->dims, dims, (size_t)nd * sizeof(int64_t));
+    void *data;
+    if (type == 7) {
+        int64_t *x = kl_xmalloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        for (int i = 0; i < n; i++)
+            x[i] = (int64_t)v[i];
+        t->n_int64_data = (size_t)n;
+        t->int64_data = x;
+        data = x;
+    } else {
+        float *x = kl_xmalloc((size_t)(n ? n : 1) * sizeof(float));
+        for (int i = 0; i < n; i++)
+            x[i] = (float)v[i];
+        t->n_float_data = (size_t)n;
+        t->float_data = x;
+        data = x;
+    }
+    s_add_const(c, name, t, t);
+    c->consts[c->nconsts - 1].data = data;
+}
+
+/* The values of a small constant (int64 or float) as doubles: their count,
+ * -1 when name is not one. */
+static int s_nums(s_ctx_t *c, const char *name, double *v, int *type,
+                  int64_t *dims, int *nd)
+{
+    const s_tensor_t *t = name && *name ? s_init(c, name) : NULL;
+    if (!t || s_numel(t) > S_MAXC || t->n_dims > 8 ||
+        (t->data_type != 1 && t->data_type != 7))
+        return -1;
+    *type = t->data_type;
+    *nd = (int)t->n_dims;
+    if (t->n_dims) /* a scalar's dims may be NULL */
+        memcpy(dims, t->dims, t->n_dims * sizeof(int64_t));
+    int64_t n = s_numel(t);
+    if (t->data_type == 7) {
+        int64_t x[S_MAXC];
+        if (s_ints_of(t, x, S_MAXC) != n)
+            return -1;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (double)x[i];
+        return (int)n;
+    }
+    float *f;
+    char keep[KL_ERRMSG_LEN];
+    memcpy(keep, c->err ? c->err : "", c->err ? KL_ERRMSG_LEN : 1);
+    int rc = s_floats(c, t, name, &f, &n);
+    if (c->err)
+        memcpy(c->err, keep, KL_ERRMSG_LEN);
+    if (rc)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = f[i];
+    free(f);
+    return (int)n;
+}
+
+/* Shape arithmetic (as PyTorch's TorchScript exporter writes it): Shape of
+ * a computed value, and Mod, Add, Sub, Mul, Div, Sqrt, Cast, Concat, Slice
+ * and Gather of small constants are constants (*done). */
+static int s_const_eval(s_ctx_t *c, const s_node_t *nd, bool *done)
+{
+    double a[S_MAXC], b[S_MAXC], r[S_MAXC];
+    int64_t da[8], db[8], dr[8];
+    int ta = 7, tb = 7, na = 0, nb = 0, nra = 0, nrb = 0, n = 0, nd_r = 1;
+    *done = false;
+    if (s_is(nd, "Shape")) {
+        const s_val_t *v = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+        int64_t d[KL_MODEL_MAX_DIMS];
+        int k;
+        if (!v || v->bad || !s_shape(c, v->kiln, d, &k))
+            return KL_OK;
+        int64_t st = s_aint(nd, "start", 0), en = s_aint(nd, "end", k);
+        st = st < 0 ? st + k : st;
+        en = en < 0 ? en + k : en > k ? k : en;
+        for (int64_t i = st < 0 ? 0 : st; i < en; i++)
+            r[n++] = (double)d[i];
+        dr[0] = n;
+        s_new_const(c, nd->output[0], 7, dr, 1, r, n);
+        *done = true;
+        return KL_OK;
+    }
+    static const char *ops[] = {"Mod",  "Add",  "Sub",    "Mul",   "Div",
+                                "Sqrt", "Cast", "Concat", "Slice", "Gather"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        known |= s_is(nd, ops[i]);
+    if (!known || nd->n_input < 1)
+        return KL_OK;
+    for (size_t k = 0; k < nd->n_input; k++)
+        if (nd->input[k][0] && !s_init(c, nd->input[k]))
+            return KL_OK; /* not all constant */
+    na = s_nums(c, nd->input[0], a, &ta, da, &nra);
+    if (na < 0)
+        return KL_OK;
+    if (nd->n_input > 1 && !s_is(nd, "Concat") &&
+        (nb = s_nums(c, nd->input[1], b, &tb, db, &nrb)) < 0)
+        return KL_OK;
+    int type = ta;
+    memcpy(dr, da, sizeof(da));
+    nd_r = nra;
+    if (s_is(nd, "Sqrt")) {
+        for (n = 0; n < na; n++)
+            r[n] = sqrt(a[n]);
+    } else if (s_is(nd, "Cast")) {
+        type = (int)s_aint(nd, "to", 0);
+        if (type != 1 && type != 7)
+            return KL_OK;
+        for (n = 0; n < na; n++)
+            r[n] = type == 7 ? trunc(a[n]) : a[n];
+    } else if (s_is(nd, "Concat")) {
+        for (size_t k = 0; k < nd->n_input; k++) {
+            double x[S_MAXC];
+            int64_t dx[8];
+            int tx, nx, m = s_nums(c, nd->input[k], x, &tx, dx, &nx);
+            if (m < 0 || nx != 1 || n + m > S_MAXC)
+                return KL_OK;
+            memcpy(r + n, x, (size_t)m * sizeof(double));
+            n += m;
+        }
+        dr[0] = n;
+        nd_r = 1;
+    } else if (s_is(nd, "Slice")) {
+        /* data, starts, ends[, axes[, steps]]: 1-D data only */
+        double e[S_MAXC], ax[S_MAXC], stp[S_MAXC];
+        int64_t dd[8];
+        int tt, ndd;
+        bool has_ax = nd->n_input > 3 && nd->input[3][0],
+             has_st = nd->n_input > 4 && nd->input[4][0];
+        if (nra != 1 || nb != 1 || nd->n_input < 3 ||
+            s_nums(c, nd->input[2], e, &tt, dd, &ndd) != 1 ||
+            (has_ax && (s_nums(c, nd->input[3], ax, &tt, dd, &ndd) != 1 ||
+                        (ax[0] != 0 && ax[0] != -1))) ||
+            (has_st &&
+             (s_nums(c, nd->input[4], stp, &tt, dd, &ndd) != 1 || stp[0] != 1)))
+            return KL_OK;
+        double st = b[0] < 0 ? b[0] + na : b[0],
+               en = e[0] < 0 ? e[0] + na : e[0];
+        st = st < 0 ? 0 : st > na ? na : st;
+        en = en < 0 ? 0 : en > na ? na : en;
+        for (int i = (int)st; i < (int)en; i++)
+            r[n++] = a[i];
+        dr[0] = n;
+    } else if (s_is(nd, "Gather")) {
+        if (s_aint(nd, "axis", 0) != 0 || nra != 1)
+            return KL_OK;
+        for (n = 0; n < nb; n++) {
+            int64_t i = (int64_t)b[n] < 0 ? (int64_t)b[n] + na : (int64_t)b[n];
+            if (i < 0 || i >= na)
+                return s_fail(c, nd, "an index outside the constant");
+            r[n] = a[i];
+        }
+        nd_r = nrb;
+        memcpy(dr, db, sizeof(db));
+    } else { /* Mod, Add, Sub, Mul, Div: a scalar broadcasts */
+        if (nb != na && nb != 1 && na != 1)
+            return KL_OK;
+        if (na == 1 && nb > 1) {
+            memcpy(dr, db, sizeof(db));
+            nd_r = nrb;
+        }
+        n = na > nb ? na : nb;
+        for (int i = 0; i < n; i++) {
+            double x = a[na == 1 ? 0 : i], y = b[nb == 1 ? 0 : i];
+            if ((s_is(nd, "Mod") || (s_is(nd, "Div") && type == 7)) && y == 0)
+                return s_fail(c, nd, "an integer division by zero");
+            if (s_is(nd, "Mod")) /* the sign of the divisor (fmod=0) */
+                r[i] = x - floor(x / y) * y;
+            else if (s_is(nd, "Add"))
+                r[i] = x + y;
+            else if (s_is(nd, "Sub"))
+                r[i] = x - y;
+            else if (s_is(nd, "Mul"))
+                r[i] = x * y;
+            else
+                r[i] = type == 7 ? trunc(x / y) : x / y;
+        }
+    }
+    s_new_const(c, nd->output[0], type, dr, nd_r, r, n);
+    *done = true;
+    return KL_OK;
+}
+
+/* Unsqueeze and Squeeze of a computed value: a reshape to its new shape. */
+static int s_squeeze(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    const char *x = s_in(c, nd, 0, &rc);
+    if (!x)
+        return rc;
+    int64_t d[KL_MODEL_MAX_DIMS], o[KL_MODEL_MAX_DIMS], ax[8];
+    int r, n = s_axes(c, nd, ax), no = 0;
+    bool un = s_is(nd, "Unsqueeze");
+    if (!s_shape(c, x, d, &r))
+        return s_fail(c, nd, "the input's shape is not known");
+    if (n < 0 || (un && n == 0))
+        return s_fail(c, nd, "the axes must be constant int64");
+    int ro = un ? r + n : r;
+    if (ro > KL_MODEL_MAX_DIMS)
+        return s_fail(c, nd, "more than 8 dimensions");
+    for (int i = 0, src = 0; i < ro; i++) {
+        bool hit = n == 0 && !un && d[i] == 1;
+        for (int k = 0; k < n; k++)
+            hit |= ax[k] == i || ax[k] + ro == i;
+        if (un)
+            o[no++] = hit ? 1 : d[src++];
+        else if (hit && d[i] != 1)
+            return s_fail(c, nd, "squeezes an axis that is not 1");
+        else if (!hit)
+            o[no++] = d[i];
+    }
+    s_line_t *l = s_line(c, nd, "reshape");
+    kl_buf_printf(&l->args, "%s shape=", x);
+    for (int i = 0; i < no; i++)
+        kl_buf_printf(&l->args, "%s%lld", i ? "x" : "", (long long)o[i]);
+    if (no == 0)
+        kl_buf_puts(&l->args, "1");
+    return KL_OK;
+}
+
+/* The dims of d other than 1, in order. */
+static int s_non1(const int64_t *d, int n, int *at)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (d[i] != 1)
+            at[k++] = i;
+    return k;
+}
+
+/* Gather on axis 0, by a constant index, of a packed projection's output
+ * seen through views (PyTorch's MultiheadAttention: Q, K and V in one
+ * weight [H, G*D], its output viewed as [..., G, D] and G brought to the
+ * front): a matmul N=D by the index's block of the weight and bias, and a
+ * reshape to the Gather's shape. The packed layer and its views are
+ * dropped. *matched false when the Gather is not that. */
+static int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    *matched = false;
+    const s_tensor_t *it = nd->n_input == 2 ? s_init(c, nd->input[1]) : NULL;
+    const s_val_t *v = s_val(c, nd->input[0]);
+    int64_t idx;
+    if (!v || v->line < 0 || !it || it->n_dims != 0 ||
+        s_ints_of(it, &idx, 1) != 1 || s_aint(nd, "axis", 0) != 0)
+        return KL_OK;
+    /* Walk the views back to the packed layer. */
+    int chain[16], nch = 0, li = v->line;
+    /* Every reader of the Gather's input is a Gather, and each value on
+     * the way back is read only by the next. */
+    for (size_t i = 0; i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            if (!strcmp(c->g->node[i]->input[k], nd->input[0]) &&
+                (k || !s_is(c->g->node[i], "Gather")))
+                return KL_OK;
+    while (nch < 16 && (!strcmp(c->lines[li].op, "reshape") ||
+                        !strcmp(c->lines[li].op, "transpose"))) {
+        chain[nch++] = li;
+        const s_val_t *u = s_val(c, c->lines[li].in0);
+        if (!u || u->line < 0 || !u->sole || s_readers(c, u->onnx) != 1)
+            return KL_OK;
+        li = u->line;
+    }
+    s_line_t *p = &c->lines[li];
+    if (nch == 0 || !p->params || !p->colw)
+        return KL_OK;
+    /* Follow the axes from the packed output: tags -2 the block axis G,
+     * -3 the block's D, >= 0 the leading dims in order, -1 a 1. */
+    int64_t d[KL_MODEL_MAX_DIMS], pd[KL_MODEL_MAX_DIMS], tag[8], G = 0, D = 0;
+    int n, pn, at[8];
+    if (!s_shape(c, p->name, pd, &pn))
+        return KL_OK;
+    for (int k = nch - 1; k >= 0; k--) {
+        const s_line_t *l = &c->lines[chain[k]];
+        int64_t t2[8];
+        if (!s_shape(c, l->name, d, &n))
+            return KL_OK;
+        if (k == nch - 1) { /* the split: [..., nout] to [..., G, D] */
+            if (strcmp(l->op, "reshape") || n < 2 ||
+                d[n - 1] * d[n - 2] != p->nout || d[n - 2] < 2 ||
+                d[n - 1] == p->nout)
+                return KL_OK;
+            G = d[n - 2];
+            D = d[n - 1];
+            for (int i = 0; i < n; i++)
+                t2[i] = i == n - 2 ? -2 : i == n - 1 ? -3 : d[i] == 1 ? -1 : i;
+        } else if (!strcmp(l->op, "transpose")) {
+            char *pm = strstr(l->args.data, "perm=") + 5;
+            for (int i = 0; i < n; i++) {
+                long a = strtol(pm, &pm, 10);
+                if (a < 0 || a >= n)
+                    return KL_OK;
+                t2[i] = tag[a];
+                pm += *pm == ',';
+            }
+        } else { /* a reshape that only adds or drops 1s */
+            int a1[8], a2[8];
+            int m1 = s_non1(pd, pn, a1), m2 = s_non1(d, n, a2);
+            if (m1 != m2)
+                return KL_OK;
+            for (int i = 0; i < n; i++)
+                t2[i] = -1;
+            for (int i = 0; i < m1; i++) {
+                if (pd[a1[i]] != d[a2[i]])
+                    return KL_OK;
+                t2[a2[i]] = tag[a1[i]];
+            }
+        }
+        memcpy(tag, t2, sizeof(t2));
+        memcpy(pd, d, sizeof(d));
+        pn = n;
+    }
+    /* G first; the rest keeps its order with D last. */
+    int m = s_non1(pd, pn, at);
+    if (tag[0] != -2 || m < 2 || tag[at[m - 1]] != -3 || idx < 0 || idx >= G)
+        return KL_OK;
+    for (int i = 2; i < m - 1; i++)
+        if (tag[at[i]] <= tag[at[i - 1]] && i > 1)
+            return KL_OK;
+    for (int i = 1; i < m - 1; i++)
+        if (tag[at[i]] < 0)
+            return KL_OK;
+    /* The block's layer. */
+    size_t xl = strcspn(p->args.data, " ");
+    char *x = kl_xstrndup(p->args.data, xl);
+    char *own = kl_xasprintf("%c%s_mm", S_OWN, nd->output[0]);
+    char *pin0 = kl_xstrdup(p->in0);
+    s_line_t *l = s_line_for(c, own, pin0, "matmul");
+    p = &c->lines[li]; /* lines moved */
+    const char *mm = l->name;
+    kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+    l->params = l->colw = true;
+    l->nout = D;
+    l->bias = p->bias;
+    if (p->w) {
+        int64_t H = p->wn / p->nout;
+        l->wn = H * D;
+        l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+        for (int64_t i = 0; i < H; i++)
+            memcpy(l->w + i * D, p->w + i * p->nout + idx * D,
+                   (size_t)D * sizeof(float));
+    }
+    if (p->b) {
+        l->b = kl_xmalloc((size_t)D * sizeof(float));
+        memcpy(l->b, p->b + idx * D, (size_t)D * sizeof(float));
+    } else if (l->bias)
+        s_need_bias(c, l);
+    s_line_t *rs = s_line_for(c, nd->output[0], own, "reshape");
+    kl_buf_printf(&rs->args, "%s shape=", mm);
+    for (int i = 1; i < pn; i++)
+        kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "", (long long)pd[i]);
+    c->lines[li].dead = true;
+    for (int k = 0; k < nch; k++)
+        c->lines[chain[k]].dead = true;
+    free(x);
+    free(own);
+    free(pin0);
+    *matched = true;
+    return KL_OK;
 }
 
 static int s_node(s_ctx_t *c, const s_node_t *nd)
 {
     int rc = KL_OK;
+    bool done;
     if (!nd->op_type || nd->n_output < 1)
         return s_fail(c, nd, "a node without op_type or output");
     if (nd->domain && *nd->domain && strcmp(nd->domain, "ai.onnx"))
@@ -467,13 +1599,19 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         const KilnOnnx__AttributeProto *v = s_attr(nd, "value");
         if (!v || !v->t)
             return s_fail(c, nd, "a Constant without a tensor value");
-        c->consts = kl_xrealloc(c->consts,
-                                (size_t)(c->nconsts + 1) * sizeof(*c->consts));
-        c->const_names = kl_xrealloc(c->const_names,
-                                     (size_t)(c->nconsts + 1) * sizeof(char *));
-        c->consts[c->nconsts] = v->t;
-        c->const_names[c->nconsts++] = kl_xstrdup(nd->output[0]);
+        s_add_const(c, nd->output[0], v->t, NULL);
         return KL_OK;
+    }
+    if ((rc = s_const_view(c, nd, &done)) || done)
+        return rc;
+    if ((rc = s_const_eval(c, nd, &done)) || done)
+        return rc;
+    if (s_is(nd, "Unsqueeze") || s_is(nd, "Squeeze"))
+        return s_squeeze(c, nd);
+    if (s_is(nd, "Gather")) {
+        if ((rc = s_gather_block(c, nd, &done)) || done)
+            return rc;
+        return S_UNSUP;
     }
     if (s_is(nd, "Conv"))
         return s_conv(c, nd);
@@ -482,11 +1620,20 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
     if (s_is(nd, "Gemm") || s_is(nd, "MatMul"))
         return s_gemm(c, nd, s_is(nd, "Gemm"));
     if (s_is(nd, "BatchNormalization"))
-        return s_fold_bias(c, nd, 0);
-    if (s_is(nd, "Add")) {
-        for (size_t k = 0; k < 2 && nd->n_input == 2; k++)
-            if (s_init(c, nd->input[1 - k]))
-                return s_fold_bias(c, nd, k);
+        return s_fold_bn(c, nd);
+    bool add = s_is(nd, "Add"), mul = s_is(nd, "Mul"), div = s_is(nd, "Div");
+    if ((add || mul || div) && nd->n_input == 2) {
+        for (size_t k = 0; k < 2; k++)
+            if (s_init(c, nd->input[1 - k]) && (k == 0 || !div)) {
+                if (div) {
+                    bool m;
+                    if ((rc = s_gelu_erf(c, nd, &m)) || m)
+                        return rc;
+                }
+                return s_fold_const(c, nd, k, add ? '+' : mul ? '*' : '/');
+            }
+        if (!add)
+            return S_UNSUP;
         const char *a = s_in(c, nd, 0, &rc), *b = a ? s_in(c, nd, 1, &rc) : 0;
         if (!b)
             return rc;
@@ -497,18 +1644,26 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
     if (s_is(nd, "Clip"))
         return s_clip(c, nd);
     if (s_is(nd, "Identity") || s_is(nd, "Dropout")) {
-        const char *x = s_in(c, nd, 0, &rc);
-        if (x)
-            s_add_val(c, nd->output[0], (char *)x, -1, false);
-        return rc;
+        const s_val_t *v = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+        if (!v)
+            return s_in(c, nd, 0, &rc), rc;
+        s_alias(c, nd->output[0], v);
+        return KL_OK;
     }
     if (s_is(nd, "Flatten")) {
         if (s_aint(nd, "axis", 1) != 1)
             return s_fail(c, nd, "only axis=1");
         return s_simple(c, nd, "flatten");
     }
-    if (s_is(nd, "Reshape"))
+    if (s_is(nd, "Reshape")) {
+        int64_t d[8];
+        const s_tensor_t *t = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+        int n = t && s_aint(nd, "allowzero", 0) ? s_ints_of(t, d, 8) : 0;
+        for (int k = 0; k < n; k++)
+            if (d[k] == 0)
+                return s_fail(c, nd, "allowzero=1 with a 0 in the shape");
         return s_reshape(c, nd);
+    }
     if (s_is(nd, "Transpose")) {
         const KilnOnnx__AttributeProto *p = s_attr(nd, "perm");
         if (!p || p->n_ints == 0)
@@ -521,20 +1676,72 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
             kl_buf_printf(b, "%s%lld", i ? "," : "", (long long)p->ints[i]);
         return KL_OK;
     }
+    if (s_is(nd, "ReduceMean"))
+        return s_reduce_mean(c, nd);
+    if (s_is(nd, "LayerNormalization"))
+        return s_layer_norm(c, nd);
+    if (s_is(nd, "Softmax") && s_aint(nd, "axis", -1) != -1)
+        return s_fail(c, nd, "only axis=-1 (the last axis)");
+    if (s_is(nd, "Gelu") && s_attr(nd, "approximate")) {
+        const KilnOnnx__AttributeProto *ap = s_attr(nd, "approximate");
+        if (ap->has_s && !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
+            return s_fail(c, nd, "only approximate=none");
+    }
     static const char *same[][2] = {{"Relu", "relu"},
                                     {"GlobalAveragePool", "global_avg_pool"},
                                     {"Softmax", "softmax"},
-                                    {"LayerNormalization", "layer_norm"},
                                     {"Gelu", "gelu"}};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
         if (s_is(nd, same[i][0]))
             return s_simple(c, nd, same[i][1]);
-    return s_fail(c, nd,
-                  "unsupported op (kiln imports Conv, Gemm, MatMul, "
-                  "BatchNormalization, Relu, Clip, Add, MaxPool, "
-                  "AveragePool, GlobalAveragePool, Flatten, Reshape, "
-                  "Transpose, Softmax, LayerNormalization, Gelu, "
-                  "Identity, Dropout, Constant)");
+    return S_UNSUP;
+}
+
+/* Every node in order; those kiln has no layer for are listed in one
+ * error, their outputs (and what is computed from them) skipped. */
+static int s_nodes(s_ctx_t *c)
+{
+    static char bad[] = "?";
+    kl_buf_t list = {0};
+    int nbad = 0, shown = 0, rc = KL_OK;
+    c->skip = kl_xcalloc(c->g->n_node + 1, sizeof(bool));
+    for (size_t i = 0; !rc && i < c->g->n_node; i++) {
+        const s_node_t *nd = c->g->node[i];
+        if (c->skip[i])
+            continue;
+        bool tainted = false;
+        for (size_t k = 0; k < nd->n_input; k++) {
+            const s_val_t *v = nd->input[k][0] ? s_val(c, nd->input[k]) : NULL;
+            tainted |= v && v->bad;
+        }
+        rc = tainted ? S_UNSUP : s_node(c, nd);
+        if (rc != S_UNSUP)
+            continue;
+        rc = KL_OK;
+        for (size_t k = 0; k < nd->n_output; k++)
+            s_add_val(c, nd->output[k], bad, -1, false)->bad = true;
+        if (tainted)
+            continue;
+        nbad++;
+        if (list.len < 240) {
+            kl_buf_printf(&list, "%s'%.60s' (%.30s)", shown ? ", " : "",
+                          s_nname(nd), nd->op_type);
+            shown++;
+        }
+    }
+    if (!rc && nbad > shown)
+        kl_buf_printf(&list, ", ... and %d more", nbad - shown);
+    if (!rc && nbad)
+        rc = kl_seterr(c->err, KL_ERR_INVAL,
+                       "%s: %d node%s kiln cannot import: %s; kiln imports "
+                       "Conv, Gemm, MatMul, BatchNormalization, Relu, Clip, "
+                       "Add, Mul and Div by a constant, MaxPool, AveragePool, "
+                       "GlobalAveragePool, ReduceMean over H,W, Flatten, "
+                       "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
+                       "(or its Erf form), Identity, Dropout, Constant",
+                       c->src, nbad, nbad > 1 ? "s" : "", list.data);
+    kl_buf_free(&list);
+    return rc;
 }
 
 /* "input NAME SHAPE" for the graph inputs that are not initializers. */
@@ -576,6 +1783,20 @@ static int s_inputs(s_ctx_t *c)
     return KL_OK;
 }
 
+/* The input lines and the layers so far (the dead ones too when dead). */
+static void s_lines_text(const s_ctx_t *c, kl_buf_t *b, bool dead)
+{
+    kl_buf_puts(b, c->head.data ? c->head.data : "");
+    for (int i = 0; i < c->nlines; i++)
+        if (dead || !c->lines[i].dead)
+            kl_buf_printf(b, "%s = %s %s%s\n", c->lines[i].name, c->lines[i].op,
+                          c->lines[i].args.data ? c->lines[i].args.data : "",
+                          c->lines[i].bias &&
+                                  strcmp(c->lines[i].op, "layer_norm")
+                              ? " bias=1"
+                              : "");
+}
+
 static char *s_emit(s_ctx_t *c)
 {
     kl_buf_t b = {0};
@@ -586,11 +1807,7 @@ static char *s_emit(s_ctx_t *c)
         *dot = '\0';
     kl_buf_printf(&b, "# imported from %s\nmodel %s\n", c->src, name);
     free(name);
-    kl_buf_puts(&b, c->head.data ? c->head.data : "");
-    for (int i = 0; i < c->nlines; i++)
-        kl_buf_printf(&b, "%s = %s %s%s\n", c->lines[i].name, c->lines[i].op,
-                      c->lines[i].args.data ? c->lines[i].args.data : "",
-                      c->lines[i].bias ? " bias=1" : "");
+    s_lines_text(c, &b, false);
     for (size_t i = 0; i < c->g->n_output; i++) {
         const s_val_t *v =
             c->g->output[i]->name ? s_val(c, c->g->output[i]->name) : NULL;
@@ -598,6 +1815,29 @@ static char *s_emit(s_ctx_t *c)
             kl_buf_printf(&b, "output %s\n", v->kiln);
     }
     return kl_buf_take(&b);
+}
+
+/* The layers' parameters in graph order, each weight then its bias
+ * (zeros when the model had none); the data moves out of the lines. */
+static void s_params(s_ctx_t *c, kl_model_params_t *ps)
+{
+    memset(ps, 0, sizeof(*ps));
+    for (int i = 0; i < c->nlines; i++) {
+        s_line_t *l = &c->lines[i];
+        if (!l->params || l->dead)
+            continue;
+        ps->p = kl_xrealloc(ps->p, (size_t)(ps->n + 2) * sizeof(*ps->p));
+        ps->p[ps->n++] =
+            (kl_model_param_t){kl_xasprintf("%s.weight", l->name), l->wn, l->w};
+        l->w = NULL;
+        if (!l->bias)
+            continue;
+        if (!l->b)
+            l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
+        ps->p[ps->n++] =
+            (kl_model_param_t){kl_xasprintf("%s.bias", l->name), l->nout, l->b};
+        l->b = NULL;
+    }
 }
 
 static void s_free(s_ctx_t *c)
@@ -610,20 +1850,31 @@ static void s_free(s_ctx_t *c)
     free(c->vals);
     for (int i = 0; i < c->nlines; i++) {
         free(c->lines[i].name);
+        free(c->lines[i].in0);
+        free(c->lines[i].out);
+        free(c->lines[i].w);
+        free(c->lines[i].b);
         kl_buf_free(&c->lines[i].args);
     }
     free(c->lines);
-    for (int i = 0; i < c->nconsts; i++)
-        free(c->const_names[i]);
-    free(c->const_names);
+    for (int i = 0; i < c->nconsts; i++) {
+        free(c->consts[i].name);
+        if (c->consts[i].own)
+            free(c->consts[i].own->dims);
+        free(c->consts[i].own);
+        free(c->consts[i].data);
+    }
     free(c->consts);
+    free(c->skip);
     kl_buf_free(&c->head);
 }
 
-int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
-                          char **text, char *err)
+int kl_model_onnx_import(const void *data, size_t len, const char *source,
+                         char **text, kl_model_params_t *params, char *err)
 {
     *text = NULL;
+    if (params)
+        memset(params, 0, sizeof(*params));
     const char *src = source ? source : "model.onnx";
     KilnOnnx__ModelProto *m = kiln_onnx__model_proto__unpack(NULL, len, data);
     if (!m)
@@ -636,13 +1887,21 @@ int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
         return kl_seterr(err, KL_ERR_INVAL, "%s: an ONNX model without a graph",
                          src);
     }
-    s_ctx_t c = {.g = m->graph, .src = src, .err = err};
+    s_ctx_t c = {.g = m->graph, .src = src, .err = err, .want = params};
     int rc = s_inputs(&c);
-    for (size_t i = 0; !rc && i < m->graph->n_node; i++)
-        rc = s_node(&c, m->graph->node[i]);
+    if (!rc)
+        rc = s_nodes(&c);
     if (!rc)
         *text = s_emit(&c);
+    if (!rc && params)
+        s_params(&c, params);
     s_free(&c);
     kiln_onnx__model_proto__free_unpacked(m, NULL);
     return rc;
+}
+
+int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
+                          char **text, char *err)
+{
+    return kl_model_onnx_import(data, len, source, text, NULL, err);
 }

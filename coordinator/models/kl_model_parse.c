@@ -328,17 +328,24 @@ static int s_matmuls(s_ctx_t *c, int from, kl_mnode_t *nd)
         return rc;
     }
     const kl_mnode_t *b = nd->nin > 1 ? &c->g->nodes[nd->in[1]] : NULL;
-    if (nd->op == KL_MOP_MATMUL && b && a->ndim == 3 && b->ndim == 3)
-        nd->op = KL_MOP_BATCH_MATMUL; /* numpy's matmul */
-    int nd_want = nd->op == KL_MOP_MATMUL ? 2 : 3;
-    int rc = s_need_ndim(c, nd, a, nd_want, nd_want == 2 ? "[M,K]" : "[B,M,K]");
-    if (!rc && b)
-        rc = s_need_ndim(c, nd, b, nd_want, nd_want == 2 ? "[K,N]" : "[B,K,N]");
-    if (rc)
-        return rc;
+    char sa[160], sb[160];
+    s_shape_text(a->shape, a->ndim, sa, sizeof(sa));
+    if (b)
+        s_shape_text(b->shape, b->ndim, sb, sizeof(sb));
+    /* numpy's matmul: two inputs of 3 or more dimensions are a batch */
+    if (nd->op == KL_MOP_MATMUL && b && a->ndim >= 3 && b->ndim >= 3)
+        nd->op = KL_MOP_BATCH_MATMUL;
+    int rc = KL_OK;
     if (nd->op == KL_MOP_MATMUL) {
-        rc = s_flag(c, from, nd, "bias", false, &nd->bias)
-                 ?: s_flag(c, from, nd, "relu", false, &nd->relu);
+        /* by a weight, A may have any leading dims (M is their product);
+         * two values are 2-D */
+        rc = b             ? s_need_ndim(c, nd, a, 2, "[M,K]")
+                                 ?: s_need_ndim(c, nd, b, 2, "[K,N]")
+                         : a->ndim < 2 ? s_need_ndim(c, nd, a, 2, "[...,M,K]")
+                           : KL_OK;
+        if (!rc)
+            rc = s_flag(c, from, nd, "bias", false, &nd->bias)
+                     ?: s_flag(c, from, nd, "relu", false, &nd->relu);
         if (!rc && !b)
             rc = s_int(c, from, nd, "N", -1, 1, &nd->N);
         else if (!rc && s_attr(c, from, "N"))
@@ -349,26 +356,26 @@ static int s_matmuls(s_ctx_t *c, int from, kl_mnode_t *nd)
         if (b)
             nd->N = b->shape[1];
         if (b && b->shape[0] != a->shape[1])
-            return S_ERR(c, "layer '%s': matmul of %lldx%lld by %lldx%lld",
-                         nd->name, (long long)a->shape[0],
-                         (long long)a->shape[1], (long long)b->shape[0],
-                         (long long)b->shape[1]);
-        nd->ndim = 2;
-        nd->shape[0] = a->shape[0];
-        nd->shape[1] = nd->N;
+            return S_ERR(c, "layer '%s': matmul of %s by %s", nd->name, sa, sb);
+        nd->ndim = a->ndim;
+        memcpy(nd->shape, a->shape, sizeof(nd->shape));
+        nd->shape[a->ndim - 1] = nd->N;
         return KL_OK;
     }
-    if (a->shape[0] != b->shape[0] || a->shape[2] != b->shape[1])
-        return S_ERR(c,
-                     "layer '%s': batch_matmul of %lldx%lldx%lld by "
-                     "%lldx%lldx%lld",
-                     nd->name, (long long)a->shape[0], (long long)a->shape[1],
-                     (long long)a->shape[2], (long long)b->shape[0],
-                     (long long)b->shape[1], (long long)b->shape[2]);
-    nd->ndim = 3;
-    nd->shape[0] = a->shape[0];
-    nd->shape[1] = a->shape[1];
-    nd->shape[2] = b->shape[2];
+    /* batch_matmul: [...,M,K] by [...,K,N], the same leading dims */
+    rc = s_need_ndim(c, nd, a, a->ndim >= 3 ? a->ndim : 3, "[B,...,M,K]");
+    if (!rc)
+        rc = s_need_ndim(c, nd, b, a->ndim, "[B,...,K,N]");
+    if (rc)
+        return rc;
+    int r = a->ndim;
+    if (memcmp(a->shape, b->shape, (size_t)(r - 2) * sizeof(int64_t)) ||
+        a->shape[r - 1] != b->shape[r - 2])
+        return S_ERR(c, "layer '%s': batch_matmul of %s by %s", nd->name, sa,
+                     sb);
+    nd->ndim = r;
+    memcpy(nd->shape, a->shape, sizeof(nd->shape));
+    nd->shape[r - 1] = b->shape[r - 1];
     return KL_OK;
 }
 
@@ -490,16 +497,6 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
     }
     case KL_MOP_CLIP:
         return s_clip(c, from, nd, x);
-    case KL_MOP_LAYER_NORM: {
-        nd->eps = 1e-5;
-        nd->ndim = x->ndim;
-        memcpy(nd->shape, x->shape, sizeof(nd->shape));
-        int rc = s_attr(c, from, "eps") ? s_num(c, from, nd, "eps", &nd->eps)
-                                        : KL_OK;
-        if (!rc && !(nd->eps > 0))
-            rc = S_ERR(c, "layer '%s': eps must be above 0", nd->name);
-        return rc ?: s_flag(c, from, nd, "affine", false, &nd->affine);
-    }
     case KL_MOP_ADD:
         if (!s_same_shape(x, &c->g->nodes[nd->in[1]])) {
             char a[160], b[160];
@@ -509,6 +506,19 @@ static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
             return S_ERR(c, "layer '%s': add of '%s' (%s) and '%s' (%s)",
                          nd->name, x->name, a, y->name, b);
         }
+        /* fall through */
+    case KL_MOP_LAYER_NORM: {
+        nd->eps = 1e-5;
+        int rc = s_attr(c, from, "eps") ? s_num(c, from, nd, "eps", &nd->eps)
+                                        : KL_OK;
+        if (!rc && !(nd->eps > 0))
+            rc = S_ERR(c, "layer '%s': eps=%s is not above 0", nd->name,
+                       s_attr(c, from, "eps"));
+        if (!rc)
+            rc = s_flag(c, from, nd, "affine", false, &nd->affine);
+        if (rc)
+            return rc;
+    }
         /* fall through */
     case KL_MOP_RELU:
     case KL_MOP_SOFTMAX:

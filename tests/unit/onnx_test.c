@@ -131,6 +131,52 @@ static KilnOnnx__TensorProto *s_scalar(const char *name, float v, bool raw)
     return t;
 }
 
+/* A 1-D float initializer of n values (v, or 1, 2, ... when NULL): in
+ * float_data, or in raw_data when raw. */
+static KilnOnnx__TensorProto *s_vec(const char *name, int n, const float *v,
+                                    bool raw)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, 1, n, 0, 0, 0);
+    float *d = s_mem((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++)
+        d[i] = v ? v[i] : (float)(i + 1);
+    if (raw) {
+        t->has_raw_data = 1;
+        t->raw_data.len = (size_t)n * 4;
+        t->raw_data.data = (uint8_t *)d;
+    } else {
+        t->n_float_data = (size_t)n;
+        t->float_data = d;
+    }
+    return t;
+}
+
+/* Gives initializer t the n floats v: float_data, or raw_data when raw. */
+static KilnOnnx__TensorProto *s_data(KilnOnnx__TensorProto *t, const float *v,
+                                     int n, bool raw)
+{
+    float *d = s_mem((size_t)n * sizeof(float));
+    memcpy(d, v, (size_t)n * sizeof(float));
+    if (raw) {
+        t->has_raw_data = 1;
+        t->raw_data.len = (size_t)n * 4;
+        t->raw_data.data = (uint8_t *)d;
+    } else {
+        t->n_float_data = (size_t)n;
+        t->float_data = d;
+    }
+    return t;
+}
+
+/* BatchNormalization's inputs: x, then g, be, mu, var. */
+static char **s_bn_in(const char *x)
+{
+    char **v = s_mem(5 * sizeof(char *));
+    const char *n[5] = {x, "g", "be", "mu", "var"};
+    memcpy(v, n, sizeof(n));
+    return v;
+}
+
 typedef struct {
     KilnOnnx__GraphProto g;
     KilnOnnx__NodeProto *nodes[32];
@@ -262,7 +308,11 @@ static void test_onnx_cnn(void **state)
     t[7]->n_int64_data = 2;
     t[7]->int64_data = s_mem(2 * sizeof(int64_t));
     t[7]->int64_data[1] = -1;
-    o.g.n_initializer = 8;
+    t[8] = s_vec("g", 16, NULL, false);
+    t[9] = s_vec("be", 16, NULL, true);
+    t[10] = s_vec("mu", 16, NULL, false);
+    t[11] = s_vec("var", 16, NULL, true);
+    o.g.n_initializer = 12;
     s_onnx_node(&o, "Conv", s_strs("input.1", "w1", "b1"), 3, "/c1/Conv",
                 s_ints("pads", 4, 1, 1, 1, 1), s_ints("strides", 2, 1, 1, 0, 0),
                 s_ints("kernel_shape", 2, 3, 3, 0, 0));
@@ -272,12 +322,10 @@ static void test_onnx_cnn(void **state)
                 s_ints("strides", 2, 2, 2, 0, 0), 0);
     s_onnx_node(&o, "Conv", s_strs("p1", "w2", 0), 2, "dw",
                 s_ints("pads", 4, 1, 1, 1, 1), s_int("group", 16), 0);
-    s_onnx_node(&o, "BatchNormalization", s_strs("dw", "s", "b"), 3, "bn2", 0,
-                0, 0);
+    s_onnx_node(&o, "BatchNormalization", s_bn_in("dw"), 5, "bn2", 0, 0, 0);
     s_onnx_node(&o, "Clip", s_strs("bn2", "zero", ""), 3, "r2", 0, 0, 0);
     s_onnx_node(&o, "Conv", s_strs("r2", "w3", 0), 2, "pw", 0, 0, 0);
-    s_onnx_node(&o, "BatchNormalization", s_strs("pw", "s", "b"), 3, "bn3", 0,
-                0, 0);
+    s_onnx_node(&o, "BatchNormalization", s_bn_in("pw"), 5, "bn3", 0, 0, 0);
     s_onnx_node(&o, "Add", s_strs("bn3", "p1", 0), 2, "s", 0, 0, 0);
     s_onnx_node(&o, "Relu", s_strs("s", 0, 0), 1, "o", 0, 0, 0);
     s_onnx_node(&o, "GlobalAveragePool", s_strs("o", 0, 0), 1, "g", 0, 0, 0);
@@ -344,7 +392,8 @@ static void test_onnx_attention_and_errors(void **state)
     s_onnx_node(&o, "Erf", s_strs("p", 0, 0), 1, "/gelu/Erf", 0, 0, 0);
     path = s_onnx_write(&o, "/gelu/Erf");
     assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
-    assert_non_null(strstr(err, "node '/gelu/Erf' (Erf): unsupported op"));
+    assert_non_null(strstr(err, "1 node kiln cannot import: '/gelu/Erf' "
+                                "(Erf); kiln imports Conv, Gemm"));
     /* Asymmetric padding. */
     o.g.n_node = 0;
     o.inits[0] = s_tensor("w", 4, 8, 128, 3, 3);
@@ -549,6 +598,662 @@ static void test_onnx_auto_pad(void **state)
         free(spec[i]);
 }
 
+/* The parameters of the model at path (which must load). */
+static kl_model_params_t s_params(const char *path)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_model_params_t ps;
+    if (kl_model_params(path, &ps, err))
+        fail_msg("kl_model_params: %s", err);
+    return ps;
+}
+
+/* Parameter name has n floats equal (to 1e-5 relative) to want. */
+static void s_param_is(const kl_model_params_t *ps, const char *name,
+                       const double *want, int n)
+{
+    const kl_model_param_t *p = kl_model_params_find(ps, name);
+    if (!p)
+        fail_msg("no parameter '%s'", name);
+    assert_int_equal(p->numel, n);
+    for (int i = 0; i < n; i++)
+        if (fabs(p->data[i] - want[i]) > 1e-5 * (1 + fabs(want[i])))
+            fail_msg("%s[%d] is %.9g, want %.9g", name, i, (double)p->data[i],
+                     want[i]);
+}
+
+static void s_text_has(const char *path, const char *want)
+{
+    char err[KL_ERRMSG_LEN], *text = NULL;
+    if (kl_model_text(path, &text, err))
+        fail_msg("%s", err);
+    if (!strstr(text, want))
+        fail_msg("the graph text does not have '%s':\n%s", want, text);
+    free(text);
+}
+
+/* Conv (with and without its bias) + BatchNormalization + Add of a
+ * [1,K,1,1] constant + Mul by a scalar: one conv2d bias=1 whose weight and
+ * bias are the numbers folded here by hand; the BN vectors in float_data
+ * and raw_data both. */
+static void test_onnx_params_conv_bn(void **state)
+{
+    (void)state;
+    static const float w[6] = {1, -2, 3, 0.5f, -1, 4}, cb[3] = {0.5f, -1, 2},
+                       g[3] = {1, 2, 0.5f}, be[3] = {0.1f, 0.2f, 0.3f},
+                       mu[3] = {1, -1, 0}, var[3] = {4, 0.25f, 1},
+                       k4[3] = {10, 20, 30}, two = 2;
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 2, 3, 3};
+        s_onnx_init(&o, "x", 4, in);
+        KilnOnnx__TensorProto **t = o.inits;
+        t[0] = s_data(s_tensor("w", 4, 3, 2, 1, 1), w, 6, with_bias);
+        t[1] = s_data(s_tensor("cb", 1, 3, 0, 0, 0), cb, 3, true);
+        t[2] = s_data(s_tensor("g", 1, 3, 0, 0, 0), g, 3, false);
+        t[3] = s_data(s_tensor("be", 1, 3, 0, 0, 0), be, 3, true);
+        t[4] = s_data(s_tensor("mu", 1, 3, 0, 0, 0), mu, 3, false);
+        t[5] = s_data(s_tensor("var", 1, 3, 0, 0, 0), var, 3, true);
+        t[6] = s_data(s_tensor("k4", 4, 1, 3, 1, 1), k4, 3, false);
+        t[7] = s_data(s_tensor("two", 0, 0, 0, 0, 0), &two, 1, true);
+        o.g.n_initializer = 8;
+        s_onnx_node(&o, "Conv", s_strs("x", "w", "cb"), 2 + with_bias, "c", 0,
+                    0, 0);
+        s_onnx_node(&o, "BatchNormalization", s_bn_in("c"), 5, "bn", 0, 0, 0);
+        s_onnx_node(&o, "Add", s_strs("k4", "bn", 0), 2, "a", 0, 0, 0);
+        s_onnx_node(&o, "Mul", s_strs("a", "two", 0), 2, "m", 0, 0, 0);
+        const char *path = s_onnx_write(&o, "m");
+        s_text_has(path, "c = conv2d x K=3 R=1 S=1 stride=1 pad=0 bias=1\n"
+                         "output c\n");
+        kl_model_params_t ps = s_params(path);
+        assert_int_equal(ps.n, 2);
+        assert_string_equal(ps.p[0].name, "c.weight");
+        assert_string_equal(ps.p[1].name, "c.bias");
+        double ww[6], wb[3];
+        for (int k = 0; k < 3; k++) {
+            double sc = g[k] / sqrt((double)var[k] + 1e-5);
+            for (int i = 0; i < 2; i++)
+                ww[2 * k + i] = w[2 * k + i] * sc * 2;
+            wb[k] =
+                (((with_bias ? cb[k] : 0) - mu[k]) * sc + be[k] + k4[k]) * 2;
+        }
+        s_param_is(&ps, "c.weight", ww, 6);
+        s_param_is(&ps, "c.bias", wb, 3);
+        kl_model_params_free(&ps);
+        assert_int_equal(ps.n, 0);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
+/* Gemm transB=1 with alpha and beta (dense: [O,I], alpha in the weight,
+ * beta in the bias), Gemm transB=0 with a scalar C (matmul N=, [K,N] as
+ * is), MatMul by an initializer with an Add of a [1,N] constant and a Div
+ * by one value per column. */
+static void test_onnx_params_gemm(void **state)
+{
+    (void)state;
+    float b1[12], c1[3] = {1, 2, 3}, b2[15], c2 = 7, b3[10];
+    static const float ca[2] = {4, -4}, dv[2] = {2, 8};
+    for (int i = 0; i < 15; i++) {
+        if (i < 12)
+            b1[i] = (float)i - 5;
+        if (i < 10)
+            b3[i] = (float)i * 0.5f;
+        b2[i] = (float)(i % 4) - 1;
+    }
+    s_onnx_t o;
+    int64_t in[2] = {1, 4};
+    s_onnx_init(&o, "x", 2, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_data(s_tensor("b1", 2, 3, 4, 0, 0), b1, 12, true);
+    t[1] = s_data(s_tensor("c1", 1, 3, 0, 0, 0), c1, 3, false);
+    t[2] = s_data(s_tensor("b2", 2, 3, 5, 0, 0), b2, 15, false);
+    t[3] = s_data(s_tensor("c2", 0, 0, 0, 0, 0), &c2, 1, false);
+    t[4] = s_data(s_tensor("b3", 2, 5, 2, 0, 0), b3, 10, true);
+    t[5] = s_data(s_tensor("ca", 2, 1, 2, 0, 0), ca, 2, false);
+    t[6] = s_data(s_tensor("dv", 1, 2, 0, 0, 0), dv, 2, true);
+    o.g.n_initializer = 7;
+    s_onnx_node(&o, "Gemm", s_strs("x", "b1", "c1"), 3, "d", s_int("transB", 1),
+                s_float("alpha", 2), s_float("beta", 0.5f));
+    s_onnx_node(&o, "Gemm", s_strs("d", "b2", "c2"), 3, "e", 0, 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("e", "b3", 0), 2, "f", 0, 0, 0);
+    s_onnx_node(&o, "Add", s_strs("ca", "f", 0), 2, "fa", 0, 0, 0);
+    s_onnx_node(&o, "Div", s_strs("fa", "dv", 0), 2, "fd", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "fd");
+    s_text_has(path, "d = dense x O=3 bias=1\n"
+                     "e = matmul d N=5 bias=1\n"
+                     "f = matmul e N=2 bias=1\n"
+                     "output f\n");
+    kl_model_params_t ps = s_params(path);
+    assert_int_equal(ps.n, 6);
+    double wd[12], bd[3], we[15], be[5], wf[10], bf[2];
+    for (int i = 0; i < 15; i++) {
+        if (i < 12)
+            wd[i] = 2.0 * b1[i];
+        if (i < 3)
+            bd[i] = 0.5 * c1[i];
+        we[i] = b2[i];
+        if (i < 5)
+            be[i] = c2;
+        if (i < 10)
+            wf[i] = b3[i] / dv[i % 2];
+        if (i < 2)
+            bf[i] = ca[i] / dv[i];
+    }
+    s_param_is(&ps, "d.weight", wd, 12);
+    s_param_is(&ps, "d.bias", bd, 3);
+    s_param_is(&ps, "e.weight", we, 15);
+    s_param_is(&ps, "e.bias", be, 5);
+    s_param_is(&ps, "f.weight", wf, 10);
+    s_param_is(&ps, "f.bias", bf, 2);
+    assert_string_equal(ps.p[4].name, "f.weight");
+    kl_model_params_free(&ps);
+    unlink(path);
+    s_arena_free();
+}
+
+/* Loads x -> Conv "c" with weight w (2x2x1x1, set up by the caller) and
+ * returns kl_model_params' code; *ps holds the parameters on success. */
+static int s_conv_params(KilnOnnx__TensorProto *w, kl_model_params_t *ps,
+                         char *err)
+{
+    s_onnx_t o;
+    int64_t in[4] = {1, 2, 2, 2};
+    s_onnx_init(&o, "x", 4, in);
+    o.inits[0] = w;
+    o.g.n_initializer = 1;
+    s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "c");
+    int rc = kl_model_params(path, ps, err);
+    /* The text needs only the shapes. */
+    s_text_has(path, "c = conv2d x K=2 R=1 S=1");
+    unlink(path);
+    return rc;
+}
+
+/* Weights in an external data file beside the model (at an offset), and
+ * the initializers that cannot be read: a missing file, not float32,
+ * truncated raw data. Built-ins and graph files have no parameters. */
+static void test_onnx_params_data(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN], bin[96], loc[64];
+    static const float file[7] = {9, 9, 9, 1.5f, -2, 0.25f, 8};
+    snprintf(loc, sizeof(loc), "kiln_onnx_test_%d.bin", (int)getpid());
+    snprintf(bin, sizeof(bin), "/tmp/%s", loc);
+    FILE *f = fopen(bin, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(file, 4, 7, f), 7);
+    fclose(f);
+    KilnOnnx__TensorProto *w = s_tensor("w", 4, 2, 2, 1, 1);
+    w->has_data_location = 1;
+    w->data_location = 1;
+    w->n_external_data = 3;
+    w->external_data = s_mem(3 * sizeof(*w->external_data));
+    static const char *kv[3][2] = {
+        {"location", NULL}, {"offset", "12"}, {"length", "16"}};
+    for (int i = 0; i < 3; i++) {
+        KilnOnnx__StringStringEntryProto *e = s_mem(sizeof(*e));
+        kiln_onnx__string_string_entry_proto__init(e);
+        e->key = (char *)kv[i][0];
+        e->value = i ? (char *)kv[i][1] : loc;
+        w->external_data[i] = e;
+    }
+    kl_model_params_t ps;
+    if (s_conv_params(w, &ps, err))
+        fail_msg("%s", err);
+    static const double want[4] = {1.5, -2, 0.25, 8};
+    s_param_is(&ps, "c.weight", want, 4);
+    assert_null(kl_model_params_find(&ps, "c.bias"));
+    kl_model_params_free(&ps);
+    unlink(bin);
+    assert_int_equal(s_conv_params(w, &ps, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "initializer 'w': cannot open its external "
+                                "data file '/tmp/kiln_onnx_test_"));
+    assert_int_equal(ps.n, 0);
+    s_arena_free();
+
+    static const float four[4] = {1, 2, 3, 4};
+    w = s_data(s_tensor("w", 4, 2, 2, 1, 1), four, 4, true);
+    w->data_type = 10; /* float16 */
+    assert_int_equal(s_conv_params(w, &ps, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "initializer 'w': not float32 (ONNX type 10)"));
+    w->data_type = 1;
+    w->raw_data.len = 12;
+    assert_int_equal(s_conv_params(w, &ps, err), KL_ERR_INVAL);
+    assert_non_null(
+        strstr(err, "initializer 'w': raw_data of 12 bytes for 4 floats"));
+    w->raw_data.len = 16;
+    if (s_conv_params(w, &ps, err))
+        fail_msg("%s", err);
+    static const double w4[4] = {1, 2, 3, 4};
+    s_param_is(&ps, "c.weight", w4, 4);
+    kl_model_params_free(&ps);
+    s_arena_free();
+
+    /* Built-ins and graph files: the caller's parameters. */
+    if (kl_model_params("resnet18", &ps, err))
+        fail_msg("%s", err);
+    assert_int_equal(ps.n, 0);
+    assert_null(ps.p);
+    snprintf(bin, sizeof(bin), "/tmp/kiln_onnx_test_%d.graph", (int)getpid());
+    f = fopen(bin, "w");
+    fputs("input x 1x4\nd = dense x O=2\n", f);
+    fclose(f);
+    if (kl_model_params(bin, &ps, err))
+        fail_msg("%s", err);
+    assert_int_equal(ps.n, 0);
+    unlink(bin);
+    assert_int_equal(kl_model_params("no_such_model", &ps, err),
+                     KL_ERR_NOTFOUND);
+}
+
+/* Folding needs the layer's output to itself; a Mul of two computed
+ * values has no layer. */
+static void test_onnx_fold_refused(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = NULL;
+    for (int i = 0; i < 2; i++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 3, 4, 4};
+        s_onnx_init(&o, "x", 4, in);
+        o.inits[0] = s_tensor("w", 4, 3, 3, 1, 1);
+        o.inits[1] = s_vec("g", 3, NULL, false);
+        o.inits[2] = s_vec("be", 3, NULL, false);
+        o.inits[3] = s_vec("mu", 3, NULL, false);
+        o.inits[4] = s_vec("var", 3, NULL, false);
+        o.g.n_initializer = 5;
+        s_onnx_node(&o, "Conv", s_strs("x", "w", 0), 2, "c", 0, 0, 0);
+        s_onnx_node(&o, "Relu", s_strs("c", 0, 0), 1, "r", 0, 0, 0);
+        if (i == 0)
+            s_onnx_node(&o, "BatchNormalization", s_bn_in("c"), 5, "bn", 0, 0,
+                        0);
+        else
+            s_onnx_node(&o, "Mul", s_strs("r", "c", 0), 2, "bn", 0, 0, 0);
+        const char *path = s_onnx_write(&o, "bn");
+        assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+        unlink(path);
+        const char *want =
+            i == 0 ? "node 'bn' (BatchNormalization): folds into the layer "
+                     "before it only when nothing else reads"
+                   : "1 node kiln cannot import: 'bn' (Mul)";
+        if (!strstr(err, want))
+            fail_msg("error '%s' does not say '%s'", err, want);
+        s_arena_free();
+    }
+}
+
+/* Every node kiln cannot import is named in one error; what is computed
+ * from them is not. */
+static void test_onnx_unsupported_all(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[2] = {1, 8};
+    s_onnx_init(&o, "x", 2, in);
+    o.inits[0] = s_scalar("two", 2, false);
+    o.g.n_initializer = 1;
+    s_onnx_node(&o, "Erf", s_strs("x", 0, 0), 1, "/a", 0, 0, 0);
+    s_onnx_node(&o, "Relu", s_strs("/a", 0, 0), 1, "/a2", 0, 0, 0);
+    s_onnx_node(&o, "Pow", s_strs("x", "two", 0), 2, "/b", 0, 0, 0);
+    s_onnx_node(&o, "ReduceMean", s_strs("x", 0, 0), 1, "/c",
+                s_ints("axes", 1, 1, 0, 0, 0), 0, 0);
+    s_onnx_node(&o, "Add", s_strs("/a2", "/c", 0), 2, "/d", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "/d");
+    kl_model_t *m = NULL;
+    assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
+    unlink(path);
+    const char *want = "kiln_onnx_test_";
+    assert_non_null(strstr(err, want));
+    want = ".onnx: 3 nodes kiln cannot import: '/a' (Erf), '/b' (Pow), "
+           "'/c' (ReduceMean); kiln imports Conv, Gemm, MatMul";
+    if (!strstr(err, want))
+        fail_msg("error '%s' does not say '%s'", err, want);
+    s_arena_free();
+}
+
+/* GELU in its Erf form is a gelu layer; LayerNormalization is layer_norm
+ * with its epsilon and its scale and bias as parameters; an Unsqueeze of
+ * an initializer is a constant (the MatMul's bias). */
+static void test_onnx_gelu_layer_norm(void **state)
+{
+    (void)state;
+    float w[8 * 16], bias[16], sc[16], lb[16];
+    for (int i = 0; i < 8 * 16; i++) {
+        w[i] = (float)(i % 7) - 3;
+        if (i < 16) {
+            bias[i] = (float)i;
+            sc[i] = 1.0f + (float)i / 16;
+            lb[i] = -(float)i;
+        }
+    }
+    for (int order = 0; order < 2; order++) {
+        s_onnx_t o;
+        int64_t in[2] = {4, 8};
+        s_onnx_init(&o, "x", 2, in);
+        KilnOnnx__TensorProto **t = o.inits;
+        t[0] = s_data(s_tensor("w", 2, 8, 16, 0, 0), w, 128, true);
+        t[1] = s_data(s_tensor("bias", 1, 16, 0, 0, 0), bias, 16, false);
+        t[2] = s_scalar("sqrt2", 1.41421356f, true);
+        t[3] = s_scalar("one", 1, false);
+        t[4] = s_scalar("half", 0.5f, true);
+        t[5] = s_data(s_tensor("sc", 1, 16, 0, 0, 0), sc, 16, false);
+        t[6] = s_data(s_tensor("lb", 1, 16, 0, 0, 0), lb, 16, true);
+        t[7] = s_tensor("ax", 1, 1, 0, 0, 0);
+        t[7]->data_type = 7;
+        t[7]->n_int64_data = 1;
+        t[7]->int64_data = s_mem(sizeof(int64_t));
+        o.g.n_initializer = 8;
+        s_onnx_node(&o, "Unsqueeze", s_strs("bias", "ax", 0), 2, "bias2", 0, 0,
+                    0);
+        s_onnx_node(&o, "MatMul", s_strs("x", "w", 0), 2, "h", 0, 0, 0);
+        s_onnx_node(&o, "Add", s_strs("h", "bias2", 0), 2, "hb", 0, 0, 0);
+        s_onnx_node(&o, "Div", s_strs("hb", "sqrt2", 0), 2, "/g/Div", 0, 0, 0);
+        s_onnx_node(&o, "Erf", s_strs("/g/Div", 0, 0), 1, "/g/Erf", 0, 0, 0);
+        s_onnx_node(&o, "Add", s_strs("one", "/g/Erf", 0), 2, "/g/Add", 0, 0,
+                    0);
+        if (order == 0) { /* (x * (erf + 1)) * 0.5 */
+            s_onnx_node(&o, "Mul", s_strs("hb", "/g/Add", 0), 2, "/g/Mul", 0, 0,
+                        0);
+            s_onnx_node(&o, "Mul", s_strs("/g/Mul", "half", 0), 2, "gelu", 0, 0,
+                        0);
+        } else { /* x * (0.5 * (erf + 1)) */
+            s_onnx_node(&o, "Mul", s_strs("half", "/g/Add", 0), 2, "/g/Mul", 0,
+                        0, 0);
+            s_onnx_node(&o, "Mul", s_strs("hb", "/g/Mul", 0), 2, "gelu", 0, 0,
+                        0);
+        }
+        s_onnx_node(&o, "LayerNormalization", s_strs("gelu", "sc", "lb"), 3,
+                    "ln", s_float("epsilon", 1e-6f), s_int("axis", -1), 0);
+        const char *path = s_onnx_write(&o, "ln");
+        s_text_has(path, "h = matmul x N=16 bias=1\n"
+                         "gelu = gelu h\n"
+                         "ln = layer_norm gelu eps=9.99999997e-07 affine=1\n");
+        kl_model_params_t ps = s_params(path);
+        assert_int_equal(ps.n, 4);
+        assert_string_equal(ps.p[2].name, "ln.weight");
+        assert_string_equal(ps.p[3].name, "ln.bias");
+        double want[16];
+        for (int i = 0; i < 16; i++)
+            want[i] = bias[i];
+        s_param_is(&ps, "h.bias", want, 16);
+        for (int i = 0; i < 16; i++)
+            want[i] = sc[i];
+        s_param_is(&ps, "ln.weight", want, 16);
+        for (int i = 0; i < 16; i++)
+            want[i] = lb[i];
+        s_param_is(&ps, "ln.bias", want, 16);
+        kl_model_params_free(&ps);
+        kl_model_t *m = NULL;
+        char err[KL_ERRMSG_LEN];
+        if (kl_model_load(path, &m, err))
+            fail_msg("%s", err);
+        assert_string_equal(kl_model_untuned(m), "layer_norm x1, gelu x1");
+        kl_model_destroy(&m);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
+/* An int64 initializer of n values (n_dims 0 when scalar). */
+static KilnOnnx__TensorProto *s_i64(const char *name, bool scalar, int n,
+                                    int64_t a, int64_t b, int64_t c3, int64_t d)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, scalar ? 0 : 1, n, 0, 0, 0);
+    int64_t v[4] = {a, b, c3, d};
+    t->data_type = 7;
+    t->n_int64_data = (size_t)n;
+    t->int64_data = s_mem(4 * sizeof(int64_t));
+    memcpy(t->int64_data, v, sizeof(v));
+    return t;
+}
+
+/* Self-attention as PyTorch's dynamo exporter writes it: one packed QKV
+ * projection of a [1,S,H] input split by Reshape, Unsqueeze, Transpose,
+ * Squeeze and Gather becomes three matmuls by their blocks of the weight
+ * and bias; the scale (a Mul through the head views) folds into Q's; the
+ * 4-D scores are a batch_matmul over batch x heads. */
+static void test_onnx_attention_split(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    float w[8 * 24], b[24];
+    for (int i = 0; i < 8 * 24; i++) {
+        w[i] = (float)(i % 11) - 5;
+        if (i < 24)
+            b[i] = (float)i;
+    }
+    s_onnx_t o;
+    int64_t in[3] = {1, 4, 8};
+    s_onnx_init(&o, "x", 3, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_data(s_tensor("w", 2, 8, 24, 0, 0), w, 192, true);
+    t[1] = s_data(s_tensor("b", 1, 24, 0, 0, 0), b, 24, false);
+    t[2] = s_i64("sh", false, 4, 1, 4, 3, 8);
+    t[3] = s_i64("zero", false, 1, 0, 0, 0, 0);
+    t[4] = s_i64("three", false, 1, 3, 0, 0, 0);
+    t[5] = s_i64("i0", true, 1, 0, 0, 0, 0);
+    t[6] = s_i64("i1", true, 1, 1, 0, 0, 0);
+    t[7] = s_i64("i2", true, 1, 2, 0, 0, 0);
+    t[8] = s_i64("heads", false, 4, 1, 4, 2, 4);
+    t[9] = s_scalar("half", 0.5f, true);
+    o.g.n_initializer = 10;
+    s_onnx_node(&o, "MatMul", s_strs("x", "w", 0), 2, "qkv", 0, 0, 0);
+    s_onnx_node(&o, "Add", s_strs("qkv", "b", 0), 2, "qkvb", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("qkvb", "sh", 0), 2, "v1",
+                s_int("allowzero", 1), 0, 0);
+    s_onnx_node(&o, "Unsqueeze", s_strs("v1", "zero", 0), 2, "u", 0, 0, 0);
+    KilnOnnx__AttributeProto *p5 = s_ints("perm", 4, 0, 0, 0, 0);
+    static const int64_t perm5[5] = {3, 1, 2, 0, 4};
+    p5->ints = s_mem(sizeof(perm5));
+    memcpy(p5->ints, perm5, sizeof(perm5));
+    p5->n_ints = 5;
+    s_onnx_node(&o, "Transpose", s_strs("u", 0, 0), 1, "tr", p5, 0, 0);
+    s_onnx_node(&o, "Squeeze", s_strs("tr", "three", 0), 2, "sq", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i0", 0), 2, "q", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i1", 0), 2, "k", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sq", "i2", 0), 2, "v", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("q", "heads", 0), 2, "qh", 0, 0, 0);
+    s_onnx_node(&o, "Transpose", s_strs("qh", 0, 0), 1, "qt",
+                s_ints("perm", 4, 0, 2, 1, 3), 0, 0);
+    s_onnx_node(&o, "Mul", s_strs("qt", "half", 0), 2, "qs", 0, 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("k", "heads", 0), 2, "kh", 0, 0, 0);
+    s_onnx_node(&o, "Transpose", s_strs("kh", 0, 0), 1, "kt",
+                s_ints("perm", 4, 0, 2, 3, 1), 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("qs", "kt", 0), 2, "sc", 0, 0, 0);
+    s_onnx_node(&o, "Softmax", s_strs("sc", 0, 0), 1, "p", 0, 0, 0);
+    const char *path = s_onnx_write(&o, "p");
+    s_text_has(path, "q_mm = matmul x N=8 bias=1\n"
+                     "q = reshape q_mm shape=1x4x8\n"
+                     "k_mm = matmul x N=8 bias=1\n");
+    kl_model_t *m = NULL;
+    if (kl_model_load(path, &m, err))
+        fail_msg("%s", err);
+    assert_int_equal(kl_model_ntasks(m), 2);
+    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=4 N=8 K=8 bias=1");
+    assert_int_equal(kl_model_task(m, 0)->weight, 3);
+    assert_string_equal(kl_model_task(m, 1)->spec,
+                        "batch_matmul B=2 M=4 N=4 K=4");
+    kl_model_destroy(&m);
+    kl_model_params_t ps = s_params(path);
+    assert_int_equal(ps.n, 6);
+    double want[64];
+    for (int blk = 0; blk < 3; blk++) {
+        char name[32];
+        double sc = blk == 0 ? 0.5 : 1.0;
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 8; j++)
+                want[i * 8 + j] = w[i * 24 + blk * 8 + j] * sc;
+        snprintf(name, sizeof(name), "%c_mm.weight", "qkv"[blk]);
+        s_param_is(&ps, name, want, 64);
+        for (int j = 0; j < 8; j++)
+            want[j] = b[blk * 8 + j] * sc;
+        snprintf(name, sizeof(name), "%c_mm.bias", "qkv"[blk]);
+        s_param_is(&ps, name, want, 8);
+    }
+    kl_model_params_free(&ps);
+    unlink(path);
+    s_arena_free();
+}
+
+/* The graph format: a matmul by a weight takes any leading dims (M is
+ * their product), batch_matmul any rank from 3 with equal leading dims;
+ * layer_norm's eps and affine. */
+static void test_graph_nd_matmul_layer_norm(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = s_parse("input x 2x3x8\n"
+                            "input y 1x2x8x5\n"
+                            "input z 1x2x5x4\n"
+                            "a = matmul x N=4 bias=1\n"
+                            "n = layer_norm a eps=1e-6 affine=1\n"
+                            "r = relu n\n"
+                            "b = matmul y z\n");
+    assert_int_equal(kl_model_ntasks(m), 3);
+    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=6 N=4 K=8 bias=1");
+    assert_string_equal(kl_model_task(m, 2)->spec,
+                        "batch_matmul B=2 M=8 N=4 K=5");
+    kl_model_destroy(&m);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"input x 2x8\nn = layer_norm x eps=0\n", "eps=0 is not above 0"},
+        {"input x 2x8\nn = layer_norm x affine=2\n", "affine must be 0 or 1"},
+        {"input y 1x2x8x5\ninput z 1x3x5x4\nb = matmul y z\n",
+         "batch_matmul of 1x2x8x5 by 1x3x5x4"},
+        {"input x 8\na = matmul x N=4\n", "expects a 2-D [...,M,K] input"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(kl_model_parse(bad[i].text, "t", &m, err),
+                         KL_ERR_INVAL);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("error '%s' does not say '%s'", err, bad[i].msg);
+    }
+}
+
+/* Layer norm spelled out in elementwise ops (PyTorch before opset 17):
+ * ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, then * gamma and
+ * + beta: layer_norm eps= affine=1 with gamma and beta as its parameters;
+ * without them, affine stays 0 and there are no parameters. */
+static void test_onnx_layer_norm_parts(void **state)
+{
+    (void)state;
+    float gam[8], bet[8];
+    for (int i = 0; i < 8; i++) {
+        gam[i] = 1.0f + (float)i;
+        bet[i] = (float)i - 4;
+    }
+    for (int affine = 0; affine < 2; affine++) {
+        s_onnx_t o;
+        int64_t in[2] = {2, 8};
+        s_onnx_init(&o, "x", 2, in);
+        KilnOnnx__TensorProto **t = o.inits;
+        t[0] = s_scalar("two", 2, true);
+        t[1] = s_scalar("eps", 1e-6f, false);
+        t[2] = s_data(s_tensor("gam", 1, 8, 0, 0, 0), gam, 8, true);
+        t[3] = s_data(s_tensor("bet", 1, 8, 0, 0, 0), bet, 8, false);
+        o.g.n_initializer = 4;
+        s_onnx_node(&o, "Relu", s_strs("x", 0, 0), 1, "r", 0, 0, 0);
+        s_onnx_node(&o, "ReduceMean", s_strs("r", 0, 0), 1, "/ln/mean",
+                    s_ints("axes", 1, -1, 0, 0, 0), 0, 0);
+        s_onnx_node(&o, "Sub", s_strs("r", "/ln/mean", 0), 2, "/ln/d", 0, 0, 0);
+        s_onnx_node(&o, "Pow", s_strs("/ln/d", "two", 0), 2, "/ln/p", 0, 0, 0);
+        s_onnx_node(&o, "ReduceMean", s_strs("/ln/p", 0, 0), 1, "/ln/var",
+                    s_ints("axes", 1, -1, 0, 0, 0), 0, 0);
+        s_onnx_node(&o, "Add", s_strs("/ln/var", "eps", 0), 2, "/ln/ve", 0, 0,
+                    0);
+        s_onnx_node(&o, "Sqrt", s_strs("/ln/ve", 0, 0), 1, "/ln/sd", 0, 0, 0);
+        s_onnx_node(&o, "Div", s_strs("/ln/d", "/ln/sd", 0), 2, "/ln/n", 0, 0,
+                    0);
+        const char *out = "/ln/n";
+        if (affine) {
+            s_onnx_node(&o, "Mul", s_strs("/ln/n", "gam", 0), 2, "/ln/g", 0, 0,
+                        0);
+            s_onnx_node(&o, "Add", s_strs("/ln/g", "bet", 0), 2, "/ln/y", 0, 0,
+                        0);
+            out = "/ln/y";
+        }
+        const char *path = s_onnx_write(&o, out);
+        s_text_has(path, affine ? "_ln_y = layer_norm r eps=9.99999997e-07 "
+                                  "affine=1\n"
+                                : "_ln_n = layer_norm r eps=9.99999997e-07\n");
+        kl_model_params_t ps = s_params(path);
+        assert_int_equal(ps.n, affine ? 2 : 0);
+        if (affine) {
+            double want[8];
+            for (int i = 0; i < 8; i++)
+                want[i] = gam[i];
+            s_param_is(&ps, "_ln_y.weight", want, 8);
+            for (int i = 0; i < 8; i++)
+                want[i] = bet[i];
+            s_param_is(&ps, "_ln_y.bias", want, 8);
+        }
+        kl_model_params_free(&ps);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
+/* Shape arithmetic as the TorchScript exporter writes it: Shape of a
+ * computed value, Slice, Concat, Gather, Cast, Sqrt and Div of constants
+ * are constants, so a Reshape gets its shape and 1/sqrt(d) folds into the
+ * MatMul before it; Constant nodes may come after their users. */
+static void test_onnx_shape_arithmetic(void **state)
+{
+    (void)state;
+    float w[36];
+    for (int i = 0; i < 36; i++)
+        w[i] = (float)i;
+    s_onnx_t o;
+    int64_t in[3] = {1, 4, 6};
+    s_onnx_init(&o, "x", 3, in);
+    KilnOnnx__TensorProto **t = o.inits;
+    t[0] = s_data(s_tensor("w", 2, 6, 6, 0, 0), w, 36, true);
+    t[1] = s_i64("s0", false, 1, 0, 0, 0, 0);
+    t[2] = s_i64("s2", false, 1, 2, 0, 0, 0);
+    t[3] = s_i64("heads", false, 2, 2, 3, 0, 0);
+    t[4] = s_i64("last", true, 1, -1, 0, 0, 0);
+    t[5] = s_scalar("one", 1, false);
+    o.g.n_initializer = 6;
+    s_onnx_node(&o, "MatMul", s_strs("x", "w", 0), 2, "h", 0, 0, 0);
+    s_onnx_node(&o, "Shape", s_strs("h", 0, 0), 1, "sh", 0, 0, 0);
+    s_onnx_node(&o, "Gather", s_strs("sh", "last", 0), 2, "d", 0, 0, 0);
+    s_onnx_node(&o, "Cast", s_strs("d", 0, 0), 1, "df", s_int("to", 1), 0, 0);
+    s_onnx_node(&o, "Sqrt", s_strs("df", 0, 0), 1, "sd", 0, 0, 0);
+    s_onnx_node(&o, "Div", s_strs("one", "sd", 0), 2, "inv", 0, 0, 0);
+    s_onnx_node(&o, "Mul", s_strs("h", "inv", 0), 2, "hs", 0, 0, 0);
+    s_onnx_node(&o, "Slice", s_strs("sh", "s0", "s2"), 3, "lead", 0, 0, 0);
+    s_onnx_node(&o, "Concat", s_strs("lead", "heads", 0), 2, "nsh",
+                s_int("axis", 0), 0, 0);
+    s_onnx_node(&o, "Reshape", s_strs("hs", "nsh", 0), 2, "r", 0, 0, 0);
+    /* A Relu whose constant bound comes later: Clip(r, zero) with the
+     * Constant node after it. */
+    s_onnx_node(&o, "Clip", s_strs("r", "zero", 0), 2, "c", 0, 0, 0);
+    KilnOnnx__AttributeProto *val = s_mem(sizeof(*val));
+    kiln_onnx__attribute_proto__init(val);
+    val->name = "value";
+    val->t = s_scalar("", 0, false);
+    s_onnx_node(&o, "Constant", NULL, 0, "zero", val, 0, 0);
+    const char *path = s_onnx_write(&o, "c");
+    s_text_has(path, "h = matmul x N=6\n"
+                     "r = reshape h shape=1x4x2x3\n"
+                     "c = relu r\n");
+    kl_model_params_t ps = s_params(path);
+    double want[36];
+    for (int i = 0; i < 36; i++)
+        want[i] = w[i] / sqrt(6.0);
+    s_param_is(&ps, "h.weight", want, 36);
+    assert_int_equal(ps.n, 1);
+    kl_model_params_free(&ps);
+    unlink(path);
+    s_arena_free();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,6 +1261,16 @@ int main(void)
         cmocka_unit_test(test_onnx_attention_and_errors),
         cmocka_unit_test(test_onnx_auto_pad),
         cmocka_unit_test(test_onnx_clip),
+        cmocka_unit_test(test_onnx_params_conv_bn),
+        cmocka_unit_test(test_onnx_params_gemm),
+        cmocka_unit_test(test_onnx_params_data),
+        cmocka_unit_test(test_onnx_fold_refused),
+        cmocka_unit_test(test_onnx_unsupported_all),
+        cmocka_unit_test(test_onnx_gelu_layer_norm),
+        cmocka_unit_test(test_onnx_attention_split),
+        cmocka_unit_test(test_graph_nd_matmul_layer_norm),
+        cmocka_unit_test(test_onnx_layer_norm_parts),
+        cmocka_unit_test(test_onnx_shape_arithmetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
