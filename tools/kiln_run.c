@@ -217,32 +217,79 @@ static void s_rmdir(const char *dir)
     rmdir(dir);
 }
 
-/* Times both builds interleaved (one run of each per round) and prints the
- * medians. */
-static void s_bench(const s_lib_t *lib, const s_lib_t *nv, float *const *p,
-                    float *out, int repeat)
+static double s_time_dnnl(kl_dnnl_net_t *d, float *out, int *rc, char *err)
+{
+    double t0 = kl_now_s();
+    if (!*rc)
+        *rc = kl_export_dnnl_run(d, out, err);
+    return kl_now_s() - t0;
+}
+
+static void s_line(const char *what, const double *t, int repeat)
+{
+    printf("%-16s %10.3f ms  (%.3f .. %.3f)", what,
+           kl_median(t, (size_t)repeat) * 1e3,
+           kl_percentile(t, (size_t)repeat, 0) * 1e3,
+           kl_percentile(t, (size_t)repeat, 100) * 1e3);
+}
+
+/* oneDNN's graph of the model (kl_export_dnnl_open), checked against the
+ * naive build's output: a wrong output is an error; a graph oneDNN cannot
+ * express (or no libdnnl) is said, and *d stays NULL. */
+static int s_dnnl(const char *model, float *const *p, int np, const float *ref,
+                  long long n, double rtol, kl_dnnl_net_t **d, char *err)
+{
+    double rel = 0;
+    int rc = kl_export_dnnl_open(model, p, np, d, err);
+    if (rc) {
+        printf("oneDNN           not measured: %s\n", err);
+        return rc == KL_ERR_UNSUPPORTED ? KL_OK : rc;
+    }
+    rc = kl_export_dnnl_check(*d, ref, n, rtol, &rel, err);
+    if (!rc)
+        printf("oneDNN's output matches the naive build: largest difference "
+               "%.3g of the largest magnitude\n",
+               rel);
+    return rc;
+}
+
+/* Times the builds interleaved (one run of each per round, after one
+ * warm-up run of each) and prints the medians; d (oneDNN) may be NULL. */
+static int s_bench(const s_lib_t *lib, const s_lib_t *nv, kl_dnnl_net_t *d,
+                   float *const *p, float *out, int repeat, char *err)
 {
     double *a = kl_xcalloc((size_t)repeat, sizeof(double));
     double *b = kl_xcalloc((size_t)repeat, sizeof(double));
+    double *c = kl_xcalloc((size_t)repeat, sizeof(double));
+    int rc = KL_OK;
     s_time(lib, p, out); /* warm-up */
     s_time(nv, p, out);
+    if (d)
+        s_time_dnnl(d, out, &rc, err);
     for (int i = 0; i < repeat; i++) {
         a[i] = s_time(lib, p, out);
         b[i] = s_time(nv, p, out);
+        if (d)
+            c[i] = s_time_dnnl(d, out, &rc, err);
     }
     double ma = kl_median(a, (size_t)repeat), mb = kl_median(b, (size_t)repeat);
     const char *th = getenv("OMP_NUM_THREADS");
     printf("end-to-end latency, median of %d interleaved runs (min .. max), "
            "OMP_NUM_THREADS=%s:\n",
            repeat, th ? th : "(OpenMP default)");
-    printf("kiln (exported)  %10.3f ms  (%.3f .. %.3f)\n", ma * 1e3,
-           kl_percentile(a, (size_t)repeat, 0) * 1e3,
-           kl_percentile(a, (size_t)repeat, 100) * 1e3);
-    printf("naive            %10.3f ms  (%.3f .. %.3f)  naive / kiln = %.2f\n",
-           mb * 1e3, kl_percentile(b, (size_t)repeat, 0) * 1e3,
-           kl_percentile(b, (size_t)repeat, 100) * 1e3, mb / ma);
+    s_line("kiln (exported)", a, repeat);
+    printf("\n");
+    s_line("naive", b, repeat);
+    printf("  naive / kiln = %.2f\n", mb / ma);
+    if (d && !rc) {
+        s_line("oneDNN", c, repeat);
+        printf("  oneDNN / kiln = %.2f\n", kl_median(c, (size_t)repeat) / ma);
+        kl_export_dnnl_describe(d, stdout);
+    }
     free(a);
     free(b);
+    free(c);
+    return rc;
 }
 
 static int s_run(kl_opts_t *o, char *err)
@@ -270,11 +317,14 @@ static int s_run(kl_opts_t *o, char *err)
             rc = s_outputs(&lib, &nv, p, got, ref, err);
         if (!rc)
             rc = s_check(got, ref, n, kl_opts_double(o, "rtol"), err);
-        if (!rc)
-            s_bench(&lib, &nv, p, got, (int)kl_opts_int(o, "repeat"));
+        kl_dnnl_net_t *d = NULL;
         if (!rc && !kl_opts_bool(o, "no-dnnl"))
-            kl_export_dnnl_report(model, (int)kl_opts_int(o, "repeat"), p,
-                                  lib.nparams(), ref, n, stdout);
+            rc = s_dnnl(model, p, lib.nparams(), ref, n,
+                        kl_opts_double(o, "rtol"), &d, err);
+        if (!rc)
+            rc = s_bench(&lib, &nv, d, p, got, (int)kl_opts_int(o, "repeat"),
+                         err);
+        kl_export_dnnl_close(d);
         for (int i = 0; i < lib.nparams(); i++)
             free(p[i]);
         free(p);
