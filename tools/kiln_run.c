@@ -413,25 +413,76 @@ static void s_rmdir(const char *dir)
     rmdir(dir);
 }
 
-/* Times the exported build (the naive build ran once, for the check) and
- * prints the median; returns it. */
-static double s_bench(const s_lib_t *lib, float *const *p, float *out,
-                      int repeat)
+static double s_time_dnnl(kl_dnnl_net_t *d, float *out, int *rc, char *err)
+{
+    double t0 = kl_now_s();
+    if (!*rc)
+        *rc = kl_export_dnnl_run(d, out, err);
+    return kl_now_s() - t0;
+}
+
+static void s_line(const char *what, const double *t, int repeat)
+{
+    printf("%-16s %10.3f ms  (%.3f .. %.3f)", what,
+           kl_median(t, (size_t)repeat) * 1e3,
+           kl_percentile(t, (size_t)repeat, 0) * 1e3,
+           kl_percentile(t, (size_t)repeat, 100) * 1e3);
+}
+
+/* oneDNN's graph of the model (kl_export_dnnl_open), checked against the
+ * naive build's output: a wrong output is an error; a graph oneDNN cannot
+ * express (or no libdnnl) is said, and *d stays NULL. */
+static int s_dnnl(const char *model, float *const *p, int np, const float *ref,
+                  long long n, double rtol, kl_dnnl_net_t **d, char *err)
+{
+    double rel = 0;
+    int rc = kl_export_dnnl_open(model, p, np, d, err);
+    if (rc) {
+        printf("oneDNN           not measured: %s\n", err);
+        return rc == KL_ERR_UNSUPPORTED ? KL_OK : rc;
+    }
+    rc = kl_export_dnnl_check(*d, ref, n, rtol, &rel, err);
+    if (!rc)
+        printf("oneDNN's output matches the naive build: largest difference "
+               "%.3g of the largest magnitude\n",
+               rel);
+    return rc;
+}
+
+/* Times the exported build and oneDNN (d, may be NULL) interleaved, one run
+ * of each per round after one warm-up run of each (the naive build ran
+ * once, for the check, and is not timed), prints the medians and sets *e2e
+ * to kiln's. */
+static int s_bench(const s_lib_t *lib, kl_dnnl_net_t *d, float *const *p,
+                   float *out, int repeat, double *e2e, char *err)
 {
     double *a = kl_xcalloc((size_t)repeat, sizeof(double));
+    double *c = kl_xcalloc((size_t)repeat, sizeof(double));
+    int rc = KL_OK;
     s_time(lib, p, out); /* warm-up */
-    for (int i = 0; i < repeat; i++)
+    if (d)
+        s_time_dnnl(d, out, &rc, err);
+    for (int i = 0; i < repeat; i++) {
         a[i] = s_time(lib, p, out);
+        if (d)
+            c[i] = s_time_dnnl(d, out, &rc, err);
+    }
     double ma = kl_median(a, (size_t)repeat);
     const char *th = getenv("OMP_NUM_THREADS");
     printf("end-to-end latency, median of %d runs (min .. max), "
            "OMP_NUM_THREADS=%s:\n",
            repeat, th ? th : "(OpenMP default)");
-    printf("kiln (exported)  %10.3f ms  (%.3f .. %.3f)\n", ma * 1e3,
-           kl_percentile(a, (size_t)repeat, 0) * 1e3,
-           kl_percentile(a, (size_t)repeat, 100) * 1e3);
+    s_line("kiln (exported)", a, repeat);
+    printf("\n");
+    if (d && !rc) {
+        s_line("oneDNN", c, repeat);
+        printf("  oneDNN / kiln = %.2f\n", kl_median(c, (size_t)repeat) / ma);
+        kl_export_dnnl_describe(d, stdout);
+    }
     free(a);
-    return ma;
+    free(c);
+    *e2e = ma;
+    return rc;
 }
 
 /* ---- --profile ---- */
@@ -584,10 +635,12 @@ static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
                      kl_opts_given(o, "rtol") ? rtol : S_EXPECT_RTOL, epath,
                      err);
     double e2e = 0;
-    if (!rc)
-        e2e = s_bench(lib, p, got, repeat);
+    kl_dnnl_net_t *d = NULL;
     if (!rc && !kl_opts_bool(o, "no-dnnl"))
-        kl_export_dnnl_report(model, repeat, p, lib->nparams(), ref, n, stdout);
+        rc = s_dnnl(model, p, lib->nparams(), ref, n, rtol, &d, err);
+    if (!rc)
+        rc = s_bench(lib, d, p, got, repeat, &e2e, err);
+    kl_export_dnnl_close(d);
     if (!rc && kl_opts_bool(o, "profile"))
         rc = s_profile(lib, kl_opts_str(o, "lib"), p, got, repeat, e2e, err);
     free(got);

@@ -163,14 +163,54 @@ int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
 
 /* ---- oneDNN baseline (export_dnnl.c) ---------------------------------- */
 
-/* Builds the model's layer graph (fused as kiln fuses it) from oneDNN's
- * C API primitives, with the parameters of kiln_model_run (same order,
- * same layouts), runs it once, then repeat timed runs, and prints to f its
- * median latency and its largest difference from `expect` (kiln's output,
- * numel floats). When oneDNN cannot express a layer (or kiln was built
- * without libdnnl), prints one line per such layer and no figure. */
-void kl_export_dnnl_report(const char *model, int repeat, float *const *params,
-                           int nparams, const float *expect, long long numel,
-                           FILE *f);
+/* The model's layer graph (fused as kiln fuses it) built from oneDNN's C
+ * API primitives, as a framework user of oneDNN builds it, with the
+ * parameters of kiln_model_run (same order, same plain layouts; the net
+ * keeps the pointers, which must outlive it):
+ * - convolutions, pooling and inner products choose their layouts
+ *   (dnnl_format_tag_any) and pass them on; eltwise, binary add and
+ *   pooling take their producer's. A reorder runs only at the graph's
+ *   input, at its output (back to plain), and between two layers whose
+ *   layouts differ (a flatten, reshape or transpose of a blocked tensor,
+ *   softmax and layer_norm read plain tensors).
+ * - convolutions use dnnl_convolution_auto;
+ * - a fused residual add is a sum post-op: the convolution writes into the
+ *   residual's buffer when it is the residual's last reader (and the
+ *   residual is no graph input or output), else one copy of the residual
+ *   per run, or one reorder when the residual's layout is not the one the
+ *   convolution chose for its output;
+ * - weights are reordered once, here, into the layout each primitive
+ *   chose.
+ * KL_ERR_UNSUPPORTED when kiln was built without libdnnl or when oneDNN
+ * cannot express a layer (the message names every such layer); graph
+ * errors as kl_model_load. *net is the caller's (kl_export_dnnl_close). */
+typedef struct kl_dnnl_net_s kl_dnnl_net_t;
+int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
+                        kl_dnnl_net_t **net, char *err);
+
+/* The number of floats of the net's output (the graph's first output). */
+long long kl_export_dnnl_numel(const kl_dnnl_net_t *net);
+
+/* One run of the net into out (plain layout, kl_export_dnnl_numel floats).
+ * KL_ERR_RUNTIME naming the primitive that failed. */
+int kl_export_dnnl_run(kl_dnnl_net_t *net, float *out, char *err);
+
+/* One run of the net, checked against `expect` (the reference output,
+ * numel floats): KL_ERR_RUNTIME naming the element with the largest
+ * difference and both values when that difference exceeds rtol times the
+ * reference's largest magnitude (KL_ERR_INVAL when numel is not the net's).
+ * *rel (may be NULL) is the largest difference relative to that magnitude. */
+int kl_export_dnnl_check(kl_dnnl_net_t *net, const float *expect,
+                         long long numel, double rtol, double *rel, char *err);
+
+/* Prints one line per primitive that runs, in order: each layer's kind,
+ * oneDNN implementation (dnnl_query_impl_info_str) and source and
+ * destination layouts (oneDNN's notation: "aBcd16b"), and how its residual
+ * sum gets its operand; each reorder with its reason ("input", "between
+ * layers", "output", "residual copy", "residual reorder"); then one line
+ * of totals. */
+void kl_export_dnnl_describe(const kl_dnnl_net_t *net, FILE *f);
+
+void kl_export_dnnl_close(kl_dnnl_net_t *net);
 
 #endif

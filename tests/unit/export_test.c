@@ -2,8 +2,9 @@
  * exact target in a real LMDB store, its replay to source, a model
  * export's missing-task and fallback paths (sources only; the library
  * build and run of tuned exports are tests/integration/export_model.sh),
- * and the naive build and oneDNN graph of clip layers, run against
- * values computed here. */
+ * the naive build and oneDNN graph of clip layers, run against values
+ * computed here, and oneDNN's residual sums (in place and copied) and its
+ * check against a wrong reference. */
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
@@ -352,21 +353,118 @@ static void test_clip_naive_and_dnnl(void **state)
         if (fabsf(got[k] - want[k]) > 1e-5f)
             fail_msg("output %d is %g, expected %g", k, got[k], want[k]);
     /* oneDNN's graph of the same model, checked against these values. */
-    char out[512] = "";
-    FILE *f = fmemopen(out, sizeof out, "w");
-    assert_non_null(f);
-    kl_export_dnnl_report(gpath, 2, p, 3, want, 32, f);
-    fclose(f);
-    if (!strstr(out, "built without libdnnl")) {
-        const char *d = strstr(out, "largest difference from the naive build ");
-        if (!d)
-            fail_msg("no oneDNN figure: %s", out);
-        double diff = strtod(d + strlen("largest difference from the naive "
-                                        "build "),
-                             NULL);
-        if (!(diff <= 1e-5))
-            fail_msg("oneDNN is off by %g: %s", diff, out);
+    kl_dnnl_net_t *net = NULL;
+    int rc = kl_export_dnnl_open(gpath, p, 3, &net, err);
+    if (rc == KL_ERR_UNSUPPORTED && strstr(err, "built without libdnnl")) {
+        assert_null(net);
+    } else {
+        if (rc)
+            fail_msg("oneDNN: %s", err);
+        assert_int_equal(kl_export_dnnl_numel(net), 32);
+        double rel = 1;
+        if (kl_export_dnnl_check(net, want, 32, 1e-5, &rel, err))
+            fail_msg("oneDNN: %s", err);
+        assert_true(rel <= 1e-5);
+        kl_export_dnnl_close(net);
     }
+    dlclose(h);
+    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    free(cmd);
+    free(lib);
+    free(nvd);
+    free(gpath);
+}
+
+/* Two residual blocks: the first convolution with a residual reads it as
+ * its source too (so oneDNN copies it), the second is its residual's last
+ * reader (so oneDNN sums into its buffer). oneDNN's output agrees with the
+ * naive build's; against a wrong reference its check fails and names the
+ * element. */
+static const char s_res_graph[] = "model res\n"
+                                  "input x 1x16x8x8\n"
+                                  "c = conv2d x K=16 R=3 pad=1 bias=1\n"
+                                  "r = relu c\n"
+                                  "c2 = conv2d r K=16 R=3 pad=1 bias=1\n"
+                                  "s = add c2 r\n"
+                                  "c3 = conv2d s K=16 R=3 pad=1 bias=1\n"
+                                  "r3 = relu c3\n"
+                                  "c4 = conv2d r3 K=16 R=3 pad=1 bias=1\n"
+                                  "s2 = add c4 s\n"
+                                  "o = relu s2\n";
+
+static void test_dnnl_residual_and_wrong_reference(void **state)
+{
+    (void)state;
+    char dir[64], err[KL_ERRMSG_LEN];
+    snprintf(dir, sizeof dir, "/tmp/kiln-export-res-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *gpath = kl_xasprintf("%s/res.graph", dir);
+    char *nvd = kl_xasprintf("%s/naive", dir);
+    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
+    assert_int_equal(
+        kl_write_file(gpath, s_res_graph, strlen(s_res_graph), err), KL_OK);
+    if (kl_export_naive(gpath, nvd, NULL, err))
+        fail_msg("%s", err);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", lib, dlerror());
+    int (*run)(const float *const *, float *);
+    int (*nparams)(void);
+    long long (*pnumel)(int);
+    *(void **)&run = dlsym(h, "kiln_model_run");
+    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
+    *(void **)&pnumel = dlsym(h, "kiln_model_param_numel");
+    assert_true(run && nparams && pnumel);
+    assert_int_equal(nparams(), 9); /* x, then 4 x (weight, bias) */
+    float *p[9], want[1024];
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 7);
+    for (int i = 0; i < 9; i++) {
+        p[i] = kl_xmalloc((size_t)pnumel(i) * sizeof(float));
+        for (long long k = 0; k < pnumel(i); k++)
+            p[i][k] = (i ? 0.1f : 1.0f) * (float)(2 * kl_rng_double(&rng) - 1);
+    }
+    assert_int_equal(run((const float *const *)p, want), 0);
+    kl_dnnl_net_t *net = NULL;
+    int rc = kl_export_dnnl_open(gpath, p, 9, &net, err);
+    if (rc == KL_ERR_UNSUPPORTED && strstr(err, "built without libdnnl")) {
+        assert_null(net);
+    } else {
+        if (rc)
+            fail_msg("oneDNN: %s", err);
+        assert_int_equal(kl_export_dnnl_numel(net), 1024);
+        double rel = 1;
+        if (kl_export_dnnl_check(net, want, 1024, 1e-4, &rel, err))
+            fail_msg("oneDNN: %s", err);
+        assert_true(rel <= 1e-4);
+        char out[4096] = "";
+        FILE *f = fmemopen(out, sizeof out, "w");
+        assert_non_null(f);
+        kl_export_dnnl_describe(net, f);
+        fclose(f);
+        if (!strstr(out, "oneDNN layer c2: convolution ") ||
+            !strstr(out, "residual sum copied") ||
+            !strstr(out, "oneDNN layer c4: convolution ") ||
+            !strstr(out, "residual sum in place") ||
+            !strstr(out, "1 in place, 1 copied, 0 reordered"))
+            fail_msg("describe: %s", out);
+        /* A wrong reference: the check fails, naming the element. */
+        float bad = want[517];
+        want[517] = bad + 1.0f;
+        assert_int_equal(kl_export_dnnl_check(net, want, 1024, 1e-4, &rel, err),
+                         KL_ERR_RUNTIME);
+        if (!strstr(err, "element 517 is "))
+            fail_msg("the mismatch is not named: %s", err);
+        assert_true(rel > 1e-4);
+        want[517] = bad;
+        assert_int_equal(kl_export_dnnl_check(net, want, 1023, 1e-4, NULL, err),
+                         KL_ERR_INVAL);
+        kl_export_dnnl_close(net);
+    }
+    for (int i = 0; i < 9; i++)
+        free(p[i]);
     dlclose(h);
     char *cmd = kl_xasprintf("rm -rf '%s'", dir);
     if (system(cmd) != 0)
@@ -397,6 +495,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,
                                         teardown),
         cmocka_unit_test(test_clip_naive_and_dnnl),
+        cmocka_unit_test(test_dnnl_residual_and_wrong_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
