@@ -107,8 +107,17 @@ static bool s_inplace(const kl_mgraph_t *g, int r, int i)
     return last == i;
 }
 
-static const dnnl_format_tag_t s_plain[] = {
-    dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
+static const dnnl_format_tag_t s_plain[] = {dnnl_format_tag_undef,
+                                            dnnl_a,
+                                            dnnl_ab,
+                                            dnnl_abc,
+                                            dnnl_abcd,
+                                            dnnl_abcde,
+                                            dnnl_abcdef,
+                                            dnnl_abcdefg,
+                                            dnnl_abcdefgh};
+_Static_assert(sizeof s_plain / sizeof s_plain[0] == KL_MODEL_MAX_DIMS + 1,
+               "a plain tag for every rank a model tensor has");
 
 static dnnl_memory_desc_t s_md_tag(int nd, const int64_t *dims,
                                    dnnl_format_tag_t tag)
@@ -411,12 +420,14 @@ static bool s_gemm(kl_dnnl_net_t *n, int i)
     const kl_mnode_t *nd = &n->g.nodes[i], *x = &n->g.nodes[nd->in[0]];
     bool dense = nd->op == KL_MOP_DENSE, two = nd->nin == 2;
     int r = x->ndim;
-    int64_t wd[3], bd[3] = {1, 1, 1};
+    int64_t wd[KL_MODEL_MAX_DIMS], bd[KL_MODEL_MAX_DIMS];
+    for (int k = 0; k < KL_MODEL_MAX_DIMS; k++)
+        bd[k] = 1;
     if (dense) {
         wd[0] = nd->shape[1], wd[1] = x->shape[1], bd[0] = nd->shape[1];
     } else {
         for (int k = 0; k < r - 2; k++)
-            wd[k] = x->shape[k];
+            wd[k] = two ? x->shape[k] : 1; /* a weight is shared */
         wd[r - 2] = x->shape[r - 1], wd[r - 1] = nd->shape[r - 1];
         bd[r - 1] = nd->shape[r - 1];
     }
@@ -521,7 +532,9 @@ static bool s_elementwise(kl_dnnl_net_t *n, int i)
                                             nd->ndim - 1);
     else if (nd->op == KL_MOP_LAYER_NORM)
         st = dnnl_layer_normalization_forward_desc_init(
-            &od.ln, dnnl_forward_inference, &md, NULL, 1e-5f, 0);
+            &od.ln, dnnl_forward_inference, &md, NULL,
+            nd->eps > 0 ? (float)nd->eps : 1e-5f,
+            nd->affine ? (unsigned)(dnnl_use_scale | dnnl_use_shift) : 0u);
     else if (nd->op == KL_MOP_CLIP)
         st = dnnl_eltwise_forward_desc_init(&od.elt, dnnl_forward_inference,
                                             dnnl_eltwise_clip, &md,
@@ -546,6 +559,19 @@ static bool s_elementwise(kl_dnnl_net_t *n, int i)
     if (nd->op == KL_MOP_ADD)
         s_arg(s, DNNL_ARG_SRC_1, b);
     s_arg(s, DNNL_ARG_DST, dm);
+    if (nd->op == KL_MOP_LAYER_NORM && nd->affine) {
+        /* Its weight and bias follow in the parameters (kiln_model.h),
+         * each [last dim]. */
+        int64_t c = nd->shape[nd->ndim - 1];
+        dnnl_memory_desc_t cmd = s_md(1, &c);
+        float *w = s_param(n), *bi = s_param(n);
+        dnnl_memory_t wm = w ? s_mem(n, &cmd, w) : NULL;
+        dnnl_memory_t bm = bi ? s_mem(n, &cmd, bi) : NULL;
+        if (!wm || !bm)
+            return false;
+        s_arg(s, DNNL_ARG_SCALE, wm);
+        s_arg(s, DNNL_ARG_SHIFT, bm);
+    }
     return true;
 }
 
