@@ -377,6 +377,83 @@ static void test_clip_naive_and_dnnl(void **state)
     free(gpath);
 }
 
+/* An attention-shaped graph as a transformer export gives it: a matmul of a
+ * 3-D activation by a weight (shared over the leading dim), a 4-D batch
+ * matmul, softmax, and a layer_norm with its own scale and shift. The
+ * parameters after the layer_norm (the last matmul's) must still reach
+ * their layer: oneDNN's output agrees with the naive build's. */
+static const char s_xf_graph[] = "model xf\n"
+                                 "input x 1x8x16\n"
+                                 "q = matmul x N=16 bias=1\n"
+                                 "h = reshape q shape=1x2x8x8\n"
+                                 "kt = transpose h perm=0,1,3,2\n"
+                                 "s = matmul h kt\n"
+                                 "p = softmax s\n"
+                                 "a = matmul p h\n"
+                                 "f = reshape a shape=1x8x16\n"
+                                 "n = layer_norm f eps=1e-05 affine=1\n"
+                                 "o = matmul n N=4 bias=1\n";
+
+static void test_dnnl_nd_matmul_and_affine_layer_norm(void **state)
+{
+    (void)state;
+    char dir[64], err[KL_ERRMSG_LEN];
+    snprintf(dir, sizeof dir, "/tmp/kiln-export-xf-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *gpath = kl_xasprintf("%s/xf.graph", dir);
+    char *nvd = kl_xasprintf("%s/naive", dir);
+    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
+    assert_int_equal(kl_write_file(gpath, s_xf_graph, strlen(s_xf_graph), err),
+                     KL_OK);
+    if (kl_export_naive(gpath, nvd, NULL, err))
+        fail_msg("%s", err);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", lib, dlerror());
+    int (*run)(const float *const *, float *);
+    int (*nparams)(void);
+    long long (*pnumel)(int);
+    *(void **)&run = dlsym(h, "kiln_model_run");
+    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
+    *(void **)&pnumel = dlsym(h, "kiln_model_param_numel");
+    assert_true(run && nparams && pnumel);
+    /* x, q.weight, q.bias, n.weight, n.bias, o.weight, o.bias */
+    assert_int_equal(nparams(), 7);
+    float *p[7], want[32];
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 11);
+    for (int i = 0; i < 7; i++) {
+        p[i] = kl_xmalloc((size_t)pnumel(i) * sizeof(float));
+        for (long long k = 0; k < pnumel(i); k++)
+            p[i][k] = (float)(2 * kl_rng_double(&rng) - 1);
+    }
+    assert_int_equal(run((const float *const *)p, want), 0);
+    kl_dnnl_net_t *net = NULL;
+    int rc = kl_export_dnnl_open(gpath, p, 7, &net, err);
+    if (rc == KL_ERR_UNSUPPORTED && strstr(err, "built without libdnnl")) {
+        assert_null(net);
+    } else {
+        if (rc)
+            fail_msg("oneDNN: %s", err);
+        assert_int_equal(kl_export_dnnl_numel(net), 32);
+        double rel = 1;
+        if (kl_export_dnnl_check(net, want, 32, 1e-4, &rel, err))
+            fail_msg("oneDNN: %s", err);
+        assert_true(rel <= 1e-4);
+        kl_export_dnnl_close(net);
+    }
+    for (int i = 0; i < 7; i++)
+        free(p[i]);
+    dlclose(h);
+    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    free(cmd);
+    free(lib);
+    free(nvd);
+    free(gpath);
+}
+
 /* Two residual blocks: the first convolution with a residual reads it as
  * its source too (so oneDNN copies it), the second is its residual's last
  * reader (so oneDNN sums into its buffer). oneDNN's output agrees with the
@@ -496,6 +573,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test(test_clip_naive_and_dnnl),
         cmocka_unit_test(test_dnnl_residual_and_wrong_reference),
+        cmocka_unit_test(test_dnnl_nd_matmul_and_affine_layer_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
