@@ -19,7 +19,8 @@ All get the same input (seeded ~N(0, 1), or --input). After --warmup runs
 of each, --runs rounds: each round runs every runtime once, back to back,
 in an order that rotates from round to round. Printed per runtime: median,
 p10..p90 and min..max of the rounds, and the ratio of medians to OpenVINO's
-and to ONNX Runtime's. Every output must agree with ONNX Runtime's within
+and to ONNX Runtime's; then each ratio taken round by round (median and
+p10..p90), which is steadier on a shared machine. Every output must agree with ONNX Runtime's within
 --rtol of its largest magnitude (the largest difference is printed); exit 1
 when one does not, 2 on a usage or load error.
 """
@@ -269,13 +270,28 @@ def main():
             s["median"] / st["openvino"]["median"],
             s["median"] / st["onnxruntime"]["median"]))
     print("(ratios of medians: below 1 is faster than the runtime named)")
+    # The same ratio round by round: each round's runs were back to back,
+    # so a round's ratio sees the same load on the machine.
+    rr = {}
+    for base in ("openvino", "onnxruntime"):
+        for rt in rts:
+            if rt.name == base or (base, rt.name) == ("onnxruntime",
+                                                       "openvino"):
+                continue  # itself, or the inverse of a ratio printed
+            q = np.asarray(ms[rt.name]) / np.asarray(ms[base])
+            rr["%s/%s" % (rt.name, base)] = stats(q)
+            print("per-round %s / %s: median %.3f, p10 .. p90 %.3f .. %.3f"
+                  % (rt.name, base, np.median(q), np.percentile(q, 10),
+                     np.percentile(q, 90)))
+    print("# load after %s" % " ".join("%.2f" % v for v in os.getloadavg()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "threads": a.threads,
                        "runs": a.runs, "warmup": a.warmup,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
-                       "max_abs_diff_vs_ort": diffs, "ms": st}, f,
+                       "max_abs_diff_vs_ort": diffs, "ms": st,
+                       "per_round_ratio": rr}, f,
                       indent=1)
     return 0
 
