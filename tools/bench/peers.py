@@ -8,7 +8,7 @@ library before Python starts (libgomp reads its environment once).
 
   peers.py FILE.onnx [--lib DIR/libkiln_model.so] [--threads 2] [--runs 50]
            [--warmup 10] [--input x.npy] [--seed 0] [--rtol 1e-4]
-           [--json OUT.json]
+           [--settle 1] [--json OUT.json]
 
 Each runtime is configured as its users would: ONNX Runtime with the CPU
 execution provider, ORT_ENABLE_ALL graph optimizations, intra-op threads =
@@ -16,13 +16,21 @@ execution provider, ORT_ENABLE_ALL graph optimizations, intra-op threads =
 with the LATENCY hint, INFERENCE_NUM_THREADS = --threads and f32 precision;
 kiln's library through ctypes on its embedded weights (kiln_model_infer).
 All get the same input (seeded ~N(0, 1), or --input). After --warmup runs
-of each, --runs rounds: each round runs every runtime once, back to back,
-in an order that rotates from round to round. Printed per runtime: median,
-p10..p90 and min..max of the rounds, and the ratio of medians to OpenVINO's
-and to ONNX Runtime's; then each ratio taken round by round (median and
-p10..p90), which is steadier on a shared machine. Every output must agree with ONNX Runtime's within
---rtol of its largest magnitude (the largest difference is printed); exit 1
-when one does not, 2 on a usage or load error.
+of each, --runs rounds: each round runs every runtime in turn, in an order
+that rotates from round to round, each --settle times (default 1) untimed
+and then once timed, back to back.
+The untimed run absorbs what the runtime before left behind: libgomp's
+threads (kiln), ONNX Runtime's and TBB's (OpenVINO) spin for a while after
+a run, and on a machine with as many cores as threads the next runtime
+pays for that spinning (seen on 2 cores: OpenVINO's median on the small
+CNN went from 0.15 ms to 2.4 ms right after kiln's runs). The timed run
+is then a warm back-to-back run, as a deployment calls a model in a loop.
+Printed per runtime: median, p10..p90 and min..max of the timed runs, and
+the ratio of medians to OpenVINO's and to ONNX Runtime's; then each ratio
+taken round by round (median and p10..p90), which is steadier on a shared
+machine. Every output must agree with ONNX Runtime's within --rtol of its
+largest magnitude (the largest difference is printed); exit 1 when one does
+not, 2 on a usage or load error.
 """
 
 import argparse
@@ -176,10 +184,14 @@ def main():
     ap.add_argument("--input", help="a .npy input (else seeded ~N(0, 1))")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--settle", type=int, default=1,
+                    help="untimed runs before each timed run of a round "
+                         "(see the docstring)")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
-    if a.runs < 1 or a.warmup < 0 or a.threads < 1:
-        ap.error("--runs and --threads must be >= 1, --warmup >= 0")
+    if a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0:
+        ap.error("--runs and --threads must be >= 1, --warmup and --settle "
+                 ">= 0")
 
     import onnx
     import onnxruntime
@@ -253,13 +265,15 @@ def main():
     for r in range(a.runs):
         k = r % len(rts)
         for rt in rts[k:] + rts[:k]:
+            for _ in range(a.settle):
+                rt.run(x)
             t0 = time.perf_counter()
             rt.run(x)
             ms[rt.name].append((time.perf_counter() - t0) * 1e3)
 
     st = {n: stats(v) for n, v in ms.items()}
-    print("%d warm-up runs each, then %d interleaved rounds (ms):" % (
-        a.warmup, a.runs))
+    print("%d warm-up runs each, then %d interleaved rounds of %d untimed "
+          "+ 1 timed run each (ms):" % (a.warmup, a.runs, a.settle))
     print("%-12s %9s %19s %19s %9s %9s" % (
         "runtime", "median", "p10 .. p90", "min .. max", "/openvino",
         "/ort"))
@@ -288,6 +302,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "threads": a.threads,
                        "runs": a.runs, "warmup": a.warmup,
+                       "settle": a.settle,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
                        "max_abs_diff_vs_ort": diffs, "ms": st,
