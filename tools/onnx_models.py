@@ -18,14 +18,18 @@ Subcommands:
       Runtime's output for that input, CPU EP, f32). These three are the
       files committed under tests/data/onnx/.
 
-  torchvision NAME OUT.onnx [--exporter legacy|dynamo]
+  torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
       (torch seed 18) so that folding BN is exercised, eval(), input
-      1x3x224x224, exported at opset 17. The default exporter is the legacy
-      TorchScript one (dynamo=False), which keeps the BatchNormalization
-      nodes; --exporter dynamo uses torch.onnx.export's dynamo exporter
-      (needs onnxscript).
+      1x3x224x224, exported at opset 17. The exporter here is the legacy
+      TorchScript one (dynamo=False) with constant folding off, so that the
+      BatchNormalization nodes stay in the graph (with it on, the legacy
+      exporter's default, its eval peephole pass folds them into the convs;
+      --fold-bn asks for that). --exporter dynamo uses torch.onnx.export's
+      dynamo exporter, torch's default since 2.9 (needs onnxscript): in
+      torch 2.15 it writes opset 18 (its conversion to 17 fails) and its
+      optimizer folds BN, GlobalAveragePool becomes ReduceMean.
 
   encoder OUT.onnx [--layers N] [--exporter legacy|dynamo]
       A BERT-base-like encoder stack: torch.nn.TransformerEncoder of N
