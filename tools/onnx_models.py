@@ -27,8 +27,8 @@ Subcommands:
       BatchNormalization nodes stay in the graph (with it on, the legacy
       exporter's default, its eval peephole pass folds them into the convs;
       --fold-bn asks for that). --exporter dynamo uses torch.onnx.export's
-      dynamo exporter, torch's default since 2.9 (needs onnxscript): in
-      torch 2.15 it writes opset 18 (its conversion to 17 fails) and its
+      dynamo exporter, the default of torch 2.15 (needs onnxscript): it
+      writes opset 18 (its conversion to 17 fails) and its
       optimizer folds BN, GlobalAveragePool becomes ReduceMean.
 
   encoder OUT.onnx [--layers N] [--exporter legacy|dynamo]
