@@ -18,14 +18,18 @@ Subcommands:
       Runtime's output for that input, CPU EP, f32). These three are the
       files committed under tests/data/onnx/.
 
-  torchvision NAME OUT.onnx [--exporter legacy|dynamo]
+  torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
       (torch seed 18) so that folding BN is exercised, eval(), input
-      1x3x224x224, exported at opset 17. The default exporter is the legacy
-      TorchScript one (dynamo=False), which keeps the BatchNormalization
-      nodes; --exporter dynamo uses torch.onnx.export's dynamo exporter
-      (needs onnxscript).
+      1x3x224x224, exported at opset 17. The exporter here is the legacy
+      TorchScript one (dynamo=False) with constant folding off, so that the
+      BatchNormalization nodes stay in the graph (with it on, the legacy
+      exporter's default, its eval peephole pass folds them into the convs;
+      --fold-bn asks for that). --exporter dynamo uses torch.onnx.export's
+      dynamo exporter, the default of torch 2.15 (needs onnxscript): it
+      writes opset 18 (its conversion to 17 fails) and its
+      optimizer folds BN, GlobalAveragePool becomes ReduceMean.
 
   encoder OUT.onnx [--layers N] [--exporter legacy|dynamo]
       A BERT-base-like encoder stack: torch.nn.TransformerEncoder of N
@@ -193,24 +197,30 @@ def randomize_bn(model, seed):
     return n
 
 
-def export(model, x, out, exporter, input_name="x"):
+def export(model, x, out, exporter, keep_bn=True):
+    """Exports at opset 17. The legacy exporter (dynamo=False) in its
+    default eval mode folds each BatchNormalization into the Conv before it
+    (its eval peephole pass runs with constant folding); keep_bn turns
+    constant folding off, which skips that pass, so that the model keeps
+    its BatchNormalization nodes for the runtimes (and kiln) to fold.
+    Grad stays enabled (as torch.onnx.export leaves it): under no_grad an
+    eval TransformerEncoder takes PyTorch's fast path, whose
+    aten::_transformer_encoder_layer_fwd the legacy exporter cannot export."""
     import torch
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with torch.no_grad():
-        if exporter == "dynamo":
-            prog = torch.onnx.export(model, (x,), None, opset_version=OPSET,
-                                     input_names=[input_name],
-                                     output_names=["y"], dynamo=True,
-                                     external_data=False)
-            prog.save(out, external_data=False)
-        else:
-            torch.onnx.export(model, (x,), out, opset_version=OPSET,
-                              input_names=[input_name], output_names=["y"],
-                              dynamo=False)
+    if exporter == "dynamo":
+        prog = torch.onnx.export(model, (x,), None, opset_version=OPSET,
+                                 input_names=["x"], output_names=["y"],
+                                 dynamo=True, external_data=False)
+        prog.save(out, external_data=False)
+    else:
+        torch.onnx.export(model, (x,), out, opset_version=OPSET,
+                          input_names=["x"], output_names=["y"],
+                          dynamo=False, do_constant_folding=not keep_bn)
     print_ops(out)
 
 
-def torchvision_model(name, out, exporter):
+def torchvision_model(name, out, exporter, keep_bn):
     import torch
     import torchvision
     if name not in ("resnet18", "resnet50", "mobilenet_v2"):
@@ -223,7 +233,7 @@ def torchvision_model(name, out, exporter):
     print("%s: %d BatchNorm layers randomized" % (name, n))
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator()
                     .manual_seed(SEED))
-    export(model, x, out, exporter)
+    export(model, x, out, exporter, keep_bn)
 
 
 def encoder(out, layers, exporter):
@@ -234,10 +244,21 @@ def encoder(out, layers, exporter):
         batch_first=True, dropout=0.0)
     model = torch.nn.TransformerEncoder(layer, num_layers=layers,
                                         enable_nested_tensor=False)
+    # TransformerEncoder deep-copies one layer N times, and the exporter
+    # stores identical initializers once: give every layer weights of its
+    # own, so that the model reads 12 layers' weights as BERT-base does.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                torch.nn.init.xavier_uniform_(p)
+            elif "norm" in name and name.endswith("weight"):
+                p.uniform_(0.8, 1.2)
+            else:
+                p.normal_(0.0, 0.02)
     model.eval()
     x = torch.randn(1, 128, 768, generator=torch.Generator()
                     .manual_seed(SEED))
-    export(model, x, out, exporter)
+    export(model, x, out, exporter, keep_bn=False)  # nothing to keep
 
 
 def print_ops(path):
@@ -262,6 +283,9 @@ def main():
     p.add_argument("out")
     p.add_argument("--exporter", choices=["legacy", "dynamo"],
                    default="legacy")
+    p.add_argument("--fold-bn", action="store_true",
+                   help="legacy exporter: its default constant folding, "
+                        "which folds BN into the convs")
     p = sub.add_parser("encoder")
     p.add_argument("out")
     p.add_argument("--layers", type=int, default=12)
@@ -273,7 +297,7 @@ def main():
     if a.cmd == "small-cnn":
         small_cnn(a.outdir)
     elif a.cmd == "torchvision":
-        torchvision_model(a.name, a.out, a.exporter)
+        torchvision_model(a.name, a.out, a.exporter, not a.fold_bn)
     elif a.cmd == "encoder":
         encoder(a.out, a.layers, a.exporter)
     else:

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""peers.py - one ONNX model end to end in ONNX Runtime, OpenVINO and
+kiln's exported library, timed side by side in the same process.
+
+Run it through tools/bench/peers.sh, which makes the virtual environment
+(numpy, onnx, onnxruntime, openvino) and sets OpenMP's threads for kiln's
+library before Python starts (libgomp reads its environment once).
+
+  peers.py FILE.onnx [--lib DIR/libkiln_model.so] [--threads 2] [--runs 50]
+           [--warmup 10] [--input x.npy] [--seed 0] [--rtol 1e-4]
+           [--settle 1] [--json OUT.json]
+
+Each runtime is configured as its users would: ONNX Runtime with the CPU
+execution provider, ORT_ENABLE_ALL graph optimizations, intra-op threads =
+--threads, one inter-op thread, sequential execution; OpenVINO's CPU plugin
+with the LATENCY hint, INFERENCE_NUM_THREADS = --threads and f32 precision;
+kiln's library through ctypes on its embedded weights (kiln_model_infer).
+All get the same input (seeded ~N(0, 1), or --input). After --warmup runs
+of each, --runs rounds: each round runs every runtime in turn, in an order
+that rotates from round to round, each --settle times (default 1) untimed
+and then once timed, back to back.
+The untimed run absorbs what the runtime before left behind: libgomp's
+threads (kiln), ONNX Runtime's and TBB's (OpenVINO) spin for a while after
+a run, and on a machine with as many cores as threads the next runtime
+pays for that spinning (seen on 2 cores: OpenVINO's median on the small
+CNN went from 0.15 ms to 2.4 ms right after kiln's runs). The timed run
+is then a warm back-to-back run, as a deployment calls a model in a loop.
+Printed per runtime: median, p10..p90 and min..max of the timed runs, and
+the ratio of medians to OpenVINO's and to ONNX Runtime's; then each ratio
+taken round by round (median and p10..p90), which is steadier on a shared
+machine. Every output must agree with ONNX Runtime's within --rtol of its
+largest magnitude (the largest difference is printed); exit 1 when one does
+not, 2 on a usage or load error.
+"""
+
+import argparse
+import ctypes
+import datetime
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def sha256_prefix(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()[:12]
+
+
+def model_input(path):
+    """Name and shape of the model's one graph input (symbolic dims: 1)."""
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    ins = [i for i in m.graph.input if i.name not in inits]
+    if len(ins) != 1:
+        sys.exit("peers.py: %s has %d inputs; one is supported"
+                 % (path, len(ins)))
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+            for d in ins[0].type.tensor_type.shape.dim]
+    if ins[0].type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        sys.exit("peers.py: input %r is not float32" % ins[0].name)
+    return ins[0].name, dims
+
+
+class Ort:
+    name = "onnxruntime"
+
+    def __init__(self, path, input_name, threads):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.sess = ort.InferenceSession(path, so,
+                                         providers=["CPUExecutionProvider"])
+        self.input_name = input_name
+        self.version = ort.__version__
+        self.config = ("CPUExecutionProvider, ORT_ENABLE_ALL, intra_op %d, "
+                       "inter_op 1, sequential" % threads)
+
+    def run(self, x):
+        return self.sess.run(None, {self.input_name: x})[0]
+
+
+class OpenVino:
+    name = "openvino"
+
+    def __init__(self, path, threads):
+        import openvino as ov
+        core = ov.Core()
+        cfg = {"PERFORMANCE_HINT": "LATENCY",
+               "INFERENCE_NUM_THREADS": threads,
+               "INFERENCE_PRECISION_HINT": "f32"}
+        self.compiled = core.compile_model(core.read_model(path), "CPU", cfg)
+        self.req = self.compiled.create_infer_request()
+        self.version = ov.__version__
+        got = []
+        for k in ("INFERENCE_NUM_THREADS", "NUM_STREAMS",
+                  "INFERENCE_PRECISION_HINT"):
+            try:
+                got.append("%s %s" % (k, self.compiled.get_property(k)))
+            except Exception:  # a property this version does not report
+                pass
+        self.config = "CPU, LATENCY hint, " + ", ".join(got)
+
+    def run(self, x):
+        self.req.infer({0: x})
+        return self.req.get_output_tensor(0).data
+
+
+class Kiln:
+    name = "kiln"
+
+    def __init__(self, lib, x):
+        self.lib = ctypes.CDLL(os.path.abspath(lib))
+        L = self.lib
+        L.kiln_model_infer.restype = ctypes.c_int
+        L.kiln_model_infer.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        L.kiln_model_output_numel.restype = ctypes.c_longlong
+        L.kiln_model_output_numel.argtypes = []
+        L.kiln_model_param_numel.restype = ctypes.c_longlong
+        L.kiln_model_param_numel.argtypes = [ctypes.c_int]
+        n_in = L.kiln_model_param_numel(0)
+        if n_in != x.size:
+            raise RuntimeError("the library's input (parameter 0) has %d "
+                               "elements, the model's %d" % (n_in, x.size))
+        self.trained = None
+        if hasattr(L, "kiln_model_trained"):
+            L.kiln_model_trained.restype = ctypes.c_int
+            self.trained = L.kiln_model_trained()
+        self.out = np.empty(L.kiln_model_output_numel(), dtype=np.float32)
+        self.x = None
+        self.version = "libkiln_model.so %s" % sha256_prefix(lib)
+        self.config = "OMP_NUM_THREADS %s, OMP_PROC_BIND %s" % (
+            os.environ.get("OMP_NUM_THREADS", "(unset)"),
+            os.environ.get("OMP_PROC_BIND", "(unset)"))
+
+    def run(self, x):
+        if self.x is not x:  # the buffer stays alive as self.x
+            self.x = np.ascontiguousarray(x, dtype=np.float32)
+        rc = self.lib.kiln_model_infer(self.x.ctypes.data,
+                                       self.out.ctypes.data)
+        if rc != 0:
+            raise RuntimeError("kiln_model_infer returned %d" % rc)
+        return self.out
+
+
+def stats(ms):
+    a = np.asarray(ms)
+    return {"median": float(np.median(a)), "min": float(a.min()),
+            "max": float(a.max()), "p10": float(np.percentile(a, 10)),
+            "p90": float(np.percentile(a, 90)), "n": int(a.size)}
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="ONNX Runtime, OpenVINO and kiln's library on one "
+                    "model, side by side (see the docstring).")
+    ap.add_argument("model")
+    ap.add_argument("--lib", help="kiln's exported libkiln_model.so")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--input", help="a .npy input (else seeded ~N(0, 1))")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--settle", type=int, default=1,
+                    help="untimed runs before each timed run of a round "
+                         "(see the docstring)")
+    ap.add_argument("--json", help="also write the figures here")
+    a = ap.parse_args()
+    if a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0:
+        ap.error("--runs and --threads must be >= 1, --warmup and --settle "
+                 ">= 0")
+
+    import onnx
+    import onnxruntime
+    import openvino
+
+    input_name, shape = model_input(a.model)
+    if a.input:
+        x = np.load(a.input)
+        if list(x.shape) != shape:
+            sys.exit("peers.py: %s has shape %s, the model's input %s"
+                     % (a.input, list(x.shape), shape))
+    else:
+        x = np.random.default_rng(a.seed).standard_normal(shape)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+
+    print("# peers: %s (sha256 %s), input %r %s" % (
+        a.model, sha256_prefix(a.model), input_name,
+        "x".join(map(str, shape))))
+    print("# date %s UTC; cpu %s; %d cpus online, %d usable; load %s" % (
+        datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M"),
+        cpu_model(), os.cpu_count(), len(os.sched_getaffinity(0)),
+        " ".join("%.2f" % v for v in os.getloadavg())))
+    print("# threads %d; python %s, numpy %s, onnx %s, onnxruntime %s, "
+          "openvino %s" % (a.threads, platform.python_version(),
+                           np.__version__, onnx.__version__,
+                           onnxruntime.__version__, openvino.__version__))
+
+    rts = [Ort(a.model, input_name, a.threads), OpenVino(a.model, a.threads)]
+    if a.lib:
+        try:
+            rts.append(Kiln(a.lib, x))
+        except (OSError, AttributeError, RuntimeError) as e:
+            print("peers.py: %s: %s" % (a.lib, e), file=sys.stderr)
+            return 2
+    for rt in rts:
+        print("# %-11s %s; %s" % (rt.name, rt.version, rt.config))
+
+    # Agreement with ONNX Runtime's output, on the first run of each.
+    ref = np.array(rts[0].run(x), dtype=np.float32)
+    scale = float(np.abs(ref).max())
+    tol = a.rtol * scale
+    ok = True
+    diffs = {}
+    for rt in rts[1:]:
+        y = np.array(rt.run(x), dtype=np.float32)
+        if y.size != ref.size:
+            print("%s: output has %d elements, onnxruntime's %d" % (
+                rt.name, y.size, ref.size))
+            ok = False
+            continue
+        d = float(np.abs(y.reshape(-1) - ref.reshape(-1)).max())
+        diffs[rt.name] = d
+        agree = d <= tol and np.isfinite(y).all()
+        if rt.name == "kiln" and rt.trained == 0:
+            print("kiln: the library's weights are random "
+                  "(kiln_model_trained() = 0), not the model's")
+            agree = False
+        print("check %-11s max |diff| vs onnxruntime %.3g (tolerance %.3g = "
+              "%g x max |y| %.4g): %s" % (rt.name, d, tol, a.rtol, scale,
+                                          "agree" if agree else "DISAGREE"))
+        ok = ok and agree
+    if not ok:
+        print("peers.py: outputs disagree; no timing", file=sys.stderr)
+        return 1
+
+    for _ in range(a.warmup):
+        for rt in rts:
+            rt.run(x)
+    ms = {rt.name: [] for rt in rts}
+    for r in range(a.runs):
+        k = r % len(rts)
+        for rt in rts[k:] + rts[:k]:
+            for _ in range(a.settle):
+                rt.run(x)
+            t0 = time.perf_counter()
+            rt.run(x)
+            ms[rt.name].append((time.perf_counter() - t0) * 1e3)
+
+    st = {n: stats(v) for n, v in ms.items()}
+    print("%d warm-up runs each, then %d interleaved rounds of %d untimed "
+          "+ 1 timed run each (ms):" % (a.warmup, a.runs, a.settle))
+    print("%-12s %9s %19s %19s %9s %9s" % (
+        "runtime", "median", "p10 .. p90", "min .. max", "/openvino",
+        "/ort"))
+    for rt in rts:
+        s = st[rt.name]
+        print("%-12s %9.3f %8.3f .. %-8.3f %8.3f .. %-8.3f %9.3f %9.3f" % (
+            rt.name, s["median"], s["p10"], s["p90"], s["min"], s["max"],
+            s["median"] / st["openvino"]["median"],
+            s["median"] / st["onnxruntime"]["median"]))
+    print("(ratios of medians: below 1 is faster than the runtime named)")
+    # The same ratio round by round: each round's runs were back to back,
+    # so a round's ratio sees the same load on the machine.
+    rr = {}
+    for base in ("openvino", "onnxruntime"):
+        for rt in rts:
+            if rt.name == base or (base, rt.name) == ("onnxruntime",
+                                                       "openvino"):
+                continue  # itself, or the inverse of a ratio printed
+            q = np.asarray(ms[rt.name]) / np.asarray(ms[base])
+            rr["%s/%s" % (rt.name, base)] = stats(q)
+            print("per-round %s / %s: median %.3f, p10 .. p90 %.3f .. %.3f"
+                  % (rt.name, base, np.median(q), np.percentile(q, 10),
+                     np.percentile(q, 90)))
+    print("# load after %s" % " ".join("%.2f" % v for v in os.getloadavg()))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": a.model, "threads": a.threads,
+                       "runs": a.runs, "warmup": a.warmup,
+                       "settle": a.settle,
+                       "cpu": cpu_model(),
+                       "versions": {rt.name: rt.version for rt in rts},
+                       "max_abs_diff_vs_ort": diffs, "ms": st,
+                       "per_round_ratio": rr}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
