@@ -296,6 +296,50 @@ static void test_model_missing_and_fallback(void **state)
     free(out);
 }
 
+/* A graph's naive build, loaded: written to a fresh directory, built by
+ * kl_export_naive and dlopen'ed, with its run and parameter entries. */
+typedef struct {
+    char dir[64];
+    char *gpath;
+    void *h;
+    int (*run)(const float *const *, float *);
+    int (*nparams)(void);
+    long long (*pnumel)(int);
+} s_naive_t;
+
+static void s_naive_open(s_naive_t *n, const char *tag, const char *graph)
+{
+    char err[KL_ERRMSG_LEN];
+    memset(n, 0, sizeof *n);
+    snprintf(n->dir, sizeof n->dir, "/tmp/kiln-export-%s-XXXXXX", tag);
+    assert_non_null(mkdtemp(n->dir));
+    n->gpath = kl_xasprintf("%s/%s.graph", n->dir, tag);
+    char *nvd = kl_xasprintf("%s/naive", n->dir);
+    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
+    assert_int_equal(kl_write_file(n->gpath, graph, strlen(graph), err), KL_OK);
+    if (kl_export_naive(n->gpath, nvd, NULL, err))
+        fail_msg("%s", err);
+    n->h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!n->h)
+        fail_msg("dlopen %s: %s", lib, dlerror());
+    *(void **)&n->run = dlsym(n->h, "kiln_model_run");
+    *(void **)&n->nparams = dlsym(n->h, "kiln_model_nparams");
+    *(void **)&n->pnumel = dlsym(n->h, "kiln_model_param_numel");
+    assert_true(n->run && n->nparams && n->pnumel);
+    free(lib);
+    free(nvd);
+}
+
+static void s_naive_close(s_naive_t *n)
+{
+    dlclose(n->h);
+    char *cmd = kl_xasprintf("rm -rf '%s'", n->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", n->dir);
+    free(cmd);
+    free(n->gpath);
+}
+
 /* A standalone clip (of the input: nothing to fuse into) and one fused
  * into a dense layer: the naive build computes min(max(v, lo), hi), and so
  * does the oneDNN graph (an eltwise clip and a clip post-op). */
@@ -308,24 +352,12 @@ static const char s_clip_graph[] = "model clip\n"
 static void test_clip_naive_and_dnnl(void **state)
 {
     (void)state;
-    char dir[64], err[KL_ERRMSG_LEN];
-    snprintf(dir, sizeof dir, "/tmp/kiln-export-clip-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    char *gpath = kl_xasprintf("%s/clip.graph", dir);
-    char *nvd = kl_xasprintf("%s/naive", dir);
-    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
-    assert_int_equal(
-        kl_write_file(gpath, s_clip_graph, strlen(s_clip_graph), err), KL_OK);
-    if (kl_export_naive(gpath, nvd, NULL, err))
-        fail_msg("%s", err);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fail_msg("dlopen %s: %s", lib, dlerror());
-    int (*run)(const float *const *, float *);
-    int (*nparams)(void);
-    *(void **)&run = dlsym(h, "kiln_model_run");
-    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
-    assert_true(run && nparams);
+    char err[KL_ERRMSG_LEN];
+    s_naive_t nv;
+    s_naive_open(&nv, "clip", s_clip_graph);
+    const char *gpath = nv.gpath;
+    int (*run)(const float *const *, float *) = nv.run;
+    int (*nparams)(void) = nv.nparams;
     assert_int_equal(nparams(), 3); /* x, d.weight, d.bias */
     float x[32], w[256], b[16], want[32], got[32];
     for (int k = 0; k < 32; k++)
@@ -367,14 +399,7 @@ static void test_clip_naive_and_dnnl(void **state)
         assert_true(rel <= 1e-5);
         kl_export_dnnl_close(net);
     }
-    dlclose(h);
-    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    free(cmd);
-    free(lib);
-    free(nvd);
-    free(gpath);
+    s_naive_close(&nv);
 }
 
 /* An attention-shaped graph as a transformer export gives it: a matmul of a
@@ -397,26 +422,13 @@ static const char s_xf_graph[] = "model xf\n"
 static void test_dnnl_nd_matmul_and_affine_layer_norm(void **state)
 {
     (void)state;
-    char dir[64], err[KL_ERRMSG_LEN];
-    snprintf(dir, sizeof dir, "/tmp/kiln-export-xf-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    char *gpath = kl_xasprintf("%s/xf.graph", dir);
-    char *nvd = kl_xasprintf("%s/naive", dir);
-    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
-    assert_int_equal(kl_write_file(gpath, s_xf_graph, strlen(s_xf_graph), err),
-                     KL_OK);
-    if (kl_export_naive(gpath, nvd, NULL, err))
-        fail_msg("%s", err);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fail_msg("dlopen %s: %s", lib, dlerror());
-    int (*run)(const float *const *, float *);
-    int (*nparams)(void);
-    long long (*pnumel)(int);
-    *(void **)&run = dlsym(h, "kiln_model_run");
-    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
-    *(void **)&pnumel = dlsym(h, "kiln_model_param_numel");
-    assert_true(run && nparams && pnumel);
+    char err[KL_ERRMSG_LEN];
+    s_naive_t nv;
+    s_naive_open(&nv, "xf", s_xf_graph);
+    const char *gpath = nv.gpath;
+    int (*run)(const float *const *, float *) = nv.run;
+    int (*nparams)(void) = nv.nparams;
+    long long (*pnumel)(int) = nv.pnumel;
     /* x, q.weight, q.bias, n.weight, n.bias, o.weight, o.bias */
     assert_int_equal(nparams(), 7);
     float *p[7], want[32];
@@ -444,14 +456,7 @@ static void test_dnnl_nd_matmul_and_affine_layer_norm(void **state)
     }
     for (int i = 0; i < 7; i++)
         free(p[i]);
-    dlclose(h);
-    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    free(cmd);
-    free(lib);
-    free(nvd);
-    free(gpath);
+    s_naive_close(&nv);
 }
 
 /* Two residual blocks: the first convolution with a residual reads it as
@@ -474,26 +479,13 @@ static const char s_res_graph[] = "model res\n"
 static void test_dnnl_residual_and_wrong_reference(void **state)
 {
     (void)state;
-    char dir[64], err[KL_ERRMSG_LEN];
-    snprintf(dir, sizeof dir, "/tmp/kiln-export-res-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    char *gpath = kl_xasprintf("%s/res.graph", dir);
-    char *nvd = kl_xasprintf("%s/naive", dir);
-    char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);
-    assert_int_equal(
-        kl_write_file(gpath, s_res_graph, strlen(s_res_graph), err), KL_OK);
-    if (kl_export_naive(gpath, nvd, NULL, err))
-        fail_msg("%s", err);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fail_msg("dlopen %s: %s", lib, dlerror());
-    int (*run)(const float *const *, float *);
-    int (*nparams)(void);
-    long long (*pnumel)(int);
-    *(void **)&run = dlsym(h, "kiln_model_run");
-    *(void **)&nparams = dlsym(h, "kiln_model_nparams");
-    *(void **)&pnumel = dlsym(h, "kiln_model_param_numel");
-    assert_true(run && nparams && pnumel);
+    char err[KL_ERRMSG_LEN];
+    s_naive_t nv;
+    s_naive_open(&nv, "res", s_res_graph);
+    const char *gpath = nv.gpath;
+    int (*run)(const float *const *, float *) = nv.run;
+    int (*nparams)(void) = nv.nparams;
+    long long (*pnumel)(int) = nv.pnumel;
     assert_int_equal(nparams(), 9); /* x, then 4 x (weight, bias) */
     float *p[9], want[1024];
     kl_rng_t rng;
@@ -542,14 +534,7 @@ static void test_dnnl_residual_and_wrong_reference(void **state)
     }
     for (int i = 0; i < 9; i++)
         free(p[i]);
-    dlclose(h);
-    char *cmd = kl_xasprintf("rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    free(cmd);
-    free(lib);
-    free(nvd);
-    free(gpath);
+    s_naive_close(&nv);
 }
 
 int main(void)
