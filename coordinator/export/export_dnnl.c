@@ -590,14 +590,23 @@ static bool s_view(kl_dnnl_net_t *n, int i)
 }
 
 /* A transpose is a reorder from the (plain) input seen through permuted
- * strides. */
+ * strides; one that moves only dims of size 1 keeps every element in
+ * place and is a view, as in kiln_model.c. */
 static bool s_transpose(kl_dnnl_net_t *n, int i)
 {
     const kl_mnode_t *nd = &n->g.nodes[i], *x = &n->g.nodes[nd->in[0]];
-    int perm[KL_MODEL_MAX_DIMS];
+    int perm[KL_MODEL_MAX_DIMS], last = -1;
+    bool view = true;
     char err[KL_ERRMSG_LEN];
     if (kl_export_perm(n->text, nd, perm, err))
         return false;
+    for (int k = 0; k < nd->ndim; k++)
+        if (x->shape[perm[k]] != 1) {
+            view = view && perm[k] > last;
+            last = perm[k];
+        }
+    if (view)
+        return s_view(n, i);
     dnnl_dims_t dims, strides;
     int64_t st[KL_MODEL_MAX_DIMS], acc = 1;
     for (int k = x->ndim - 1; k >= 0; k--) {

@@ -56,9 +56,10 @@ typedef struct {
     const kl_model_t *m;
     const kl_kernel_t *kernels; /* [ntasks] */
     int *param;                 /* node -> its param index (inputs), -1 */
-    kl_buf_t decl;              /* buffers, kernels' prototypes */
-    kl_buf_t run;               /* body of kiln_model_run */
-    kl_buf_t prun;              /* body of kiln_model_run_profiled */
+    bool *view;    /* node -> a transpose that moves only dims of size 1 */
+    kl_buf_t decl; /* buffers, kernels' prototypes */
+    kl_buf_t run;  /* body of kiln_model_run */
+    kl_buf_t prun; /* body of kiln_model_run_profiled */
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
     s_param_t *params;
     int nparams, ninputs;
@@ -78,7 +79,7 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
         snprintf(out, n, "(float *)p[%d]", c->param[i]);
     else if (nd->fused)
         s_bufexpr(c, nd->owner, out, n);
-    else if (nd->op == KL_MOP_FLATTEN || nd->op == KL_MOP_RESHAPE)
+    else if (nd->op == KL_MOP_FLATTEN || nd->op == KL_MOP_RESHAPE || c->view[i])
         s_bufexpr(c, nd->in[0], out, n);
     else
         snprintf(out, n, "b_%d", i);
@@ -313,15 +314,63 @@ int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
     return KL_OK;
 }
 
+/* The permutation perm of a tensor of nd dims shape, simplified into sh
+ * and pm: the dims of size 1 dropped, then each run of x's dims that stay
+ * neighbours in the output merged into one. Returns the number of dims
+ * left; 0 or 1 when the transpose keeps every element where it was (a
+ * view of its input). */
+static int s_perm_reduce(int nd, const int64_t *shape, const int *perm,
+                         long long *sh, int *pm)
+{
+    int map[KL_MODEL_MAX_DIMS], p[KL_MODEL_MAX_DIMS], k = 0, m = 0;
+    long long s[KL_MODEL_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        map[d] = shape[d] == 1 ? -1 : k;
+        if (shape[d] != 1)
+            s[k++] = shape[d];
+    }
+    for (int j = 0; j < nd; j++)
+        if (map[perm[j]] >= 0)
+            p[m++] = map[perm[j]];
+    /* Runs of the output whose x dims follow each other: run r covers
+     * x's dims first[r] .. first[r] + len[r] - 1. */
+    int first[KL_MODEL_MAX_DIMS], len[KL_MODEL_MAX_DIMS], nr = 0;
+    for (int j = 0; j < m; j++) {
+        if (j && p[j] == p[j - 1] + 1) {
+            len[nr - 1]++;
+            continue;
+        }
+        first[nr] = p[j];
+        len[nr++] = 1;
+    }
+    for (int r = 0; r < nr; r++) {
+        int rank = 0;
+        for (int q = 0; q < nr; q++)
+            rank += first[q] < first[r];
+        pm[r] = rank;
+        sh[rank] = 1;
+        for (int d = first[r]; d < first[r] + len[r]; d++)
+            sh[rank] *= s[d];
+    }
+    return nr;
+}
+
 /* A transpose: a copy through the permutation (kiln_model.c's
- * s_transpose). */
+ * s_transpose, on the simplified permutation), or a view of its input
+ * when it moves only dims of size 1. */
 static int s_transpose_call(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
-    int perm[KL_MODEL_MAX_DIMS];
+    int perm[KL_MODEL_MAX_DIMS], pm[KL_MODEL_MAX_DIMS];
+    long long sh[KL_MODEL_MAX_DIMS];
     int rc = kl_export_perm(c->text, nd, perm, err);
     if (rc)
         return rc;
+    int rd = s_perm_reduce(x->ndim, x->shape, perm, sh, pm);
+    if (rd <= 1) {
+        c->view[i] = true;
+        return KL_OK;
+    }
     char in[64];
     s_bufexpr(c, nd->in[0], in, sizeof in);
     kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
@@ -331,15 +380,15 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
                   "    { /* %s */\n        static const long long "
                   "sh[] = {",
                   nd->name);
-    for (int k = 0; k < x->ndim; k++)
-        kl_buf_printf(&b, "%s%lld", k ? ", " : "", (long long)x->shape[k]);
+    for (int k = 0; k < rd; k++)
+        kl_buf_printf(&b, "%s%lld", k ? ", " : "", sh[k]);
     kl_buf_puts(&b, "};\n        static const int pm[] = {");
-    for (int k = 0; k < nd->ndim; k++)
-        kl_buf_printf(&b, "%s%d", k ? ", " : "", perm[k]);
+    for (int k = 0; k < rd; k++)
+        kl_buf_printf(&b, "%s%d", k ? ", " : "", pm[k]);
     kl_buf_printf(&b,
                   "};\n        s_transpose(%s, b_%d, %d, sh, pm);\n"
                   "    }\n",
-                  in, i, nd->ndim);
+                  in, i, rd);
     s_emit(c, nd->name, -1, b.data);
     kl_buf_free(&b);
     return KL_OK;
@@ -373,48 +422,183 @@ static int s_layer(s_gen_t *c, int i, char *err)
 }
 
 static const char s_helpers[] =
-    "static double s_now(void)\n{\n    struct timespec ts;\n"
+    "static double s_now(void)\n"
+    "{\n"
+    "    struct timespec ts;\n"
     "    clock_gettime(CLOCK_MONOTONIC, &ts);\n"
-    "    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;\n}\n\n"
-    "static void s_softmax(const float *x, float *y, long long r, long long "
-    "n)\n{\n    for (long long i = 0; i < r; i++) {\n"
-    "        const float *a = x + i * n;\n        float *b = y + i * n, m = "
-    "a[0], s = 0;\n"
-    "        for (long long j = 1; j < n; j++)\n            m = a[j] > m ? "
-    "a[j] : m;\n"
-    "        for (long long j = 0; j < n; j++)\n            s += b[j] = "
-    "expf(a[j] - m);\n"
-    "        for (long long j = 0; j < n; j++)\n            b[j] /= s;\n    "
-    "}\n}\n\n"
+    "    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;\n"
+    "}\n"
+    "\n"
+    "/* The layers without a task. Each runs on OpenMP threads when it has at\n"
+    " * least S_PAR elements, else serially (no thread wake-up for a small\n"
+    " * layer). */\n"
+    "#define S_PAR 32768LL\n"
+    "\n"
+    "/* e^x for softmax's x - max (x <= 0), in a form the loop vectorizes\n"
+    " * (expf is not, without -ffast-math): 2^k e^r, k = round(x / ln 2) by\n"
+    " * the 1.5 * 2^23 rounding trick (no conversion to int), r = x - k ln 2\n"
+    " * in two parts, e^r by Cephes' polynomial; within 1 ulp of glibc's\n"
+    " * expf over every float in [-87.34, 0]. 0 below -87.33654 (where expf\n"
+    " * falls under FLT_MIN), NaN for NaN. */\n"
+    "static inline float s_expf(float x)\n"
+    "{\n"
+    "    float c = x < -87.33654f ? -87.33654f : x;\n"
+    "    float kf = c * 1.44269504f + 12582912.0f, k = kf - 12582912.0f;\n"
+    "    float r = c - k * 0.693359375f - k * -2.12194440e-4f;\n"
+    "    float p = 1.9875691500e-4f;\n"
+    "    p = p * r + 1.3981999507e-3f;\n"
+    "    p = p * r + 8.3334519073e-3f;\n"
+    "    p = p * r + 4.1665795894e-2f;\n"
+    "    p = p * r + 1.6666665459e-1f;\n"
+    "    p = p * r + 5.0000001201e-1f;\n"
+    "    p = p * r * r + r + 1.0f;\n"
+    "    uint32_t kb, e;\n"
+    "    memcpy(&kb, &kf, 4);\n"
+    "    e = (kb - 0x4b400000u + 127u) << 23;\n"
+    "    float t;\n"
+    "    memcpy(&t, &e, 4);\n"
+    "    return x != x ? x : x < -87.33654f ? 0.0f : p * t;\n"
+    "}\n"
+    "\n"
+    "static void s_softmax(const float *restrict x, float *restrict y, long "
+    "long r,\n"
+    "                      long long n)\n"
+    "{\n"
+    "#pragma omp parallel for if (r > 1 && r * n >= S_PAR) schedule(static)\n"
+    "    for (long long i = 0; i < r; i++) {\n"
+    "        const float *restrict a = x + i * n;\n"
+    "        float *restrict b = y + i * n;\n"
+    "        float m = a[0], s = 0;\n"
+    "#pragma omp simd reduction(max : m)\n"
+    "        for (long long j = 1; j < n; j++)\n"
+    "            m = a[j] > m ? a[j] : m;\n"
+    "#pragma omp simd reduction(+ : s)\n"
+    "        for (long long j = 0; j < n; j++) {\n"
+    "            b[j] = s_expf(a[j] - m);\n"
+    "            s += b[j];\n"
+    "        }\n"
+    "        float d = 1.0f / s;\n"
+    "#pragma omp simd\n"
+    "        for (long long j = 0; j < n; j++)\n"
+    "            b[j] *= d;\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "/* (x - mean) / sqrt(var + eps) over each row, then * g + be when the\n"
     " * layer is affine (g, be: NULL otherwise). */\n"
-    "static void s_layer_norm(const float *x, float *y, long long r, long "
-    "long n,\n                         double eps, const float *g, const "
-    "float *be)\n{\n    for (long long i = 0; i < r; i++) {\n"
-    "        const float *a = x + i * n;\n        float *b = y + i * n;\n"
+    "static void s_layer_norm(const float *restrict x, float *restrict y,\n"
+    "                         long long r, long long n, double eps,\n"
+    "                         const float *restrict g, const float *restrict "
+    "be)\n"
+    "{\n"
+    "#pragma omp parallel for if (r > 1 && r * n >= S_PAR) schedule(static)\n"
+    "    for (long long i = 0; i < r; i++) {\n"
+    "        const float *restrict a = x + i * n;\n"
+    "        float *restrict b = y + i * n;\n"
     "        double m = 0, v = 0;\n"
-    "        for (long long j = 0; j < n; j++)\n            m += a[j];\n"
-    "        m /= n;\n        for (long long j = 0; j < n; j++)\n"
+    "#pragma omp simd reduction(+ : m)\n"
+    "        for (long long j = 0; j < n; j++)\n"
+    "            m += a[j];\n"
+    "        m /= n;\n"
+    "#pragma omp simd reduction(+ : v)\n"
+    "        for (long long j = 0; j < n; j++)\n"
     "            v += (a[j] - m) * (a[j] - m);\n"
-    "        float d = (float)(1.0 / sqrt(v / n + eps));\n"
-    "        for (long long j = 0; j < n; j++)\n            b[j] = "
-    "(float)(a[j] - m) * d;\n"
-    "        if (g)\n            for (long long j = 0; j < n; j++)\n"
-    "                b[j] = b[j] * g[j] + be[j];\n    }\n}\n\n"
-    "static void s_gelu(const float *x, float *y, long long r, long long n)\n"
-    "{\n    for (long long i = 0; i < r * n; i++)\n"
-    "        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));\n}\n\n"
-    "static void s_transpose(const float *x, float *y, int nd,\n"
-    "                        const long long *sh, const int *pm)\n{\n"
-    "    long long n = 1, st[8], os[8], ix[8] = {0};\n"
-    "    for (int i = nd - 1; i >= 0; i--) {\n"
-    "        st[i] = n;\n        n *= sh[i];\n    }\n"
-    "    for (int i = 0; i < nd; i++)\n        os[i] = sh[pm[i]];\n"
-    "    for (long long o = 0; o < n; o++) {\n        long long off = 0;\n"
-    "        for (int i = 0; i < nd; i++)\n"
-    "            off += ix[i] * st[pm[i]];\n        y[o] = x[off];\n"
-    "        for (int i = nd - 1; i >= 0 && ++ix[i] == os[i]; i--)\n"
-    "            ix[i] = 0;\n    }\n}\n\n";
+    "        float d = (float)(1.0 / sqrt(v / n + eps)), fm = (float)m;\n"
+    "        if (g) {\n"
+    "#pragma omp simd\n"
+    "            for (long long j = 0; j < n; j++)\n"
+    "                b[j] = (a[j] - fm) * d * g[j] + be[j];\n"
+    "        } else {\n"
+    "#pragma omp simd\n"
+    "            for (long long j = 0; j < n; j++)\n"
+    "                b[j] = (a[j] - fm) * d;\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "static void s_gelu(const float *restrict x, float *restrict y, long long "
+    "r,\n"
+    "                   long long n)\n"
+    "{\n"
+    "    long long t = r * n;\n"
+    "#pragma omp parallel for if (t >= S_PAR) schedule(static)\n"
+    "    for (long long i = 0; i < t; i++)\n"
+    "        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));\n"
+    "}\n"
+    "\n"
+    "/* y = x through the permutation: x has nd >= 2 dims sh, output dim k is\n"
+    " * x's dim pm[k]; kiln export has dropped the dims of size 1 and merged\n"
+    " * the dims that stay neighbours, so pm moves every dim it names. When\n"
+    " * the last dim stays, the output is rows of it, copied whole; else it "
+    "is\n"
+    " * a batch of 2-D transposes (x's last dim against the output's), done "
+    "in\n"
+    " * tiles of S_TILE x S_TILE. */\n"
+    "#define S_TILE 32LL\n"
+    "\n"
+    "static void s_transpose(const float *restrict x, float *restrict y, int "
+    "nd,\n"
+    "                        const long long *sh, const int *pm)\n"
+    "{\n"
+    "    long long st[8], os[8], n = 1;\n"
+    "    for (int k = nd - 1; k >= 0; k--) {\n"
+    "        st[k] = n;\n"
+    "        n *= sh[k];\n"
+    "    }\n"
+    "    for (int k = 0; k < nd; k++)\n"
+    "        os[k] = sh[pm[k]];\n"
+    "    if (pm[nd - 1] == nd - 1) {\n"
+    "        long long w = sh[nd - 1], rows = n / w;\n"
+    "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+    "        for (long long o = 0; o < rows; o++) {\n"
+    "            long long off = 0, q = o;\n"
+    "            for (int k = nd - 2; k >= 0; k--) {\n"
+    "                off += q % os[k] * st[pm[k]];\n"
+    "                q /= os[k];\n"
+    "            }\n"
+    "            memcpy(y + o * w, x + off, (size_t)w * sizeof *y);\n"
+    "        }\n"
+    "        return;\n"
+    "    }\n"
+    "    /* The plane: output dim iq (x's last dim, R long, output stride\n"
+    "     * ost[iq]) against the output's last dim (x's dim pm[nd - 1], C "
+    "long,\n"
+    "     * x stride sc); the other output dims are the batch. */\n"
+    "    long long ost[8], on = 1;\n"
+    "    int iq = 0;\n"
+    "    for (int k = nd - 1; k >= 0; k--) {\n"
+    "        ost[k] = on;\n"
+    "        on *= os[k];\n"
+    "        if (pm[k] == nd - 1)\n"
+    "            iq = k;\n"
+    "    }\n"
+    "    long long R = sh[nd - 1], C = os[nd - 1], sc = st[pm[nd - 1]];\n"
+    "    long long oq = ost[iq], nti = (R + S_TILE - 1) / S_TILE;\n"
+    "    long long units = n / (R * C) * nti;\n"
+    "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+    "    for (long long u = 0; u < units; u++) {\n"
+    "        long long bq = u / nti, i0 = u % nti * S_TILE, xo = 0, yo = 0;\n"
+    "        for (int k = nd - 2; k >= 0; k--) {\n"
+    "            if (k == iq)\n"
+    "                continue;\n"
+    "            xo += bq % os[k] * st[pm[k]];\n"
+    "            yo += bq % os[k] * ost[k];\n"
+    "            bq /= os[k];\n"
+    "        }\n"
+    "        long long i1 = i0 + S_TILE < R ? i0 + S_TILE : R;\n"
+    "        for (long long j0 = 0; j0 < C; j0 += S_TILE) {\n"
+    "            long long j1 = j0 + S_TILE < C ? j0 + S_TILE : C;\n"
+    "            for (long long i = i0; i < i1; i++) {\n"
+    "                const float *restrict a = x + xo + i;\n"
+    "                float *restrict b = y + yo + i * oq;\n"
+    "#pragma omp simd\n"
+    "                for (long long j = j0; j < j1; j++)\n"
+    "                    b[j] = a[j * sc];\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n";
 
 static const char s_header[] =
     "/* kiln_model.h - the API of libkiln_model.so, written by kiln export.\n"
@@ -506,7 +690,8 @@ static const char s_header[] =
     "int kiln_model_infer_n(const float *const *inputs, float *output);\n\n"
     "/* Layers. The layers that run code of their own, in order: each\n"
     " * computing layer (with what is fused into it), transpose, softmax,\n"
-    " * layer_norm, gelu; views and fused layers are not layers here.\n"
+    " * layer_norm, gelu; views (reshape, flatten, a transpose that moves\n"
+    " * only dims of size 1) and fused layers are not layers here.\n"
     " * kiln_model_layer_name(i) is the graph's name of layer i (NULL out\n"
     " * of range); kiln_model_layer_task(i) its task (manifest.json's\n"
     " * \"id\"), -1 for a layer without one (softmax, transpose, ...). */\n"
@@ -645,13 +830,14 @@ static char *s_model_c(s_gen_t *c)
     char oex[64];
     s_bufexpr(c, out, oex, sizeof oex);
     kl_buf_t b = {0};
-    kl_buf_printf(&b,
-                  "/* kiln_model.c - the layer graph of model %s, written "
-                  "by kiln export. */\n#define _POSIX_C_SOURCE 200809L\n"
-                  "#include <math.h>\n#include <stdlib.h>\n#include "
-                  "<string.h>\n#include <time.h>\n\n#include "
-                  "\"kiln_model.h\"\n\n",
-                  kl_model_name(c->m));
+    kl_buf_printf(
+        &b,
+        "/* kiln_model.c - the layer graph of model %s, written "
+        "by kiln export. */\n#define _POSIX_C_SOURCE 200809L\n"
+        "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include "
+        "<string.h>\n#include <time.h>\n\n#include "
+        "\"kiln_model.h\"\n\n",
+        kl_model_name(c->m));
     for (int t = 0; t < kl_model_ntasks(c->m); t++) {
         kl_buf_printf(&b, "void kiln_task_%02d(void *const *args);\n", t);
         if (c->kernels[t].prepare)
@@ -873,6 +1059,7 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
 static void s_gen_free(s_gen_t *c)
 {
     free(c->param);
+    free(c->view);
     kl_buf_free(&c->decl);
     kl_buf_free(&c->run);
     kl_buf_free(&c->prun);
@@ -896,6 +1083,7 @@ int kl_export_write_graph(const char *text, const char *source,
     s_gen_t c = {
         .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
+    c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
     char *model_c = NULL, **paths = NULL;
     int np = 0;
     rc = s_gen(&c, params, &model_c, err);

@@ -9,7 +9,10 @@
  *  - no parameters of the model's own: seeded random ones, the same in the
  *    naive build;
  *  - a model of two inputs: kiln_model_infer refuses, _infer_n runs;
- *  - layers: names, tasks and kiln_model_run_profiled's times. */
+ *  - layers: names, tasks and kiln_model_run_profiled's times;
+ *  - the layers without a task (transposes of every kind, one a view,
+ *    softmax, affine layer_norm, gelu), below and above the size from
+ *    which they run on threads, against plain loops here. */
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
@@ -390,6 +393,131 @@ static void test_two_inputs(void **state)
     dlclose(l.h);
 }
 
+/* Transposes that keep the last dim (t3), move it (t1, t2, t4, t5: the
+ * last two merge to a 2-D transpose), move only a dim of size 1 (v, a
+ * view), then softmax, affine layer_norm and gelu, on x of [A,B,1,C]; y
+ * = x + x gives the graph a task. */
+static const char s_untuned_fmt[] = "model untuned\n"
+                                    "input x %dx%dx1x%d\n"
+                                    "y = add x x\n"
+                                    "t1 = transpose y perm=2,0,3,1\n"
+                                    "t2 = transpose t1 perm=0,1,3,2\n"
+                                    "v = transpose t2 perm=1,2,0,3\n"
+                                    "t3 = transpose v perm=1,0,2,3\n"
+                                    "sm = softmax t3\n"
+                                    "ln = layer_norm sm eps=0.001 affine=1\n"
+                                    "ge = gelu ln\n"
+                                    "t4 = transpose ge perm=3,2,1,0\n"
+                                    "t5 = transpose t4 perm=2,3,0,1\n";
+
+/* y = x transposed through perm, x of 4 dims sh (sh is then y's). */
+static void s_ref_transpose(const double *x, double *y, int64_t *sh,
+                            const int *perm)
+{
+    int64_t st[4], n = 1, os[4];
+    for (int k = 3; k >= 0; k--) {
+        st[k] = n;
+        n *= sh[k];
+    }
+    for (int k = 0; k < 4; k++)
+        os[k] = sh[perm[k]];
+    int64_t o = 0;
+    for (int64_t i0 = 0; i0 < os[0]; i0++)
+        for (int64_t i1 = 0; i1 < os[1]; i1++)
+            for (int64_t i2 = 0; i2 < os[2]; i2++)
+                for (int64_t i3 = 0; i3 < os[3]; i3++)
+                    y[o++] = x[i0 * st[perm[0]] + i1 * st[perm[1]] +
+                               i2 * st[perm[2]] + i3 * st[perm[3]]];
+    memcpy(sh, os, sizeof os);
+}
+
+/* s_untuned_fmt in double, in place in a (with room in b). */
+static void s_ref_untuned(double *a, double *b, int64_t *sh, int64_t n,
+                          const float *g, const float *be)
+{
+    static const int p1[] = {2, 0, 3, 1}, p2[] = {0, 1, 3, 2},
+                     pv[] = {1, 2, 0, 3}, p3[] = {1, 0, 2, 3},
+                     p4[] = {3, 2, 1, 0}, p5[] = {2, 3, 0, 1};
+    for (int64_t i = 0; i < n; i++)
+        a[i] += a[i];
+    s_ref_transpose(a, b, sh, p1);
+    s_ref_transpose(b, a, sh, p2);
+    s_ref_transpose(a, b, sh, pv);
+    s_ref_transpose(b, a, sh, p3);
+    int64_t c = sh[3];
+    for (double *r = a; r < a + n; r += c) {
+        double m = r[0], s = 0, v = 0;
+        for (int64_t j = 0; j < c; j++)
+            m = r[j] > m ? r[j] : m;
+        for (int64_t j = 0; j < c; j++)
+            s += r[j] = exp(r[j] - m);
+        for (int64_t j = 0; j < c; j++)
+            r[j] /= s;
+        m = 0;
+        for (int64_t j = 0; j < c; j++)
+            m += r[j] / (double)c;
+        for (int64_t j = 0; j < c; j++)
+            v += (r[j] - m) * (r[j] - m) / (double)c;
+        for (int64_t j = 0; j < c; j++) {
+            double z = (r[j] - m) / sqrt(v + 0.001) * g[j] + be[j];
+            r[j] = 0.5 * z * (1 + erf(z / sqrt(2.0)));
+        }
+    }
+    s_ref_transpose(a, b, sh, p4);
+    s_ref_transpose(b, a, sh, p5);
+}
+
+static void s_untuned(fx_t *fx, int A, int B, int C)
+{
+    char *text = kl_xasprintf(s_untuned_fmt, A, B, C);
+    char sub[32];
+    snprintf(sub, sizeof sub, "u%d", A * B * C);
+    if (s_export(fx, text, sub, NULL, true))
+        fail_msg("%s", fx->err);
+    lib_t l;
+    s_open(fx, &l, sub);
+    /* Every layer but the view v, in order; ln's parameters. */
+    static const char *const names[] = {"y",  "t1", "t2", "t3", "sm",
+                                        "ln", "ge", "t4", "t5"};
+    assert_int_equal(l.nlayers(), 9);
+    for (int i = 0; i < 9; i++)
+        assert_string_equal(l.lname(i), names[i]);
+    assert_int_equal(l.nparams(), 3);
+    assert_string_equal(l.pname(1), "ln.weight");
+    assert_string_equal(l.pname(2), "ln.bias");
+    long long dims[8];
+    assert_int_equal(l.oshape(dims), 4);
+    assert_true(dims[0] == A && dims[1] == B && dims[2] == C && dims[3] == 1);
+
+    int64_t n = (int64_t)A * B * C, sh[4] = {A, B, 1, C};
+    float *x = kl_xmalloc((size_t)n * sizeof *x);
+    float *got = kl_xmalloc((size_t)n * sizeof *got);
+    double *a = kl_xmalloc((size_t)n * sizeof *a);
+    double *b = kl_xmalloc((size_t)n * sizeof *b);
+    for (int64_t i = 0; i < n; i++)
+        a[i] = x[i] = (float)((i * 37 + i / 11) % 97) / 16.0f - 3.0f;
+    s_ref_untuned(a, b, sh, n, l.pdata(1), l.pdata(2));
+    assert_true(sh[0] == A && sh[1] == B && sh[2] == C && sh[3] == 1);
+    assert_int_equal(l.infer(x, got), 0);
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - a[i]) <= 2e-5 * (1 + fabs(a[i]))))
+            fail_msg("%s: output %lld is %.9g, expected %.9g", sub,
+                     (long long)i, got[i], a[i]);
+    free(x);
+    free(got);
+    free(a);
+    free(b);
+    free(text);
+    dlclose(l.h);
+}
+
+/* Below the threads' size (105 elements) and above it (37800). */
+static void test_untuned_layers(void **state)
+{
+    s_untuned(*state, 3, 5, 7);
+    s_untuned(*state, 6, 70, 90);
+}
+
 int main(void)
 {
     if (system("${CC:-cc} --version >/dev/null 2>&1") != 0) {
@@ -402,6 +530,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_random_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_inputs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_untuned_layers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
