@@ -3,8 +3,9 @@
 # slurmctld + slurmd + munge, started here with a config, a munge key and
 # a socket of this test's own, no system service touched). A kiln tune
 # head waits on loopback with no agent; the batch job starts the node's
-# agents (the CPU agent named <host>-cpu, its keypair made by the script
-# and admitted by the head while it runs); the tuning job ends with its
+# agents (KILN_HEAD from a config file, the environment winning over it
+# for KILN_KEYS; the CPU agent named <host>-cpu, its keypair made by the
+# script and admitted by the head while it runs); the tuning job ends with its
 # exact trial count, every record measured by that agent. scancel stops
 # the agents: their processes are gone and the Slurm job is no longer
 # listed. SKIP only where the Slurm/munge packages are absent (tools/
@@ -114,10 +115,12 @@ wait_for 20 grep -q "listening on" "$T/tune.log" || fail "the head did not bind"
 ep=$(sed -n 's/.*listening on \(tcp:[^ ]*\).*/\1/p' "$T/tune.log" | head -1)
 [ -n "$ep" ] || fail "no endpoint in the head's log"
 
-# The fleet, as an operator submits it.
+# The fleet, as an operator submits it: the head's endpoint from the
+# config file the systemd units read too, the rest from the environment.
 cd "$T" || fail "cd $T"
-KILN_HEAD=$ep KILN_KEYS=$T/keys KILN_AGENT=$KILN_AGENT KILN=$KILN \
-    KILN_CONFIG=/nonexistent \
+printf 'KILN_HEAD=%s\nKILN_KEYS=/nonexistent\n' "$ep" >"$T/agent.env"
+env -u KILN_HEAD KILN_KEYS="$T/keys" KILN_AGENT="$KILN_AGENT" KILN="$KILN" \
+    KILN_CONFIG="$T/agent.env" \
     sbatch --parsable --output="$T/job.out" "$root/tools/deploy/slurm/kiln-agents.sbatch" \
     >"$S/jobid" 2>"$T/sbatch.log" || fail "sbatch: $(cat "$T/sbatch.log")"
 job=$(cut -d';' -f1 "$S/jobid")
