@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A hard kill and a resume: kiln tune --model on the local fleet (a real
 # kiln-agent, real compiles and timings) is SIGKILLed mid-job once the
-# store holds some records. Its local agent goes with it (it asked for
-# SIGTERM on its parent's death). The same command on the same store then
+# store holds some records, run again and SIGKILLed again past what it
+# restored. Its local agent goes with it each time (it asked for SIGTERM on
+# its parent's death). The same command on the same store then
 # resumes: it says what it restored, ends with exactly its trial budget,
 # every record committed before the kill is still there byte for byte
 # (kiln db export before and after), and no (workload, trace) pair is
@@ -21,37 +22,54 @@ f = flatten p
 d = dense f O=32
 G
 records() {
-    "$KILN" db ls --db "$1" 2>/dev/null | awk 'NR > 1 { n += $(NF - 3) } END { print n + 0 }'
+    "$KILN" db ls --db "$1" | awk 'NR > 1 { n += $(NF - 3) } END { print n + 0 }'
 }
 JOB=(tune --model "$T/tiny.graph" --max-trials-global "$BUDGET"
     --trials-per-iter 4 --db "$T/db" --seed 1 --strategy replay --quiet
     "${TEVAL[@]}") # the same both times
 
-"$KILN" "${JOB[@]}" >"$T/run1.out" 2>"$T/run1.log" &
-pid=$!
-PIDS+=("$pid")
-some() { n=$(records "$T/db"); [ "$n" -ge 4 ]; }
-wait_for 120 some || fail "no record in the store after 120 s"
-agents=$(pgrep -P "$pid")
-[ -n "$agents" ] || fail "kiln tune has no local agent"
-kill -KILL "$pid"
-wait "$pid" 2>/dev/null
-"$KILN" db export --db "$T/db" --out "$T/before.jsonl" || fail "export before"
-before=$(grep -c '"type":"record"' "$T/before.jsonl")
-echo "killed kiln tune (pid $pid) with $before record(s) in the store"
-[ "$before" -ge 4 ] || fail "$before records before the kill"
-[ "$before" -lt "$BUDGET" ] || fail "the job was done before the kill: nothing to resume"
-# Its local agent(s) follow it.
-for a in $agents; do
-    wait_for 10 bash -c "! kill -0 $a 2>/dev/null" ||
-        { kill -KILL "$a"; fail "agent $a outlived its killed kiln"; }
-done
+# kill_at RUN MIN: runs the job, SIGKILLs it once the store holds MIN
+# records, checks its local agents go too and exports the store to
+# $T/RUN.jsonl; sets KEPT to the records it holds.
+kill_at() {
+    local run=$1 min=$2 pid agents a
+    "$KILN" "${JOB[@]}" >"$T/$run.out" 2>"$T/$run.log" &
+    pid=$!
+    PIDS+=("$pid")
+    wait_for 120 bash -c "[ \$(\"$KILN\" db ls --db '$T/db' 2>/dev/null |
+        awk 'NR > 1 { n += \$(NF - 3) } END { print n + 0 }') -ge $min ]" ||
+        fail "$run: not $min records in the store after 120 s"
+    agents=$(pgrep -P "$pid")
+    [ -n "$agents" ] || fail "$run: kiln tune has no local agent"
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null
+    "$KILN" db export --db "$T/db" --out "$T/$run.jsonl" || fail "export after $run"
+    KEPT=$(grep -c '"type":"record"' "$T/$run.jsonl")
+    echo "$run: killed kiln tune (pid $pid) with $KEPT record(s) in the store"
+    [ "$KEPT" -ge "$min" ] || fail "$run: $KEPT records after the kill"
+    [ "$KEPT" -lt "$BUDGET" ] || fail "$run: the job was done before the kill"
+    # Its local agent(s) follow it (SIGTERM on the parent's death).
+    for a in $agents; do
+        wait_for 10 bash -c "! kill -0 $a 2>/dev/null" ||
+            { kill -KILL "$a"; fail "$run: agent $a outlived its killed kiln"; }
+    done
+}
 
-"$KILN" "${JOB[@]}" >"$T/run2.out" 2>"$T/run2.log" || fail "the resumed run exited $?"
-grep -q "$before trials already in the store" "$T/run2.log" ||
-    fail "the resumed run did not restore the $before records: $(head -3 "$T/run2.log")"
-grep -q "^Total trials: $BUDGET$" "$T/run2.out" ||
-    fail "the resumed run's total: $(grep 'Total trials' "$T/run2.out")"
+# Killed in its first rounds, then killed again once resumed and past
+# what it restored: a resume of a resumed job.
+kill_at run1 4
+first=$KEPT
+kill_at run2 $((first + 4))
+grep -q "$first trials already in the store" "$T/run2.log" ||
+    fail "run2 did not restore the $first records: $(head -3 "$T/run2.log")"
+before=$KEPT
+cat "$T/run1.jsonl" "$T/run2.jsonl" >"$T/before.jsonl"
+
+"$KILN" "${JOB[@]}" >"$T/run3.out" 2>"$T/run3.log" || fail "the resumed run exited $?"
+grep -q "$before trials already in the store" "$T/run3.log" ||
+    fail "run3 did not restore the $before records: $(head -3 "$T/run3.log")"
+grep -q "^Total trials: $BUDGET$" "$T/run3.out" ||
+    fail "the resumed run's total: $(grep 'Total trials' "$T/run3.out")"
 "$KILN" db export --db "$T/db" --out "$T/after.jsonl" || fail "export after"
 python3 - "$T/before.jsonl" "$T/after.jsonl" "$BUDGET" <<'P' || fail "the store after the resume"
 import json, sys
@@ -67,7 +85,7 @@ if len(after) != budget:
 pairs = [(r["workload_key"], r["trace_hash"]) for r in map(json.loads, after)]
 if len(set(pairs)) != len(pairs):
     print(f"{len(pairs) - len(set(pairs))} (workload, trace) pair(s) measured twice"); ok = False
-print(f"before {len(before)}, after {len(after)}, distinct pairs {len(set(pairs))}")
+print(f"before {len(set(before))}, after {len(after)}, distinct pairs {len(set(pairs))}")
 sys.exit(0 if ok else 1)
 P
 [ "$(records "$T/db")" -eq "$BUDGET" ] || fail "kiln db ls does not count $BUDGET"
