@@ -9,7 +9,8 @@ pkgs=(build-essential meson ninja-build pkg-config clang
       libxgboost-dev libcmocka-dev libjson-c-dev libmicrohttpd-dev
       libopenblas-dev libdnnl-dev valgrind
       libxml2-utils chromium clang-format
-      curl python3)
+      curl python3
+      systemd slurmctld slurmd slurm-client munge python3-yaml yamllint)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
