@@ -25,8 +25,10 @@
 #define KL_PROTO_MAJOR 1
 /* Minor 1 added ROLE_CONSTANT (constant inputs, prepared once): a 1.0
  * agent drops such a request as malformed, so a coordinator refuses
- * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. */
-#define KL_PROTO_MINOR 1
+ * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. Minor 2 added
+ * the job <-> head messages (JobHello ... DrainReply, docs/protocol.md);
+ * agents never see them, so 1.1 agents stay welcome. */
+#define KL_PROTO_MINOR 2
 #define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */
@@ -40,6 +42,10 @@
 #define KL_NET_MAX_DEVICES 64
 /* Names, targets, entry symbols, host names (bytes). */
 #define KL_NET_MAX_STRING 4096
+/* JobHello.targets and JobStatus.targets entries. */
+#define KL_NET_MAX_TARGETS 64
+/* StatusReply.agents and StatusReply.jobs entries. */
+#define KL_NET_MAX_PEERS 4096
 /* MeasureResult.error and Goodbye.reason (bytes): senders truncate. */
 #define KL_NET_MAX_ERROR (64u << 10)
 /* DeviceInfo.measure_cores entries. */
