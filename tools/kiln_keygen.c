@@ -11,13 +11,13 @@
 #include "kl_util.h"
 
 #define S_USAGE                                                                \
-    "usage: kiln keygen DIR NAME [--client | --agent]\n"                       \
+    "usage: kiln keygen DIR NAME [--client | --agent-key]\n"                   \
     "Writes DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), and\n" \
     "prints the public key. Never overwrites a key. The coordinator's pair\n"  \
     "is KEYS/coordinator (kiln measure --keys KEYS); give its .pub to every\n" \
     "agent (kiln-agent --coordinator-key FILE) and put each agent's .pub in\n" \
     "KEYS/agents/, the coordinator's allow directory (picked up while it\n"    \
-    "runs). --client (--agent) also copies NAME.pub into DIR/clients/\n"       \
+    "runs). --client (--agent-key) also copies NAME.pub into DIR/clients/\n"   \
     "(DIR/agents/), the allow list of a kiln serve --keys DIR: a client key\n" \
     "submits work to the head, an agent key measures; neither can do the\n"    \
     "other. See docs/protocol.md.\n"
@@ -25,7 +25,7 @@
 static const kl_opt_t s_opts[] = {
     {"client", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "allow-list the key as a client of kiln serve (DIR/clients/NAME.pub)"},
-    {"agent", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+    {"agent-key", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "allow-list the key as an agent (DIR/agents/NAME.pub)"},
     KL_OPT_END,
 };
@@ -49,7 +49,8 @@ int kiln_cmd_keygen(int argc, char **argv)
         return 2;
     }
     const char *dir = kl_opts_pos(o, 0), *name = kl_opts_pos(o, 1);
-    bool client = kl_opts_bool(o, "client"), agent = kl_opts_bool(o, "agent");
+    bool client = kl_opts_bool(o, "client"),
+         agent = kl_opts_bool(o, "agent-key");
     if (client && agent) {
         fprintf(stderr,
                 "kiln keygen: a key is a client's or an agent's, "
