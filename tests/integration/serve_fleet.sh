@@ -3,7 +3,7 @@
 # through kiln tune --fleet, all on loopback:
 #  1. two concurrent jobs finish with exactly their trial counts, each in its
 #     own store, and while both run the head's status shows each getting
-#     40-60% of the results;
+#     40-60% of the results; with weights 3 and 1, 65-85% for the first;
 #  2. a client key cannot register as an agent, an agent key cannot submit
 #     (nor ask for status);
 #  3. a drained agent takes no work while another job runs; undrained, it
@@ -59,43 +59,55 @@ tune() { # tune NAME TRIALS [more args]: in the background, sets TUNE_PID
     PIDS+=("$TUNE_PID")
 }
 
-# ---- 1. two jobs, fair share ----
-tune ja 1200
-PA=$TUNE_PID
-tune jb 1200
-PB=$TUNE_PID
-# Samples of the head's status while both jobs are listed.
-: >"$T/samples.txt"
-while kill -0 "$PA" 2>/dev/null || kill -0 "$PB" 2>/dev/null; do
-    s=$(status) || break
-    a=$(echo "$s" | field jobs ja done)
-    b=$(echo "$s" | field jobs jb done)
-    [ "$a" != none ] && [ "$b" != none ] && echo "$a $b" >>"$T/samples.txt"
-    sleep 0.2
-done
-wait "$PA" || fail "job ja exited $?"
-wait "$PB" || fail "job jb exited $?"
-for n in ja jb; do
-    grep -q "^trials *1200 (1200 valid, 0 restored" "$T/$n.out" ||
-        fail "$n: $(grep ^trials "$T/$n.out")"
-    "$KILN" db ls --db "$T/db-$n" >"$T/ls-$n.txt" || fail "db ls $n"
-    grep -q "matmul_256_256_256 .* 1200 " "$T/ls-$n.txt" ||
-        fail "$n's store: $(cat "$T/ls-$n.txt")"
-done
-# The share over the samples where both had started: the last minus the
-# first, so a head start of one job's process does not count.
-[ "$(wc -l <"$T/samples.txt")" -ge 3 ] || fail "too few status samples: $(cat "$T/samples.txt")"
-python3 - "$T/samples.txt" <<'PY' || fail "fair share: $(cat "$T/samples.txt")"
+# pair A WA B WB LO HI: jobs A (weight WA) and B (WB) of 1200 trials at
+# once; each ends with exactly 1200 in its own store, and A's share of the
+# results while both ran, from the head's status, is within [LO, HI].
+pair() {
+    local A=$1 WA=$2 B=$3 WB=$4 lo=$5 hi=$6
+    tune "$A" 1200 --weight "$WA"
+    local PA=$TUNE_PID
+    tune "$B" 1200 --weight "$WB"
+    local PB=$TUNE_PID
+    # Samples of the head's status while both jobs are listed.
+    : >"$T/samples-$A.txt"
+    while kill -0 "$PA" 2>/dev/null || kill -0 "$PB" 2>/dev/null; do
+        s=$(status) || break
+        a=$(echo "$s" | field jobs "$A" done)
+        b=$(echo "$s" | field jobs "$B" done)
+        [ "$a" != none ] && [ "$b" != none ] && echo "$a $b" >>"$T/samples-$A.txt"
+        sleep 0.2
+    done
+    wait "$PA" || fail "job $A exited $?"
+    wait "$PB" || fail "job $B exited $?"
+    for n in "$A" "$B"; do
+        grep -q "^trials *1200 (1200 valid, 0 restored" "$T/$n.out" ||
+            fail "$n: $(grep ^trials "$T/$n.out")"
+        "$KILN" db ls --db "$T/db-$n" >"$T/ls-$n.txt" || fail "db ls $n"
+        grep -q "matmul_256_256_256 .* 1200 " "$T/ls-$n.txt" ||
+            fail "$n's store: $(cat "$T/ls-$n.txt")"
+    done
+    # The share over the samples where both had started and neither had
+    # finished: the last minus the first, so a head start of one job's
+    # process does not count.
+    python3 - "$T/samples-$A.txt" "$A" "$B" "$lo" "$hi" <<'PY' ||
 import sys
 rows = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
-rows = [r for r in rows if r[0] > 0 and r[1] > 0 and r[0] < 1200 and r[1] < 1200]
+rows = [r for r in rows if 0 < r[0] < 1200 and 0 < r[1] < 1200]
 assert len(rows) >= 2, rows
 da, db = rows[-1][0] - rows[0][0], rows[-1][1] - rows[0][1]
 share = da / (da + db)
-print(f"fair share: ja {da} jb {db} results while both ran: {100*share:.1f}% / {100-100*share:.1f}%")
+print(f"share: {sys.argv[2]} {da} {sys.argv[3]} {db} results while both "
+      f"ran: {100*share:.1f}% / {100-100*share:.1f}%")
 assert da + db >= 200, (da, db)
-assert 0.4 <= share <= 0.6, share
+assert float(sys.argv[4]) <= share <= float(sys.argv[5]), share
 PY
+        fail "share of $A: $(cat "$T/samples-$A.txt")"
+}
+
+# ---- 1. two jobs, fair share; then weights 3 : 1 ----
+pair ja 1 jb 1 0.4 0.6
+[ "$(status | njobs)" = 0 ] || fail "finished jobs still listed: $(status)"
+pair jw3 3 jw1 1 0.65 0.85
 [ "$(status | njobs)" = 0 ] || fail "finished jobs still listed: $(status)"
 
 # ---- 2. keys in the wrong role ----
