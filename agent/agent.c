@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -121,6 +122,11 @@ static void s_simulate(kla_agent_t *a, const Kiln__MeasureRequest *m)
         const Kiln__Candidate *c = m->candidates[i];
         kla_result_t r;
         kla_simulate(c->source, strlen(c->source), &r);
+        if (a->cfg.simulate_ms > 0) { /* stands for the time of a real one */
+            struct timespec ts = {a->cfg.simulate_ms / 1000,
+                                  (a->cfg.simulate_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         kla_agent_send_result(a, m->request_id, c->id, &r, NULL,
                               kl_now_s() - t0, true);
         kla_result_clear(&r);

@@ -216,7 +216,7 @@ static void test_raw_client(void **state)
 {
     (void)state;
     s_head_t h;
-    s_head_start(&h, 0.5);
+    s_head_start(&h, 1.0);
     char err[KL_ERRMSG_LEN];
     kl_net_security_t sec = {.insecure = true};
     kl_net_t *c = NULL;
@@ -251,14 +251,23 @@ static void test_raw_client(void **state)
                                   .security = {.insecure = true}};
     kl_port_fleet_t *q = NULL;
     assert_int_equal(kl_port_fleet_new(&q, &cfg, err), KL_OK);
+    /* The three requests cross another socket than the query: wait for
+     * the last one, then make sure no fourth batch shows up. */
     uint64_t queued = 0;
+    for (int i = 0; i < 100 && queued < 6; i++) {
+        assert_true(s_job_status(q, "raw", &queued, NULL));
+        if (queued < 6)
+            usleep(5 * 1000);
+    }
+    assert_int_equal(queued, 6);
+    usleep(50 * 1000);
     assert_true(s_job_status(q, "raw", &queued, NULL));
     assert_int_equal(queued, 6);
     size_t matched = 9;
     assert_int_equal(
         kl_port_fleet_drain(q, "nobody", false, &matched, 5000, err), KL_OK);
     assert_int_equal(matched, 0);
-    /* raw says nothing more: dropped after its 0.5 s, work and all. */
+    /* raw says nothing more: dropped after its 1 s, work and all. */
     bool listed = true;
     for (int i = 0; i < 100 && listed; i++) {
         usleep(50 * 1000);
