@@ -1,6 +1,7 @@
 /* kl_serve.c - the head node: a dispatch for the agents, a ROUTER for the
  * jobs, and the fair share between them (kl_serve.h). */
 #include "kl_serve.h"
+#include "kl_serve_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,65 +14,9 @@
 #include "kl_log.h"
 #include "kl_util.h"
 
-/* Candidates of one request handed to dispatch at a time: small, so that
- * the share between jobs is decided here, not in dispatch's queue. */
-#define S_CHUNK 4
-/* How often the agent list (credit, drained) is read from dispatch. */
-#define S_AGENTS_EVERY_S 0.05
-
-typedef struct s_job s_job_t;
-
-/* One MeasureRequest of a job. */
-typedef struct {
-    s_job_t *job;
-    uint64_t id;         /* the job's */
-    Kiln__Envelope *env; /* owned; env->request */
-    size_t next;         /* first candidate not handed to dispatch */
-    size_t n_out;        /* handed to dispatch, not answered */
-    size_t n_done;
-    double t_recv;
-} s_req_t;
-
-struct s_job {
-    kl_peer_t peer;
-    char *name;
-    uint32_t weight;
-    char **targets;
-    size_t n_targets;
-    double last_heard;
-    double pass; /* stride scheduling: candidates handed out / weight */
-    double t_first;
-    uint64_t done;
-    bool gone; /* forgotten; kept until its chunks are answered */
-    s_req_t **reqs;
-    size_t n_reqs;
-};
-
-/* Candidates [off, off + n) of req, submitted to dispatch as disp_id. */
-typedef struct {
-    uint64_t disp_id;
-    s_req_t *req;
-    size_t off, n, answered;
-} s_chunk_t;
-
-struct kl_serve_s {
-    kl_serve_config_t cfg;
-    char head_id[64];
-    kl_dispatch_t *disp;
-    kl_net_t *net;
-    s_job_t **jobs;
-    size_t n_jobs;
-    s_chunk_t *chunks;
-    size_t n_chunks, cap_chunks;
-    kl_dispatch_agent_info_t *agents;
-    size_t n_agents;
-    double agents_at, next_hb;
-    uint64_t hb_seq;
-};
-
 /* ---- sending to jobs ---------------------------------------------------- */
 
-static void s_send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
+void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
 {
     char err[KL_ERRMSG_LEN];
     int rc = kl_net_send(s->net, peer, env, err);
@@ -86,11 +31,11 @@ static void s_goodbye(kl_serve_t *s, const kl_peer_t *peer, const char *why)
     g.reason = (char *)why;
     env.body_case = KILN__ENVELOPE__BODY_GOODBYE;
     env.goodbye = &g;
-    s_send(s, peer, &env);
+    kl_serve__send(s, peer, &env);
 }
 
 /* A result the head makes itself (CANCELLED, INVALID) for candidate i. */
-static void s_answer(kl_serve_t *s, s_req_t *r, size_t i, Kiln__Status st,
+static void s_answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
                      const char *why)
 {
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
@@ -107,13 +52,13 @@ static void s_answer(kl_serve_t *s, s_req_t *r, size_t i, Kiln__Status st,
     jr.turnaround_s = kl_now_s() - r->t_recv;
     env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
     env.job_result = &jr;
-    s_send(s, &r->job->peer, &env);
+    kl_serve__send(s, &r->job->peer, &env);
     r->job->done++;
 }
 
 /* ---- tables ------------------------------------------------------------- */
 
-static void s_req_remove(s_job_t *j, s_req_t *r)
+static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
 {
     for (size_t i = 0; i < j->n_reqs; i++)
         if (j->reqs[i] == r) {
@@ -126,7 +71,7 @@ static void s_req_remove(s_job_t *j, s_req_t *r)
     free(r);
 }
 
-static void s_job_free(s_job_t *j)
+static void s_job_free(kl_sjob_t *j)
 {
     while (j->n_reqs)
         s_req_remove(j, j->reqs[0]);
@@ -140,9 +85,9 @@ static void s_job_free(s_job_t *j)
 
 /* Frees a request once nothing of it is queued or out, and a forgotten job
  * once it has no request left. */
-static void s_maybe_free(kl_serve_t *s, s_req_t *r)
+static void s_maybe_free(kl_serve_t *s, kl_sreq_t *r)
 {
-    s_job_t *j = r->job;
+    kl_sjob_t *j = r->job;
     if (r->n_out == 0 && r->next == r->env->request->n_candidates)
         s_req_remove(j, r);
     if (j->gone && j->n_reqs == 0)
@@ -154,10 +99,10 @@ static void s_maybe_free(kl_serve_t *s, s_req_t *r)
             }
 }
 
-static s_job_t *s_job_by_peer(kl_serve_t *s, const kl_peer_t *p)
+static kl_sjob_t *s_job_by_peer(kl_serve_t *s, const kl_peer_t *p)
 {
     for (size_t i = 0; i < s->n_jobs; i++) {
-        s_job_t *j = s->jobs[i];
+        kl_sjob_t *j = s->jobs[i];
         if (!j->gone && j->peer.len == p->len &&
             memcmp(j->peer.id, p->id, p->len) == 0)
             return j;
@@ -165,7 +110,7 @@ static s_job_t *s_job_by_peer(kl_serve_t *s, const kl_peer_t *p)
     return NULL;
 }
 
-static s_job_t *s_job_by_name(kl_serve_t *s, const char *name)
+static kl_sjob_t *s_job_by_name(kl_serve_t *s, const char *name)
 {
     for (size_t i = 0; i < s->n_jobs; i++)
         if (!s->jobs[i]->gone && strcmp(s->jobs[i]->name, name) == 0)
@@ -173,7 +118,7 @@ static s_job_t *s_job_by_name(kl_serve_t *s, const char *name)
     return NULL;
 }
 
-static s_req_t *s_req_find(s_job_t *j, uint64_t id)
+static kl_sreq_t *s_req_find(kl_sjob_t *j, uint64_t id)
 {
     for (size_t i = 0; i < j->n_reqs; i++)
         if (j->reqs[i]->id == id)
@@ -182,7 +127,7 @@ static s_req_t *s_req_find(s_job_t *j, uint64_t id)
 }
 
 /* Cancels at the agents what dispatch holds of r. */
-static void s_cancel_out(kl_serve_t *s, s_req_t *r)
+static void s_cancel_out(kl_serve_t *s, kl_sreq_t *r)
 {
     for (size_t i = 0; i < s->n_chunks; i++)
         if (s->chunks[i].req == r)
@@ -190,13 +135,13 @@ static void s_cancel_out(kl_serve_t *s, s_req_t *r)
 }
 
 /* Forgets a job: queued work dropped, work in flight cancelled. */
-static void s_job_gone(kl_serve_t *s, s_job_t *j, const char *why)
+static void s_job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why)
 {
     kl_info("serve: job %s gone (%s): %zu request(s) dropped", j->name, why,
             j->n_reqs);
     j->gone = true;
     for (size_t i = j->n_reqs; i-- > 0;) {
-        s_req_t *r = j->reqs[i];
+        kl_sreq_t *r = j->reqs[i];
         r->next = r->env->request->n_candidates;
         if (r->n_out)
             s_cancel_out(s, r); /* freed as their answers come */
@@ -212,55 +157,12 @@ static void s_job_gone(kl_serve_t *s, s_job_t *j, const char *why)
             }
 }
 
-/* ---- agents ------------------------------------------------------------- */
-
-static void s_refresh_agents(kl_serve_t *s, double now, bool force)
-{
-    if (!force && now - s->agents_at < S_AGENTS_EVERY_S)
-        return;
-    kl_dispatch_agent_info_t *v = NULL;
-    size_t n = 0;
-    if (kl_dispatch_agent_list(s->disp, &v, &n, NULL) != KL_OK)
-        return;
-    free(s->agents);
-    s->agents = v;
-    s->n_agents = n;
-    s->agents_at = now;
-}
-
-static bool s_agent_matches(const kl_dispatch_agent_info_t *a,
-                            const char *target)
-{
-    size_t nd = a->n_devices < KL_DISPATCH_INFO_DEVICES
-                    ? a->n_devices
-                    : KL_DISPATCH_INFO_DEVICES;
-    for (size_t d = 0; d < nd; d++)
-        if (kl_dispatch_target_match(target, a->device_target[d]))
-            return true;
-    return false;
-}
-
-/* Credit of the agents that take work of target now. */
-static size_t s_capacity(const kl_serve_t *s, const char *target,
-                         size_t *n_agents)
-{
-    size_t c = 0, n = 0;
-    for (size_t i = 0; i < s->n_agents; i++)
-        if (!s->agents[i].drained && s_agent_matches(&s->agents[i], target)) {
-            c += s->agents[i].credit;
-            n++;
-        }
-    if (n_agents)
-        *n_agents = n;
-    return c;
-}
-
 /* Candidates of target handed to dispatch and not answered. */
 static size_t s_outstanding(const kl_serve_t *s, const char *target)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n_chunks; i++) {
-        const s_chunk_t *c = &s->chunks[i];
+        const kl_schunk_t *c = &s->chunks[i];
         if (strcmp(c->req->env->request->target, target) == 0)
             n += c->n - c->answered;
     }
@@ -270,14 +172,14 @@ static size_t s_outstanding(const kl_serve_t *s, const char *target)
 /* ---- the fair share ----------------------------------------------------- */
 
 /* The first request of j with queued candidates whose target has room. */
-static s_req_t *s_ready(const kl_serve_t *s, s_job_t *j, size_t *room)
+static kl_sreq_t *s_ready(const kl_serve_t *s, kl_sjob_t *j, size_t *room)
 {
     for (size_t i = 0; i < j->n_reqs; i++) {
-        s_req_t *r = j->reqs[i];
+        kl_sreq_t *r = j->reqs[i];
         if (r->next >= r->env->request->n_candidates)
             continue;
         const char *t = r->env->request->target;
-        size_t cap = s_capacity(s, t, NULL), out = s_outstanding(s, t);
+        size_t cap = kl_serve__capacity(s, t, NULL), out = s_outstanding(s, t);
         if (out < cap) {
             *room = cap - out;
             return r;
@@ -286,7 +188,7 @@ static s_req_t *s_ready(const kl_serve_t *s, s_job_t *j, size_t *room)
     return NULL;
 }
 
-static void s_submit_chunk(kl_serve_t *s, s_req_t *r, size_t n)
+static void s_submit_chunk(kl_serve_t *s, kl_sreq_t *r, size_t n)
 {
     const Kiln__MeasureRequest *m = r->env->request;
     kl_dispatch_batch_t b = {.workload_key = m->workload_key.data,
@@ -316,7 +218,7 @@ static void s_submit_chunk(kl_serve_t *s, s_req_t *r, size_t n)
         s->cap_chunks = s->cap_chunks ? 2 * s->cap_chunks : 64;
         s->chunks = kl_xrealloc(s->chunks, s->cap_chunks * sizeof *s->chunks);
     }
-    s->chunks[s->n_chunks++] = (s_chunk_t){id, r, off, n, 0};
+    s->chunks[s->n_chunks++] = (kl_schunk_t){id, r, off, n, 0};
     r->n_out += n;
 }
 
@@ -325,13 +227,13 @@ static void s_submit_chunk(kl_serve_t *s, s_req_t *r, size_t n)
 static void s_schedule(kl_serve_t *s)
 {
     for (;;) {
-        s_job_t *best = NULL;
-        s_req_t *best_r = NULL;
+        kl_sjob_t *best = NULL;
+        kl_sreq_t *best_r = NULL;
         size_t best_room = 0;
         for (size_t i = 0; i < s->n_jobs; i++) {
-            s_job_t *j = s->jobs[i];
+            kl_sjob_t *j = s->jobs[i];
             size_t room;
-            s_req_t *r;
+            kl_sreq_t *r;
             if (j->gone || (best && j->pass >= best->pass) ||
                 !(r = s_ready(s, j, &room)))
                 continue;
@@ -343,8 +245,8 @@ static void s_schedule(kl_serve_t *s)
             return;
         size_t left = best_r->env->request->n_candidates - best_r->next;
         size_t n = left < best_room ? left : best_room;
-        if (n > S_CHUNK)
-            n = S_CHUNK;
+        if (n > KL_SERVE_CHUNK)
+            n = KL_SERVE_CHUNK;
         s_submit_chunk(s, best_r, n);
         best->pass += (double)n / best->weight;
         s_maybe_free(s, best_r);
@@ -353,11 +255,11 @@ static void s_schedule(kl_serve_t *s)
 
 /* The least pass of the jobs with queued work (a job that comes back from
  * idle starts there, so that it gets no burst for the time it was idle). */
-static double s_min_pass(const kl_serve_t *s, const s_job_t *except)
+static double s_min_pass(const kl_serve_t *s, const kl_sjob_t *except)
 {
     double m = -1;
     for (size_t i = 0; i < s->n_jobs; i++) {
-        const s_job_t *j = s->jobs[i];
+        const kl_sjob_t *j = s->jobs[i];
         bool queued = false;
         for (size_t k = 0; k < j->n_reqs && !queued; k++)
             queued = j->reqs[k]->next < j->reqs[k]->env->request->n_candidates;
@@ -376,8 +278,8 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
         k++;
     if (k == s->n_chunks)
         return; /* not ours any more */
-    s_chunk_t *c = &s->chunks[k];
-    s_req_t *r = c->req;
+    kl_schunk_t *c = &s->chunks[k];
+    kl_sreq_t *r = c->req;
     size_t index = c->off + dr->index;
     c->answered++;
     r->n_out--;
@@ -399,7 +301,7 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
         jr.turnaround_s = kl_now_s() - r->t_recv;
         env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
         env.job_result = &jr;
-        s_send(s, &r->job->peer, &env);
+        kl_serve__send(s, &r->job->peer, &env);
         if (!r->job->done++)
             r->job->t_first = kl_now_s();
     }
@@ -420,7 +322,7 @@ static void s_drain_results(kl_serve_t *s)
 static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
                        const Kiln__JobHello *h, double now)
 {
-    s_job_t *j = s_job_by_peer(s, peer);
+    kl_sjob_t *j = s_job_by_peer(s, peer);
     const char *name = h->name && *h->name ? h->name : NULL;
     if (!j && !name) {
         s_goodbye(s, peer, "JobHello without a name");
@@ -456,11 +358,11 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
     w.client_timeout_s = s->cfg.client_timeout_s;
     env.body_case = KILN__ENVELOPE__BODY_JOB_WELCOME;
     env.job_welcome = &w;
-    s_send(s, peer, &env);
+    kl_serve__send(s, peer, &env);
 }
 
 /* Takes *env (a MeasureRequest of job j). */
-static void s_on_request(kl_serve_t *s, s_job_t *j, Kiln__Envelope **env,
+static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
                          double now)
 {
     Kiln__MeasureRequest *m = (*env)->request;
@@ -481,7 +383,7 @@ static void s_on_request(kl_serve_t *s, s_job_t *j, Kiln__Envelope **env,
     double m_pass = s_min_pass(s, j);
     if (m_pass > j->pass)
         j->pass = m_pass;
-    s_req_t *r = kl_xcalloc(1, sizeof *r);
+    kl_sreq_t *r = kl_xcalloc(1, sizeof *r);
     r->job = j;
     r->id = m->request_id;
     r->env = *env;
@@ -491,9 +393,9 @@ static void s_on_request(kl_serve_t *s, s_job_t *j, Kiln__Envelope **env,
     j->reqs[j->n_reqs++] = r;
 }
 
-static void s_on_cancel(kl_serve_t *s, s_job_t *j, uint64_t id)
+static void s_on_cancel(kl_serve_t *s, kl_sjob_t *j, uint64_t id)
 {
-    s_req_t *r = s_req_find(j, id);
+    kl_sreq_t *r = s_req_find(j, id);
     if (!r)
         return;
     size_t n = r->env->request->n_candidates;
@@ -505,125 +407,12 @@ static void s_on_cancel(kl_serve_t *s, s_job_t *j, uint64_t id)
     s_maybe_free(s, r);
 }
 
-static void s_on_agents(kl_serve_t *s, const kl_peer_t *peer,
-                        const Kiln__AgentsQuery *q)
-{
-    s_refresh_agents(s, kl_now_s(), true);
-    size_t n = 0;
-    if (q->target && *q->target)
-        s_capacity(s, q->target, &n);
-    else
-        for (size_t i = 0; i < s->n_agents; i++)
-            n += !s->agents[i].drained;
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__AgentsReply r = KILN__AGENTS_REPLY__INIT;
-    r.seq = q->seq;
-    r.agents = (uint32_t)n;
-    env.body_case = KILN__ENVELOPE__BODY_AGENTS_REPLY;
-    env.agents_reply = &r;
-    s_send(s, peer, &env);
-}
-
-static void s_on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
-                        double now)
-{
-    s_refresh_agents(s, now, true);
-    size_t na = s->n_agents, nj = 0;
-    Kiln__AgentStatus *as = kl_xcalloc(na + 1, sizeof *as);
-    Kiln__AgentStatus **asp = kl_xcalloc(na + 1, sizeof *asp);
-    char **dt = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dt);
-    char **dn = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dn);
-    for (size_t i = 0; i < na; i++) {
-        kl_dispatch_agent_info_t *a = &s->agents[i];
-        Kiln__AgentStatus *x = &as[i];
-        kiln__agent_status__init(x);
-        x->name = a->name;
-        x->hostname = a->hostname;
-        size_t nd = a->n_devices < KL_DISPATCH_INFO_DEVICES
-                        ? a->n_devices
-                        : KL_DISPATCH_INFO_DEVICES;
-        x->device_targets = dt + i * KL_DISPATCH_INFO_DEVICES;
-        x->device_names = dn + i * KL_DISPATCH_INFO_DEVICES;
-        for (size_t d = 0; d < nd; d++) {
-            x->device_targets[d] = a->device_target[d];
-            x->device_names[d] = a->device_name[d];
-        }
-        x->n_device_targets = x->n_device_names = nd;
-        x->build_slots = a->credit ? a->credit - 1 : 0;
-        x->busy = a->busy;
-        x->results = a->results;
-        x->failures = a->failures;
-        x->last_seen_s = a->last_seen_s;
-        x->drained = a->drained;
-        asp[i] = x;
-    }
-    Kiln__JobStatus *js = kl_xcalloc(s->n_jobs + 1, sizeof *js);
-    Kiln__JobStatus **jsp = kl_xcalloc(s->n_jobs + 1, sizeof *jsp);
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        s_job_t *j = s->jobs[i];
-        if (j->gone)
-            continue;
-        Kiln__JobStatus *x = &js[nj];
-        kiln__job_status__init(x);
-        x->name = j->name;
-        x->owner_key = "";
-        x->targets = j->targets;
-        x->n_targets = j->n_targets;
-        x->weight = j->weight;
-        for (size_t k = 0; k < j->n_reqs; k++) {
-            s_req_t *r = j->reqs[k];
-            x->queued += r->env->request->n_candidates - r->next;
-            x->in_flight += r->n_out;
-        }
-        x->done = j->done;
-        x->rate = j->done > 1 && now > j->t_first
-                      ? (double)(j->done - 1) / (now - j->t_first)
-                      : 0;
-        jsp[nj++] = x;
-    }
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__StatusReply r = KILN__STATUS_REPLY__INIT;
-    r.seq = seq;
-    r.head_id = s->head_id;
-    r.agents = asp;
-    r.n_agents = na;
-    r.jobs = jsp;
-    r.n_jobs = nj;
-    env.body_case = KILN__ENVELOPE__BODY_STATUS_REPLY;
-    env.status_reply = &r;
-    s_send(s, peer, &env);
-    free(as);
-    free(asp);
-    free(dt);
-    free(dn);
-    free(js);
-    free(jsp);
-}
-
-static void s_on_drain(kl_serve_t *s, const kl_peer_t *peer,
-                       const Kiln__Drain *d)
-{
-    size_t n = 0;
-    if (d->agent && *d->agent &&
-        kl_dispatch_drain(s->disp, d->agent, !d->undrain, &n, NULL) == KL_OK)
-        kl_info("serve: %s agent %s (%zu matched)",
-                d->undrain ? "undrained" : "drained", d->agent, n);
-    s_refresh_agents(s, kl_now_s(), true);
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__DrainReply r = KILN__DRAIN_REPLY__INIT;
-    r.seq = d->seq;
-    r.matched = (uint32_t)n;
-    env.body_case = KILN__ENVELOPE__BODY_DRAIN_REPLY;
-    env.drain_reply = &r;
-    s_send(s, peer, &env);
-}
-
 /* Takes *env. */
 static void s_on_client(kl_serve_t *s, const kl_peer_t *peer,
                         Kiln__Envelope **env, double now)
 {
     Kiln__Envelope *e = *env;
-    s_job_t *j = s_job_by_peer(s, peer);
+    kl_sjob_t *j = s_job_by_peer(s, peer);
     if (j)
         j->last_heard = now;
     switch (e->body_case) {
@@ -631,10 +420,10 @@ static void s_on_client(kl_serve_t *s, const kl_peer_t *peer,
         s_on_hello(s, peer, e->job_hello, now);
         break;
     case KILN__ENVELOPE__BODY_STATUS_QUERY:
-        s_on_status(s, peer, e->status_query->seq, now);
+        kl_serve__on_status(s, peer, e->status_query->seq, now);
         break;
     case KILN__ENVELOPE__BODY_DRAIN:
-        s_on_drain(s, peer, e->drain);
+        kl_serve__on_drain(s, peer, e->drain);
         break;
     case KILN__ENVELOPE__BODY_HEARTBEAT:
         break;
@@ -652,7 +441,7 @@ static void s_on_client(kl_serve_t *s, const kl_peer_t *peer,
         else if (e->body_case == KILN__ENVELOPE__BODY_CANCEL)
             s_on_cancel(s, j, e->cancel->request_id);
         else
-            s_on_agents(s, peer, e->agents_query);
+            kl_serve__on_agents(s, peer, e->agents_query);
         break;
     default:
         s_goodbye(s, peer, "not a message for a head node");
@@ -691,7 +480,7 @@ static void s_tick(kl_serve_t *s, double now)
     for (size_t i = s->n_jobs; i-- > 0;) {
         if (i >= s->n_jobs)
             continue;
-        s_job_t *j = s->jobs[i];
+        kl_sjob_t *j = s->jobs[i];
         if (!j->gone && now - j->last_heard > s->cfg.client_timeout_s)
             s_job_gone(s, j, "silent");
     }
@@ -705,7 +494,7 @@ static void s_tick(kl_serve_t *s, double now)
     env.heartbeat = &hb;
     for (size_t i = 0; i < s->n_jobs; i++)
         if (!s->jobs[i]->gone)
-            s_send(s, &s->jobs[i]->peer, &env);
+            kl_serve__send(s, &s->jobs[i]->peer, &env);
 }
 
 int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
@@ -717,7 +506,7 @@ int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
         double now = kl_now_s();
         s_drain_clients(s, now);
         s_drain_results(s);
-        s_refresh_agents(s, now, false);
+        kl_serve__refresh_agents(s, now, false);
         s_tick(s, now);
         s_schedule(s);
     }
@@ -777,7 +566,7 @@ void kl_serve_destroy(kl_serve_t **self_p)
         return;
     kl_serve_t *s = *self_p;
     while (s->n_jobs) {
-        s_job_t *j = s->jobs[s->n_jobs - 1];
+        kl_sjob_t *j = s->jobs[s->n_jobs - 1];
         if (!j->gone && s->net)
             s_goodbye(s, &j->peer, "head shutting down");
         s->n_jobs--;
