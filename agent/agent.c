@@ -549,6 +549,7 @@ int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
     int rc = s_setup(a, cfg, err);
     /* Strings of cfg are borrowed for the call only. */
     a->cfg = (kla_agent_config_t){.simulate = cfg->simulate,
+                                  .simulate_ms = cfg->simulate_ms,
                                   .max_mem_mb = cfg->max_mem_mb};
     if (rc == KL_OK && pthread_create(&a->actor, NULL, s_actor, a) != 0)
         rc = kl_seterr(err, KL_ERR_IO, "pthread_create failed");

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kiln serve: one head node, two simulated kiln-agents, CURVE on, jobs
 # through kiln tune --fleet, all on loopback:
-#  1. two concurrent jobs finish with exactly their trial counts, each in its
-#     own store, and while both run the head's status shows each getting
+#  1. two concurrent jobs finish with exactly their trial counts (600), each
+#     in its own store, and while both run the head's status shows each getting
 #     40-60% of the results; with weights 3 and 1, 65-85% for the first;
 #  2. a client key cannot register as an agent, an agent key cannot submit
 #     (nor ask for status);
@@ -11,7 +11,7 @@
 #  4. a job SIGKILLed: the head drops it (status shows it gone) and its
 #     work with it;
 #  5. --insecure on a non-loopback endpoint is refused.
-# The agents take 8 ms per answer (--simulate-ms), so that the fleet, not
+# The agents take 20 ms per answer (--simulate-ms), so that the fleet, not
 # the jobs' search, is what the jobs compete for.
 . "$(dirname "$0")/lib.sh"
 OP="matmul M=256 N=256 K=256"
@@ -35,7 +35,7 @@ CEP=$(sed -n 's/.*agents on \(tcp:[^,]*\), jobs on \(tcp:.*\)$/\2/p' "$T/serve.l
 agent() { # agent NAME KEYNAME
     "$KILN_AGENT" --connect "$AEP" --keys "$K" --name "$2" \
         --coordinator-key "$K/coordinator.pub" --simulate --heartbeat-ms 500 \
-        --simulate-ms 8 2>"$T/agent-$1.log" &
+        --simulate-ms 20 2>"$T/agent-$1.log" &
     PIDS+=("$!")
 }
 status() { "$KILN" fleet status --head "$CEP" --keys "$K" --json "$@"; }
@@ -61,14 +61,14 @@ tune() { # tune NAME TRIALS [more args]: in the background, sets TUNE_PID
     PIDS+=("$TUNE_PID")
 }
 
-# pair A WA B WB LO HI: jobs A (weight WA) and B (WB) of 1200 trials at
-# once; each ends with exactly 1200 in its own store, and A's share of the
+# pair A WA B WB LO HI: jobs A (weight WA) and B (WB) of 600 trials at
+# once; each ends with exactly 600 in its own store, and A's share of the
 # results while both ran, from the head's status, is within [LO, HI].
 pair() {
     local A=$1 WA=$2 B=$3 WB=$4 lo=$5 hi=$6
-    tune "$A" 1200 --weight "$WA"
+    tune "$A" 600 --weight "$WA"
     local PA=$TUNE_PID
-    tune "$B" 1200 --weight "$WB"
+    tune "$B" 600 --weight "$WB"
     local PB=$TUNE_PID
     # Samples of the head's status while both jobs are listed: done and
     # queued of each.
@@ -85,10 +85,10 @@ if a in j and b in j:
     wait "$PA" || fail "job $A exited $?"
     wait "$PB" || fail "job $B exited $?"
     for n in "$A" "$B"; do
-        grep -q "^trials *1200 (1200 valid, 0 restored" "$T/$n.out" ||
+        grep -q "^trials *600 (600 valid, 0 restored" "$T/$n.out" ||
             fail "$n: $(grep ^trials "$T/$n.out")"
         "$KILN" db ls --db "$T/db-$n" >"$T/ls-$n.txt" || fail "db ls $n"
-        grep -q "matmul_256_256_256 .* 1200 " "$T/ls-$n.txt" ||
+        grep -q "matmul_256_256_256 .* 600 " "$T/ls-$n.txt" ||
             fail "$n's store: $(cat "$T/ls-$n.txt")"
     done
     # The share while both competed: the results between two samples where
