@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -328,7 +329,15 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         s_goodbye(s, peer, "JobHello without a name");
         return;
     }
-    if (!j && s_job_by_name(s, name)) {
+    kl_sjob_t *same = j ? NULL : s_job_by_name(s, name);
+    if (same && now - same->last_heard > 3 * s->cfg.heartbeat_ms / 1000.0) {
+        /* Its connection changed (a reconnect gets a new routing id) and
+         * the old one went silent: the job carries on from here, with its
+         * queue. */
+        kl_info("serve: job %s reconnected", name);
+        same->peer = *peer;
+        j = same;
+    } else if (same) {
         char why[KL_ERRMSG_LEN];
         snprintf(why, sizeof why, "job %.200s is running on this head", name);
         s_goodbye(s, peer, why);
@@ -530,8 +539,12 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
         s->cfg.client_timeout_s = 30;
     snprintf(s->head_id, sizeof s->head_id, "%s",
              cfg->head_id ? cfg->head_id : "");
+    /* Unique per start, so that a job tells a restarted head from the
+     * one it knew (kl_port_fleet.h re-sends its work to a new one). */
+    static unsigned s_starts;
     if (!cfg->head_id)
-        snprintf(s->head_id, sizeof s->head_id, "kiln-serve-%d", (int)getpid());
+        snprintf(s->head_id, sizeof s->head_id, "kiln-serve-%d-%lld-%u",
+                 (int)getpid(), (long long)time(NULL), ++s_starts);
     char *agents = NULL, *clients = NULL;
     kl_net_security_t sa = {.insecure = cfg->insecure}, sc = sa;
     if (!cfg->insecure) {

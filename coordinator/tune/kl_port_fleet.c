@@ -10,6 +10,15 @@
 #include "kl_log.h"
 #include "kl_util.h"
 
+typedef struct {
+    uint64_t id;
+    uint8_t *buf; /* the packed Envelope */
+    size_t len;
+    size_t n;
+    uint8_t *answered; /* per candidate */
+    size_t n_answered;
+} s_sent_t;
+
 struct kl_port_fleet_s {
     kl_net_t *net;
     char *endpoint;
@@ -17,6 +26,17 @@ struct kl_port_fleet_s {
     uint64_t next_req, seq, hb_seq;
     double hb_s, last_sent, last_heard;
     char closed[KL_ERRMSG_LEN]; /* the head's Goodbye, "" while open */
+    /* The JobHello, kept to say it again to a restarted head. */
+    char *name, **targets;
+    size_t n_targets;
+    uint32_t weight;
+    char head_id[128];
+    double rehello_at;
+    /* Requests not fully answered, packed, to re-send to a new head; and
+     * which of their candidates were answered (a result is given to the
+     * job once). */
+    s_sent_t *sent;
+    size_t n_sent, cap_sent;
     /* Results received while waiting for something else. */
     kl_dispatch_result_t **pend;
     size_t pend_head, pend_n, pend_cap;
@@ -43,6 +63,87 @@ static void s_heartbeat(kl_port_fleet_t *f)
     env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     s_send(f, &env, NULL);
+}
+
+static void s_send_hello(kl_port_fleet_t *f)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__JobHello h = KILN__JOB_HELLO__INIT;
+    h.name = f->name;
+    h.weight = f->weight;
+    h.targets = f->targets;
+    h.n_targets = f->n_targets;
+    h.hostname = host;
+    h.pid = (uint32_t)getpid();
+    env.body_case = KILN__ENVELOPE__BODY_JOB_HELLO;
+    env.job_hello = &h;
+    s_send(f, &env, NULL);
+}
+
+/* A head that said nothing for 3 heartbeats (and a second) may have
+ * restarted without knowing this job: say JobHello again, once a second.
+ * The head that still knows the job just welcomes it again. */
+static void s_maybe_rehello(kl_port_fleet_t *f)
+{
+    double now = kl_now_s();
+    if (!f->job || now < f->rehello_at ||
+        (now - f->last_heard < 3 * f->hb_s + 1 && f->rehello_at == 0))
+        return;
+    f->rehello_at = now + 1;
+    s_send_hello(f);
+}
+
+static s_sent_t *s_sent_find(kl_port_fleet_t *f, uint64_t id)
+{
+    for (size_t i = 0; i < f->n_sent; i++)
+        if (f->sent[i].id == id)
+            return &f->sent[i];
+    return NULL;
+}
+
+static void s_sent_drop(kl_port_fleet_t *f, s_sent_t *r)
+{
+    free(r->buf);
+    free(r->answered);
+    *r = f->sent[--f->n_sent];
+}
+
+/* A welcome: from a head of another id, the requests not answered yet are
+ * sent again (the head keys them by this job's request ids, so a head that
+ * already has one drops it). */
+static void s_on_welcome(kl_port_fleet_t *f, const Kiln__JobWelcome *w)
+{
+    f->rehello_at = 0;
+    if (w->heartbeat_ms)
+        f->hb_s = w->heartbeat_ms / 1000.0;
+    const char *id = w->head_id ? w->head_id : "";
+    if (strcmp(id, f->head_id) == 0)
+        return;
+    if (f->head_id[0])
+        kl_warn("fleet: head %s is %s now (was %s): sending its %zu "
+                "unanswered request(s) again",
+                f->endpoint, id, f->head_id, f->n_sent);
+    snprintf(f->head_id, sizeof f->head_id, "%s", id);
+    for (size_t i = 0; i < f->n_sent; i++) {
+        Kiln__Envelope *env = NULL;
+        if (kl_net_decode(f->sent[i].buf, f->sent[i].len, &env, NULL) == KL_OK)
+            s_send(f, env, NULL);
+        kl_net_envelope_free(&env);
+    }
+}
+
+/* True when the result is new to the job (and marks it answered). */
+static bool s_first_answer(kl_port_fleet_t *f, const Kiln__JobResult *jr)
+{
+    s_sent_t *r = s_sent_find(f, jr->result->request_id);
+    if (!r || jr->index >= r->n || r->answered[jr->index])
+        return false;
+    r->answered[jr->index] = 1;
+    if (++r->n_answered == r->n)
+        s_sent_drop(f, r);
+    return true;
 }
 
 static void s_push(kl_port_fleet_t *f, Kiln__Envelope *env)
@@ -90,6 +191,7 @@ static int s_pump(kl_port_fleet_t *f, int timeout_ms,
             return kl_seterr(err, KL_ERR_CLOSED, "head %s: %s", f->endpoint,
                              f->closed);
         s_heartbeat(f);
+        s_maybe_rehello(f);
         double now = kl_now_s();
         int slice = 250;
         if (until >= 0) {
@@ -106,10 +208,30 @@ static int s_pump(kl_port_fleet_t *f, int timeout_ms,
             f->last_heard = kl_now_s();
             switch (env->body_case) {
             case KILN__ENVELOPE__BODY_JOB_RESULT:
-                s_push(f, env);
-                env = NULL;
+                if (s_first_answer(f, env->job_result)) {
+                    s_push(f, env);
+                    env = NULL;
+                }
+                break;
+            case KILN__ENVELOPE__BODY_JOB_WELCOME:
+                if (want == KILN__ENVELOPE__BODY_JOB_WELCOME) {
+                    *out = env;
+                    return KL_OK;
+                }
+                s_on_welcome(f, env->job_welcome);
                 break;
             case KILN__ENVELOPE__BODY_GOODBYE:
+                /* A head going away, or one that does not know this job
+                 * (restarted): say hello again; agent-wait-s bounds the
+                 * wait (kl_port_agents answers 0 meanwhile). */
+                if (f->job && env->goodbye->reason &&
+                    (strcmp(env->goodbye->reason, "head shutting down") == 0 ||
+                     strcmp(env->goodbye->reason, "say JobHello first") == 0)) {
+                    kl_warn("fleet: head %s: %s", f->endpoint,
+                            env->goodbye->reason);
+                    f->rehello_at = kl_now_s() + 0.5;
+                    break;
+                }
                 snprintf(f->closed, sizeof f->closed, "said goodbye: %s",
                          env->goodbye->reason ? env->goodbye->reason : "");
                 break;
@@ -197,9 +319,23 @@ static int s_submit(void *ctx, const kl_dispatch_batch_t *b, uint64_t *id,
     env.body_case = KILN__ENVELOPE__BODY_REQUEST;
     env.request = &m;
     int rc = s_send(f, &env, err);
-    if (rc == KL_OK)
-        *id = ++f->next_req;
-    return rc;
+    if (rc != KL_OK && rc != KL_ERR_TIMEOUT)
+        return rc;
+    /* Sent, or queued for a head that is away: kept until answered. */
+    *id = ++f->next_req;
+    if (f->n_sent == f->cap_sent) {
+        f->cap_sent = f->cap_sent ? 2 * f->cap_sent : 16;
+        f->sent = kl_xrealloc(f->sent, f->cap_sent * sizeof *f->sent);
+    }
+    s_sent_t *r = &f->sent[f->n_sent++];
+    env.version_major = KL_PROTO_MAJOR;
+    env.version_minor = KL_PROTO_MINOR;
+    r->id = *id;
+    r->buf = kl_net_encode(&env, &r->len);
+    r->n = b->n_candidates;
+    r->answered = kl_xcalloc(r->n, 1);
+    r->n_answered = 0;
+    return KL_OK;
 }
 
 static int s_recv(void *ctx, kl_dispatch_result_t **out, int timeout_ms,
@@ -317,33 +453,24 @@ int kl_port_fleet_drain(kl_port_fleet_t *f, const char *agent, bool undrain,
 static int s_hello(kl_port_fleet_t *f, const kl_port_fleet_config_t *cfg,
                    char *err)
 {
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__JobHello h = KILN__JOB_HELLO__INIT;
-    h.name = (char *)cfg->name;
-    h.weight = cfg->weight ? cfg->weight : 1;
-    h.targets = (char **)cfg->targets;
-    h.n_targets = cfg->n_targets;
-    h.hostname = host;
-    h.pid = (uint32_t)getpid();
-    env.body_case = KILN__ENVELOPE__BODY_JOB_HELLO;
-    env.job_hello = &h;
+    f->name = kl_xstrdup(cfg->name);
+    f->weight = cfg->weight ? cfg->weight : 1;
+    f->n_targets = cfg->n_targets;
+    f->targets = kl_xcalloc(cfg->n_targets + 1, sizeof *f->targets);
+    for (size_t i = 0; i < cfg->n_targets; i++)
+        f->targets[i] = kl_xstrdup(cfg->targets[i]);
     double wait = cfg->connect_s > 0 ? cfg->connect_s : 10;
     double until = kl_now_s() + wait;
     /* A refused key is retried by kl_net; so is the hello, until the
      * head answers or the time is up. */
     for (;;) {
-        int rc = s_send(f, &env, err);
-        if (rc != KL_OK && rc != KL_ERR_AUTH && rc != KL_ERR_TIMEOUT)
-            return rc;
+        s_send_hello(f);
         double left = until - kl_now_s();
         int ms = left > 1 ? 1000 : left > 0 ? (int)(left * 1000) : 0;
         Kiln__Envelope *got = NULL;
-        rc = s_pump(f, ms, KILN__ENVELOPE__BODY_JOB_WELCOME, 0, &got, err);
+        int rc = s_pump(f, ms, KILN__ENVELOPE__BODY_JOB_WELCOME, 0, &got, err);
         if (rc == KL_OK) {
-            if (got->job_welcome->heartbeat_ms)
-                f->hb_s = got->job_welcome->heartbeat_ms / 1000.0;
+            s_on_welcome(f, got->job_welcome);
             kl_net_envelope_free(&got);
             f->job = true;
             return KL_OK;
@@ -394,6 +521,13 @@ void kl_port_fleet_destroy(kl_port_fleet_t **self_p)
         f->pend_n--;
     }
     free(f->pend);
+    while (f->n_sent)
+        s_sent_drop(f, &f->sent[f->n_sent - 1]);
+    free(f->sent);
+    for (size_t i = 0; i < f->n_targets; i++)
+        free(f->targets[i]);
+    free(f->targets);
+    free(f->name);
     /* Let the Goodbye go out before the socket closes (linger 0). */
     if (f->job && f->net)
         usleep(50 * 1000);

@@ -37,17 +37,23 @@ static void *s_run(void *arg)
     return NULL;
 }
 
-static void s_head_start(s_head_t *h, double client_timeout_s)
+static void s_head_start_at(s_head_t *h, double client_timeout_s,
+                            const char *clients)
 {
     memset(h, 0, sizeof *h);
     kl_serve_config_t cfg = {.agents_endpoint = "tcp://127.0.0.1:*",
-                             .clients_endpoint = "tcp://127.0.0.1:*",
+                             .clients_endpoint = clients,
                              .insecure = true,
                              .heartbeat_ms = 100,
                              .client_timeout_s = client_timeout_s};
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_serve_new(&h->s, &cfg, err), KL_OK);
     assert_int_equal(pthread_create(&h->th, NULL, s_run, h), 0);
+}
+
+static void s_head_start(s_head_t *h, double client_timeout_s)
+{
+    s_head_start_at(h, client_timeout_s, "tcp://127.0.0.1:*");
 }
 
 static void s_head_stop(s_head_t *h)
@@ -280,6 +286,63 @@ static void test_raw_client(void **state)
     s_head_stop(&h);
 }
 
+/* A head restarted on the same endpoint: the job says hello again and
+ * sends what was not answered, once; each candidate is answered once. */
+static void test_head_restart(void **state)
+{
+    (void)state;
+    s_head_t h;
+    s_head_start(&h, 30);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", kl_serve_clients_endpoint(h.s));
+    char err[KL_ERRMSG_LEN];
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "r", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    kl_port_t p = kl_port_fleet(a);
+    s_batch_t sb;
+    s_batch(&sb, 3);
+    uint64_t id = 0;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_OK);
+    uint64_t queued = 0;
+    for (int i = 0; i < 100 && queued != 3; i++)
+        if (!s_job_status(a, "r", &queued, NULL) || queued != 3)
+            usleep(10 * 1000);
+    assert_int_equal(queued, 3);
+    s_head_stop(&h); /* says Goodbye "head shutting down" */
+    s_head_start_at(&h, 30, ep);
+    kl_port_fleet_config_t qc = {.endpoint = ep,
+                                 .security = {.insecure = true}};
+    kl_port_fleet_t *q = NULL;
+    assert_int_equal(kl_port_fleet_new(&q, &qc, err), KL_OK);
+    /* The job notices while it waits for results. */
+    kl_dispatch_result_t *r = NULL;
+    queued = 0;
+    for (int i = 0; i < 100 && queued != 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+        if (!s_job_status(q, "r", &queued, NULL))
+            queued = 0;
+    }
+    assert_int_equal(queued, 3);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+    assert_true(s_job_status(q, "r", &queued, NULL));
+    assert_int_equal(queued, 3);
+    assert_int_equal(kl_port_cancel(&p, id, err), KL_OK);
+    bool seen[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 5000, err), KL_OK);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
+        assert_true(r->index < 3 && !seen[r->index]);
+        seen[r->index] = true;
+        kl_dispatch_result_free(&r);
+    }
+    assert_int_equal(kl_port_recv(&p, &r, 200, err), KL_ERR_TIMEOUT);
+    kl_port_fleet_destroy(&q);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -301,6 +364,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_queue_cancel),
         cmocka_unit_test(test_raw_client),
+        cmocka_unit_test(test_head_restart),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
