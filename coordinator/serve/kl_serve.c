@@ -347,6 +347,7 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         j = kl_xcalloc(1, sizeof *j);
         j->peer = *peer;
         j->name = kl_xstrdup(name);
+        memcpy(j->owner_key, peer->key, sizeof j->owner_key);
         j->weight = h->weight ? h->weight : 1;
         j->n_targets = h->n_targets;
         j->targets = kl_xcalloc(h->n_targets + 1, sizeof *j->targets);

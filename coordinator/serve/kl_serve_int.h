@@ -33,6 +33,7 @@ typedef struct {
 struct kl_sjob_s {
     kl_peer_t peer;
     char *name;
+    char owner_key[41]; /* the client key it said JobHello with */
     uint32_t weight;
     char **targets;
     size_t n_targets;

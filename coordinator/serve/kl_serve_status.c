@@ -113,7 +113,7 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
         Kiln__JobStatus *x = &js[nj];
         kiln__job_status__init(x);
         x->name = j->name;
-        x->owner_key = "";
+        x->owner_key = j->owner_key;
         x->targets = j->targets;
         x->n_targets = j->n_targets;
         x->weight = j->weight;

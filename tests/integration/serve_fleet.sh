@@ -161,6 +161,9 @@ tune jd 100000
 PD=$TUNE_PID
 started() { [ "$(status | field jobs jd done)" -gt 0 ] 2>/dev/null; }
 wait_for 20 started || fail "jd did not start: $(status)"
+# The head knows whose job it is: the client key it said hello with.
+[ "$(status | field jobs jd owner_key)" = "$(cat "$K/client.pub")" ] ||
+    fail "jd's owner key: $(status | field jobs jd owner_key)"
 kill -KILL "$PD"
 wait "$PD" 2>/dev/null
 gone() { [ "$(status | field jobs jd name)" = none ]; }

@@ -65,7 +65,7 @@ static int s_hello_sim(kl_dcore_t *core, uint8_t peer_id, const char *name,
                        const char *target, uint32_t slots, double now,
                        bool simulated)
 {
-    kl_peer_t peer = {{0}, 5};
+    kl_peer_t peer = {.len = 5};
     peer.id[4] = peer_id;
     Kiln__DeviceInfo dev = KILN__DEVICE_INFO__INIT;
     Kiln__DeviceInfo *devs[1] = {&dev};
@@ -422,7 +422,7 @@ static void test_lost_agent_retries(void **state)
     assert_string_equal(r[0]->agent, "");
     kl_dispatch_result_free(&r[0]);
     /* A late answer from the lost agent's peer id is just unknown now. */
-    kl_peer_t peer = {{0}, 5};
+    kl_peer_t peer = {.len = 5};
     peer.id[4] = 2;
     assert_int_equal(kl_dcore_find(core, &peer), -1);
     kl_dcore_destroy(&core);
