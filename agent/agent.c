@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -121,6 +122,11 @@ static void s_simulate(kla_agent_t *a, const Kiln__MeasureRequest *m)
         const Kiln__Candidate *c = m->candidates[i];
         kla_result_t r;
         kla_simulate(c->source, strlen(c->source), &r);
+        if (a->cfg.simulate_ms > 0) { /* stands for the time of a real one */
+            struct timespec ts = {a->cfg.simulate_ms / 1000,
+                                  (a->cfg.simulate_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         kla_agent_send_result(a, m->request_id, c->id, &r, NULL,
                               kl_now_s() - t0, true);
         kla_result_clear(&r);
@@ -543,6 +549,7 @@ int kla_agent_new(kla_agent_t **out, const kla_agent_config_t *cfg, char *err)
     int rc = s_setup(a, cfg, err);
     /* Strings of cfg are borrowed for the call only. */
     a->cfg = (kla_agent_config_t){.simulate = cfg->simulate,
+                                  .simulate_ms = cfg->simulate_ms,
                                   .max_mem_mb = cfg->max_mem_mb};
     if (rc == KL_OK && pthread_create(&a->actor, NULL, s_actor, a) != 0)
         rc = kl_seterr(err, KL_ERR_IO, "pthread_create failed");

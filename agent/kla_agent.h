@@ -28,6 +28,7 @@ typedef struct {
     const char *workdir;       /* NULL: a fresh directory under $TMPDIR
                                   (or /tmp), removed by kla_agent_destroy */
     bool simulate;             /* synthetic results (kla_simulate.h) */
+    int simulate_ms;           /* --simulate: each answer takes this long */
     int heartbeat_ms;          /* 0: 1000; Welcome may set another */
     const char *measure_cores; /* "0-3"; NULL: every allowed core */
     const char *build_cores;   /* NULL: every allowed core */

@@ -36,6 +36,9 @@ static const kl_opt_t s_opts[] = {
      "fresh directory under $TMPDIR, removed on exit)"},
     {"simulate", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
      "answer with synthetic latencies, compiling and running nothing"},
+    {"simulate-ms", KL_OPT_INT, "0", 0, 10000, "MS",
+     "with --simulate: each answer takes this long (a fleet slower than its "
+     "jobs, for tests)"},
     {"heartbeat-ms", KL_OPT_INT, "1000", 10, 600000, "MS",
      "heartbeat interval until the coordinator's Welcome says otherwise"},
     {"measure-cores", KL_OPT_STR, NULL, KL_NOBOUNDS, "LIST",
@@ -83,6 +86,7 @@ static int s_run(const kl_opts_t *o)
     cfg.cflags = nall > 1 ? flags.data : kl_opts_str(o, "cflags");
     cfg.workdir = kl_opts_str(o, "workdir");
     cfg.simulate = kl_opts_bool(o, "simulate");
+    cfg.simulate_ms = (int)kl_opts_int(o, "simulate-ms");
     cfg.heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms");
     cfg.measure_cores = kl_opts_str(o, "measure-cores");
     cfg.build_cores = kl_opts_str(o, "build-cores");

@@ -580,6 +580,11 @@ static int s_recv_set(kl_net_t *self, kl_peer_t *peer, zmq_msg_t *m,
             }
             zmq_msg_close(&part);
         } else if (!have) {
+            /* The ZAP handler's user id is the client's key (Z85). */
+            const char *uid =
+                self->server && peer ? zmq_msg_gets(&part, "User-Id") : NULL;
+            if (uid && strlen(uid) == 40)
+                memcpy(peer->key, uid, 41);
             *m = part;
             have = true;
         } else {
@@ -668,8 +673,10 @@ int kl_net_recv(kl_net_t *self, kl_peer_t *peer, Kiln__Envelope **env,
                 int timeout_ms, char *err)
 {
     *env = NULL;
-    if (peer)
+    if (peer) {
         peer->len = 0;
+        peer->key[0] = '\0';
+    }
     int rc = s_wait(self, timeout_ms, err);
     if (rc != KL_OK)
         return rc;

@@ -25,8 +25,10 @@
 #define KL_PROTO_MAJOR 1
 /* Minor 1 added ROLE_CONSTANT (constant inputs, prepared once): a 1.0
  * agent drops such a request as malformed, so a coordinator refuses
- * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. */
-#define KL_PROTO_MINOR 1
+ * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. Minor 2 added
+ * the job <-> head messages (JobHello ... DrainReply, docs/protocol.md);
+ * agents never see them, so 1.1 agents stay welcome. */
+#define KL_PROTO_MINOR 2
 #define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */
@@ -40,6 +42,10 @@
 #define KL_NET_MAX_DEVICES 64
 /* Names, targets, entry symbols, host names (bytes). */
 #define KL_NET_MAX_STRING 4096
+/* JobHello.targets and JobStatus.targets entries. */
+#define KL_NET_MAX_TARGETS 64
+/* StatusReply.agents and StatusReply.jobs entries. */
+#define KL_NET_MAX_PEERS 4096
 /* MeasureResult.error and Goodbye.reason (bytes): senders truncate. */
 #define KL_NET_MAX_ERROR (64u << 10)
 /* DeviceInfo.measure_cores entries. */
@@ -73,10 +79,13 @@ int kl_net_read_key(const char *path, char out[41], char *err);
 
 typedef struct kl_net_s kl_net_t;
 
-/* A ROUTER's view of a peer: its routing id. */
+/* A ROUTER's view of a peer: its routing id, and (filled by kl_net_recv
+ * on a CURVE server) the Z85 public key it authenticated with, "" without
+ * CURVE. Peers are told apart by id and len only. */
 typedef struct {
     uint8_t id[256];
     size_t len;
+    char key[41];
 } kl_peer_t;
 
 typedef struct {
@@ -131,7 +140,8 @@ int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
  * A frame without a version (major 0) is malformed, not foreign.
  * A ROUTER frame set is [routing id][envelope] and a DEALER one is
  * [envelope]; any other number of frames is dropped (KL_ERR_PROTO).
- * peer (optional) receives the sender's routing id on a ROUTER. */
+ * peer (optional) receives the sender's routing id on a ROUTER, and the
+ * public key it authenticated with on a CURVE server. */
 int kl_net_recv(kl_net_t *self, kl_peer_t *peer, Kiln__Envelope **env,
                 int timeout_ms, char *err);
 void kl_net_stats(const kl_net_t *self, kl_net_stats_t *out);

@@ -34,6 +34,12 @@ static const struct {
     {&kiln__candidate__descriptor, 4, 3},
     {&kiln__candidate__descriptor, 5, 3},
     {&kiln__measure_result__descriptor, 4, KL_NET_MAX_SAMPLES},
+    {&kiln__job_hello__descriptor, 3, KL_NET_MAX_TARGETS},
+    {&kiln__agent_status__descriptor, 3, KL_NET_MAX_DEVICES},
+    {&kiln__agent_status__descriptor, 4, KL_NET_MAX_DEVICES},
+    {&kiln__job_status__descriptor, 3, KL_NET_MAX_TARGETS},
+    {&kiln__status_reply__descriptor, 3, KL_NET_MAX_PEERS},
+    {&kiln__status_reply__descriptor, 4, KL_NET_MAX_PEERS},
 };
 
 static size_t s_limit(const ProtobufCMessageDescriptor *d, uint32_t id)
@@ -372,6 +378,112 @@ static int s_check_result(const Kiln__MeasureResult *r, char *err)
     return s_str(r->error, KL_NET_MAX_ERROR, p, "error", err);
 }
 
+static int s_strs(char **v, size_t n, size_t max, const s_path_t *p,
+                  const char *name, char *err)
+{
+    S_TRY(s_count(n, max, p, name, err));
+    for (size_t i = 0; i < n; i++) {
+        size_t len = v[i] ? strlen(v[i]) : 0;
+        if (len > KL_NET_MAX_STRING)
+            return s_fail(err, S_AT(p, name, i), "%zu bytes (limit %u)", len,
+                          (unsigned)KL_NET_MAX_STRING);
+    }
+    return KL_OK;
+}
+
+static int s_check_job_hello(const Kiln__JobHello *h, char *err)
+{
+    const s_path_t *p = S_AT(NULL, "job_hello", -1);
+    S_TRY(s_str(h->name, KL_NET_MAX_STRING, p, "name", err));
+    S_TRY(s_str(h->hostname, KL_NET_MAX_STRING, p, "hostname", err));
+    return s_strs(h->targets, h->n_targets, KL_NET_MAX_TARGETS, p, "targets",
+                  err);
+}
+
+static int s_check_job_result(const Kiln__JobResult *r, char *err)
+{
+    const s_path_t *p = S_AT(NULL, "job_result", -1);
+    if (!r->result)
+        return s_fail(err, S_AT(p, "result", -1), "missing");
+    S_TRY(s_check_result(r->result, err));
+    S_TRY(s_str(r->agent, KL_NET_MAX_STRING, p, "agent", err));
+    S_TRY(s_str(r->hostname, KL_NET_MAX_STRING, p, "hostname", err));
+    S_TRY(s_str(r->device_name, KL_NET_MAX_STRING, p, "device_name", err));
+    return s_str(r->device_target, KL_NET_MAX_STRING, p, "device_target", err);
+}
+
+static int s_check_status(const Kiln__StatusReply *r, char *err)
+{
+    const s_path_t *p = S_AT(NULL, "status_reply", -1);
+    S_TRY(s_str(r->head_id, KL_NET_MAX_STRING, p, "head_id", err));
+    S_TRY(s_count(r->n_agents, KL_NET_MAX_PEERS, p, "agents", err));
+    for (size_t i = 0; i < r->n_agents; i++) {
+        const Kiln__AgentStatus *a = r->agents[i];
+        const s_path_t *q = S_AT(p, "agents", i);
+        if (!a)
+            return s_fail(err, q, "missing");
+        S_TRY(s_str(a->name, KL_NET_MAX_STRING, q, "name", err));
+        S_TRY(s_str(a->hostname, KL_NET_MAX_STRING, q, "hostname", err));
+        S_TRY(s_strs(a->device_targets, a->n_device_targets, KL_NET_MAX_DEVICES,
+                     q, "device_targets", err));
+        S_TRY(s_strs(a->device_names, a->n_device_names, KL_NET_MAX_DEVICES, q,
+                     "device_names", err));
+    }
+    S_TRY(s_count(r->n_jobs, KL_NET_MAX_PEERS, p, "jobs", err));
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const Kiln__JobStatus *j = r->jobs[i];
+        const s_path_t *q = S_AT(p, "jobs", i);
+        if (!j)
+            return s_fail(err, q, "missing");
+        S_TRY(s_str(j->name, KL_NET_MAX_STRING, q, "name", err));
+        S_TRY(s_str(j->owner_key, KL_NET_MAX_STRING, q, "owner_key", err));
+        S_TRY(s_strs(j->targets, j->n_targets, KL_NET_MAX_TARGETS, q, "targets",
+                     err));
+    }
+    return KL_OK;
+}
+
+/* The bodies of the job <-> head messages (minor 2). */
+static int s_check_head(const Kiln__Envelope *env, char *err)
+{
+    switch (env->body_case) {
+    case KILN__ENVELOPE__BODY_JOB_HELLO:
+        return env->job_hello
+                   ? s_check_job_hello(env->job_hello, err)
+                   : s_fail(err, S_AT(NULL, "job_hello", -1), "missing");
+    case KILN__ENVELOPE__BODY_JOB_WELCOME:
+        if (!env->job_welcome)
+            return s_fail(err, S_AT(NULL, "job_welcome", -1), "missing");
+        return s_str(env->job_welcome->head_id, KL_NET_MAX_STRING,
+                     S_AT(NULL, "job_welcome", -1), "head_id", err);
+    case KILN__ENVELOPE__BODY_JOB_RESULT:
+        return env->job_result
+                   ? s_check_job_result(env->job_result, err)
+                   : s_fail(err, S_AT(NULL, "job_result", -1), "missing");
+    case KILN__ENVELOPE__BODY_AGENTS_QUERY:
+        if (!env->agents_query)
+            return s_fail(err, S_AT(NULL, "agents_query", -1), "missing");
+        return s_str(env->agents_query->target, KL_NET_MAX_STRING,
+                     S_AT(NULL, "agents_query", -1), "target", err);
+    case KILN__ENVELOPE__BODY_AGENTS_REPLY:
+    case KILN__ENVELOPE__BODY_STATUS_QUERY:
+    case KILN__ENVELOPE__BODY_DRAIN_REPLY:
+        /* Only integers inside. */
+        return env->agents_reply ? KL_OK : s_fail(err, NULL, "body missing");
+    case KILN__ENVELOPE__BODY_STATUS_REPLY:
+        return env->status_reply
+                   ? s_check_status(env->status_reply, err)
+                   : s_fail(err, S_AT(NULL, "status_reply", -1), "missing");
+    case KILN__ENVELOPE__BODY_DRAIN:
+        if (!env->drain)
+            return s_fail(err, S_AT(NULL, "drain", -1), "missing");
+        return s_str(env->drain->agent, KL_NET_MAX_STRING,
+                     S_AT(NULL, "drain", -1), "agent", err);
+    default:
+        return s_fail(err, NULL, "no body (oneof body not set)");
+    }
+}
+
 int kl_net__check(const Kiln__Envelope *env, char *err)
 {
     switch (env->body_case) {
@@ -399,7 +511,7 @@ int kl_net__check(const Kiln__Envelope *env, char *err)
         return s_str(env->goodbye->reason, KL_NET_MAX_ERROR,
                      S_AT(NULL, "goodbye", -1), "reason", err);
     default:
-        return s_fail(err, NULL, "no body (oneof body not set)");
+        return s_check_head(env, err);
     }
 }
 

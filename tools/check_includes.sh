@@ -66,6 +66,18 @@ done
 # search or the conductor.
 rule coordinator/dispatch -- coordinator/ir coordinator/schedule \
     coordinator/codegen coordinator/search coordinator/tune
+# the head node (kiln serve) routes batches between jobs and a dispatch: it
+# never proposes, compiles or records anything.
+rule coordinator/serve -- coordinator/ir coordinator/schedule \
+    coordinator/codegen coordinator/search coordinator/tune \
+    coordinator/tasksched coordinator/models coordinator/export
+for f in kl_store.h kl_store_priv.h; do
+    if grep -rln --include='*.c' --include='*.h' "#include \"$f\"" \
+        coordinator/serve 2>/dev/null; then
+        echo "coordinator/serve: includes $f (the head stores no records)"
+        bad=1
+    fi
+done
 # the scheduler only keeps the books.
 rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
     coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen

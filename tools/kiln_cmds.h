@@ -17,6 +17,8 @@ int kiln_cmd_db(int argc, char **argv);
 int kiln_cmd_keygen(int argc, char **argv);
 int kiln_cmd_measure(int argc, char **argv);
 int kiln_cmd_tune(int argc, char **argv);
+int kiln_cmd_serve(int argc, char **argv);
+int kiln_cmd_fleet(int argc, char **argv);
 
 int kiln_cmd_space(int argc, char **argv);
 int kiln_cmd_extract(int argc, char **argv);

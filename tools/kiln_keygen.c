@@ -1,4 +1,5 @@
 /* kiln keygen - a CURVE keypair for a coordinator or an agent. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +11,22 @@
 #include "kl_util.h"
 
 #define S_USAGE                                                                \
-    "usage: kiln keygen DIR NAME\n"                                            \
+    "usage: kiln keygen DIR NAME [--client | --agent-key]\n"                   \
     "Writes DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), and\n" \
     "prints the public key. Never overwrites a key. The coordinator's pair\n"  \
     "is KEYS/coordinator (kiln measure --keys KEYS); give its .pub to every\n" \
     "agent (kiln-agent --coordinator-key FILE) and put each agent's .pub in\n" \
     "KEYS/agents/, the coordinator's allow directory (picked up while it\n"    \
-    "runs). See docs/protocol.md.\n"
+    "runs). --client (--agent-key) also copies NAME.pub into DIR/clients/\n"   \
+    "(DIR/agents/), the allow list of a kiln serve --keys DIR: a client key\n" \
+    "submits work to the head, an agent key measures; neither can do the\n"    \
+    "other. See docs/protocol.md.\n"
 
 static const kl_opt_t s_opts[] = {
+    {"client", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "allow-list the key as a client of kiln serve (DIR/clients/NAME.pub)"},
+    {"agent-key", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "allow-list the key as an agent (DIR/agents/NAME.pub)"},
     KL_OPT_END,
 };
 
@@ -41,6 +49,16 @@ int kiln_cmd_keygen(int argc, char **argv)
         return 2;
     }
     const char *dir = kl_opts_pos(o, 0), *name = kl_opts_pos(o, 1);
+    bool client = kl_opts_bool(o, "client"),
+         agent = kl_opts_bool(o, "agent-key");
+    if (client && agent) {
+        fprintf(stderr,
+                "kiln keygen: a key is a client's or an agent's, "
+                "not both\n%s",
+                S_USAGE);
+        kl_opts_free(&o);
+        return 2;
+    }
     int rc = kl_net_keygen(dir, name, err);
     if (rc != KL_OK) {
         fprintf(stderr, "kiln keygen: %s\n", err);
@@ -57,6 +75,22 @@ int kiln_cmd_keygen(int argc, char **argv)
         printf("secret key: %s/%s.key (mode 0600, keep it on this machine)\n",
                dir, name);
         printf("public key file: %s\n", pub);
+    }
+    if (rc == KL_OK && (client || agent)) {
+        char *adir = kl_xasprintf("%s/%s", dir, client ? "clients" : "agents");
+        char *copy = kl_xasprintf("%s/%s.pub", adir, name);
+        char line[64];
+        snprintf(line, sizeof line, "%s\n", key);
+        rc = kl_mkdirs(adir, err);
+        if (rc == KL_OK)
+            rc = kl_write_file(copy, line, strlen(line), err);
+        if (rc == KL_OK)
+            printf("allow-listed as %s: %s\n", client ? "a client" : "an agent",
+                   copy);
+        else
+            fprintf(stderr, "kiln keygen: %s\n", err);
+        free(copy);
+        free(adir);
     }
     free(pub);
     kl_opts_free(&o);

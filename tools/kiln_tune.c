@@ -21,6 +21,7 @@
 #include "kl_metrics.h"
 #include "kl_model.h"
 #include "kl_opt.h"
+#include "kl_port_fleet.h"
 #include "kl_store.h"
 #include "kl_target.h"
 #include "kl_util.h"
@@ -59,6 +60,14 @@ static const kl_opt_t s_opts[] = {
         "never taken for measurements of TARGET"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines or tables, only the result"},
+    {"fleet", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
+     "measure on a shared head node (kiln serve --clients EP) instead"},
+    {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME",
+     "with --fleet: this job's name on the head (unique there)"},
+    {"weight", KL_OPT_INT, "1", 1, 1000, "W",
+     "with --fleet: this job's share of the agents, against other jobs'"},
+    {"key", KL_OPT_STR, "client", KL_NOBOUNDS, "NAME",
+     "with --fleet: this side's keypair KEYS/NAME.key (a client key)"},
     KL_METRICS_OPTS,
     KL_OPT_END,
 };
@@ -96,6 +105,7 @@ typedef struct {
     kl_fleet_t *fleet;
     kl_dispatch_t *disp;
     kl_port_t port;
+    kl_port_fleet_t *head; /* --fleet */
     kl_job_t *job;
     int64_t global;
     double last_print;
@@ -302,7 +312,7 @@ static bool s_alive(void *ctx)
 {
     cmd_t *c = ctx;
     return !c->fleet || kl_fleet_running(c->fleet) > 0 ||
-           kl_opts_str(c->o, "listen");
+           kl_opts_str(c->o, "listen") || c->head;
 }
 
 /* The job's tasks and caps from --op or --model. */
@@ -344,14 +354,49 @@ static int s_job(cmd_t *c, char *err)
     return rc;
 }
 
+/* --fleet: the job's port is a head node's (kl_port_fleet.h). */
+static int s_head(cmd_t *c, char *err)
+{
+    const kl_opts_t *o = c->o;
+    const char *keys = kl_opts_str(o, "keys");
+    bool insecure = kl_opts_bool(o, "insecure");
+    if (!insecure && !keys)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--fleet needs --keys DIR (KEY.key and "
+                         "coordinator.pub) or --insecure on loopback");
+    const char *target = kl_task_target(kl_job_task(c->job, 0));
+    char *server = keys ? kl_xasprintf("%s/coordinator.pub", keys) : NULL;
+    kl_port_fleet_config_t cfg = {.endpoint = kl_opts_str(o, "fleet"),
+                                  .name = kl_opts_str(o, "name"),
+                                  .weight = (uint32_t)kl_opts_int(o, "weight"),
+                                  .targets = &target,
+                                  .n_targets = 1,
+                                  .connect_s =
+                                      kl_opts_double(o, "agent-wait-s")};
+    cfg.security.insecure = insecure;
+    if (!insecure) {
+        cfg.security.keys_dir = keys;
+        cfg.security.name = kl_opts_str(o, "key");
+        cfg.security.server_key_file = server;
+    }
+    int rc = kl_port_fleet_new(&c->head, &cfg, err);
+    free(server);
+    if (rc == KL_OK)
+        fprintf(stderr, "kiln tune: job %s on head %s\n", cfg.name,
+                cfg.endpoint);
+    return rc;
+}
+
 static int s_run(cmd_t *c, char *err)
 {
-    int rc =
-        kl_fleet_coordinator(c->o, "kiln tune", kl_opts_bool(c->o, "simulate"),
-                             &c->fleet, &c->disp, err);
+    int rc = kl_opts_str(c->o, "fleet")
+                 ? s_head(c, err)
+                 : kl_fleet_coordinator(c->o, "kiln tune",
+                                        kl_opts_bool(c->o, "simulate"),
+                                        &c->fleet, &c->disp, err);
     if (rc)
         return rc;
-    c->port = kl_port_dispatch(c->disp);
+    c->port = c->head ? kl_port_fleet(c->head) : kl_port_dispatch(c->disp);
     kl_job_run_cfg_t rcfg = {.agent_wait_s =
                                  kl_opts_double(c->o, "agent-wait-s"),
                              .stop = &s_stop,
@@ -366,6 +411,7 @@ static void s_cmd_free(cmd_t *c)
 {
     kl_metrics_destroy(&c->metrics);
     kl_job_destroy(&c->job);
+    kl_port_fleet_destroy(&c->head);
     kl_dispatch_destroy(&c->disp);
     kl_fleet_destroy(&c->fleet);
     kl_store_close(&c->store);
@@ -398,6 +444,14 @@ static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
         rc = kl_seterr(err, KL_ERR_INVAL, "%s",
                        op ? "--op and --model exclude each other"
                           : "--op TEXT or --model NAME|FILE is required");
+    else if (kl_opts_str(c->o, "fleet") &&
+             (kl_opts_str(c->o, "listen") ||
+              kl_opts_given(c->o, "local-agents")))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--fleet excludes --listen and --local-agents (the "
+                       "head's agents measure)");
+    else if (kl_opts_str(c->o, "fleet") && !kl_opts_str(c->o, "name"))
+        rc = kl_seterr(err, KL_ERR_INVAL, "--fleet needs --name NAME");
     else if (op && kl_opts_given(c->o, "max-trials-global"))
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "--max-trials-global goes with --model (--op has "
@@ -458,8 +512,8 @@ int kiln_cmd_tune(int argc, char **argv)
     if (!rc && !kl_job_finished(c.job))
         rc = s_run(&c, err);
     if (c.job)
-        kl_metrics_update(c.metrics, c.disp ? &c.port : NULL, c.job, true,
-                          true);
+        kl_metrics_update(c.metrics, c.disp || c.head ? &c.port : NULL, c.job,
+                          true, true);
     char rerr[KL_ERRMSG_LEN];
     if (c.job && c.model) {
         printf("\n");

@@ -15,7 +15,7 @@
 #include "kl_log.h"
 #include "kl_util.h"
 
-enum { S_SUBMIT = 1, S_CANCEL, S_AGENTS, S_STATS, S_TERM };
+enum { S_SUBMIT = 1, S_CANCEL, S_AGENTS, S_STATS, S_LIST, S_DRAIN, S_TERM };
 
 typedef struct {
     int op;
@@ -268,6 +268,13 @@ static void s_on_cmd(s_actor_t *s, const s_cmd_t *c)
         kl_dcore_stats(s->core, &st);
         kl_net_stats(s->net, &st.net);
         zmq_send(s->cmd, &st, sizeof st, 0);
+    } else if (c->op == S_LIST) {
+        s_batch_t b = {0};
+        b.v = (void *)kl_dcore_agent_list(s->core, kl_now_s(), &b.n);
+        zmq_send(s->cmd, &b, sizeof b, 0);
+    } else if (c->op == S_DRAIN) {
+        s_reply(s, KL_OK, kl_dcore_drain(s->core, c->target, c->arg != 0),
+                NULL);
     } else if (c->op == S_TERM) {
         s->term = true;
     }
@@ -510,6 +517,31 @@ int kl_dispatch_stats(kl_dispatch_t *self, kl_dispatch_stats_t *out, char *err)
 {
     s_cmd_t c = {.op = S_STATS};
     return s_call(self, &c, out, sizeof *out, err);
+}
+
+int kl_dispatch_agent_list(kl_dispatch_t *self, kl_dispatch_agent_info_t **out,
+                           size_t *n, char *err)
+{
+    s_cmd_t c = {.op = S_LIST};
+    s_batch_t b = {0};
+    int rc = s_call(self, &c, &b, sizeof b, err);
+    *out = rc == KL_OK ? (kl_dispatch_agent_info_t *)(void *)b.v : NULL;
+    *n = rc == KL_OK ? b.n : 0;
+    return rc;
+}
+
+int kl_dispatch_drain(kl_dispatch_t *self, const char *name, bool drained,
+                      size_t *matched, char *err)
+{
+    s_cmd_t c = {.op = S_DRAIN, .arg = drained};
+    if (strlen(name) >= sizeof c.target)
+        return kl_seterr(err, KL_ERR_INVAL, "agent name '%s' too long", name);
+    snprintf(c.target, sizeof c.target, "%s", name);
+    s_reply_t r;
+    int rc = s_call(self, &c, &r, sizeof r, err);
+    if (matched)
+        *matched = rc == KL_OK ? r.n : 0;
+    return rc;
 }
 
 int kl_dispatch_recv(kl_dispatch_t *self, kl_dispatch_result_t **out,

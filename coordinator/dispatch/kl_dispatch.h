@@ -164,6 +164,35 @@ typedef struct {
 
 int kl_dispatch_stats(kl_dispatch_t *self, kl_dispatch_stats_t *out, char *err);
 
+/* One live agent, as kl_dispatch_agent_list sees it (strings cut to fit;
+ * devices past the first KL_DISPATCH_INFO_DEVICES only counted). */
+#define KL_DISPATCH_INFO_DEVICES 8
+typedef struct {
+    char name[128];
+    char hostname[128];
+    size_t n_devices;
+    char device_target[KL_DISPATCH_INFO_DEVICES][64];
+    char device_name[KL_DISPATCH_INFO_DEVICES][64];
+    uint32_t credit;  /* build_slots + 1 */
+    uint32_t busy;    /* candidates it holds */
+    uint64_t results; /* answers to candidates it held */
+    uint64_t failures;
+    double last_seen_s; /* seconds since it was last heard */
+    bool drained;
+} kl_dispatch_agent_info_t;
+
+/* A snapshot of the live agents: *out is a malloc'd array of *n entries
+ * (free() it; set even when *n is 0). */
+int kl_dispatch_agent_list(kl_dispatch_t *self, kl_dispatch_agent_info_t **out,
+                           size_t *n, char *err);
+
+/* Drain (drained true) or undrain every live agent called name: a drained
+ * agent finishes what it holds and is given no more work; its queued
+ * candidates wait for other agents. *matched (may be NULL) is the number
+ * of agents of that name; none is not an error. */
+int kl_dispatch_drain(kl_dispatch_t *self, const char *name, bool drained,
+                      size_t *matched, char *err);
+
 /* True when a device of device_target may run a task of task_target: the
  * same string, or a bare kind ("cpu", "cuda") and a device of that kind
  * ("cpu/x86_64-avx512"). A simulated target ("sim/...", kl_target.h)

@@ -464,8 +464,10 @@ bool kl_dcore_result(kl_dcore_t *self, int slot, Kiln__Envelope **env,
     Kiln__MeasureResult *r = (*env)->result;
     kl_dagent_t *a = &self->agents[slot];
     a->last_heard = now;
-    if (s_held_remove(a, r->request_id, r->candidate_id))
+    if (s_held_remove(a, r->request_id, r->candidate_id)) {
         a->answered++;
+        a->failures += r->status != KILN__STATUS__STATUS_OK;
+    }
     kl_dreq_t *req = s_map_get(&self->reqs, r->request_id);
     if (!req || r->candidate_id >= req->n ||
         req->state[r->candidate_id] == KL_DC_DONE) {
@@ -594,8 +596,8 @@ size_t kl_dcore_dispatch(kl_dcore_t *self, double now, kl_dcore_send_fn send,
         int slot = (int)((start + k) % n);
         kl_dagent_t *a = &self->agents[slot];
         kl_dpick_t pick;
-        while (a->live && a->n_held < a->credit && self->queued &&
-               s_pick(self, slot, now, &pick)) {
+        while (a->live && !a->drained && a->n_held < a->credit &&
+               self->queued && s_pick(self, slot, now, &pick)) {
             int rc = send(arg, &pick);
             if (rc == KL_ERR_PROTO || rc == KL_ERR_INVAL) {
                 s_unsendable(self, a, &pick, now);
@@ -689,6 +691,48 @@ size_t kl_dcore_agents(const kl_dcore_t *self, const char *target)
             n++;
     }
     return n;
+}
+
+size_t kl_dcore_drain(kl_dcore_t *self, const char *name, bool drained)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < self->n_slots; s++) {
+        kl_dagent_t *a = &self->agents[s];
+        if (a->live && strcmp(a->name, name) == 0) {
+            a->drained = drained;
+            n++;
+        }
+    }
+    return n;
+}
+
+kl_dispatch_agent_info_t *kl_dcore_agent_list(const kl_dcore_t *self,
+                                              double now, size_t *n)
+{
+    kl_dispatch_agent_info_t *v = kl_xcalloc(self->n_slots + 1, sizeof *v);
+    *n = 0;
+    for (size_t s = 0; s < self->n_slots; s++) {
+        const kl_dagent_t *a = &self->agents[s];
+        if (!a->live)
+            continue;
+        kl_dispatch_agent_info_t *i = &v[(*n)++];
+        snprintf(i->name, sizeof i->name, "%s", a->name);
+        snprintf(i->hostname, sizeof i->hostname, "%s", a->hostname);
+        i->n_devices = a->n_dev;
+        for (size_t d = 0; d < a->n_dev && d < KL_DISPATCH_INFO_DEVICES; d++) {
+            snprintf(i->device_target[d], sizeof i->device_target[d], "%s",
+                     a->dev_target[d]);
+            snprintf(i->device_name[d], sizeof i->device_name[d], "%s",
+                     a->dev_name[d]);
+        }
+        i->credit = a->credit;
+        i->busy = (uint32_t)a->n_held;
+        i->results = a->answered;
+        i->failures = a->failures;
+        i->last_seen_s = now - a->last_heard;
+        i->drained = a->drained;
+    }
+    return v;
 }
 
 void kl_dcore_stats(const kl_dcore_t *self, kl_dispatch_stats_t *out)

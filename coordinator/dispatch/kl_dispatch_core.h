@@ -74,6 +74,8 @@ typedef struct {
     double last_heard;
     double last_hb_sent;
     uint64_t answered;
+    uint64_t failures; /* answers other than STATUS_OK */
+    bool drained;      /* finishes what it holds, is given no more */
 } kl_dagent_t;
 
 /* What the core picked for one agent: candidates idx[0..n) of req, to be
@@ -151,6 +153,13 @@ kl_dispatch_result_t **kl_dcore_take_results(kl_dcore_t *self, size_t *n);
 
 size_t kl_dcore_agents(const kl_dcore_t *self, const char *target);
 void kl_dcore_stats(const kl_dcore_t *self, kl_dispatch_stats_t *out);
+/* Sets or clears drained on every live agent called name; returns how
+ * many there were. */
+size_t kl_dcore_drain(kl_dcore_t *self, const char *name, bool drained);
+/* A snapshot of the live agents (malloc'd array of *n; the caller frees
+ * it). */
+kl_dispatch_agent_info_t *kl_dcore_agent_list(const kl_dcore_t *self,
+                                              double now, size_t *n);
 
 /* Makes a result that no agent measured (AGENT_LOST, CANCELLED). */
 kl_dispatch_result_t *kl_dcore_make_result(const kl_dreq_t *req, size_t idx,

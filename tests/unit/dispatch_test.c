@@ -65,7 +65,7 @@ static int s_hello_sim(kl_dcore_t *core, uint8_t peer_id, const char *name,
                        const char *target, uint32_t slots, double now,
                        bool simulated)
 {
-    kl_peer_t peer = {{0}, 5};
+    kl_peer_t peer = {.len = 5};
     peer.id[4] = peer_id;
     Kiln__DeviceInfo dev = KILN__DEVICE_INFO__INIT;
     Kiln__DeviceInfo *devs[1] = {&dev};
@@ -292,6 +292,60 @@ static void test_credit_and_targets(void **state)
     assert_null(core);
 }
 
+/* A drained agent finishes what it holds and gets no more; its answers
+ * count as results (and failures) in the agent list; undrain resumes. */
+static void test_drain_and_agent_list(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, "cpu", 6, 1000);
+    s_submit(core, &sb, 1, 0);
+    int a = s_hello(core, 1, "a", "cpu/x86_64-avx512", 1, 0); /* credit 2 */
+    int b = s_hello(core, 2, "b", "cpu/x86_64-avx512", 1, 0);
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.1, s_capture, &sent), 4);
+    assert_int_equal(kl_dcore_drain(core, "a", true), 1);
+    assert_int_equal(kl_dcore_drain(core, "nobody", true), 0);
+    /* a answers both (one a failure): it gets nothing new; b does. */
+    kl_dagent_t *aa = kl_dcore_agent(core, a);
+    uint32_t h0 = aa->held[0].idx, h1 = aa->held[1].idx;
+    Kiln__Envelope *env = s_result_env(1, h0, 0);
+    assert_true(kl_dcore_result(core, a, &env, 0.2));
+    env = s_result_env(1, h1, KILN__STATUS__STATUS_COMPILE_ERROR);
+    assert_true(kl_dcore_result(core, a, &env, 0.2));
+    kl_dagent_t *ab = kl_dcore_agent(core, b);
+    env = s_result_env(1, ab->held[0].idx, 0);
+    assert_true(kl_dcore_result(core, b, &env, 0.2));
+    memset(&sent, 0, sizeof sent);
+    sent.fail_slot = -1;
+    assert_int_equal(kl_dcore_dispatch(core, 0.3, s_capture, &sent), 1);
+    assert_int_equal(sent.slot[0], b);
+    size_t n = 0;
+    kl_dispatch_agent_info_t *v = kl_dcore_agent_list(core, 1.0, &n);
+    assert_int_equal(n, 2);
+    const kl_dispatch_agent_info_t *ia = strcmp(v[0].name, "a") ? &v[1] : &v[0];
+    assert_string_equal(ia->name, "a");
+    assert_true(ia->drained);
+    assert_int_equal(ia->busy, 0);
+    assert_int_equal(ia->results, 2);
+    assert_int_equal(ia->failures, 1);
+    assert_int_equal(ia->credit, 2);
+    assert_string_equal(ia->device_target[0], "cpu/x86_64-avx512");
+    assert_true(ia->last_seen_s > 0.79 && ia->last_seen_s < 0.81);
+    free(v);
+    /* Undrained: a takes the rest. */
+    assert_int_equal(kl_dcore_drain(core, "a", false), 1);
+    memset(&sent, 0, sizeof sent);
+    sent.fail_slot = -1;
+    assert_int_equal(kl_dcore_dispatch(core, 0.4, s_capture, &sent), 1);
+    assert_int_equal(sent.slot[0], a);
+    assert_int_equal(s_take(core, NULL, 0), 3);
+    kl_dcore_destroy(&core);
+}
+
 static void test_idempotent_results(void **state)
 {
     (void)state;
@@ -368,7 +422,7 @@ static void test_lost_agent_retries(void **state)
     assert_string_equal(r[0]->agent, "");
     kl_dispatch_result_free(&r[0]);
     /* A late answer from the lost agent's peer id is just unknown now. */
-    kl_peer_t peer = {{0}, 5};
+    kl_peer_t peer = {.len = 5};
     peer.id[4] = 2;
     assert_int_equal(kl_dcore_find(core, &peer), -1);
     kl_dcore_destroy(&core);
@@ -552,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_batch_checks),
         cmocka_unit_test(test_simulated_device),
         cmocka_unit_test(test_credit_and_targets),
+        cmocka_unit_test(test_drain_and_agent_list),
         cmocka_unit_test(test_idempotent_results),
         cmocka_unit_test(test_lost_agent_retries),
         cmocka_unit_test(test_deadline_and_send_failure),

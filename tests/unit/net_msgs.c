@@ -5,11 +5,88 @@
 #include "net_msgs.h"
 
 const Kiln__Envelope__BodyCase net_all[N_ALL] = {
-    KILN__ENVELOPE__BODY_HELLO,     KILN__ENVELOPE__BODY_WELCOME,
-    KILN__ENVELOPE__BODY_HEARTBEAT, KILN__ENVELOPE__BODY_REQUEST,
-    KILN__ENVELOPE__BODY_RESULT,    KILN__ENVELOPE__BODY_CANCEL,
-    KILN__ENVELOPE__BODY_GOODBYE,
+    KILN__ENVELOPE__BODY_HELLO,        KILN__ENVELOPE__BODY_WELCOME,
+    KILN__ENVELOPE__BODY_HEARTBEAT,    KILN__ENVELOPE__BODY_REQUEST,
+    KILN__ENVELOPE__BODY_RESULT,       KILN__ENVELOPE__BODY_CANCEL,
+    KILN__ENVELOPE__BODY_GOODBYE,      KILN__ENVELOPE__BODY_JOB_HELLO,
+    KILN__ENVELOPE__BODY_JOB_WELCOME,  KILN__ENVELOPE__BODY_JOB_RESULT,
+    KILN__ENVELOPE__BODY_AGENTS_QUERY, KILN__ENVELOPE__BODY_AGENTS_REPLY,
+    KILN__ENVELOPE__BODY_STATUS_QUERY, KILN__ENVELOPE__BODY_STATUS_REPLY,
+    KILN__ENVELOPE__BODY_DRAIN,        KILN__ENVELOPE__BODY_DRAIN_REPLY,
 };
+
+static void s_fill_head(msgs_t *m)
+{
+    kiln__job_hello__init(&m->jhello);
+    m->targets[0] = "sim/cpu";
+    m->targets[1] = "cuda/sm_90";
+    m->jhello.name = "resnet-a";
+    m->jhello.weight = 2;
+    m->jhello.n_targets = 2;
+    m->jhello.targets = m->targets;
+    m->jhello.hostname = "laptop";
+    m->jhello.pid = 4242;
+    kiln__job_welcome__init(&m->jwelcome);
+    m->jwelcome.head_id = "head-1";
+    m->jwelcome.heartbeat_ms = 1000;
+    m->jwelcome.client_timeout_s = 30;
+    kiln__job_result__init(&m->jres);
+    m->jres.result = &m->res;
+    m->jres.index = 3;
+    m->jres.agent = "agent-0";
+    m->jres.hostname = "gpu-7";
+    m->jres.device_name = "H100";
+    m->jres.device_target = "cuda/sm_90";
+    m->jres.attempts = 2;
+    m->jres.turnaround_s = 1.5;
+    kiln__agents_query__init(&m->aquery);
+    m->aquery.seq = 5;
+    m->aquery.target = "sim/cpu";
+    kiln__agents_reply__init(&m->areply);
+    m->areply.seq = 5;
+    m->areply.agents = 2;
+    kiln__status_query__init(&m->squery);
+    m->squery.seq = 6;
+    kiln__agent_status__init(&m->ast);
+    m->ast.name = "agent-0";
+    m->ast.hostname = "gpu-7";
+    m->ast.n_device_targets = 2;
+    m->ast.device_targets = m->targets;
+    m->ast.n_device_names = 2;
+    m->ast.device_names = m->targets;
+    m->ast.build_slots = 4;
+    m->ast.busy = 3;
+    m->ast.results = 100;
+    m->ast.failures = 7;
+    m->ast.last_seen_s = 0.5;
+    m->ast.drained = true;
+    m->astp[0] = &m->ast;
+    kiln__job_status__init(&m->jst);
+    m->jst.name = "resnet-a";
+    m->jst.owner_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+    m->jst.n_targets = 1;
+    m->jst.targets = m->targets;
+    m->jst.weight = 2;
+    m->jst.queued = 10;
+    m->jst.in_flight = 4;
+    m->jst.done = 20;
+    m->jst.rate = 3.5;
+    m->jstp[0] = &m->jst;
+    kiln__status_reply__init(&m->sreply);
+    m->sreply.seq = 6;
+    m->sreply.head_id = "head-1";
+    m->sreply.n_agents = 1;
+    m->sreply.agents = m->astp;
+    m->sreply.n_jobs = 1;
+    m->sreply.jobs = m->jstp;
+    kiln__drain__init(&m->drain);
+    m->drain.seq = 8;
+    m->drain.agent = "agent-0";
+    m->drain.undrain = true;
+    kiln__drain_reply__init(&m->dreply);
+    m->dreply.seq = 8;
+    m->dreply.matched = 1;
+}
 
 static void s_fill_hello(msgs_t *m)
 {
@@ -143,6 +220,7 @@ void net_fill(msgs_t *m, Kiln__Envelope__BodyCase which)
     m->cancel.request_id = 99;
     kiln__goodbye__init(&m->bye);
     m->bye.reason = "shutting down";
+    s_fill_head(m);
     switch (which) {
     case KILN__ENVELOPE__BODY_HELLO:
         m->env.hello = &m->hello;
@@ -164,6 +242,33 @@ void net_fill(msgs_t *m, Kiln__Envelope__BodyCase which)
         break;
     case KILN__ENVELOPE__BODY_GOODBYE:
         m->env.goodbye = &m->bye;
+        break;
+    case KILN__ENVELOPE__BODY_JOB_HELLO:
+        m->env.job_hello = &m->jhello;
+        break;
+    case KILN__ENVELOPE__BODY_JOB_WELCOME:
+        m->env.job_welcome = &m->jwelcome;
+        break;
+    case KILN__ENVELOPE__BODY_JOB_RESULT:
+        m->env.job_result = &m->jres;
+        break;
+    case KILN__ENVELOPE__BODY_AGENTS_QUERY:
+        m->env.agents_query = &m->aquery;
+        break;
+    case KILN__ENVELOPE__BODY_AGENTS_REPLY:
+        m->env.agents_reply = &m->areply;
+        break;
+    case KILN__ENVELOPE__BODY_STATUS_QUERY:
+        m->env.status_query = &m->squery;
+        break;
+    case KILN__ENVELOPE__BODY_STATUS_REPLY:
+        m->env.status_reply = &m->sreply;
+        break;
+    case KILN__ENVELOPE__BODY_DRAIN:
+        m->env.drain = &m->drain;
+        break;
+    case KILN__ENVELOPE__BODY_DRAIN_REPLY:
+        m->env.drain_reply = &m->dreply;
         break;
     default:
         break;

@@ -29,11 +29,26 @@ typedef struct {
     double samples[3];
     Kiln__Cancel cancel;
     Kiln__Goodbye bye;
+    /* The job <-> head messages (minor 2). */
+    Kiln__JobHello jhello;
+    char *targets[2];
+    Kiln__JobWelcome jwelcome;
+    Kiln__JobResult jres;
+    Kiln__AgentsQuery aquery;
+    Kiln__AgentsReply areply;
+    Kiln__StatusQuery squery;
+    Kiln__StatusReply sreply;
+    Kiln__AgentStatus ast;
+    Kiln__AgentStatus *astp[1];
+    Kiln__JobStatus jst;
+    Kiln__JobStatus *jstp[1];
+    Kiln__Drain drain;
+    Kiln__DrainReply dreply;
 } msgs_t;
 
-/* The seven body kinds, in proto order. */
-extern const Kiln__Envelope__BodyCase net_all[7];
-#define N_ALL 7
+/* The sixteen body kinds, in proto order. */
+extern const Kiln__Envelope__BodyCase net_all[16];
+#define N_ALL 16
 
 /* Fills every message of m and sets m->env (version 1.0) to carry the one
  * of kind which. All storage lives in m. */

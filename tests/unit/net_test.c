@@ -141,6 +141,18 @@ static void test_roundtrip_all(void **state)
         case KILN__ENVELOPE__BODY_GOODBYE:
             assert_string_equal(d->goodbye->reason, "shutting down");
             break;
+        case KILN__ENVELOPE__BODY_JOB_HELLO:
+            assert_int_equal(d->job_hello->n_targets, 2);
+            assert_string_equal(d->job_hello->targets[1], "cuda/sm_90");
+            break;
+        case KILN__ENVELOPE__BODY_JOB_RESULT:
+            assert_int_equal(d->job_result->result->candidate_id, 1001);
+            assert_string_equal(d->job_result->agent, "agent-0");
+            break;
+        case KILN__ENVELOPE__BODY_STATUS_REPLY:
+            assert_int_equal(d->status_reply->jobs[0]->done, 20);
+            assert_true(d->status_reply->agents[0]->drained);
+            break;
         default:
             break;
         }
@@ -224,6 +236,28 @@ static void test_bounds(void **state)
     net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     m.cand[1].n_grid = 2;
     expect_proto_env(&m.env, "request.candidates[1].grid");
+
+    /* The job <-> head messages are bounded the same way. */
+    net_fill(&m, KILN__ENVELOPE__BODY_JOB_HELLO);
+    char **tg = kl_xcalloc(KL_NET_MAX_TARGETS + 1, sizeof *tg);
+    for (int i = 0; i <= KL_NET_MAX_TARGETS; i++)
+        tg[i] = "cpu";
+    m.jhello.targets = tg;
+    m.jhello.n_targets = KL_NET_MAX_TARGETS + 1;
+    expect_proto_env(&m.env, "job_hello.targets");
+    free(tg);
+    net_fill(&m, KILN__ENVELOPE__BODY_JOB_RESULT);
+    m.jres.result = NULL;
+    expect_proto_env(&m.env, "job_result.result");
+    net_fill(&m, KILN__ENVELOPE__BODY_JOB_RESULT);
+    m.res.status = (Kiln__Status)42;
+    expect_proto_env(&m.env, "result.status");
+    net_fill(&m, KILN__ENVELOPE__BODY_STATUS_REPLY);
+    char *longname = kl_xcalloc(KL_NET_MAX_STRING + 2, 1);
+    memset(longname, 'a', KL_NET_MAX_STRING + 1);
+    m.jst.name = longname;
+    expect_proto_env(&m.env, "status_reply.jobs[0].name");
+    free(longname);
     net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     uint32_t four[4] = {1, 2, 3, 4};
     m.cand[0].block = four;

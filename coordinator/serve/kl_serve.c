@@ -1,0 +1,606 @@
+/* kl_serve.c - the head node: a dispatch for the agents, a ROUTER for the
+ * jobs, and the fair share between them (kl_serve.h). */
+#include "kl_serve.h"
+#include "kl_serve_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "kl_dispatch.h"
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_util.h"
+
+/* ---- sending to jobs ---------------------------------------------------- */
+
+void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
+{
+    char err[KL_ERRMSG_LEN];
+    int rc = kl_net_send(s->net, peer, env, err);
+    if (rc != KL_OK && rc != KL_ERR_CLOSED)
+        kl_warn("serve: send to a job: %s", err);
+}
+
+static void s_goodbye(kl_serve_t *s, const kl_peer_t *peer, const char *why)
+{
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__Goodbye g = KILN__GOODBYE__INIT;
+    g.reason = (char *)why;
+    env.body_case = KILN__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &g;
+    kl_serve__send(s, peer, &env);
+}
+
+/* A result the head makes itself (CANCELLED, INVALID) for candidate i. */
+static void s_answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
+                     const char *why)
+{
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__JobResult jr = KILN__JOB_RESULT__INIT;
+    Kiln__MeasureResult mr = KILN__MEASURE_RESULT__INIT;
+    mr.request_id = r->id;
+    mr.candidate_id = r->env->request->candidates[i]->id;
+    mr.status = st;
+    mr.error = (char *)why;
+    jr.result = &mr;
+    jr.index = (uint32_t)i;
+    jr.agent = "";
+    jr.attempts = 0;
+    jr.turnaround_s = kl_now_s() - r->t_recv;
+    env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
+    env.job_result = &jr;
+    kl_serve__send(s, &r->job->peer, &env);
+    r->job->done++;
+}
+
+/* ---- tables ------------------------------------------------------------- */
+
+static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
+{
+    for (size_t i = 0; i < j->n_reqs; i++)
+        if (j->reqs[i] == r) {
+            memmove(&j->reqs[i], &j->reqs[i + 1],
+                    (j->n_reqs - i - 1) * sizeof *j->reqs);
+            j->n_reqs--;
+            break;
+        }
+    kl_net_envelope_free(&r->env);
+    free(r);
+}
+
+static void s_job_free(kl_sjob_t *j)
+{
+    while (j->n_reqs)
+        s_req_remove(j, j->reqs[0]);
+    for (size_t i = 0; i < j->n_targets; i++)
+        free(j->targets[i]);
+    free(j->targets);
+    free(j->reqs);
+    free(j->name);
+    free(j);
+}
+
+/* Frees a request once nothing of it is queued or out, and a forgotten job
+ * once it has no request left. */
+static void s_maybe_free(kl_serve_t *s, kl_sreq_t *r)
+{
+    kl_sjob_t *j = r->job;
+    if (r->n_out == 0 && r->next == r->env->request->n_candidates)
+        s_req_remove(j, r);
+    if (j->gone && j->n_reqs == 0)
+        for (size_t i = 0; i < s->n_jobs; i++)
+            if (s->jobs[i] == j) {
+                s->jobs[i] = s->jobs[--s->n_jobs];
+                s_job_free(j);
+                break;
+            }
+}
+
+static kl_sjob_t *s_job_by_peer(kl_serve_t *s, const kl_peer_t *p)
+{
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        kl_sjob_t *j = s->jobs[i];
+        if (!j->gone && j->peer.len == p->len &&
+            memcmp(j->peer.id, p->id, p->len) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+static kl_sjob_t *s_job_by_name(kl_serve_t *s, const char *name)
+{
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!s->jobs[i]->gone && strcmp(s->jobs[i]->name, name) == 0)
+            return s->jobs[i];
+    return NULL;
+}
+
+static kl_sreq_t *s_req_find(kl_sjob_t *j, uint64_t id)
+{
+    for (size_t i = 0; i < j->n_reqs; i++)
+        if (j->reqs[i]->id == id)
+            return j->reqs[i];
+    return NULL;
+}
+
+/* Cancels at the agents what dispatch holds of r. */
+static void s_cancel_out(kl_serve_t *s, kl_sreq_t *r)
+{
+    for (size_t i = 0; i < s->n_chunks; i++)
+        if (s->chunks[i].req == r)
+            kl_dispatch_cancel(s->disp, s->chunks[i].disp_id, NULL);
+}
+
+/* Forgets a job: queued work dropped, work in flight cancelled. */
+static void s_job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why)
+{
+    kl_info("serve: job %s gone (%s): %zu request(s) dropped", j->name, why,
+            j->n_reqs);
+    j->gone = true;
+    for (size_t i = j->n_reqs; i-- > 0;) {
+        kl_sreq_t *r = j->reqs[i];
+        r->next = r->env->request->n_candidates;
+        if (r->n_out)
+            s_cancel_out(s, r); /* freed as their answers come */
+        else
+            s_req_remove(j, r);
+    }
+    if (j->n_reqs == 0)
+        for (size_t i = 0; i < s->n_jobs; i++)
+            if (s->jobs[i] == j) {
+                s->jobs[i] = s->jobs[--s->n_jobs];
+                s_job_free(j);
+                break;
+            }
+}
+
+/* Candidates of target handed to dispatch and not answered. */
+static size_t s_outstanding(const kl_serve_t *s, const char *target)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_chunks; i++) {
+        const kl_schunk_t *c = &s->chunks[i];
+        if (strcmp(c->req->env->request->target, target) == 0)
+            n += c->n - c->answered;
+    }
+    return n;
+}
+
+/* ---- the fair share ----------------------------------------------------- */
+
+/* The first request of j with queued candidates whose target has room. */
+static kl_sreq_t *s_ready(const kl_serve_t *s, kl_sjob_t *j, size_t *room)
+{
+    for (size_t i = 0; i < j->n_reqs; i++) {
+        kl_sreq_t *r = j->reqs[i];
+        if (r->next >= r->env->request->n_candidates)
+            continue;
+        const char *t = r->env->request->target;
+        size_t cap = kl_serve__capacity(s, t, NULL), out = s_outstanding(s, t);
+        if (out < cap) {
+            *room = cap - out;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void s_submit_chunk(kl_serve_t *s, kl_sreq_t *r, size_t n)
+{
+    const Kiln__MeasureRequest *m = r->env->request;
+    kl_dispatch_batch_t b = {.workload_key = m->workload_key.data,
+                             .target = m->target,
+                             .args = m->args,
+                             .n_args = m->n_args,
+                             .reference_source = m->reference_source,
+                             .reference_entry = m->reference_entry,
+                             .evaluator = m->evaluator,
+                             .candidates = m->candidates + r->next,
+                             .n_candidates = n};
+    char err[KL_ERRMSG_LEN];
+    uint64_t id = 0;
+    size_t off = r->next;
+    r->next += n;
+    if (m->workload_key.len != 16 ||
+        kl_dispatch_submit(s->disp, &b, &id, err) != KL_OK) {
+        if (m->workload_key.len != 16)
+            snprintf(err, sizeof err, "workload_key of %zu bytes (want 16)",
+                     m->workload_key.len);
+        for (size_t i = off; i < off + n; i++)
+            s_answer(s, r, i, KILN__STATUS__STATUS_INVALID, err);
+        r->n_done += n;
+        return;
+    }
+    if (s->n_chunks == s->cap_chunks) {
+        s->cap_chunks = s->cap_chunks ? 2 * s->cap_chunks : 64;
+        s->chunks = kl_xrealloc(s->chunks, s->cap_chunks * sizeof *s->chunks);
+    }
+    s->chunks[s->n_chunks++] = (kl_schunk_t){id, r, off, n, 0};
+    r->n_out += n;
+}
+
+/* Hands out work while some target has room: each time to the job of
+ * least pass among those with a ready request. */
+static void s_schedule(kl_serve_t *s)
+{
+    for (;;) {
+        kl_sjob_t *best = NULL;
+        kl_sreq_t *best_r = NULL;
+        size_t best_room = 0;
+        for (size_t i = 0; i < s->n_jobs; i++) {
+            kl_sjob_t *j = s->jobs[i];
+            size_t room;
+            kl_sreq_t *r;
+            if (j->gone || (best && j->pass >= best->pass) ||
+                !(r = s_ready(s, j, &room)))
+                continue;
+            best = j;
+            best_r = r;
+            best_room = room;
+        }
+        if (!best)
+            return;
+        size_t left = best_r->env->request->n_candidates - best_r->next;
+        size_t n = left < best_room ? left : best_room;
+        if (n > KL_SERVE_CHUNK)
+            n = KL_SERVE_CHUNK;
+        s_submit_chunk(s, best_r, n);
+        best->pass += (double)n / best->weight;
+        s_maybe_free(s, best_r);
+    }
+}
+
+/* The least pass of the jobs with queued work (a job that comes back from
+ * idle starts there, so that it gets no burst for the time it was idle). */
+static double s_min_pass(const kl_serve_t *s, const kl_sjob_t *except)
+{
+    double m = -1;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const kl_sjob_t *j = s->jobs[i];
+        bool queued = false;
+        for (size_t k = 0; k < j->n_reqs && !queued; k++)
+            queued = j->reqs[k]->next < j->reqs[k]->env->request->n_candidates;
+        if (j != except && !j->gone && queued && (m < 0 || j->pass < m))
+            m = j->pass;
+    }
+    return m;
+}
+
+/* ---- results from dispatch ---------------------------------------------- */
+
+static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
+{
+    size_t k = 0;
+    while (k < s->n_chunks && s->chunks[k].disp_id != dr->request_id)
+        k++;
+    if (k == s->n_chunks)
+        return; /* not ours any more */
+    kl_schunk_t *c = &s->chunks[k];
+    kl_sreq_t *r = c->req;
+    size_t index = c->off + dr->index;
+    c->answered++;
+    r->n_out--;
+    r->n_done++;
+    if (c->answered == c->n)
+        s->chunks[k] = s->chunks[--s->n_chunks];
+    if (!r->job->gone) {
+        Kiln__Envelope env = KILN__ENVELOPE__INIT;
+        Kiln__JobResult jr = KILN__JOB_RESULT__INIT;
+        dr->result->request_id = r->id;
+        dr->result->candidate_id = dr->candidate_id;
+        jr.result = dr->result;
+        jr.index = (uint32_t)index;
+        jr.agent = (char *)(dr->agent ? dr->agent : "");
+        jr.hostname = (char *)(dr->hostname ? dr->hostname : "");
+        jr.device_name = (char *)(dr->device_name ? dr->device_name : "");
+        jr.device_target = (char *)(dr->device_target ? dr->device_target : "");
+        jr.attempts = dr->attempts;
+        jr.turnaround_s = kl_now_s() - r->t_recv;
+        env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
+        env.job_result = &jr;
+        kl_serve__send(s, &r->job->peer, &env);
+        if (!r->job->done++)
+            r->job->t_first = kl_now_s();
+    }
+    s_maybe_free(s, r);
+}
+
+static void s_drain_results(kl_serve_t *s)
+{
+    kl_dispatch_result_t *dr = NULL;
+    while (kl_dispatch_recv(s->disp, &dr, 0, NULL) == KL_OK) {
+        s_forward(s, dr);
+        kl_dispatch_result_free(&dr);
+    }
+}
+
+/* ---- messages from clients ---------------------------------------------- */
+
+static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
+                       const Kiln__JobHello *h, double now)
+{
+    kl_sjob_t *j = s_job_by_peer(s, peer);
+    const char *name = h->name && *h->name ? h->name : NULL;
+    if (!j && !name) {
+        s_goodbye(s, peer, "JobHello without a name");
+        return;
+    }
+    kl_sjob_t *same = j ? NULL : s_job_by_name(s, name);
+    if (same && now - same->last_heard > 3 * s->cfg.heartbeat_ms / 1000.0) {
+        /* Its connection changed (a reconnect gets a new routing id) and
+         * the old one went silent: the job carries on from here, with its
+         * queue. */
+        kl_info("serve: job %s reconnected", name);
+        same->peer = *peer;
+        j = same;
+    } else if (same) {
+        char why[KL_ERRMSG_LEN];
+        snprintf(why, sizeof why, "job %.200s is running on this head", name);
+        s_goodbye(s, peer, why);
+        return;
+    }
+    if (!j) {
+        j = kl_xcalloc(1, sizeof *j);
+        j->peer = *peer;
+        j->name = kl_xstrdup(name);
+        memcpy(j->owner_key, peer->key, sizeof j->owner_key);
+        j->weight = h->weight ? h->weight : 1;
+        j->n_targets = h->n_targets;
+        j->targets = kl_xcalloc(h->n_targets + 1, sizeof *j->targets);
+        for (size_t i = 0; i < h->n_targets; i++)
+            j->targets[i] = kl_xstrdup(h->targets[i] ? h->targets[i] : "");
+        double m = s_min_pass(s, j);
+        j->pass = m > 0 ? m : 0; /* -1: no job has work */
+        s->jobs = kl_xrealloc(s->jobs, (s->n_jobs + 1) * sizeof *s->jobs);
+        s->jobs[s->n_jobs++] = j;
+        kl_info("serve: job %s (weight %u) from %s pid %u", j->name, j->weight,
+                h->hostname ? h->hostname : "?", h->pid);
+    }
+    j->last_heard = now;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__JobWelcome w = KILN__JOB_WELCOME__INIT;
+    w.head_id = s->head_id;
+    w.heartbeat_ms = (uint32_t)s->cfg.heartbeat_ms;
+    w.client_timeout_s = s->cfg.client_timeout_s;
+    env.body_case = KILN__ENVELOPE__BODY_JOB_WELCOME;
+    env.job_welcome = &w;
+    kl_serve__send(s, peer, &env);
+}
+
+/* Takes *env (a MeasureRequest of job j). */
+static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
+                         double now)
+{
+    Kiln__MeasureRequest *m = (*env)->request;
+    if (s_req_find(j, m->request_id)) {
+        kl_warn("serve: job %s re-sent request %llu: dropped", j->name,
+                (unsigned long long)m->request_id);
+        kl_net_envelope_free(env);
+        return;
+    }
+    if (m->n_candidates == 0 || !m->target || !*m->target) {
+        kl_warn("serve: job %s sent request %llu without %s: dropped", j->name,
+                (unsigned long long)m->request_id,
+                m->n_candidates ? "a target" : "candidates");
+        kl_net_envelope_free(env);
+        return;
+    }
+    /* Idle until now: start at the pass of the jobs that kept working. */
+    double m_pass = s_min_pass(s, j);
+    if (m_pass > j->pass)
+        j->pass = m_pass;
+    kl_sreq_t *r = kl_xcalloc(1, sizeof *r);
+    r->job = j;
+    r->id = m->request_id;
+    r->env = *env;
+    *env = NULL;
+    r->t_recv = now;
+    j->reqs = kl_xrealloc(j->reqs, (j->n_reqs + 1) * sizeof *j->reqs);
+    j->reqs[j->n_reqs++] = r;
+}
+
+static void s_on_cancel(kl_serve_t *s, kl_sjob_t *j, uint64_t id)
+{
+    kl_sreq_t *r = s_req_find(j, id);
+    if (!r)
+        return;
+    size_t n = r->env->request->n_candidates;
+    for (size_t i = r->next; i < n; i++)
+        s_answer(s, r, i, KILN__STATUS__STATUS_CANCELLED, "cancelled");
+    r->n_done += n - r->next;
+    r->next = n;
+    s_cancel_out(s, r);
+    s_maybe_free(s, r);
+}
+
+/* Takes *env. */
+static void s_on_client(kl_serve_t *s, const kl_peer_t *peer,
+                        Kiln__Envelope **env, double now)
+{
+    Kiln__Envelope *e = *env;
+    kl_sjob_t *j = s_job_by_peer(s, peer);
+    if (j)
+        j->last_heard = now;
+    switch (e->body_case) {
+    case KILN__ENVELOPE__BODY_JOB_HELLO:
+        s_on_hello(s, peer, e->job_hello, now);
+        break;
+    case KILN__ENVELOPE__BODY_STATUS_QUERY:
+        kl_serve__on_status(s, peer, e->status_query->seq, now);
+        break;
+    case KILN__ENVELOPE__BODY_DRAIN:
+        kl_serve__on_drain(s, peer, e->drain);
+        break;
+    case KILN__ENVELOPE__BODY_HEARTBEAT:
+        break;
+    case KILN__ENVELOPE__BODY_GOODBYE:
+        if (j)
+            s_job_gone(s, j, "said goodbye");
+        break;
+    case KILN__ENVELOPE__BODY_REQUEST:
+    case KILN__ENVELOPE__BODY_CANCEL:
+    case KILN__ENVELOPE__BODY_AGENTS_QUERY:
+        if (!j)
+            s_goodbye(s, peer, "say JobHello first");
+        else if (e->body_case == KILN__ENVELOPE__BODY_REQUEST)
+            s_on_request(s, j, env, now);
+        else if (e->body_case == KILN__ENVELOPE__BODY_CANCEL)
+            s_on_cancel(s, j, e->cancel->request_id);
+        else
+            kl_serve__on_agents(s, peer, e->agents_query);
+        break;
+    default:
+        s_goodbye(s, peer, "not a message for a head node");
+        break;
+    }
+    kl_net_envelope_free(env);
+}
+
+static void s_drain_clients(kl_serve_t *s, double now)
+{
+    for (int k = 0; k < 256; k++) {
+        kl_peer_t peer;
+        Kiln__Envelope *env = NULL;
+        char err[KL_ERRMSG_LEN];
+        int rc = kl_net_recv(s->net, &peer, &env, 0, err);
+        if (rc == KL_ERR_TIMEOUT)
+            return;
+        if (rc == KL_ERR_VERSION) {
+            char why[KL_ERRMSG_LEN];
+            snprintf(why, sizeof why,
+                     "protocol version %u.%u refused: this head speaks %d.%d",
+                     env->version_major, env->version_minor, KL_PROTO_MAJOR,
+                     KL_PROTO_MINOR);
+            s_goodbye(s, &peer, why);
+        } else if (rc == KL_OK) {
+            s_on_client(s, &peer, &env, now);
+        } else {
+            kl_warn("serve: from a client: %s", err);
+        }
+        kl_net_envelope_free(&env);
+    }
+}
+
+static void s_tick(kl_serve_t *s, double now)
+{
+    for (size_t i = s->n_jobs; i-- > 0;) {
+        if (i >= s->n_jobs)
+            continue;
+        kl_sjob_t *j = s->jobs[i];
+        if (!j->gone && now - j->last_heard > s->cfg.client_timeout_s)
+            s_job_gone(s, j, "silent");
+    }
+    if (now < s->next_hb)
+        return;
+    s->next_hb = now + s->cfg.heartbeat_ms / 1000.0;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
+    hb.seq = ++s->hb_seq;
+    env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!s->jobs[i]->gone)
+            kl_serve__send(s, &s->jobs[i]->peer, &env);
+}
+
+int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
+{
+    (void)err;
+    while (!*stop) {
+        zmq_pollitem_t it = {kl_net_socket(s->net), 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 5);
+        double now = kl_now_s();
+        s_drain_clients(s, now);
+        s_drain_results(s);
+        kl_serve__refresh_agents(s, now, false);
+        s_tick(s, now);
+        s_schedule(s);
+    }
+    return KL_OK;
+}
+
+/* ---- life --------------------------------------------------------------- */
+
+int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
+{
+    *out = NULL;
+    if (!cfg->insecure && !cfg->keys_dir)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "kiln serve needs --keys DIR (coordinator.key, "
+                         "agents/, clients/) or --insecure on loopback");
+    kl_serve_t *s = kl_xcalloc(1, sizeof *s);
+    s->cfg = *cfg;
+    if (s->cfg.heartbeat_ms <= 0)
+        s->cfg.heartbeat_ms = 1000;
+    if (s->cfg.client_timeout_s <= 0)
+        s->cfg.client_timeout_s = 30;
+    snprintf(s->head_id, sizeof s->head_id, "%s",
+             cfg->head_id ? cfg->head_id : "");
+    /* Unique per start, so that a job tells a restarted head from the
+     * one it knew (kl_port_fleet.h re-sends its work to a new one). */
+    static unsigned s_starts;
+    if (!cfg->head_id)
+        snprintf(s->head_id, sizeof s->head_id, "kiln-serve-%d-%lld-%u",
+                 (int)getpid(), (long long)time(NULL), ++s_starts);
+    char *agents = NULL, *clients = NULL;
+    kl_net_security_t sa = {.insecure = cfg->insecure}, sc = sa;
+    if (!cfg->insecure) {
+        agents = kl_xasprintf("%s/agents", cfg->keys_dir);
+        clients = kl_xasprintf("%s/clients", cfg->keys_dir);
+        sa.keys_dir = sc.keys_dir = cfg->keys_dir;
+        sa.name = sc.name = "coordinator";
+        sa.allow_dir = agents;
+        sc.allow_dir = clients;
+    }
+    kl_dispatch_config_t dc = {.endpoint = cfg->agents_endpoint,
+                               .security = sa,
+                               .heartbeat_ms = s->cfg.heartbeat_ms,
+                               .retries = -1,
+                               .coordinator_id = s->head_id};
+    int rc = kl_dispatch_new(&s->disp, &dc, err);
+    if (rc == KL_OK)
+        rc = kl_net_server_new(&s->net, cfg->clients_endpoint, &sc, err);
+    free(agents);
+    free(clients);
+    if (rc != KL_OK) {
+        kl_serve_destroy(&s);
+        return rc;
+    }
+    *out = s;
+    return KL_OK;
+}
+
+void kl_serve_destroy(kl_serve_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kl_serve_t *s = *self_p;
+    while (s->n_jobs) {
+        kl_sjob_t *j = s->jobs[s->n_jobs - 1];
+        if (!j->gone && s->net)
+            s_goodbye(s, &j->peer, "head shutting down");
+        s->n_jobs--;
+        s_job_free(j);
+    }
+    free(s->jobs);
+    free(s->chunks);
+    free(s->agents);
+    kl_net_destroy(&s->net);
+    kl_dispatch_destroy(&s->disp);
+    free(s);
+    *self_p = NULL;
+}
+
+const char *kl_serve_agents_endpoint(const kl_serve_t *self)
+{
+    return kl_dispatch_endpoint(self->disp);
+}
+
+const char *kl_serve_clients_endpoint(const kl_serve_t *self)
+{
+    return kl_net_endpoint(self->net);
+}

@@ -1,0 +1,88 @@
+/* kl_serve_int.h - the head node's tables, shared by kl_serve.c (jobs,
+ * the fair share, results) and kl_serve_status.c (agents, status, drain).
+ * Private to coordinator/serve. */
+#ifndef KL_SERVE_INT_H
+#define KL_SERVE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kl_dispatch.h"
+#include "kl_serve.h"
+
+/* Candidates of one request handed to dispatch at a time: small, so that
+ * the share between jobs is decided here, not in dispatch's queue. */
+#define KL_SERVE_CHUNK 4
+/* How often the agent list (credit, drained) is read from dispatch. */
+#define KL_SERVE_AGENTS_EVERY_S 0.05
+
+typedef struct kl_sjob_s kl_sjob_t;
+
+/* One MeasureRequest of a job. */
+typedef struct {
+    kl_sjob_t *job;
+    uint64_t id;         /* the job's */
+    Kiln__Envelope *env; /* owned; env->request */
+    size_t next;         /* first candidate not handed to dispatch */
+    size_t n_out;        /* handed to dispatch, not answered */
+    size_t n_done;
+    double t_recv;
+} kl_sreq_t;
+
+struct kl_sjob_s {
+    kl_peer_t peer;
+    char *name;
+    char owner_key[41]; /* the client key it said JobHello with */
+    uint32_t weight;
+    char **targets;
+    size_t n_targets;
+    double last_heard;
+    double pass; /* stride scheduling: candidates handed out / weight */
+    double t_first;
+    uint64_t done;
+    bool gone; /* forgotten; kept until its chunks are answered */
+    kl_sreq_t **reqs;
+    size_t n_reqs;
+};
+
+/* Candidates [off, off + n) of req, submitted to dispatch as disp_id. */
+typedef struct {
+    uint64_t disp_id;
+    kl_sreq_t *req;
+    size_t off, n, answered;
+} kl_schunk_t;
+
+struct kl_serve_s {
+    kl_serve_config_t cfg;
+    char head_id[64];
+    kl_dispatch_t *disp;
+    kl_net_t *net;
+    kl_sjob_t **jobs;
+    size_t n_jobs;
+    kl_schunk_t *chunks;
+    size_t n_chunks, cap_chunks;
+    kl_dispatch_agent_info_t *agents;
+    size_t n_agents;
+    double agents_at, next_hb;
+    uint64_t hb_seq;
+};
+
+/* Sends env to a job or client; a peer gone is not an error. */
+void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env);
+/* Reads the agent list from dispatch (at most every KL_SERVE_AGENTS_EVERY_S
+ * unless force). */
+void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force);
+/* Credit of the live, undrained agents that take work of target; their
+ * number in *n_agents (may be NULL). */
+size_t kl_serve__capacity(const kl_serve_t *s, const char *target,
+                          size_t *n_agents);
+/* Answers AgentsQuery, StatusQuery and Drain. */
+void kl_serve__on_agents(kl_serve_t *s, const kl_peer_t *peer,
+                         const Kiln__AgentsQuery *q);
+void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
+                         double now);
+void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
+                        const Kiln__Drain *d);
+
+#endif

@@ -1,0 +1,166 @@
+/* kl_serve_status.c - the head node's agents as seen from dispatch, and
+ * the queries of kiln fleet: agents, status, drain (kl_serve.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_serve_int.h"
+#include "kl_util.h"
+
+/* ---- agents ------------------------------------------------------------- */
+
+void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force)
+{
+    if (!force && now - s->agents_at < KL_SERVE_AGENTS_EVERY_S)
+        return;
+    kl_dispatch_agent_info_t *v = NULL;
+    size_t n = 0;
+    if (kl_dispatch_agent_list(s->disp, &v, &n, NULL) != KL_OK)
+        return;
+    free(s->agents);
+    s->agents = v;
+    s->n_agents = n;
+    s->agents_at = now;
+}
+
+static bool s_agent_matches(const kl_dispatch_agent_info_t *a,
+                            const char *target)
+{
+    size_t nd = a->n_devices < KL_DISPATCH_INFO_DEVICES
+                    ? a->n_devices
+                    : KL_DISPATCH_INFO_DEVICES;
+    for (size_t d = 0; d < nd; d++)
+        if (kl_dispatch_target_match(target, a->device_target[d]))
+            return true;
+    return false;
+}
+
+/* Credit of the agents that take work of target now. */
+size_t kl_serve__capacity(const kl_serve_t *s, const char *target,
+                          size_t *n_agents)
+{
+    size_t c = 0, n = 0;
+    for (size_t i = 0; i < s->n_agents; i++)
+        if (!s->agents[i].drained && s_agent_matches(&s->agents[i], target)) {
+            c += s->agents[i].credit;
+            n++;
+        }
+    if (n_agents)
+        *n_agents = n;
+    return c;
+}
+
+void kl_serve__on_agents(kl_serve_t *s, const kl_peer_t *peer,
+                         const Kiln__AgentsQuery *q)
+{
+    kl_serve__refresh_agents(s, kl_now_s(), true);
+    size_t n = 0;
+    if (q->target && *q->target)
+        kl_serve__capacity(s, q->target, &n);
+    else
+        for (size_t i = 0; i < s->n_agents; i++)
+            n += !s->agents[i].drained;
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__AgentsReply r = KILN__AGENTS_REPLY__INIT;
+    r.seq = q->seq;
+    r.agents = (uint32_t)n;
+    env.body_case = KILN__ENVELOPE__BODY_AGENTS_REPLY;
+    env.agents_reply = &r;
+    kl_serve__send(s, peer, &env);
+}
+
+void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
+                         double now)
+{
+    kl_serve__refresh_agents(s, now, true);
+    size_t na = s->n_agents, nj = 0;
+    Kiln__AgentStatus *as = kl_xcalloc(na + 1, sizeof *as);
+    Kiln__AgentStatus **asp = kl_xcalloc(na + 1, sizeof *asp);
+    char **dt = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dt);
+    char **dn = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dn);
+    for (size_t i = 0; i < na; i++) {
+        kl_dispatch_agent_info_t *a = &s->agents[i];
+        Kiln__AgentStatus *x = &as[i];
+        kiln__agent_status__init(x);
+        x->name = a->name;
+        x->hostname = a->hostname;
+        size_t nd = a->n_devices < KL_DISPATCH_INFO_DEVICES
+                        ? a->n_devices
+                        : KL_DISPATCH_INFO_DEVICES;
+        x->device_targets = dt + i * KL_DISPATCH_INFO_DEVICES;
+        x->device_names = dn + i * KL_DISPATCH_INFO_DEVICES;
+        for (size_t d = 0; d < nd; d++) {
+            x->device_targets[d] = a->device_target[d];
+            x->device_names[d] = a->device_name[d];
+        }
+        x->n_device_targets = x->n_device_names = nd;
+        x->build_slots = a->credit ? a->credit - 1 : 0;
+        x->busy = a->busy;
+        x->results = a->results;
+        x->failures = a->failures;
+        x->last_seen_s = a->last_seen_s;
+        x->drained = a->drained;
+        asp[i] = x;
+    }
+    Kiln__JobStatus *js = kl_xcalloc(s->n_jobs + 1, sizeof *js);
+    Kiln__JobStatus **jsp = kl_xcalloc(s->n_jobs + 1, sizeof *jsp);
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        kl_sjob_t *j = s->jobs[i];
+        if (j->gone)
+            continue;
+        Kiln__JobStatus *x = &js[nj];
+        kiln__job_status__init(x);
+        x->name = j->name;
+        x->owner_key = j->owner_key;
+        x->targets = j->targets;
+        x->n_targets = j->n_targets;
+        x->weight = j->weight;
+        for (size_t k = 0; k < j->n_reqs; k++) {
+            kl_sreq_t *r = j->reqs[k];
+            x->queued += r->env->request->n_candidates - r->next;
+            x->in_flight += r->n_out;
+        }
+        x->done = j->done;
+        x->rate = j->done > 1 && now > j->t_first
+                      ? (double)(j->done - 1) / (now - j->t_first)
+                      : 0;
+        jsp[nj++] = x;
+    }
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__StatusReply r = KILN__STATUS_REPLY__INIT;
+    r.seq = seq;
+    r.head_id = s->head_id;
+    r.agents = asp;
+    r.n_agents = na;
+    r.jobs = jsp;
+    r.n_jobs = nj;
+    env.body_case = KILN__ENVELOPE__BODY_STATUS_REPLY;
+    env.status_reply = &r;
+    kl_serve__send(s, peer, &env);
+    free(as);
+    free(asp);
+    free(dt);
+    free(dn);
+    free(js);
+    free(jsp);
+}
+
+void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
+                        const Kiln__Drain *d)
+{
+    size_t n = 0;
+    if (d->agent && *d->agent &&
+        kl_dispatch_drain(s->disp, d->agent, !d->undrain, &n, NULL) == KL_OK)
+        kl_info("serve: %s agent %s (%zu matched)",
+                d->undrain ? "undrained" : "drained", d->agent, n);
+    kl_serve__refresh_agents(s, kl_now_s(), true);
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__DrainReply r = KILN__DRAIN_REPLY__INIT;
+    r.seq = d->seq;
+    r.matched = (uint32_t)n;
+    env.body_case = KILN__ENVELOPE__BODY_DRAIN_REPLY;
+    env.drain_reply = &r;
+    kl_serve__send(s, peer, &env);
+}

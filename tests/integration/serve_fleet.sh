@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# kiln serve: one head node, two simulated kiln-agents, CURVE on, jobs
+# through kiln tune --fleet, all on loopback:
+#  1. two concurrent jobs finish with exactly their trial counts (600), each
+#     in its own store, and while both run the head's status shows each getting
+#     40-60% of the results; with weights 3 and 1, 65-85% for the first;
+#  2. a client key cannot register as an agent, an agent key cannot submit
+#     (nor ask for status);
+#  3. a drained agent takes no work while another job runs; undrained, it
+#     does again;
+#  4. a job SIGKILLed: the head drops it (status shows it gone) and its
+#     work with it;
+#  5. --insecure on a non-loopback endpoint is refused.
+# The agents take 20 ms per answer (--simulate-ms), so that the fleet, not
+# the jobs' search, is what the jobs compete for.
+. "$(dirname "$0")/lib.sh"
+OP="matmul M=256 N=256 K=256"
+K="$T/keys"
+"$KILN" keygen "$K" coordinator >/dev/null || fail "keygen coordinator"
+for a in a0 a1; do "$KILN" keygen "$K" $a --agent-key >/dev/null || fail "keygen $a"; done
+"$KILN" keygen "$K" client --client >"$T/keygen.txt" || fail "keygen --client"
+grep -q "allow-listed as a client" "$T/keygen.txt" || fail "keygen --client: $(cat "$T/keygen.txt")"
+[ -f "$K/clients/client.pub" ] || fail "no $K/clients/client.pub"
+
+KILN_LOG=info "$KILN" serve --agents 'tcp://127.0.0.1:*' \
+    --clients 'tcp://127.0.0.1:*' --keys "$K" --client-timeout-s 2 \
+    2>"$T/serve.log" &
+SERVE_PID=$!
+PIDS+=("$SERVE_PID")
+wait_for 10 grep -q "jobs on" "$T/serve.log" || fail "kiln serve did not bind"
+AEP=$(sed -n 's/.*agents on \(tcp:[^,]*\), jobs on \(tcp:.*\)$/\1/p' "$T/serve.log")
+CEP=$(sed -n 's/.*agents on \(tcp:[^,]*\), jobs on \(tcp:.*\)$/\2/p' "$T/serve.log")
+[ -n "$AEP" ] && [ -n "$CEP" ] || fail "endpoints: $(cat "$T/serve.log")"
+
+agent() { # agent NAME KEYNAME
+    "$KILN_AGENT" --connect "$AEP" --keys "$K" --name "$2" \
+        --coordinator-key "$K/coordinator.pub" --simulate --heartbeat-ms 500 \
+        --simulate-ms 20 2>"$T/agent-$1.log" &
+    PIDS+=("$!")
+}
+status() { "$KILN" fleet status --head "$CEP" --keys "$K" --json "$@"; }
+# jq-free readers of the status JSON.
+njobs() { python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))'; }
+field() { # field agents|jobs NAME KEY
+    python3 -c 'import json,sys
+d=json.load(sys.stdin)
+print(next((x[sys.argv[3]] for x in d[sys.argv[1]] if x["name"]==sys.argv[2]), "none"))' "$@"
+}
+agent a0 a0
+agent a1 a1
+two_agents() { [ "$(status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["agents"]))')" = 2 ]; }
+wait_for 15 two_agents || fail "the two agents did not register: $(status)"
+
+tune() { # tune NAME TRIALS [more args]: in the background, sets TUNE_PID
+    local n=$1 trials=$2; shift 2
+    "$KILN" tune --op "$OP" --simulate --strategy replay --seed 1 \
+        --max-trials-per-task "$trials" --trials-per-iter 128 --db "$T/db-$n" \
+        --fleet "$CEP" --keys "$K" --name "$n" "$@" \
+        >"$T/$n.out" 2>"$T/$n.log" &
+    TUNE_PID=$!
+    PIDS+=("$TUNE_PID")
+}
+
+# pair A WA B WB LO HI: jobs A (weight WA) and B (WB) of 600 trials at
+# once; each ends with exactly 600 in its own store, and A's share of the
+# results while both ran, from the head's status, is within [LO, HI].
+pair() {
+    local A=$1 WA=$2 B=$3 WB=$4 lo=$5 hi=$6
+    tune "$A" 600 --weight "$WA"
+    local PA=$TUNE_PID
+    tune "$B" 600 --weight "$WB"
+    local PB=$TUNE_PID
+    # Samples of the head's status while both jobs are listed: done and
+    # queued of each.
+    : >"$T/samples-$A.txt"
+    while kill -0 "$PA" 2>/dev/null || kill -0 "$PB" 2>/dev/null; do
+        status | python3 -c 'import json,sys
+j={x["name"]: x for x in json.load(sys.stdin)["jobs"]}
+a, b = sys.argv[1], sys.argv[2]
+if a in j and b in j:
+    print(j[a]["done"], j[a]["queued"], j[b]["done"], j[b]["queued"])' \
+            "$A" "$B" >>"$T/samples-$A.txt" || break
+        sleep 0.1
+    done
+    wait "$PA" || fail "job $A exited $?"
+    wait "$PB" || fail "job $B exited $?"
+    for n in "$A" "$B"; do
+        grep -q "^trials *600 (600 valid, 0 restored" "$T/$n.out" ||
+            fail "$n: $(grep ^trials "$T/$n.out")"
+        "$KILN" db ls --db "$T/db-$n" >"$T/ls-$n.txt" || fail "db ls $n"
+        grep -q "matmul_256_256_256 .* 600 " "$T/ls-$n.txt" ||
+            fail "$n's store: $(cat "$T/ls-$n.txt")"
+    done
+    # The share while both competed: the results between two samples where
+    # both jobs had work waiting at the head, summed (a job between rounds,
+    # or one that started late, asks for less than its share).
+    python3 - "$T/samples-$A.txt" "$A" "$B" "$lo" "$hi" <<'PY' ||
+import sys
+rows = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
+da = db = 0
+for p, q in zip(rows, rows[1:]):
+    if p[1] > 0 and p[3] > 0 and q[1] > 0 and q[3] > 0:
+        da += q[0] - p[0]
+        db += q[2] - p[2]
+share = da / (da + db) if da + db else -1
+print(f"share: {sys.argv[2]} {da} {sys.argv[3]} {db} results while both "
+      f"had work queued: {100*share:.1f}% / {100-100*share:.1f}%")
+assert da + db >= 100, (da, db)
+assert float(sys.argv[4]) <= share <= float(sys.argv[5]), share
+PY
+        fail "share of $A: $(cat "$T/samples-$A.txt")"
+}
+
+# ---- 1. two jobs, fair share; then weights 3 : 1 ----
+pair ja 1 jb 1 0.4 0.6
+[ "$(status | njobs)" = 0 ] || fail "finished jobs still listed: $(status)"
+pair jw3 3 jw1 1 0.65 0.85
+[ "$(status | njobs)" = 0 ] || fail "finished jobs still listed: $(status)"
+
+# ---- 2. keys in the wrong role ----
+"$KILN_AGENT" --connect "$AEP" --keys "$K" --name client \
+    --coordinator-key "$K/coordinator.pub" --simulate 2>"$T/agent-client.log" &
+PIDS+=("$!")
+sleep 2
+[ "$(status | field agents client name)" = none ] ||
+    fail "a client key registered as an agent: $(status)"
+grep -q "refused" "$T/serve.log" || grep -qi "denied\|refused" "$T/agent-client.log" ||
+    fail "no refusal logged"
+"$KILN" fleet status --head "$CEP" --keys "$K" --key a0 --timeout-s 2 \
+    >"$T/as-client.txt" 2>"$T/as-client.log"
+[ $? -eq 1 ] || fail "an agent key got a status: $(cat "$T/as-client.txt")"
+grep -q "refused this side's key" "$T/as-client.log" ||
+    fail "agent key as client: $(cat "$T/as-client.log")"
+"$KILN" tune --op "$OP" --simulate --max-trials-per-task 8 --db "$T/db-x" \
+    --fleet "$CEP" --keys "$K" --key a0 --name intruder --agent-wait-s 2 \
+    >"$T/intruder.out" 2>"$T/intruder.log"
+[ $? -eq 1 ] || fail "a job with an agent key was not refused"
+grep -q "refused this side's key" "$T/intruder.log" ||
+    fail "agent key as job: $(cat "$T/intruder.log")"
+
+# ---- 3. drain ----
+"$KILN" fleet drain a0 --head "$CEP" --keys "$K" >"$T/drain.txt" ||
+    fail "drain exited $?"
+[ "$(status | field agents a0 drained)" = True ] || fail "a0 not drained: $(status)"
+before0=$(status | field agents a0 results)
+before1=$(status | field agents a1 results)
+tune jc 200
+wait "$TUNE_PID" || fail "job jc exited $?"
+grep -q "^trials *200 (200 valid" "$T/jc.out" || fail "jc: $(grep ^trials "$T/jc.out")"
+after0=$(status | field agents a0 results)
+after1=$(status | field agents a1 results)
+[ "$after0" = "$before0" ] || fail "drained a0 measured $((after0 - before0))"
+[ $((after1 - before1)) -eq 200 ] || fail "a1 measured $((after1 - before1)), not 200"
+"$KILN" fleet drain nobody --head "$CEP" --keys "$K" 2>/dev/null
+[ $? -eq 3 ] || fail "draining an unknown agent must exit 3"
+"$KILN" fleet undrain a0 --head "$CEP" --keys "$K" >/dev/null || fail "undrain"
+[ "$(status | field agents a0 drained)" = False ] || fail "a0 still drained"
+
+# ---- 4. a job SIGKILLed ----
+tune jd 100000
+PD=$TUNE_PID
+started() { [ "$(status | field jobs jd done)" -gt 0 ] 2>/dev/null; }
+wait_for 20 started || fail "jd did not start: $(status)"
+# The head knows whose job it is: the client key it said hello with.
+[ "$(status | field jobs jd owner_key)" = "$(cat "$K/client.pub")" ] ||
+    fail "jd's owner key: $(status | field jobs jd owner_key)"
+kill -KILL "$PD"
+wait "$PD" 2>/dev/null
+gone() { [ "$(status | field jobs jd name)" = none ]; }
+wait_for 15 gone || fail "the killed job is still listed: $(status)"
+grep -q "job jd gone (silent)" "$T/serve.log" || fail "no 'jd gone' in the head's log"
+idle() { [ "$(status | field agents a0 busy)" = 0 ] && [ "$(status | field agents a1 busy)" = 0 ]; }
+wait_for 15 idle || fail "agents still busy after the job was dropped: $(status)"
+
+# ---- 5. --insecure is for loopback only ----
+"$KILN" serve --agents 'tcp://0.0.0.0:*' --clients 'tcp://127.0.0.1:*' \
+    --insecure 2>"$T/insecure.txt"
+[ $? -eq 2 ] || fail "kiln serve --insecure on 0.0.0.0 was not refused"
+grep -q "loopback" "$T/insecure.txt" || fail "insecure: $(cat "$T/insecure.txt")"
+
+kill -TERM "$SERVE_PID"
+wait_for 10 grep -q "kiln serve: stopped" "$T/serve.log" || fail "kiln serve did not stop on SIGTERM"
+wait "$SERVE_PID" || fail "kiln serve exited $? on SIGTERM"
+echo "PASS"

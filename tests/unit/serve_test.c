@@ -1,0 +1,371 @@
+/* Unit tests of coordinator/serve (the head node) with the job's side,
+ * coordinator/tune/kl_port_fleet, over real loopback sockets and no agents:
+ * the hello and a name in use, queued work and cancel, request ids made
+ * idempotent, messages before JobHello, a silent job dropped, drain of an
+ * unknown agent. Work actually measured (agents, fair share, keys) is
+ * tests/integration/serve_fleet.sh. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kl_err.h"
+#include "kl_net.h"
+#include "kl_port_fleet.h"
+#include "kl_serve.h"
+#include "kl_util.h"
+
+typedef struct {
+    kl_serve_t *s;
+    pthread_t th;
+    volatile sig_atomic_t stop;
+} s_head_t;
+
+static void *s_run(void *arg)
+{
+    s_head_t *h = arg;
+    char err[KL_ERRMSG_LEN];
+    kl_serve_run(h->s, &h->stop, err);
+    return NULL;
+}
+
+static void s_head_start_at(s_head_t *h, double client_timeout_s,
+                            const char *clients)
+{
+    memset(h, 0, sizeof *h);
+    kl_serve_config_t cfg = {.agents_endpoint = "tcp://127.0.0.1:*",
+                             .clients_endpoint = clients,
+                             .insecure = true,
+                             .heartbeat_ms = 100,
+                             .client_timeout_s = client_timeout_s};
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_serve_new(&h->s, &cfg, err), KL_OK);
+    assert_int_equal(pthread_create(&h->th, NULL, s_run, h), 0);
+}
+
+static void s_head_start(s_head_t *h, double client_timeout_s)
+{
+    s_head_start_at(h, client_timeout_s, "tcp://127.0.0.1:*");
+}
+
+static void s_head_stop(s_head_t *h)
+{
+    h->stop = 1;
+    pthread_join(h->th, NULL);
+    kl_serve_destroy(&h->s);
+    assert_null(h->s);
+}
+
+static kl_port_fleet_t *s_job(s_head_t *h, const char *name, int *rc, char *err)
+{
+    kl_port_fleet_config_t cfg = {.endpoint = kl_serve_clients_endpoint(h->s),
+                                  .security = {.insecure = true},
+                                  .name = name,
+                                  .connect_s = 5};
+    kl_port_fleet_t *f = NULL;
+    *rc = kl_port_fleet_new(&f, &cfg, err);
+    return f;
+}
+
+/* A batch of n candidates (ids 100 + i). */
+typedef struct {
+    Kiln__Candidate c[8];
+    Kiln__Candidate *p[8];
+    uint8_t key[16];
+    kl_dispatch_batch_t b;
+} s_batch_t;
+
+static void s_batch(s_batch_t *sb, size_t n)
+{
+    memset(sb, 0, sizeof *sb);
+    for (size_t i = 0; i < n; i++) {
+        kiln__candidate__init(&sb->c[i]);
+        sb->c[i].id = 100 + i;
+        sb->c[i].source = "void k(void) {}";
+        sb->c[i].entry = "k";
+        sb->p[i] = &sb->c[i];
+    }
+    sb->b.workload_key = sb->key;
+    sb->b.target = "sim/cpu";
+    sb->b.candidates = sb->p;
+    sb->b.n_candidates = n;
+}
+
+/* The status line of job name: queued and in flight, or false if absent. */
+static bool s_job_status(kl_port_fleet_t *f, const char *name, uint64_t *queued,
+                         uint64_t *done)
+{
+    Kiln__Envelope *env = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_port_fleet_status(f, &env, 5000, err), KL_OK);
+    bool found = false;
+    for (size_t i = 0; i < env->status_reply->n_jobs; i++) {
+        const Kiln__JobStatus *j = env->status_reply->jobs[i];
+        if (strcmp(j->name, name) == 0) {
+            found = true;
+            if (queued)
+                *queued = j->queued;
+            if (done)
+                *done = j->done;
+        }
+    }
+    kl_net_envelope_free(&env);
+    return found;
+}
+
+static void test_hello_queue_cancel(void **state)
+{
+    (void)state;
+    s_head_t h;
+    s_head_start(&h, 30);
+    char err[KL_ERRMSG_LEN];
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "a", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    /* A second job of that name is refused while a runs. */
+    kl_port_fleet_t *dup = s_job(&h, "a", &rc, err);
+    assert_int_equal(rc, KL_ERR_CLOSED);
+    assert_null(dup);
+    assert_non_null(strstr(err, "job a is running"));
+
+    kl_port_t p = kl_port_fleet(a);
+    size_t n = 99;
+    assert_int_equal(kl_port_agents(&p, "sim/cpu", &n, err), KL_OK);
+    assert_int_equal(n, 0);
+    s_batch_t sb;
+    s_batch(&sb, 5);
+    uint64_t id = 0;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_OK);
+    assert_int_equal(id, 1);
+    /* No agent: all five wait at the head. */
+    uint64_t queued = 0, done = 0;
+    for (int i = 0; i < 50 && queued != 5; i++) {
+        assert_true(s_job_status(a, "a", &queued, &done));
+        usleep(20 * 1000);
+    }
+    assert_int_equal(queued, 5);
+    assert_int_equal(done, 0);
+    /* Cancel: five CANCELLED results with the job's ids and indexes. */
+    assert_int_equal(kl_port_cancel(&p, id, err), KL_OK);
+    bool seen[5] = {false};
+    for (int i = 0; i < 5; i++) {
+        kl_dispatch_result_t *r = NULL;
+        assert_int_equal(kl_port_recv(&p, &r, 5000, err), KL_OK);
+        assert_int_equal(r->request_id, 1);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
+        assert_true(r->index < 5);
+        assert_int_equal(r->candidate_id, 100 + r->index);
+        seen[r->index] = true;
+        kl_dispatch_result_free(&r);
+    }
+    for (int i = 0; i < 5; i++)
+        assert_true(seen[i]);
+    kl_dispatch_result_t *r = NULL;
+    assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+    assert_true(s_job_status(a, "a", &queued, &done));
+    assert_int_equal(queued, 0);
+    assert_int_equal(done, 5);
+    /* A batch with repeated candidate ids never leaves the job. */
+    sb.c[1].id = sb.c[0].id;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_ERR_INVAL);
+    kl_port_fleet_destroy(&a);
+    assert_null(a);
+    s_head_stop(&h);
+}
+
+/* A raw client: the wire as another implementation would speak it. */
+static void s_raw_send(kl_net_t *c, Kiln__Envelope *env)
+{
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_net_send(c, NULL, env, err), KL_OK);
+}
+
+static Kiln__Envelope *s_raw_recv(kl_net_t *c, Kiln__Envelope__BodyCase want)
+{
+    char err[KL_ERRMSG_LEN];
+    for (int i = 0; i < 100; i++) {
+        Kiln__Envelope *env = NULL;
+        if (kl_net_recv(c, NULL, &env, 100, err) != KL_OK)
+            continue;
+        if (env->body_case == want)
+            return env;
+        kl_net_envelope_free(&env);
+    }
+    fail_msg("no message of body %d", (int)want);
+    return NULL;
+}
+
+static void s_raw_request(kl_net_t *c, uint64_t id, s_batch_t *sb)
+{
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__MeasureRequest m = KILN__MEASURE_REQUEST__INIT;
+    m.request_id = id;
+    m.workload_key.data = sb->key;
+    m.workload_key.len = 16;
+    m.target = "sim/cpu";
+    m.candidates = sb->p;
+    m.n_candidates = sb->b.n_candidates;
+    env.body_case = KILN__ENVELOPE__BODY_REQUEST;
+    env.request = &m;
+    s_raw_send(c, &env);
+}
+
+static void test_raw_client(void **state)
+{
+    (void)state;
+    s_head_t h;
+    s_head_start(&h, 1.0);
+    char err[KL_ERRMSG_LEN];
+    kl_net_security_t sec = {.insecure = true};
+    kl_net_t *c = NULL;
+    assert_int_equal(
+        kl_net_client_new(&c, kl_serve_clients_endpoint(h.s), &sec, err),
+        KL_OK);
+    s_batch_t sb;
+    s_batch(&sb, 3);
+    /* Work before JobHello: Goodbye. */
+    s_raw_request(c, 1, &sb);
+    Kiln__Envelope *got = s_raw_recv(c, KILN__ENVELOPE__BODY_GOODBYE);
+    assert_non_null(strstr(got->goodbye->reason, "say JobHello first"));
+    kl_net_envelope_free(&got);
+
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__JobHello hello = KILN__JOB_HELLO__INIT;
+    hello.name = "raw";
+    hello.weight = 3;
+    env.body_case = KILN__ENVELOPE__BODY_JOB_HELLO;
+    env.job_hello = &hello;
+    s_raw_send(c, &env);
+    got = s_raw_recv(c, KILN__ENVELOPE__BODY_JOB_WELCOME);
+    assert_int_equal(got->job_welcome->heartbeat_ms, 100);
+    kl_net_envelope_free(&got);
+    /* The same request id twice: queued once. */
+    s_raw_request(c, 7, &sb);
+    s_raw_request(c, 7, &sb);
+    s_raw_request(c, 8, &sb);
+
+    int rc;
+    kl_port_fleet_config_t cfg = {.endpoint = kl_serve_clients_endpoint(h.s),
+                                  .security = {.insecure = true}};
+    kl_port_fleet_t *q = NULL;
+    assert_int_equal(kl_port_fleet_new(&q, &cfg, err), KL_OK);
+    /* The three requests cross another socket than the query: wait for
+     * the last one, then make sure no fourth batch shows up. */
+    uint64_t queued = 0;
+    for (int i = 0; i < 100 && queued < 6; i++) {
+        assert_true(s_job_status(q, "raw", &queued, NULL));
+        if (queued < 6)
+            usleep(5 * 1000);
+    }
+    assert_int_equal(queued, 6);
+    usleep(50 * 1000);
+    assert_true(s_job_status(q, "raw", &queued, NULL));
+    assert_int_equal(queued, 6);
+    size_t matched = 9;
+    assert_int_equal(
+        kl_port_fleet_drain(q, "nobody", false, &matched, 5000, err), KL_OK);
+    assert_int_equal(matched, 0);
+    /* raw says nothing more: dropped after its 1 s, work and all. */
+    bool listed = true;
+    for (int i = 0; i < 100 && listed; i++) {
+        usleep(50 * 1000);
+        listed = s_job_status(q, "raw", NULL, NULL);
+    }
+    assert_false(listed);
+    (void)rc;
+    kl_port_fleet_destroy(&q);
+    kl_net_destroy(&c);
+    s_head_stop(&h);
+}
+
+/* A head restarted on the same endpoint: the job says hello again and
+ * sends what was not answered, once; each candidate is answered once. */
+static void test_head_restart(void **state)
+{
+    (void)state;
+    s_head_t h;
+    s_head_start(&h, 30);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", kl_serve_clients_endpoint(h.s));
+    char err[KL_ERRMSG_LEN];
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "r", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    kl_port_t p = kl_port_fleet(a);
+    s_batch_t sb;
+    s_batch(&sb, 3);
+    uint64_t id = 0;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_OK);
+    uint64_t queued = 0;
+    for (int i = 0; i < 100 && queued != 3; i++)
+        if (!s_job_status(a, "r", &queued, NULL) || queued != 3)
+            usleep(10 * 1000);
+    assert_int_equal(queued, 3);
+    s_head_stop(&h); /* says Goodbye "head shutting down" */
+    s_head_start_at(&h, 30, ep);
+    kl_port_fleet_config_t qc = {.endpoint = ep,
+                                 .security = {.insecure = true}};
+    kl_port_fleet_t *q = NULL;
+    assert_int_equal(kl_port_fleet_new(&q, &qc, err), KL_OK);
+    /* The job notices while it waits for results. */
+    kl_dispatch_result_t *r = NULL;
+    queued = 0;
+    for (int i = 0; i < 100 && queued != 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+        if (!s_job_status(q, "r", &queued, NULL))
+            queued = 0;
+    }
+    assert_int_equal(queued, 3);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+    assert_true(s_job_status(q, "r", &queued, NULL));
+    assert_int_equal(queued, 3);
+    assert_int_equal(kl_port_cancel(&p, id, err), KL_OK);
+    bool seen[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 5000, err), KL_OK);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
+        assert_true(r->index < 3 && !seen[r->index]);
+        seen[r->index] = true;
+        kl_dispatch_result_free(&r);
+    }
+    assert_int_equal(kl_port_recv(&p, &r, 200, err), KL_ERR_TIMEOUT);
+    kl_port_fleet_destroy(&q);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    kl_serve_t *s = NULL;
+    char err[KL_ERRMSG_LEN];
+    kl_serve_config_t cfg = {.agents_endpoint = "tcp://127.0.0.1:*",
+                             .clients_endpoint = "tcp://127.0.0.1:*"};
+    assert_int_equal(kl_serve_new(&s, &cfg, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "--keys"));
+    cfg.insecure = true;
+    cfg.agents_endpoint = "tcp://0.0.0.0:*";
+    assert_int_not_equal(kl_serve_new(&s, &cfg, err), KL_OK);
+    assert_non_null(strstr(err, "loopback"));
+    assert_null(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello_queue_cancel),
+        cmocka_unit_test(test_raw_client),
+        cmocka_unit_test(test_head_restart),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

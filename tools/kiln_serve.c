@@ -1,0 +1,92 @@
+/* kiln serve - the head node of a fleet shared by tuning jobs: agents on
+ * --agents, jobs (kiln tune --fleet) and kiln fleet on --clients
+ * (coordinator/serve/kl_serve.h). Runs until SIGTERM or SIGINT. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kiln_cmds.h"
+#include "kl_err.h"
+#include "kl_log.h"
+#include "kl_opt.h"
+#include "kl_serve.h"
+
+static const kl_opt_t s_opts[] = {
+    {"agents", KL_OPT_STR, "tcp://0.0.0.0:7070", KL_NOBOUNDS, "EP",
+     "bind here for kiln-agent (allow-list KEYS/agents)"},
+    {"clients", KL_OPT_STR, "tcp://0.0.0.0:7071", KL_NOBOUNDS, "EP",
+     "bind here for jobs and kiln fleet (allow-list KEYS/clients)"},
+    {"keys", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
+     "DIR/coordinator.key and .pub, DIR/agents/*.pub, DIR/clients/*.pub"},
+    {"insecure", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "no CURVE (loopback endpoints only)"},
+    {"heartbeat-ms", KL_OPT_INT, "1000", 10, 60000, "MS",
+     "heartbeat interval to agents and jobs"},
+    {"client-timeout-s", KL_OPT_DOUBLE, "30", 0.1, 1e6, "S",
+     "drop a job silent this long (its queued work too)"},
+    KL_OPT_END,
+};
+
+static const char s_usage[] =
+    "usage: kiln serve [--agents EP] [--clients EP] (--keys DIR | "
+    "--insecure)\n"
+    "The head node of a fleet that several jobs share: agents connect to\n"
+    "--agents as to kiln tune --listen, jobs connect with kiln tune --fleet\n"
+    "to --clients. Work is shared by weight between the jobs that want a\n"
+    "target. Stores no records. Runs until SIGTERM or SIGINT.";
+
+static volatile sig_atomic_t s_stop;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    s_stop = 1;
+}
+
+int kiln_cmd_serve(int argc, char **argv)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_opts_t *o = NULL;
+    if (kl_opts_parse(s_opts, argc, argv, &o, err) != KL_OK) {
+        fprintf(stderr, "kiln serve: %s\n%s\n", err, s_usage);
+        return 2;
+    }
+    if (kl_opts_help_asked(o)) {
+        kl_opts_print_help(stdout, s_usage, s_opts);
+        kl_opts_free(&o);
+        return 0;
+    }
+    if (kl_opts_npos(o) > 0) {
+        fprintf(stderr, "kiln serve: unexpected argument '%s'\n%s\n",
+                kl_opts_pos(o, 0), s_usage);
+        kl_opts_free(&o);
+        return 2;
+    }
+    kl_log_init("kiln serve");
+    kl_serve_config_t cfg = {
+        .agents_endpoint = kl_opts_str(o, "agents"),
+        .clients_endpoint = kl_opts_str(o, "clients"),
+        .keys_dir = kl_opts_str(o, "keys"),
+        .insecure = kl_opts_bool(o, "insecure"),
+        .heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms"),
+        .client_timeout_s = kl_opts_double(o, "client-timeout-s")};
+    kl_serve_t *s = NULL;
+    int rc = kl_serve_new(&s, &cfg, err);
+    if (rc != KL_OK) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        kl_opts_free(&o);
+        return rc == KL_ERR_INVAL ? 2 : 1;
+    }
+    struct sigaction sa = {.sa_handler = s_on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    fprintf(stderr, "kiln serve: agents on %s, jobs on %s\n",
+            kl_serve_agents_endpoint(s), kl_serve_clients_endpoint(s));
+    rc = kl_serve_run(s, &s_stop, err);
+    if (rc != KL_OK)
+        fprintf(stderr, "kiln serve: %s\n", err);
+    kl_serve_destroy(&s);
+    kl_opts_free(&o);
+    fprintf(stderr, "kiln serve: stopped\n");
+    return rc == KL_OK ? 0 : 1;
+}
