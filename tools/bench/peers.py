@@ -19,7 +19,10 @@ kiln's library through ctypes on its embedded weights (kiln_model_infer).
 All get the same input (seeded ~N(0, 1), or --input). After --warmup runs
 of each, --runs rounds: each round runs every runtime in turn, in an order
 that rotates from round to round, each --settle times (default 1) untimed
-and then once timed, back to back.
+and then --block times (default 5) timed, back to back; the round's
+figure for a runtime is the median of its block (a single timed run per
+round let the other runtimes' lingering threads into every figure:
+MobileNetV2 in kiln 24 ms that way, 12 ms alone).
 Each runtime lives in a process of its own, driven over a pipe, so that
 its threads, their CPU affinity (libgomp binds the calling thread when
 OMP_PROC_BIND is set, which in one process would pin the other runtimes'
@@ -206,9 +209,12 @@ def _serve(conn, kind, a, input_name, x):
         else:
             for _ in range(msg[1]):
                 rt.run(x)
-            t0 = time.perf_counter()
-            rt.run(x)
-            conn.send((time.perf_counter() - t0) * 1e3)
+            ms = []
+            for _ in range(msg[2]):
+                t0 = time.perf_counter()
+                rt.run(x)
+                ms.append((time.perf_counter() - t0) * 1e3)
+            conn.send(ms)
 
 
 class Isolated:
@@ -236,8 +242,8 @@ class Isolated:
         self.conn.send(("out",))
         return self.conn.recv()
 
-    def timed(self, settle):
-        self.conn.send(("time", settle))
+    def timed(self, settle, block=1):
+        self.conn.send(("time", settle, block))
         return self.conn.recv()
 
     def close(self):
@@ -258,12 +264,15 @@ class Shared:
     def output(self):
         return np.array(self.rt.run(self.x), dtype=np.float32)
 
-    def timed(self, settle):
+    def timed(self, settle, block=1):
         for _ in range(settle):
             self.rt.run(self.x)
-        t0 = time.perf_counter()
-        self.rt.run(self.x)
-        return (time.perf_counter() - t0) * 1e3
+        ms = []
+        for _ in range(block):
+            t0 = time.perf_counter()
+            self.rt.run(self.x)
+            ms.append((time.perf_counter() - t0) * 1e3)
+        return ms
 
     def close(self):
         pass
@@ -284,12 +293,16 @@ def main():
     ap.add_argument("--settle", type=int, default=1,
                     help="untimed runs before each timed run of a round "
                          "(see the docstring)")
+    ap.add_argument("--block", type=int, default=5,
+                    help="timed runs of a runtime in each round, back to "
+                         "back (the round's figure for it is their median)")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--same-process", action="store_true",
                     help="run every runtime in this process (default: "
                          "each in a process of its own)")
     a = ap.parse_args()
-    if a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0:
+    if (a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0
+            or a.block < 1):
         ap.error("--runs and --threads must be >= 1, --warmup and --settle "
                  ">= 0")
 
@@ -369,13 +382,14 @@ def main():
     for r in range(a.runs):
         k = r % len(rts)
         for rt in rts[k:] + rts[:k]:
-            ms[rt.name].append(rt.timed(a.settle))
+            ms[rt.name].append(float(np.median(rt.timed(a.settle, a.block))))
     for rt in rts:
         rt.close()
 
     st = {n: stats(v) for n, v in ms.items()}
     print("%d warm-up runs each, then %d interleaved rounds of %d untimed "
-          "+ 1 timed run each (ms):" % (a.warmup, a.runs, a.settle))
+          "+ %d timed runs each (a round's figure: their median; ms):"
+          % (a.warmup, a.runs, a.settle, a.block))
     print("%-12s %9s %19s %19s %9s %9s" % (
         "runtime", "median", "p10 .. p90", "min .. max", "/openvino",
         "/ort"))
@@ -404,7 +418,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "threads": a.threads,
                        "runs": a.runs, "warmup": a.warmup,
-                       "settle": a.settle,
+                       "settle": a.settle, "block": a.block,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
                        "max_abs_diff_vs_ort": diffs, "ms": st,
