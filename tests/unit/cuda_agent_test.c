@@ -748,10 +748,21 @@ static void test_agent_fake_gpus(void **state)
     /* Stopping while a kernel hangs on a GPU kills its worker. */
     const char *hang[] = {"hang"};
     s_request(&c, 6, 1, NULL, hang, 1, NULL, NULL, NULL);
-    for (double end = kl_now_s() + 1; kl_now_s() < end;)
-        s_heartbeat(&c);
+    /* Its worker starts once the kernel is compiled: seconds under ASan on
+     * a loaded machine, so wait for it (a hang bound, not a speed). */
     pid_t workers[16];
-    int n = s_gpu_workers(workers, 16); /* one of them hangs */
+    int n = 0;
+    for (double end = kl_now_s() + 60; n < 1 && kl_now_s() < end;) {
+        double next = kl_now_s() + 0.2;
+        while (kl_now_s() < next) {
+            s_heartbeat(&c);
+            usleep(10000);
+        }
+        n = s_gpu_workers(workers, 16); /* one of them hangs */
+    }
+    for (double end = kl_now_s() + 1; kl_now_s() < end;)
+        s_heartbeat(&c); /* into its kernel */
+    n = s_gpu_workers(workers, 16);
     assert_true(n >= 1);
     double t0 = kl_now_s();
     kla_agent_destroy(&agent);
