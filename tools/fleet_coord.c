@@ -80,3 +80,52 @@ int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
         rc = kl_fleet_start(*fleet, kl_dispatch_endpoint(*disp), err);
     return rc;
 }
+
+int kl_fleet_head_check(const kl_opts_t *o, bool name_required, char *err)
+{
+    if (!kl_opts_str(o, "fleet"))
+        return KL_OK;
+    if (kl_opts_str(o, "listen") || kl_opts_given(o, "local-agents"))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--fleet excludes --listen and --local-agents (the "
+                         "head's agents measure)");
+    if (name_required && !kl_opts_str(o, "name"))
+        return kl_seterr(err, KL_ERR_INVAL, "--fleet needs --name NAME");
+    if (!kl_opts_bool(o, "insecure") && !kl_opts_str(o, "keys"))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--fleet needs --keys DIR (KEY.key and "
+                         "coordinator.pub) or --insecure on loopback");
+    return KL_OK;
+}
+
+int kl_fleet_head(const kl_opts_t *o, const char *who, const char *target,
+                  const char *default_name, kl_port_fleet_t **out, char *err)
+{
+    *out = NULL;
+    int rc = kl_fleet_head_check(o, default_name == NULL, err);
+    if (rc != KL_OK || !kl_opts_str(o, "fleet"))
+        return rc;
+    const char *keys = kl_opts_str(o, "keys");
+    bool insecure = kl_opts_bool(o, "insecure");
+    const char *name = kl_opts_str(o, "name");
+    char *server =
+        keys && !insecure ? kl_xasprintf("%s/coordinator.pub", keys) : NULL;
+    kl_port_fleet_config_t cfg = {.endpoint = kl_opts_str(o, "fleet"),
+                                  .name = name ? name : default_name,
+                                  .weight = (uint32_t)kl_opts_int(o, "weight"),
+                                  .targets = &target,
+                                  .n_targets = 1,
+                                  .connect_s =
+                                      kl_opts_double(o, "agent-wait-s")};
+    cfg.security.insecure = insecure;
+    if (!insecure) {
+        cfg.security.keys_dir = keys;
+        cfg.security.name = kl_opts_str(o, "key");
+        cfg.security.server_key_file = server;
+    }
+    rc = kl_port_fleet_new(out, &cfg, err);
+    free(server);
+    if (rc == KL_OK)
+        fprintf(stderr, "%s: job %s on head %s\n", who, cfg.name, cfg.endpoint);
+    return rc;
+}

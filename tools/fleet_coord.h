@@ -21,6 +21,7 @@
 #include "fleet.h"
 #include "kl_dispatch.h"
 #include "kl_opt.h"
+#include "kl_port_fleet.h"
 
 /* The option rows kl_fleet_coordinator reads (and agent-wait-s, which the
  * job loops read); put them in a command's kl_opt_t table. */
@@ -40,6 +41,17 @@
      "fail when no agent of the target is connected for this long"}, \
     {"heartbeat-ms", KL_OPT_INT, "1000", 10, 60000, "MS", \
      "heartbeat interval (agents silent for 3 are lost)"},
+/* The option rows of a job that may run on a shared head node instead
+ * (kiln serve): --fleet EP, --name, --weight, --key. */
+#define KL_HEAD_OPTS \
+    {"fleet", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP", \
+     "measure on a shared head node (kiln serve --clients EP) instead"}, \
+    {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME", \
+     "with --fleet: this job's name on the head (unique there)"}, \
+    {"weight", KL_OPT_INT, "1", 1, 1000, "W", \
+     "with --fleet: this job's share of the agents, against other jobs'"}, \
+    {"key", KL_OPT_STR, "client", KL_NOBOUNDS, "NAME", \
+     "with --fleet: this side's keypair KEYS/NAME.key (a client key)"},
 /* clang-format on */
 
 /* who names the command in the "listening on" line ("kiln tune"). Local
@@ -50,5 +62,16 @@
  * and are the caller's to destroy. */
 int kl_fleet_coordinator(const kl_opts_t *o, const char *who, bool simulate,
                          kl_fleet_t **fleet, kl_dispatch_t **disp, char *err);
+
+/* --fleet: checks that the fleet options do not clash (--fleet excludes
+ * --listen and --local-agents) and, when --fleet is given, connects to the
+ * head as job `name` (the --name option, else default_name; NULL: --name
+ * is required) wanting target, and prints "WHO: job NAME on head EP".
+ * *out stays NULL without --fleet. KL_ERR_INVAL for a usage error. */
+int kl_fleet_head(const kl_opts_t *o, const char *who, const char *target,
+                  const char *default_name, kl_port_fleet_t **out, char *err);
+/* The usage half of kl_fleet_head, for a command that checks its options
+ * before it starts anything. */
+int kl_fleet_head_check(const kl_opts_t *o, bool name_required, char *err);
 
 #endif

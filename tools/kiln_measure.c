@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fleet_coord.h"
 #include "kiln_cmds.h"
@@ -40,7 +41,7 @@ static const kl_opt_t s_opts[] = {
     KL_FLEET_OPTS{
         "json", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
         "print a JSON array of results on stdout instead of the table"},
-    KL_OPT_END,
+    KL_HEAD_OPTS KL_OPT_END,
 };
 
 static const char s_usage[] =
@@ -212,6 +213,8 @@ typedef struct {
     kl_store_t *store;
     kl_dispatch_t *disp;
     kl_fleet_t *fleet;
+    kl_port_fleet_t *head; /* --fleet */
+    kl_port_t port;        /* disp's or head's */
     bool header;
 } s_job_t;
 
@@ -412,7 +415,7 @@ static int s_submit(s_job_t *j, size_t *n_sub, char *err)
                              .candidates = p,
                              .n_candidates = n};
     uint64_t id;
-    int rc = n ? kl_dispatch_submit(j->disp, &b, &id, err) : KL_OK;
+    int rc = n ? kl_port_submit(&j->port, &b, &id, err) : KL_OK;
     free(c);
     free(p);
     *n_sub = n;
@@ -425,7 +428,7 @@ static int s_wait_agent(s_job_t *j, double since, char *err)
     double wait = kl_opts_double(j->o, "agent-wait-s");
     for (;;) {
         size_t n = 0;
-        int rc = kl_dispatch_agents(j->disp, j->target, &n, err);
+        int rc = kl_port_agents(&j->port, j->target, &n, err);
         if (rc != KL_OK || n > 0)
             return rc;
         if (s_stop)
@@ -434,7 +437,7 @@ static int s_wait_agent(s_job_t *j, double since, char *err)
             return kl_seterr(err, KL_ERR_TIMEOUT,
                              "no agent for target '%s' connected to %s "
                              "within %.0f s",
-                             j->target, kl_dispatch_endpoint(j->disp), wait);
+                             j->target, kl_port_where(&j->port), wait);
         if (j->fleet && kl_fleet_running(j->fleet) == 0)
             return kl_seterr(err, KL_ERR_CLOSED,
                              "every local kiln-agent exited (see its log "
@@ -452,10 +455,9 @@ static int s_collect(s_job_t *j, size_t want, char *err)
     size_t got = 0;
     while (got < want && !s_stop) {
         size_t n = 0;
-        if (kl_dispatch_recv(j->disp, &b[0], 250, NULL) == KL_OK) {
+        if (kl_port_recv(&j->port, &b[0], 250, NULL) == KL_OK) {
             n = 1;
-            while (n < 256 &&
-                   kl_dispatch_recv(j->disp, &b[n], 0, NULL) == KL_OK)
+            while (n < 256 && kl_port_recv(&j->port, &b[n], 0, NULL) == KL_OK)
                 n++;
         }
         if (n) {
@@ -469,7 +471,7 @@ static int s_collect(s_job_t *j, size_t want, char *err)
             continue;
         }
         size_t agents = 0;
-        kl_dispatch_agents(j->disp, j->target, &agents, NULL);
+        kl_port_agents(&j->port, j->target, &agents, NULL);
         if (agents == 0) {
             char why[KL_ERRMSG_LEN];
             int rc = s_wait_agent(j, kl_now_s(), why);
@@ -584,15 +586,32 @@ static void s_summary(s_job_t *j)
     kl_buf_free(&b);
 }
 
-/* Binds the coordinator and, when asked, starts local agents. */
+/* Binds the coordinator and, when asked, starts local agents; or, with
+ * --fleet, joins a shared head node as job --name (default
+ * measure-HOST-PID). */
 static int s_start(s_job_t *j, char *err)
 {
-    return kl_fleet_coordinator(j->o, "kiln measure", false, &j->fleet,
-                                &j->disp, err);
+    int rc;
+    if (kl_opts_str(j->o, "fleet")) {
+        char host[64] = "host", name[96];
+        gethostname(host, sizeof host - 1);
+        snprintf(name, sizeof name, "measure-%s-%d", host, (int)getpid());
+        rc =
+            kl_fleet_head(j->o, "kiln measure", j->target, name, &j->head, err);
+        if (rc == KL_OK)
+            j->port = kl_port_fleet(j->head);
+        return rc;
+    }
+    rc = kl_fleet_coordinator(j->o, "kiln measure", false, &j->fleet, &j->disp,
+                              err);
+    if (rc == KL_OK)
+        j->port = kl_port_dispatch(j->disp);
+    return rc;
 }
 
 static void s_job_free(s_job_t *j)
 {
+    kl_port_fleet_destroy(&j->head);
     kl_dispatch_destroy(&j->disp);
     kl_fleet_destroy(&j->fleet);
     kl_store_close(&j->store);
@@ -636,6 +655,10 @@ static int s_parse(s_job_t *j, int argc, char **argv)
     j->target = kl_opts_str(j->o, "target");
     j->npos = kl_opts_npos(j->o);
     kl_buf_t name = {0};
+    if (kl_fleet_head_check(j->o, false, err) != KL_OK) {
+        fprintf(stderr, "kiln measure: %s\n%s\n", err, s_usage);
+        return 2;
+    }
     int rc = s_parse_args(kl_opts_str(j->o, "args"), &j->args, &j->n_args,
                           &name, err);
     j->name = kl_buf_take(&name);

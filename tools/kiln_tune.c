@@ -60,15 +60,7 @@ static const kl_opt_t s_opts[] = {
         "never taken for measurements of TARGET"},
     {"quiet", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no progress lines or tables, only the result"},
-    {"fleet", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
-     "measure on a shared head node (kiln serve --clients EP) instead"},
-    {"name", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME",
-     "with --fleet: this job's name on the head (unique there)"},
-    {"weight", KL_OPT_INT, "1", 1, 1000, "W",
-     "with --fleet: this job's share of the agents, against other jobs'"},
-    {"key", KL_OPT_STR, "client", KL_NOBOUNDS, "NAME",
-     "with --fleet: this side's keypair KEYS/NAME.key (a client key)"},
-    KL_METRICS_OPTS,
+    KL_HEAD_OPTS KL_METRICS_OPTS,
     KL_OPT_END,
 };
 
@@ -354,43 +346,13 @@ static int s_job(cmd_t *c, char *err)
     return rc;
 }
 
-/* --fleet: the job's port is a head node's (kl_port_fleet.h). */
-static int s_head(cmd_t *c, char *err)
-{
-    const kl_opts_t *o = c->o;
-    const char *keys = kl_opts_str(o, "keys");
-    bool insecure = kl_opts_bool(o, "insecure");
-    if (!insecure && !keys)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "--fleet needs --keys DIR (KEY.key and "
-                         "coordinator.pub) or --insecure on loopback");
-    const char *target = kl_task_target(kl_job_task(c->job, 0));
-    char *server = keys ? kl_xasprintf("%s/coordinator.pub", keys) : NULL;
-    kl_port_fleet_config_t cfg = {.endpoint = kl_opts_str(o, "fleet"),
-                                  .name = kl_opts_str(o, "name"),
-                                  .weight = (uint32_t)kl_opts_int(o, "weight"),
-                                  .targets = &target,
-                                  .n_targets = 1,
-                                  .connect_s =
-                                      kl_opts_double(o, "agent-wait-s")};
-    cfg.security.insecure = insecure;
-    if (!insecure) {
-        cfg.security.keys_dir = keys;
-        cfg.security.name = kl_opts_str(o, "key");
-        cfg.security.server_key_file = server;
-    }
-    int rc = kl_port_fleet_new(&c->head, &cfg, err);
-    free(server);
-    if (rc == KL_OK)
-        fprintf(stderr, "kiln tune: job %s on head %s\n", cfg.name,
-                cfg.endpoint);
-    return rc;
-}
-
 static int s_run(cmd_t *c, char *err)
 {
+    /* --fleet: the job's port is a head node's (kl_port_fleet.h). */
     int rc = kl_opts_str(c->o, "fleet")
-                 ? s_head(c, err)
+                 ? kl_fleet_head(c->o, "kiln tune",
+                                 kl_task_target(kl_job_task(c->job, 0)), NULL,
+                                 &c->head, err)
                  : kl_fleet_coordinator(c->o, "kiln tune",
                                         kl_opts_bool(c->o, "simulate"),
                                         &c->fleet, &c->disp, err);
@@ -444,18 +406,12 @@ static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
         rc = kl_seterr(err, KL_ERR_INVAL, "%s",
                        op ? "--op and --model exclude each other"
                           : "--op TEXT or --model NAME|FILE is required");
-    else if (kl_opts_str(c->o, "fleet") &&
-             (kl_opts_str(c->o, "listen") ||
-              kl_opts_given(c->o, "local-agents")))
-        rc = kl_seterr(err, KL_ERR_INVAL,
-                       "--fleet excludes --listen and --local-agents (the "
-                       "head's agents measure)");
-    else if (kl_opts_str(c->o, "fleet") && !kl_opts_str(c->o, "name"))
-        rc = kl_seterr(err, KL_ERR_INVAL, "--fleet needs --name NAME");
     else if (op && kl_opts_given(c->o, "max-trials-global"))
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "--max-trials-global goes with --model (--op has "
                        "--max-trials-per-task)");
+    else
+        rc = kl_fleet_head_check(c->o, true, err);
     if (!rc && model)
         rc = kl_model_load(model, &c->model, err);
     if (rc) {
