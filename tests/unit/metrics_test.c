@@ -29,26 +29,26 @@ static void test_parse_listen(void **state)
     unsigned port = 1;
     bool lo = false;
     assert_int_equal(
-        kl_metrics_parse_listen("9100", host, sizeof host, &port, &lo, err),
+        kl_http_parse_listen("9100", host, sizeof host, &port, &lo, err),
         KL_OK);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 9100);
     assert_true(lo);
     assert_int_equal(
-        kl_metrics_parse_listen(":0", host, sizeof host, &port, &lo, err),
+        kl_http_parse_listen(":0", host, sizeof host, &port, &lo, err),
         KL_OK);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 0);
-    assert_int_equal(kl_metrics_parse_listen("127.0.0.2:80", host, sizeof host,
+    assert_int_equal(kl_http_parse_listen("127.0.0.2:80", host, sizeof host,
                                              &port, &lo, err),
                      KL_OK);
     assert_true(lo);
     assert_int_equal(
-        kl_metrics_parse_listen("[::1]:9", host, sizeof host, &port, &lo, err),
+        kl_http_parse_listen("[::1]:9", host, sizeof host, &port, &lo, err),
         KL_OK);
     assert_string_equal(host, "::1");
     assert_true(lo);
-    assert_int_equal(kl_metrics_parse_listen("0.0.0.0:9100", host, sizeof host,
+    assert_int_equal(kl_http_parse_listen("0.0.0.0:9100", host, sizeof host,
                                              &port, &lo, err),
                      KL_OK);
     assert_false(lo);
@@ -58,7 +58,7 @@ static void test_parse_listen(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         assert_int_equal(
-            kl_metrics_parse_listen(bad[i], host, sizeof host, &port, &lo, err),
+            kl_http_parse_listen(bad[i], host, sizeof host, &port, &lo, err),
             KL_ERR_INVAL);
         assert_non_null(strstr(err, "--http"));
     }
@@ -358,13 +358,25 @@ static void test_collect(void **state)
     free(cmd);
 }
 
-/* The elapsed_s of the snapshot served: each publish sets it anew. */
+/* The snapshot served: elapsed_s (each publish sets it anew) and done. */
+typedef struct {
+    double elapsed_s;
+    bool done;
+} s_served_t;
+
+static void s_peek(const void *snap, void *arg)
+{
+    const kl_metrics_snap_t *s = snap;
+    s_served_t *o = arg;
+    o->elapsed_s = s ? s->elapsed_s : -1;
+    o->done = s && s->done;
+}
+
 static double s_served_elapsed(kl_metrics_t *m)
 {
-    pthread_mutex_lock(&m->lock);
-    double e = m->snap ? m->snap->elapsed_s : -1;
-    pthread_mutex_unlock(&m->lock);
-    return e;
+    s_served_t o;
+    kl_http_peek(m->http, s_peek, &o);
+    return o.elapsed_s;
 }
 
 /* What the tuning loop's updates do: a forced one collects and publishes
@@ -421,10 +433,9 @@ static void test_update_cost(void **state)
     /* The job's end is published however soon it comes. */
     kl_metrics_update(m, &port, job, false, true);
     assert_true(s_served_elapsed(m) != last);
-    pthread_mutex_lock(&m->lock);
-    bool done = m->snap->done;
-    pthread_mutex_unlock(&m->lock);
-    assert_true(done);
+    s_served_t o;
+    kl_http_peek(m->http, s_peek, &o);
+    assert_true(o.done);
     kl_metrics_destroy(&m);
     kl_dispatch_destroy(&d);
     kl_job_destroy(&job);
