@@ -12,7 +12,8 @@
 #     1, and `kiln fleet status` says "waiting for an agent of target ...";
 #  4. --state: a0 drained, the head restarted (SIGTERM) with the same
 #     --state: the agents reconnect, a0 is still drained and a job's work
-#     goes to a1 only; undrained, DIR/drained is empty again.
+#     goes to a1 only; undrained, DIR/drained is empty again;
+#  5. --http errors: a bad value exits 2, a port in use exits 1.
 . "$(dirname "$0")/lib.sh"
 CHECK=(python3 "$(dirname "$0")/metrics_check.py")
 OP="matmul M=256 N=256 K=256"
@@ -175,6 +176,19 @@ grep -q "^trials *40 (40 valid" "$T/jd.out" || fail "jd: $(grep ^trials "$T/jd.o
 "$KILN" fleet undrain a0 --head "$CEP" --insecure >/dev/null 2>&1 || fail "undrain a0"
 [ ! -s "$ST/drained" ] || fail "undrained, $ST/drained still holds $(cat "$ST/drained")"
 [ "$(status --json | field agents a0 drained)" = False ] || fail "a0 still drained"
+
+# ---- 5. --http errors: a bad value exits 2, a port in use 1 ----
+"$KILN" serve --agents 'tcp://127.0.0.1:*' --clients 'tcp://127.0.0.1:*' \
+    --insecure --http 127.0.0.1:x 2>"$T/bad.txt"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--http 127.0.0.1:x: exit $rc, expected 2"
+grep -q -- "--http" "$T/bad.txt" || fail "bad --http: $(cat "$T/bad.txt")"
+"$KILN" serve --agents 'tcp://127.0.0.1:*' --clients 'tcp://127.0.0.1:*' \
+    --insecure --http "127.0.0.1:${URL##*:}" 2>"$T/busy.txt"
+rc=$?
+[ "$rc" -eq 1 ] || fail "--http on a port in use: exit $rc, expected 1"
+grep -q "cannot serve on 127.0.0.1 port ${URL##*:}" "$T/busy.txt" ||
+    fail "port in use: $(cat "$T/busy.txt")"
 
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "kiln serve exited $? on SIGTERM"
