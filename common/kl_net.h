@@ -27,8 +27,9 @@
  * agent drops such a request as malformed, so a coordinator refuses
  * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. Minor 2 added
  * the job <-> head messages (JobHello ... DrainReply, docs/protocol.md);
- * agents never see them, so 1.1 agents stay welcome. */
-#define KL_PROTO_MINOR 2
+ * agents never see them, so 1.1 agents stay welcome. Minor 3 added
+ * JobStatus.state and waiting_target (a 1.2 kiln fleet ignores them). */
+#define KL_PROTO_MINOR 3
 #define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */

@@ -437,6 +437,9 @@ static int s_check_status(const Kiln__StatusReply *r, char *err)
             return s_fail(err, q, "missing");
         S_TRY(s_str(j->name, KL_NET_MAX_STRING, q, "name", err));
         S_TRY(s_str(j->owner_key, KL_NET_MAX_STRING, q, "owner_key", err));
+        S_TRY(s_str(j->state, KL_NET_MAX_STRING, q, "state", err));
+        S_TRY(s_str(j->waiting_target, KL_NET_MAX_STRING, q, "waiting_target",
+                    err));
         S_TRY(s_strs(j->targets, j->n_targets, KL_NET_MAX_TARGETS, q, "targets",
                      err));
     }

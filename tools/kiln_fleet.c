@@ -90,10 +90,14 @@ static void s_print_json(const Kiln__StatusReply *r)
         printf(",\"targets\":");
         s_json_strs(j->targets, j->n_targets);
         printf(",\"weight\":%u,\"queued\":%llu,\"in_flight\":%llu,"
-               "\"done\":%llu,\"rate\":%.3f}",
+               "\"done\":%llu,\"rate\":%.3f,\"state\":",
                j->weight, (unsigned long long)j->queued,
                (unsigned long long)j->in_flight, (unsigned long long)j->done,
                j->rate);
+        s_json_str(j->state);
+        printf(",\"waiting_target\":");
+        s_json_str(j->waiting_target);
+        putchar('}');
     }
     printf("]}\n");
 }
@@ -112,14 +116,18 @@ static void s_print_table(const Kiln__StatusReply *r)
                (unsigned long long)a->failures, a->last_seen_s,
                a->drained ? "drained" : "");
     }
-    printf("\n%-20s %-24s %6s %8s %9s %8s %8s\n", "JOB", "TARGETS", "WEIGHT",
-           "QUEUED", "IN FLIGHT", "DONE", "RATE/S");
+    printf("\n%-20s %-24s %6s %8s %9s %8s %8s %s\n", "JOB", "TARGETS", "WEIGHT",
+           "QUEUED", "IN FLIGHT", "DONE", "RATE/S", "STATE");
     for (size_t i = 0; i < r->n_jobs; i++) {
         const Kiln__JobStatus *j = r->jobs[i];
-        printf("%-20s %-24s %6u %8llu %9llu %8llu %8.1f\n", j->name,
+        printf("%-20s %-24s %6u %8llu %9llu %8llu %8.1f ", j->name,
                j->n_targets ? j->targets[0] : "-", j->weight,
                (unsigned long long)j->queued, (unsigned long long)j->in_flight,
                (unsigned long long)j->done, j->rate);
+        if (strcmp(j->state, "waiting") == 0)
+            printf("waiting for an agent of target %s\n", j->waiting_target);
+        else
+            printf("%s\n", *j->state ? j->state : "-"); /* a 1.2 head: "" */
     }
 }
 

@@ -8,6 +8,7 @@
 #include "kiln_cmds.h"
 #include "kl_err.h"
 #include "kl_log.h"
+#include "kl_metrics_serve.h"
 #include "kl_opt.h"
 #include "kl_serve.h"
 
@@ -24,16 +25,26 @@ static const kl_opt_t s_opts[] = {
      "heartbeat interval to agents and jobs"},
     {"client-timeout-s", KL_OPT_DOUBLE, "30", 0.1, 1e6, "S",
      "drop a job silent this long (its queued work too)"},
+    {"http", KL_OPT_STR, NULL, KL_NOBOUNDS, "ADDR:PORT",
+     "serve /metrics (Prometheus text) and / (status page) of the agents "
+     "and jobs; a bare PORT listens on 127.0.0.1, port 0 picks a free one"},
+    {"state", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
+     "keep what an operator set across restarts: DIR/drained (the agents "
+     "drained, applied as they register)"},
     KL_OPT_END,
 };
 
 static const char s_usage[] =
     "usage: kiln serve [--agents EP] [--clients EP] (--keys DIR | "
     "--insecure)\n"
+    "                  [--http ADDR:PORT] [--state DIR]\n"
     "The head node of a fleet that several jobs share: agents connect to\n"
     "--agents as to kiln tune --listen, jobs connect with kiln tune --fleet\n"
     "to --clients. Work is shared by weight between the jobs that want a\n"
-    "target. Stores no records. Runs until SIGTERM or SIGINT.";
+    "target. Stores no records; with --state DIR it keeps the agents an\n"
+    "operator drained (DIR/drained). --http serves the agents and jobs as\n"
+    "Prometheus metrics (/metrics) and a status page (/). Runs until\n"
+    "SIGTERM or SIGINT.";
 
 static volatile sig_atomic_t s_stop;
 
@@ -69,22 +80,32 @@ int kiln_cmd_serve(int argc, char **argv)
         .keys_dir = kl_opts_str(o, "keys"),
         .insecure = kl_opts_bool(o, "insecure"),
         .heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms"),
-        .client_timeout_s = kl_opts_double(o, "client-timeout-s")};
+        .client_timeout_s = kl_opts_double(o, "client-timeout-s"),
+        .state_dir = kl_opts_str(o, "state")};
     kl_serve_t *s = NULL;
+    kl_metrics_serve_t *m = NULL;
     int rc = kl_serve_new(&s, &cfg, err);
+    if (rc == KL_OK && kl_opts_str(o, "http"))
+        rc = kl_metrics_serve_new(&m, s, kl_opts_str(o, "http"), err);
     if (rc != KL_OK) {
         fprintf(stderr, "kiln serve: %s\n", err);
+        kl_serve_destroy(&s);
         kl_opts_free(&o);
         return rc == KL_ERR_INVAL ? 2 : 1;
     }
+    kl_serve_on_tick(s, kl_metrics_serve_tick, m);
     struct sigaction sa = {.sa_handler = s_on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    if (m)
+        fprintf(stderr, "kiln serve: metrics on %s/metrics\n",
+                kl_metrics_serve_url(m));
     fprintf(stderr, "kiln serve: agents on %s, jobs on %s\n",
             kl_serve_agents_endpoint(s), kl_serve_clients_endpoint(s));
     rc = kl_serve_run(s, &s_stop, err);
     if (rc != KL_OK)
         fprintf(stderr, "kiln serve: %s\n", err);
+    kl_metrics_serve_destroy(&m);
     kl_serve_destroy(&s);
     kl_opts_free(&o);
     fprintf(stderr, "kiln serve: stopped\n");

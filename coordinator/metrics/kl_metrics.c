@@ -102,15 +102,11 @@ void kl_metrics_publish(kl_metrics_t *self, kl_metrics_snap_t **snap)
 {
     if (!snap || !*snap)
         return;
-    kl_metrics_snap_t *s = *snap, *old;
+    kl_metrics_snap_t *s = *snap;
     *snap = NULL;
     snprintf(s->job, sizeof s->job, "%s", self->job);
     s->elapsed_s = kl_now_s() - self->t0;
-    pthread_mutex_lock(&self->lock);
-    old = self->snap;
-    self->snap = s;
-    pthread_mutex_unlock(&self->lock);
-    kl_metrics_snap_free(&old);
+    kl_http_publish(self->http, s);
 }
 
 void kl_metrics_update(kl_metrics_t *self, const kl_port_t *port,
@@ -143,6 +139,62 @@ int kl_metrics_from_opts(kl_metrics_t **out, const kl_opts_t *o,
         fprintf(stderr, "kiln tune: metrics on %s/metrics\n",
                 kl_metrics_url(*out));
     return rc;
+}
+
+static char *s_text(const void *snap)
+{
+    return kl_metrics_render_text(snap);
+}
+
+static char *s_html(const void *snap)
+{
+    return kl_metrics_render_html(snap);
+}
+
+static void s_snap_free(void *snap)
+{
+    kl_metrics_snap_t *s = snap;
+    kl_metrics_snap_free(&s);
+}
+
+int kl_metrics_new(kl_metrics_t **out, const kl_metrics_cfg_t *cfg, char *err)
+{
+    *out = NULL;
+    kl_metrics_t *m = kl_xcalloc(1, sizeof *m);
+    snprintf(m->job, sizeof m->job, "%s", cfg->job ? cfg->job : "tune");
+    m->store_dir = cfg->store_dir ? kl_xstrdup(cfg->store_dir) : NULL;
+    m->min_interval_s = cfg->min_interval_s > 0 ? cfg->min_interval_s : 0.5;
+    m->t0 = kl_now_s();
+    kl_metrics_snap_t *first = kl_metrics_snap_new(0);
+    snprintf(first->job, sizeof first->job, "%s", m->job);
+    kl_http_cfg_t hc = {.listen = cfg->listen,
+                        .what = "this job's metrics",
+                        .text = s_text,
+                        .html = s_html,
+                        .snap_free = s_snap_free};
+    int rc = kl_http_new(&m->http, &hc, first, err);
+    if (rc) {
+        kl_metrics_destroy(&m);
+        return rc;
+    }
+    *out = m;
+    return KL_OK;
+}
+
+void kl_metrics_destroy(kl_metrics_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kl_metrics_t *m = *self_p;
+    kl_http_destroy(&m->http);
+    free(m->store_dir);
+    free(m);
+    *self_p = NULL;
+}
+
+const char *kl_metrics_url(const kl_metrics_t *self)
+{
+    return kl_http_url(self->http);
 }
 
 void kl_metrics_linger(kl_metrics_t *self, const kl_opts_t *o,

@@ -3,10 +3,10 @@
  * page that reloads itself every 2 s (`kiln tune --http ADDR:PORT`).
  *
  * The tuning loop owns every source (dispatch, tasks, store) and is the
- * only thread that may touch them; the HTTP server runs in libmicrohttpd's
- * own thread. So the loop collects a snapshot (kl_metrics_update, rate
- * limited) and publishes it; the server renders the latest published
- * snapshot. The two threads share nothing else.
+ * only thread that may touch them; the HTTP server (kl_http.h) runs in
+ * libmicrohttpd's own thread. So the loop collects a snapshot
+ * (kl_metrics_update, rate limited) and publishes it; the server renders
+ * the latest published snapshot. The two threads share nothing else.
  *
  * Metric families (HELP and TYPE lines precede each):
  *   kiln_job_info{job}                   gauge 1 (job: the workload or
@@ -143,17 +143,10 @@ typedef struct {
     double min_interval_s;
 } kl_metrics_cfg_t;
 
-/* Parses a --http value into a numeric host (IPv4 or IPv6, no brackets)
- * and a port. A missing host is "127.0.0.1"; a name is resolved (its first
- * address). *loopback says whether the address is a loopback one. Errors
- * (KL_ERR_INVAL) name the value and what was expected. */
-int kl_metrics_parse_listen(const char *text, char *host, size_t host_len,
-                            unsigned *port, bool *loopback, char *err);
-
-/* Binds the HTTP server on cfg->listen and starts its thread. A listen
- * value that does not parse is KL_ERR_INVAL; an address that cannot be
- * bound (in use, not local) is KL_ERR_IO naming the address and the
- * reason. A non-loopback address is served (it was asked for explicitly)
+/* Binds the HTTP server on cfg->listen (kl_http_parse_listen) and starts
+ * its thread. A listen value that does not parse is KL_ERR_INVAL; an address
+ * that cannot be bound (in use, not local) is KL_ERR_IO naming the address and
+ * the reason. A non-loopback address is served (it was asked for explicitly)
  * with a warning on stderr. Until the first publish, the metrics show an
  * empty job. */
 int kl_metrics_new(kl_metrics_t **out, const kl_metrics_cfg_t *cfg, char *err);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kl_metrics.h"
+#include "kl_prom.h"
 #include "kl_util.h"
 
 static const char *const s_status[8] = {
@@ -20,111 +21,66 @@ const char *kl_metrics_status_name(int status)
     return s_status[status];
 }
 
-/* A label value: backslash, double quote and newline escaped. */
-static void s_label(kl_buf_t *b, const char *v)
-{
-    for (; *v; v++) {
-        if (*v == '\\')
-            kl_buf_puts(b, "\\\\");
-        else if (*v == '"')
-            kl_buf_puts(b, "\\\"");
-        else if (*v == '\n')
-            kl_buf_puts(b, "\\n");
-        else
-            kl_buf_append(b, v, 1);
-    }
-}
-
-static void s_value(kl_buf_t *b, double v)
-{
-    if (isnan(v))
-        kl_buf_puts(b, "NaN");
-    else if (isinf(v))
-        kl_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
-    else if (v == floor(v) && fabs(v) < 1e15)
-        kl_buf_printf(b, "%.0f", v);
-    else
-        kl_buf_printf(b, "%.17g", v);
-}
-
-static void s_family(kl_buf_t *b, const char *name, const char *type,
-                     const char *help)
-{
-    kl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* One sample without labels. */
-static void s_plain(kl_buf_t *b, const char *name, double v)
-{
-    kl_buf_printf(b, "%s ", name);
-    s_value(b, v);
-    kl_buf_puts(b, "\n");
-}
-
-static void s_metric(kl_buf_t *b, const char *name, const char *type,
-                     const char *help, double v)
-{
-    s_family(b, name, type, help);
-    s_plain(b, name, v);
-}
-
 /* One sample of a task family: {task="i",workload="..."[,target="..."]}. */
 static void s_task_sample(kl_buf_t *b, const char *name, size_t i,
                           const kl_metrics_task_t *t, bool target, double v)
 {
     kl_buf_printf(b, "%s{task=\"%zu\",workload=\"", name, i);
-    s_label(b, t->workload);
+    kl_prom_label(b, t->workload);
     if (target) {
         kl_buf_puts(b, "\",target=\"");
-        s_label(b, t->target);
+        kl_prom_label(b, t->target);
     }
     kl_buf_puts(b, "\"} ");
-    s_value(b, v);
+    kl_prom_value(b, v);
     kl_buf_puts(b, "\n");
 }
 
 static void s_text_dispatch(kl_buf_t *b, const kl_metrics_snap_t *s)
 {
     const kl_dispatch_stats_t *d = &s->dispatch;
-    s_family(b, "kiln_agents", "gauge",
-             "Live agents of each exact target the job's tasks run on.");
+    kl_prom_family(b, "kiln_agents", "gauge",
+                   "Live agents of each exact target the job's tasks run on.");
     for (size_t i = 0; i < s->n_targets; i++) {
         kl_buf_puts(b, "kiln_agents{target=\"");
-        s_label(b, s->targets[i].target);
+        kl_prom_label(b, s->targets[i].target);
         kl_buf_printf(b, "\"} %zu\n", s->targets[i].agents);
     }
-    s_metric(b, "kiln_agents_connected", "gauge",
-             "Live agents of every target.", (double)d->agents);
-    s_metric(b, "kiln_queue_depth", "gauge", "Candidates waiting for an agent.",
-             (double)d->queued);
-    s_metric(b, "kiln_in_flight", "gauge", "Candidates held by agents.",
-             (double)d->in_flight);
-    s_metric(b, "kiln_submitted_total", "counter",
-             "Candidates submitted to dispatch in this job.",
-             (double)d->submitted);
-    s_family(b, "kiln_results_total", "counter",
-             "Results accepted by dispatch in this job, by status.");
+    kl_prom_metric(b, "kiln_agents_connected", "gauge",
+                   "Live agents of every target.", (double)d->agents);
+    kl_prom_metric(b, "kiln_queue_depth", "gauge",
+                   "Candidates waiting for an agent.", (double)d->queued);
+    kl_prom_metric(b, "kiln_in_flight", "gauge", "Candidates held by agents.",
+                   (double)d->in_flight);
+    kl_prom_metric(b, "kiln_submitted_total", "counter",
+                   "Candidates submitted to dispatch in this job.",
+                   (double)d->submitted);
+    kl_prom_family(b, "kiln_results_total", "counter",
+                   "Results accepted by dispatch in this job, by status.");
     for (int i = 0; i < 8; i++)
         kl_buf_printf(b, "kiln_results_total{status=\"%s\"} %llu\n",
                       s_status[i], (unsigned long long)d->by_status[i]);
-    s_metric(b, "kiln_results_per_second", "gauge",
-             "Results per second since the first submit.", d->results_per_s);
-    s_metric(b, "kiln_resent_total", "counter",
-             "Candidates sent again after their agent was lost.",
-             (double)d->resent);
-    s_metric(b, "kiln_agents_lost_total", "counter",
-             "Agents declared dead or gone.", (double)d->agents_lost);
-    s_metric(b, "kiln_duplicates_total", "counter",
-             "Results dropped as already answered.", (double)d->duplicates);
-    s_family(b, "kiln_dispatch_latency_seconds", "gauge",
-             "Seconds from submit to a candidate's first send, over the last "
-             "65536 sends (quantile 1 is the maximum).");
+    kl_prom_metric(b, "kiln_results_per_second", "gauge",
+                   "Results per second since the first submit.",
+                   d->results_per_s);
+    kl_prom_metric(b, "kiln_resent_total", "counter",
+                   "Candidates sent again after their agent was lost.",
+                   (double)d->resent);
+    kl_prom_metric(b, "kiln_agents_lost_total", "counter",
+                   "Agents declared dead or gone.", (double)d->agents_lost);
+    kl_prom_metric(b, "kiln_duplicates_total", "counter",
+                   "Results dropped as already answered.",
+                   (double)d->duplicates);
+    kl_prom_family(
+        b, "kiln_dispatch_latency_seconds", "gauge",
+        "Seconds from submit to a candidate's first send, over the last "
+        "65536 sends (quantile 1 is the maximum).");
     const char *q[3] = {"0.5", "0.99", "1"};
     double v[3] = {d->latency_p50_s, d->latency_p99_s, d->latency_max_s};
     for (int i = 0; i < 3; i++) {
         kl_buf_printf(b, "kiln_dispatch_latency_seconds{quantile=\"%s\"} ",
                       q[i]);
-        s_value(b, v[i]);
+        kl_prom_value(b, v[i]);
         kl_buf_puts(b, "\n");
     }
 }
@@ -146,7 +102,7 @@ static void s_text_tasks(kl_buf_t *b, const kl_metrics_snap_t *s)
         {"kiln_task_flop", "Floating-point operations of one run."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-        s_family(b, fam[f].name, "gauge", fam[f].help);
+        kl_prom_family(b, fam[f].name, "gauge", fam[f].help);
         for (size_t i = 0; i < s->n_tasks; i++) {
             const kl_metrics_task_t *t = &s->tasks[i];
             double v[] = {(double)t->trials,
@@ -159,9 +115,10 @@ static void s_text_tasks(kl_buf_t *b, const kl_metrics_snap_t *s)
             s_task_sample(b, fam[f].name, i, t, false, v[f]);
         }
     }
-    s_family(b, "kiln_task_best_latency_seconds", "gauge",
-             "Median latency of the task's best verified candidate on its "
-             "exact target (absent while there is none).");
+    kl_prom_family(
+        b, "kiln_task_best_latency_seconds", "gauge",
+        "Median latency of the task's best verified candidate on its "
+        "exact target (absent while there is none).");
     for (size_t i = 0; i < s->n_tasks; i++)
         if (isfinite(s->tasks[i].best_s))
             s_task_sample(b, "kiln_task_best_latency_seconds", i, &s->tasks[i],
@@ -171,23 +128,23 @@ static void s_text_tasks(kl_buf_t *b, const kl_metrics_snap_t *s)
 char *kl_metrics_render_text(const kl_metrics_snap_t *s)
 {
     kl_buf_t b = {0};
-    s_family(&b, "kiln_job_info", "gauge", "The tuning job (value 1).");
+    kl_prom_family(&b, "kiln_job_info", "gauge", "The tuning job (value 1).");
     kl_buf_puts(&b, "kiln_job_info{job=\"");
-    s_label(&b, s->job);
+    kl_prom_label(&b, s->job);
     kl_buf_puts(&b, "\"} 1\n");
-    s_metric(&b, "kiln_job_done", "gauge", "1 once the job has ended.",
-             s->done ? 1 : 0);
-    s_metric(&b, "kiln_job_elapsed_seconds", "gauge",
-             "Seconds since the job started.", s->elapsed_s);
+    kl_prom_metric(&b, "kiln_job_done", "gauge", "1 once the job has ended.",
+                   s->done ? 1 : 0);
+    kl_prom_metric(&b, "kiln_job_elapsed_seconds", "gauge",
+                   "Seconds since the job started.", s->elapsed_s);
     s_text_dispatch(&b, s);
     s_text_tasks(&b, s);
     if (s->have_store) {
-        s_metric(&b, "kiln_store_bytes", "gauge",
-                 "Size of the record store's data file.",
-                 (double)s->store_bytes);
-        s_metric(&b, "kiln_store_map_bytes", "gauge",
-                 "Map size of the record store (it doubles when full).",
-                 (double)s->store_map_bytes);
+        kl_prom_metric(&b, "kiln_store_bytes", "gauge",
+                       "Size of the record store's data file.",
+                       (double)s->store_bytes);
+        kl_prom_metric(&b, "kiln_store_map_bytes", "gauge",
+                       "Map size of the record store (it doubles when full).",
+                       (double)s->store_map_bytes);
     }
     return kl_buf_take(&b);
 }
@@ -196,19 +153,11 @@ char *kl_metrics_render_text(const kl_metrics_snap_t *s)
 
 static void s_html_head(kl_buf_t *b, const kl_metrics_snap_t *s)
 {
-    kl_buf_puts(b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n"
-                   "<meta http-equiv=\"refresh\" content=\"2\">\n<title>kiln "
-                   "tune: ");
-    kl_buf_put_xml(b, s->job);
-    kl_buf_puts(b,
-                "</title>\n<style>body{font-family:sans-serif;margin:1em}"
-                "table{border-collapse:collapse;margin-bottom:1em}"
-                "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
-                "th{background:#eee}td.l{text-align:left}</style>\n"
-                "</head><body>\n<h1>kiln tune: ");
-    kl_buf_put_xml(b, s->job);
+    char title[96];
+    snprintf(title, sizeof title, "kiln tune: %s", s->job);
+    kl_prom_html_begin(b, title);
     kl_buf_printf(b,
-                  "</h1>\n<p>%s, %.0f s elapsed. Prometheus metrics: "
+                  "<p>%s, %.0f s elapsed. Prometheus metrics: "
                   "<a href=\"/metrics\">/metrics</a>.</p>\n",
                   s->done ? "Done" : "Running", s->elapsed_s);
 }

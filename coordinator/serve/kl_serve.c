@@ -55,6 +55,7 @@ static void s_answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
     env.job_result = &jr;
     kl_serve__send(s, &r->job->peer, &env);
     r->job->done++;
+    s->n_forwarded++;
 }
 
 /* ---- tables ------------------------------------------------------------- */
@@ -303,6 +304,7 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
         env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
         env.job_result = &jr;
         kl_serve__send(s, &r->job->peer, &env);
+        s->n_forwarded++;
         if (!r->job->done++)
             r->job->t_first = kl_now_s();
     }
@@ -357,6 +359,7 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         j->pass = m > 0 ? m : 0; /* -1: no job has work */
         s->jobs = kl_xrealloc(s->jobs, (s->n_jobs + 1) * sizeof *s->jobs);
         s->jobs[s->n_jobs++] = j;
+        s->n_jobs_seen++;
         kl_info("serve: job %s (weight %u) from %s pid %u", j->name, j->weight,
                 h->hostname ? h->hostname : "?", h->pid);
     }
@@ -376,6 +379,7 @@ static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
                          double now)
 {
     Kiln__MeasureRequest *m = (*env)->request;
+    s->n_requests++;
     if (s_req_find(j, m->request_id)) {
         kl_warn("serve: job %s re-sent request %llu: dropped", j->name,
                 (unsigned long long)m->request_id);
@@ -519,6 +523,8 @@ int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
         kl_serve__refresh_agents(s, now, false);
         s_tick(s, now);
         s_schedule(s);
+        if (s->on_tick)
+            s->on_tick(s, s->tick_arg);
     }
     return KL_OK;
 }
@@ -534,6 +540,7 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
                          "agents/, clients/) or --insecure on loopback");
     kl_serve_t *s = kl_xcalloc(1, sizeof *s);
     s->cfg = *cfg;
+    s->t_start = kl_now_s();
     if (s->cfg.heartbeat_ms <= 0)
         s->cfg.heartbeat_ms = 1000;
     if (s->cfg.client_timeout_s <= 0)
@@ -561,7 +568,9 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
                                .heartbeat_ms = s->cfg.heartbeat_ms,
                                .retries = -1,
                                .coordinator_id = s->head_id};
-    int rc = kl_dispatch_new(&s->disp, &dc, err);
+    int rc = kl_serve__state_load(s, err);
+    if (rc == KL_OK)
+        rc = kl_dispatch_new(&s->disp, &dc, err);
     if (rc == KL_OK)
         rc = kl_net_server_new(&s->net, cfg->clients_endpoint, &sc, err);
     free(agents);
@@ -589,10 +598,18 @@ void kl_serve_destroy(kl_serve_t **self_p)
     free(s->jobs);
     free(s->chunks);
     free(s->agents);
+    kl_serve__state_free(s);
     kl_net_destroy(&s->net);
     kl_dispatch_destroy(&s->disp);
     free(s);
     *self_p = NULL;
+}
+
+void kl_serve_on_tick(kl_serve_t *self, void (*fn)(kl_serve_t *, void *),
+                      void *arg)
+{
+    self->on_tick = fn;
+    self->tick_arg = arg;
 }
 
 const char *kl_serve_agents_endpoint(const kl_serve_t *self)

@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
+#include "kl_dispatch.h"
 #include "kl_net.h"
 
 typedef struct kl_serve_s kl_serve_t;
@@ -39,10 +40,17 @@ typedef struct {
     int heartbeat_ms;        /* to agents and jobs; 0: 1000 */
     double client_timeout_s; /* a job silent this long is dropped; 0: 30 */
     const char *head_id;     /* NULL: "kiln-serve-<pid>" */
+    /* What an operator set, kept across restarts: DIR/drained, the names
+     * of the drained agents, one a line, rewritten (a temporary file, then
+     * rename) on every drain and undrain, read by kl_serve_new. An agent
+     * of a name there is drained as it registers. NULL: kept in memory for
+     * the head's life only, nothing written. */
+    const char *state_dir;
 } kl_serve_config_t;
 
-/* Binds both endpoints. A bind or key failure is returned with the reason
- * in err and nothing left running. */
+/* Binds both endpoints. A bind or key failure, or a state_dir that cannot
+ * be read, created or written, is returned with the reason in err and
+ * nothing left running. */
 int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err);
 /* Cancels the work of every job, says Goodbye to jobs and agents, closes
  * both sockets. NULLs *self_p; safe on NULL. */
@@ -52,8 +60,58 @@ void kl_serve_destroy(kl_serve_t **self_p);
 const char *kl_serve_agents_endpoint(const kl_serve_t *self);
 const char *kl_serve_clients_endpoint(const kl_serve_t *self);
 
+/* fn(self, arg) is called from kl_serve_run's thread after each turn of
+ * its loop (a few ms apart), e.g. to publish kl_serve_snapshot for
+ * --http. NULL fn: none. */
+void kl_serve_on_tick(kl_serve_t *self, void (*fn)(kl_serve_t *, void *),
+                      void *arg);
+
 /* Serves until *stop becomes non-zero (a signal handler sets it). KL_OK,
  * or an error of the sockets with err. */
 int kl_serve_run(kl_serve_t *self, volatile sig_atomic_t *stop, char *err);
+
+/* ---- what the head is doing (kiln fleet status, --http) -------------- */
+
+/* Why a job's work is or is not moving. */
+typedef enum {
+    KL_SERVE_JOB_IDLE,    /* nothing of it at the head */
+    KL_SERVE_JOB_QUEUED,  /* work waiting for free credit, none out */
+    KL_SERVE_JOB_RUNNING, /* work held by agents */
+    KL_SERVE_JOB_WAITING, /* no live, undrained agent for a target of its
+                             queued work (or, with nothing queued, for any
+                             of the targets it said JobHello with) */
+} kl_serve_job_state_t;
+
+/* "idle", "queued", "running", "waiting". */
+const char *kl_serve_job_state_name(kl_serve_job_state_t st);
+
+typedef struct {
+    char *name;
+    char owner_key[41]; /* Z85, "" with --insecure */
+    char **targets;
+    size_t n_targets;
+    uint32_t weight;
+    uint64_t queued, in_flight, done;
+    double rate; /* results per second since its first */
+    kl_serve_job_state_t state;
+    char *waiting_target; /* with KL_SERVE_JOB_WAITING, else NULL */
+} kl_serve_job_info_t;
+
+typedef struct {
+    char head_id[64];
+    double uptime_s;
+    uint64_t results_forwarded;       /* JobResults sent to jobs */
+    uint64_t requests_received;       /* MeasureRequests from jobs */
+    uint64_t jobs_seen;               /* jobs that said JobHello (new names) */
+    kl_dispatch_agent_info_t *agents; /* live agents */
+    size_t n_agents;
+    kl_serve_job_info_t *jobs; /* live jobs */
+    size_t n_jobs;
+} kl_serve_snap_t;
+
+/* What the head is doing now: plain data, heap. From kl_serve_run's
+ * thread only (on_tick), or before kl_serve_run. */
+kl_serve_snap_t *kl_serve_snapshot(kl_serve_t *self);
+void kl_serve_snap_free(kl_serve_snap_t **snap_p);
 
 #endif

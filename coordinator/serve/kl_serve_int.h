@@ -66,6 +66,14 @@ struct kl_serve_s {
     size_t n_agents;
     double agents_at, next_hb;
     uint64_t hb_seq;
+    void (*on_tick)(kl_serve_t *, void *);
+    void *tick_arg;
+    /* For kl_serve_snapshot (kl_serve_status.c). */
+    double t_start;
+    uint64_t n_forwarded, n_requests, n_jobs_seen;
+    /* Agent names an operator drained (kl_serve_state.c). */
+    char **drained;
+    size_t n_drained;
 };
 
 /* Sends env to a job or client; a peer gone is not an error. */
@@ -84,5 +92,16 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
                          double now);
 void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
                         const Kiln__Drain *d);
+
+/* The drained names (kl_serve_state.c): read from cfg.state_dir (and
+ * written back at once, so that a directory that cannot be written is
+ * an error at start); remembered or forgotten on a drain or undrain (and
+ * the file rewritten), true when the name was remembered before; applied
+ * to the agents of s->agents that registered undrained; freed. */
+int kl_serve__state_load(kl_serve_t *s, char *err);
+bool kl_serve__state_has(const kl_serve_t *s, const char *name);
+bool kl_serve__state_set(kl_serve_t *s, const char *name, bool drained);
+void kl_serve__state_apply(kl_serve_t *s);
+void kl_serve__state_free(kl_serve_t *s);
 
 #endif

@@ -23,6 +23,8 @@ void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force)
     s->agents = v;
     s->n_agents = n;
     s->agents_at = now;
+    if (s->n_drained)
+        kl_serve__state_apply(s);
 }
 
 static bool s_agent_matches(const kl_dispatch_agent_info_t *a,
@@ -71,17 +73,133 @@ void kl_serve__on_agents(kl_serve_t *s, const kl_peer_t *peer,
     kl_serve__send(s, peer, &env);
 }
 
+/* ---- the snapshot ------------------------------------------------------- */
+
+const char *kl_serve_job_state_name(kl_serve_job_state_t st)
+{
+    switch (st) {
+    case KL_SERVE_JOB_QUEUED:
+        return "queued";
+    case KL_SERVE_JOB_RUNNING:
+        return "running";
+    case KL_SERVE_JOB_WAITING:
+        return "waiting";
+    default:
+        return "idle";
+    }
+}
+
+/* Why j's work is or is not moving (kl_serve_job_state_t). */
+static void s_job_state(const kl_serve_t *s, const kl_sjob_t *j,
+                        kl_serve_job_info_t *x)
+{
+    const char *wait = NULL;
+    size_t n;
+    for (size_t k = 0; k < j->n_reqs && !wait; k++) {
+        const Kiln__MeasureRequest *m = j->reqs[k]->env->request;
+        if (j->reqs[k]->next < m->n_candidates) {
+            kl_serve__capacity(s, m->target, &n);
+            if (n == 0)
+                wait = m->target;
+        }
+    }
+    if (!wait && x->queued == 0 && x->in_flight == 0) {
+        const char *first = NULL;
+        bool served = false;
+        for (size_t t = 0; t < j->n_targets && !served; t++) {
+            if (!*j->targets[t])
+                continue;
+            first = first ? first : j->targets[t];
+            kl_serve__capacity(s, j->targets[t], &n);
+            served = n > 0;
+        }
+        if (!served)
+            wait = first;
+    }
+    x->waiting_target = wait ? kl_xstrdup(wait) : NULL;
+    x->state = wait           ? KL_SERVE_JOB_WAITING
+               : x->in_flight ? KL_SERVE_JOB_RUNNING
+               : x->queued    ? KL_SERVE_JOB_QUEUED
+                              : KL_SERVE_JOB_IDLE;
+}
+
+static void s_job_info(const kl_serve_t *s, const kl_sjob_t *j, double now,
+                       kl_serve_job_info_t *x)
+{
+    x->name = kl_xstrdup(j->name);
+    memcpy(x->owner_key, j->owner_key, sizeof x->owner_key);
+    x->owner_key[sizeof x->owner_key - 1] = '\0';
+    x->n_targets = j->n_targets;
+    x->targets = kl_xcalloc(j->n_targets + 1, sizeof *x->targets);
+    for (size_t t = 0; t < j->n_targets; t++)
+        x->targets[t] = kl_xstrdup(j->targets[t]);
+    x->weight = j->weight;
+    for (size_t k = 0; k < j->n_reqs; k++) {
+        kl_sreq_t *r = j->reqs[k];
+        x->queued += r->env->request->n_candidates - r->next;
+        x->in_flight += r->n_out;
+    }
+    x->done = j->done;
+    x->rate = j->done > 1 && now > j->t_first
+                  ? (double)(j->done - 1) / (now - j->t_first)
+                  : 0;
+    s_job_state(s, j, x);
+}
+
+kl_serve_snap_t *kl_serve_snapshot(kl_serve_t *s)
+{
+    double now = kl_now_s();
+    kl_serve__refresh_agents(s, now, false);
+    kl_serve_snap_t *p = kl_xcalloc(1, sizeof *p);
+    snprintf(p->head_id, sizeof p->head_id, "%s", s->head_id);
+    p->uptime_s = now - s->t_start;
+    p->results_forwarded = s->n_forwarded;
+    p->requests_received = s->n_requests;
+    p->jobs_seen = s->n_jobs_seen;
+    p->n_agents = s->n_agents;
+    p->agents = kl_xcalloc(s->n_agents + 1, sizeof *p->agents);
+    if (s->n_agents)
+        memcpy(p->agents, s->agents, s->n_agents * sizeof *p->agents);
+    p->jobs = kl_xcalloc(s->n_jobs + 1, sizeof *p->jobs);
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!s->jobs[i]->gone)
+            s_job_info(s, s->jobs[i], now, &p->jobs[p->n_jobs++]);
+    return p;
+}
+
+void kl_serve_snap_free(kl_serve_snap_t **snap_p)
+{
+    if (!snap_p || !*snap_p)
+        return;
+    kl_serve_snap_t *p = *snap_p;
+    for (size_t i = 0; i < p->n_jobs; i++) {
+        kl_serve_job_info_t *x = &p->jobs[i];
+        for (size_t t = 0; t < x->n_targets; t++)
+            free(x->targets[t]);
+        free(x->targets);
+        free(x->name);
+        free(x->waiting_target);
+    }
+    free(p->jobs);
+    free(p->agents);
+    free(p);
+    *snap_p = NULL;
+}
+
+/* ---- kiln fleet ---------------------------------------------------------- */
+
 void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
                          double now)
 {
     kl_serve__refresh_agents(s, now, true);
-    size_t na = s->n_agents, nj = 0;
+    kl_serve_snap_t *p = kl_serve_snapshot(s);
+    size_t na = p->n_agents, nj = p->n_jobs;
     Kiln__AgentStatus *as = kl_xcalloc(na + 1, sizeof *as);
     Kiln__AgentStatus **asp = kl_xcalloc(na + 1, sizeof *asp);
     char **dt = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dt);
     char **dn = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dn);
     for (size_t i = 0; i < na; i++) {
-        kl_dispatch_agent_info_t *a = &s->agents[i];
+        kl_dispatch_agent_info_t *a = &p->agents[i];
         Kiln__AgentStatus *x = &as[i];
         kiln__agent_status__init(x);
         x->name = a->name;
@@ -104,29 +222,24 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
         x->drained = a->drained;
         asp[i] = x;
     }
-    Kiln__JobStatus *js = kl_xcalloc(s->n_jobs + 1, sizeof *js);
-    Kiln__JobStatus **jsp = kl_xcalloc(s->n_jobs + 1, sizeof *jsp);
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        kl_sjob_t *j = s->jobs[i];
-        if (j->gone)
-            continue;
-        Kiln__JobStatus *x = &js[nj];
+    Kiln__JobStatus *js = kl_xcalloc(nj + 1, sizeof *js);
+    Kiln__JobStatus **jsp = kl_xcalloc(nj + 1, sizeof *jsp);
+    for (size_t i = 0; i < nj; i++) {
+        kl_serve_job_info_t *j = &p->jobs[i];
+        Kiln__JobStatus *x = &js[i];
         kiln__job_status__init(x);
         x->name = j->name;
         x->owner_key = j->owner_key;
         x->targets = j->targets;
         x->n_targets = j->n_targets;
         x->weight = j->weight;
-        for (size_t k = 0; k < j->n_reqs; k++) {
-            kl_sreq_t *r = j->reqs[k];
-            x->queued += r->env->request->n_candidates - r->next;
-            x->in_flight += r->n_out;
-        }
+        x->queued = j->queued;
+        x->in_flight = j->in_flight;
         x->done = j->done;
-        x->rate = j->done > 1 && now > j->t_first
-                      ? (double)(j->done - 1) / (now - j->t_first)
-                      : 0;
-        jsp[nj++] = x;
+        x->rate = j->rate;
+        x->state = (char *)kl_serve_job_state_name(j->state);
+        x->waiting_target = j->waiting_target ? j->waiting_target : "";
+        jsp[i] = x;
     }
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__StatusReply r = KILN__STATUS_REPLY__INIT;
@@ -145,6 +258,7 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
     free(dn);
     free(js);
     free(jsp);
+    kl_serve_snap_free(&p);
 }
 
 void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
@@ -155,6 +269,16 @@ void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
         kl_dispatch_drain(s->disp, d->agent, !d->undrain, &n, NULL) == KL_OK)
         kl_info("serve: %s agent %s (%zu matched)",
                 d->undrain ? "undrained" : "drained", d->agent, n);
+    /* Remembered (--state: written) when it matched a live agent; a name
+     * remembered counts as one match, so that an agent drained before a
+     * restart of the head can be undrained while it is away. */
+    if (d->agent && *d->agent) {
+        bool had = kl_serve__state_has(s, d->agent);
+        if (n > 0 || d->undrain)
+            kl_serve__state_set(s, d->agent, !d->undrain);
+        if (n == 0 && had)
+            n = 1;
+    }
     kl_serve__refresh_agents(s, kl_now_s(), true);
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__DrainReply r = KILN__DRAIN_REPLY__INIT;

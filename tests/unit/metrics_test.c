@@ -1,7 +1,8 @@
 /* metrics_test.c - coordinator/metrics: --http parsing, the Prometheus text
- * and HTML renderings (escaping, families), snapshots collected from a real
- * dispatch, task and store, and the HTTP server over real loopback TCP
- * (pages, 404, a port in use, scrapes while the loop publishes). */
+ * and HTML renderings (escaping, families) of a job's and of a head's,
+ * snapshots collected from a real dispatch, task and store, and the HTTP server
+ * over real loopback TCP (pages, 404, a port in use, scrapes while the loop
+ * publishes). */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@
 #include "kl_err.h"
 #include "kl_metrics.h"
 #include "kl_metrics_int.h"
+#include "kl_metrics_serve.h"
 #include "kl_util.h"
 
 static void test_parse_listen(void **state)
@@ -29,27 +31,26 @@ static void test_parse_listen(void **state)
     unsigned port = 1;
     bool lo = false;
     assert_int_equal(
-        kl_metrics_parse_listen("9100", host, sizeof host, &port, &lo, err),
+        kl_http_parse_listen("9100", host, sizeof host, &port, &lo, err),
         KL_OK);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 9100);
     assert_true(lo);
     assert_int_equal(
-        kl_metrics_parse_listen(":0", host, sizeof host, &port, &lo, err),
-        KL_OK);
+        kl_http_parse_listen(":0", host, sizeof host, &port, &lo, err), KL_OK);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 0);
-    assert_int_equal(kl_metrics_parse_listen("127.0.0.2:80", host, sizeof host,
-                                             &port, &lo, err),
+    assert_int_equal(kl_http_parse_listen("127.0.0.2:80", host, sizeof host,
+                                          &port, &lo, err),
                      KL_OK);
     assert_true(lo);
     assert_int_equal(
-        kl_metrics_parse_listen("[::1]:9", host, sizeof host, &port, &lo, err),
+        kl_http_parse_listen("[::1]:9", host, sizeof host, &port, &lo, err),
         KL_OK);
     assert_string_equal(host, "::1");
     assert_true(lo);
-    assert_int_equal(kl_metrics_parse_listen("0.0.0.0:9100", host, sizeof host,
-                                             &port, &lo, err),
+    assert_int_equal(kl_http_parse_listen("0.0.0.0:9100", host, sizeof host,
+                                          &port, &lo, err),
                      KL_OK);
     assert_false(lo);
     const char *bad[] = {
@@ -58,7 +59,7 @@ static void test_parse_listen(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         assert_int_equal(
-            kl_metrics_parse_listen(bad[i], host, sizeof host, &port, &lo, err),
+            kl_http_parse_listen(bad[i], host, sizeof host, &port, &lo, err),
             KL_ERR_INVAL);
         assert_non_null(strstr(err, "--http"));
     }
@@ -358,13 +359,25 @@ static void test_collect(void **state)
     free(cmd);
 }
 
-/* The elapsed_s of the snapshot served: each publish sets it anew. */
+/* The snapshot served: elapsed_s (each publish sets it anew) and done. */
+typedef struct {
+    double elapsed_s;
+    bool done;
+} s_served_t;
+
+static void s_peek(const void *snap, void *arg)
+{
+    const kl_metrics_snap_t *s = snap;
+    s_served_t *o = arg;
+    o->elapsed_s = s ? s->elapsed_s : -1;
+    o->done = s && s->done;
+}
+
 static double s_served_elapsed(kl_metrics_t *m)
 {
-    pthread_mutex_lock(&m->lock);
-    double e = m->snap ? m->snap->elapsed_s : -1;
-    pthread_mutex_unlock(&m->lock);
-    return e;
+    s_served_t o;
+    kl_http_peek(m->http, s_peek, &o);
+    return o.elapsed_s;
 }
 
 /* What the tuning loop's updates do: a forced one collects and publishes
@@ -421,10 +434,9 @@ static void test_update_cost(void **state)
     /* The job's end is published however soon it comes. */
     kl_metrics_update(m, &port, job, false, true);
     assert_true(s_served_elapsed(m) != last);
-    pthread_mutex_lock(&m->lock);
-    bool done = m->snap->done;
-    pthread_mutex_unlock(&m->lock);
-    assert_true(done);
+    s_served_t o;
+    kl_http_peek(m->http, s_peek, &o);
+    assert_true(o.done);
     kl_metrics_destroy(&m);
     kl_dispatch_destroy(&d);
     kl_job_destroy(&job);
@@ -434,12 +446,95 @@ static void test_update_cost(void **state)
     free(cmd);
 }
 
+/* A head's snapshot: two live agents of one name (labels kept unique),
+ * one with two devices of one target and one with two targets, a name to
+ * escape; a job waiting for sim/cuda and one running. */
+static void test_render_serve(void **state)
+{
+    (void)state;
+    kl_serve_snap_t *p = calloc(1, sizeof *p);
+    snprintf(p->head_id, sizeof p->head_id, "h1");
+    p->uptime_s = 12.5;
+    p->results_forwarded = 300;
+    p->requests_received = 4;
+    p->jobs_seen = 2;
+    p->n_agents = 3;
+    p->agents = calloc(3, sizeof *p->agents);
+    const char *names[3] = {"a0", "a0", "q\"<x>"};
+    for (int i = 0; i < 3; i++) {
+        kl_dispatch_agent_info_t *a = &p->agents[i];
+        snprintf(a->name, sizeof a->name, "%s", names[i]);
+        snprintf(a->hostname, sizeof a->hostname, "host%d", i);
+        a->n_devices = 2;
+        snprintf(a->device_target[0], 64, "sim/cpu/x86_64-avx2");
+        snprintf(a->device_target[1], 64,
+                 i == 2 ? "sim/cuda/sm_90" : "sim/cpu/x86_64-avx2");
+        a->credit = 3;
+        a->busy = (uint32_t)i;
+        a->results = 100 + (uint64_t)i;
+        a->drained = i == 1;
+    }
+    p->n_jobs = 2;
+    p->jobs = calloc(2, sizeof *p->jobs);
+    p->jobs[0] = (kl_serve_job_info_t){.name = strdup("jw"),
+                                       .targets = calloc(2, sizeof(char *)),
+                                       .n_targets = 1,
+                                       .weight = 3,
+                                       .queued = 20,
+                                       .state = KL_SERVE_JOB_WAITING,
+                                       .waiting_target = strdup("sim/cuda")};
+    p->jobs[0].targets[0] = strdup("sim/cuda");
+    p->jobs[1] = (kl_serve_job_info_t){.name = strdup("jr"),
+                                       .targets = calloc(1, sizeof(char *)),
+                                       .done = 7,
+                                       .in_flight = 2,
+                                       .rate = 1.5,
+                                       .state = KL_SERVE_JOB_RUNNING};
+    snprintf(p->jobs[1].owner_key, sizeof p->jobs[1].owner_key, "K");
+    char *t = kl_metrics_serve_render_text(p);
+    assert_non_null(strstr(t, "kiln_serve_agents_connected 3\n"));
+    assert_non_null(strstr(t, "kiln_serve_agent_busy{agent=\"a0\"} 0\n"));
+    assert_non_null(strstr(t, "kiln_serve_agent_busy{agent=\"a0#2\"} 1\n"));
+    assert_non_null(strstr(t, "kiln_serve_agent_drained{agent=\"a0#2\"} 1\n"));
+    assert_non_null(
+        strstr(t, "kiln_serve_agent_results_total{agent=\"q\\\"<x>\"} 102\n"));
+    /* One info series per distinct target. */
+    assert_int_equal(s_count(t, "kiln_serve_agent_info{agent=\"a0\","), 1);
+    assert_int_equal(s_count(t, "kiln_serve_agent_info{agent=\"q"), 2);
+    assert_non_null(
+        strstr(t, "kiln_serve_agent_build_slots{agent=\"a0\"} 2\n"));
+    assert_non_null(strstr(t, "kiln_serve_job_info{job=\"jw\",owner_key=\"\","
+                              "target=\"sim/cuda\"} 1\n"));
+    assert_non_null(strstr(t, "kiln_serve_job_info{job=\"jr\",owner_key=\"K\","
+                              "target=\"\"} 1\n"));
+    assert_non_null(strstr(t, "kiln_serve_job_waiting_for_agents{job=\"jw\"} "
+                              "1\n"));
+    assert_non_null(strstr(t, "kiln_serve_job_waiting_for_agents{job=\"jr\"} "
+                              "0\n"));
+    assert_non_null(strstr(t, "kiln_serve_job_results_per_second{job=\"jr\"} "
+                              "1.5\n"));
+    assert_non_null(strstr(t, "kiln_serve_results_forwarded_total 300\n"));
+    assert_int_equal(s_count(t, "# HELP "), s_count(t, "# TYPE "));
+    assert_int_equal(s_count(t, "# TYPE "), 21);
+    free(t);
+    char *h = kl_metrics_serve_render_html(p);
+    assert_non_null(strstr(h, "<meta http-equiv=\"refresh\" content=\"2\">"));
+    assert_null(strstr(h, "<x>"));
+    assert_non_null(strstr(h, "q&quot;&lt;x&gt;"));
+    assert_non_null(strstr(h, "waiting for an agent of target sim/cuda"));
+    assert_non_null(strstr(h, ">running<"));
+    free(h);
+    kl_serve_snap_free(&p);
+    assert_null(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_listen),
         cmocka_unit_test(test_render_text),
         cmocka_unit_test(test_render_html),
+        cmocka_unit_test(test_render_serve),
         cmocka_unit_test(test_server),
         cmocka_unit_test(test_publish_while_serving),
         cmocka_unit_test(test_collect),

@@ -2,7 +2,9 @@
  * coordinator/tune/kl_port_fleet, over real loopback sockets and no agents:
  * the hello and a name in use, queued work and cancel, request ids made
  * idempotent, messages before JobHello, a silent job dropped, drain of an
- * unknown agent. Work actually measured (agents, fair share, keys) is
+ * unknown agent, the snapshot (a job's state, the head's counters) and
+ * --state (DIR/drained read, rewritten, kept through drain/undrain). Work
+ * actually measured (agents, fair share, keys) is
  * tests/integration/serve_fleet.sh. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -359,6 +362,173 @@ static void test_bad_config(void **state)
     assert_null(s);
 }
 
+/* What the on_tick hook saw last, taken on the head's thread. */
+typedef struct {
+    pthread_mutex_t lock;
+    int n_jobs;
+    kl_serve_job_state_t state;
+    char waiting[64];
+    uint64_t queued, forwarded, requests, jobs_seen;
+} s_seen_t;
+
+static void s_tick(kl_serve_t *s, void *arg)
+{
+    s_seen_t *v = arg;
+    kl_serve_snap_t *p = kl_serve_snapshot(s);
+    pthread_mutex_lock(&v->lock);
+    v->n_jobs = (int)p->n_jobs;
+    v->state = p->n_jobs ? p->jobs[0].state : KL_SERVE_JOB_IDLE;
+    snprintf(v->waiting, sizeof v->waiting, "%s",
+             p->n_jobs && p->jobs[0].waiting_target ? p->jobs[0].waiting_target
+                                                    : "");
+    v->queued = p->n_jobs ? p->jobs[0].queued : 0;
+    v->forwarded = p->results_forwarded;
+    v->requests = p->requests_received;
+    v->jobs_seen = p->jobs_seen;
+    pthread_mutex_unlock(&v->lock);
+    kl_serve_snap_free(&p);
+}
+
+/* Waits (up to 5 s) until the hook saw job state st; false if not. */
+static bool s_wait_state(s_seen_t *v, kl_serve_job_state_t st)
+{
+    for (int i = 0; i < 250; i++) {
+        pthread_mutex_lock(&v->lock);
+        bool ok = v->n_jobs == 1 && v->state == st;
+        pthread_mutex_unlock(&v->lock);
+        if (ok)
+            return true;
+        usleep(20 * 1000);
+    }
+    return false;
+}
+
+/* A job's state through the snapshot and the status reply: idle after
+ * its hello (it named no target), waiting while its work is for a target
+ * no agent serves, idle again after a cancel; the head's counters. */
+static void test_snapshot_state(void **state)
+{
+    (void)state;
+    s_seen_t v = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    s_head_t h;
+    memset(&h, 0, sizeof h);
+    kl_serve_config_t cfg = {.agents_endpoint = "tcp://127.0.0.1:*",
+                             .clients_endpoint = "tcp://127.0.0.1:*",
+                             .insecure = true,
+                             .heartbeat_ms = 100};
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_serve_new(&h.s, &cfg, err), KL_OK);
+    kl_serve_on_tick(h.s, s_tick, &v);
+    assert_int_equal(pthread_create(&h.th, NULL, s_run, &h), 0);
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "a", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    assert_true(s_wait_state(&v, KL_SERVE_JOB_IDLE));
+    kl_port_t p = kl_port_fleet(a);
+    s_batch_t sb;
+    s_batch(&sb, 5);
+    uint64_t id = 0;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_OK);
+    assert_true(s_wait_state(&v, KL_SERVE_JOB_WAITING));
+    pthread_mutex_lock(&v.lock);
+    assert_string_equal(v.waiting, "sim/cpu");
+    assert_int_equal(v.queued, 5);
+    assert_int_equal(v.requests, 1);
+    assert_int_equal(v.jobs_seen, 1);
+    assert_int_equal(v.forwarded, 0);
+    pthread_mutex_unlock(&v.lock);
+    /* The status reply says the same. */
+    Kiln__Envelope *env = NULL;
+    assert_int_equal(kl_port_fleet_status(a, &env, 5000, err), KL_OK);
+    assert_int_equal(env->status_reply->n_jobs, 1);
+    assert_string_equal(env->status_reply->jobs[0]->state, "waiting");
+    assert_string_equal(env->status_reply->jobs[0]->waiting_target, "sim/cpu");
+    kl_net_envelope_free(&env);
+    assert_int_equal(kl_port_cancel(&p, id, err), KL_OK);
+    assert_true(s_wait_state(&v, KL_SERVE_JOB_IDLE));
+    pthread_mutex_lock(&v.lock);
+    assert_int_equal(v.forwarded, 5); /* the head's CANCELLED results */
+    pthread_mutex_unlock(&v.lock);
+    assert_int_equal(kl_port_fleet_status(a, &env, 5000, err), KL_OK);
+    assert_string_equal(env->status_reply->jobs[0]->state, "idle");
+    assert_string_equal(env->status_reply->jobs[0]->waiting_target, "");
+    kl_net_envelope_free(&env);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+    assert_string_equal(kl_serve_job_state_name(KL_SERVE_JOB_RUNNING),
+                        "running");
+    assert_string_equal(kl_serve_job_state_name(KL_SERVE_JOB_QUEUED), "queued");
+}
+
+static char *s_slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char buf[256];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return kl_xstrdup(buf);
+}
+
+/* --state: DIR/drained is read (blank lines and repeats dropped) and
+ * rewritten at start; a drain of a name no agent has is not kept, an
+ * undrain of a remembered name forgets it (and counts as a match); a
+ * directory that cannot be made is an error at start. */
+static void test_state_dir(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kl-serve-state-XXXXXX", err[KL_ERRMSG_LEN];
+    assert_non_null(mkdtemp(dir));
+    char *path = kl_xasprintf("%s/drained", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("a0\n\nb1\na0\n", f);
+    fclose(f);
+    s_head_t h;
+    memset(&h, 0, sizeof h);
+    kl_serve_config_t cfg = {.agents_endpoint = "tcp://127.0.0.1:*",
+                             .clients_endpoint = "tcp://127.0.0.1:*",
+                             .insecure = true,
+                             .heartbeat_ms = 100,
+                             .state_dir = dir};
+    assert_int_equal(kl_serve_new(&h.s, &cfg, err), KL_OK);
+    char *text = s_slurp(path);
+    assert_string_equal(text, "a0\nb1\n");
+    free(text);
+    assert_int_equal(pthread_create(&h.th, NULL, s_run, &h), 0);
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "a", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    size_t n = 9;
+    assert_int_equal(kl_port_fleet_drain(a, "zz", false, &n, 5000, err), KL_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(kl_port_fleet_drain(a, "a0", false, &n, 5000, err), KL_OK);
+    assert_int_equal(n, 1); /* remembered, though not connected */
+    assert_int_equal(kl_port_fleet_drain(a, "b1", true, &n, 5000, err), KL_OK);
+    assert_int_equal(n, 1);
+    text = s_slurp(path);
+    assert_string_equal(text, "a0\n");
+    free(text);
+    assert_int_equal(kl_port_fleet_drain(a, "b1", true, &n, 5000, err), KL_OK);
+    assert_int_equal(n, 0);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+    char *tmp = kl_xasprintf("%s/drained.tmp", dir);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    free(tmp);
+    /* A state directory that cannot be made. */
+    cfg.state_dir = "/proc/kiln-no-such-dir";
+    kl_serve_t *s = NULL;
+    assert_int_equal(kl_serve_new(&s, &cfg, err), KL_ERR_IO);
+    assert_non_null(strstr(err, "--state /proc/kiln-no-such-dir"));
+    assert_null(s);
+    unlink(path);
+    free(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +536,8 @@ int main(void)
         cmocka_unit_test(test_raw_client),
         cmocka_unit_test(test_head_restart),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_snapshot_state),
+        cmocka_unit_test(test_state_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,11 @@
-/* kl_metrics_http.c - the registry's HTTP side: --http parsing, the
- * libmicrohttpd daemon (its own thread) and the two pages. */
+/* kl_http.c - --http parsing, the libmicrohttpd daemon (its own thread),
+ * the snapshot it serves and the two pages (kl_http.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 
 #include "kl_err.h"
 #include "kl_log.h"
-#include "kl_metrics_int.h"
+#include "kl_http.h"
 #include "kl_util.h"
 
 #if MHD_VERSION < 0x00097002
@@ -22,6 +23,25 @@ typedef int kl_mhd_result;
 #else
 typedef enum MHD_Result kl_mhd_result;
 #endif
+
+struct kl_http_s {
+    /* The snapshot served. Why a mutex and not an inproc ZeroMQ actor
+     * (CONVENTIONS.md habit 9): libmicrohttpd calls us back on its own
+     * thread and wants the answer from inside the callback, while the
+     * loop that owns the sources (kiln tune's, kiln serve's) sits in a
+     * poll or kl_dispatch_recv for up to 250 ms; a request/reply to it
+     * would stall every scrape and add a poll to a loop that is not ours.
+     * Publishing instead swaps one pointer under this lock (the loop never
+     * waits for a render longer than the render of one page), and the
+     * snapshot is the only thing the two threads share. */
+    pthread_mutex_t lock;
+    void *snap;
+    kl_http_cfg_t cfg;
+    struct MHD_Daemon *daemon;
+    bool started; /* atomic: the daemon runs (messages go to the log) */
+    char url[96];
+    char log[256]; /* libmicrohttpd's last message while starting */
+};
 
 /* Splits text into host and port text; brackets allowed around IPv6. */
 static int s_split(const char *text, char *host, size_t host_len,
@@ -70,8 +90,8 @@ static bool s_is_loopback(const struct sockaddr *sa)
     return false;
 }
 
-int kl_metrics_parse_listen(const char *text, char *host, size_t host_len,
-                            unsigned *port, bool *loopback, char *err)
+int kl_http_parse_listen(const char *text, char *host, size_t host_len,
+                         unsigned *port, bool *loopback, char *err)
 {
     char name[256];
     const char *ptext = NULL;
@@ -117,7 +137,7 @@ int kl_metrics_parse_listen(const char *text, char *host, size_t host_len,
  * as warnings afterwards. */
 static void s_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    kl_metrics_t *m = cls;
+    kl_http_t *m = cls;
     char line[256];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
@@ -148,7 +168,7 @@ static kl_mhd_result s_handle(void *cls, struct MHD_Connection *c,
 {
     (void)version;
     (void)upload;
-    kl_metrics_t *m = cls;
+    kl_http_t *m = cls;
     /* The first call of a request only announces its headers. */
     if (*con_cls == NULL) {
         *con_cls = m;
@@ -168,8 +188,7 @@ static kl_mhd_result s_handle(void *cls, struct MHD_Connection *c,
             kl_xasprintf("not found: %s (try /metrics or /)\n", url));
     char *body;
     pthread_mutex_lock(&m->lock);
-    body = text ? kl_metrics_render_text(m->snap)
-                : kl_metrics_render_html(m->snap);
+    body = text ? m->cfg.text(m->snap) : m->cfg.html(m->snap);
     pthread_mutex_unlock(&m->lock);
     return s_reply(c, MHD_HTTP_OK,
                    text ? "text/plain; version=0.0.4; charset=utf-8"
@@ -195,13 +214,13 @@ static socklen_t s_sockaddr(const char *host, unsigned port,
     return sizeof *in6;
 }
 
-static int s_start(kl_metrics_t *m, const char *listen, char *err)
+static int s_start(kl_http_t *m, const char *listen, char *err)
 {
     char host[INET6_ADDRSTRLEN];
     unsigned port = 0;
     bool loopback = false;
-    int rc = kl_metrics_parse_listen(listen, host, sizeof host, &port,
-                                     &loopback, err);
+    int rc =
+        kl_http_parse_listen(listen, host, sizeof host, &port, &loopback, err);
     if (rc)
         return rc;
     struct sockaddr_storage ss;
@@ -229,46 +248,63 @@ static int s_start(kl_metrics_t *m, const char *listen, char *err)
              port);
     if (!loopback)
         kl_warn("metrics served on %s, a non-loopback address: whoever can "
-                "reach it can read this job's metrics",
-                m->url);
+                "reach it can read %s",
+                m->url, m->cfg.what ? m->cfg.what : "these metrics");
     return KL_OK;
 }
 
-int kl_metrics_new(kl_metrics_t **out, const kl_metrics_cfg_t *cfg, char *err)
+int kl_http_new(kl_http_t **out, const kl_http_cfg_t *cfg, void *snap,
+                char *err)
 {
     *out = NULL;
-    kl_metrics_t *m = kl_xcalloc(1, sizeof *m);
+    kl_http_t *m = kl_xcalloc(1, sizeof *m);
     pthread_mutex_init(&m->lock, NULL);
-    snprintf(m->job, sizeof m->job, "%s", cfg->job ? cfg->job : "tune");
-    m->store_dir = cfg->store_dir ? kl_xstrdup(cfg->store_dir) : NULL;
-    m->min_interval_s = cfg->min_interval_s > 0 ? cfg->min_interval_s : 0.5;
-    m->t0 = kl_now_s();
-    m->snap = kl_metrics_snap_new(0);
-    snprintf(m->snap->job, sizeof m->snap->job, "%s", m->job);
+    m->cfg = *cfg;
+    m->snap = snap;
     int rc = s_start(m, cfg->listen, err);
     if (rc) {
-        kl_metrics_destroy(&m);
+        kl_http_destroy(&m);
         return rc;
     }
     *out = m;
     return KL_OK;
 }
 
-void kl_metrics_destroy(kl_metrics_t **self_p)
+void kl_http_destroy(kl_http_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    kl_metrics_t *m = *self_p;
+    kl_http_t *m = *self_p;
     if (m->daemon)
         MHD_stop_daemon(m->daemon);
-    kl_metrics_snap_free(&m->snap);
+    if (m->snap)
+        m->cfg.snap_free(m->snap);
     pthread_mutex_destroy(&m->lock);
-    free(m->store_dir);
     free(m);
     *self_p = NULL;
 }
 
-const char *kl_metrics_url(const kl_metrics_t *self)
+const char *kl_http_url(const kl_http_t *self)
 {
     return self->url;
+}
+
+void kl_http_publish(kl_http_t *self, void *snap)
+{
+    if (!snap)
+        return;
+    pthread_mutex_lock(&self->lock);
+    void *old = self->snap;
+    self->snap = snap;
+    pthread_mutex_unlock(&self->lock);
+    if (old)
+        self->cfg.snap_free(old);
+}
+
+void kl_http_peek(kl_http_t *self, void (*fn)(const void *snap, void *arg),
+                  void *arg)
+{
+    pthread_mutex_lock(&self->lock);
+    fn(self->snap, arg);
+    pthread_mutex_unlock(&self->lock);
 }
