@@ -101,12 +101,6 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
         .build = !kl_opts_bool(o, "no-build"),
         .cc = kl_opts_str(o, "cc"),
     };
-    char *text = NULL;
-    if (kl_model_text(cfg.model, &text, err)) {
-        fprintf(stderr, "kiln export: %s\n", err);
-        return 2;
-    }
-    free(text);
     kl_export_result_t res;
     kl_target_kind kind = KL_TARGET_CPU;
     int rc = kl_export_model(st, &cfg, &res, err);
@@ -139,8 +133,13 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
         printf("wrote %s/manifest.json%s%s\n", out, res.lib_path ? " and " : "",
                res.lib_path ? res.lib_path : "");
     }
+    bool bad_model = res.bad_model;
     kl_export_result_free(&res);
-    return rc == KL_ERR_NOTFOUND ? 3 : rc == KL_ERR_INVAL ? 2 : rc ? 1 : 0;
+    return bad_model               ? 2
+           : rc == KL_ERR_NOTFOUND ? 3
+           : rc == KL_ERR_INVAL    ? 2
+           : rc                    ? 1
+                                   : 0;
 }
 
 int kiln_cmd_export(int argc, char **argv)

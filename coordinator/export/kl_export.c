@@ -240,7 +240,8 @@ typedef struct {
                  char *err);
     /* Writes the kernels, and what links them, into cfg->out_dir. */
     int (*write)(const kl_export_cfg_t *cfg, const char *text,
-                 const kl_model_t *m, const s_tasks_t *ts, kl_target_kind kind,
+                 const kl_model_params_t *ps, const kl_model_t *m,
+                 const s_tasks_t *ts, kl_target_kind kind,
                  kl_export_result_t *res, char *err);
     const char *library; /* the manifest's "library"; NULL: none */
 } s_kind_t;
@@ -330,11 +331,12 @@ static int s_kernels(const kl_model_t *m, const s_kind_t *how, s_tasks_t *ts,
 /* Each kernel in its own source file, task_NN.EXT (GPU kinds: the caller
  * compiles and launches them as the manifest says). */
 static int s_write_sources(const kl_export_cfg_t *cfg, const char *text,
-                           const kl_model_t *m, const s_tasks_t *ts,
-                           kl_target_kind kind, kl_export_result_t *res,
-                           char *err)
+                           const kl_model_params_t *ps, const kl_model_t *m,
+                           const s_tasks_t *ts, kl_target_kind kind,
+                           kl_export_result_t *res, char *err)
 {
     (void)text;
+    (void)ps;
     (void)res;
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         char *p = kl_xasprintf("%s/task_%02d.%s", cfg->out_dir, i,
@@ -350,20 +352,15 @@ static int s_write_sources(const kl_export_cfg_t *cfg, const char *text,
 
 /* The layer graph's code and, with cfg->build, libkiln_model.so. */
 static int s_write_graph(const kl_export_cfg_t *cfg, const char *text,
-                         const kl_model_t *m, const s_tasks_t *ts,
-                         kl_target_kind kind, kl_export_result_t *res,
-                         char *err)
+                         const kl_model_params_t *ps, const kl_model_t *m,
+                         const s_tasks_t *ts, kl_target_kind kind,
+                         kl_export_result_t *res, char *err)
 {
     (void)kind;
-    kl_model_params_t ps;
-    int rc = kl_model_params(cfg->model, &ps, err);
-    if (rc)
-        return rc;
-    res->trained = ps.n > 0;
-    res->nmodel_params = ps.n;
-    rc = kl_export_write_graph(text, cfg->model, m, ts->kernels, &ps,
-                               cfg->out_dir, cfg->build, cfg->cc, err);
-    kl_model_params_free(&ps);
+    res->trained = ps->n > 0;
+    res->nmodel_params = ps->n;
+    int rc = kl_export_write_graph(text, cfg->model, m, ts->kernels, ps,
+                                   cfg->out_dir, cfg->build, cfg->cc, err);
     if (!rc && cfg->build)
         res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
     return rc;
@@ -377,7 +374,8 @@ _Static_assert(sizeof s_kinds / sizeof s_kinds[0] == KL_TARGET__KINDS,
                "a model export per kind of target");
 
 static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
-                    const kl_model_t *m, const char *text, s_tasks_t *ts,
+                    const kl_model_t *m, const char *text,
+                    const kl_model_params_t *ps, s_tasks_t *ts,
                     kl_export_result_t *res, char *err)
 {
     const char *target = kl_export_target(cfg->target);
@@ -396,7 +394,7 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
     if (!rc)
         rc = kl_mkdirs(cfg->out_dir, err);
     if (!rc)
-        rc = how->write(cfg, text, m, ts, kind, res, err);
+        rc = how->write(cfg, text, ps, m, ts, kind, res, err);
     if (!rc)
         rc = s_manifest(m, target, cfg->out_dir, ts, kind, how, err);
     res->nprepare = ts->nprepare;
@@ -409,10 +407,13 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     memset(res, 0, sizeof *res);
     char *text = NULL;
     kl_model_t *m = NULL;
-    int rc = kl_model_text(cfg->model, &text, err);
+    kl_model_params_t ps = {0};
+    int rc = kl_model_text_params(cfg->model, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, cfg->model, &m, err);
     if (rc) {
+        res->bad_model = true;
+        kl_model_params_free(&ps);
         free(text);
         return rc;
     }
@@ -421,7 +422,8 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     res->model = kl_xstrdup(kl_model_name(m));
     s_tasks_t ts = {.recs = kl_xcalloc((size_t)n, sizeof(Kiln__TuningRecord *)),
                     .kernels = kl_xcalloc((size_t)n, sizeof(kl_kernel_t))};
-    rc = s_export(store, cfg, m, text, &ts, res, err);
+    rc = s_export(store, cfg, m, text, &ps, &ts, res, err);
+    kl_model_params_free(&ps);
     for (int i = 0; i < n; i++) {
         if (ts.recs[i])
             kiln__tuning_record__free_unpacked(ts.recs[i], NULL);
@@ -439,7 +441,8 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
 {
     char *text = NULL;
     kl_model_t *m = NULL;
-    int rc = kl_model_text(model, &text, err);
+    kl_model_params_t ps = {0};
+    int rc = kl_model_text_params(model, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, model, &m, err);
     if (!rc)
@@ -451,9 +454,6 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
         snprintf(entry, sizeof entry, "kiln_task_%02d", i);
         rc = kl_codegen_reference(kl_model_task(m, i)->w, entry, &ks[i], err);
     }
-    kl_model_params_t ps = {0};
-    if (!rc)
-        rc = kl_model_params(model, &ps, err);
     if (!rc)
         rc = kl_export_write_graph(text, model, m, ks, &ps, dir, true, cc, err);
     kl_model_params_free(&ps);

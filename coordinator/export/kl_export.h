@@ -106,6 +106,9 @@ typedef struct {
      * random), and how many parameters kl_model_params gave. */
     bool trained;
     int nmodel_params;
+    /* The model could not be read or parsed (a usage error of the
+     * caller's: kiln export exits 2). */
+    bool bad_model;
 } kl_export_result_t;
 
 void kl_export_result_free(kl_export_result_t *r);

@@ -519,14 +519,24 @@ static int s_params_check(const char *text, const char *src,
     return rc;
 }
 
+int kl_model_text_params(const char *name_or_path, char **text,
+                         kl_model_params_t *params, char *err)
+{
+    int rc = s_text_params(name_or_path, text, params, err);
+    if (!rc && params->n)
+        rc = s_params_check(*text, name_or_path, params, err);
+    if (rc) {
+        kl_model_params_free(params);
+        free(*text);
+        *text = NULL;
+    }
+    return rc;
+}
+
 int kl_model_params(const char *name_or_path, kl_model_params_t *out, char *err)
 {
     char *text = NULL;
-    int rc = s_text_params(name_or_path, &text, out, err);
-    if (!rc && out->n)
-        rc = s_params_check(text, name_or_path, out, err);
-    if (rc)
-        kl_model_params_free(out);
+    int rc = kl_model_text_params(name_or_path, &text, out, err);
     free(text);
     return rc;
 }

@@ -129,6 +129,12 @@ typedef struct {
  * caller's (kl_model_params_free) on success. */
 int kl_model_params(const char *name_or_path, kl_model_params_t *out,
                     char *err);
+/* kl_model_text and kl_model_params from one read and one import (an
+ * ONNX file of hundreds of MB is decoded once): *text as kl_model_text
+ * gives it, params as kl_model_params (checked against the text). On
+ * error both are empty. */
+int kl_model_text_params(const char *name_or_path, char **text,
+                         kl_model_params_t *params, char *err);
 /* The parameter called name, or NULL. */
 const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
                                              const char *name);
