@@ -10,7 +10,9 @@
 #     does again;
 #  4. a job SIGKILLed: the head drops it (status shows it gone) and its
 #     work with it;
-#  5. --insecure on a non-loopback endpoint is refused.
+#  5. a job SIGSTOPped for 6 s, which the head drops as silent: resumed,
+#     it sends its unanswered work again and ends with exactly its trials;
+#  6. --insecure on a non-loopback endpoint is refused.
 # The agents take 20 ms per answer (--simulate-ms), so that the fleet, not
 # the jobs' search, is what the jobs compete for.
 . "$(dirname "$0")/lib.sh"
@@ -92,7 +94,28 @@ grep -q "job jd gone (silent)" "$T/serve.log" || fail "no 'jd gone' in the head'
 idle() { [ "$(status | field agents a0 busy)" = 0 ] && [ "$(status | field agents a1 busy)" = 0 ]; }
 wait_for 15 idle || fail "agents still busy after the job was dropped: $(status)"
 
-# ---- 5. --insecure is for loopback only ----
+# ---- 5. a job stopped for 6 s ----
+# SIGSTOP: its connection goes silent, the head drops it (--client-timeout-s
+# 2, and ZeroMQ's heartbeats the connection) with its queued work, and what
+# the head sent it meanwhile is lost. SIGCONT: the job says JobHello again,
+# sends what is still unanswered (two rounds of 1500 at the head, so some
+# is), and ends with exactly its trials.
+tune js 3000 --trials-per-iter 1500
+PS=$TUNE_PID
+started() { [ "$(status | field jobs js done)" -gt 100 ] 2>/dev/null; }
+wait_for 30 started || fail "js did not start: $(status)"
+kill -STOP "$PS"
+sleep 6
+kill -CONT "$PS"
+wait_for 90 bash -c "! kill -0 $PS 2>/dev/null" ||
+    fail "js did not end after it was resumed: $(status)"
+wait "$PS" || fail "job js exited $?"
+grep -q "job js gone (silent)" "$T/serve.log" || fail "the head did not drop the stopped js"
+grep -q "welcomed this job again: sending" "$T/js.log" ||
+    fail "js did not send its unanswered work again: $(grep fleet "$T/js.log")"
+check_trials js 3000
+
+# ---- 6. --insecure is for loopback only ----
 "$KILN" serve --agents 'tcp://0.0.0.0:*' --clients 'tcp://127.0.0.1:*' \
     --insecure 2>"$T/insecure.txt"
 [ $? -eq 2 ] || fail "kiln serve --insecure on 0.0.0.0 was not refused"
