@@ -180,11 +180,13 @@ static void s_resend(kl_port_fleet_t *f, s_sent_t *r)
             w->map[w->n++] = (uint32_t)i;
         }
     Kiln__Candidate **all = m->candidates;
+    size_t n_all = m->n_candidates;
     m->request_id = w->id;
     m->candidates = left;
     m->n_candidates = w->n;
     s_send(f, env, NULL);
-    m->candidates = all;
+    m->candidates = all; /* the decoded ones, freed with env */
+    m->n_candidates = n_all;
     free(left);
     kl_net_envelope_free(&env);
 }
