@@ -81,8 +81,7 @@ after1=$(status | field agents a1 results)
 # ---- 4. a job SIGKILLed ----
 tune jd 100000
 PD=$TUNE_PID
-started() { [ "$(status | field jobs jd done)" -gt 0 ] 2>/dev/null; }
-wait_for 20 started || fail "jd did not start: $(status)"
+wait_for 20 going jd 0 || fail "jd did not start: $(status)"
 # The head knows whose job it is: the client key it said hello with.
 [ "$(status | field jobs jd owner_key)" = "$(cat "$K/client.pub")" ] ||
     fail "jd's owner key: $(status | field jobs jd owner_key)"
@@ -102,14 +101,11 @@ wait_for 15 idle || fail "agents still busy after the job was dropped: $(status)
 # is), and ends with exactly its trials.
 tune js 3000 --trials-per-iter 1500
 PS=$TUNE_PID
-started() { [ "$(status | field jobs js done)" -gt 100 ] 2>/dev/null; }
-wait_for 30 started || fail "js did not start: $(status)"
+wait_for 30 going js || fail "js did not start: $(status)"
 kill -STOP "$PS"
 sleep 6
 kill -CONT "$PS"
-wait_for 90 bash -c "! kill -0 $PS 2>/dev/null" ||
-    fail "js did not end after it was resumed: $(status)"
-wait "$PS" || fail "job js exited $?"
+finish js "$PS" 90
 grep -q "job js gone (silent)" "$T/serve.log" || fail "the head did not drop the stopped js"
 grep -q "welcomed this job again: sending" "$T/js.log" ||
     fail "js did not send its unanswered work again: $(grep fleet "$T/js.log")"

@@ -57,6 +57,23 @@ tune() { # tune NAME TRIALS [more args]: in the background, sets TUNE_PID
     PIDS+=("$TUNE_PID")
 }
 
+# going JOB... [MIN]: the head counts more than MIN (default 100) results
+# of each JOB.
+going() {
+    local min=100 n
+    [[ ${!#} =~ ^[0-9]+$ ]] && min=${!#} && set -- "${@:1:$#-1}"
+    for n in "$@"; do
+        [ "$(status | field jobs "$n" done)" -gt "$min" ] 2>/dev/null || return 1
+    done
+}
+
+# finish JOB PID SECONDS: job JOB (pid PID) ends within SECONDS, exit 0.
+finish() {
+    wait_for "$3" bash -c "! kill -0 $2 2>/dev/null" ||
+        fail "$1 did not end within $3 s: $(status)"
+    wait "$2" || fail "job $1 exited $?"
+}
+
 # sample_pair A PA B PB FILE: while job A (pid PA) or B (pid PB) runs,
 # appends the head's view of both ("doneA queuedA doneB queuedB") to FILE
 # every 0.1 s, while both are listed.
