@@ -48,9 +48,9 @@ struct kl_port_fleet_s {
     /* Said JobHello again (the head went silent or forgot the job): the
      * next welcome sends the unanswered work again. */
     bool resend_due;
-    /* Requests not fully answered, packed, to re-send to a new head; and
-     * which of their candidates were answered (a result is given to the
-     * job once). */
+    /* Requests not fully answered, packed, to send again (s_resend); which
+     * of their candidates were answered (a result is given to the job
+     * once), and their wire messages. */
     s_sent_t *sent;
     size_t n_sent, cap_sent;
     /* Results received while waiting for something else. */
