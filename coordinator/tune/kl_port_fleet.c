@@ -10,13 +10,26 @@
 #include "kl_log.h"
 #include "kl_util.h"
 
+/* One MeasureRequest on the wire for (part of) a job's request: its id
+ * at the head and, for a part, the job's index of each of its candidates
+ * (map NULL: all of them, in order). A superseded one was cancelled at the
+ * head when the request was sent again. */
 typedef struct {
     uint64_t id;
+    uint32_t *map;
+    size_t n;
+    bool superseded;
+} s_wire_t;
+
+typedef struct {
+    uint64_t id;  /* the job's */
     uint8_t *buf; /* the packed Envelope */
     size_t len;
     size_t n;
     uint8_t *answered; /* per candidate */
     size_t n_answered;
+    s_wire_t *wires;
+    size_t n_wires;
 } s_sent_t;
 
 struct kl_port_fleet_s {
@@ -32,9 +45,12 @@ struct kl_port_fleet_s {
     uint32_t weight;
     char head_id[128];
     double rehello_at;
-    /* Requests not fully answered, packed, to re-send to a new head; and
-     * which of their candidates were answered (a result is given to the
-     * job once). */
+    /* Said JobHello again (the head went silent or forgot the job): the
+     * next welcome sends the unanswered work again. */
+    bool resend_due;
+    /* Requests not fully answered, packed, to send again (s_resend); which
+     * of their candidates were answered (a result is given to the job
+     * once), and their wire messages. */
     s_sent_t *sent;
     size_t n_sent, cap_sent;
     /* Results received while waiting for something else. */
@@ -92,14 +108,20 @@ static void s_maybe_rehello(kl_port_fleet_t *f)
         (now - f->last_heard < 3 * f->hb_s + 1 && f->rehello_at == 0))
         return;
     f->rehello_at = now + 1;
+    f->resend_due = true;
     s_send_hello(f);
 }
 
-static s_sent_t *s_sent_find(kl_port_fleet_t *f, uint64_t id)
+/* The request and the wire message that head request id wire belongs
+ * to. */
+static s_sent_t *s_sent_find(kl_port_fleet_t *f, uint64_t wire, s_wire_t **w)
 {
     for (size_t i = 0; i < f->n_sent; i++)
-        if (f->sent[i].id == id)
-            return &f->sent[i];
+        for (size_t k = 0; k < f->sent[i].n_wires; k++)
+            if (f->sent[i].wires[k].id == wire) {
+                *w = &f->sent[i].wires[k];
+                return &f->sent[i];
+            }
     return NULL;
 }
 
@@ -107,40 +129,110 @@ static void s_sent_drop(kl_port_fleet_t *f, s_sent_t *r)
 {
     free(r->buf);
     free(r->answered);
+    for (size_t k = 0; k < r->n_wires; k++)
+        free(r->wires[k].map);
+    free(r->wires);
     *r = f->sent[--f->n_sent];
 }
 
-/* A welcome: from a head of another id, the requests not answered yet are
- * sent again (the head keys them by this job's request ids, so a head that
- * already has one drops it). */
+static s_wire_t *s_wire_add(s_sent_t *r, uint64_t id)
+{
+    r->wires = kl_xrealloc(r->wires, (r->n_wires + 1) * sizeof *r->wires);
+    s_wire_t *w = &r->wires[r->n_wires++];
+    *w = (s_wire_t){.id = id, .n = r->n};
+    return w;
+}
+
+static int s_cancel_wire(kl_port_fleet_t *f, uint64_t wire, char *err)
+{
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__Cancel c = KILN__CANCEL__INIT;
+    c.request_id = wire;
+    env.body_case = KILN__ENVELOPE__BODY_CANCEL;
+    env.cancel = &c;
+    return s_send(f, &env, err);
+}
+
+/* Sends the unanswered candidates of r again, under a new head request
+ * id, and cancels what the head may still hold of r under the old ones: a
+ * head that restarted does not know them, and one that lost this job's
+ * connection meanwhile answered some of them into the void (a ROUTER
+ * drops what it sends to a connection gone; TCP what was in flight), and
+ * drops a request id it already has, so the same id would not do. */
+static void s_resend(kl_port_fleet_t *f, s_sent_t *r)
+{
+    Kiln__Envelope *env = NULL;
+    if (kl_net_decode(r->buf, r->len, &env, NULL) != KL_OK)
+        return;
+    for (size_t k = 0; k < r->n_wires; k++)
+        if (!r->wires[k].superseded) {
+            r->wires[k].superseded = true;
+            s_cancel_wire(f, r->wires[k].id, NULL);
+        }
+    Kiln__MeasureRequest *m = env->request;
+    Kiln__Candidate **left = kl_xcalloc(r->n, sizeof *left);
+    s_wire_t *w = s_wire_add(r, ++f->next_req);
+    w->map = kl_xcalloc(r->n, sizeof *w->map);
+    w->n = 0;
+    for (size_t i = 0; i < r->n && i < m->n_candidates; i++)
+        if (!r->answered[i]) {
+            left[w->n] = m->candidates[i];
+            w->map[w->n++] = (uint32_t)i;
+        }
+    Kiln__Candidate **all = m->candidates;
+    size_t n_all = m->n_candidates;
+    m->request_id = w->id;
+    m->candidates = left;
+    m->n_candidates = w->n;
+    s_send(f, env, NULL);
+    m->candidates = all; /* the decoded ones, freed with env */
+    m->n_candidates = n_all;
+    free(left);
+    kl_net_envelope_free(&env);
+}
+
+/* A welcome: from a head of another id, or after this side said JobHello
+ * again (results may have been lost), the candidates not answered yet are
+ * sent again (s_resend), once however many welcomes come. */
 static void s_on_welcome(kl_port_fleet_t *f, const Kiln__JobWelcome *w)
 {
     f->rehello_at = 0;
     if (w->heartbeat_ms)
         f->hb_s = w->heartbeat_ms / 1000.0;
     const char *id = w->head_id ? w->head_id : "";
-    if (strcmp(id, f->head_id) == 0)
+    bool same = strcmp(id, f->head_id) == 0;
+    if (same && !f->resend_due)
         return;
-    if (f->head_id[0])
+    f->resend_due = false;
+    if (f->n_sent && same)
+        kl_warn("fleet: head %s welcomed this job again: sending its %zu "
+                "unanswered request(s) again",
+                f->endpoint, f->n_sent);
+    else if (f->head_id[0] && !same)
         kl_warn("fleet: head %s is %s now (was %s): sending its %zu "
                 "unanswered request(s) again",
                 f->endpoint, id, f->head_id, f->n_sent);
     snprintf(f->head_id, sizeof f->head_id, "%s", id);
-    for (size_t i = 0; i < f->n_sent; i++) {
-        Kiln__Envelope *env = NULL;
-        if (kl_net_decode(f->sent[i].buf, f->sent[i].len, &env, NULL) == KL_OK)
-            s_send(f, env, NULL);
-        kl_net_envelope_free(&env);
-    }
+    for (size_t i = 0; i < f->n_sent; i++)
+        s_resend(f, &f->sent[i]);
 }
 
-/* True when the result is new to the job (and marks it answered). */
-static bool s_first_answer(kl_port_fleet_t *f, const Kiln__JobResult *jr)
+/* True when the result is new to the job (and marks it answered); gives
+ * it the job's request id and index. A superseded wire's CANCELLED is
+ * this side's own cancel, not the job's: dropped. */
+static bool s_first_answer(kl_port_fleet_t *f, Kiln__JobResult *jr)
 {
-    s_sent_t *r = s_sent_find(f, jr->result->request_id);
-    if (!r || jr->index >= r->n || r->answered[jr->index])
+    s_wire_t *w = NULL;
+    s_sent_t *r = s_sent_find(f, jr->result->request_id, &w);
+    if (!r || jr->index >= w->n)
         return false;
-    r->answered[jr->index] = 1;
+    uint32_t i = w->map ? w->map[jr->index] : jr->index;
+    if (i >= r->n || r->answered[i] ||
+        (w->superseded && jr->result->status == KILN__STATUS__STATUS_CANCELLED))
+        return false;
+    jr->result->request_id = r->id;
+    jr->index = i;
+    r->answered[i] = 1;
     if (++r->n_answered == r->n)
         s_sent_drop(f, r);
     return true;
@@ -335,6 +427,9 @@ static int s_submit(void *ctx, const kl_dispatch_batch_t *b, uint64_t *id,
     r->n = b->n_candidates;
     r->answered = kl_xcalloc(r->n, 1);
     r->n_answered = 0;
+    r->wires = NULL;
+    r->n_wires = 0;
+    s_wire_add(r, *id);
     return KL_OK;
 }
 
@@ -356,19 +451,29 @@ static int s_recv(void *ctx, kl_dispatch_result_t **out, int timeout_ms,
     return KL_OK;
 }
 
+/* Cancels the request's live wire message(s). */
 static int s_cancel(void *ctx, uint64_t id, char *err)
 {
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__Cancel c = KILN__CANCEL__INIT;
-    c.request_id = id;
-    env.body_case = KILN__ENVELOPE__BODY_CANCEL;
-    env.cancel = &c;
-    return s_send(ctx, &env, err);
+    kl_port_fleet_t *f = ctx;
+    for (size_t i = 0; i < f->n_sent; i++) {
+        s_sent_t *r = &f->sent[i];
+        if (r->id != id)
+            continue;
+        int rc = KL_OK;
+        for (size_t k = 0; k < r->n_wires && rc == KL_OK; k++)
+            if (!r->wires[k].superseded)
+                rc = s_cancel_wire(f, r->wires[k].id, err);
+        return rc;
+    }
+    return s_cancel_wire(f, id, err);
 }
 
 static int s_agents(void *ctx, const char *target, size_t *n, char *err)
 {
     kl_port_fleet_t *f = ctx;
+    char buf[KL_ERRMSG_LEN];
+    if (!err)
+        err = buf; /* named in the warning below */
     *n = 0;
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__AgentsQuery q = KILN__AGENTS_QUERY__INIT;

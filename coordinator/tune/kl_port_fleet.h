@@ -5,12 +5,14 @@
  * The job's search, task scheduler and store stay here; only batches and
  * results cross the wire (docs/protocol.md section 7). Request ids are
  * this side's, growing from 1; the head keeps them per job name and drops
- * a request id it already has, so re-sending one is never measured twice.
- * The port keeps each request until all its candidates are answered: when
- * the head restarts (says goodbye or goes silent, then welcomes the job
- * with another head id) it says JobHello again and re-sends them; each
- * candidate's result is given to the job once. A head that stays away:
- * agents answers 0, so the job's agent-wait-s ends it.
+ * a request id it already has. The port keeps each request until all its
+ * candidates are answered: when the head says goodbye or goes silent, it
+ * says JobHello again, and at the next welcome (a restarted head, or the
+ * same one, which may have answered into a lost connection) sends the
+ * unanswered candidates again under a new request id and cancels the old
+ * one; each candidate's result is given to the job once, with the job's
+ * request id and index. A head that stays away: agents answers 0, so the
+ * job's agent-wait-s ends it.
  * Heartbeats go out from every call (submit, recv, agents), so a job must
  * call into its port at least every client_timeout_s of the head (30 s by
  * default); kl_job's loop does several times a second.

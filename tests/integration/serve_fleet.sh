@@ -10,10 +10,13 @@
 #     does again;
 #  4. a job SIGKILLed: the head drops it (status shows it gone) and its
 #     work with it;
-#  5. --insecure on a non-loopback endpoint is refused.
+#  5. a job SIGSTOPped for 6 s, which the head drops as silent: resumed,
+#     it sends its unanswered work again and ends with exactly its trials;
+#  6. --insecure on a non-loopback endpoint is refused.
 # The agents take 20 ms per answer (--simulate-ms), so that the fleet, not
 # the jobs' search, is what the jobs compete for.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
 OP="matmul M=256 N=256 K=256"
 K="$T/keys"
 "$KILN" keygen "$K" coordinator >/dev/null || fail "keygen coordinator"
@@ -32,84 +35,10 @@ AEP=$(sed -n 's/.*agents on \(tcp:[^,]*\), jobs on \(tcp:.*\)$/\1/p' "$T/serve.l
 CEP=$(sed -n 's/.*agents on \(tcp:[^,]*\), jobs on \(tcp:.*\)$/\2/p' "$T/serve.log")
 [ -n "$AEP" ] && [ -n "$CEP" ] || fail "endpoints: $(cat "$T/serve.log")"
 
-agent() { # agent NAME KEYNAME
-    "$KILN_AGENT" --connect "$AEP" --keys "$K" --name "$2" \
-        --coordinator-key "$K/coordinator.pub" --simulate --heartbeat-ms 500 \
-        --simulate-ms 20 2>"$T/agent-$1.log" &
-    PIDS+=("$!")
-}
-status() { "$KILN" fleet status --head "$CEP" --keys "$K" --json "$@"; }
-# jq-free readers of the status JSON.
-njobs() { python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))'; }
-field() { # field agents|jobs NAME KEY
-    python3 -c 'import json,sys
-d=json.load(sys.stdin)
-print(next((x[sys.argv[3]] for x in d[sys.argv[1]] if x["name"]==sys.argv[2]), "none"))' "$@"
-}
 agent a0 a0
 agent a1 a1
-two_agents() { [ "$(status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["agents"]))')" = 2 ]; }
+two_agents() { [ "$(status | nagents)" = 2 ]; }
 wait_for 15 two_agents || fail "the two agents did not register: $(status)"
-
-tune() { # tune NAME TRIALS [more args]: in the background, sets TUNE_PID
-    local n=$1 trials=$2; shift 2
-    "$KILN" tune --op "$OP" --simulate --strategy replay --seed 1 \
-        --max-trials-per-task "$trials" --trials-per-iter 128 --db "$T/db-$n" \
-        --fleet "$CEP" --keys "$K" --name "$n" "$@" \
-        >"$T/$n.out" 2>"$T/$n.log" &
-    TUNE_PID=$!
-    PIDS+=("$TUNE_PID")
-}
-
-# pair A WA B WB LO HI: jobs A (weight WA) and B (WB) of 600 trials at
-# once; each ends with exactly 600 in its own store, and A's share of the
-# results while both ran, from the head's status, is within [LO, HI].
-pair() {
-    local A=$1 WA=$2 B=$3 WB=$4 lo=$5 hi=$6
-    tune "$A" 600 --weight "$WA"
-    local PA=$TUNE_PID
-    tune "$B" 600 --weight "$WB"
-    local PB=$TUNE_PID
-    # Samples of the head's status while both jobs are listed: done and
-    # queued of each.
-    : >"$T/samples-$A.txt"
-    while kill -0 "$PA" 2>/dev/null || kill -0 "$PB" 2>/dev/null; do
-        status | python3 -c 'import json,sys
-j={x["name"]: x for x in json.load(sys.stdin)["jobs"]}
-a, b = sys.argv[1], sys.argv[2]
-if a in j and b in j:
-    print(j[a]["done"], j[a]["queued"], j[b]["done"], j[b]["queued"])' \
-            "$A" "$B" >>"$T/samples-$A.txt" || break
-        sleep 0.1
-    done
-    wait "$PA" || fail "job $A exited $?"
-    wait "$PB" || fail "job $B exited $?"
-    for n in "$A" "$B"; do
-        grep -q "^trials *600 (600 valid, 0 restored" "$T/$n.out" ||
-            fail "$n: $(grep ^trials "$T/$n.out")"
-        "$KILN" db ls --db "$T/db-$n" >"$T/ls-$n.txt" || fail "db ls $n"
-        grep -q "matmul_256_256_256 .* 600 " "$T/ls-$n.txt" ||
-            fail "$n's store: $(cat "$T/ls-$n.txt")"
-    done
-    # The share while both competed: the results between two samples where
-    # both jobs had work waiting at the head, summed (a job between rounds,
-    # or one that started late, asks for less than its share).
-    python3 - "$T/samples-$A.txt" "$A" "$B" "$lo" "$hi" <<'PY' ||
-import sys
-rows = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
-da = db = 0
-for p, q in zip(rows, rows[1:]):
-    if p[1] > 0 and p[3] > 0 and q[1] > 0 and q[3] > 0:
-        da += q[0] - p[0]
-        db += q[2] - p[2]
-share = da / (da + db) if da + db else -1
-print(f"share: {sys.argv[2]} {da} {sys.argv[3]} {db} results while both "
-      f"had work queued: {100*share:.1f}% / {100-100*share:.1f}%")
-assert da + db >= 100, (da, db)
-assert float(sys.argv[4]) <= share <= float(sys.argv[5]), share
-PY
-        fail "share of $A: $(cat "$T/samples-$A.txt")"
-}
 
 # ---- 1. two jobs, fair share; then weights 3 : 1 ----
 pair ja 1 jb 1 0.4 0.6
@@ -118,14 +47,7 @@ pair jw3 3 jw1 1 0.65 0.85
 [ "$(status | njobs)" = 0 ] || fail "finished jobs still listed: $(status)"
 
 # ---- 2. keys in the wrong role ----
-"$KILN_AGENT" --connect "$AEP" --keys "$K" --name client \
-    --coordinator-key "$K/coordinator.pub" --simulate 2>"$T/agent-client.log" &
-PIDS+=("$!")
-sleep 2
-[ "$(status | field agents client name)" = none ] ||
-    fail "a client key registered as an agent: $(status)"
-grep -q "refused" "$T/serve.log" || grep -qi "denied\|refused" "$T/agent-client.log" ||
-    fail "no refusal logged"
+client_not_agent "$T/serve.log"
 "$KILN" fleet status --head "$CEP" --keys "$K" --key a0 --timeout-s 2 \
     >"$T/as-client.txt" 2>"$T/as-client.log"
 [ $? -eq 1 ] || fail "an agent key got a status: $(cat "$T/as-client.txt")"
@@ -159,8 +81,7 @@ after1=$(status | field agents a1 results)
 # ---- 4. a job SIGKILLed ----
 tune jd 100000
 PD=$TUNE_PID
-started() { [ "$(status | field jobs jd done)" -gt 0 ] 2>/dev/null; }
-wait_for 20 started || fail "jd did not start: $(status)"
+wait_for 20 going jd 0 || fail "jd did not start: $(status)"
 # The head knows whose job it is: the client key it said hello with.
 [ "$(status | field jobs jd owner_key)" = "$(cat "$K/client.pub")" ] ||
     fail "jd's owner key: $(status | field jobs jd owner_key)"
@@ -172,7 +93,25 @@ grep -q "job jd gone (silent)" "$T/serve.log" || fail "no 'jd gone' in the head'
 idle() { [ "$(status | field agents a0 busy)" = 0 ] && [ "$(status | field agents a1 busy)" = 0 ]; }
 wait_for 15 idle || fail "agents still busy after the job was dropped: $(status)"
 
-# ---- 5. --insecure is for loopback only ----
+# ---- 5. a job stopped for 6 s ----
+# SIGSTOP: its connection goes silent, the head drops it (--client-timeout-s
+# 2, and ZeroMQ's heartbeats the connection) with its queued work, and what
+# the head sent it meanwhile is lost. SIGCONT: the job says JobHello again,
+# sends what is still unanswered (two rounds of 1500 at the head, so some
+# is), and ends with exactly its trials.
+tune js 3000 --trials-per-iter 1500
+PS=$TUNE_PID
+wait_for 30 going js || fail "js did not start: $(status)"
+kill -STOP "$PS"
+sleep 6
+kill -CONT "$PS"
+finish js "$PS" 90
+grep -q "job js gone (silent)" "$T/serve.log" || fail "the head did not drop the stopped js"
+grep -q "welcomed this job again: sending" "$T/js.log" ||
+    fail "js did not send its unanswered work again: $(grep fleet "$T/js.log")"
+check_trials js 3000
+
+# ---- 6. --insecure is for loopback only ----
 "$KILN" serve --agents 'tcp://0.0.0.0:*' --clients 'tcp://127.0.0.1:*' \
     --insecure 2>"$T/insecure.txt"
 [ $? -eq 2 ] || fail "kiln serve --insecure on 0.0.0.0 was not refused"

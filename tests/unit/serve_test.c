@@ -1,11 +1,11 @@
 /* Unit tests of coordinator/serve (the head node) with the job's side,
  * coordinator/tune/kl_port_fleet, over real loopback sockets and no agents:
  * the hello and a name in use, queued work and cancel, request ids made
- * idempotent, messages before JobHello, a silent job dropped, drain of an
- * unknown agent, the snapshot (a job's state, the head's counters) and
- * --state (DIR/drained read, rewritten, kept through drain/undrain). Work
- * actually measured (agents, fair share, keys) is
- * tests/integration/serve_fleet.sh. */
+ * idempotent, messages before JobHello, a silent job dropped (and its
+ * work sent again once it is back), drain of an unknown agent, the
+ * snapshot (a job's state, the head's counters) and --state (DIR/drained
+ * read, rewritten, kept through drain/undrain). Work actually measured
+ * (agents, fair share, keys) is tests/integration/serve_fleet.sh. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -346,6 +346,68 @@ static void test_head_restart(void **state)
     s_head_stop(&h);
 }
 
+/* A job silent past the head's client timeout (its connection lost, or
+ * the process stopped): the head drops it with its queued work. Heard
+ * from again, the job says JobHello, is welcomed by the same head and
+ * sends its unanswered work again, as a new request id whose results
+ * come back under the job's own id. */
+static void test_job_silent_resend(void **state)
+{
+    (void)state;
+    s_head_t h;
+    s_head_start(&h, 0.5);
+    char err[KL_ERRMSG_LEN];
+    int rc;
+    kl_port_fleet_t *a = s_job(&h, "s", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    kl_port_fleet_config_t qc = {.endpoint = kl_serve_clients_endpoint(h.s),
+                                 .security = {.insecure = true}};
+    kl_port_fleet_t *q = NULL;
+    assert_int_equal(kl_port_fleet_new(&q, &qc, err), KL_OK);
+    kl_port_t p = kl_port_fleet(a);
+    s_batch_t sb;
+    s_batch(&sb, 3);
+    uint64_t id = 0, queued = 0;
+    assert_int_equal(kl_port_submit(&p, &sb.b, &id, err), KL_OK);
+    for (int i = 0; i < 100 && queued != 3; i++)
+        if (!s_job_status(q, "s", &queued, NULL) || queued != 3)
+            usleep(10 * 1000);
+    assert_int_equal(queued, 3);
+    /* Silent: dropped, its work with it. */
+    usleep(1200 * 1000);
+    assert_false(s_job_status(q, "s", NULL, NULL));
+    /* Back: within a few seconds the head has its three again, once. */
+    kl_dispatch_result_t *r = NULL;
+    queued = 0;
+    for (int i = 0; i < 50 && queued != 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+        if (!s_job_status(q, "s", &queued, NULL))
+            queued = 0;
+    }
+    assert_int_equal(queued, 3);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kl_port_recv(&p, &r, 100, err), KL_ERR_TIMEOUT);
+    assert_true(s_job_status(q, "s", &queued, NULL));
+    assert_int_equal(queued, 3);
+    /* The job's cancel reaches the new request: three CANCELLED, each
+     * with the job's request id and index, once. */
+    assert_int_equal(kl_port_cancel(&p, id, err), KL_OK);
+    bool seen[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kl_port_recv(&p, &r, 5000, err), KL_OK);
+        assert_int_equal(r->request_id, id);
+        assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
+        assert_true(r->index < 3 && !seen[r->index]);
+        assert_int_equal(r->candidate_id, 100 + r->index);
+        seen[r->index] = true;
+        kl_dispatch_result_free(&r);
+    }
+    assert_int_equal(kl_port_recv(&p, &r, 200, err), KL_ERR_TIMEOUT);
+    kl_port_fleet_destroy(&q);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -535,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_hello_queue_cancel),
         cmocka_unit_test(test_raw_client),
         cmocka_unit_test(test_head_restart),
+        cmocka_unit_test(test_job_silent_resend),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_snapshot_state),
         cmocka_unit_test(test_state_dir),
