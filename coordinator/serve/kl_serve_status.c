@@ -13,16 +13,21 @@
 
 void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force)
 {
-    if (!force && now - s->agents_at < KL_SERVE_AGENTS_EVERY_S)
+    /* Read before the list: a change after it is seen next time. */
+    uint64_t gen = kl_dispatch_agents_gen(s->disp);
+    if (!force && (now - s->agents_at < KL_SERVE_AGENTS_EVERY_S ||
+                   gen == s->agents_disp_gen))
         return;
     kl_dispatch_agent_info_t *v = NULL;
     size_t n = 0;
     if (kl_dispatch_agent_list(s->disp, &v, &n, NULL) != KL_OK)
         return;
+    s->agents_disp_gen = gen;
     free(s->agents);
     s->agents = v;
     s->n_agents = n;
     s->agents_at = now;
+    s->agents_gen++;
 }
 
 static bool s_agent_matches(const kl_dispatch_agent_info_t *a,
