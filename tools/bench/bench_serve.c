@@ -64,8 +64,11 @@ static const kl_opt_t s_opts[] = {
     {"max-weight", KL_OPT_INT, "4", 0, 100, "W",
      "weighted phase: weights 1..W (0: no weighted phase)"},
     {"paced-rate", KL_OPT_DOUBLE, "20000", 0, 1e7, "R",
-     "paced phase: agents hold each candidate total credit / R seconds, so "
+     "paced phase: agents hold each candidate total credit / R seconds on "
+     "average (uniform in 0.5..1.5 of it), so "
      "that the fleet offers R results/s (0: no paced phase)"},
+    {"paced-only", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "skip the saturated phases (equal weights, then weighted)"},
     {"agent-threads", KL_OPT_INT, "1", 1, 16, "N",
      "threads driving the simulated agents"},
     {"heartbeat-ms", KL_OPT_INT, "1000", 100, 60000, "MS", "heartbeat"},
@@ -99,7 +102,7 @@ typedef struct {
     size_t f_head, f_n;
 } s_agent_t;
 
-/* A candidate a simulated agent holds until due (--hold-ms). */
+/* A candidate a simulated agent holds until due (the paced phase). */
 typedef struct {
     size_t agent;
     uint64_t req_id, cand_id;
@@ -109,9 +112,10 @@ typedef struct {
 typedef struct {
     int index;
     void *ctx;
-    /* Held candidates, in order of due time (one hold for all). */
+    /* Held candidates (a heap on due) and the hold's random numbers. */
     s_held_t *held;
-    size_t h_head, h_n, h_cap;
+    size_t h_n, h_cap;
+    uint64_t rng;
     s_agent_t *agents;
     size_t n;
     size_t first; /* global index of agents[0] */
@@ -204,19 +208,50 @@ static void s_agent_answer(s_agents_t *g, s_agent_t *a, uint64_t req_id,
     }
 }
 
+/* Held candidates: a binary heap on due. */
 static void s_hold(s_agents_t *g, s_held_t h)
 {
     if (g->h_n == g->h_cap) {
-        size_t cap = g->h_cap ? 2 * g->h_cap : 4096;
-        s_held_t *v = kl_xmalloc(cap * sizeof *v);
-        for (size_t i = 0; i < g->h_n; i++)
-            v[i] = g->held[(g->h_head + i) % g->h_cap];
-        free(g->held);
-        g->held = v;
-        g->h_cap = cap;
-        g->h_head = 0;
+        g->h_cap = g->h_cap ? 2 * g->h_cap : 4096;
+        g->held = kl_xrealloc(g->held, g->h_cap * sizeof *g->held);
     }
-    g->held[(g->h_head + g->h_n++) % g->h_cap] = h;
+    size_t i = g->h_n++;
+    while (i > 0 && g->held[(i - 1) / 2].due > h.due) {
+        g->held[i] = g->held[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    g->held[i] = h;
+}
+
+static s_held_t s_unhold(s_agents_t *g)
+{
+    s_held_t top = g->held[0], last = g->held[--g->h_n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= g->h_n)
+            break;
+        if (c + 1 < g->h_n && g->held[c + 1].due < g->held[c].due)
+            c++;
+        if (last.due <= g->held[c].due)
+            break;
+        g->held[i] = g->held[c];
+        i = c;
+    }
+    if (g->h_n)
+        g->held[i] = last;
+    return top;
+}
+
+/* A hold of mean s_hold_s, uniform in [0.5, 1.5) of it, so that the
+ * answers of candidates sent together spread out instead of coming back
+ * as one burst each round. */
+static double s_hold_for(s_agents_t *g)
+{
+    g->rng ^= g->rng << 13;
+    g->rng ^= g->rng >> 7;
+    g->rng ^= g->rng << 17;
+    return s_hold_s * (0.5 + (double)(g->rng >> 11) / 9007199254740992.0);
 }
 
 /* A MeasureRequest: each candidate answered at once, or after the hold. */
@@ -239,7 +274,7 @@ static void s_agent_request(s_agents_t *g, s_agent_t *a,
     for (size_t i = 0; i < m->n_candidates; i++) {
         if (hold > 0)
             s_hold(g, (s_held_t){(size_t)(a - g->agents), m->request_id,
-                                 m->candidates[i]->id, now + hold});
+                                 m->candidates[i]->id, now + s_hold_for(g)});
         else
             s_agent_answer(g, a, m->request_id, m->candidates[i]->id);
     }
@@ -291,17 +326,15 @@ static void *s_agents_main(void *arg)
     while (!s_stop_all) {
         int wait = 10;
         if (g->h_n) {
-            double d = g->held[g->h_head].due - kl_now_s();
+            double d = g->held[0].due - kl_now_s();
             wait = d <= 0 ? 0 : d < 0.01 ? (int)(d * 1e3) + 1 : 10;
         }
         int n = epoll_wait(g->ep, evs, 256, wait);
         for (int i = 0; i < n; i++)
             s_agent_service(g, &g->agents[evs[i].data.u64]);
         double now = kl_now_s();
-        while (g->h_n && g->held[g->h_head].due <= now) {
-            s_held_t h = g->held[g->h_head];
-            g->h_head = (g->h_head + 1) % g->h_cap;
-            g->h_n--;
+        while (g->h_n && g->held[0].due <= now) {
+            s_held_t h = s_unhold(g);
             s_agent_answer(g, &g->agents[h.agent], h.req_id, h.cand_id);
             s_agent_service(g, &g->agents[h.agent]);
         }
@@ -345,6 +378,7 @@ static int s_agents_start(s_agents_t *g, void *ctx, size_t first, size_t n,
     g->credit = credit;
     g->hb_ms = hb_ms;
     g->agents = kl_xcalloc(n, sizeof *g->agents);
+    g->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)first;
     g->ep = epoll_create1(0);
     if (g->ep < 0)
         return kl_seterr(err, KL_ERR_IO, "epoll_create1: %s", strerror(errno));
@@ -776,37 +810,44 @@ static void s_report(const s_phase_t *eq, const s_phase_t *wt,
            (long long)kl_opts_int(o, "batch"), window,
            kl_opts_bool(o, "curve") ? "CURVE" : "INSECURE: no CURVE",
            kl_opts_double(o, "seconds"), kl_opts_double(o, "warmup"), runs);
-    printf("saturated (agents answer at once; equal weights):\n");
-    S_FIG(eq, p_->rate);
-    printf("  results/s through the head  %.0f (%.0f..%.0f)   goal >= 20000: "
-           "%.2fx\n",
-           m, lo, hi, m / 20000);
-    S_FIG(eq, p_->spread * 100);
-    printf("  fairness spread             %.1f%% (%.1f..%.1f)   goal <= 10%%: "
-           "%.2fx of the limit\n",
-           m, lo, hi, m / 10);
-    printf("    (spread: (max - min) / mean of the %lld jobs' results)\n",
-           n_jobs);
-    S_FIG(eq, p_->p50 * 1e3);
-    printf("  dispatch latency p50        %.2f ms (%.2f..%.2f)\n", m, lo, hi);
-    S_FIG(eq, p_->p99 * 1e3);
-    printf("  dispatch latency p99        %.2f ms (%.2f..%.2f)   (saturated: "
-           "about total credit / results/s, the loop's own queue)\n",
-           m, lo, hi);
-    printf("  CPU seconds per second:");
-    for (int g = 0; g < G_N; g++) {
-        S_FIG(eq, p_->cpu[g]);
-        printf(" %s %.2f%s", s_group_names[g], m, g + 1 < G_N ? "," : "\n");
+    if (eq) {
+        printf("saturated (agents answer at once; equal weights):\n");
+        S_FIG(eq, p_->rate);
+        printf(
+            "  results/s through the head  %.0f (%.0f..%.0f)   goal >= 20000: "
+            "%.2fx\n",
+            m, lo, hi, m / 20000);
+        S_FIG(eq, p_->spread * 100);
+        printf(
+            "  fairness spread             %.1f%% (%.1f..%.1f)   goal <= 10%%: "
+            "%.2fx of the limit\n",
+            m, lo, hi, m / 10);
+        printf("    (spread: (max - min) / mean of the %lld jobs' results)\n",
+               n_jobs);
+        S_FIG(eq, p_->p50 * 1e3);
+        printf("  dispatch latency p50        %.2f ms (%.2f..%.2f)\n", m, lo,
+               hi);
+        S_FIG(eq, p_->p99 * 1e3);
+        printf(
+            "  dispatch latency p99        %.2f ms (%.2f..%.2f)   (saturated: "
+            "about total credit / results/s, the loop's own queue)\n",
+            m, lo, hi);
+        printf("  CPU seconds per second:");
+        for (int g = 0; g < G_N; g++) {
+            S_FIG(eq, p_->cpu[g]);
+            printf(" %s %.2f%s", s_group_names[g], m, g + 1 < G_N ? "," : "\n");
+        }
+        printf("  CPU microseconds per result:");
+        for (int g = 0; g < G_N; g++) {
+            S_FIG(eq, p_->rate > 0 ? p_->cpu[g] / p_->rate * 1e6 : 0);
+            printf(" %s %.1f%s", s_group_names[g], m, g + 1 < G_N ? "," : "\n");
+        }
+        printf(
+            "    (%ld cores shared by all of these and whatever else runs)\n",
+            sysconf(_SC_NPROCESSORS_ONLN));
     }
-    printf("  CPU microseconds per result:");
-    for (int g = 0; g < G_N; g++) {
-        S_FIG(eq, p_->rate > 0 ? p_->cpu[g] / p_->rate * 1e6 : 0);
-        printf(" %s %.1f%s", s_group_names[g], m, g + 1 < G_N ? "," : "\n");
-    }
-    printf("    (%ld cores shared by all of these and whatever else runs)\n",
-           sysconf(_SC_NPROCESSORS_ONLN));
     int mw = (int)kl_opts_int(o, "max-weight");
-    if (mw > 0) {
+    if (wt && mw > 0) {
         S_FIG(wt, p_->rate);
         printf("weighted (weights 1..%d, saturated): %.0f results/s "
                "(%.0f..%.0f)\n",
@@ -840,9 +881,11 @@ static void s_report(const s_phase_t *eq, const s_phase_t *wt,
                m, lo, hi, m / 10);
     }
     if (hold > 0) {
-        printf("paced (each agent holds a candidate %.0f ms: the fleet offers "
-               "%.0f results/s; equal weights):\n",
-               hold * 1e3, kl_opts_double(o, "paced-rate"));
+        printf(
+            "paced (an agent holds a candidate %.0f ms on average: the fleet "
+            "offers "
+            "%.0f results/s; equal weights):\n",
+            hold * 1e3, kl_opts_double(o, "paced-rate"));
         S_FIG(pc, p_->rate);
         printf("  results/s through the head  %.0f (%.0f..%.0f)   goal >= "
                "20000: %.2fx\n",
@@ -1020,14 +1063,16 @@ int main(int argc, char **argv)
     s_phase_t *wt = kl_xcalloc(S_MAX_RUNS, sizeof *wt);
     s_phase_t *pc = kl_xcalloc(S_MAX_RUNS, sizeof *pc);
     double paced = kl_opts_double(o, "paced-rate");
+    bool saturated = !kl_opts_bool(o, "paced-only");
     double hold = paced > 0 ? (double)(n_agents * credit) / paced : 0;
     const char *ep = rc == KL_OK ? kl_serve_clients_endpoint(head.s) : NULL;
     for (int r = 0; r < runs && rc == KL_OK; r++) {
-        rc = s_phase(ep, groups, n_groups, n_jobs, batch, window, 0, 0, warmup,
-                     seconds, r, &eq[r], err);
-        if (rc == KL_OK)
+        if (saturated)
+            rc = s_phase(ep, groups, n_groups, n_jobs, batch, window, 0, 0,
+                         warmup, seconds, r, &eq[r], err);
+        if (rc == KL_OK && saturated)
             s_print_run(r, "equal", &eq[r]);
-        if (rc == KL_OK && max_weight > 0) {
+        if (rc == KL_OK && saturated && max_weight > 0) {
             rc = s_phase(ep, groups, n_groups, n_jobs, batch, window,
                          max_weight, 0, warmup, seconds, r, &wt[r], err);
             if (rc == KL_OK)
@@ -1042,7 +1087,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     if (rc == KL_OK)
-        s_report(eq, wt, pc, runs, o, window, hold);
+        s_report(saturated ? eq : NULL, saturated ? wt : NULL, pc, runs, o,
+                 window, hold);
     else
         fprintf(stderr, "bench_serve: %s\n", err);
     s_stop_all = 1;
