@@ -157,6 +157,8 @@ static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
             memmove(&j->reqs[i], &j->reqs[i + 1],
                     (j->n_reqs - i - 1) * sizeof *j->reqs);
             j->n_reqs--;
+            if (i < j->q_from)
+                j->q_from--;
             break;
         }
     kl_net_envelope_free(&r->env);
@@ -265,7 +267,13 @@ static size_t s_room(kl_serve_t *s, kl_starget_t *t)
 /* The first request of j with queued candidates whose target has room. */
 static kl_sreq_t *s_ready(kl_serve_t *s, kl_sjob_t *j, size_t *room)
 {
-    for (size_t i = 0; i < j->n_reqs; i++) {
+    /* A request's queue only shrinks: the ones handed out in full stay
+     * behind q_from until answered. */
+    while (j->q_from < j->n_reqs &&
+           j->reqs[j->q_from]->next >=
+               j->reqs[j->q_from]->env->request->n_candidates)
+        j->q_from++;
+    for (size_t i = j->q_from; i < j->n_reqs; i++) {
         kl_sreq_t *r = j->reqs[i];
         if (r->next >= r->env->request->n_candidates)
             continue;
@@ -320,6 +328,11 @@ static void s_submit_chunk(kl_serve_t *s, kl_sreq_t *r, size_t n)
 static void s_schedule(kl_serve_t *s)
 {
     for (;;) {
+        bool room = false;
+        for (size_t t = 0; t < s->n_tgts && !room; t++)
+            room = s_room(s, &s->tgts[t]) > 0;
+        if (!room)
+            return; /* every agent busy: nothing to decide */
         kl_sjob_t *best = NULL;
         kl_sreq_t *best_r = NULL;
         size_t best_room = 0;
@@ -354,7 +367,7 @@ static double s_min_pass(const kl_serve_t *s, const kl_sjob_t *except)
     for (size_t i = 0; i < s->n_jobs; i++) {
         const kl_sjob_t *j = s->jobs[i];
         bool queued = false;
-        for (size_t k = 0; k < j->n_reqs && !queued; k++)
+        for (size_t k = j->q_from; k < j->n_reqs && !queued; k++)
             queued = j->reqs[k]->next < j->reqs[k]->env->request->n_candidates;
         if (j != except && !j->gone && queued && (m < 0 || j->pass < m))
             m = j->pass;
@@ -403,9 +416,14 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
 static void s_drain_results(kl_serve_t *s)
 {
     kl_dispatch_result_t *dr = NULL;
+    size_t n = 0;
     while (kl_dispatch_recv(s->disp, &dr, 0, NULL) == KL_OK) {
         s_forward(s, dr);
         kl_dispatch_result_free(&dr);
+        /* Credit freed goes back out before the rest of a long batch is
+         * forwarded, so that agents wait less. */
+        if (++n % 64 == 0)
+            s_schedule(s);
     }
 }
 

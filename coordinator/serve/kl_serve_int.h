@@ -47,6 +47,7 @@ struct kl_sjob_s {
     bool gone; /* forgotten; kept until its chunks are answered */
     kl_sreq_t **reqs;
     size_t n_reqs;
+    size_t q_from; /* reqs[0 .. q_from) have nothing queued any more */
 };
 
 /* A target some job asked for: the credit of its agents (read once per

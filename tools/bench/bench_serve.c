@@ -887,9 +887,9 @@ static void s_report(const s_phase_t *eq, const s_phase_t *wt,
             "%.0f results/s; equal weights):\n",
             hold * 1e3, kl_opts_double(o, "paced-rate"));
         S_FIG(pc, p_->rate);
-        printf("  results/s through the head  %.0f (%.0f..%.0f)   goal >= "
-               "20000: %.2fx\n",
-               m, lo, hi, m / 20000);
+        printf("  results/s through the head  %.0f (%.0f..%.0f)   %.2fx the "
+               "offered rate\n",
+               m, lo, hi, m / kl_opts_double(o, "paced-rate"));
         S_FIG(pc, p_->p50 * 1e3);
         printf("  dispatch latency p50        %.2f ms (%.2f..%.2f)\n", m, lo,
                hi);
@@ -911,6 +911,15 @@ static void s_report(const s_phase_t *eq, const s_phase_t *wt,
            "frees one credit, to the next candidate reaching that agent, "
            "while every job has work queued at the head; all timestamps in "
            "the agents' thread\n");
+    char load[128] = "?";
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (!fgets(load, sizeof load, lf))
+            snprintf(load, sizeof load, "?");
+        load[strcspn(load, "\n")] = 0;
+        fclose(lf);
+    }
+    printf("load average at the end (this machine, all processes): %s\n", load);
     printf("reproduce: ninja -C build tools/bench_serve && build/tools/"
            "bench_serve --agents %lld --jobs %lld --seconds %g --runs %d%s\n",
            (long long)kl_opts_int(o, "agents"), n_jobs,
