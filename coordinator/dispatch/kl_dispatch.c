@@ -5,6 +5,7 @@
 #include "kl_dispatch_core.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct kl_dispatch_s {
     /* Results received but not yet handed out. */
     kl_dispatch_result_t **pend;
     size_t pend_head, pend_n;
+    /* kl_dcore_agents_gen as of the actor's last loop. */
+    _Atomic uint64_t agents_gen;
 };
 
 /* ---- the actor ---- */
@@ -327,6 +330,7 @@ static void s_loop(s_actor_t *s)
         }
         kl_dcore_dispatch(s->core, now, s_send_pick, s);
         s_flush_results(s);
+        atomic_store(&s->api->agents_gen, kl_dcore_agents_gen(s->core));
     }
     s_goodbye_all(s);
 }
@@ -565,4 +569,14 @@ int kl_dispatch_recv(kl_dispatch_t *self, kl_dispatch_result_t **out,
     *out = self->pend[self->pend_head++];
     self->pend_n--;
     return KL_OK;
+}
+
+void *kl_dispatch_socket(kl_dispatch_t *self)
+{
+    return self->res;
+}
+
+uint64_t kl_dispatch_agents_gen(kl_dispatch_t *self)
+{
+    return atomic_load(&self->agents_gen);
 }

@@ -134,6 +134,12 @@ typedef struct {
 int kl_dispatch_recv(kl_dispatch_t *self, kl_dispatch_result_t **out,
                      int timeout_ms, char *err);
 void kl_dispatch_result_free(kl_dispatch_result_t **self_p);
+/* A ZeroMQ socket to wait on with zmq_poll (ZMQ_POLLIN) next to the
+ * caller's own sockets: readable while results wait at the actor. Results
+ * that kl_dispatch_recv already took from it and has not handed out yet do
+ * not show: receive with timeout 0 until KL_ERR_TIMEOUT before polling.
+ * Borrowed; only for polling. */
+void *kl_dispatch_socket(kl_dispatch_t *self);
 
 /* Number of live agents with a device matching target (NULL: all live
  * agents). */
@@ -185,6 +191,12 @@ typedef struct {
  * (free() it; set even when *n is 0). */
 int kl_dispatch_agent_list(kl_dispatch_t *self, kl_dispatch_agent_info_t **out,
                            size_t *n, char *err);
+
+/* Grows each time an agent joins, is lost, or is drained or undrained
+ * (read without a trip to the actor): an agent list kept from
+ * kl_dispatch_agent_list is still right about names, devices, credit and
+ * drain while this has not changed since just before it was read. */
+uint64_t kl_dispatch_agents_gen(kl_dispatch_t *self);
 
 /* Drain (drained true) or undrain every live agent called name: a drained
  * agent finishes what it holds and is given no more work; its queued

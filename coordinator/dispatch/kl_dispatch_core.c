@@ -170,6 +170,7 @@ struct kl_dcore_s {
     double *lat;
     uint64_t n_lat;
     size_t queued, in_flight;
+    uint64_t agents_gen; /* grows when an agent joins, leaves, is drained */
     kl_dispatch_stats_t st;
     double t_first_submit, t_last_result;
 };
@@ -376,6 +377,7 @@ void kl_dcore_agent_lost(kl_dcore_t *self, int slot, double now,
     s_map_del(&self->peers, s_peer_key(&a->peer));
     s_agent_clear(a);
     self->n_live--;
+    self->agents_gen++;
     self->st.agents_lost++;
 }
 
@@ -445,6 +447,7 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
     a->last_hb_sent = now;
     s_map_put(&self->peers, s_peer_key(peer), (void *)(intptr_t)(slot + 1));
     self->n_live++;
+    self->agents_gen++;
     return slot;
 }
 
@@ -693,12 +696,18 @@ size_t kl_dcore_agents(const kl_dcore_t *self, const char *target)
     return n;
 }
 
+uint64_t kl_dcore_agents_gen(const kl_dcore_t *self)
+{
+    return self->agents_gen;
+}
+
 size_t kl_dcore_drain(kl_dcore_t *self, const char *name, bool drained)
 {
     size_t n = 0;
     for (size_t s = 0; s < self->n_slots; s++) {
         kl_dagent_t *a = &self->agents[s];
         if (a->live && strcmp(a->name, name) == 0) {
+            self->agents_gen += a->drained != drained;
             a->drained = drained;
             n++;
         }

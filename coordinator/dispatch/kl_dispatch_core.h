@@ -156,6 +156,10 @@ void kl_dcore_stats(const kl_dcore_t *self, kl_dispatch_stats_t *out);
 /* Sets or clears drained on every live agent called name; returns how
  * many there were. */
 size_t kl_dcore_drain(kl_dcore_t *self, const char *name, bool drained);
+/* Grows each time an agent joins, is lost or is drained or undrained:
+ * what kl_dcore_agent_list says of credit, devices and drain is the same
+ * while it stays. */
+uint64_t kl_dcore_agents_gen(const kl_dcore_t *self);
 /* A snapshot of the live agents (malloc'd array of *n; the caller frees
  * it). */
 kl_dispatch_agent_info_t *kl_dcore_agent_list(const kl_dcore_t *self,

@@ -60,6 +60,97 @@ static void s_answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
 
 /* ---- tables ------------------------------------------------------------- */
 
+/* disp_id -> index in s->chunks: open addressing, linear probing,
+ * backward-shift delete (dispatch's ids are never 0). */
+static size_t s_mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static void s_cmap_put(kl_serve_t *s, uint64_t key, size_t idx);
+
+static void s_cmap_grow(kl_serve_t *s)
+{
+    uint64_t *keys = s->chunk_keys;
+    size_t *idx = s->chunk_idx, cap = s->chunk_map_cap;
+    s->chunk_map_cap = cap ? 2 * cap : 256;
+    s->chunk_keys = kl_xcalloc(s->chunk_map_cap, sizeof *s->chunk_keys);
+    s->chunk_idx = kl_xcalloc(s->chunk_map_cap, sizeof *s->chunk_idx);
+    for (size_t i = 0; i < cap; i++)
+        if (keys[i])
+            s_cmap_put(s, keys[i], idx[i]);
+    free(keys);
+    free(idx);
+}
+
+/* Sets (or adds) key; the map holds at most n_chunks entries. */
+static void s_cmap_put(kl_serve_t *s, uint64_t key, size_t idx)
+{
+    if (2 * (s->n_chunks + 1) > s->chunk_map_cap)
+        s_cmap_grow(s);
+    size_t mask = s->chunk_map_cap - 1, i = s_mix(key) & mask;
+    while (s->chunk_keys[i] && s->chunk_keys[i] != key)
+        i = (i + 1) & mask;
+    s->chunk_keys[i] = key;
+    s->chunk_idx[i] = idx;
+}
+
+/* Index in s->chunks of disp_id, or s->n_chunks when not there. */
+static size_t s_cmap_get(const kl_serve_t *s, uint64_t key)
+{
+    if (!s->chunk_map_cap)
+        return s->n_chunks;
+    size_t mask = s->chunk_map_cap - 1, i = s_mix(key) & mask;
+    for (; s->chunk_keys[i]; i = (i + 1) & mask)
+        if (s->chunk_keys[i] == key)
+            return s->chunk_idx[i];
+    return s->n_chunks;
+}
+
+static void s_cmap_del(kl_serve_t *s, uint64_t key)
+{
+    if (!s->chunk_map_cap)
+        return;
+    size_t mask = s->chunk_map_cap - 1, i = s_mix(key) & mask;
+    while (s->chunk_keys[i] && s->chunk_keys[i] != key)
+        i = (i + 1) & mask;
+    if (!s->chunk_keys[i])
+        return;
+    s->chunk_keys[i] = 0;
+    for (size_t j = (i + 1) & mask; s->chunk_keys[j]; j = (j + 1) & mask) {
+        size_t home = s_mix(s->chunk_keys[j]) & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            s->chunk_keys[i] = s->chunk_keys[j];
+            s->chunk_idx[i] = s->chunk_idx[j];
+            s->chunk_keys[j] = 0;
+            i = j;
+        }
+    }
+}
+
+/* Removes chunk k (answered in full): the last one takes its place. */
+static void s_chunk_remove(kl_serve_t *s, size_t k)
+{
+    s_cmap_del(s, s->chunks[k].disp_id);
+    s->chunks[k] = s->chunks[--s->n_chunks];
+    if (k < s->n_chunks)
+        s_cmap_put(s, s->chunks[k].disp_id, k);
+}
+
+/* The index in s->tgts of target, added when new. */
+static size_t s_target(kl_serve_t *s, const char *target)
+{
+    for (size_t i = 0; i < s->n_tgts; i++)
+        if (strcmp(s->tgts[i].name, target) == 0)
+            return i;
+    s->tgts = kl_xrealloc(s->tgts, (s->n_tgts + 1) * sizeof *s->tgts);
+    s->tgts[s->n_tgts] = (kl_starget_t){.name = kl_xstrdup(target)};
+    return s->n_tgts++;
+}
+
 static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
 {
     for (size_t i = 0; i < j->n_reqs; i++)
@@ -67,6 +158,8 @@ static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
             memmove(&j->reqs[i], &j->reqs[i + 1],
                     (j->n_reqs - i - 1) * sizeof *j->reqs);
             j->n_reqs--;
+            if (i < j->q_from)
+                j->q_from--;
             break;
         }
     kl_net_envelope_free(&r->env);
@@ -159,31 +252,35 @@ static void s_job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why)
             }
 }
 
-/* Candidates of target handed to dispatch and not answered. */
-static size_t s_outstanding(const kl_serve_t *s, const char *target)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < s->n_chunks; i++) {
-        const kl_schunk_t *c = &s->chunks[i];
-        if (strcmp(c->req->env->request->target, target) == 0)
-            n += c->n - c->answered;
-    }
-    return n;
-}
-
 /* ---- the fair share ----------------------------------------------------- */
 
-/* The first request of j with queued candidates whose target has room. */
-static kl_sreq_t *s_ready(const kl_serve_t *s, kl_sjob_t *j, size_t *room)
+/* Free credit of target t for the head: its agents' credit (as of the last
+ * read of the agent list) minus what the head has out at dispatch. */
+static size_t s_room(kl_serve_t *s, kl_starget_t *t)
 {
-    for (size_t i = 0; i < j->n_reqs; i++) {
+    if (t->cap_gen != s->agents_gen) {
+        t->cap = kl_serve__capacity(s, t->name, NULL);
+        t->cap_gen = s->agents_gen;
+    }
+    return t->out < t->cap ? t->cap - t->out : 0;
+}
+
+/* The first request of j with queued candidates whose target has room. */
+static kl_sreq_t *s_ready(kl_serve_t *s, kl_sjob_t *j, size_t *room)
+{
+    /* A request's queue only shrinks: the ones handed out in full stay
+     * behind q_from until answered. */
+    while (j->q_from < j->n_reqs &&
+           j->reqs[j->q_from]->next >=
+               j->reqs[j->q_from]->env->request->n_candidates)
+        j->q_from++;
+    for (size_t i = j->q_from; i < j->n_reqs; i++) {
         kl_sreq_t *r = j->reqs[i];
         if (r->next >= r->env->request->n_candidates)
             continue;
-        const char *t = r->env->request->target;
-        size_t cap = kl_serve__capacity(s, t, NULL), out = s_outstanding(s, t);
-        if (out < cap) {
-            *room = cap - out;
+        size_t n = s_room(s, &s->tgts[r->tgt]);
+        if (n) {
+            *room = n;
             return r;
         }
     }
@@ -220,7 +317,10 @@ static void s_submit_chunk(kl_serve_t *s, kl_sreq_t *r, size_t n)
         s->cap_chunks = s->cap_chunks ? 2 * s->cap_chunks : 64;
         s->chunks = kl_xrealloc(s->chunks, s->cap_chunks * sizeof *s->chunks);
     }
-    s->chunks[s->n_chunks++] = (kl_schunk_t){id, r, off, n, 0};
+    s->chunks[s->n_chunks] = (kl_schunk_t){id, r, off, n, 0};
+    s_cmap_put(s, id, s->n_chunks);
+    s->n_chunks++;
+    s->tgts[r->tgt].out += n;
     r->n_out += n;
 }
 
@@ -229,6 +329,11 @@ static void s_submit_chunk(kl_serve_t *s, kl_sreq_t *r, size_t n)
 static void s_schedule(kl_serve_t *s)
 {
     for (;;) {
+        bool room = false;
+        for (size_t t = 0; t < s->n_tgts && !room; t++)
+            room = s_room(s, &s->tgts[t]) > 0;
+        if (!room)
+            return; /* every agent busy: nothing to decide */
         kl_sjob_t *best = NULL;
         kl_sreq_t *best_r = NULL;
         size_t best_room = 0;
@@ -263,7 +368,7 @@ static double s_min_pass(const kl_serve_t *s, const kl_sjob_t *except)
     for (size_t i = 0; i < s->n_jobs; i++) {
         const kl_sjob_t *j = s->jobs[i];
         bool queued = false;
-        for (size_t k = 0; k < j->n_reqs && !queued; k++)
+        for (size_t k = j->q_from; k < j->n_reqs && !queued; k++)
             queued = j->reqs[k]->next < j->reqs[k]->env->request->n_candidates;
         if (j != except && !j->gone && queued && (m < 0 || j->pass < m))
             m = j->pass;
@@ -275,19 +380,18 @@ static double s_min_pass(const kl_serve_t *s, const kl_sjob_t *except)
 
 static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
 {
-    size_t k = 0;
-    while (k < s->n_chunks && s->chunks[k].disp_id != dr->request_id)
-        k++;
+    size_t k = s_cmap_get(s, dr->request_id);
     if (k == s->n_chunks)
         return; /* not ours any more */
     kl_schunk_t *c = &s->chunks[k];
     kl_sreq_t *r = c->req;
     size_t index = c->off + dr->index;
     c->answered++;
+    s->tgts[r->tgt].out--;
     r->n_out--;
     r->n_done++;
     if (c->answered == c->n)
-        s->chunks[k] = s->chunks[--s->n_chunks];
+        s_chunk_remove(s, k);
     if (!r->job->gone) {
         Kiln__Envelope env = KILN__ENVELOPE__INIT;
         Kiln__JobResult jr = KILN__JOB_RESULT__INIT;
@@ -314,9 +418,14 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
 static void s_drain_results(kl_serve_t *s)
 {
     kl_dispatch_result_t *dr = NULL;
+    size_t n = 0;
     while (kl_dispatch_recv(s->disp, &dr, 0, NULL) == KL_OK) {
         s_forward(s, dr);
         kl_dispatch_result_free(&dr);
+        /* Credit freed goes back out before the rest of a long batch is
+         * forwarded, so that agents wait less. */
+        if (++n % 64 == 0)
+            s_schedule(s);
     }
 }
 
@@ -403,6 +512,7 @@ static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
     r->env = *env;
     *env = NULL;
     r->t_recv = now;
+    r->tgt = s_target(s, m->target);
     j->reqs = kl_xrealloc(j->reqs, (j->n_reqs + 1) * sizeof *j->reqs);
     j->reqs[j->n_reqs++] = r;
 }
@@ -515,8 +625,12 @@ int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
 {
     (void)err;
     while (!*stop) {
-        zmq_pollitem_t it = {kl_net_socket(s->net), 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, 5);
+        /* Woken by a job's message or by results from dispatch (all of
+         * which s_drain_results took before). */
+        zmq_pollitem_t it[2] = {
+            {kl_net_socket(s->net), 0, ZMQ_POLLIN, 0},
+            {kl_dispatch_socket(s->disp), 0, ZMQ_POLLIN, 0}};
+        zmq_poll(it, 2, 5);
         double now = kl_now_s();
         s_drain_clients(s, now);
         s_drain_results(s);
@@ -597,6 +711,11 @@ void kl_serve_destroy(kl_serve_t **self_p)
     }
     free(s->jobs);
     free(s->chunks);
+    free(s->chunk_keys);
+    free(s->chunk_idx);
+    for (size_t i = 0; i < s->n_tgts; i++)
+        free(s->tgts[i].name);
+    free(s->tgts);
     free(s->agents);
     kl_serve__state_free(s);
     kl_net_destroy(&s->net);

@@ -14,7 +14,9 @@
 /* Candidates of one request handed to dispatch at a time: small, so that
  * the share between jobs is decided here, not in dispatch's queue. */
 #define KL_SERVE_CHUNK 4
-/* How often the agent list (credit, drained) is read from dispatch. */
+/* How often at most the agent list (credit, drained) is read from
+ * dispatch for the fair share: only when kl_dispatch_agents_gen says it
+ * changed (a StatusQuery, AgentsQuery or Drain reads it at once). */
 #define KL_SERVE_AGENTS_EVERY_S 0.05
 
 typedef struct kl_sjob_s kl_sjob_t;
@@ -28,6 +30,7 @@ typedef struct {
     size_t n_out;        /* handed to dispatch, not answered */
     size_t n_done;
     double t_recv;
+    size_t tgt; /* index in kl_serve_s.tgts of its target */
 } kl_sreq_t;
 
 struct kl_sjob_s {
@@ -44,7 +47,18 @@ struct kl_sjob_s {
     bool gone; /* forgotten; kept until its chunks are answered */
     kl_sreq_t **reqs;
     size_t n_reqs;
+    size_t q_from; /* reqs[0 .. q_from) have nothing queued any more */
 };
+
+/* A target some job asked for: the credit of its agents (read once per
+ * refresh of the agent list) and what the head handed dispatch of it and
+ * has not had answered, so that the fair share's "room" costs no scan. */
+typedef struct {
+    char *name;
+    size_t cap;       /* kl_serve__capacity at agents_gen cap_gen */
+    uint64_t cap_gen; /* 0: not computed yet */
+    size_t out;       /* candidates out at dispatch, not answered */
+} kl_starget_t;
 
 /* Candidates [off, off + n) of req, submitted to dispatch as disp_id. */
 typedef struct {
@@ -62,8 +76,16 @@ struct kl_serve_s {
     size_t n_jobs;
     kl_schunk_t *chunks;
     size_t n_chunks, cap_chunks;
+    /* disp_id -> index in chunks (open addressing; key 0: empty). */
+    uint64_t *chunk_keys;
+    size_t *chunk_idx;
+    size_t chunk_map_cap;
+    kl_starget_t *tgts;
+    size_t n_tgts;
     kl_dispatch_agent_info_t *agents;
     size_t n_agents;
+    uint64_t agents_gen;      /* grows with each read of the agent list */
+    uint64_t agents_disp_gen; /* kl_dispatch_agents_gen at the last read */
     double agents_at, next_hb;
     uint64_t hb_seq;
     void (*on_tick)(kl_serve_t *, void *);
@@ -78,8 +100,8 @@ struct kl_serve_s {
 
 /* Sends env to a job or client; a peer gone is not an error. */
 void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env);
-/* Reads the agent list from dispatch (at most every KL_SERVE_AGENTS_EVERY_S
- * unless force). */
+/* Reads the agent list from dispatch when it changed, at most every
+ * KL_SERVE_AGENTS_EVERY_S (force: at once, changed or not). */
 void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force);
 /* Credit of the live, undrained agents that take work of target; their
  * number in *n_agents (may be NULL). */

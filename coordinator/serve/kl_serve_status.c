@@ -13,16 +13,21 @@
 
 void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force)
 {
-    if (!force && now - s->agents_at < KL_SERVE_AGENTS_EVERY_S)
+    /* Read before the list: a change after it is seen next time. */
+    uint64_t gen = kl_dispatch_agents_gen(s->disp);
+    if (!force && (now - s->agents_at < KL_SERVE_AGENTS_EVERY_S ||
+                   gen == s->agents_disp_gen))
         return;
     kl_dispatch_agent_info_t *v = NULL;
     size_t n = 0;
     if (kl_dispatch_agent_list(s->disp, &v, &n, NULL) != KL_OK)
         return;
+    s->agents_disp_gen = gen;
     free(s->agents);
     s->agents = v;
     s->n_agents = n;
     s->agents_at = now;
+    s->agents_gen++;
     if (s->n_drained)
         kl_serve__state_apply(s);
 }
@@ -149,7 +154,9 @@ static void s_job_info(const kl_serve_t *s, const kl_sjob_t *j, double now,
 kl_serve_snap_t *kl_serve_snapshot(kl_serve_t *s)
 {
     double now = kl_now_s();
-    kl_serve__refresh_agents(s, now, false);
+    /* The agents' counters (busy, results, last seen) change without a
+     * join or a leave: read them again when a second old. */
+    kl_serve__refresh_agents(s, now, now - s->agents_at > 1.0);
     kl_serve_snap_t *p = kl_xcalloc(1, sizeof *p);
     snprintf(p->head_id, sizeof p->head_id, "%s", s->head_id);
     p->uptime_s = now - s->t_start;

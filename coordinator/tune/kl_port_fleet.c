@@ -290,8 +290,10 @@ static int s_pump(kl_port_fleet_t *f, int timeout_ms,
             double left_ms = (until - now) * 1000.0;
             if (left_ms < 0)
                 left_ms = 0;
+            /* Rounded up: a wait of 0 for the last fraction of a
+             * millisecond would spin. */
             if (left_ms < slice)
-                slice = (int)left_ms;
+                slice = (int)left_ms + (left_ms > (int)left_ms);
         }
         Kiln__Envelope *env = NULL;
         char rerr[KL_ERRMSG_LEN];

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <zmq.h>
 
 #include "kl_dispatch.h"
 #include "kl_dispatch_core.h"
@@ -303,12 +304,20 @@ static void test_drain_and_agent_list(void **state)
     s_batch_t sb;
     s_batch(&sb, "cpu", 6, 1000);
     s_submit(core, &sb, 1, 0);
+    assert_int_equal(kl_dcore_agents_gen(core), 0);
     int a = s_hello(core, 1, "a", "cpu/x86_64-avx512", 1, 0); /* credit 2 */
     int b = s_hello(core, 2, "b", "cpu/x86_64-avx512", 1, 0);
+    /* The agent list changes with each join, drain and loss only. */
+    uint64_t gen = kl_dcore_agents_gen(core);
+    assert_int_equal(gen, 2);
     s_sent_t sent = {.fail_slot = -1};
     assert_int_equal(kl_dcore_dispatch(core, 0.1, s_capture, &sent), 4);
+    assert_int_equal(kl_dcore_agents_gen(core), gen);
+    assert_int_equal(kl_dcore_drain(core, "a", true), 1);
+    assert_int_equal(kl_dcore_agents_gen(core), gen + 1);
     assert_int_equal(kl_dcore_drain(core, "a", true), 1);
     assert_int_equal(kl_dcore_drain(core, "nobody", true), 0);
+    assert_int_equal(kl_dcore_agents_gen(core), gen + 1);
     /* a answers both (one a failure): it gets nothing new; b does. */
     kl_dagent_t *aa = kl_dcore_agent(core, a);
     uint32_t h0 = aa->held[0].idx, h1 = aa->held[1].idx;
@@ -338,11 +347,14 @@ static void test_drain_and_agent_list(void **state)
     free(v);
     /* Undrained: a takes the rest. */
     assert_int_equal(kl_dcore_drain(core, "a", false), 1);
+    assert_int_equal(kl_dcore_agents_gen(core), gen + 2);
     memset(&sent, 0, sizeof sent);
     sent.fail_slot = -1;
     assert_int_equal(kl_dcore_dispatch(core, 0.4, s_capture, &sent), 1);
     assert_int_equal(sent.slot[0], a);
     assert_int_equal(s_take(core, NULL, 0), 3);
+    kl_dcore_agent_lost(core, b, 0.5, "test");
+    assert_int_equal(kl_dcore_agents_gen(core), gen + 3);
     kl_dcore_destroy(&core);
 }
 
@@ -573,8 +585,12 @@ static void test_actor_api(void **state)
     assert_int_equal(kl_dispatch_stats(d, &st, err), KL_OK);
     assert_int_equal(st.queued, 5);
     assert_int_equal(st.submitted, 5);
+    assert_int_equal(kl_dispatch_agents_gen(d), 0);
     assert_int_equal(kl_dispatch_cancel(d, id, err), KL_OK);
     assert_int_equal(kl_dispatch_cancel(d, id + 7, err), KL_ERR_NOTFOUND);
+    /* The five CANCELLED results wake a poll on dispatch's socket. */
+    zmq_pollitem_t it = {kl_dispatch_socket(d), 0, ZMQ_POLLIN, 0};
+    assert_int_equal(zmq_poll(&it, 1, 2000), 1);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(kl_dispatch_recv(d, &r, 2000, err), KL_OK);
         assert_int_equal(r->result->status, KILN__STATUS__STATUS_CANCELLED);
