@@ -119,9 +119,14 @@ scrape after
 [ "$(value "$T/after.prom" kiln_serve_jobs_seen_total)" = 1 ] || fail "jobs_seen_total"
 [ "$(value "$T/after.prom" kiln_serve_requests_received_total)" -ge 3 ] ||
     fail "requests_received_total: $(grep requests_received "$T/after.prom")"
-r0=$(value "$T/after.prom" 'kiln_serve_agent_results_total{agent="a0"}')
-r1=$(value "$T/after.prom" 'kiln_serve_agent_results_total{agent="a1"}')
-[ $((r0 + r1)) -eq 300 ] && [ "$r0" -gt 0 ] && [ "$r1" -gt 0 ] ||
+# The agents' counters are read from dispatch at least every second.
+agents_sum() {
+    scrape after
+    r0=$(value "$T/after.prom" 'kiln_serve_agent_results_total{agent="a0"}')
+    r1=$(value "$T/after.prom" 'kiln_serve_agent_results_total{agent="a1"}')
+    [ $((r0 + r1)) -eq 300 ]
+}
+wait_for 5 agents_sum && [ "$r0" -gt 0 ] && [ "$r1" -gt 0 ] ||
     fail "agents' results: a0 $r0, a1 $r1"
 
 # ---- 3. a job no agent can serve ----
