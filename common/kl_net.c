@@ -490,17 +490,25 @@ void kl_net_stats(const kl_net_t *self, kl_net_stats_t *out)
 
 /* ---- send and receive -------------------------------------------------- */
 
+/* errno e of a send that did not wait. */
+static int s_zmq_err_now(const char *what, int e, char *err)
+{
+    if (e == EAGAIN)
+        return kl_seterr(err, KL_ERR_TIMEOUT, "%s: send queue full", what);
+    if (e == EHOSTUNREACH)
+        return kl_seterr(err, KL_ERR_CLOSED, "%s: peer is gone", what);
+    if (e == ETERM || e == ENOTSOCK)
+        return kl_seterr(err, KL_ERR_CLOSED, "%s: socket closed", what);
+    return kl_seterr(err, KL_ERR_IO, "%s: %s", what, zmq_strerror(e));
+}
+
 static int s_zmq_err(const char *what, char *err)
 {
     int e = errno;
     if (e == EAGAIN)
         return kl_seterr(err, KL_ERR_TIMEOUT, "%s: send queue full for %d ms",
                          what, S_SNDTIMEO_MS);
-    if (e == EHOSTUNREACH)
-        return kl_seterr(err, KL_ERR_CLOSED, "%s: peer is gone", what);
-    if (e == ETERM || e == ENOTSOCK)
-        return kl_seterr(err, KL_ERR_CLOSED, "%s: socket closed", what);
-    return kl_seterr(err, KL_ERR_IO, "%s: %s", what, zmq_strerror(e));
+    return s_zmq_err_now(what, e, err);
 }
 
 static void s_free_buf(void *data, void *hint)
@@ -509,8 +517,9 @@ static void s_free_buf(void *data, void *hint)
     free(data);
 }
 
-int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
-                char *err)
+/* flags: 0, or ZMQ_DONTWAIT (a full queue is KL_ERR_TIMEOUT at once). */
+static int s_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
+                  int flags, char *err)
 {
     if (self->server && (!peer || peer->len == 0 || peer->len > 255))
         return kl_seterr(err, KL_ERR_INVAL, "send: a server needs a peer");
@@ -535,20 +544,35 @@ int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
                          "of %u",
                          len, (unsigned)KL_NET_MAX_FRAME);
     }
+    /* A ROUTER checks the peer's queue at the routing id: the payload of
+     * a message whose id went out always follows. */
     if (self->server &&
-        zmq_send(self->sock, peer->id, peer->len, ZMQ_SNDMORE) < 0) {
+        zmq_send(self->sock, peer->id, peer->len, ZMQ_SNDMORE | flags) < 0) {
         free(buf);
-        return s_zmq_err("send", err);
+        return flags ? s_zmq_err_now("send", errno, err)
+                     : s_zmq_err("send", err);
     }
     zmq_msg_t m;
     zmq_msg_init_data(&m, buf, len, s_free_buf, NULL); /* takes buf */
-    if (zmq_msg_send(&m, self->sock, 0) < 0) {
-        rc = s_zmq_err("send", err);
+    if (zmq_msg_send(&m, self->sock, flags) < 0) {
+        rc = flags ? s_zmq_err_now("send", errno, err) : s_zmq_err("send", err);
         zmq_msg_close(&m);
         return rc;
     }
     self->stats.frames_out++;
     return KL_OK;
+}
+
+int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
+                char *err)
+{
+    return s_send(self, peer, env, ZMQ_DONTWAIT, err);
+}
+
+int kl_net_try_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
+                    char *err)
+{
+    return s_send(self, peer, env, ZMQ_DONTWAIT, err);
 }
 
 /* Receives one frame set: [routing id] payload. Returns the number of

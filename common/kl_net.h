@@ -131,6 +131,11 @@ const char *kl_net_endpoint(const kl_net_t *self);
  * caller's. */
 int kl_net_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
                 char *err);
+/* kl_net_send that never waits: a full send queue is KL_ERR_TIMEOUT at
+ * once and nothing is sent (a server that must not stall on one slow
+ * peer keeps the message and tries again later). */
+int kl_net_try_send(kl_net_t *self, const kl_peer_t *peer, Kiln__Envelope *env,
+                    char *err);
 /* Receives one envelope, waiting up to timeout_ms (0: do not wait, -1:
  * forever). Returns KL_OK and *env (free with kl_net_envelope_free), or
  * KL_ERR_TIMEOUT when nothing came. A frame that is malformed, oversize or

@@ -20,9 +20,57 @@
 void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
 {
     char err[KL_ERRMSG_LEN];
-    int rc = kl_net_send(s->net, peer, env, err);
+    int rc = kl_net_try_send(s->net, peer, env, err);
     if (rc != KL_OK && rc != KL_ERR_CLOSED)
-        kl_warn("serve: send to a job: %s", err);
+        kl_warn("serve: send to a client: %s", err);
+}
+
+/* One job blocked on a full queue must not stall the head (and with it
+ * every other job and the agents' results): sends never wait; what does
+ * not fit is kept, packed, and goes first once the job reads again. */
+void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env)
+{
+    if (j->gone)
+        return;
+    char err[KL_ERRMSG_LEN];
+    if (j->n_backlog == 0) {
+        int rc = kl_net_try_send(s->net, &j->peer, env, err);
+        if (rc != KL_ERR_TIMEOUT) {
+            if (rc != KL_OK && rc != KL_ERR_CLOSED)
+                kl_warn("serve: send to job %s: %s", j->name, err);
+            return;
+        }
+    }
+    if (j->backlog_head + j->n_backlog == j->cap_backlog) {
+        if (j->backlog_head > 0) { /* slide the unsent to the front */
+            memmove(j->backlog, j->backlog + j->backlog_head,
+                    j->n_backlog * sizeof *j->backlog);
+            j->backlog_head = 0;
+        } else {
+            j->cap_backlog = j->cap_backlog ? 2 * j->cap_backlog : 256;
+            j->backlog =
+                kl_xrealloc(j->backlog, j->cap_backlog * sizeof *j->backlog);
+        }
+    }
+    env->version_major = KL_PROTO_MAJOR;
+    env->version_minor = KL_PROTO_MINOR;
+    ProtobufCBinaryData *b = &j->backlog[j->backlog_head + j->n_backlog++];
+    b->len = kiln__envelope__get_packed_size(env);
+    b->data = kl_xmalloc(b->len + 1);
+    kiln__envelope__pack(env, b->data);
+    if (j->n_backlog == 1)
+        kl_info("serve: job %s does not keep up reading: holding its "
+                "messages, and new work for it, until it does",
+                j->name);
+}
+
+static void s_backlog_free(kl_sjob_t *j)
+{
+    for (size_t i = 0; i < j->n_backlog; i++)
+        free(j->backlog[j->backlog_head + i].data);
+    free(j->backlog);
+    j->backlog = NULL;
+    j->backlog_head = j->n_backlog = j->cap_backlog = 0;
 }
 
 static void s_goodbye(kl_serve_t *s, const kl_peer_t *peer, const char *why)
@@ -53,7 +101,7 @@ static void s_answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
     jr.turnaround_s = kl_now_s() - r->t_recv;
     env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
     env.job_result = &jr;
-    kl_serve__send(s, &r->job->peer, &env);
+    kl_serve__send_job(s, r->job, &env);
     r->job->done++;
     s->n_forwarded++;
 }
@@ -175,6 +223,7 @@ static void s_job_free(kl_sjob_t *j)
     free(j->targets);
     free(j->reqs);
     free(j->name);
+    s_backlog_free(j);
     free(j);
 }
 
@@ -235,6 +284,7 @@ static void s_job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why)
     kl_info("serve: job %s gone (%s): %zu request(s) dropped", j->name, why,
             j->n_reqs);
     j->gone = true;
+    s_backlog_free(j);
     for (size_t i = j->n_reqs; i-- > 0;) {
         kl_sreq_t *r = j->reqs[i];
         r->next = r->env->request->n_candidates;
@@ -341,7 +391,7 @@ static void s_schedule(kl_serve_t *s)
             kl_sjob_t *j = s->jobs[i];
             size_t room;
             kl_sreq_t *r;
-            if (j->gone || (best && j->pass >= best->pass) ||
+            if (j->gone || j->n_backlog || (best && j->pass >= best->pass) ||
                 !(r = s_ready(s, j, &room)))
                 continue;
             best = j;
@@ -407,7 +457,7 @@ static void s_forward(kl_serve_t *s, kl_dispatch_result_t *dr)
         jr.turnaround_s = kl_now_s() - r->t_recv;
         env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
         env.job_result = &jr;
-        kl_serve__send(s, &r->job->peer, &env);
+        kl_serve__send_job(s, r->job, &env);
         s->n_forwarded++;
         if (!r->job->done++)
             r->job->t_first = kl_now_s();
@@ -480,7 +530,7 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
     w.client_timeout_s = s->cfg.client_timeout_s;
     env.body_case = KILN__ENVELOPE__BODY_JOB_WELCOME;
     env.job_welcome = &w;
-    kl_serve__send(s, peer, &env);
+    kl_serve__send_job(s, j, &env);
 }
 
 /* Takes *env (a MeasureRequest of job j). */
@@ -607,6 +657,8 @@ static void s_tick(kl_serve_t *s, double now)
         kl_sjob_t *j = s->jobs[i];
         if (!j->gone && now - j->last_heard > s->cfg.client_timeout_s)
             s_job_gone(s, j, "silent");
+        else if (!j->gone && j->n_backlog > KL_SERVE_BACKLOG_MAX)
+            s_job_gone(s, j, "not reading what the head sends");
     }
     if (now < s->next_hb)
         return;
@@ -617,21 +669,55 @@ static void s_tick(kl_serve_t *s, double now)
     env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     for (size_t i = 0; i < s->n_jobs; i++)
-        if (!s->jobs[i]->gone)
-            kl_serve__send(s, &s->jobs[i]->peer, &env);
+        if (!s->jobs[i]->n_backlog) /* else it has plenty to read */
+            kl_serve__send_job(s, s->jobs[i], &env);
+}
+
+/* Sends what jobs' full queues did not take, oldest first, until a queue
+ * is full again. Whether there is any left. */
+static bool s_flush(kl_serve_t *s)
+{
+    bool left = false;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        kl_sjob_t *j = s->jobs[i];
+        while (j->n_backlog && !j->gone) {
+            ProtobufCBinaryData *b = &j->backlog[j->backlog_head];
+            Kiln__Envelope *env = kiln__envelope__unpack(NULL, b->len, b->data);
+            char err[KL_ERRMSG_LEN];
+            int rc = env ? kl_net_try_send(s->net, &j->peer, env, err)
+                         : KL_ERR_INTERNAL;
+            if (env)
+                kiln__envelope__free_unpacked(env, NULL);
+            if (rc == KL_ERR_TIMEOUT)
+                break;
+            if (rc != KL_OK && rc != KL_ERR_CLOSED)
+                kl_warn("serve: send to job %s: %s", j->name,
+                        env ? err : "a held message does not unpack");
+            free(b->data);
+            j->backlog_head++;
+            if (--j->n_backlog == 0) {
+                j->backlog_head = 0;
+                kl_info("serve: job %s reads again", j->name);
+            }
+        }
+        left |= j->n_backlog > 0;
+    }
+    return left;
 }
 
 int kl_serve_run(kl_serve_t *s, volatile sig_atomic_t *stop, char *err)
 {
     (void)err;
+    bool left = false; /* messages held for a job (s_flush) */
     while (!*stop) {
         /* Woken by a job's message or by results from dispatch (all of
          * which s_drain_results took before). */
         zmq_pollitem_t it[2] = {
             {kl_net_socket(s->net), 0, ZMQ_POLLIN, 0},
             {kl_dispatch_socket(s->disp), 0, ZMQ_POLLIN, 0}};
-        zmq_poll(it, 2, 5);
+        zmq_poll(it, 2, left ? 1 : 5);
         double now = kl_now_s();
+        left = s_flush(s);
         s_drain_clients(s, now);
         s_drain_results(s);
         kl_serve__refresh_agents(s, now, false);

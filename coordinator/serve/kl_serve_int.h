@@ -14,6 +14,9 @@
 /* Candidates of one request handed to dispatch at a time: small, so that
  * the share between jobs is decided here, not in dispatch's queue. */
 #define KL_SERVE_CHUNK 4
+/* Messages a job may leave unread at the head (its send queue full, the
+ * rest kept here) before the head drops it as not reading. */
+#define KL_SERVE_BACKLOG_MAX 200000
 /* How often at most the agent list (credit, drained) is read from
  * dispatch for the fair share: only when kl_dispatch_agents_gen says it
  * changed (a StatusQuery, AgentsQuery or Drain reads it at once). */
@@ -48,6 +51,11 @@ struct kl_sjob_s {
     kl_sreq_t **reqs;
     size_t n_reqs;
     size_t q_from; /* reqs[0 .. q_from) have nothing queued any more */
+    /* Messages to the job that its full send queue did not take, packed,
+     * oldest first from backlog_head: sent before anything newer, and
+     * while any is left the job is handed no new work. */
+    ProtobufCBinaryData *backlog;
+    size_t backlog_head, n_backlog, cap_backlog;
 };
 
 /* A target some job asked for: the credit of its agents (read once per
@@ -98,8 +106,13 @@ struct kl_serve_s {
     size_t n_drained;
 };
 
-/* Sends env to a job or client; a peer gone is not an error. */
+/* Sends env to a client that is not a job (kiln fleet) without waiting: a
+ * full queue drops it (the client asks again), a peer gone is not an
+ * error. */
 void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env);
+/* Sends env to job j without waiting; what its full queue does not take
+ * waits in j's backlog, in order (kl_serve__flush). */
+void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env);
 /* Reads the agent list from dispatch when it changed, at most every
  * KL_SERVE_AGENTS_EVERY_S (force: at once, changed or not). */
 void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force);

@@ -408,6 +408,111 @@ static void test_job_silent_resend(void **state)
     s_head_stop(&h);
 }
 
+/* A job that stops reading must not stall the head: 40 requests of 4096
+ * queued candidates, all cancelled at once, make the head answer 163,840
+ * results to a raw client that reads none of them meanwhile (far more
+ * than its send queue and the socket buffers hold). Another client's
+ * status query is answered while they wait (a head that waited on the
+ * full queue would take a second per message), and then the raw client
+ * reads every one of them: nothing dropped. */
+static void test_slow_job(void **state)
+{
+    (void)state;
+    enum { NREQ = 40, NCAND = KL_NET_MAX_CANDIDATES };
+    s_head_t h;
+    s_head_start(&h, 60.0);
+    char err[KL_ERRMSG_LEN];
+    kl_net_security_t sec = {.insecure = true};
+    kl_net_t *c = NULL;
+    assert_int_equal(
+        kl_net_client_new(&c, kl_serve_clients_endpoint(h.s), &sec, err),
+        KL_OK);
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__JobHello hello = KILN__JOB_HELLO__INIT;
+    hello.name = "slow";
+    env.body_case = KILN__ENVELOPE__BODY_JOB_HELLO;
+    env.job_hello = &hello;
+    s_raw_send(c, &env);
+    Kiln__Envelope *got = s_raw_recv(c, KILN__ENVELOPE__BODY_JOB_WELCOME);
+    kl_net_envelope_free(&got);
+
+    Kiln__Candidate *cs = kl_xcalloc(NCAND, sizeof *cs);
+    Kiln__Candidate **cp = kl_xcalloc(NCAND, sizeof *cp);
+    for (size_t i = 0; i < NCAND; i++) {
+        kiln__candidate__init(&cs[i]);
+        cs[i].id = i;
+        cs[i].source = "x";
+        cs[i].entry = "k";
+        cp[i] = &cs[i];
+    }
+    uint8_t key[16] = {0};
+    for (uint64_t id = 1; id <= NREQ; id++) {
+        Kiln__Envelope e = KILN__ENVELOPE__INIT;
+        Kiln__MeasureRequest m = KILN__MEASURE_REQUEST__INIT;
+        m.request_id = id;
+        m.workload_key.data = key;
+        m.workload_key.len = 16;
+        m.target = "sim/cpu"; /* no agent: all of it stays queued */
+        m.candidates = cp;
+        m.n_candidates = NCAND;
+        e.body_case = KILN__ENVELOPE__BODY_REQUEST;
+        e.request = &m;
+        s_raw_send(c, &e);
+    }
+    for (uint64_t id = 1; id <= NREQ; id++) {
+        Kiln__Envelope e = KILN__ENVELOPE__INIT;
+        Kiln__Cancel k = KILN__CANCEL__INIT;
+        k.request_id = id;
+        e.body_case = KILN__ENVELOPE__BODY_CANCEL;
+        e.cancel = &k;
+        s_raw_send(c, &e);
+    }
+    /* The head answers the cancels; the raw client reads nothing. Status
+     * from another client comes back meanwhile, and shows the job with
+     * every candidate answered. */
+    kl_port_fleet_config_t cfg = {.endpoint = kl_serve_clients_endpoint(h.s),
+                                  .security = {.insecure = true}};
+    kl_port_fleet_t *q = NULL;
+    assert_int_equal(kl_port_fleet_new(&q, &cfg, err), KL_OK);
+    uint64_t done = 0;
+    for (int i = 0; i < 200 && done < (uint64_t)NREQ * NCAND; i++) {
+        assert_true(s_job_status(q, "slow", NULL, &done));
+        if (done < (uint64_t)NREQ * NCAND)
+            usleep(20 * 1000);
+    }
+    assert_int_equal(done, (uint64_t)NREQ * NCAND);
+    kl_port_fleet_destroy(&q);
+
+    /* Now every result reaches the job, each candidate of each request
+     * once. */
+    uint8_t *seen = kl_xcalloc((size_t)NREQ * NCAND, 1);
+    size_t n = 0, twice = 0;
+    for (int idle = 0; idle < 50 && n < (size_t)NREQ * NCAND;) {
+        Kiln__Envelope *e = NULL;
+        if (kl_net_recv(c, NULL, &e, 100, err) != KL_OK) {
+            idle++;
+            continue;
+        }
+        if (e->body_case == KILN__ENVELOPE__BODY_JOB_RESULT) {
+            const Kiln__MeasureResult *r = e->job_result->result;
+            assert_int_equal(r->status, KILN__STATUS__STATUS_CANCELLED);
+            assert_true(r->request_id >= 1 && r->request_id <= NREQ);
+            size_t at =
+                (size_t)(r->request_id - 1) * NCAND + e->job_result->index;
+            twice += seen[at]++ > 0;
+            n++;
+        }
+        kl_net_envelope_free(&e);
+    }
+    assert_int_equal(n, (size_t)NREQ * NCAND);
+    assert_int_equal(twice, 0);
+    free(seen);
+    free(cp);
+    free(cs);
+    kl_net_destroy(&c);
+    s_head_stop(&h);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -598,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_raw_client),
         cmocka_unit_test(test_head_restart),
         cmocka_unit_test(test_job_silent_resend),
+        cmocka_unit_test(test_slow_job),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_snapshot_state),
         cmocka_unit_test(test_state_dir),
