@@ -114,7 +114,7 @@ static void test_rules(void **state)
           "requant scale S is s32 (expected f32)");
     s_bad("C[i] += A[i,k] | requant(S[k], 0) where i=2, k=2; A: u8[2,2], "
           "C: u8[2]",
-          "");
+          "epilogue reads with iterator k, which is not in the output");
     s_bad("C[i] += A[i,k] where i=2, k=2; A: u4[2,2]",
           "unknown dtype 'u4' (expected f32, f16, bf16, u8, s8 or s32)");
     s_bad("qmatmul M=2 N=2 K=2 za=256", "za=256 is out of range");
