@@ -259,10 +259,13 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *          workloads" above), with za=0 (activation zero point, 0..255),
  *          zo=0 (output zero point, in the output's range), out=u8|s8|s32,
  *          scale=channel|NUMBER (per-channel f32 [O] tensor `scale`, or
- *          one positive number), bias=1 (const s32 [O]) and relu= / clip=
- *          (quantized bounds: relu is clip(zo, max), clip=LO,HI integers).
- *          Tensors and ABI order as the float op, then [bias], [scale];
- *          X u8, W const s8. qconv2d supports groups and layout too.
+ *          one positive number), bias= (const s32 [O]; default as the
+ *          float op: 1 for qdense, 0 otherwise) and relu= / clip=
+ *          (quantized bounds: relu is clip(zo, max), clip=LO,HI integers;
+ *          with out=s32 relu is relu). ABI order: X (A), W (B), [bias],
+ *          [scale], Y (C); X u8, W const s8 (qmatmul's B too), the output
+ *          declared with its dtype. qconv2d takes groups and layout too;
+ *          residual is refused.
  * Layouts (all NCHW unless said): conv2d weight [K,C/groups,R,S]; NHWC
  * takes X [N,H,W,C] and weight [R,S,C/groups,K] (HWIO). With groups > 1
  * the output channel is split into (group, channel) iterators, so Y is
