@@ -22,6 +22,7 @@
 #include "kl_ir.h"
 #include "kl_space.h"
 #include "kl_util.h"
+#include "kl_wino.h"
 
 static char s_dir[64];
 
@@ -168,6 +169,16 @@ static void test_refusals(void **state)
     assert_int_equal(kl_codegen_c(s, NULL, NULL, &k, err), KL_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "u8 output C"));
     kl_sched_destroy(&s);
+    kl_workload_free(&w);
+    /* No Winograd form for an integer 3x3 convolution. */
+    assert_int_equal(kl_workload_from_string("qconv2d N=1 C=8 H=8 W=8 K=8 "
+                                             "R=3 S=3 pad=1",
+                                             &w, err),
+                     KL_OK);
+    kl_workload_t *d = NULL;
+    assert_int_not_equal(kl_workload_winograd(w, 2, &d, NULL, err), KL_OK);
+    assert_null(d);
+    assert_non_null(strstr(err, "integer workload"));
     kl_workload_free(&w);
 }
 
