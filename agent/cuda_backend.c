@@ -109,6 +109,13 @@ static int s_check_request(const kla_dev_t *d, const Kiln__MeasureRequest *m,
                            char *err)
 {
     (void)d;
+    for (size_t i = 0; i < m->n_args; i++)
+        if (m->args[i]->dtype != KILN__DTYPE__DTYPE_F32)
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "argument %zu '%s' has dtype %d: the CUDA agent "
+                             "runs f32 arguments only",
+                             i, m->args[i]->name ? m->args[i]->name : "?",
+                             (int)m->args[i]->dtype);
     if (!strstr(m->reference_source, "__global__"))
         return kl_seterr(err, KL_ERR_INVAL,
                          "a CUDA request needs a CUDA C reference kernel "

@@ -61,22 +61,30 @@ void kla_eval_defaults(kla_eval_t *e);
  * repeat is capped at KLA_MAX_REPEAT, timeout_ms at one day. */
 void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe);
 
-/* What a kernel is run on: f32 arguments in ABI order. A constant
- * argument (ROLE_CONSTANT) is an input in every respect, and the only kind
- * that ENTRY_prepare sees. */
+/* What a kernel is run on: arguments in ABI order, f32 or (integer
+ * workloads) u8 / s8 / s32. A constant argument (ROLE_CONSTANT) is an
+ * input in every respect, and the only kind that ENTRY_prepare sees.
+ * Inputs are seeded random: f32 uniform in [-1, 1), but when any argument
+ * is an integer, f32 inputs are quantization scales uniform in
+ * [1e-3, 1e-2); u8 0..255, s8 -128..127, s32 -1000..1000 (a bias). Integer
+ * outputs must equal the reference's exactly; f32 outputs within the
+ * evaluator's tolerance. */
 typedef struct {
     uint8_t workload_key[16];
     int n_args;
     size_t nelem[64];
+    Kiln__DType dtype[64];
+    size_t esize[64]; /* bytes per element */
+    bool any_int;     /* some argument is u8, s8 or s32 */
     bool is_output[64];
     bool is_const[64];
     kla_eval_t eval;
 } kla_problem_t;
 
 /* Checks a request's arguments and evaluator: 16-byte workload key, 1..64
- * arguments, each f32 with 1..8 positive dimensions, at least one output,
- * no more than max_bytes of buffers in all (0: no bound). KL_ERR_INVAL or
- * KL_ERR_UNSUPPORTED with a message naming the argument. */
+ * arguments, each f32, u8, s8 or s32 (I32) with 1..8 positive dimensions, at
+ * least one output, no more than max_bytes of buffers in all (0: no bound).
+ * KL_ERR_INVAL or KL_ERR_UNSUPPORTED with a message naming the argument. */
 int kla_problem_from_request(kla_problem_t *out,
                              const Kiln__MeasureRequest *req,
                              uint64_t max_bytes, char *err);

@@ -32,7 +32,7 @@ typedef kl_abi_kernel_fn s_kernel_fn;
 
 typedef struct s_ref {
     uint8_t key[16];
-    float *buf[64]; /* inputs: generated; outputs: the reference's */
+    void *buf[64];  /* inputs: generated; outputs: the reference's */
     double rms[64]; /* outputs: root mean square of the reference's */
     size_t bytes;
     bool failed;
@@ -97,18 +97,30 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
         return kl_seterr(err, KL_ERR_INVAL,
                          "request has %zu arguments, expected 1..64",
                          req->n_args);
-    static const char *dnames[] = {"f32", "f16", "bf16", "i32"};
+    static const char *dnames[] = {"f32", "f16", "bf16", "s32", "u8", "s8"};
     uint64_t total = 0;
     int outputs = 0;
     for (size_t i = 0; i < req->n_args; i++) {
         const Kiln__KernelArg *a = req->args[i];
         const char *name = a->name && *a->name ? a->name : "?";
-        if (a->dtype != KILN__DTYPE__DTYPE_F32)
+        switch (a->dtype) {
+        case KILN__DTYPE__DTYPE_F32:
+        case KILN__DTYPE__DTYPE_I32:
+            p->esize[i] = 4;
+            break;
+        case KILN__DTYPE__DTYPE_U8:
+        case KILN__DTYPE__DTYPE_S8:
+            p->esize[i] = 1;
+            break;
+        default:
             return kl_seterr(err, KL_ERR_UNSUPPORTED,
                              "argument %zu '%s' has dtype %s: the CPU agent "
-                             "runs f32 arguments only",
+                             "runs f32, u8, s8 and s32 arguments only",
                              i, name,
-                             (unsigned)a->dtype < 4 ? dnames[a->dtype] : "?");
+                             (unsigned)a->dtype < 6 ? dnames[a->dtype] : "?");
+        }
+        p->dtype[i] = a->dtype;
+        p->any_int |= a->dtype != KILN__DTYPE__DTYPE_F32;
         if (a->n_shape < 1 || a->n_shape > 8)
             return kl_seterr(err, KL_ERR_INVAL,
                              "argument %zu '%s' has %zu dimensions, expected "
@@ -128,7 +140,7 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
         p->is_output[i] = a->role == KILN__ARG_ROLE__ROLE_OUTPUT;
         p->is_const[i] = a->role == KILN__ARG_ROLE__ROLE_CONSTANT;
         outputs += p->is_output[i];
-        total += n * sizeof(float);
+        total += n * p->esize[i];
     }
     p->n_args = (int)req->n_args;
     if (!outputs)
@@ -259,6 +271,27 @@ static int s_send(int fd, s_child_hdr_t *h, const double *samples)
     return 0;
 }
 
+/* Bytes per element of argument a (a problem made by hand, with esize
+ * left 0, is f32). */
+static size_t s_esize(const kla_problem_t *p, int a)
+{
+    return p->esize[a] ? p->esize[a] : sizeof(float);
+}
+
+/* Element i of integer argument a stored at buf. */
+static int64_t s_int_at(const kla_problem_t *p, int a, const void *buf,
+                        size_t i)
+{
+    switch (p->dtype[a]) {
+    case KILN__DTYPE__DTYPE_U8:
+        return ((const uint8_t *)buf)[i];
+    case KILN__DTYPE__DTYPE_S8:
+        return ((const int8_t *)buf)[i];
+    default:
+        return ((const int32_t *)buf)[i];
+    }
+}
+
 /* Compares the outputs with the reference; fills h on a mismatch, its
  * message starting with `when` ("" for the check of the first call). */
 static bool s_verify(const s_ctx_t *c, void *const *args, const char *when,
@@ -270,6 +303,22 @@ static bool s_verify(const s_ctx_t *c, void *const *args, const char *when,
     for (int a = 0; a < c->p->n_args; a++) {
         if (!c->p->is_output[a])
             continue;
+        if (c->p->dtype[a] != KILN__DTYPE__DTYPE_F32) {
+            /* Integer outputs: exactly the reference's. */
+            for (size_t i = 0; i < c->p->nelem[a]; i++, total++) {
+                int64_t o = s_int_at(c->p, a, args[a], i);
+                int64_t r = s_int_at(c->p, a, c->ref->buf[a], i);
+                double d = fabs((double)(o - r));
+                if (d > max_err)
+                    max_err = d;
+                if (o != r && !bad++)
+                    snprintf(h->msg, sizeof h->msg,
+                             "%soutput %d element %zu is %lld, expected %lld "
+                             "(integer outputs must match exactly)",
+                             when, a, i, (long long)o, (long long)r);
+            }
+            continue;
+        }
         const float *out = args[a], *ref = c->ref->buf[a];
         double rms = c->ref->rms[a];
         for (size_t i = 0; i < c->p->nelem[a]; i++, total++) {
@@ -417,16 +466,18 @@ static int s_child(void *arg, int fd)
             args[a] = c->ref->buf[a];
             continue;
         }
-        float *o =
-            c->shared_out
-                ? c->shared_out[a]
-                : aligned_alloc(64, (c->p->nelem[a] * 4 + 63) & ~(size_t)63);
+        size_t bytes = c->p->nelem[a] * s_esize(c->p, a);
+        void *o = c->shared_out ? (void *)c->shared_out[a]
+                                : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         if (!o) {
             snprintf(h.msg, sizeof h.msg, "out of memory for output %d", a);
             return s_send(fd, &h, NULL);
         }
-        for (size_t i = 0; i < c->p->nelem[a]; i++)
-            o[i] = NAN;
+        if (c->p->dtype[a] == KILN__DTYPE__DTYPE_F32)
+            for (size_t i = 0; i < c->p->nelem[a]; i++)
+                ((float *)o)[i] = NAN;
+        else /* no NaN: a pattern a kernel that writes nothing keeps */
+            memset(o, 0xa5, bytes);
         args[a] = o;
     }
     void *block;
@@ -548,7 +599,8 @@ static void s_ref_key(const kla_problem_t *p, const char *ref_so,
     kl_buf_append(&b, (const char *)p->workload_key, 16);
     kl_buf_printf(&b, "|%llu|%d|", (unsigned long long)p->eval.seed, p->n_args);
     for (int i = 0; i < p->n_args; i++)
-        kl_buf_printf(&b, "%zu%c,", p->nelem[i], p->is_output[i] ? 'o' : 'i');
+        kl_buf_printf(&b, "%zu%c%d,", p->nelem[i], p->is_output[i] ? 'o' : 'i',
+                      (int)p->dtype[i]);
     kl_buf_printf(&b, "|%s|%s", ref_so, ref_entry);
     kl_hash128(b.data, b.len, key);
     kl_buf_free(&b);
@@ -557,15 +609,32 @@ static void s_ref_key(const kla_problem_t *p, const char *ref_so,
 static void s_fill_inputs(const kla_problem_t *p, s_ref_t *e)
 {
     for (int a = 0; a < p->n_args; a++) {
-        e->buf[a] = kl_xmalloc(p->nelem[a] * sizeof(float) + 64);
-        e->bytes += p->nelem[a] * sizeof(float);
+        e->buf[a] = kl_xmalloc(p->nelem[a] * s_esize(p, a) + 64);
+        e->bytes += p->nelem[a] * s_esize(p, a);
         if (p->is_output[a])
             continue;
         uint64_t seed_idx[2] = {p->eval.seed, (uint64_t)a};
         kl_rng_t rng;
         kl_rng_seed(&rng, kl_hash64(seed_idx, sizeof seed_idx));
-        for (size_t i = 0; i < p->nelem[a]; i++)
-            e->buf[a][i] = (float)(2.0 * kl_rng_double(&rng) - 1.0);
+        void *b = e->buf[a];
+        for (size_t i = 0; i < p->nelem[a]; i++) {
+            double u = kl_rng_double(&rng);
+            switch (p->dtype[a]) {
+            case KILN__DTYPE__DTYPE_U8:
+                ((uint8_t *)b)[i] = (uint8_t)(u * 256);
+                break;
+            case KILN__DTYPE__DTYPE_S8:
+                ((int8_t *)b)[i] = (int8_t)((int)(u * 256) - 128);
+                break;
+            case KILN__DTYPE__DTYPE_I32:
+                ((int32_t *)b)[i] = (int32_t)(u * 2001) - 1000;
+                break;
+            default: /* with integers about, f32 inputs are scales */
+                ((float *)b)[i] = p->any_int ? (float)(1e-3 + 9e-3 * u)
+                                             : (float)(2.0 * u - 1.0);
+                break;
+            }
+        }
     }
 }
 
@@ -579,7 +648,7 @@ static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
     for (int a = 0; a < p->n_args; a++) {
         if (!p->is_output[a])
             continue;
-        sizes[a] = p->nelem[a] * sizeof(float);
+        sizes[a] = p->nelem[a] * s_esize(p, a);
         void *m = mmap(NULL, sizes[a], PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         shared[a] = m == MAP_FAILED ? NULL : m;
@@ -606,16 +675,19 @@ static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
         if (!p->is_output[a])
             continue;
         memcpy(e->buf[a], shared[a], sizes[a]);
+        if (p->dtype[a] != KILN__DTYPE__DTYPE_F32)
+            continue; /* compared exactly: no rms, no NaN to look for */
+        const float *rb = e->buf[a];
         double ss = 0;
         for (size_t i = 0; i < p->nelem[a]; i++) {
-            if (isnan(e->buf[a][i])) {
+            if (isnan(rb[i])) {
                 e->failed = true;
                 e->error = kl_xasprintf("its output %d element %zu is NaN "
                                         "(not written?)",
                                         a, i);
                 break;
             }
-            ss += (double)e->buf[a][i] * e->buf[a][i];
+            ss += (double)rb[i] * rb[i];
         }
         e->rms[a] = p->nelem[a] ? sqrt(ss / (double)p->nelem[a]) : 0;
     }

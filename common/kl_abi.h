@@ -5,7 +5,10 @@
  *   void *ENTRY_prepare(void *const *args);          (optional)
  *
  * args[i] points to tensor i of the workload, in its declared order
- * (inputs, then the output), f32, dense row-major.
+ * (inputs, then the output), dense row-major, of its declared dtype: float
+ * for f32, uint8_t / int8_t / int32_t for u8 / s8 / s32 (integer
+ * workloads, kl_ir.h; a quantized kernel may prepare its zero-point
+ * compensation, za * the weights' channel sums, in ENTRY_prepare).
  *
  * Constant inputs. A workload may declare tensors `const` (the weights and
  * biases of conv2d, depthwise_conv2d, conv2d_transpose and dense): their

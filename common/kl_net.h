@@ -28,8 +28,11 @@
  * agents below KL_PROTO_MINOR_AGENT_MIN in their Hello. Minor 2 added
  * the job <-> head messages (JobHello ... DrainReply, docs/protocol.md);
  * agents never see them, so 1.1 agents stay welcome. Minor 3 added
- * JobStatus.state and waiting_target (a 1.2 kiln fleet ignores them). */
-#define KL_PROTO_MINOR 3
+ * JobStatus.state and waiting_target (a 1.2 kiln fleet ignores them).
+ * Minor 4 added DTYPE_U8 and DTYPE_S8 (integer workloads): an agent below
+ * 1.4 drops a request with such an argument as malformed, so integer
+ * workloads need 1.4 agents; float workloads go to any 1.1+ agent. */
+#define KL_PROTO_MINOR 4
 #define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */

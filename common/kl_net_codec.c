@@ -289,7 +289,7 @@ static int s_check_arg(const Kiln__KernelArg *a, const s_path_t *p, char *err)
     if (!a)
         return s_fail(err, p, "missing");
     S_TRY(s_str(a->name, KL_NET_MAX_STRING, p, "name", err));
-    if ((int)a->dtype < 0 || a->dtype > KILN__DTYPE__DTYPE_I32)
+    if ((int)a->dtype < 0 || a->dtype > KILN__DTYPE__DTYPE_S8)
         return s_fail(err, S_AT(p, "dtype", -1), "unknown value %d",
                       (int)a->dtype);
     if ((int)a->role < 0 || a->role > KILN__ARG_ROLE__ROLE_CONSTANT)

@@ -63,10 +63,11 @@ static int s_dtype(const char *s, size_t n, Kiln__DType *out)
     static const struct {
         const char *name;
         Kiln__DType t;
-    } tab[] = {{"f32", KILN__DTYPE__DTYPE_F32},
-               {"f16", KILN__DTYPE__DTYPE_F16},
-               {"bf16", KILN__DTYPE__DTYPE_BF16},
-               {"i32", KILN__DTYPE__DTYPE_I32}};
+    } tab[] = {
+        {"f32", KILN__DTYPE__DTYPE_F32},   {"f16", KILN__DTYPE__DTYPE_F16},
+        {"bf16", KILN__DTYPE__DTYPE_BF16}, {"i32", KILN__DTYPE__DTYPE_I32},
+        {"s32", KILN__DTYPE__DTYPE_I32},   {"u8", KILN__DTYPE__DTYPE_U8},
+        {"s8", KILN__DTYPE__DTYPE_S8}};
     for (size_t i = 0; i < sizeof tab / sizeof *tab; i++)
         if (strlen(tab[i].name) == n && !strncmp(s, tab[i].name, n)) {
             *out = tab[i].t;
@@ -95,7 +96,7 @@ static int s_parse_arg(const char *tok, Kiln__KernelArg *a, char *err)
     if (*p != '[' || s_dtype(t, (size_t)(p - t), &a->dtype) != KL_OK)
         return kl_seterr(err, KL_ERR_INVAL,
                          "--args: '%s': dtype '%.*s' is not one of f32, f16, "
-                         "bf16, i32 (followed by [DIMS])",
+                         "bf16, u8, s8, s32 (or i32) (followed by [DIMS])",
                          tok, (int)(p - t), t);
     a->shape = kl_xcalloc(KL_NET_MAX_DIMS, sizeof *a->shape);
     for (p++;;) {

@@ -709,6 +709,16 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
             return KL_ERR_INTERNAL;
         t = &def;
     }
+    const kl_workload_t *sw = kl_sched_workload(s);
+    if (kl_workload_is_int(sw))
+        return kl_seterr(
+            err, KL_ERR_UNSUPPORTED,
+            "codegen: %s has %s output %s: scheduled C is f32 "
+            "only (integer workloads have a reference kernel; "
+            "integer schedules come with tensorize)",
+            sw->name ? sw->name : "?",
+            kl_dtype_name(sw->tensors[kl_workload_output(sw)].dtype),
+            sw->tensors[kl_workload_output(sw)].name);
     cg_t *g = kl_xcalloc(1, sizeof *g);
     g->s = s;
     g->w = kl_sched_workload(s);
@@ -744,6 +754,8 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
 int kl_codegen_reference(const kl_workload_t *w, const char *entry,
                          kl_kernel_t *out, char *err)
 {
+    if (kl_workload_is_int(w))
+        return kl_codegen_reference_int(w, entry, out, err);
     kl_sched_t *s = NULL;
     int rc = kl_sched_create(&s, w, err);
     if (rc)

@@ -21,10 +21,11 @@
  * `extern "C" __global__ void ENTRY(float *__restrict__ a0, ...)` with
  * grid / block / dynamic shared bytes.
  *
- * The reference kernel of a workload on a CPU is the C code of its naive
- * schedule: serial loops, the output set to the reduction's identity
- * first, the body accumulated in place, the epilogue applied last. On a
- * GPU it is the naive schedule's flat kernel (kl_codegen_cuda.h).
+ * The reference kernel of a workload on a CPU is (integer workloads:
+ * kl_codegen_reference_int) the C code of its naive schedule: serial loops, the
+ * output set to the reduction's identity first, the body accumulated in place,
+ * the epilogue applied last. On a GPU it is the naive schedule's flat kernel
+ * (kl_codegen_cuda.h).
  */
 #ifndef KL_CODEGEN_H
 #define KL_CODEGEN_H
@@ -79,5 +80,13 @@ int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
  * (kl_codegen_cuda.h). */
 int kl_codegen_reference(const kl_workload_t *w, const char *entry,
                          kl_kernel_t *out, char *err);
+
+/* The reference C of an integer workload (kl_workload_is_int; codegen_int.c):
+ * serial loops, exact int64 reduction, requant and saturation as kl_ir.h
+ * defines them, buffers typed uint8_t / int8_t / int32_t / float. Bit-equal
+ * to kl_workload_eval_typed. kl_codegen_reference goes here for integer
+ * workloads; kl_codegen_c (scheduled C) refuses them. */
+int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
+                             kl_kernel_t *out, char *err);
 
 #endif

@@ -108,7 +108,46 @@ int64_t kl_tensor_numel(const kl_tensor_t *t)
 
 size_t kl_dtype_size(kl_dtype dt)
 {
-    return dt == KL_DT_F32 ? 4 : 2;
+    switch (dt) {
+    case KL_DT_F32:
+    case KL_DT_S32:
+        return 4;
+    case KL_DT_F16:
+    case KL_DT_BF16:
+        return 2;
+    case KL_DT_U8:
+    case KL_DT_S8:
+        return 1;
+    }
+    return 4;
+}
+
+bool kl_dtype_is_int(kl_dtype dt)
+{
+    return dt == KL_DT_S32 || dt == KL_DT_U8 || dt == KL_DT_S8;
+}
+
+bool kl_dtype_parse(const char *name, kl_dtype *out)
+{
+    static const struct {
+        const char *name;
+        kl_dtype dt;
+    } tab[] = {{"f32", KL_DT_F32}, {"f16", KL_DT_F16}, {"bf16", KL_DT_BF16},
+               {"u8", KL_DT_U8},   {"s8", KL_DT_S8},   {"s32", KL_DT_S32},
+               {"i32", KL_DT_S32}};
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        if (strcmp(name, tab[i].name) == 0) {
+            *out = tab[i].dt;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool kl_workload_is_int(const kl_workload_t *w)
+{
+    return w->ntensors > 0 &&
+           kl_dtype_is_int(w->tensors[kl_workload_output(w)].dtype);
 }
 
 const char *kl_dtype_name(kl_dtype dt)
@@ -120,6 +159,12 @@ const char *kl_dtype_name(kl_dtype dt)
         return "f16";
     case KL_DT_BF16:
         return "bf16";
+    case KL_DT_S32:
+        return "s32";
+    case KL_DT_U8:
+        return "u8";
+    case KL_DT_S8:
+        return "s8";
     }
     return "?";
 }
@@ -147,6 +192,17 @@ static void s_fmt_num(char out[40], double v)
     snprintf(out, 40, "%.15g", v);
     if (strtod(out, NULL) != v)
         snprintf(out, 40, "%.17g", v);
+}
+
+/* Shortest %.Ng that reads back to the same f32 (requant scales are f32:
+ * the parser rounds them so). */
+static void s_fmt_f32(char out[40], double v)
+{
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(out, 40, "%.*g", prec, v);
+        if ((float)strtod(out, NULL) == (float)v)
+            return;
+    }
 }
 
 static void s_print_affine(kl_buf_t *b, const kl_workload_t *w,
@@ -253,7 +309,7 @@ static void s_print_epilogue(kl_buf_t *b, const kl_workload_t *w,
     char lo[40], hi[40];
     s_fmt_num(lo, ep->lo);
     s_fmt_num(hi, ep->hi);
-    switch (ep->kind) {
+    switch ((int)ep->kind) {
     case KL_EPI_ADD_TENSOR:
     case KL_EPI_MUL_TENSOR:
         kl_buf_puts(b, ep->kind == KL_EPI_ADD_TENSOR ? " | + " : " | * ");
@@ -270,6 +326,15 @@ static void s_print_epilogue(kl_buf_t *b, const kl_workload_t *w,
         break;
     case KL_EPI_CLIP:
         kl_buf_printf(b, " | clip(%s, %s)", lo, hi);
+        break;
+    case KL_EPI_REQUANT:
+        s_fmt_f32(lo, ep->lo);
+        kl_buf_printf(b, " | requant(%s, %lld)", lo, (long long)ep->zp);
+        break;
+    case KL_EPI_REQUANT_TENSOR:
+        kl_buf_puts(b, " | requant(");
+        s_print_access(b, w, &ep->access);
+        kl_buf_printf(b, ", %lld)", (long long)ep->zp);
         break;
     }
 }
@@ -355,7 +420,11 @@ typedef struct {
 
 typedef struct {
     const kl_workload_t *w;
-    float *const *bufs;
+    void *const *bufs;
+    /* Per tensor: its storage (KL_DT_F32 for float buffers, else the
+     * integer dtype) and whether the workload is an integer one. */
+    kl_dtype store[KL_IR_MAX_TENSORS];
+    bool is_int;
     s_cload_t *loads;
     int nloads;
     s_cop_t *ops;
@@ -462,6 +531,20 @@ static int s_count_nodes(const kl_expr_t *e)
     return e ? 1 + s_count_nodes(e->a) + s_count_nodes(e->b) : 0;
 }
 
+static double s_read(const s_eval_t *ev, int t, int64_t off)
+{
+    switch (ev->store[t]) {
+    case KL_DT_U8:
+        return ((const uint8_t *)ev->bufs[t])[off];
+    case KL_DT_S8:
+        return ((const int8_t *)ev->bufs[t])[off];
+    case KL_DT_S32:
+        return ((const int32_t *)ev->bufs[t])[off];
+    default:
+        return ((const float *)ev->bufs[t])[off];
+    }
+}
+
 /* Evaluates the body at ev->iv; *valid becomes false when a read falls
  * outside its tensor (that read gives zero). */
 static double s_eval_body(s_eval_t *ev, bool *valid)
@@ -479,7 +562,7 @@ static double s_eval_body(s_eval_t *ev, bool *valid)
             int64_t off = s_offset(l, ev->iv);
             if (off < 0)
                 *valid = false;
-            st[sp++] = off < 0 ? 0.0 : ev->bufs[l->tensor][off];
+            st[sp++] = off < 0 ? 0.0 : s_read(ev, l->tensor, off);
             break;
         }
         case KL_EX_NEG:
@@ -542,12 +625,35 @@ static double s_reduce_point(s_eval_t *ev, const int *rd, int nrd)
                 acc = v;
             any = any || valid;
         } else if (w->reduce == KL_RED_SUM) {
-            acc += v;
+            /* Integer: zero-point padding, the point contributes nothing. */
+            if (valid || !ev->is_int)
+                acc += v;
         } else {
             acc = v;
         }
     } while (nrd > 0 && s_next(w, ev->iv, rd, nrd));
     return acc;
+}
+
+/* The integer value v stored into dtype dt: saturated to its range. */
+static double s_saturate(kl_dtype dt, double v)
+{
+    double lo = dt == KL_DT_U8 ? 0 : dt == KL_DT_S8 ? -128 : -2147483648.0;
+    double hi = dt == KL_DT_U8 ? 255 : dt == KL_DT_S8 ? 127 : 2147483647.0;
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* requant (kl_ir.h): one f32 multiply, round half to even (nearbyintf in
+ * the default rounding mode), clamped to the int32 range, plus zp. */
+static double s_requant(double acc, float scale, int64_t zp)
+{
+    float f = (float)(int32_t)acc * scale;
+    float r = nearbyintf(f);
+    if (!(r >= -2147483648.0f))
+        r = -2147483648.0f; /* also NaN */
+    if (r > 2147483647.0f)
+        r = 2147483647.0f; /* 2^31: clamped again on store */
+    return (double)(int64_t)r + (double)zp;
 }
 
 static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
@@ -557,13 +663,23 @@ static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
         const kl_epilogue_t *ep = &w->epi[i];
         int64_t off;
         double t = 0;
-        switch (ep->kind) {
+        switch ((int)ep->kind) {
         case KL_EPI_ADD_TENSOR:
         case KL_EPI_MUL_TENSOR:
             off = s_offset(&epl[i], ev->iv);
-            t = off < 0 ? 0.0 : ev->bufs[epl[i].tensor][off];
+            t = off < 0 ? 0.0 : s_read(ev, epl[i].tensor, off);
             v = ep->kind == KL_EPI_ADD_TENSOR ? v + t : v * t;
             break;
+        case KL_EPI_REQUANT:
+        case KL_EPI_REQUANT_TENSOR: {
+            float sc = (float)ep->lo;
+            if (ep->kind == KL_EPI_REQUANT_TENSOR) {
+                off = s_offset(&epl[i], ev->iv);
+                sc = off < 0 ? 0.0f : (float)s_read(ev, epl[i].tensor, off);
+            }
+            v = s_requant(s_saturate(KL_DT_S32, v), sc, ep->zp);
+            break;
+        }
         case KL_EPI_ADD_CONST:
             v += ep->lo;
             break;
@@ -581,10 +697,32 @@ static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
     return v;
 }
 
-void kl_workload_eval(const kl_workload_t *w, float *const *bufs)
+static void s_store(const s_eval_t *ev, int t, int64_t off, double v)
+{
+    switch (ev->store[t]) {
+    case KL_DT_U8:
+        ((uint8_t *)ev->bufs[t])[off] = (uint8_t)v;
+        break;
+    case KL_DT_S8:
+        ((int8_t *)ev->bufs[t])[off] = (int8_t)v;
+        break;
+    case KL_DT_S32:
+        ((int32_t *)ev->bufs[t])[off] = (int32_t)v;
+        break;
+    default:
+        ((float *)ev->bufs[t])[off] = (float)v;
+        break;
+    }
+}
+
+static void s_eval(const kl_workload_t *w, void *const *bufs, bool typed)
 {
     int nodes = s_count_nodes(w->body);
-    s_eval_t ev = {.w = w, .bufs = bufs};
+    s_eval_t ev = {.w = w, .bufs = bufs, .is_int = kl_workload_is_int(w)};
+    for (int t = 0; t < w->ntensors; t++)
+        ev.store[t] = typed && kl_dtype_is_int(w->tensors[t].dtype)
+                          ? w->tensors[t].dtype
+                          : KL_DT_F32;
     ev.loads = kl_xcalloc((size_t)nodes, sizeof(*ev.loads));
     ev.ops = kl_xcalloc((size_t)nodes, sizeof(*ev.ops));
     ev.stack = kl_xcalloc((size_t)nodes + 1, sizeof(*ev.stack));
@@ -593,7 +731,8 @@ void kl_workload_eval(const kl_workload_t *w, float *const *bufs)
     s_compile_access(w, &w->out, &outl);
     for (int i = 0; i < w->nepi; i++)
         if (w->epi[i].kind == KL_EPI_ADD_TENSOR ||
-            w->epi[i].kind == KL_EPI_MUL_TENSOR)
+            w->epi[i].kind == KL_EPI_MUL_TENSOR ||
+            w->epi[i].kind == KL_EPI_REQUANT_TENSOR)
             s_compile_access(w, &w->epi[i].access, &epl[i]);
     int sp[KL_IR_MAX_ITERS], rd[KL_IR_MAX_ITERS], nsp = 0, nrd = 0;
     for (int k = 0; k < w->niters; k++) {
@@ -603,15 +742,28 @@ void kl_workload_eval(const kl_workload_t *w, float *const *bufs)
             sp[nsp++] = k;
     }
     memset(ev.iv, 0, sizeof(ev.iv));
-    float *out = bufs[kl_workload_output(w)];
+    int ot = kl_workload_output(w);
+    kl_dtype odt = w->tensors[ot].dtype;
     do {
         double v = s_reduce_point(&ev, rd, nrd);
         v = s_apply_epilogue(&ev, epl, v);
+        if (ev.is_int)
+            v = s_saturate(odt, v);
         int64_t off = s_offset(&outl, ev.iv);
         if (off >= 0)
-            out[off] = (float)v;
+            s_store(&ev, ot, off, v);
     } while (nsp > 0 && s_next(w, ev.iv, sp, nsp));
     free(ev.loads);
     free(ev.ops);
     free(ev.stack);
+}
+
+void kl_workload_eval(const kl_workload_t *w, float *const *bufs)
+{
+    s_eval(w, (void *const *)bufs, false);
+}
+
+void kl_workload_eval_typed(const kl_workload_t *w, void *const *bufs)
+{
+    s_eval(w, bufs, true);
 }

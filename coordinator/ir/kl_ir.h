@@ -22,10 +22,11 @@
  *               v+c, ...), optionally wrapped as '(' affine ')' '/' INT for
  *               a strided gather (valid only where it divides exactly)
  *   epilogue := '+' access | '*' access | '*' NUMBER | '+' NUMBER |
- *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')'
+ *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')' |
+ *               'requant' '(' (access | NUMBER) ',' ['-'] INT ')'
  *   iters    := NAME '=' INT { ',' NAME '=' INT }
  *   decl     := NAME ':' [ 'const' ] dtype '[' INT { ',' INT } ']'
- *               dtype f32|f16|bf16
+ *               dtype f32|f16|bf16|u8|s8|s32 (i32 reads as s32)
  *
  * Iterators that index the output are spatial; the others are reductions
  * (with '+=' summed, with 'max=' maxed; '=' allows none). Output indices
@@ -62,6 +63,50 @@
  * padding read count nothing. Each epilogue operation counts one per output
  * element. Matmul MxNxK is 2*M*N*K; a padded convolution is less than
  * 2*N*K*C*P*Q*R*S by exactly its padded points.
+ *
+ * Integer workloads. A workload whose output is u8, s8 or s32 is an
+ * integer workload; one whose output is a float is a float workload and
+ * may not read integer tensors (no implicit dequantization). In an integer
+ * workload:
+ *  - every tensor the body reads is u8, s8 or s32; body constants are
+ *    integers; '/' is not allowed. Each read is widened to int32 and the
+ *    body and its reduction are computed in int32. Overflow (wrapping) is
+ *    undefined: a workload must keep every intermediate and accumulated
+ *    value inside int32, as the quantized named ops do for any realistic
+ *    size (|u8 * s8| <= 2^15, so 2^16 reduction points fit);
+ *  - under '+=' a reduction point with a padding read contributes nothing
+ *    (as under 'max='). This is zero-point padding: the quantized
+ *    convolution's padded input is the activation zero point za, whose
+ *    (X - za) is 0. (A float workload sums such a point with the read as 0.)
+ *  - epilogue operations: '+ T' (T u8/s8/s32), '+ INT', relu, clip(INT,
+ *    INT), and requant(S, zp): S is a positive number or an access of an
+ *    f32 tensor (per-channel scale, spatial iterators only), zp an integer.
+ *    requant maps the int32 value v to nearbyintf((float)v * (float)S) + zp:
+ *    one f32 multiply, then round half to even (ONNX QuantizeLinear; the
+ *    default rounding mode), the rounded float clamped to the int32 range
+ *    before conversion. A number S is rounded to f32 when parsed (so the
+ *    canonical text holds the f32 value). '*' is not allowed (use requant);
+ *  - the value stored into the output saturates to its dtype: u8 to
+ *    [0, 255], s8 to [-128, 127], s32 to the int32 range.
+ * relu after requant is max(v, 0) on the quantized value; the named q-ops
+ * write a quantized relu as clip(zp, 255) instead (zp being where real 0
+ * lands). Operations count as FLOPs exactly as for floats (an op is an op;
+ * requant is one per output element).
+ *
+ * Quantized named ops (qmatmul, qdense, qconv2d, qdepthwise_conv2d) read u8
+ * activations X with zero point za and const s8 weights W (symmetric, zero
+ * point 0), and write their body as (X[..] - za) * W[..] (just X * W when
+ * za = 0). A kernel computes this exactly as sum X*W - za * sum W: the
+ * second sum is a per-output-channel constant of the const weights, so a
+ * kernel may compute it once when it prepares W (kl_abi.h) and subtract it
+ * in the epilogue; this is what a VNNI tensorize (u8 x s8 -> s32 dot
+ * products) plugs into. Only output points whose window touches padding
+ * need a different compensation (their padded points contribute nothing).
+ * The epilogue is + bias (const s32 [O], optional), requant(scale, zo)
+ * with a const f32 per-channel scale [O] (scale=channel, default) or a
+ * number (scale=NUMBER), then the clip of relu / clip=, then saturation to
+ * u8 (or s8 with out=s8; out=s32 keeps the int32 accumulator + bias and has
+ * no requant).
  */
 #ifndef KL_IR_H
 #define KL_IR_H
@@ -80,6 +125,9 @@ typedef enum {
     KL_DT_F32 = 0, /* same numbers as kiln.DType */
     KL_DT_F16 = 1,
     KL_DT_BF16 = 2,
+    KL_DT_S32 = 3, /* kiln.DType I32 */
+    KL_DT_U8 = 4,
+    KL_DT_S8 = 5,
 } kl_dtype;
 
 typedef enum {
@@ -146,10 +194,19 @@ typedef enum {
     KL_EPI_CLIP, /* lo, hi */
 } kl_epi_kind;
 
+/* Integer workloads only: v = nearbyintf((float)v * scale) + zp, the scale
+ * a number (lo, an f32 value) or an f32 tensor (access). Defined beside the
+ * enum, not in it, for now: the CUDA generator switches over kl_epi_kind
+ * without a default and never sees an integer workload (its rules refuse
+ * every non-f32 dtype); move them into the enum once it handles them. */
+#define KL_EPI_REQUANT ((kl_epi_kind)(KL_EPI_CLIP + 1))
+#define KL_EPI_REQUANT_TENSOR ((kl_epi_kind)(KL_EPI_CLIP + 2))
+
 typedef struct {
     kl_epi_kind kind;
     kl_access_t access; /* *_TENSOR */
-    double lo, hi;      /* CLIP; *_CONST uses lo */
+    double lo, hi;      /* CLIP; *_CONST and REQUANT use lo */
+    int64_t zp;         /* REQUANT*: the output zero point */
 } kl_epilogue_t;
 
 typedef struct {
@@ -197,6 +254,18 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *   max_pool2d / avg_pool2d N C H W R S [stride=R pad=0]
  *   add shape=AxBxC, relu shape=AxBxC        (up to 8 dimensions)
  *   clip shape=AxBxC lo=LO hi=HI             Y = X | clip(LO, HI)
+ *   qmatmul M N K, qdense N I O, qconv2d (conv2d's parameters),
+ *   qdepthwise_conv2d (depthwise_conv2d's): quantized (see "Integer
+ *          workloads" above), with za=0 (activation zero point, 0..255),
+ *          zo=0 (output zero point, in the output's range), out=u8|s8|s32,
+ *          scale=channel|NUMBER (per-channel f32 [O] tensor `scale`, or
+ *          one positive number), bias= (const s32 [O]; default as the
+ *          float op: 1 for qdense, 0 otherwise) and relu= / clip=
+ *          (quantized bounds: relu is clip(zo, max), clip=LO,HI integers;
+ *          with out=s32 relu is relu). ABI order: X (A), W (B), [bias],
+ *          [scale], Y (C); X u8, W const s8 (qmatmul's B too), the output
+ *          declared with its dtype. qconv2d takes groups and layout too;
+ *          residual is refused.
  * Layouts (all NCHW unless said): conv2d weight [K,C/groups,R,S]; NHWC
  * takes X [N,H,W,C] and weight [R,S,C/groups,K] (HWIO). With groups > 1
  * the output channel is split into (group, channel) iterators, so Y is
@@ -235,7 +304,13 @@ int64_t kl_tensor_numel(const kl_tensor_t *t);
  * two iterators or more (conv2d's h + r). */
 bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);
 size_t kl_dtype_size(kl_dtype dt);
-const char *kl_dtype_name(kl_dtype dt); /* "f32" */
+const char *kl_dtype_name(kl_dtype dt); /* "f32", "u8", "s32" */
+bool kl_dtype_is_int(kl_dtype dt);      /* u8, s8, s32 */
+/* Parses a dtype name (f32 f16 bf16 u8 s8 s32, i32 = s32); false when it
+ * is none. */
+bool kl_dtype_parse(const char *name, kl_dtype *out);
+/* An integer workload: its output is u8, s8 or s32 (see above). */
+bool kl_workload_is_int(const kl_workload_t *w);
 
 /* The argument list in ABI order (inputs, then the output) as the
  * "A:f32[256,256] B:f32[256,256] C:f32[256,256]:out" text used by
@@ -249,5 +324,12 @@ char *kl_workload_args_text(const kl_workload_t *w);
  * small shapes. bufs follow ABI order, all f32 (whatever the declared
  * dtype), dense row-major. */
 void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
+
+/* The same with each buffer in its declared type: uint8_t / int8_t /
+ * int32_t for u8 / s8 / s32, float for f32 (f16 and bf16 tensors are
+ * float here too, as above). Integer workloads are exact: the body, its
+ * reduction and the epilogue as defined above (int32 arithmetic, requant's
+ * rounding, saturation on store), bit-equal to any correct kernel. */
+void kl_workload_eval_typed(const kl_workload_t *w, void *const *bufs);
 
 #endif

@@ -46,6 +46,10 @@ typedef struct {
     kl_ir__use_t *uses;
     int nuses, capuses;
     bool in_epilogue;
+    /* Columns of the first '/' and non-integer constant of the body and of
+     * each epilogue operation (0: none), for the integer-workload checks. */
+    size_t div_col, frac_col;
+    size_t epi_col[KL_IR_MAX_EPILOGUE];
 } kl_ir__parser_t;
 
 int kl_ir__fail(kl_ir__parser_t *p, size_t col, const char *fmt, ...)

@@ -267,6 +267,205 @@ static int s_outsize(s_spec_t *s, const char *what, int64_t in, int64_t k,
     return KL_OK;
 }
 
+/* The quantization of a q-op (kl_ir.h, "Integer workloads"): activation
+ * zero point za, output zero point zo, output dtype, scale per channel
+ * (a const f32 tensor `scale`) or per tensor (a number), and the
+ * activation as integer bounds on the quantized output. */
+typedef struct {
+    bool on; /* a q-op */
+    int64_t za, zo;
+    kl_dtype out;
+    bool per_channel;
+    double scale;
+} s_quant_t;
+
+static int s_quant(s_spec_t *s, s_quant_t *q, const s_act_t *act)
+{
+    memset(q, 0, sizeof(*q));
+    q->on = true;
+    q->out = KL_DT_U8;
+    q->per_channel = true;
+    s_kv_t *kv = s_find(s, "out");
+    if (kv) {
+        if (strcmp(kv->val, "u8") == 0)
+            q->out = KL_DT_U8;
+        else if (strcmp(kv->val, "s8") == 0)
+            q->out = KL_DT_S8;
+        else if (strcmp(kv->val, "s32") == 0 || strcmp(kv->val, "i32") == 0)
+            q->out = KL_DT_S32;
+        else
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: bad value '%s' for out (u8, s8 or s32)",
+                             s->op, kv->val);
+    }
+    int64_t omin = q->out == KL_DT_U8 ? 0 : -128;
+    int64_t omax = q->out == KL_DT_U8 ? 255 : 127;
+    int rc = s_int(s, "za", 0, 0, &q->za);
+    if (rc)
+        return rc;
+    if (q->za > 255)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: za=%lld is out of range (0..255, a u8 zero "
+                         "point)",
+                         s->op, (long long)q->za);
+    kv = s_find(s, "zo");
+    if (kv) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(kv->val, &end, 10);
+        if (errno || *end || end == kv->val)
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: bad value '%s' for zo (expected an integer)",
+                             s->op, kv->val);
+        if (q->out == KL_DT_S32 && v != 0)
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: zo=%lld with out=s32 (an s32 output is the "
+                             "accumulator: no requant, no zero point)",
+                             s->op, v);
+        if (v < omin || v > omax)
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: zo=%lld is out of range (%lld..%lld for "
+                             "out=%s)",
+                             s->op, v, (long long)omin, (long long)omax,
+                             kl_dtype_name(q->out));
+        q->zo = v;
+    }
+    kv = s_find(s, "scale");
+    if (kv && strcmp(kv->val, "channel") != 0) {
+        if (!s_strnum(kv->val, &q->scale) || !(q->scale > 0) ||
+            (float)q->scale == 0.0f || !isfinite((float)q->scale))
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: bad value '%s' for scale (channel, or a "
+                             "positive f32 number)",
+                             s->op, kv->val);
+        q->per_channel = false;
+    }
+    if (kv && q->out == KL_DT_S32)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: scale= with out=s32 (an s32 output has no "
+                         "requant)",
+                         s->op);
+    if (act->clip &&
+        (act->lo != floor(act->lo) || act->hi != floor(act->hi) ||
+         (q->out != KL_DT_S32 && (act->lo < omin || act->hi > omax))))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: clip=%g,%g must be integers in the output's "
+                         "range (quantized bounds)",
+                         s->op, act->lo, act->hi);
+    return KL_OK;
+}
+
+/* "(X[idx] - za)" or "X[idx]". */
+static void s_qinput(kl_buf_t *b, const s_quant_t *q, const char *access)
+{
+    if (q->za)
+        kl_buf_printf(b, "(%s - %lld)", access, (long long)q->za);
+    else
+        kl_buf_puts(b, access);
+}
+
+/* Epilogue of a q-op: [+ bias[ch]], requant, then the activation as
+ * quantized bounds (relu: clip(zo, max)). */
+static void s_qepilogue(kl_buf_t *b, const s_quant_t *q, const s_act_t *act,
+                        bool bias, const char *ch)
+{
+    if (bias)
+        kl_buf_printf(b, " | + bias[%s]", ch);
+    if (q->out != KL_DT_S32) {
+        char sc[40];
+        s_num_text(sc, (float)q->scale);
+        if (q->per_channel)
+            kl_buf_printf(b, " | requant(scale[%s], %lld)", ch,
+                          (long long)q->zo);
+        else
+            kl_buf_printf(b, " | requant(%s, %lld)", sc, (long long)q->zo);
+        if (act->relu)
+            kl_buf_printf(b, " | clip(%lld, %d)", (long long)q->zo,
+                          q->out == KL_DT_U8 ? 255 : 127);
+    } else if (act->relu) {
+        kl_buf_puts(b, " | relu");
+    }
+    if (act->clip)
+        kl_buf_printf(b, " | clip(%lld, %lld)", (long long)act->lo,
+                      (long long)act->hi);
+}
+
+/* The declarations after X and W: bias, scale and the output Y of shape
+ * yshape ("1,64,56,56"); O output channels. */
+static void s_qdecls(kl_buf_t *b, const s_quant_t *q, bool bias, int64_t O,
+                     const char *yname, const char *yshape)
+{
+    if (bias)
+        kl_buf_printf(b, ", bias: const s32[%lld]", (long long)O);
+    if (q->out != KL_DT_S32 && q->per_channel)
+        kl_buf_printf(b, ", scale: const f32[%lld]", (long long)O);
+    kl_buf_printf(b, ", %s: %s[%s]", yname, kl_dtype_name(q->out), yshape);
+}
+
+/* The quantization's part of a name ("_za3_zo5_s8"). */
+static void s_qname(kl_buf_t *b, const s_quant_t *q)
+{
+    if (q->za)
+        kl_buf_printf(b, "_za%lld", (long long)q->za);
+    if (q->zo)
+        kl_buf_printf(b, "_zo%lld", (long long)q->zo);
+    if (q->out != KL_DT_U8)
+        kl_buf_printf(b, "_%s", kl_dtype_name(q->out));
+    if (!q->per_channel)
+        kl_buf_puts(b, "_pt");
+}
+
+/* qmatmul / qdense: A[M,K] u8 x B[K,N] const s8 (qdense: X[N,I] x W[O,I]). */
+static int s_qmatmul(s_spec_t *s, bool dense, kl_workload_t **out)
+{
+    int64_t M, N, K, bias;
+    s_act_t act;
+    s_quant_t q;
+    int rc = dense ? (s_int(s, "N", -1, 1, &M) ?: s_int(s, "I", -1, 1, &K)
+                                               ?: s_int(s, "O", -1, 1, &N)
+                                               ?: s_flag(s, "bias", 1, &bias))
+                   : (s_int(s, "M", -1, 1, &M) ?: s_int(s, "N", -1, 1, &N)
+                                               ?: s_int(s, "K", -1, 1, &K)
+                                               ?: s_flag(s, "bias", 0, &bias));
+    if (rc || (rc = s_act(s, &act)) || (rc = s_quant(s, &q, &act)))
+        return rc;
+    kl_buf_t t = {0}, n = {0};
+    char *ysh = kl_xasprintf("%lld,%lld", (long long)M, (long long)N);
+    if (dense) {
+        kl_buf_puts(&t, "Y[n,o] += ");
+        s_qinput(&t, &q, "X[n,i]");
+        kl_buf_puts(&t, " * W[o,i]");
+        s_qepilogue(&t, &q, &act, bias, "o");
+        kl_buf_printf(&t,
+                      " where n=%lld, o=%lld, i=%lld; X: u8[%lld,%lld], "
+                      "W: const s8[%lld,%lld]",
+                      (long long)M, (long long)N, (long long)K, (long long)M,
+                      (long long)K, (long long)N, (long long)K);
+        s_qdecls(&t, &q, bias, N, "Y", ysh);
+        kl_buf_printf(&n, "qdense_%lld_%lld_%lld", (long long)M, (long long)K,
+                      (long long)N);
+    } else {
+        kl_buf_puts(&t, "C[i,j] += ");
+        s_qinput(&t, &q, "A[i,k]");
+        kl_buf_puts(&t, " * B[k,j]");
+        s_qepilogue(&t, &q, &act, bias, "j");
+        kl_buf_printf(&t,
+                      " where i=%lld, j=%lld, k=%lld; A: u8[%lld,%lld], "
+                      "B: const s8[%lld,%lld]",
+                      (long long)M, (long long)N, (long long)K, (long long)M,
+                      (long long)K, (long long)K, (long long)N);
+        s_qdecls(&t, &q, bias, N, "C", ysh);
+        kl_buf_printf(&n, "qmatmul_%lld_%lld_%lld", (long long)M, (long long)N,
+                      (long long)K);
+    }
+    free(ysh);
+    if (bias)
+        kl_buf_puts(&n, "_bias");
+    s_qname(&n, &q);
+    s_act_name(&n, &act);
+    return s_finish(s, kl_buf_take(&t), s->op, kl_buf_take(&n), out);
+}
+
 static int s_matmul(s_spec_t *s, kl_workload_t **out)
 {
     int64_t M, N, K, bias;
@@ -334,6 +533,7 @@ typedef struct {
     int64_t N, C, H, W, K, R, S, stride, pad, dil, groups, bias, res;
     s_act_t act;
     bool nhwc;
+    s_quant_t q; /* q.on for qconv2d / qdepthwise_conv2d */
 } s_conv_t;
 
 static int s_conv_params(s_spec_t *s, s_conv_t *c, bool has_k)
@@ -354,6 +554,14 @@ static int s_conv_params(s_spec_t *s, s_conv_t *c, bool has_k)
                                                      &c->res);
     if (!rc && has_k)
         rc = s_int(s, "K", -1, 1, &c->K);
+    if (!rc && s->op[0] == 'q') {
+        rc = s_quant(s, &c->q, &c->act);
+        if (!rc && c->res)
+            rc = kl_seterr(s->err, KL_ERR_INVAL,
+                           "%s: residual=1 is not supported (a quantized "
+                           "residual needs its own scale)",
+                           s->op);
+    }
     return rc;
 }
 
@@ -362,6 +570,10 @@ static int s_conv_params(s_spec_t *s, s_conv_t *c, bool has_k)
 static void s_conv_epilogue(kl_buf_t *b, const s_conv_t *c, const char *ch,
                             const char *outidx)
 {
+    if (c->q.on) {
+        s_qepilogue(b, &c->q, &c->act, c->bias, ch);
+        return;
+    }
     if (c->bias)
         kl_buf_printf(b, " | + bias[%s]", ch);
     if (c->res)
@@ -388,6 +600,8 @@ static char *s_conv_name(const char *op, const s_conv_t *c, bool has_k)
         kl_buf_puts(&b, "_bias");
     if (c->res)
         kl_buf_puts(&b, "_res");
+    if (c->q.on)
+        s_qname(&b, &c->q);
     s_act_name(&b, &c->act);
     return kl_buf_take(&b);
 }
@@ -407,15 +621,15 @@ static int s_conv2d(s_spec_t *s, kl_workload_t **out)
         c.nhwc = true;
     else if (lay && strcmp(lay->val, "NCHW") != 0)
         return kl_seterr(s->err, KL_ERR_INVAL,
-                         "conv2d: bad value '%s' for layout (NCHW or NHWC)",
+                         "%s: bad value '%s' for layout (NCHW or NHWC)", s->op,
                          lay->val);
     if (c.C % c.groups)
         return kl_seterr(s->err, KL_ERR_INVAL,
-                         "conv2d: groups=%lld does not divide C=%lld",
+                         "%s: groups=%lld does not divide C=%lld", s->op,
                          (long long)c.groups, (long long)c.C);
     if (c.K % c.groups)
         return kl_seterr(s->err, KL_ERR_INVAL,
-                         "conv2d: groups=%lld does not divide K=%lld",
+                         "%s: groups=%lld does not divide K=%lld", s->op,
                          (long long)c.groups, (long long)c.K);
     int64_t P = 0, Q = 0, G = c.groups, Cg = c.C / G, Kg = c.K / G;
     if ((rc = s_outsize(s, "height", c.H, c.R, c.stride, c.pad, c.dil, &P)) ||
@@ -430,13 +644,22 @@ static int s_conv2d(s_spec_t *s, kl_workload_t **out)
     }
     const char *oi = c.nhwc ? (G > 1 ? "n,y,x,g,f" : "n,y,x,f")
                             : (G > 1 ? "n,g,f,y,x" : "n,f,y,x");
-    kl_buf_t b = {0};
+    kl_buf_t b = {0}, xa = {0};
     if (c.nhwc)
-        kl_buf_printf(&b, "Y[%s] += X[n,%s,%s,%s] * W[r,s,c,%s]", oi, iy, ix,
-                      cin, cout);
+        kl_buf_printf(&xa, "X[n,%s,%s,%s]", iy, ix, cin);
     else
-        kl_buf_printf(&b, "Y[%s] += X[n,%s,%s,%s] * W[%s,c,r,s]", oi, cin, iy,
-                      ix, cout);
+        kl_buf_printf(&xa, "X[n,%s,%s,%s]", cin, iy, ix);
+    kl_buf_printf(&b, "Y[%s] += ", oi);
+    if (c.q.on)
+        s_qinput(&b, &c.q, xa.data);
+    else
+        kl_buf_puts(&b, xa.data);
+    kl_buf_free(&xa);
+    if (c.nhwc)
+        kl_buf_printf(&b, " * W[r,s,c,%s]", cout);
+    else
+        kl_buf_printf(&b, " * W[%s,c,r,s]", cout);
+    const char *xt = c.q.on ? "u8" : "f32", *wt = c.q.on ? "s8" : "f32";
     s_conv_epilogue(&b, &c, cout, oi);
     kl_buf_printf(&b,
                   " where n=%lld, f=%lld, y=%lld, x=%lld, c=%lld, r=%lld, "
@@ -448,23 +671,44 @@ static int s_conv2d(s_spec_t *s, kl_workload_t **out)
     if (c.nhwc)
         kl_buf_printf(
             &b,
-            "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,%lld,%lld,"
+            "; X: %s[%lld,%lld,%lld,%lld], W: const %s[%lld,%lld,%lld,"
             "%lld]",
-            (long long)c.N, (long long)c.H, (long long)c.W, (long long)c.C,
-            (long long)c.R, (long long)c.S, (long long)Cg, (long long)c.K);
+            xt, (long long)c.N, (long long)c.H, (long long)c.W, (long long)c.C,
+            wt, (long long)c.R, (long long)c.S, (long long)Cg, (long long)c.K);
     else
         kl_buf_printf(
             &b,
-            "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,%lld,%lld,"
+            "; X: %s[%lld,%lld,%lld,%lld], W: const %s[%lld,%lld,%lld,"
             "%lld]",
-            (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W,
-            (long long)c.K, (long long)Cg, (long long)c.R, (long long)c.S);
-    if (c.bias)
+            xt, (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W,
+            wt, (long long)c.K, (long long)Cg, (long long)c.R, (long long)c.S);
+    if (c.q.on) {
+        char *ysh;
+        if (c.nhwc)
+            ysh =
+                G > 1
+                    ? kl_xasprintf("%lld,%lld,%lld,%lld,%lld", (long long)c.N,
+                                   (long long)P, (long long)Q, (long long)G,
+                                   (long long)Kg)
+                    : kl_xasprintf("%lld,%lld,%lld,%lld", (long long)c.N,
+                                   (long long)P, (long long)Q, (long long)c.K);
+        else
+            ysh =
+                G > 1
+                    ? kl_xasprintf("%lld,%lld,%lld,%lld,%lld", (long long)c.N,
+                                   (long long)G, (long long)Kg, (long long)P,
+                                   (long long)Q)
+                    : kl_xasprintf("%lld,%lld,%lld,%lld", (long long)c.N,
+                                   (long long)c.K, (long long)P, (long long)Q);
+        s_qdecls(&b, &c.q, c.bias, c.K, "Y", ysh);
+        free(ysh);
+    } else if (c.bias) {
         kl_buf_printf(&b, ", bias: const f32[%lld]", (long long)c.K);
+    }
     free(iy);
     free(ix);
-    return s_finish(s, kl_buf_take(&b), "conv2d",
-                    s_conv_name("conv2d", &c, true), out);
+    return s_finish(s, kl_buf_take(&b), s->op, s_conv_name(s->op, &c, true),
+                    out);
 }
 
 /* depthwise_conv2d (NCHW): each input channel c makes `multiplier`
@@ -485,8 +729,16 @@ static int s_depthwise(s_spec_t *s, kl_workload_t **out)
     if (M > 1)
         snprintf(ch, sizeof(ch), "c*%lld+m", (long long)M);
     const char *oi = M > 1 ? "n,c,m,y,x" : "n,c,y,x";
-    kl_buf_t b = {0};
-    kl_buf_printf(&b, "Y[%s] += X[n,c,%s,%s] * W[%s,0,r,s]", oi, iy, ix, ch);
+    kl_buf_t b = {0}, xa = {0};
+    kl_buf_printf(&xa, "X[n,c,%s,%s]", iy, ix);
+    kl_buf_printf(&b, "Y[%s] += ", oi);
+    if (c.q.on)
+        s_qinput(&b, &c.q, xa.data);
+    else
+        kl_buf_puts(&b, xa.data);
+    kl_buf_free(&xa);
+    kl_buf_printf(&b, " * W[%s,0,r,s]", ch);
+    const char *xt = c.q.on ? "u8" : "f32", *wt = c.q.on ? "s8" : "f32";
     s_conv_epilogue(&b, &c, ch, oi);
     kl_buf_printf(&b, " where n=%lld, c=%lld, y=%lld, x=%lld, r=%lld, s=%lld",
                   (long long)c.N, (long long)c.C, (long long)P, (long long)Q,
@@ -494,20 +746,30 @@ static int s_depthwise(s_spec_t *s, kl_workload_t **out)
     if (M > 1)
         kl_buf_printf(&b, ", m=%lld", (long long)M);
     kl_buf_printf(
-        &b, "; X: f32[%lld,%lld,%lld,%lld], W: const f32[%lld,1,%lld,%lld]",
-        (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W,
+        &b, "; X: %s[%lld,%lld,%lld,%lld], W: const %s[%lld,1,%lld,%lld]", xt,
+        (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W, wt,
         (long long)(c.C * M), (long long)c.R, (long long)c.S);
-    if (c.bias)
+    if (c.q.on) {
+        char *ysh =
+            M > 1 ? kl_xasprintf("%lld,%lld,%lld,%lld,%lld", (long long)c.N,
+                                 (long long)c.C, (long long)M, (long long)P,
+                                 (long long)Q)
+                  : kl_xasprintf("%lld,%lld,%lld,%lld", (long long)c.N,
+                                 (long long)c.C, (long long)P, (long long)Q);
+        s_qdecls(&b, &c.q, c.bias, c.C * M, "Y", ysh);
+        free(ysh);
+    } else if (c.bias) {
         kl_buf_printf(&b, ", bias: const f32[%lld]", (long long)(c.C * M));
+    }
     free(iy);
     free(ix);
-    char *name = s_conv_name("depthwise_conv2d", &c, false);
+    char *name = s_conv_name(s->op, &c, false);
     if (M > 1) {
         char *n2 = kl_xasprintf("%s_m%lld", name, (long long)M);
         free(name);
         name = n2;
     }
-    return s_finish(s, kl_buf_take(&b), "depthwise_conv2d", name, out);
+    return s_finish(s, kl_buf_take(&b), s->op, name, out);
 }
 
 /* conv2d_transpose: X [N,C,H,W], W [C,K,R,S] (PyTorch's ConvTranspose2d),
@@ -676,6 +938,10 @@ static const char *s_ops[] = {
     "add",
     "relu",
     "clip",
+    "qmatmul",
+    "qdense",
+    "qconv2d",
+    "qdepthwise_conv2d",
 };
 
 int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err)
@@ -694,10 +960,13 @@ int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err)
         return s_batch_matmul(&s, out);
     if (strcmp(op, "dense") == 0)
         return s_dense(&s, out);
-    if (strcmp(op, "conv2d") == 0)
+    if (strcmp(op, "conv2d") == 0 || strcmp(op, "qconv2d") == 0)
         return s_conv2d(&s, out);
-    if (strcmp(op, "depthwise_conv2d") == 0)
+    if (strcmp(op, "depthwise_conv2d") == 0 ||
+        strcmp(op, "qdepthwise_conv2d") == 0)
         return s_depthwise(&s, out);
+    if (strcmp(op, "qmatmul") == 0 || strcmp(op, "qdense") == 0)
+        return s_qmatmul(&s, op[1] == 'd', out);
     if (strcmp(op, "conv2d_transpose") == 0)
         return s_conv2d_transpose(&s, out);
     if (strcmp(op, "max_pool2d") == 0 || strcmp(op, "avg_pool2d") == 0)
@@ -705,11 +974,13 @@ int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err)
     if (strcmp(op, "add") == 0 || strcmp(op, "relu") == 0 ||
         strcmp(op, "clip") == 0)
         return s_elementwise(&s, out);
-    return kl_seterr(err, KL_ERR_INVAL,
-                     "unknown operator '%s' (expected matmul, batch_matmul, "
-                     "dense, conv2d, depthwise_conv2d, conv2d_transpose, "
-                     "max_pool2d, avg_pool2d, add, relu or clip)",
-                     op);
+    return kl_seterr(
+        err, KL_ERR_INVAL,
+        "unknown operator '%s' (expected matmul, batch_matmul, "
+        "dense, conv2d, depthwise_conv2d, conv2d_transpose, "
+        "max_pool2d, avg_pool2d, add, relu, clip, qmatmul, qdense, "
+        "qconv2d or qdepthwise_conv2d)",
+        op);
 }
 
 int kl_workload_from_string(const char *s, kl_workload_t **out, char *err)

@@ -128,6 +128,8 @@ static kl_expr_t *s_factor(kl_ir__parser_t *p, int depth)
         }
         kl_expr_t *e = kl_ir__expr_new(KL_EX_CONST);
         e->value = p->num;
+        if (!p->frac_col && p->num != floor(p->num))
+            p->frac_col = p->col;
         kl_ir__next(p);
         return e;
     }
@@ -166,6 +168,8 @@ static kl_expr_t *s_term(kl_ir__parser_t *p, int depth)
     kl_expr_t *e = s_factor(p, depth);
     while (e && (p->tok == '*' || p->tok == '/')) {
         kl_expr_kind k = p->tok == '*' ? KL_EX_MUL : KL_EX_DIV;
+        if (k == KL_EX_DIV && !p->div_col)
+            p->div_col = p->col;
         kl_ir__next(p);
         kl_expr_t *b = s_factor(p, depth);
         if (!b) {
@@ -251,6 +255,7 @@ static int s_epilogue(kl_ir__parser_t *p)
                            KL_IR_MAX_EPILOGUE);
     kl_epilogue_t *ep = &w->epi[w->nepi];
     memset(ep, 0, sizeof(*ep));
+    p->epi_col[w->nepi] = p->col;
     if (p->tok == '+' || p->tok == '*') {
         bool add = p->tok == '+';
         kl_ir__next(p);
@@ -287,10 +292,47 @@ static int s_epilogue(kl_ir__parser_t *p)
             return p->rc;
         if (ep->lo > ep->hi)
             return kl_ir__fail(p, col, "clip bounds are reversed");
+    } else if (kl_ir__ident_is(p, "requant")) {
+        kl_ir__next(p);
+        if (kl_ir__expect(p, '(', "'(' after requant"))
+            return p->rc;
+        size_t col = p->col;
+        if (p->tok == T_IDENT) {
+            ep->kind = KL_EPI_REQUANT_TENSOR;
+            p->in_epilogue = true;
+            int rc = s_access(p, &ep->access, NULL);
+            p->in_epilogue = false;
+            if (rc)
+                return rc;
+        } else {
+            ep->kind = KL_EPI_REQUANT;
+            if (kl_ir__signed_num(p, &ep->lo))
+                return p->rc;
+            float f = (float)ep->lo;
+            if (!(ep->lo > 0) || !isfinite(f) || f == 0.0f)
+                return kl_ir__fail(p, col,
+                                   "requant scale must be a positive f32 "
+                                   "number");
+            ep->lo = f; /* the f32 value: canonical text prints it */
+        }
+        if (kl_ir__expect(p, ',',
+                          "',' between the requant scale and zero "
+                          "point"))
+            return p->rc;
+        col = p->col;
+        double zp;
+        if (kl_ir__signed_num(p, &zp))
+            return p->rc;
+        if (zp != floor(zp) || zp < -2147483648.0 || zp > 2147483647.0)
+            return kl_ir__fail(p, col,
+                               "requant zero point must be an int32 integer");
+        ep->zp = (int64_t)zp;
+        if (kl_ir__expect(p, ')', "')' after the requant zero point"))
+            return p->rc;
     } else {
         return kl_ir__fail(p, p->col,
-                           "expected '+', '*', 'relu' or 'clip(lo, hi)' after "
-                           "'|', got %s",
+                           "expected '+', '*', 'relu', 'clip(lo, hi)' or "
+                           "'requant(scale, zp)' after '|', got %s",
                            kl_ir__desc(p, d));
     }
     w->nepi++;
@@ -344,22 +386,22 @@ static int s_decl(kl_ir__parser_t *p)
         kl_ir__expect(p, ':', "':' after the tensor name"))
         return p->rc;
     size_t dcol = p->col;
-    if (kl_ir__ident(p, dt, "a dtype (f32, f16 or bf16)"))
+    if (kl_ir__ident(p, dt, "a dtype (f32, f16, bf16, u8, s8 or s32)"))
         return p->rc;
     bool is_const = strcmp(dt, "const") == 0;
     if (is_const) {
         dcol = p->col;
-        if (kl_ir__ident(p, dt, "a dtype (f32, f16 or bf16) after 'const'"))
+        if (kl_ir__ident(p, dt,
+                         "a dtype (f32, f16, bf16, u8, s8 or s32) after "
+                         "'const'"))
             return p->rc;
     }
     kl_dtype dtype = KL_DT_F32;
-    if (strcmp(dt, "f16") == 0)
-        dtype = KL_DT_F16;
-    else if (strcmp(dt, "bf16") == 0)
-        dtype = KL_DT_BF16;
-    else if (strcmp(dt, "f32") != 0)
-        return kl_ir__fail(
-            p, dcol, "unknown dtype '%s' (expected f32, f16 or bf16)", dt);
+    if (!kl_dtype_parse(dt, &dtype))
+        return kl_ir__fail(p, dcol,
+                           "unknown dtype '%s' (expected f32, f16, bf16, u8, "
+                           "s8 or s32)",
+                           dt);
     if (kl_ir__expect(p, '[', "'[' after the dtype"))
         return p->rc;
     int64_t shape[KL_IR_MAX_DIMS];
@@ -560,6 +602,102 @@ static int s_shapes(kl_ir__parser_t *p)
     return 0;
 }
 
+/* The tensor numbers the body reads, into seen[]. */
+static void s_body_tensors(const kl_expr_t *e, bool *seen)
+{
+    if (!e)
+        return;
+    if (e->kind == KL_EX_LOAD)
+        seen[e->access.tensor] = true;
+    s_body_tensors(e->a, seen);
+    s_body_tensors(e->b, seen);
+}
+
+/* The dtype rules of integer and float workloads (kl_ir.h). Runs while
+ * the output is still tensor 0. */
+static int s_dtypes(kl_ir__parser_t *p)
+{
+    const kl_workload_t *w = p->w;
+    const kl_tensor_t *o = &p->tens[0];
+    bool is_int = kl_dtype_is_int(o->dtype);
+    if (!is_int) {
+        for (int t = 1; t < p->ntens; t++)
+            if (kl_dtype_is_int(p->tens[t].dtype))
+                return kl_ir__fail(
+                    p, p->tdecl_col[t],
+                    "tensor %s is %s but the output %s is %s: a float "
+                    "workload reads no integer tensor",
+                    p->tens[t].name, kl_dtype_name(p->tens[t].dtype), o->name,
+                    kl_dtype_name(o->dtype));
+        for (int i = 0; i < w->nepi; i++)
+            if (w->epi[i].kind == KL_EPI_REQUANT ||
+                w->epi[i].kind == KL_EPI_REQUANT_TENSOR)
+                return kl_ir__fail(p, p->epi_col[i],
+                                   "requant needs an integer output (%s is "
+                                   "%s)",
+                                   o->name, kl_dtype_name(o->dtype));
+        return 0;
+    }
+    bool seen[KL_IR_MAX_TENSORS] = {0};
+    s_body_tensors(w->body, seen);
+    for (int t = 1; t < p->ntens; t++)
+        if (seen[t] && !kl_dtype_is_int(p->tens[t].dtype))
+            return kl_ir__fail(
+                p, p->tcol[t],
+                "tensor %s is %s but the output %s is %s: an integer "
+                "workload's body reads only u8, s8 and s32 tensors",
+                p->tens[t].name, kl_dtype_name(p->tens[t].dtype), o->name,
+                kl_dtype_name(o->dtype));
+    if (p->div_col)
+        return kl_ir__fail(p, p->div_col,
+                           "'/' is not allowed in an integer workload (%s is "
+                           "%s)",
+                           o->name, kl_dtype_name(o->dtype));
+    if (p->frac_col)
+        return kl_ir__fail(p, p->frac_col,
+                           "an integer workload's constants are integers");
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        size_t col = p->epi_col[i];
+        const kl_tensor_t *t = ep->kind == KL_EPI_ADD_TENSOR ||
+                                       ep->kind == KL_EPI_MUL_TENSOR ||
+                                       ep->kind == KL_EPI_REQUANT_TENSOR
+                                   ? &p->tens[ep->access.tensor]
+                                   : NULL;
+        switch ((int)ep->kind) {
+        case KL_EPI_MUL_TENSOR:
+        case KL_EPI_MUL_CONST:
+            return kl_ir__fail(p, col,
+                               "'*' is not allowed in an integer workload's "
+                               "epilogue (use requant(scale, zp))");
+        case KL_EPI_ADD_TENSOR:
+            if (!kl_dtype_is_int(t->dtype))
+                return kl_ir__fail(p, col,
+                                   "tensor %s is %s: an integer workload adds "
+                                   "only u8, s8 and s32 tensors",
+                                   t->name, kl_dtype_name(t->dtype));
+            break;
+        case KL_EPI_ADD_CONST:
+        case KL_EPI_CLIP:
+            if (ep->lo != floor(ep->lo) || ep->hi != floor(ep->hi) ||
+                fabs(ep->lo) > 2147483648.0 || fabs(ep->hi) > 2147483648.0)
+                return kl_ir__fail(p, col,
+                                   "an integer workload's epilogue constants "
+                                   "are int32 integers");
+            break;
+        case KL_EPI_REQUANT_TENSOR:
+            if (t->dtype != KL_DT_F32)
+                return kl_ir__fail(p, col,
+                                   "requant scale %s is %s (expected f32)",
+                                   t->name, kl_dtype_name(t->dtype));
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
 /* Moves the output (number 0 while parsing) to the end: ABI order. */
 static void s_reorder(kl_ir__parser_t *p)
 {
@@ -591,6 +729,8 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err)
         rc = s_iters(&p);
     if (!rc)
         rc = s_shapes(&p);
+    if (!rc)
+        rc = s_dtypes(&p);
     if (!rc) {
         s_reorder(&p);
         rc = kl_ir__finish(p.w, err);

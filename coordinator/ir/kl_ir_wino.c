@@ -63,6 +63,9 @@ int kl_workload_winograd(const kl_workload_t *w, int m, kl_workload_t **out,
     z.m = m;
     z.alpha = m + 2;
     z.y = kl_workload_output(w);
+    if (kl_workload_is_int(w))
+        return NO("an integer workload (the transform's fractions are not "
+                  "exact in integers)");
     const kl_expr_t *b = w->body;
     if (w->reduce != KL_RED_SUM || !b || b->kind != KL_EX_MUL ||
         b->a->kind != KL_EX_LOAD || b->b->kind != KL_EX_LOAD ||

@@ -645,6 +645,15 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
 int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err)
 {
+    *out = NULL;
+    for (int i = 0; i < w->ntensors; i++)
+        if (kl_dtype_is_int(w->tensors[i].dtype))
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "%s: tensor %s is %s: the CPU design space has "
+                             "no integer schedules yet (int8 tensorize will "
+                             "add them)",
+                             t->name, w->tensors[i].name,
+                             kl_dtype_name(w->tensors[i].dtype));
     kl_trace_t *tr = kl_trace_new(t->name);
     /* A 3x3 convolution: directly (0), or as the Winograd product with
      * output tiles ms[i] (i + 1), each branch nested in the last one's

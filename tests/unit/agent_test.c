@@ -657,7 +657,19 @@ static void test_problem_from_request(void **state)
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err),
                      KL_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "'A' has dtype f16"));
+    /* Integer arguments: accepted, with their element sizes. */
+    a.dtype = KILN__DTYPE__DTYPE_U8;
+    assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
+    assert_int_equal(p.esize[0], 1);
+    assert_int_equal(p.esize[1], 4);
+    assert_true(p.any_int);
+    assert_int_equal(p.dtype[0], KILN__DTYPE__DTYPE_U8);
+    a.dtype = KILN__DTYPE__DTYPE_I32;
+    assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
+    assert_int_equal(p.esize[0], 4);
     a.dtype = KILN__DTYPE__DTYPE_F32;
+    assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
+    assert_false(p.any_int);
     shape[1] = 0;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_ERR_INVAL);
     shape[1] = 64;

@@ -444,7 +444,7 @@ static const struct {
     {"Y[i] += A[i,k] * B[k] where i=4, k=5; Y: const f32[4]", 39,
      "the output Y cannot be const"},
     {"Y[i] += A[i,k] * B[k] where i=4, k=5; B: const [5]", 48,
-     "a dtype (f32, f16 or bf16) after 'const'"},
+     "a dtype (f32, f16, bf16, u8, s8 or s32) after 'const'"},
     {"Y[i] += A[i,k] * B[k] where i=4, k=5; B: const f64[5]", 48,
      "unknown dtype 'f64'"},
     {"C[i,j] += A[i,k] * B[k,j where i=4, j=4, k=4", 26,

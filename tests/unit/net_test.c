@@ -298,6 +298,9 @@ static void test_bounds(void **state)
     m.arg[0].dtype = 9;
     expect_proto_env(&m.env, "request.args[0].dtype");
     net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
+    m.arg[0].dtype = KILN__DTYPE__DTYPE_S8 + 1; /* S8 is the last known */
+    expect_proto_env(&m.env, "request.args[0].dtype");
+    net_fill(&m, KILN__ENVELOPE__BODY_REQUEST);
     char *big = kl_xmalloc(KL_NET_MAX_STRING + 2);
     memset(big, 'x', KL_NET_MAX_STRING + 1);
     big[KL_NET_MAX_STRING + 1] = '\0';

@@ -1,0 +1,193 @@
+/* Unit tests of the integer reference C (codegen_int.c): for quantized
+ * workloads with zero points, padding, strides, groups, per-channel and
+ * per-tensor scales, the generated C is compiled, run on seeded random
+ * integers and compared bit for bit with the reference interpreter
+ * (kl_workload_eval_typed). Also: scheduled C and the CPU design space
+ * refuse integer workloads with an error naming the dtype. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_check.h"
+#include "kl_codegen.h"
+#include "kl_err.h"
+#include "kl_ir.h"
+#include "kl_space.h"
+#include "kl_util.h"
+#include "kl_wino.h"
+
+static char s_dir[64];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    strcpy(s_dir, "/tmp/kl_cgint_test_XXXXXX");
+    return mkdtemp(s_dir) ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    DIR *d = opendir(s_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(s_dir);
+    return 0;
+}
+
+/* Typed buffers of w in ABI order, inputs random in the agent's ranges:
+ * u8 0..255, s8 -128..127, s32 -1000..1000, f32 1e-3..1e-2. */
+static void **s_alloc(const kl_workload_t *w, uint64_t seed)
+{
+    void **bufs = kl_xcalloc((size_t)w->ntensors, sizeof(*bufs));
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_tensor_t *ts = &w->tensors[t];
+        int64_t n = kl_tensor_numel(ts);
+        bufs[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
+        if (ts->is_output)
+            continue;
+        for (int64_t i = 0; i < n; i++) {
+            double u = kl_rng_double(&rng);
+            switch (ts->dtype) {
+            case KL_DT_U8:
+                ((uint8_t *)bufs[t])[i] = (uint8_t)(u * 256);
+                break;
+            case KL_DT_S8:
+                ((int8_t *)bufs[t])[i] = (int8_t)((int)(u * 256) - 128);
+                break;
+            case KL_DT_S32:
+                ((int32_t *)bufs[t])[i] = (int32_t)(u * 2001) - 1000;
+                break;
+            default:
+                ((float *)bufs[t])[i] = (float)(1e-3 + 9e-3 * u);
+                break;
+            }
+        }
+    }
+    return bufs;
+}
+
+static void s_free(const kl_workload_t *w, void **bufs)
+{
+    for (int t = 0; t < w->ntensors; t++)
+        free(bufs[t]);
+    free(bufs);
+}
+
+static void s_check(const char *spec)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    if (kl_workload_from_string(spec, &w, err))
+        fail_msg("%s: %s", spec, err);
+    kl_kernel_t k;
+    if (kl_codegen_reference(w, NULL, &k, err))
+        fail_msg("%s: %s", spec, err);
+    char *so = NULL;
+    if (kl_check_build(k.source, s_dir, &so, err))
+        fail_msg("%s: %s\n%s", spec, err, k.source);
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(lib);
+    void (*fn)(void *const *);
+    *(void **)&fn = dlsym(lib, k.entry);
+    assert_non_null(fn);
+    void **a = s_alloc(w, 7), **b = s_alloc(w, 7);
+    int ot = kl_workload_output(w);
+    const kl_tensor_t *o = &w->tensors[ot];
+    size_t bytes = (size_t)kl_tensor_numel(o) * kl_dtype_size(o->dtype);
+    memset(a[ot], 0xa5, bytes);
+    memset(b[ot], 0x5a, bytes);
+    fn(a);
+    kl_workload_eval_typed(w, b);
+    if (memcmp(a[ot], b[ot], bytes) != 0)
+        fail_msg("%s: generated C and the interpreter differ", spec);
+    /* Not all one value: saturation alone would hide a wrong sum. */
+    bool varied = false;
+    for (size_t i = 1; i < bytes && !varied; i++)
+        varied = ((uint8_t *)a[ot])[i] != ((uint8_t *)a[ot])[0];
+    assert_true(varied);
+    s_free(w, a);
+    s_free(w, b);
+    dlclose(lib);
+    free(so);
+    kl_kernel_free(&k);
+    kl_workload_free(&w);
+}
+
+static void test_reference_matches(void **state)
+{
+    (void)state;
+    s_check("qmatmul M=5 N=7 K=33 za=131 zo=9 bias=1");
+    s_check("qmatmul M=3 N=4 K=16 scale=0.004 out=s8 zo=-7 relu=1");
+    s_check("qmatmul M=4 N=6 K=20 za=3 out=s32 bias=1");
+    s_check("qdense N=2 I=40 O=9 za=100 clip=20,200");
+    s_check("qconv2d N=1 C=4 H=7 W=6 K=6 R=3 S=3 pad=1 stride=2 za=77 "
+            "bias=1 zo=128");
+    s_check("qconv2d N=2 C=4 H=5 W=5 K=4 R=3 S=3 pad=1 groups=2 "
+            "layout=NHWC za=10 out=s8 bias=1");
+    s_check("qdepthwise_conv2d N=1 C=3 H=6 W=6 R=3 S=3 pad=1 multiplier=2 "
+            "za=5 bias=1 dilation=2");
+    s_check("Y[c,y] max= X[c,y*2+r-1] where c=3, y=4, r=3; X: u8[3,8], "
+            "Y: u8[3,4]");
+    s_check("Y[y] += X[(y+1-r)/2] * K[r] - 2 where y=9, r=3; X: s8[5], "
+            "K: s8[3], Y: s32[9]");
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string("qmatmul M=64 N=64 K=64", &w, err),
+                     KL_OK);
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cpu", w, &sp, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_null(sp);
+    assert_non_null(strstr(err, "tensor A is u8"));
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_c(s, NULL, NULL, &k, err), KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "u8 output C"));
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
+    /* No Winograd form for an integer 3x3 convolution. */
+    assert_int_equal(kl_workload_from_string("qconv2d N=1 C=8 H=8 W=8 K=8 "
+                                             "R=3 S=3 pad=1",
+                                             &w, err),
+                     KL_OK);
+    kl_workload_t *d = NULL;
+    assert_int_not_equal(kl_workload_winograd(w, 2, &d, NULL, err), KL_OK);
+    assert_null(d);
+    assert_non_null(strstr(err, "integer workload"));
+    kl_workload_free(&w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_reference_matches, s_setup,
+                                        s_teardown),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
