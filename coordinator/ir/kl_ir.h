@@ -185,9 +185,13 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *   "matmul M=1024 N=1024 K=1024"
  *   "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1"
  * Ops and parameters (defaults in brackets):
- *   matmul M N K [bias=0 relu=0]           C[M,N] = A[M,K] B[K,N]
- *   batch_matmul B M N K                   C[b,M,N] = A[b,M,K] B[b,K,N]
- *   dense N I O [bias=1 relu=0]            Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ *   matmul M N K [bias=0 relu=0 in=f32]    C[M,N] = A[M,K] B[K,N]
+ *   batch_matmul B M N K [in=f32]          C[b,M,N] = A[b,M,K] B[b,K,N]
+ *   dense N I O [bias=1 relu=0 in=f32]     Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ * in=f16 or in=bf16 declares the two multiplied inputs with that dtype;
+ * the output (and a bias) stay f32: the products are accumulated in f32
+ * (the tensor-core form, docs/architecture.md). The name ends "_f16" /
+ * "_bf16"; in=f32 is the default and changes nothing.
  *   conv2d N C H W K R S [stride=1 pad=0 dilation=1 groups=1
  *          layout=NCHW|NHWC bias=0 relu=0 residual=0]
  *   depthwise_conv2d N C H W R S [stride pad dilation multiplier=1 ...]
@@ -236,6 +240,12 @@ int64_t kl_tensor_numel(const kl_tensor_t *t);
 bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);
 size_t kl_dtype_size(kl_dtype dt);
 const char *kl_dtype_name(kl_dtype dt); /* "f32" */
+/* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
+ * overflows to infinity, keeps subnormals), and the float those bits hold.
+ * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */
+uint16_t kl_dtype_bits(kl_dtype dt, float v);
+float kl_dtype_value(kl_dtype dt, uint16_t bits);
+double kl_dtype_round(kl_dtype dt, double v);
 
 /* The argument list in ABI order (inputs, then the output) as the
  * "A:f32[256,256] B:f32[256,256] C:f32[256,256]:out" text used by
@@ -247,7 +257,9 @@ char *kl_workload_args_text(const kl_workload_t *w);
  * respecting the division form; skipped points under 'max='), and stores
  * it as f32. Slow (some 3*10^7 body evaluations a second); for tests and
  * small shapes. bufs follow ABI order, all f32 (whatever the declared
- * dtype), dense row-major. */
+ * dtype), dense row-major; every read of an f16 or bf16 tensor is first
+ * rounded to that dtype (kl_dtype_round), so the result is the operator on
+ * the values such tensors can hold, accumulated in double, stored as f32. */
 void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
 
 #endif
