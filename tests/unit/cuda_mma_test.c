@@ -1,0 +1,414 @@
+/* Unit tests of the tensor-core CUDA tiling (mma.sync m16n8k16, f16/bf16
+ * inputs, f32 accumulation; kl_cuda_plan.h): the in= op spelling and its
+ * keys, the interpreter's rounding, the design-space choice (only f16/bf16
+ * products on sm_80+), byte-identical replay, NVRTC compilation for sm_80
+ * and sm_90 (skipped when NVRTC is missing) and the emulated run (cuda_emu,
+ * whose C model of mma.sync reads the lanes' fragment registers) against
+ * the reference interpreter. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cuda_check.h"
+#include "cuda_emu.h"
+#include "kl_codegen_cuda.h"
+#include "kl_cuda_plan.h"
+#include "kl_err.h"
+#include "kl_nvrtc.h"
+#include "kl_space.h"
+
+#define NSAMP 4
+
+static char s_workdir[256];
+
+/* Ragged sizes (not multiples of 16/8/16), both dtypes, a batch, a dense
+ * with bias and relu (W read as [n, k]: the col-major B), a transposed A. */
+static const char *s_ops[] = {
+    "matmul M=40 N=24 K=40 in=f16",
+    "matmul M=40 N=24 K=40 in=bf16",
+    "matmul M=64 N=64 K=64 in=f16",
+    "batch_matmul B=2 M=20 N=16 K=24 in=bf16",
+    "dense N=9 I=40 O=20 bias=1 relu=1 in=f16",
+    "C[i,j] += A[k,i] * B[j,k] where i=17, j=9, k=33; A: f16[33,17], "
+    "B: f16[9,33]",
+};
+#define NOPS ((int)(sizeof s_ops / sizeof s_ops[0]))
+
+static kl_workload_t *s_load(const char *op)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    int rc = kl_workload_from_string(op, &w, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", op, err);
+    assert_int_equal(rc, KL_OK);
+    return w;
+}
+
+static void test_op_spelling(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *f32 = s_load("matmul M=40 N=24 K=40");
+    kl_workload_t *f16 = s_load("matmul M=40 N=24 K=40 in=f16");
+    kl_workload_t *bf = s_load("matmul M=40 N=24 K=40 in=bf16");
+    kl_workload_t *same = s_load("matmul M=40 N=24 K=40 in=f32");
+    assert_string_equal(f16->name, "matmul_40_24_40_f16");
+    assert_string_equal(bf->name, "matmul_40_24_40_bf16");
+    assert_non_null(strstr(f16->canonical, "A: f16[40,40]"));
+    assert_non_null(strstr(f16->canonical, "B: f16[40,24]"));
+    assert_non_null(strstr(f16->canonical, "C: f32[40,24]"));
+    assert_memory_equal(f32->key, same->key, 16);
+    assert_memory_not_equal(f32->key, f16->key, 16);
+    assert_memory_not_equal(f16->key, bf->key, 16);
+    /* The named op and the same text typed by hand are one workload. */
+    kl_workload_t *txt = s_load(f16->canonical);
+    assert_memory_equal(txt->key, f16->key, 16);
+    kl_workload_t *d = s_load("dense N=9 I=40 O=20 in=bf16");
+    assert_non_null(strstr(d->canonical, "W: const bf16[20,40]"));
+    assert_non_null(strstr(d->canonical, "X: bf16[9,40]"));
+    assert_non_null(strstr(d->canonical, "b: const f32[20]"));
+    kl_workload_t *bad = NULL;
+    assert_int_equal(
+        kl_workload_from_string("matmul M=4 N=4 K=4 in=f64", &bad, err),
+        KL_ERR_INVAL);
+    assert_non_null(strstr(err, "bad value 'f64' for in"));
+    kl_workload_free(&f32);
+    kl_workload_free(&f16);
+    kl_workload_free(&bf);
+    kl_workload_free(&same);
+    kl_workload_free(&txt);
+    kl_workload_free(&d);
+}
+
+static void test_dtype_rounding(void **state)
+{
+    (void)state;
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 1.0f), 0x3c00);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, -2.0f), 0xc000);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 65504.0f), 0x7bff);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 65520.0f), 0x7c00);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 0x1p-24f), 0x0001);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 0x1p-14f), 0x0400);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(kl_dtype_bits(KL_DT_F16, 1.0f + 0x3p-11f), 0x3c02);
+    assert_int_equal(kl_dtype_bits(KL_DT_BF16, 1.0f), 0x3f80);
+    assert_int_equal(kl_dtype_bits(KL_DT_BF16, 1.0f + 0x1p-8f), 0x3f80);
+    assert_int_equal(kl_dtype_bits(KL_DT_BF16, 1.0f + 0x3p-8f), 0x3f82);
+    for (int i = -300; i <= 300; i++) {
+        float v = (float)i / 7.0f;
+        assert_true(kl_dtype_value(KL_DT_F16, kl_dtype_bits(KL_DT_F16, v)) -
+                        v <=
+                    0x1p-11f * 64);
+        uint16_t h = (uint16_t)(i & 0x7bff);
+        assert_int_equal(kl_dtype_bits(KL_DT_F16, kl_dtype_value(KL_DT_F16, h)),
+                         h);
+    }
+    /* The interpreter reads f16 tensors as f16: 1 + 2^-12 is 1. */
+    kl_workload_t *w = s_load("matmul M=1 N=1 K=2 in=f16");
+    kl_workload_t *wf = s_load("matmul M=1 N=1 K=2");
+    float a[2] = {1.0f + 0x1p-12f, 0.5f}, b[2] = {1.0f, 2.0f}, c = 0;
+    float *bufs[3] = {a, b, &c};
+    kl_workload_eval(w, bufs);
+    assert_true(c == 2.0f);
+    kl_workload_eval(wf, bufs);
+    assert_true(c == 2.0f + 0x1p-12f);
+    kl_workload_free(&w);
+    kl_workload_free(&wf);
+}
+
+/* Samples n kernels of w for target (seeded); each trace replays to a
+ * byte-identical source. */
+static void s_sample(const kl_workload_t *w, const char *target, int seed,
+                     int n, kl_kernel_t *ks, kl_cuda_mma_plan_t *plans)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_space_t *sp = NULL;
+    int rc = kl_space_for_target(target, w, &sp, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", w->name, err);
+    assert_int_equal(rc, KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 500 + (uint64_t)seed);
+    for (int i = 0; i < n; i++) {
+        kl_trace_t *t = NULL;
+        kl_sched_t *s = NULL;
+        rc = kl_space_sample(sp, &rng, &t, &s, 0, NULL, err);
+        if (rc)
+            fprintf(stderr, "%s: %s\n", w->name, err);
+        assert_int_equal(rc, KL_OK);
+        assert_string_equal(kl_trace_space(t), "cuda-mma-m16n8k16");
+        char entry[32];
+        snprintf(entry, sizeof entry, "m%d_%d", seed, i);
+        assert_int_equal(
+            kl_codegen_cuda(s, kl_space_target(sp), entry, &ks[i], err), KL_OK);
+        assert_int_equal(
+            kl_cuda_mma_plan(s, kl_space_target(sp), &plans[i], err), KL_OK);
+        kl_sched_t *s2 = NULL;
+        kl_kernel_t k2;
+        assert_int_equal(kl_space_replay(sp, t, &s2, err), KL_OK);
+        assert_int_equal(
+            kl_codegen_cuda(s2, kl_space_target(sp), entry, &k2, err), KL_OK);
+        assert_string_equal(ks[i].source, k2.source);
+        /* Through the text form as well. */
+        char *text = kl_trace_to_text(t);
+        kl_trace_t *t3 = NULL;
+        kl_sched_t *s3 = NULL;
+        kl_kernel_t k3;
+        assert_int_equal(kl_trace_from_text(text, &t3, err), KL_OK);
+        assert_int_equal(kl_space_replay(sp, t3, &s3, err), KL_OK);
+        assert_int_equal(
+            kl_codegen_cuda(s3, kl_space_target(sp), entry, &k3, err), KL_OK);
+        assert_string_equal(ks[i].source, k3.source);
+        free(text);
+        kl_kernel_free(&k2);
+        kl_kernel_free(&k3);
+        kl_sched_destroy(&s2);
+        kl_sched_destroy(&s3);
+        kl_trace_free(&t3);
+        kl_sched_destroy(&s);
+        kl_trace_free(&t);
+    }
+    kl_space_destroy(&sp);
+}
+
+/* Only f16/bf16 products on sm_80 or newer get the tiling. */
+static void test_space_choice(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = s_load("matmul M=40 N=24 K=40 in=f16");
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_75", w, &sp, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "f16"));
+    /* A hand-made tensor-core schedule is refused for sm_75 too. */
+    assert_int_equal(kl_space_for_target("cuda/sm_80", w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 1);
+    kl_trace_t *t = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
+    kl_target_t t75;
+    assert_int_equal(kl_target_parse("cuda/sm_75", &t75, err), KL_OK);
+    assert_int_equal(kl_postproc_cuda(&t75, s, err), KL_ERR_INVAL);
+    assert_non_null(strstr(err, "sm_80"));
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_cuda(s, &t75, NULL, &k, err),
+                     KL_ERR_UNSUPPORTED);
+    kl_sched_destroy(&s);
+    kl_trace_free(&t);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+
+    /* f32 inputs, or an f16 output, never get it. */
+    const char *others[] = {
+        "matmul M=40 N=24 K=40",
+        "C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; A: f16[32,32], "
+        "B: f16[32,32], C: f16[32,32]",
+        "C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; A: f16[32,32], "
+        "B: bf16[32,32]",
+    };
+    for (int o = 0; o < 3; o++) {
+        w = s_load(others[o]);
+        kl_cuda_mma_match_t mm;
+        assert_false(kl_cuda_mma_match(w, &mm));
+        int rc = kl_space_for_target("cuda/sm_90", w, &sp, err);
+        if (o == 0) {
+            assert_int_equal(rc, KL_OK);
+            kl_rng_seed(&rng, 2);
+            for (int i = 0; i < 10; i++) {
+                assert_int_equal(
+                    kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
+                assert_string_equal(kl_trace_space(t), "cuda-sssrrsrs");
+                assert_int_equal(
+                    kl_codegen_cuda(s, kl_space_target(sp), "f", &k, err),
+                    KL_OK);
+                assert_null(strstr(k.source, "mma.sync"));
+                kl_kernel_free(&k);
+                kl_sched_destroy(&s);
+                kl_trace_free(&t);
+            }
+            kl_space_destroy(&sp);
+        } else {
+            assert_int_equal(rc, KL_ERR_UNSUPPORTED);
+        }
+        kl_workload_free(&w);
+    }
+    /* The f16 text and dense forms do match. */
+    w = s_load(s_ops[NOPS - 1]);
+    kl_cuda_mma_match_t mm;
+    assert_true(kl_cuda_mma_match(w, &mm));
+    assert_int_equal(mm.sa[mm.m], 1); /* A[k,i]: m is the unit stride */
+    kl_workload_free(&w);
+}
+
+/* Sampled kernels run on the CPU emulation and match the interpreter. */
+static void test_emulated(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    enum { NALL = NOPS * NSAMP };
+    kl_workload_t *ws[NOPS];
+    const kl_workload_t *wk[NALL];
+    kl_kernel_t ks[NALL];
+    kl_cuda_mma_plan_t plans[NALL];
+    int n = 0, multi_warp = 0, multi_tile = 0, bf16 = 0;
+    for (int op = 0; op < NOPS; op++) {
+        ws[op] = s_load(s_ops[op]);
+        s_sample(ws[op], op % 2 ? "cuda/sm_80" : "cuda/sm_90", op, NSAMP,
+                 &ks[n], &plans[n]);
+        for (int i = 0; i < NSAMP; i++)
+            wk[n++] = ws[op];
+    }
+    char *so = NULL;
+    int rc = kl_emu_build(ks, NALL, wk, s_workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, KL_OK);
+    for (int i = 0; i < NALL; i++) {
+        multi_warp += plans[i].warps_m * plans[i].warps_n > 1;
+        multi_tile += plans[i].tiles_m * plans[i].tiles_n > 1;
+        bf16 += strstr(ks[i].source, ".f32.bf16.bf16.f32") != NULL;
+        assert_non_null(strstr(ks[i].source, "mma.sync.aligned.m16n8k16"));
+        assert_non_null(strstr(ks[i].source, "#if defined(KL_CUDA_EMU)"));
+        /* Inputs already rounded to the dtype: only the f32 summation
+         * order differs from the interpreter's double sum. */
+        rc = kl_emu_check(so, &ks[i], wk[i], 13, 1e-4, 1e-4, err);
+        if (rc)
+            fprintf(stderr, "%s\n%s", err, ks[i].source);
+        assert_int_equal(rc, KL_OK);
+    }
+    printf("%d emulated tensor-core kernels: %d with several warps, %d with "
+           "several tiles per warp, %d bf16\n",
+           NALL, multi_warp, multi_tile, bf16);
+    assert_true(multi_warp > 0);
+    assert_true(multi_tile > 0);
+    assert_true(bf16 >= 2 * NSAMP);
+    /* A wrong fragment layout is caught: swap two A registers. */
+    kl_kernel_t bad = {0};
+    bad.source = kl_xstrdup(ks[0].source);
+    char *p = strstr(bad.source, "fa[mt][1] = s[");
+    assert_non_null(p);
+    p[7] = '2'; /* fa[mt][2] written twice, fa[mt][1] left unset */
+    char *q = strstr(p + 10, "fa[mt][2] = s[");
+    assert_non_null(q);
+    q[7] = '1';
+    bad.entry = kl_xstrdup("bad");
+    char *src = bad.source;
+    /* Rename the entry and its helper. */
+    kl_buf_t b = {0};
+    for (const char *c = src; *c;) {
+        if (!strncmp(c, ks[0].entry, strlen(ks[0].entry)) &&
+            (c[strlen(ks[0].entry)] == '(')) {
+            kl_buf_puts(&b, "bad");
+            c += strlen(ks[0].entry);
+        } else {
+            kl_buf_printf(&b, "%c", *c++);
+        }
+    }
+    free(bad.source);
+    bad.source = kl_buf_take(&b);
+    for (int i = 0; i < 3; i++) {
+        bad.grid[i] = ks[0].grid[i];
+        bad.block[i] = ks[0].block[i];
+    }
+    char *so2 = NULL;
+    rc = kl_emu_build(&bad, 1, &wk[0], s_workdir, &so2, err);
+    if (rc)
+        fprintf(stderr, "%s\n%s", err, bad.source);
+    assert_int_equal(rc, KL_OK);
+    assert_int_equal(kl_emu_check(so2, &bad, wk[0], 13, 1e-4, 1e-4, err),
+                     KL_ERR_RUNTIME);
+    unlink(so2);
+    free(so2);
+    kl_kernel_free(&bad);
+    for (int i = 0; i < NALL; i++)
+        kl_kernel_free(&ks[i]);
+    unlink(so);
+    free(so);
+    for (int op = 0; op < NOPS; op++)
+        kl_workload_free(&ws[op]);
+}
+
+/* NVRTC compiles the sampled kernels for sm_80 and sm_90, with the shared
+ * memory the plan made; for sm_75, which has no m16n8k16 f16 mma, the same
+ * source does not assemble (the arch flag reaches ptxas). */
+static void test_nvrtc(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_nvrtc_t *nv = kl_nvrtc_default(err);
+    if (!nv) {
+        printf("SKIP: %s\n", err);
+        skip();
+    }
+    char arch[32];
+    assert_int_equal(
+        kl_nvrtc_arch_of_target("cuda/sm_80", arch, sizeof arch, err), KL_OK);
+    assert_string_equal(arch, "sm_80");
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int op = 0; op < NOPS; op += 1) {
+        kl_workload_t *w = s_load(s_ops[op]);
+        kl_kernel_t ks[NSAMP];
+        kl_cuda_mma_plan_t plans[NSAMP];
+        s_sample(w, "cuda/sm_90", 100 + op, NSAMP, ks, plans);
+        for (int a = 0; a < 2; a++) {
+            int rcs[NSAMP];
+            kl_nvrtc_kernel_t res[NSAMP];
+            char why[NSAMP][KL_ERRMSG_LEN];
+            double t0 = kl_now_s();
+            int rc =
+                kl_cuda_check_many(nv, ks, NSAMP, archs[a], rcs, why, res, err);
+            if (rc)
+                fprintf(stderr, "%s %s: %s\n", w->name, archs[a], err);
+            assert_int_equal(rc, KL_OK);
+            printf("%s %s: %d kernels compiled in %.2f s\n", w->name, archs[a],
+                   NSAMP, kl_now_s() - t0);
+            for (int i = 0; i < NSAMP; i++) {
+                if (rcs[i])
+                    fprintf(stderr, "%s\n", why[i]);
+                assert_int_equal(rcs[i], KL_OK);
+                assert_in_range(res[i].registers, 1, 255);
+                assert_int_equal(res[i].smem_static, plans[i].smem_bytes);
+            }
+        }
+        if (op == 0) {
+            int rc75 = -1;
+            int rc =
+                kl_cuda_check_many(nv, ks, 1, "sm_75", &rc75, NULL, NULL, err);
+            printf("sm_75: %s\n", rc ? err : "compiled");
+            assert_int_not_equal(rc, KL_OK);
+        }
+        for (int i = 0; i < NSAMP; i++)
+            kl_kernel_free(&ks[i]);
+        kl_workload_free(&w);
+    }
+}
+
+int main(void)
+{
+    snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-mma-test-%d",
+             (int)getpid());
+    char err[KL_ERRMSG_LEN];
+    if (kl_mkdirs(s_workdir, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_op_spelling),
+        cmocka_unit_test(test_dtype_rounding),
+        cmocka_unit_test(test_space_choice),
+        cmocka_unit_test(test_emulated),
+        cmocka_unit_test(test_nvrtc),
+    };
+    int rc = cmocka_run_group_tests_name("cuda_mma", tests, NULL, NULL);
+    rmdir(s_workdir);
+    return rc;
+}
