@@ -221,6 +221,18 @@ static void s_num(kl_buf_t *b, double v)
     kl_buf_printf(b, "%s%sf", tmp, frac ? "" : ".0");
 }
 
+/* A read of global tensor t at offset off, as float: f16 / bf16 tensors
+ * are passed as their 16 bits and converted (kl_f16, kl_bf16). */
+static void s_gread(const g_t *g, kl_buf_t *b, int t, const char *off)
+{
+    kl_dtype dt = g->w->tensors[t].dtype;
+    if (dt == KL_DT_F16 || dt == KL_DT_BF16)
+        kl_buf_printf(b, "%s(a%d[%s])", dt == KL_DT_F16 ? "kl_f16" : "kl_bf16",
+                      t, off);
+    else
+        kl_buf_printf(b, "a%d[%s]", t, off);
+}
+
 /* Prints expression e; the validity of its reads goes into cond. */
 static void s_expr(const g_t *g, const kl_expr_t *e, kl_buf_t *b,
                    kl_buf_t *cond)
@@ -239,11 +251,13 @@ static void s_expr(const g_t *g, const kl_expr_t *e, kl_buf_t *b,
         const kl_cuda_smem_t *sm = s_smem_of(g, e->access.tensor);
         if (sm)
             s_smem_index(g, sm, &e->access, b);
-        else if (c.len)
-            kl_buf_printf(b, "(%s ? a%d[%s] : 0.0f)", c.data, e->access.tensor,
-                          off.data);
-        else
-            kl_buf_printf(b, "a%d[%s]", e->access.tensor, off.data);
+        else if (c.len) {
+            kl_buf_printf(b, "(%s ? ", c.data);
+            s_gread(g, b, e->access.tensor, off.data);
+            kl_buf_puts(b, " : 0.0f)");
+        } else {
+            s_gread(g, b, e->access.tensor, off.data);
+        }
         if (c.len)
             kl_buf_printf(cond, "%s(%s)", cond->len ? " && " : "", c.data);
         kl_buf_free(&off);
@@ -401,7 +415,8 @@ static bool s_copy_vec4(const g_t *g, const kl_cuda_smem_t *sm,
 {
     int d = sm->ndim - 1;
     const kl_tensor_t *t = &g->w->tensors[sm->tensor];
-    if (sm->ext[d] % 4 || sm->pitch % 4 || t->shape[d] % 4 || sm->offset % 4)
+    if (t->dtype != KL_DT_F32 || sm->ext[d] % 4 || sm->pitch % 4 ||
+        t->shape[d] % 4 || sm->offset % 4)
         return false;
     lin_t f, full;
     int64_t lo, hi;
@@ -473,11 +488,16 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
                dst, cond.len ? "(" : "", cond.len ? cond.data : "",
                cond.len ? ") ? " : "", sm->tensor, off.data,
                cond.len ? " : make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "");
-    else if (cond.len)
-        s_line(g, "kl_smem[%s] = (%s) ? a%d[%s] : 0.0f;", dst, cond.data,
-               sm->tensor, off.data);
-    else
-        s_line(g, "kl_smem[%s] = a%d[%s];", dst, sm->tensor, off.data);
+    else {
+        kl_buf_t rd = {0};
+        s_gread(g, &rd, sm->tensor, off.data);
+        if (cond.len)
+            s_line(g, "kl_smem[%s] = (%s) ? %s : 0.0f;", dst, cond.data,
+                   rd.data);
+        else
+            s_line(g, "kl_smem[%s] = %s;", dst, rd.data);
+        kl_buf_free(&rd);
+    }
     kl_buf_free(&off);
     kl_buf_free(&cond);
     s_close(g);
@@ -546,10 +566,10 @@ static void s_emit_epilogue(g_t *g)
         case KL_EPI_MUL_TENSOR:
             s_access(g, &ep->access, &off, &cond);
             if (cond.len)
-                kl_buf_printf(&x, "((%s) ? a%d[%s] : 0.0f)", cond.data,
-                              ep->access.tensor, off.data);
-            else
-                kl_buf_printf(&x, "a%d[%s]", ep->access.tensor, off.data);
+                kl_buf_printf(&x, "((%s) ? ", cond.data);
+            s_gread(g, &x, ep->access.tensor, off.data);
+            if (cond.len)
+                kl_buf_puts(&x, " : 0.0f)");
             s_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*",
                    x.data);
             break;
@@ -606,8 +626,37 @@ static void s_emit_writeback(g_t *g)
     kl_buf_free(&cond);
 }
 
+/* The f16 / bf16 -> f32 conversions of global reads, once per source
+ * (a batch of kernels is compiled as one program). */
+static void s_emit_half_helpers(kl_buf_t *b, const kl_workload_t *w)
+{
+    bool any = false;
+    for (int i = 0; i < w->ntensors; i++)
+        any = any || w->tensors[i].dtype == KL_DT_F16 ||
+              w->tensors[i].dtype == KL_DT_BF16;
+    if (!any)
+        return;
+    kl_buf_puts(b, "#ifndef KL_HALF_READS\n"
+                   "#define KL_HALF_READS\n"
+                   "#if defined(KL_CUDA_EMU)\n"
+                   "static inline float kl_f16(unsigned short h) { return "
+                   "kl_emu_h2f(0, h); }\n"
+                   "static inline float kl_bf16(unsigned short h) { return "
+                   "kl_emu_h2f(1, h); }\n"
+                   "#else\n"
+                   "static __device__ __forceinline__ float kl_f16(unsigned "
+                   "short h)\n{\n    float f;\n    asm(\"cvt.f32.f16 %0, "
+                   "%1;\" : \"=f\"(f) : \"h\"(h));\n    return f;\n}\n"
+                   "static __device__ __forceinline__ float kl_bf16(unsigned "
+                   "short h)\n{\n    return __uint_as_float((unsigned)h << "
+                   "16);\n}\n"
+                   "#endif\n"
+                   "#endif\n");
+}
+
 static void s_emit_signature(g_t *g, const char *entry)
 {
+    s_emit_half_helpers(&g->b, g->w);
     kl_buf_printf(&g->b,
                   "/* kiln cuda kernel: %s; grid (%" PRId64 ", %" PRId64
                   ", %" PRId64 "), block (%" PRId64 ", %" PRId64 ", %" PRId64
@@ -620,8 +669,11 @@ static void s_emit_signature(g_t *g, const char *entry)
                   ")\n%s(",
                   g->p.threads, entry);
     for (int i = 0; i < g->w->ntensors; i++)
-        kl_buf_printf(&g->b, "%s%sfloat *__restrict__ a%d", i ? ", " : "",
-                      i == g->out ? "" : "const ", i);
+        kl_buf_printf(&g->b, "%s%s%s *__restrict__ a%d", i ? ", " : "",
+                      i == g->out ? "" : "const ",
+                      g->w->tensors[i].dtype == KL_DT_F32 ? "float"
+                                                          : "unsigned short",
+                      i);
     kl_buf_puts(&g->b, ")\n{\n");
     g->ind = 1;
 }

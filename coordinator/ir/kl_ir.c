@@ -629,7 +629,9 @@ static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
         case KL_EPI_ADD_TENSOR:
         case KL_EPI_MUL_TENSOR:
             off = s_offset(&epl[i], ev->iv);
-            t = off < 0 ? 0.0 : ev->bufs[epl[i].tensor][off];
+            t = off < 0 ? 0.0
+                        : kl_dtype_round(ev->w->tensors[epl[i].tensor].dtype,
+                                         ev->bufs[epl[i].tensor][off]);
             v = ep->kind == KL_EPI_ADD_TENSOR ? v + t : v * t;
             break;
         case KL_EPI_ADD_CONST:

@@ -246,12 +246,13 @@ int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
     if (t && t->kind != KL_TARGET_CUDA)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "target %s is not a CUDA target", t->name);
-    for (int i = 0; i < w->ntensors; i++)
-        if (w->tensors[i].dtype != KL_DT_F32)
-            return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "cuda: tensor %s is %s (only f32 kernels)",
-                             w->tensors[i].name,
-                             kl_dtype_name(w->tensors[i].dtype));
+    /* Inputs may be f16 / bf16 (read as their bits, computed in f32); the
+     * output is f32. */
+    int o = kl_workload_output(w);
+    if (w->tensors[o].dtype != KL_DT_F32)
+        return kl_seterr(
+            err, KL_ERR_UNSUPPORTED, "cuda: output %s is %s (only f32 outputs)",
+            w->tensors[o].name, kl_dtype_name(w->tensors[o].dtype));
     p->nloops = kl_sched_nloops(s);
     int rc = s_plan_bindings(s, p, err);
     if (!rc)

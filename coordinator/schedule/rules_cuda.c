@@ -19,10 +19,11 @@
  * registers within the 64 K register file. The epilogue is applied at
  * write-back by the code generator (epilogue fusion).
  *
- * A product of two f16 or bf16 tensors into an f32 one (kl_cuda_mma_match)
- * on sm_80 or newer gets the tensor-core tiling instead (s_mma_program,
- * kl_cuda_plan.h): warps of mma.sync m16n8k16 with sampled warp and tile
- * counts.
+ * f16 / bf16 inputs are read and computed as f32 (the output is f32). A
+ * product of two f16 or bf16 tensors into an f32 one (kl_cuda_mma_match)
+ * on sm_80 or newer samples between this tiling and the tensor-core one
+ * (s_mma_tiling, kl_cuda_plan.h: warps of mma.sync m16n8k16 with sampled
+ * warp and tile counts); the trace's if/else records which.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -250,10 +251,9 @@ static int64_t s_mma_factor(kl_trace_t *t, int64_t extent, int64_t unit)
  * mma.sync shape sampled; the block loop fuses the batch iterators and
  * the outer m and n levels. reject_if drops tiles whose last 16x8 row or
  * column of tiles would lie wholly outside the output. */
-static int s_mma_program(const kl_workload_t *w, const kl_cuda_mma_match_t *mm,
-                         kl_trace_t **out, char *err)
+static int s_mma_tiling(kl_trace_t *t, const kl_workload_t *w,
+                        const kl_cuda_mma_match_t *mm, char *err)
 {
-    kl_trace_t *t = kl_trace_new("cuda-mma-m16n8k16");
     int64_t loops[KL_IR_MAX_ITERS];
     kl_tr_get_loops(t, w->niters, loops);
     int64_t M = w->iters[mm->m].extent, N = w->iters[mm->n].extent,
@@ -286,29 +286,37 @@ static int s_mma_program(const kl_workload_t *w, const kl_cuda_mma_match_t *mm,
     if (!rc)
         rc = s_reject(t, err, "(v%lld * v%lld - 1) * 8 >= %lld", (long long)wn,
                       (long long)nt, (long long)N);
-    if (rc) {
-        kl_trace_free(&t);
-        return rc;
+    return rc;
+}
+
+/* The SSSRRSRS tiling (CUDA cores, f32 arithmetic). */
+static int s_simt_tiling(kl_trace_t *t, const kl_workload_t *w,
+                         const kl_target_t *tg, int ns, int nr, int64_t points,
+                         char *err)
+{
+    int64_t bound[3], sv[KL_IR_MAX_ITERS][S_LEVELS];
+    int64_t rl[KL_IR_MAX_ITERS][R_LEVELS];
+    s_tiling(t, ns, nr, bound, sv, rl);
+    int rc = s_limits(t, tg, ns, points, bound, sv, err);
+    if (!rc) {
+        s_caching(t, w, nr, bound, rl);
+        rc = s_auto_unroll(t, bound[0], err);
+        if (!rc && nr > 0)
+            rc = s_smem_pad(t, bound[0], err);
     }
-    *out = t;
-    return KL_OK;
+    return rc;
 }
 
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                           kl_trace_t **out, char *err)
 {
     *out = NULL;
-    kl_cuda_mma_match_t mm;
-    if (tg->sm >= 80 && kl_cuda_mma_match(w, &mm))
-        return s_mma_program(w, &mm, out, err);
-    for (int i = 0; i < w->ntensors; i++)
-        if (w->tensors[i].dtype != KL_DT_F32)
-            return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "%s: tensor %s is %s (the CUDA space is f32, "
-                             "but for f16/bf16 products into f32 on sm_80 "
-                             "or newer)",
-                             tg->name, w->tensors[i].name,
-                             kl_dtype_name(w->tensors[i].dtype));
+    const kl_tensor_t *o = &w->tensors[kl_workload_output(w)];
+    if (o->dtype != KL_DT_F32)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "%s: output %s is %s (the CUDA space computes f32 "
+                         "outputs; f16/bf16 inputs are read as f32)",
+                         tg->name, o->name, kl_dtype_name(o->dtype));
     int ns = 0, nr = 0;
     int64_t points = 1;
     for (int k = 0; k < w->niters; k++) {
@@ -324,17 +332,28 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                          "%s: %d spatial and %d reduction loops do not fit "
                          "the GPU tiling",
                          tg->name, ns, nr);
-    kl_trace_t *t = kl_trace_new("cuda-sssrrsrs");
-    int64_t bound[3], sv[KL_IR_MAX_ITERS][S_LEVELS];
-    int64_t rl[KL_IR_MAX_ITERS][R_LEVELS];
-    s_tiling(t, ns, nr, bound, sv, rl);
-    int rc = s_limits(t, tg, ns, points, bound, sv, err);
-    if (!rc) {
-        s_caching(t, w, nr, bound, rl);
-        rc = s_auto_unroll(t, bound[0], err);
-        if (!rc && nr > 0)
-            rc = s_smem_pad(t, bound[0], err);
+    kl_cuda_mma_match_t mm;
+    bool mma = tg->sm >= 80 && kl_cuda_mma_match(w, &mm);
+    kl_trace_t *t = kl_trace_new(mma ? "cuda-sssrrsrs-mma" : "cuda-sssrrsrs");
+    int rc = KL_OK;
+    if (mma) {
+        /* Tensor cores or CUDA cores: a sampled choice, tensor cores 3 in
+         * 4. */
+        static const int64_t kinds[] = {0, 1};
+        static const double probs[] = {0.25, 0.75};
+        int64_t v = kl_tr_sample_categorical(t, kinds, probs, 2);
+        char pred[64];
+        snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+        rc = kl_tr_if(t, pred, err);
+        if (!rc)
+            rc = s_mma_tiling(t, w, &mm, err);
+        if (!rc)
+            rc = kl_tr_else(t, err);
     }
+    if (!rc)
+        rc = s_simt_tiling(t, w, tg, ns, nr, points, err);
+    if (!rc && mma)
+        rc = kl_tr_end(t, err);
     if (rc) {
         kl_trace_free(&t);
         return rc;

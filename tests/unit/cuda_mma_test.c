@@ -123,10 +123,17 @@ static void test_dtype_rounding(void **state)
     kl_workload_free(&wf);
 }
 
+/* One sampled kernel: its plan (tensor-core or not) and shared bytes. */
+typedef struct {
+    bool mma;
+    kl_cuda_mma_plan_t mp;
+    int64_t smem;
+} s_info_t;
+
 /* Samples n kernels of w for target (seeded); each trace replays to a
- * byte-identical source. */
+ * byte-identical source, directly and through the text form. */
 static void s_sample(const kl_workload_t *w, const char *target, int seed,
-                     int n, kl_kernel_t *ks, kl_cuda_mma_plan_t *plans)
+                     int n, kl_kernel_t *ks, s_info_t *info)
 {
     char err[KL_ERRMSG_LEN];
     kl_space_t *sp = NULL;
@@ -134,6 +141,7 @@ static void s_sample(const kl_workload_t *w, const char *target, int seed,
     if (rc)
         fprintf(stderr, "%s: %s\n", w->name, err);
     assert_int_equal(rc, KL_OK);
+    const kl_target_t *tg = kl_space_target(sp);
     kl_rng_t rng;
     kl_rng_seed(&rng, 500 + (uint64_t)seed);
     for (int i = 0; i < n; i++) {
@@ -143,28 +151,33 @@ static void s_sample(const kl_workload_t *w, const char *target, int seed,
         if (rc)
             fprintf(stderr, "%s: %s\n", w->name, err);
         assert_int_equal(rc, KL_OK);
-        assert_string_equal(kl_trace_space(t), "cuda-mma-m16n8k16");
         char entry[32];
         snprintf(entry, sizeof entry, "m%d_%d", seed, i);
-        assert_int_equal(
-            kl_codegen_cuda(s, kl_space_target(sp), entry, &ks[i], err), KL_OK);
-        assert_int_equal(
-            kl_cuda_mma_plan(s, kl_space_target(sp), &plans[i], err), KL_OK);
+        assert_int_equal(kl_codegen_cuda(s, tg, entry, &ks[i], err), KL_OK);
+        rc = kl_cuda_mma_plan(s, tg, &info[i].mp, err);
+        info[i].mma = rc == KL_OK;
+        if (info[i].mma) {
+            assert_string_equal(kl_trace_space(t), "cuda-sssrrsrs-mma");
+            info[i].smem = info[i].mp.smem_bytes;
+        } else {
+            assert_int_equal(rc, KL_ERR_NOTFOUND);
+            kl_cuda_plan_t p;
+            assert_int_equal(kl_cuda_plan(s, tg, &p, err), KL_OK);
+            info[i].smem = p.smem_bytes;
+        }
+        assert_int_equal(strstr(ks[i].source, "mma.sync") != NULL, info[i].mma);
         kl_sched_t *s2 = NULL;
         kl_kernel_t k2;
         assert_int_equal(kl_space_replay(sp, t, &s2, err), KL_OK);
-        assert_int_equal(
-            kl_codegen_cuda(s2, kl_space_target(sp), entry, &k2, err), KL_OK);
+        assert_int_equal(kl_codegen_cuda(s2, tg, entry, &k2, err), KL_OK);
         assert_string_equal(ks[i].source, k2.source);
-        /* Through the text form as well. */
         char *text = kl_trace_to_text(t);
         kl_trace_t *t3 = NULL;
         kl_sched_t *s3 = NULL;
         kl_kernel_t k3;
         assert_int_equal(kl_trace_from_text(text, &t3, err), KL_OK);
         assert_int_equal(kl_space_replay(sp, t3, &s3, err), KL_OK);
-        assert_int_equal(
-            kl_codegen_cuda(s3, kl_space_target(sp), entry, &k3, err), KL_OK);
+        assert_int_equal(kl_codegen_cuda(s3, tg, entry, &k3, err), KL_OK);
         assert_string_equal(ks[i].source, k3.source);
         free(text);
         kl_kernel_free(&k2);
@@ -178,74 +191,131 @@ static void s_sample(const kl_workload_t *w, const char *target, int seed,
     kl_space_destroy(&sp);
 }
 
-/* Only f16/bf16 products on sm_80 or newer get the tiling. */
+/* A sampled tensor-core schedule of w for target. */
+static void s_mma_sched(const kl_workload_t *w, const char *target,
+                        kl_sched_t **out)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target(target, w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 1);
+    kl_cuda_mma_plan_t mp;
+    for (int i = 0; i < 50; i++) {
+        kl_trace_t *t = NULL;
+        assert_int_equal(kl_space_sample(sp, &rng, &t, out, 0, NULL, err),
+                         KL_OK);
+        kl_trace_free(&t);
+        if (!kl_cuda_mma_plan(*out, kl_space_target(sp), &mp, err))
+            break;
+        kl_sched_destroy(out);
+    }
+    assert_non_null(*out);
+    kl_space_destroy(&sp);
+}
+
+/* Only f16/bf16 products into f32 on sm_80 or newer may get the tiling;
+ * there it is one side of a sampled choice. */
 static void test_space_choice(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
     kl_workload_t *w = s_load("matmul M=40 N=24 K=40 in=f16");
     kl_space_t *sp = NULL;
-    assert_int_equal(kl_space_for_target("cuda/sm_75", w, &sp, err),
-                     KL_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "f16"));
-    /* A hand-made tensor-core schedule is refused for sm_75 too. */
-    assert_int_equal(kl_space_for_target("cuda/sm_80", w, &sp, err), KL_OK);
     kl_rng_t rng;
-    kl_rng_seed(&rng, 1);
     kl_trace_t *t = NULL;
     kl_sched_t *s = NULL;
-    assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
+    kl_kernel_t k;
+    /* sm_75: CUDA cores only, reading the halves as f32. */
+    assert_int_equal(kl_space_for_target("cuda/sm_75", w, &sp, err), KL_OK);
+    kl_rng_seed(&rng, 3);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err),
+                         KL_OK);
+        assert_string_equal(kl_trace_space(t), "cuda-sssrrsrs");
+        assert_int_equal(kl_codegen_cuda(s, kl_space_target(sp), "f", &k, err),
+                         KL_OK);
+        assert_null(strstr(k.source, "mma.sync"));
+        assert_non_null(strstr(k.source, "kl_f16(a0["));
+        kl_kernel_free(&k);
+        kl_sched_destroy(&s);
+        kl_trace_free(&t);
+    }
+    kl_space_destroy(&sp);
+    /* sm_80 and sm_90: both sides are sampled. */
+    const char *tgs[] = {"cuda/sm_80", "cuda/sm_90"};
+    for (int a = 0; a < 2; a++) {
+        int nmma = 0;
+        assert_int_equal(kl_space_for_target(tgs[a], w, &sp, err), KL_OK);
+        kl_rng_seed(&rng, 4);
+        for (int i = 0; i < 40; i++) {
+            assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err),
+                             KL_OK);
+            assert_int_equal(
+                kl_codegen_cuda(s, kl_space_target(sp), "f", &k, err), KL_OK);
+            nmma += strstr(k.source, "mma.sync.aligned.m16n8k16.row.col.f32."
+                                     "f16.f16.f32") != NULL;
+            kl_kernel_free(&k);
+            kl_sched_destroy(&s);
+            kl_trace_free(&t);
+        }
+        printf("%s: %d of 40 samples on tensor cores\n", tgs[a], nmma);
+        assert_in_range(nmma, 10, 39);
+        kl_space_destroy(&sp);
+    }
+    /* A tensor-core schedule is refused for sm_75. */
+    s_mma_sched(w, "cuda/sm_80", &s);
     kl_target_t t75;
     assert_int_equal(kl_target_parse("cuda/sm_75", &t75, err), KL_OK);
     assert_int_equal(kl_postproc_cuda(&t75, s, err), KL_ERR_INVAL);
     assert_non_null(strstr(err, "sm_80"));
-    kl_kernel_t k;
     assert_int_equal(kl_codegen_cuda(s, &t75, NULL, &k, err),
                      KL_ERR_UNSUPPORTED);
     kl_sched_destroy(&s);
-    kl_trace_free(&t);
-    kl_space_destroy(&sp);
     kl_workload_free(&w);
 
-    /* f32 inputs, or an f16 output, never get it. */
+    /* f32 inputs, mixed dtypes or an f16 output never get it. */
     const char *others[] = {
         "matmul M=40 N=24 K=40",
         "C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; A: f16[32,32], "
-        "B: f16[32,32], C: f16[32,32]",
-        "C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; A: f16[32,32], "
         "B: bf16[32,32]",
+        "C[i,j] += A[i,k] * B[k,j] where i=32, j=32, k=32; A: f16[32,32], "
+        "B: f16[32,32], C: f16[32,32]",
     };
     for (int o = 0; o < 3; o++) {
         w = s_load(others[o]);
         kl_cuda_mma_match_t mm;
         assert_false(kl_cuda_mma_match(w, &mm));
         int rc = kl_space_for_target("cuda/sm_90", w, &sp, err);
-        if (o == 0) {
-            assert_int_equal(rc, KL_OK);
-            kl_rng_seed(&rng, 2);
-            for (int i = 0; i < 10; i++) {
-                assert_int_equal(
-                    kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
-                assert_string_equal(kl_trace_space(t), "cuda-sssrrsrs");
-                assert_int_equal(
-                    kl_codegen_cuda(s, kl_space_target(sp), "f", &k, err),
-                    KL_OK);
-                assert_null(strstr(k.source, "mma.sync"));
-                kl_kernel_free(&k);
-                kl_sched_destroy(&s);
-                kl_trace_free(&t);
-            }
-            kl_space_destroy(&sp);
-        } else {
+        if (o == 2) {
             assert_int_equal(rc, KL_ERR_UNSUPPORTED);
+            assert_non_null(strstr(err, "output C is f16"));
+            kl_workload_free(&w);
+            continue;
         }
+        assert_int_equal(rc, KL_OK);
+        kl_rng_seed(&rng, 2);
+        for (int i = 0; i < 10; i++) {
+            assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err),
+                             KL_OK);
+            assert_string_equal(kl_trace_space(t), "cuda-sssrrsrs");
+            assert_int_equal(
+                kl_codegen_cuda(s, kl_space_target(sp), "f", &k, err), KL_OK);
+            assert_null(strstr(k.source, "mma.sync"));
+            if (o == 1)
+                assert_non_null(strstr(k.source, "kl_bf16(a1["));
+            kl_kernel_free(&k);
+            kl_sched_destroy(&s);
+            kl_trace_free(&t);
+        }
+        kl_space_destroy(&sp);
         kl_workload_free(&w);
     }
-    /* The f16 text and dense forms do match. */
+    /* The transposed text form matches: A[k,i] has m as its unit stride. */
     w = s_load(s_ops[NOPS - 1]);
     kl_cuda_mma_match_t mm;
     assert_true(kl_cuda_mma_match(w, &mm));
-    assert_int_equal(mm.sa[mm.m], 1); /* A[k,i]: m is the unit stride */
+    assert_int_equal(mm.sa[mm.m], 1);
     kl_workload_free(&w);
 }
 
@@ -258,12 +328,12 @@ static void test_emulated(void **state)
     kl_workload_t *ws[NOPS];
     const kl_workload_t *wk[NALL];
     kl_kernel_t ks[NALL];
-    kl_cuda_mma_plan_t plans[NALL];
-    int n = 0, multi_warp = 0, multi_tile = 0, bf16 = 0;
+    s_info_t info[NALL];
+    int n = 0, multi_warp = 0, multi_tile = 0, bf16 = 0, nmma = 0, first = -1;
     for (int op = 0; op < NOPS; op++) {
         ws[op] = s_load(s_ops[op]);
         s_sample(ws[op], op % 2 ? "cuda/sm_80" : "cuda/sm_90", op, NSAMP,
-                 &ks[n], &plans[n]);
+                 &ks[n], &info[n]);
         for (int i = 0; i < NSAMP; i++)
             wk[n++] = ws[op];
     }
@@ -273,11 +343,15 @@ static void test_emulated(void **state)
         fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, KL_OK);
     for (int i = 0; i < NALL; i++) {
-        multi_warp += plans[i].warps_m * plans[i].warps_n > 1;
-        multi_tile += plans[i].tiles_m * plans[i].tiles_n > 1;
-        bf16 += strstr(ks[i].source, ".f32.bf16.bf16.f32") != NULL;
-        assert_non_null(strstr(ks[i].source, "mma.sync.aligned.m16n8k16"));
-        assert_non_null(strstr(ks[i].source, "#if defined(KL_CUDA_EMU)"));
+        const kl_cuda_mma_plan_t *mp = &info[i].mp;
+        if (info[i].mma) {
+            nmma++;
+            first = first < 0 ? i : first;
+            multi_warp += mp->warps_m * mp->warps_n > 1;
+            multi_tile += mp->tiles_m * mp->tiles_n > 1;
+            bf16 += strstr(ks[i].source, ".f32.bf16.bf16.f32") != NULL;
+            assert_non_null(strstr(ks[i].source, "#if defined(KL_CUDA_EMU)"));
+        }
         /* Inputs already rounded to the dtype: only the f32 summation
          * order differs from the interpreter's double sum. */
         rc = kl_emu_check(so, &ks[i], wk[i], 13, 1e-4, 1e-4, err);
@@ -285,15 +359,16 @@ static void test_emulated(void **state)
             fprintf(stderr, "%s\n%s", err, ks[i].source);
         assert_int_equal(rc, KL_OK);
     }
-    printf("%d emulated tensor-core kernels: %d with several warps, %d with "
-           "several tiles per warp, %d bf16\n",
-           NALL, multi_warp, multi_tile, bf16);
+    printf("%d emulated kernels, %d on tensor cores: %d with several warps, "
+           "%d with several tiles per warp, %d bf16\n",
+           NALL, nmma, multi_warp, multi_tile, bf16);
+    assert_true(nmma > 0 && nmma < NALL); /* both sides of the choice ran */
     assert_true(multi_warp > 0);
     assert_true(multi_tile > 0);
-    assert_true(bf16 >= 2 * NSAMP);
+    assert_true(bf16 > 0);
     /* A wrong fragment layout is caught: swap two A registers. */
     kl_kernel_t bad = {0};
-    bad.source = kl_xstrdup(ks[0].source);
+    bad.source = kl_xstrdup(ks[first].source);
     char *p = strstr(bad.source, "fa[mt][1] = s[");
     assert_non_null(p);
     p[7] = '2'; /* fa[mt][2] written twice, fa[mt][1] left unset */
@@ -305,10 +380,10 @@ static void test_emulated(void **state)
     /* Rename the entry and its helper. */
     kl_buf_t b = {0};
     for (const char *c = src; *c;) {
-        if (!strncmp(c, ks[0].entry, strlen(ks[0].entry)) &&
-            (c[strlen(ks[0].entry)] == '(')) {
+        if (!strncmp(c, ks[first].entry, strlen(ks[first].entry)) &&
+            (c[strlen(ks[first].entry)] == '(')) {
             kl_buf_puts(&b, "bad");
-            c += strlen(ks[0].entry);
+            c += strlen(ks[first].entry);
         } else {
             kl_buf_printf(&b, "%c", *c++);
         }
@@ -316,15 +391,15 @@ static void test_emulated(void **state)
     free(bad.source);
     bad.source = kl_buf_take(&b);
     for (int i = 0; i < 3; i++) {
-        bad.grid[i] = ks[0].grid[i];
-        bad.block[i] = ks[0].block[i];
+        bad.grid[i] = ks[first].grid[i];
+        bad.block[i] = ks[first].block[i];
     }
     char *so2 = NULL;
-    rc = kl_emu_build(&bad, 1, &wk[0], s_workdir, &so2, err);
+    rc = kl_emu_build(&bad, 1, &wk[first], s_workdir, &so2, err);
     if (rc)
         fprintf(stderr, "%s\n%s", err, bad.source);
     assert_int_equal(rc, KL_OK);
-    assert_int_equal(kl_emu_check(so2, &bad, wk[0], 13, 1e-4, 1e-4, err),
+    assert_int_equal(kl_emu_check(so2, &bad, wk[first], 13, 1e-4, 1e-4, err),
                      KL_ERR_RUNTIME);
     unlink(so2);
     free(so2);
@@ -354,11 +429,13 @@ static void test_nvrtc(void **state)
         kl_nvrtc_arch_of_target("cuda/sm_80", arch, sizeof arch, err), KL_OK);
     assert_string_equal(arch, "sm_80");
     const char *archs[] = {"sm_80", "sm_90"};
+    int nmma = 0;
+    bool did75 = false;
     for (int op = 0; op < NOPS; op += 1) {
         kl_workload_t *w = s_load(s_ops[op]);
         kl_kernel_t ks[NSAMP];
-        kl_cuda_mma_plan_t plans[NSAMP];
-        s_sample(w, "cuda/sm_90", 100 + op, NSAMP, ks, plans);
+        s_info_t info[NSAMP];
+        s_sample(w, "cuda/sm_90", 100 + op, NSAMP, ks, info);
         for (int a = 0; a < 2; a++) {
             int rcs[NSAMP];
             kl_nvrtc_kernel_t res[NSAMP];
@@ -376,20 +453,92 @@ static void test_nvrtc(void **state)
                     fprintf(stderr, "%s\n", why[i]);
                 assert_int_equal(rcs[i], KL_OK);
                 assert_in_range(res[i].registers, 1, 255);
-                assert_int_equal(res[i].smem_static, plans[i].smem_bytes);
+                assert_int_equal(res[i].smem_static, info[i].smem);
+                nmma += info[i].mma && a == 0;
             }
         }
-        if (op == 0) {
+        for (int i = 0; i < NSAMP; i++) {
+            if (!info[i].mma || did75)
+                continue;
+            did75 = true;
             int rc75 = -1;
-            int rc =
-                kl_cuda_check_many(nv, ks, 1, "sm_75", &rc75, NULL, NULL, err);
-            printf("sm_75: %s\n", rc ? err : "compiled");
+            int rc = kl_cuda_check_many(nv, &ks[i], 1, "sm_75", &rc75, NULL,
+                                        NULL, err);
+            printf("tensor-core kernel for sm_75: %s\n", rc ? err : "compiled");
             assert_int_not_equal(rc, KL_OK);
+            assert_non_null(strstr(err, "sm_80"));
         }
         for (int i = 0; i < NSAMP; i++)
             kl_kernel_free(&ks[i]);
         kl_workload_free(&w);
     }
+    printf("%d of %d compiled kernels on tensor cores\n", nmma, NOPS * NSAMP);
+    assert_true(nmma > 0);
+    assert_true(did75);
+}
+
+/* f16 / bf16 inputs on CUDA cores (sm_75, or the other side of the
+ * choice): read as their bits, converted, computed in f32. */
+static void test_simt_half(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *ops[] = {
+        "matmul M=40 N=24 K=40 in=f16",
+        "C[i,j] += A[i,k] * B[k,j] | + bias[j] where i=20, j=12, k=24; "
+        "A: f16[20,24], B: bf16[24,12], bias: bf16[12]",
+    };
+    enum { N = 2 * NSAMP + 1 };
+    kl_workload_t *ws[2];
+    const kl_workload_t *wk[N];
+    kl_kernel_t ks[N];
+    s_info_t info[N];
+    for (int op = 0; op < 2; op++) {
+        ws[op] = s_load(ops[op]);
+        s_sample(ws[op], "cuda/sm_75", 200 + op, NSAMP, &ks[op * NSAMP],
+                 &info[op * NSAMP]);
+        for (int i = 0; i < NSAMP; i++) {
+            wk[op * NSAMP + i] = ws[op];
+            assert_false(info[op * NSAMP + i].mma);
+        }
+    }
+    /* The task's reference kernel (naive, flat) reads halves too. */
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    assert_int_equal(
+        kl_codegen_cuda_reference(ws[1], &tg, "ref_half", &ks[N - 1], err),
+        KL_OK);
+    assert_non_null(strstr(ks[N - 1].source, "kl_bf16(a2["));
+    wk[N - 1] = ws[1];
+    info[N - 1].smem = 0;
+    kl_nvrtc_t *nv = kl_nvrtc_default(NULL);
+    for (int a = 0; nv && a < 2; a++) {
+        int rcs[N];
+        kl_nvrtc_kernel_t res[N];
+        const char *arch = a ? "sm_90" : "sm_75";
+        int rc = kl_cuda_check_many(nv, ks, N, arch, rcs, NULL, res, err);
+        if (rc)
+            fprintf(stderr, "%s: %s\n", arch, err);
+        assert_int_equal(rc, KL_OK);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(res[i].smem_static, info[i].smem);
+    }
+    char *so = NULL;
+    int rc = kl_emu_build(ks, N, wk, s_workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, KL_OK);
+    for (int i = 0; i < N; i++) {
+        rc = kl_emu_check(so, &ks[i], wk[i], 17, 1e-4, 1e-4, err);
+        if (rc)
+            fprintf(stderr, "%s\n%s", err, ks[i].source);
+        assert_int_equal(rc, KL_OK);
+        kl_kernel_free(&ks[i]);
+    }
+    unlink(so);
+    free(so);
+    kl_workload_free(&ws[0]);
+    kl_workload_free(&ws[1]);
 }
 
 int main(void)
@@ -407,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_space_choice),
         cmocka_unit_test(test_emulated),
         cmocka_unit_test(test_nvrtc),
+        cmocka_unit_test(test_simt_half),
     };
     int rc = cmocka_run_group_tests_name("cuda_mma", tests, NULL, NULL);
     rmdir(s_workdir);
