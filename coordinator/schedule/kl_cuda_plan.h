@@ -94,7 +94,8 @@ typedef struct {
  * model above (a bound loop after a serial one, a reduction loop above the
  * write cache, a packed or local read cache, a shared write cache, a cached
  * tensor read through a strided gather or through two different index maps,
- * a parallel loop, a dtype other than f32). Limits are not checked here:
+ * a parallel loop, an output other than f32; f16 / bf16 inputs are read
+ * as f32). Limits are not checked here:
  * see kl_cuda_plan_check. */
 int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
                  char *err);
