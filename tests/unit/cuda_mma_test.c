@@ -35,6 +35,8 @@ static const char *s_ops[] = {
     "matmul M=64 N=64 K=64 in=f16",
     "batch_matmul B=2 M=20 N=16 K=24 in=bf16",
     "dense N=9 I=40 O=20 bias=1 relu=1 in=f16",
+    "C[b,h,i,j] += A[b,h,i,k] * B[b,h,k,j] where b=2, h=3, i=16, j=8, "
+    "k=8; A: bf16[2,3,16,8], B: bf16[2,3,8,8]",
     "C[i,j] += A[k,i] * B[j,k] where i=17, j=9, k=33; A: f16[33,17], "
     "B: f16[9,33]",
 };
