@@ -21,6 +21,7 @@
 #include "kl_cuda_plan.h"
 #include "kl_err.h"
 #include "kl_nvrtc.h"
+#include "kl_search.h"
 #include "kl_space.h"
 
 #define NSAMP 4
@@ -479,6 +480,65 @@ static void test_nvrtc(void **state)
     assert_true(did75);
 }
 
+/* The search's mutators move a trace between the two sides of the
+ * choice; the fixed trace replays to the same source. (The choice's
+ * branches hold the SIMT side's unroll_max_step if-chain, so kl_mutate
+ * counts it an unroll categorical, as it does the CPU space's layout
+ * choice: both mutators are tried.) */
+static void test_mutate_choice(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = s_load("matmul M=40 N=24 K=40 in=f16");
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target("cuda/sm_90", w, &sp, err), KL_OK);
+    const kl_target_t *tg = kl_space_target(sp);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 9);
+    kl_trace_t *t = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &t, &s, 0, NULL, err), KL_OK);
+    int flips = 0, fixed = 0;
+    kl_cuda_mma_plan_t mp;
+    bool was = kl_cuda_mma_plan(s, tg, &mp, err) == KL_OK;
+    kl_sched_destroy(&s);
+    for (int i = 0; i < 200 && flips < 2; i++) {
+        kl_trace_t *m = NULL, *f = NULL;
+        if (kl_mutate(t, i % 2 ? KL_MUT_CATEGORICAL : KL_MUT_UNROLL, &rng, &m,
+                      err))
+            continue;
+        if (kl_search_fix(sp, m, &rng, &f, &s, err)) {
+            kl_trace_free(&m);
+            continue; /* rejected (a reject_if) */
+        }
+        fixed++;
+        bool is = kl_cuda_mma_plan(s, tg, &mp, err) == KL_OK;
+        kl_kernel_t k1, k2;
+        kl_sched_t *s2 = NULL;
+        assert_int_equal(kl_codegen_cuda(s, tg, "mut", &k1, err), KL_OK);
+        assert_int_equal(kl_space_replay(sp, f, &s2, err), KL_OK);
+        assert_int_equal(kl_codegen_cuda(s2, tg, "mut", &k2, err), KL_OK);
+        assert_string_equal(k1.source, k2.source);
+        assert_int_equal(strstr(k1.source, "mma.sync") != NULL, is);
+        kl_kernel_free(&k1);
+        kl_kernel_free(&k2);
+        kl_sched_destroy(&s2);
+        kl_sched_destroy(&s);
+        kl_trace_free(&m);
+        flips += is != was;
+        was = is;
+        kl_trace_free(&t);
+        t = f;
+    }
+    printf("%d mutated traces fixed, %d crossed between tensor and CUDA "
+           "cores\n",
+           fixed, flips);
+    assert_true(flips >= 2);
+    kl_trace_free(&t);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 /* f16 / bf16 inputs on CUDA cores (sm_75, or the other side of the
  * choice): read as their bits, converted, computed in f32. */
 static void test_simt_half(void **state)
@@ -559,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_emulated),
         cmocka_unit_test(test_nvrtc),
         cmocka_unit_test(test_simt_half),
+        cmocka_unit_test(test_mutate_choice),
     };
     int rc = cmocka_run_group_tests_name("cuda_mma", tests, NULL, NULL);
     rmdir(s_workdir);
