@@ -794,20 +794,31 @@ static void s_mma_offset(const kl_workload_t *w, const kl_access_t *a,
 }
 
 /* Copies the block's m (or n) x BK slab of input tensor ti into shared
- * array dst (row r = m or n offset, column = k offset; zero outside). */
+ * array dst (row r = m or n offset, column = k offset; zero outside). The
+ * threads walk the slab along the tensor's unit-stride iterator (k, or the
+ * row iterator of a tensor stored k-major, as B of a row-major matmul), so
+ * that neighbouring threads read neighbouring elements. */
 static void s_mma_copy(g_t *g, const kl_cuda_mma_plan_t *p, int ti, int row_it,
                        int64_t rows, const char *dst, char names[][24])
 {
     const kl_workload_t *w = g->w;
     const kl_cuda_mma_match_t *mm = &p->mm;
     const char *base = row_it == mm->m ? "kl_m0" : "kl_n0";
+    const int64_t *st = ti == mm->a ? mm->sa : mm->sb;
+    bool rows_inner = st[row_it] == 1;
     s_line(g, "for (int f = kl_tid; f < %" PRId64 "; f += %" PRId64 ") {",
            rows * p->bk, p->threads);
     g->ind++;
-    s_line(g,
-           "const %s r = %s + f / %" PRId64 ", c = k0 * %" PRId64
-           " + f %% %" PRId64 ";",
-           g->ity, base, p->bk, p->bk, p->bk);
+    char rr[64], cc[64];
+    if (rows_inner) {
+        snprintf(rr, sizeof rr, "f %% %" PRId64, rows);
+        snprintf(cc, sizeof cc, "f / %" PRId64, rows);
+    } else {
+        snprintf(rr, sizeof rr, "f / %" PRId64, p->bk);
+        snprintf(cc, sizeof cc, "f %% %" PRId64, p->bk);
+    }
+    s_line(g, "const %s r = %s + %s, c = k0 * %" PRId64 " + %s;", g->ity, base,
+           rr, p->bk, cc);
     char saved_r[24], saved_k[24];
     memcpy(saved_r, names[row_it], 24);
     memcpy(saved_k, names[mm->k], 24);
@@ -819,9 +830,9 @@ static void s_mma_copy(g_t *g, const kl_cuda_mma_plan_t *p, int ti, int row_it,
              ->access;
     s_mma_offset(w, a, names, &off);
     s_line(g,
-           "%s[f / %" PRId64 " * %" PRId64 " + f %% %" PRId64 "] = r < %" PRId64
-           " && c < %" PRId64 " ? a%d[%s] : (unsigned short)0;",
-           dst, p->bk, p->pitch, p->bk, w->iters[row_it].extent,
+           "%s[%s * %" PRId64 " + %s] = r < %" PRId64 " && c < %" PRId64
+           " ? a%d[%s] : (unsigned short)0;",
+           dst, rr, p->pitch, cc, w->iters[row_it].extent,
            w->iters[mm->k].extent, ti, off.data);
     kl_buf_free(&off);
     memcpy(names[row_it], saved_r, 24);
