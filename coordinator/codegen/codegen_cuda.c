@@ -908,6 +908,32 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
         "\"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
         "#endif\n}\n",
         entry, mm->in == KL_DT_BF16 ? 1 : 0, dt, dt);
+    if (p->ldmatrix)
+        /* ldmatrix.sync m8n8 .xN: lanes 8j..8j+7 give the row addresses of
+         * matrix j; lane 4g+t receives row g, elements 2t, 2t+1 of each
+         * matrix in register j. */
+        kl_buf_printf(
+            &g->b,
+            "static __device__ __forceinline__ void kl_ldsm_%s(int x, unsigned "
+            "*r, const unsigned short *p)\n{\n"
+            "#if defined(KL_CUDA_EMU)\n"
+            "    kl_emu_ldmatrix(x, r, p);\n"
+            "#else\n"
+            "    unsigned a;\n"
+            "    asm(\"{ .reg .u64 s; cvta.to.shared.u64 s, %%1; cvt.u32.u64 "
+            "%%0, s; }\" : \"=r\"(a) : \"l\"(p));\n"
+            "    if (x == 4)\n"
+            "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+            "{%%0, %%1, %%2, %%3}, [%%4];\"\n"
+            "                     : \"=r\"(r[0]), \"=r\"(r[1]), "
+            "\"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));\n"
+            "    else\n"
+            "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.shared.b16 "
+            "{%%0, %%1}, [%%2];\"\n"
+            "                     : \"=r\"(r[0]), \"=r\"(r[1]) : "
+            "\"r\"(a));\n"
+            "#endif\n}\n",
+            entry);
     kl_buf_printf(&g->b,
                   "extern \"C\" __global__ void __launch_bounds__(%" PRId64
                   ")\n%s(",
@@ -974,28 +1000,49 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
     g->ind++;
     s_line(g, "/* A 16x16 row: a0,a1 (g, 2t..2t+1) a2,a3 (g+8, 2t..) a4,a5 "
               "(g, 2t+8..) a6,a7 (g+8, 2t+8..) */");
-    s_line(g,
-           "const unsigned short *s = &kl_sa[(kl_wm * %" PRId64
-           " + mt * 16 + kl_g) * %" PRId64 " + k1 * 16 + kl_t * 2];",
-           16 * p->tiles_m, p->pitch);
-    s_line(g, "fa[mt][0] = s[0] | (unsigned)s[1] << 16;");
-    s_line(g, "fa[mt][1] = s[%" PRId64 "] | (unsigned)s[%" PRId64 "] << 16;",
-           8 * p->pitch, 8 * p->pitch + 1);
-    s_line(g, "fa[mt][2] = s[8] | (unsigned)s[9] << 16;");
-    s_line(g, "fa[mt][3] = s[%" PRId64 "] | (unsigned)s[%" PRId64 "] << 16;",
-           8 * p->pitch + 8, 8 * p->pitch + 9);
+    if (p->ldmatrix) {
+        s_line(g, "/* matrices (rows 0-7, k 0-7) (8-15, 0-7) (0-7, 8-15) "
+                  "(8-15, 8-15) */");
+        s_line(g,
+               "kl_ldsm_%s(4, fa[mt], &kl_sa[(kl_wm * %" PRId64
+               " + mt * 16 + kl_lane %% 16) * %" PRId64
+               " + k1 * 16 + kl_lane / 16 * 8]);",
+               entry, 16 * p->tiles_m, p->pitch);
+    } else {
+        s_line(g,
+               "const unsigned short *s = &kl_sa[(kl_wm * %" PRId64
+               " + mt * 16 + kl_g) * %" PRId64 " + k1 * 16 + kl_t * 2];",
+               16 * p->tiles_m, p->pitch);
+        s_line(g, "fa[mt][0] = s[0] | (unsigned)s[1] << 16;");
+        s_line(g,
+               "fa[mt][1] = s[%" PRId64 "] | (unsigned)s[%" PRId64 "] << 16;",
+               8 * p->pitch, 8 * p->pitch + 1);
+        s_line(g, "fa[mt][2] = s[8] | (unsigned)s[9] << 16;");
+        s_line(g,
+               "fa[mt][3] = s[%" PRId64 "] | (unsigned)s[%" PRId64 "] << 16;",
+               8 * p->pitch + 8, 8 * p->pitch + 9);
+    }
     s_close(g);
     s_line(g, "#pragma unroll");
     s_line(g, "for (int nt = 0; nt < %" PRId64 "; ++nt) {", p->tiles_n);
     g->ind++;
     s_line(g, "/* B 16x8 col: b0,b1 (k 2t..2t+1, n g) b2,b3 (k 2t+8.., n g) "
               "*/");
-    s_line(g,
-           "const unsigned short *s = &kl_sb[(kl_wn * %" PRId64
-           " + nt * 8 + kl_g) * %" PRId64 " + k1 * 16 + kl_t * 2];",
-           8 * p->tiles_n, p->pitch);
-    s_line(g, "fb[nt][0] = s[0] | (unsigned)s[1] << 16;");
-    s_line(g, "fb[nt][1] = s[8] | (unsigned)s[9] << 16;");
+    if (p->ldmatrix) {
+        s_line(g, "/* matrices (n 0-7, k 0-7) (n 0-7, k 8-15) */");
+        s_line(g,
+               "kl_ldsm_%s(2, fb[nt], &kl_sb[(kl_wn * %" PRId64
+               " + nt * 8 + kl_lane %% 8) * %" PRId64
+               " + k1 * 16 + kl_lane / 8 %% 2 * 8]);",
+               entry, 8 * p->tiles_n, p->pitch);
+    } else {
+        s_line(g,
+               "const unsigned short *s = &kl_sb[(kl_wn * %" PRId64
+               " + nt * 8 + kl_g) * %" PRId64 " + k1 * 16 + kl_t * 2];",
+               8 * p->tiles_n, p->pitch);
+        s_line(g, "fb[nt][0] = s[0] | (unsigned)s[1] << 16;");
+        s_line(g, "fb[nt][1] = s[8] | (unsigned)s[9] << 16;");
+    }
     s_close(g);
     s_line(g, "#pragma unroll");
     s_line(g, "for (int mt = 0; mt < %" PRId64 "; ++mt)", p->tiles_m);

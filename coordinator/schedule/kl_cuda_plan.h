@@ -126,6 +126,9 @@ int kl_cuda_plan_check(const kl_cuda_plan_t *p, const kl_sched_t *s,
  * documented C/D fragment registers. A and B are staged in shared memory
  * per k0 step (BK = 16 KS columns of k, zero outside the tensors). */
 #define KL_CUDA_MMA_ANNOT "mma_m16n8k16"
+/* On the block loop too, = 1: fragments are loaded with ldmatrix.sync
+ * (x4 for A, x2 for B) instead of 32-bit shared reads per register. */
+#define KL_CUDA_LDMATRIX_ANNOT "mma_ldmatrix"
 
 typedef struct {
     kl_dtype in; /* KL_DT_F16 or KL_DT_BF16 */
@@ -151,6 +154,7 @@ typedef struct {
     int64_t grid, threads;    /* blockIdx.x extent, 32 WM WN */
     int64_t pitch;            /* 16-bit elements per shared row: bk + 8 */
     int64_t smem_bytes;       /* (bm + bn) * pitch * 2 */
+    bool ldmatrix;            /* KL_CUDA_LDMATRIX_ANNOT */
 } kl_cuda_mma_plan_t;
 
 /* Analyses a tensor-core schedule. Returns KL_ERR_NOTFOUND (no message)

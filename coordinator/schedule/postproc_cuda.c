@@ -493,6 +493,10 @@ int kl_cuda_mma_plan(const kl_sched_t *s, const kl_target_t *t,
                          "(k0, k1, 16)",
                          KL_CUDA_MMA_ANNOT);
     p->grid = blk->extent;
+    for (int a = 0; a < blk->nannots; a++)
+        if (!strcmp(blk->annots[a].key, KL_CUDA_LDMATRIX_ANNOT) &&
+            blk->annots[a].value == 1)
+            p->ldmatrix = true;
     p->threads = 32 * p->warps_m * p->warps_n;
     p->pitch = p->bk + 8;
     p->smem_bytes = (p->bm + p->bn) * p->pitch * 2;

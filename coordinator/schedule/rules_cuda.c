@@ -281,8 +281,20 @@ static int s_mma_tiling(kl_trace_t *t, const kl_workload_t *w,
     int64_t blk = kl_tr_fuse(t, fused, mm->nbatch + 2);
     kl_tr_bind(t, blk, KL_LOOP_BLOCK_X);
     kl_tr_annotate(t, blk, KL_CUDA_MMA_ANNOT, 1);
-    int rc = s_reject(t, err, "(v%lld * v%lld - 1) * 16 >= %lld", (long long)wm,
-                      (long long)mt, (long long)M);
+    /* Fragments through ldmatrix or plain shared reads: sampled. */
+    static const int64_t ldsm[] = {0, 1};
+    static const double pl[] = {0.5, 0.5};
+    int64_t v = kl_tr_sample_categorical(t, ldsm, pl, 2);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+    int rc = kl_tr_if(t, pred, err);
+    if (rc)
+        return rc;
+    kl_tr_annotate(t, blk, KL_CUDA_LDMATRIX_ANNOT, 1);
+    if ((rc = kl_tr_end(t, err)))
+        return rc;
+    rc = s_reject(t, err, "(v%lld * v%lld - 1) * 16 >= %lld", (long long)wm,
+                  (long long)mt, (long long)M);
     if (!rc)
         rc = s_reject(t, err, "(v%lld * v%lld - 1) * 8 >= %lld", (long long)wn,
                       (long long)nt, (long long)N);

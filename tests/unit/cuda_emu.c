@@ -82,6 +82,22 @@ static const char *s_prelude =
     "    }\n"
     "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
     "}\n"
+    /* ldmatrix.sync.aligned.m8n8.xN.shared.b16: lanes 8j..8j+7 give the
+     * addresses of the 8 rows of matrix j (8 16-bit elements each); lane
+     * 4g+t receives row g, elements 2t and 2t+1 of matrix j in r[j]. */
+    "static const unsigned short *kl_emu_xp[32][32];\n"
+    "static void kl_emu_ldmatrix(int x, unsigned *r, const unsigned short *p) "
+    "{\n"
+    "    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "    kl_emu_xp[w][lane] = p;\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "    unsigned g = lane / 4, t = lane % 4;\n"
+    "    for (int j = 0; j < x; j++) {\n"
+    "        const unsigned short *row = kl_emu_xp[w][j * 8 + g];\n"
+    "        r[j] = row[2 * t] | (unsigned)row[2 * t + 1] << 16;\n"
+    "    }\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "}\n"
     "struct kl_emu_job { void (*fn)(void **); void **a; kl_dim3 t; };\n"
     "static void *kl_emu_thread(void *p) {\n"
     "    kl_emu_job *j = (kl_emu_job *)p;\n"

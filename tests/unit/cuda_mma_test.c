@@ -322,6 +322,55 @@ static void test_space_choice(void **state)
     kl_workload_free(&w);
 }
 
+/* Applies the edits (pairs from -> to, first occurrence each, in turn)
+ * to kernel k, renames its entry, and checks that the emulation catches
+ * the result. */
+static void s_broken(const kl_kernel_t *k, const kl_workload_t *w,
+                     const char *const *edits, int nedits)
+{
+    char err[KL_ERRMSG_LEN];
+    char *src = kl_xstrdup(k->source);
+    for (int e = 0; e < nedits; e++) {
+        const char *from = edits[2 * e], *to = edits[2 * e + 1];
+        char *p = strstr(src, from);
+        assert_non_null(p);
+        kl_buf_t b = {0};
+        kl_buf_printf(&b, "%.*s%s%s", (int)(p - src), src, to,
+                      p + strlen(from));
+        free(src);
+        src = kl_buf_take(&b);
+    }
+    static int seq;
+    char entry[32];
+    snprintf(entry, sizeof entry, "bad%d", seq++);
+    /* The entry and its helpers (kl_mma_ENTRY, kl_ldsm_ENTRY). */
+    kl_buf_t b = {0};
+    size_t n = strlen(k->entry);
+    for (const char *c = src; *c;) {
+        if (!strncmp(c, k->entry, n) && c[n] == '(') {
+            kl_buf_puts(&b, entry);
+            c += n;
+        } else {
+            kl_buf_printf(&b, "%c", *c++);
+        }
+    }
+    free(src);
+    kl_kernel_t bad = *k;
+    bad.source = kl_buf_take(&b);
+    bad.entry = entry;
+    char *so = NULL;
+    int rc = kl_emu_build(&bad, 1, &w, s_workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n%s", err, bad.source);
+    assert_int_equal(rc, KL_OK);
+    rc = kl_emu_check(so, &bad, w, 13, 1e-4, 1e-4, err);
+    printf("broken kernel: %s\n", rc ? err : "passed");
+    assert_int_equal(rc, KL_ERR_RUNTIME);
+    unlink(so);
+    free(so);
+    free(bad.source);
+}
+
 /* Sampled kernels run on the CPU emulation and match the interpreter. */
 static void test_emulated(void **state)
 {
@@ -332,7 +381,8 @@ static void test_emulated(void **state)
     const kl_workload_t *wk[NALL];
     kl_kernel_t ks[NALL];
     s_info_t info[NALL];
-    int n = 0, multi_warp = 0, multi_tile = 0, bf16 = 0, nmma = 0, first = -1;
+    int n = 0, multi_warp = 0, multi_tile = 0, bf16 = 0, nmma = 0;
+    int plain = -1, ldsm = -1;
     for (int op = 0; op < NOPS; op++) {
         ws[op] = s_load(s_ops[op]);
         s_sample(ws[op], op % 2 ? "cuda/sm_80" : "cuda/sm_90", op, NSAMP,
@@ -349,7 +399,10 @@ static void test_emulated(void **state)
         const kl_cuda_mma_plan_t *mp = &info[i].mp;
         if (info[i].mma) {
             nmma++;
-            first = first < 0 ? i : first;
+            if (info[i].mp.ldmatrix)
+                ldsm = ldsm < 0 ? i : ldsm;
+            else
+                plain = plain < 0 ? i : plain;
             multi_warp += mp->warps_m * mp->warps_n > 1;
             multi_tile += mp->tiles_m * mp->tiles_n > 1;
             bf16 += strstr(ks[i].source, ".f32.bf16.bf16.f32") != NULL;
@@ -363,50 +416,21 @@ static void test_emulated(void **state)
         assert_int_equal(rc, KL_OK);
     }
     printf("%d emulated kernels, %d on tensor cores: %d with several warps, "
-           "%d with several tiles per warp, %d bf16\n",
-           NALL, nmma, multi_warp, multi_tile, bf16);
+           "%d with several tiles per warp, %d bf16, ldmatrix in kernel %d\n",
+           NALL, nmma, multi_warp, multi_tile, bf16, ldsm);
     assert_true(nmma > 0 && nmma < NALL); /* both sides of the choice ran */
     assert_true(multi_warp > 0);
     assert_true(multi_tile > 0);
     assert_true(bf16 > 0);
-    /* A wrong fragment layout is caught: swap two A registers. */
-    kl_kernel_t bad = {0};
-    bad.source = kl_xstrdup(ks[first].source);
-    char *p = strstr(bad.source, "fa[mt][1] = s[");
-    assert_non_null(p);
-    p[7] = '2'; /* fa[mt][2] written twice, fa[mt][1] left unset */
-    char *q = strstr(p + 10, "fa[mt][2] = s[");
-    assert_non_null(q);
-    q[7] = '1';
-    bad.entry = kl_xstrdup("bad");
-    char *src = bad.source;
-    /* Rename the entry and its helper. */
-    kl_buf_t b = {0};
-    for (const char *c = src; *c;) {
-        if (!strncmp(c, ks[first].entry, strlen(ks[first].entry)) &&
-            (c[strlen(ks[first].entry)] == '(')) {
-            kl_buf_puts(&b, "bad");
-            c += strlen(ks[first].entry);
-        } else {
-            kl_buf_printf(&b, "%c", *c++);
-        }
-    }
-    free(bad.source);
-    bad.source = kl_buf_take(&b);
-    for (int i = 0; i < 3; i++) {
-        bad.grid[i] = ks[first].grid[i];
-        bad.block[i] = ks[first].block[i];
-    }
-    char *so2 = NULL;
-    rc = kl_emu_build(&bad, 1, &wk[first], s_workdir, &so2, err);
-    if (rc)
-        fprintf(stderr, "%s\n%s", err, bad.source);
-    assert_int_equal(rc, KL_OK);
-    assert_int_equal(kl_emu_check(so2, &bad, wk[first], 13, 1e-4, 1e-4, err),
-                     KL_ERR_RUNTIME);
-    unlink(so2);
-    free(so2);
-    kl_kernel_free(&bad);
+    /* A wrong fragment layout is caught: two A registers swapped, or
+     * ldmatrix given the wrong rows. */
+    assert_true(plain >= 0 && ldsm >= 0);
+    static const char *swap[] = {"fa[mt][1] = s[", "fa[mt][9] = s[",
+                                 "fa[mt][2] = s[", "fa[mt][1] = s[",
+                                 "fa[mt][9] = s[", "fa[mt][2] = s["};
+    s_broken(&ks[plain], wk[plain], swap, 3);
+    static const char *rows[] = {"kl_lane % 16) *", "kl_lane % 8) *"};
+    s_broken(&ks[ldsm], wk[ldsm], rows, 1);
     for (int i = 0; i < NALL; i++)
         kl_kernel_free(&ks[i]);
     unlink(so);
@@ -432,7 +456,7 @@ static void test_nvrtc(void **state)
         kl_nvrtc_arch_of_target("cuda/sm_80", arch, sizeof arch, err), KL_OK);
     assert_string_equal(arch, "sm_80");
     const char *archs[] = {"sm_80", "sm_90"};
-    int nmma = 0;
+    int nmma = 0, nldsm = 0;
     bool did75 = false;
     for (int op = 0; op < NOPS; op += 1) {
         kl_workload_t *w = s_load(s_ops[op]);
@@ -458,6 +482,7 @@ static void test_nvrtc(void **state)
                 assert_in_range(res[i].registers, 1, 255);
                 assert_int_equal(res[i].smem_static, info[i].smem);
                 nmma += info[i].mma && a == 0;
+                nldsm += info[i].mma && info[i].mp.ldmatrix && a == 0;
             }
         }
         for (int i = 0; i < NSAMP; i++) {
@@ -475,8 +500,10 @@ static void test_nvrtc(void **state)
             kl_kernel_free(&ks[i]);
         kl_workload_free(&w);
     }
-    printf("%d of %d compiled kernels on tensor cores\n", nmma, NOPS * NSAMP);
+    printf("%d of %d compiled kernels on tensor cores, %d with ldmatrix\n",
+           nmma, NOPS * NSAMP, nldsm);
     assert_true(nmma > 0);
+    assert_true(nldsm > 0 && nldsm < nmma);
     assert_true(did75);
 }
 
