@@ -150,6 +150,72 @@ bool kl_workload_is_int(const kl_workload_t *w)
            kl_dtype_is_int(w->tensors[kl_workload_output(w)].dtype);
 }
 
+uint16_t kl_dtype_bits(kl_dtype dt, float v)
+{
+    uint32_t x;
+    memcpy(&x, &v, 4);
+    if (dt == KL_DT_BF16) {
+        if ((x & 0x7fffffffu) > 0x7f800000u)
+            return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+        return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+    }
+    /* f16: round to nearest even, subnormals and overflow to infinity. */
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return sign | 0x7e00u;
+    if (a >= 0x477ff000u) /* rounds to 65536 or above */
+        return sign | 0x7c00u;
+    if (a < 0x38800000u) {   /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u) /* below half the smallest subnormal */
+            return sign;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(a >> 23); /* 14..24 */
+        uint32_t q = m >> shift, r = m & ((1u << shift) - 1),
+                 h = 1u << (shift - 1);
+        if (r > h || (r == h && (q & 1)))
+            q++;
+        return sign | (uint16_t)q;
+    }
+    uint32_t e = (a >> 23) - 112, m = a & 0x7fffffu;
+    uint32_t v16 = (e << 10) | (m >> 13), r = m & 0x1fffu;
+    if (r > 0x1000u || (r == 0x1000u && (v16 & 1)))
+        v16++;
+    return sign | (uint16_t)v16;
+}
+
+float kl_dtype_value(kl_dtype dt, uint16_t bits)
+{
+    uint32_t x;
+    if (dt == KL_DT_BF16) {
+        x = (uint32_t)bits << 16;
+    } else {
+        uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
+        uint32_t e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
+        if (e == 0x1f) {
+            x = sign | 0x7f800000u | (m << 13);
+        } else if (e) {
+            x = sign | ((e + 112) << 23) | (m << 13);
+        } else if (!m) {
+            x = sign;
+        } else { /* subnormal: m * 2^-24 */
+            float f = (float)m * 0x1p-24f;
+            memcpy(&x, &f, 4);
+            x |= sign;
+        }
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+double kl_dtype_round(kl_dtype dt, double v)
+{
+    if (dt != KL_DT_F16 && dt != KL_DT_BF16)
+        return v;
+    return kl_dtype_value(dt, kl_dtype_bits(dt, (float)v));
+}
+
 const char *kl_dtype_name(kl_dtype dt)
 {
     switch (dt) {
@@ -540,8 +606,9 @@ static double s_read(const s_eval_t *ev, int t, int64_t off)
         return ((const int8_t *)ev->bufs[t])[off];
     case KL_DT_S32:
         return ((const int32_t *)ev->bufs[t])[off];
-    default:
-        return ((const float *)ev->bufs[t])[off];
+    default: /* f16 / bf16 tensors are floats read at their precision */
+        return kl_dtype_round(ev->w->tensors[t].dtype,
+                              ((const float *)ev->bufs[t])[off]);
     }
 }
 

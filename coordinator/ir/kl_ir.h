@@ -242,9 +242,13 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *   "matmul M=1024 N=1024 K=1024"
  *   "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1"
  * Ops and parameters (defaults in brackets):
- *   matmul M N K [bias=0 relu=0]           C[M,N] = A[M,K] B[K,N]
- *   batch_matmul B M N K                   C[b,M,N] = A[b,M,K] B[b,K,N]
- *   dense N I O [bias=1 relu=0]            Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ *   matmul M N K [bias=0 relu=0 in=f32]    C[M,N] = A[M,K] B[K,N]
+ *   batch_matmul B M N K [in=f32]          C[b,M,N] = A[b,M,K] B[b,K,N]
+ *   dense N I O [bias=1 relu=0 in=f32]     Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ * in=f16 or in=bf16 declares the two multiplied inputs with that dtype;
+ * the output (and a bias) stay f32: the products are accumulated in f32
+ * (the tensor-core form, docs/architecture.md). The name ends "_f16" /
+ * "_bf16"; in=f32 is the default and changes nothing.
  *   conv2d N C H W K R S [stride=1 pad=0 dilation=1 groups=1
  *          layout=NCHW|NHWC bias=0 relu=0 residual=0]
  *   depthwise_conv2d N C H W R S [stride pad dilation multiplier=1 ...]
@@ -311,6 +315,12 @@ bool kl_dtype_is_int(kl_dtype dt);      /* u8, s8, s32 */
 bool kl_dtype_parse(const char *name, kl_dtype *out);
 /* An integer workload: its output is u8, s8 or s32 (see above). */
 bool kl_workload_is_int(const kl_workload_t *w);
+/* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
+ * overflows to infinity, keeps subnormals), and the float those bits hold.
+ * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */
+uint16_t kl_dtype_bits(kl_dtype dt, float v);
+float kl_dtype_value(kl_dtype dt, uint16_t bits);
+double kl_dtype_round(kl_dtype dt, double v);
 
 /* The argument list in ABI order (inputs, then the output) as the
  * "A:f32[256,256] B:f32[256,256] C:f32[256,256]:out" text used by
@@ -322,7 +332,9 @@ char *kl_workload_args_text(const kl_workload_t *w);
  * respecting the division form; skipped points under 'max='), and stores
  * it as f32. Slow (some 3*10^7 body evaluations a second); for tests and
  * small shapes. bufs follow ABI order, all f32 (whatever the declared
- * dtype), dense row-major. */
+ * dtype), dense row-major; every read of an f16 or bf16 tensor is first
+ * rounded to that dtype (kl_dtype_round), so the result is the operator on
+ * the values such tensors can hold, accumulated in double, stored as f32. */
 void kl_workload_eval(const kl_workload_t *w, float *const *bufs);
 
 /* The same with each buffer in its declared type: uint8_t / int8_t /

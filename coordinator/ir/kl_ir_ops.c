@@ -188,6 +188,24 @@ static int s_act(s_spec_t *s, s_act_t *a)
     return KL_OK;
 }
 
+/* The inputs' dtype "in=f32|f16|bf16" (default f32; the output and any
+ * bias stay f32: f16/bf16 products are accumulated in f32). */
+static int s_in_dtype(s_spec_t *s, const char **out)
+{
+    s_kv_t *kv = s_find(s, "in");
+    *out = "f32";
+    if (!kv)
+        return KL_OK;
+    if (strcmp(kv->val, "f32") && strcmp(kv->val, "f16") &&
+        strcmp(kv->val, "bf16"))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for in (expected f32, f16 or "
+                         "bf16)",
+                         s->op, kv->val);
+    *out = strcmp(kv->val, "f32") ? kv->val : "f32";
+    return KL_OK;
+}
+
 /* The activation's epilogue text (" | relu", " | clip(0, 6)" or ""). */
 static void s_act_epilogue(kl_buf_t *b, const s_act_t *a)
 {
@@ -470,10 +488,12 @@ static int s_matmul(s_spec_t *s, kl_workload_t **out)
 {
     int64_t M, N, K, bias;
     s_act_t act;
+    const char *in;
     int rc = s_int(s, "M", -1, 1, &M) ?: s_int(s, "N", -1, 1, &N)
                                         ?: s_int(s, "K", -1, 1, &K)
                                         ?: s_flag(s, "bias", 0, &bias)
-                                        ?: s_act(s, &act);
+                                        ?: s_act(s, &act)
+                                        ?: s_in_dtype(s, &in);
     if (rc)
         return rc;
     kl_buf_t t = {0}, n = {0};
@@ -482,26 +502,43 @@ static int s_matmul(s_spec_t *s, kl_workload_t **out)
     s_act_epilogue(&t, &act);
     kl_buf_printf(&t, " where i=%lld, j=%lld, k=%lld", (long long)M,
                   (long long)N, (long long)K);
+    if (strcmp(in, "f32"))
+        kl_buf_printf(&t, "; A: %s[%lld,%lld], B: %s[%lld,%lld]", in,
+                      (long long)M, (long long)K, in, (long long)K,
+                      (long long)N);
     kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s", (long long)M, (long long)N,
                   (long long)K, bias ? "_bias" : "");
     s_act_name(&n, &act);
+    if (strcmp(in, "f32"))
+        kl_buf_printf(&n, "_%s", in);
     return s_finish(s, kl_buf_take(&t), "matmul", kl_buf_take(&n), out);
 }
 
 static int s_batch_matmul(s_spec_t *s, kl_workload_t **out)
 {
     int64_t B, M, N, K;
+    const char *in;
     int rc = s_int(s, "B", -1, 1, &B) ?: s_int(s, "M", -1, 1, &M)
                                         ?: s_int(s, "N", -1, 1, &N)
-                                        ?: s_int(s, "K", -1, 1, &K);
+                                        ?: s_int(s, "K", -1, 1, &K)
+                                        ?: s_in_dtype(s, &in);
     if (rc)
         return rc;
-    char *text =
-        kl_xasprintf("C[b,i,j] += A[b,i,k] * B[b,k,j] where b=%lld, "
-                     "i=%lld, j=%lld, k=%lld",
-                     (long long)B, (long long)M, (long long)N, (long long)K);
-    char *name = kl_xasprintf("batch_matmul_%lld_%lld_%lld_%lld", (long long)B,
-                              (long long)M, (long long)N, (long long)K);
+    bool half = strcmp(in, "f32") != 0;
+    char decl[160] = "";
+    if (half)
+        snprintf(decl, sizeof decl,
+                 "; A: %s[%lld,%lld,%lld], B: %s[%lld,%lld,"
+                 "%lld]",
+                 in, (long long)B, (long long)M, (long long)K, in, (long long)B,
+                 (long long)K, (long long)N);
+    char *text = kl_xasprintf("C[b,i,j] += A[b,i,k] * B[b,k,j] where b=%lld, "
+                              "i=%lld, j=%lld, k=%lld%s",
+                              (long long)B, (long long)M, (long long)N,
+                              (long long)K, decl);
+    char *name = kl_xasprintf("batch_matmul_%lld_%lld_%lld_%lld%s%s",
+                              (long long)B, (long long)M, (long long)N,
+                              (long long)K, half ? "_" : "", half ? in : "");
     return s_finish(s, text, "batch_matmul", name, out);
 }
 
@@ -509,23 +546,29 @@ static int s_dense(s_spec_t *s, kl_workload_t **out)
 {
     int64_t N, I, O, bias;
     s_act_t act;
+    const char *in;
     int rc = s_int(s, "N", -1, 1, &N) ?: s_int(s, "I", -1, 1, &I)
                                         ?: s_int(s, "O", -1, 1, &O)
                                         ?: s_flag(s, "bias", 1, &bias)
-                                        ?: s_act(s, &act);
+                                        ?: s_act(s, &act)
+                                        ?: s_in_dtype(s, &in);
     if (rc)
         return rc;
     kl_buf_t t = {0}, n = {0};
     kl_buf_printf(&t, "Y[n,o] += X[n,i] * W[o,i]%s", bias ? " | + b[o]" : "");
     s_act_epilogue(&t, &act);
-    kl_buf_printf(&t, " where n=%lld, o=%lld, i=%lld; W: const f32[%lld,%lld]",
-                  (long long)N, (long long)O, (long long)I, (long long)O,
+    kl_buf_printf(&t, " where n=%lld, o=%lld, i=%lld; W: const %s[%lld,%lld]",
+                  (long long)N, (long long)O, (long long)I, in, (long long)O,
                   (long long)I);
+    if (strcmp(in, "f32"))
+        kl_buf_printf(&t, ", X: %s[%lld,%lld]", in, (long long)N, (long long)I);
     if (bias)
         kl_buf_printf(&t, ", b: const f32[%lld]", (long long)O);
     kl_buf_printf(&n, "dense_%lld_%lld_%lld%s", (long long)N, (long long)I,
                   (long long)O, bias ? "_bias" : "");
     s_act_name(&n, &act);
+    if (strcmp(in, "f32"))
+        kl_buf_printf(&n, "_%s", in);
     return s_finish(s, kl_buf_take(&t), "dense", kl_buf_take(&n), out);
 }
 

@@ -94,7 +94,8 @@ typedef struct {
  * model above (a bound loop after a serial one, a reduction loop above the
  * write cache, a packed or local read cache, a shared write cache, a cached
  * tensor read through a strided gather or through two different index maps,
- * a parallel loop, a dtype other than f32). Limits are not checked here:
+ * a parallel loop, an output other than f32; f16 / bf16 inputs are read
+ * as f32). Limits are not checked here:
  * see kl_cuda_plan_check. */
 int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
                  char *err);
@@ -107,6 +108,61 @@ int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
  * KL_ERR_INVAL naming the limit. */
 int kl_cuda_plan_check(const kl_cuda_plan_t *p, const kl_sched_t *s,
                        const kl_target_t *t, char *err);
+
+/* ---- Tensor-core tiling (mma.sync.aligned.m16n8k16) ----
+ *
+ * A matmul-like workload (C[batch.., m, n] += A[..] * B[..], the two
+ * inputs f16 or both bf16, indexed each dimension by one iterator, the
+ * output f32, any epilogue) on sm_80 or newer may be scheduled by the rules
+ * (rules_cuda.c) as
+ *
+ *   blk(batch.., m0, n0) wm wn k0 k1 mt nt m16 n8 k16
+ *
+ * with m split (?, WM, MT, 16), n split (?, WN, NT, 8), k split (?, KS, 16)
+ * (imperfect: ragged edges are guarded) and the fused block loop bound to
+ * blockIdx.x and annotated KL_CUDA_MMA_ANNOT = 1. The block has WM x WN
+ * warps; warp (wm, wn) computes MT x NT tiles of 16x8 outputs with one
+ * mma.sync m16n8k16 per tile and k16 step, keeping the accumulators in the
+ * documented C/D fragment registers. A and B are staged in shared memory
+ * per k0 step (BK = 16 KS columns of k, zero outside the tensors). */
+#define KL_CUDA_MMA_ANNOT "mma_m16n8k16"
+/* On the block loop too, = 1: fragments are loaded with ldmatrix.sync
+ * (x4 for A, x2 for B) instead of 32-bit shared reads per register. */
+#define KL_CUDA_LDMATRIX_ANNOT "mma_ldmatrix"
+
+typedef struct {
+    kl_dtype in; /* KL_DT_F16 or KL_DT_BF16 */
+    int a, b;    /* tensors: a is read by (.., m, k), b by (.., k, n) */
+    int m, n, k; /* iterators */
+    int nbatch;  /* iterators indexing a, b and the output */
+    int batch[KL_IR_MAX_ITERS];
+    /* Element strides of a, b and the output per iterator (0 where the
+     * iterator does not index that tensor). */
+    int64_t sa[KL_IR_MAX_ITERS], sb[KL_IR_MAX_ITERS], sc[KL_IR_MAX_ITERS];
+} kl_cuda_mma_match_t;
+
+/* Whether w is matmul-like as above; fills *m when it is. */
+bool kl_cuda_mma_match(const kl_workload_t *w, kl_cuda_mma_match_t *m);
+
+typedef struct {
+    kl_cuda_mma_match_t mm;
+    int64_t warps_m, warps_n; /* WM, WN */
+    int64_t tiles_m, tiles_n; /* MT, NT: 16x8 tiles per warp */
+    int64_t ksteps;           /* KS: k16 steps per shared stage */
+    int64_t bm, bn, bk;       /* block tile: 16 WM MT, 8 WN NT, 16 KS */
+    int64_t kouter;           /* k0 extent */
+    int64_t grid, threads;    /* blockIdx.x extent, 32 WM WN */
+    int64_t pitch;            /* 16-bit elements per shared row: bk + 8 */
+    int64_t smem_bytes;       /* (bm + bn) * pitch * 2 */
+    bool ldmatrix;            /* KL_CUDA_LDMATRIX_ANNOT */
+} kl_cuda_mma_plan_t;
+
+/* Analyses a tensor-core schedule. Returns KL_ERR_NOTFOUND (no message)
+ * when s carries no KL_CUDA_MMA_ANNOT; KL_ERR_UNSUPPORTED naming the
+ * problem when it does but the nest is not the form above, the workload is
+ * not matmul-like or the target is older than sm_80; 0 with *p filled. */
+int kl_cuda_mma_plan(const kl_sched_t *s, const kl_target_t *t,
+                     kl_cuda_mma_plan_t *p, char *err);
 
 /* An optional resource check run by kl_postproc_cuda after the static
  * checks (see kl_cuda_enable_resource_check in tools/cuda_check.h, which

@@ -246,12 +246,13 @@ int kl_cuda_plan(const kl_sched_t *s, const kl_target_t *t, kl_cuda_plan_t *p,
     if (t && t->kind != KL_TARGET_CUDA)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "target %s is not a CUDA target", t->name);
-    for (int i = 0; i < w->ntensors; i++)
-        if (w->tensors[i].dtype != KL_DT_F32)
-            return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "cuda: tensor %s is %s (only f32 kernels)",
-                             w->tensors[i].name,
-                             kl_dtype_name(w->tensors[i].dtype));
+    /* Inputs may be f16 / bf16 (read as their bits, computed in f32); the
+     * output is f32. */
+    int o = kl_workload_output(w);
+    if (w->tensors[o].dtype != KL_DT_F32)
+        return kl_seterr(
+            err, KL_ERR_UNSUPPORTED, "cuda: output %s is %s (only f32 outputs)",
+            w->tensors[o].name, kl_dtype_name(w->tensors[o].dtype));
     p->nloops = kl_sched_nloops(s);
     int rc = s_plan_bindings(s, p, err);
     if (!rc)
@@ -325,11 +326,222 @@ int kl_cuda_plan_check(const kl_cuda_plan_t *p, const kl_sched_t *s,
     return KL_OK;
 }
 
+/* Strides of access a into its tensor per iterator, when every dimension
+ * is one iterator with coefficient 1 over the whole dimension. */
+static bool s_plain_strides(const kl_workload_t *w, const kl_access_t *a,
+                            int64_t *st)
+{
+    const kl_tensor_t *t = &w->tensors[a->tensor];
+    int64_t stride = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        const kl_affine_t *x = &a->idx[d];
+        int it = -1;
+        for (int k = 0; k < w->niters; k++) {
+            if (!x->coef[k])
+                continue;
+            if (x->coef[k] != 1 || it >= 0)
+                return false;
+            it = k;
+        }
+        if (it < 0 || x->offset || x->div > 1 || st[it] ||
+            t->shape[d] != w->iters[it].extent)
+            return false;
+        st[it] = stride;
+        stride *= t->shape[d];
+    }
+    return true;
+}
+
+bool kl_cuda_mma_match(const kl_workload_t *w, kl_cuda_mma_match_t *m)
+{
+    memset(m, 0, sizeof *m);
+    const kl_expr_t *e = w->body;
+    if (w->reduce != KL_RED_SUM || !e || e->kind != KL_EX_MUL ||
+        e->a->kind != KL_EX_LOAD || e->b->kind != KL_EX_LOAD)
+        return false;
+    int out = kl_workload_output(w);
+    int ta = e->a->access.tensor, tb = e->b->access.tensor;
+    kl_dtype dt = w->tensors[ta].dtype;
+    if (ta == tb || w->tensors[out].dtype != KL_DT_F32 ||
+        (dt != KL_DT_F16 && dt != KL_DT_BF16) || w->tensors[tb].dtype != dt)
+        return false;
+    for (int i = 0; i < w->nepi; i++) {
+        int64_t se[KL_IR_MAX_ITERS] = {0};
+        if ((w->epi[i].kind == KL_EPI_ADD_TENSOR ||
+             w->epi[i].kind == KL_EPI_MUL_TENSOR) &&
+            (w->tensors[w->epi[i].access.tensor].dtype != KL_DT_F32 ||
+             !s_plain_strides(w, &w->epi[i].access, se)))
+            return false;
+    }
+    int64_t s1[KL_IR_MAX_ITERS] = {0}, s2[KL_IR_MAX_ITERS] = {0};
+    if (!s_plain_strides(w, &e->a->access, s1) ||
+        !s_plain_strides(w, &e->b->access, s2) ||
+        !s_plain_strides(w, &w->out, m->sc))
+        return false;
+    int p = -1, q = -1, k = -1;
+    for (int it = 0; it < w->niters; it++) {
+        if (w->iters[it].reduce) {
+            if (k >= 0 || !s1[it] || !s2[it])
+                return false;
+            k = it;
+        } else if (s1[it] && s2[it]) {
+            m->batch[m->nbatch++] = it;
+        } else if (s1[it]) {
+            if (p >= 0)
+                return false;
+            p = it;
+        } else if (s2[it]) {
+            if (q >= 0)
+                return false;
+            q = it;
+        } else {
+            return false; /* a broadcast, not a product */
+        }
+    }
+    if (p < 0 || q < 0 || k < 0)
+        return false;
+    m->in = dt;
+    m->a = ta;
+    m->b = tb;
+    m->m = p;
+    m->n = q;
+    m->k = k;
+    memcpy(m->sa, s1, sizeof s1);
+    memcpy(m->sb, s2, sizeof s2);
+    return true;
+}
+
+static bool s_mma_annotated(const kl_loop_t *l)
+{
+    for (int a = 0; a < l->nannots; a++)
+        if (!strcmp(l->annots[a].key, KL_CUDA_MMA_ANNOT) &&
+            l->annots[a].value == 1)
+            return true;
+    return false;
+}
+
+/* Loop at pos is one part of iterator it with stride and (when ext > 0)
+ * that extent; returns its extent, or 0 when it is not. */
+static int64_t s_mma_level(const kl_sched_t *s, int pos, int it, int64_t stride,
+                           int64_t ext)
+{
+    const kl_loop_t *l = kl_sched_loop(s, pos);
+    if (l->nparts != 1 || l->parts[0].iter != it ||
+        l->parts[0].stride != stride || (ext > 0 && l->extent != ext) ||
+        s_is_bound(l->kind) || l->kind == KL_LOOP_PARALLEL)
+        return 0;
+    return l->extent;
+}
+
+int kl_cuda_mma_plan(const kl_sched_t *s, const kl_target_t *t,
+                     kl_cuda_mma_plan_t *p, char *err)
+{
+    memset(p, 0, sizeof *p);
+    const kl_workload_t *w = kl_sched_workload(s);
+    int n = kl_sched_nloops(s);
+    bool any = false;
+    for (int pos = 0; pos < n; pos++)
+        any = any || s_mma_annotated(kl_sched_loop(s, pos));
+    if (!any)
+        return KL_ERR_NOTFOUND;
+    if (t && t->kind != KL_TARGET_CUDA)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "target %s is not a CUDA target", t->name);
+    if (t && t->sm < 80)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda: mma.sync m16n8k16 needs sm_80 or newer "
+                         "(target %s)",
+                         t->name);
+    kl_cuda_mma_match_t *mm = &p->mm;
+    if (!kl_cuda_mma_match(w, mm))
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda: %s is not a product of two f16 or bf16 "
+                         "tensors into an f32 one (no tensor-core form)",
+                         w->name ? w->name : "the workload");
+    const kl_loop_t *blk = n == 10 ? kl_sched_loop(s, 0) : NULL;
+    if (!blk || blk->kind != KL_LOOP_BLOCK_X || !s_mma_annotated(blk) ||
+        kl_sched_nstages(s) || blk->nparts != mm->nbatch + 2)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda: the %s nest is not blk wm wn k0 k1 mt nt "
+                         "m16 n8 k16 without stages",
+                         KL_CUDA_MMA_ANNOT);
+    p->tiles_m = s_mma_level(s, 5, mm->m, 16, 0);
+    p->tiles_n = s_mma_level(s, 6, mm->n, 8, 0);
+    p->warps_m = s_mma_level(s, 1, mm->m, 16 * p->tiles_m, 0);
+    p->warps_n = s_mma_level(s, 2, mm->n, 8 * p->tiles_n, 0);
+    p->ksteps = s_mma_level(s, 4, mm->k, 16, 0);
+    p->kouter = s_mma_level(s, 3, mm->k, 16 * p->ksteps, 0);
+    p->bm = 16 * p->warps_m * p->tiles_m;
+    p->bn = 8 * p->warps_n * p->tiles_n;
+    p->bk = 16 * p->ksteps;
+    bool ok = p->tiles_m && p->tiles_n && p->warps_m && p->warps_n &&
+              p->ksteps && p->kouter && s_mma_level(s, 7, mm->m, 1, 16) &&
+              s_mma_level(s, 8, mm->n, 1, 8) && s_mma_level(s, 9, mm->k, 1, 16);
+    for (int q = 0; ok && q < blk->nparts; q++) {
+        const kl_loop_part_t *pt = &blk->parts[q];
+        if (pt->iter == mm->m)
+            ok = pt->stride == p->bm;
+        else if (pt->iter == mm->n)
+            ok = pt->stride == p->bn;
+        else
+            ok = pt->stride == 1 && pt->extent == w->iters[pt->iter].extent;
+    }
+    if (!ok)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "cuda: the %s nest's levels do not tile m by "
+                         "(blk, wm, mt, 16), n by (blk, wn, nt, 8) and k by "
+                         "(k0, k1, 16)",
+                         KL_CUDA_MMA_ANNOT);
+    p->grid = blk->extent;
+    for (int a = 0; a < blk->nannots; a++)
+        if (!strcmp(blk->annots[a].key, KL_CUDA_LDMATRIX_ANNOT) &&
+            blk->annots[a].value == 1)
+            p->ldmatrix = true;
+    p->threads = 32 * p->warps_m * p->warps_n;
+    p->pitch = p->bk + 8;
+    p->smem_bytes = (p->bm + p->bn) * p->pitch * 2;
+    return KL_OK;
+}
+
+static int s_postproc_mma(const kl_target_t *t, kl_sched_t *s,
+                          const kl_cuda_mma_plan_t *p, char *err)
+{
+    int64_t maxt =
+        t->max_threads_per_block > 0 ? t->max_threads_per_block : 1024;
+    if (p->threads > maxt)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "postproc cuda: %lld threads per block (at most "
+                         "%lld)",
+                         (long long)p->threads, (long long)maxt);
+    if (p->smem_bytes > KL_CUDA_STATIC_SMEM)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "postproc cuda: %lld bytes of shared memory per "
+                         "block (at most %d)",
+                         (long long)p->smem_bytes, KL_CUDA_STATIC_SMEM);
+    if (p->tiles_m * p->tiles_n * 4 > KL_CUDA_MAX_ACC)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "postproc cuda: %lld accumulators per thread (at "
+                         "most %d)",
+                         (long long)(p->tiles_m * p->tiles_n * 4),
+                         KL_CUDA_MAX_ACC);
+    if (p->grid > 2147483647LL)
+        return kl_seterr(err, KL_ERR_INVAL, "postproc cuda: grid too large");
+    char why[KL_ERRMSG_LEN];
+    if (s_resource_check && s_resource_check(s, t, why))
+        return kl_seterr(err, KL_ERR_INVAL, "postproc cuda: %s", why);
+    return KL_OK;
+}
+
 int kl_postproc_cuda(const kl_target_t *t, kl_sched_t *s, char *err)
 {
     kl_cuda_plan_t p;
     char why[KL_ERRMSG_LEN];
-    int rc = kl_cuda_plan(s, t, &p, why);
+    kl_cuda_mma_plan_t mp;
+    int rc = kl_cuda_mma_plan(s, t, &mp, why);
+    if (rc != KL_ERR_NOTFOUND)
+        return rc ? kl_seterr(err, KL_ERR_INVAL, "postproc cuda: %s", why)
+                  : s_postproc_mma(t, s, &mp, err);
+    rc = kl_cuda_plan(s, t, &p, why);
     if (rc)
         return kl_seterr(err, KL_ERR_INVAL, "postproc cuda: %s", why);
     rc = kl_cuda_plan_check(&p, s, t, why);

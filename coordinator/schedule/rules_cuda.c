@@ -18,11 +18,18 @@
  * most 64 accumulators per thread, and threads x (accumulators + 40)
  * registers within the 64 K register file. The epilogue is applied at
  * write-back by the code generator (epilogue fusion).
+ *
+ * f16 / bf16 inputs are read and computed as f32 (the output is f32). A
+ * product of two f16 or bf16 tensors into an f32 one (kl_cuda_mma_match)
+ * on sm_80 or newer samples between this tiling and the tensor-core one
+ * (s_mma_tiling, kl_cuda_plan.h: warps of mma.sync m16n8k16 with sampled
+ * warp and tile counts); the trace's if/else records which.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kl_cuda_plan.h"
 #include "kl_err.h"
 #include "kl_space.h"
 
@@ -223,16 +230,105 @@ static int s_smem_pad(kl_trace_t *t, int64_t loop, char *err)
     return kl_tr_end(t, err);
 }
 
+/* A sampled tile factor among {1, 2, 4}, keeping only the values whose
+ * tile (unit elements each) does not start past extent. */
+static int64_t s_mma_factor(kl_trace_t *t, int64_t extent, int64_t unit)
+{
+    static const int64_t all[] = {1, 2, 4};
+    int64_t vals[3];
+    double probs[3];
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if ((all[i] - 1) * unit < extent)
+            vals[n++] = all[i];
+    for (int i = 0; i < n; i++)
+        probs[i] = 1.0 / n;
+    return kl_tr_sample_categorical(t, vals, probs, n);
+}
+
+/* The tensor-core tiling (kl_cuda_plan.h): m split (?, WM, MT, 16), n
+ * (?, WN, NT, 8), k (?, KS, 16), every factor but the 16/8/16 of the
+ * mma.sync shape sampled; the block loop fuses the batch iterators and
+ * the outer m and n levels. reject_if drops tiles whose last 16x8 row or
+ * column of tiles would lie wholly outside the output. */
+static int s_mma_tiling(kl_trace_t *t, const kl_workload_t *w,
+                        const kl_cuda_mma_match_t *mm, char *err)
+{
+    int64_t loops[KL_IR_MAX_ITERS];
+    kl_tr_get_loops(t, w->niters, loops);
+    int64_t M = w->iters[mm->m].extent, N = w->iters[mm->n].extent,
+            K = w->iters[mm->k].extent;
+    int64_t wm = s_mma_factor(t, M, 16), mt = s_mma_factor(t, M, 16);
+    int64_t wn = s_mma_factor(t, N, 8), nt = s_mma_factor(t, N, 8);
+    int64_t ks = s_mma_factor(t, K, 16);
+    int64_t lm[4], ln[4], lk[3];
+    kl_tr_split(t, loops[mm->m], (int64_t[]){KL_SPLIT_INFER, wm, mt, -16}, 4,
+                lm);
+    kl_tr_split(t, loops[mm->n], (int64_t[]){KL_SPLIT_INFER, wn, nt, -8}, 4,
+                ln);
+    kl_tr_split(t, loops[mm->k], (int64_t[]){KL_SPLIT_INFER, ks, -16}, 3, lk);
+    int64_t nest[KL_IR_MAX_ITERS + 12], fused[KL_IR_MAX_ITERS + 2];
+    int nn = 0;
+    for (int i = 0; i < mm->nbatch; i++)
+        nest[nn++] = fused[i] = loops[mm->batch[i]];
+    fused[mm->nbatch] = lm[0];
+    fused[mm->nbatch + 1] = ln[0];
+    int64_t rest[] = {lm[0], ln[0], lm[1], ln[1], lk[0], lk[1],
+                      lm[2], ln[2], lm[3], ln[3], lk[2]};
+    for (int i = 0; i < 11; i++)
+        nest[nn++] = rest[i];
+    kl_tr_reorder(t, nest, nn);
+    int64_t blk = kl_tr_fuse(t, fused, mm->nbatch + 2);
+    kl_tr_bind(t, blk, KL_LOOP_BLOCK_X);
+    kl_tr_annotate(t, blk, KL_CUDA_MMA_ANNOT, 1);
+    /* Fragments through ldmatrix or plain shared reads: sampled. */
+    static const int64_t ldsm[] = {0, 1};
+    static const double pl[] = {0.5, 0.5};
+    int64_t v = kl_tr_sample_categorical(t, ldsm, pl, 2);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+    int rc = kl_tr_if(t, pred, err);
+    if (rc)
+        return rc;
+    kl_tr_annotate(t, blk, KL_CUDA_LDMATRIX_ANNOT, 1);
+    if ((rc = kl_tr_end(t, err)))
+        return rc;
+    rc = s_reject(t, err, "(v%lld * v%lld - 1) * 16 >= %lld", (long long)wm,
+                  (long long)mt, (long long)M);
+    if (!rc)
+        rc = s_reject(t, err, "(v%lld * v%lld - 1) * 8 >= %lld", (long long)wn,
+                      (long long)nt, (long long)N);
+    return rc;
+}
+
+/* The SSSRRSRS tiling (CUDA cores, f32 arithmetic). */
+static int s_simt_tiling(kl_trace_t *t, const kl_workload_t *w,
+                         const kl_target_t *tg, int ns, int nr, int64_t points,
+                         char *err)
+{
+    int64_t bound[3], sv[KL_IR_MAX_ITERS][S_LEVELS];
+    int64_t rl[KL_IR_MAX_ITERS][R_LEVELS];
+    s_tiling(t, ns, nr, bound, sv, rl);
+    int rc = s_limits(t, tg, ns, points, bound, sv, err);
+    if (!rc) {
+        s_caching(t, w, nr, bound, rl);
+        rc = s_auto_unroll(t, bound[0], err);
+        if (!rc && nr > 0)
+            rc = s_smem_pad(t, bound[0], err);
+    }
+    return rc;
+}
+
 int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                           kl_trace_t **out, char *err)
 {
     *out = NULL;
-    for (int i = 0; i < w->ntensors; i++)
-        if (w->tensors[i].dtype != KL_DT_F32)
-            return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "%s: tensor %s is %s (the CUDA space is f32)",
-                             tg->name, w->tensors[i].name,
-                             kl_dtype_name(w->tensors[i].dtype));
+    const kl_tensor_t *o = &w->tensors[kl_workload_output(w)];
+    if (o->dtype != KL_DT_F32)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "%s: output %s is %s (the CUDA space computes f32 "
+                         "outputs; f16/bf16 inputs are read as f32)",
+                         tg->name, o->name, kl_dtype_name(o->dtype));
     int ns = 0, nr = 0;
     int64_t points = 1;
     for (int k = 0; k < w->niters; k++) {
@@ -248,17 +344,28 @@ int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
                          "%s: %d spatial and %d reduction loops do not fit "
                          "the GPU tiling",
                          tg->name, ns, nr);
-    kl_trace_t *t = kl_trace_new("cuda-sssrrsrs");
-    int64_t bound[3], sv[KL_IR_MAX_ITERS][S_LEVELS];
-    int64_t rl[KL_IR_MAX_ITERS][R_LEVELS];
-    s_tiling(t, ns, nr, bound, sv, rl);
-    int rc = s_limits(t, tg, ns, points, bound, sv, err);
-    if (!rc) {
-        s_caching(t, w, nr, bound, rl);
-        rc = s_auto_unroll(t, bound[0], err);
-        if (!rc && nr > 0)
-            rc = s_smem_pad(t, bound[0], err);
+    kl_cuda_mma_match_t mm;
+    bool mma = tg->sm >= 80 && kl_cuda_mma_match(w, &mm);
+    kl_trace_t *t = kl_trace_new(mma ? "cuda-sssrrsrs-mma" : "cuda-sssrrsrs");
+    int rc = KL_OK;
+    if (mma) {
+        /* Tensor cores or CUDA cores: a sampled choice, tensor cores 3 in
+         * 4. */
+        static const int64_t kinds[] = {0, 1};
+        static const double probs[] = {0.25, 0.75};
+        int64_t v = kl_tr_sample_categorical(t, kinds, probs, 2);
+        char pred[64];
+        snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+        rc = kl_tr_if(t, pred, err);
+        if (!rc)
+            rc = s_mma_tiling(t, w, &mm, err);
+        if (!rc)
+            rc = kl_tr_else(t, err);
     }
+    if (!rc)
+        rc = s_simt_tiling(t, w, tg, ns, nr, points, err);
+    if (!rc && mma)
+        rc = kl_tr_end(t, err);
     if (rc) {
         kl_trace_free(&t);
         return rc;

@@ -26,19 +26,86 @@ static const char *s_prelude =
     "struct float4 { float x, y, z, w; };\n"
     "static inline float4 make_float4(float a, float b, float c, float d) "
     "{ return float4{a, b, c, d}; }\n"
+    "#define KL_CUDA_EMU 1\n"
+    "#define __device__\n"
+    "#define __forceinline__ inline\n"
     "#define __global__\n"
     "#define __launch_bounds__(n)\n"
     "#define __restrict__ __restrict\n"
     "#define __shared__ static\n"
     "#define __align__(n) __attribute__((aligned(n)))\n"
-    "struct kl_emu_job { void (*fn)(float **); float **a; kl_dim3 t; };\n"
+    /* A kernel argument of any pointer type (f32 or 16-bit tensors). */
+    "struct kl_emu_arg { void *p; template <class T> operator T *() const "
+    "{ return (T *)p; } };\n"
+    /* mma.sync m16n8k16 row.col f32 += f16|bf16 x f16|bf16, per the PTX
+     * ISA fragments: every lane of the warp deposits its A (4 registers)
+     * and B (2) fragments, the warp meets at a barrier, each lane computes
+     * its 4 C/D elements from the whole warp's fragments, and a second
+     * barrier keeps the exchange alive until all have read it. Warps are
+     * the block's threads 32 at a time, as on the GPU. */
+    "static pthread_barrier_t kl_emu_wbar[32];\n"
+    "static unsigned kl_emu_xa[32][32][4], kl_emu_xb[32][32][2];\n"
+    "static inline float kl_emu_h2f(int bf16, unsigned h) {\n"
+    "    unsigned x;\n"
+    "    if (bf16) { x = h << 16; }\n"
+    "    else {\n"
+    "        unsigned s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, "
+    "m = h & 0x3ff;\n"
+    "        if (e == 0x1f) x = s | 0x7f800000u | (m << 13);\n"
+    "        else if (e) x = s | ((e + 112) << 23) | (m << 13);\n"
+    "        else { float f = (float)m * 0x1p-24f; memcpy(&x, &f, 4); "
+    "x |= s; }\n"
+    "    }\n"
+    "    float f; memcpy(&f, &x, 4); return f;\n"
+    "}\n"
+    "static void kl_emu_mma_m16n8k16(int bf16, float *d, const unsigned *a,\n"
+    "                                const unsigned *b) {\n"
+    "    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "    memcpy(kl_emu_xa[w][lane], a, 16);\n"
+    "    memcpy(kl_emu_xb[w][lane], b, 8);\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "    unsigned g = lane / 4, t = lane % 4;\n"
+    "    for (unsigned i = 0; i < 4; i++) {\n"
+    "        unsigned row = g + i / 2 * 8, col = t * 2 + i % 2;\n"
+    "        float acc = d[i];\n"
+    "        for (unsigned k = 0; k < 16; k++) {\n"
+    /* A(row, k): lane 4 (row % 8) + (k % 8) / 2, register row / 8 +
+     * 2 (k / 8), half k % 2; B(k, col): lane 4 col + (k % 8) / 2,
+     * register k / 8, half k % 2 (the lower half holds the even index). */
+    "            unsigned ra = kl_emu_xa[w][row % 8 * 4 + k % 8 / 2]"
+    "[row / 8 + 2 * (k / 8)];\n"
+    "            unsigned rb = kl_emu_xb[w][col * 4 + k % 8 / 2][k / 8];\n"
+    "            acc += kl_emu_h2f(bf16, ra >> (16 * (k % 2)) & 0xffffu) *\n"
+    "                   kl_emu_h2f(bf16, rb >> (16 * (k % 2)) & 0xffffu);\n"
+    "        }\n"
+    "        d[i] = acc;\n"
+    "    }\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "}\n"
+    /* ldmatrix.sync.aligned.m8n8.xN.shared.b16: lanes 8j..8j+7 give the
+     * addresses of the 8 rows of matrix j (8 16-bit elements each); lane
+     * 4g+t receives row g, elements 2t and 2t+1 of matrix j in r[j]. */
+    "static const unsigned short *kl_emu_xp[32][32];\n"
+    "static void kl_emu_ldmatrix(int x, unsigned *r, const unsigned short *p) "
+    "{\n"
+    "    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "    kl_emu_xp[w][lane] = p;\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "    unsigned g = lane / 4, t = lane % 4;\n"
+    "    for (int j = 0; j < x; j++) {\n"
+    "        const unsigned short *row = kl_emu_xp[w][j * 8 + g];\n"
+    "        r[j] = row[2 * t] | (unsigned)row[2 * t + 1] << 16;\n"
+    "    }\n"
+    "    pthread_barrier_wait(&kl_emu_wbar[w]);\n"
+    "}\n"
+    "struct kl_emu_job { void (*fn)(void **); void **a; kl_dim3 t; };\n"
     "static void *kl_emu_thread(void *p) {\n"
     "    kl_emu_job *j = (kl_emu_job *)p;\n"
     "    threadIdx = j->t;\n"
     "    j->fn(j->a);\n"
     "    return 0;\n"
     "}\n"
-    "static int kl_emu_run(void (*fn)(float **), float **a, const long *g,\n"
+    "static int kl_emu_run(void (*fn)(void **), void **a, const long *g,\n"
     "                      const long *b) {\n"
     "    long n = b[0] * b[1] * b[2];\n"
     "    pthread_t *th = new pthread_t[n];\n"
@@ -52,6 +119,8 @@ static const char *s_prelude =
     "    for (long bx = 0; bx < g[0]; bx++) {\n"
     "        blockIdx = kl_dim3{(unsigned)bx, (unsigned)by, (unsigned)bz};\n"
     "        pthread_barrier_init(&kl_emu_bar, 0, (unsigned)n);\n"
+    "        for (long w = 0; n % 32 == 0 && w < n / 32 && w < 32; w++)\n"
+    "            pthread_barrier_init(&kl_emu_wbar[w], 0, 32);\n"
     "        for (long i = 0; i < n; i++) {\n"
     "            jobs[i].fn = fn; jobs[i].a = a;\n"
     "            jobs[i].t = kl_dim3{(unsigned)(i % b[0]),\n"
@@ -62,6 +131,8 @@ static const char *s_prelude =
     "        }\n"
     "        for (long i = 0; i < n; i++) pthread_join(th[i], 0);\n"
     "        pthread_barrier_destroy(&kl_emu_bar);\n"
+    "        for (long w = 0; n % 32 == 0 && w < n / 32 && w < 32; w++)\n"
+    "            pthread_barrier_destroy(&kl_emu_wbar[w]);\n"
     "    }\n"
     "    pthread_attr_destroy(&at);\n"
     "    delete[] th; delete[] jobs;\n"
@@ -77,12 +148,12 @@ int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
     for (int i = 0; i < n; i++) {
         kl_buf_puts(&b, ks[i].source);
         /* A thunk with a uniform signature per kernel, and its launcher. */
-        kl_buf_printf(&b, "static void kl_emu_thunk_%s(float **a) { %s(",
+        kl_buf_printf(&b, "static void kl_emu_thunk_%s(void **a) { %s(",
                       ks[i].entry, ks[i].entry);
         for (int t = 0; t < ws[i]->ntensors; t++)
-            kl_buf_printf(&b, "%sa[%d]", t ? ", " : "", t);
+            kl_buf_printf(&b, "%skl_emu_arg{a[%d]}", t ? ", " : "", t);
         kl_buf_printf(&b,
-                      "); }\nextern \"C\" int kl_emu_%s(float **a, const long "
+                      "); }\nextern \"C\" int kl_emu_%s(void **a, const long "
                       "*g, const long *b) { return kl_emu_run("
                       "kl_emu_thunk_%s, a, g, b); }\n",
                       ks[i].entry, ks[i].entry);
@@ -129,7 +200,7 @@ int kl_emu_check(const char *so_path, const kl_kernel_t *k,
         return kl_seterr(err, KL_ERR_IO, "dlopen %s: %s", so_path, dlerror());
     char sym[160];
     snprintf(sym, sizeof sym, "kl_emu_%s", k->entry);
-    typedef int (*launch_fn)(float **, const long *, const long *);
+    typedef int (*launch_fn)(void **, const long *, const long *);
     launch_fn fn;
     *(void **)&fn = dlsym(dl, sym);
     if (!fn) {
@@ -137,14 +208,35 @@ int kl_emu_check(const char *so_path, const kl_kernel_t *k,
         return kl_seterr(err, KL_ERR_NOTFOUND, "%s: no symbol %s", so_path,
                          sym);
     }
-    float **bufs = kl_check_alloc(w, seed, err);
-    float **ref = kl_check_alloc(w, seed, err);
+    /* f16 / bf16 tensors: the f32 inputs rounded to the dtype (which the
+     * interpreter does on every read too) and handed over as their bits. */
+    kl_workload_t *wf = kl_workload_clone(w);
+    for (int t = 0; t < wf->ntensors; t++)
+        wf->tensors[t].dtype = KL_DT_F32;
+    float **bufs = kl_check_alloc(wf, seed, err);
+    float **ref = kl_check_alloc(wf, seed, err);
+    kl_workload_free(&wf);
     int out = kl_workload_output(w);
+    void *args[KL_IR_MAX_TENSORS];
+    uint16_t *half[KL_IR_MAX_TENSORS] = {0};
+    for (int t = 0; t < w->ntensors; t++) {
+        args[t] = bufs[t];
+        kl_dtype dt = w->tensors[t].dtype;
+        if (dt == KL_DT_F32 || t == out)
+            continue;
+        int64_t n = kl_tensor_numel(&w->tensors[t]);
+        half[t] = kl_xcalloc((size_t)n, sizeof(uint16_t));
+        for (int64_t i = 0; i < n; i++)
+            half[t][i] = kl_dtype_bits(dt, bufs[t][i]);
+        args[t] = half[t];
+    }
     long g[3] = {(long)k->grid[0], (long)k->grid[1], (long)k->grid[2]};
     long b[3] = {(long)k->block[0], (long)k->block[1], (long)k->block[2]};
-    int rc = fn(bufs, g, b) ? kl_seterr(err, KL_ERR_RUNTIME,
+    int rc = fn(args, g, b) ? kl_seterr(err, KL_ERR_RUNTIME,
                                         "%s: pthread_create failed", k->entry)
                             : KL_OK;
+    for (int t = 0; t < w->ntensors; t++)
+        free(half[t]);
     kl_workload_eval(w, ref);
     int64_t n = kl_tensor_numel(&w->tensors[out]), bad = 0, first = -1;
     for (int64_t i = 0; !rc && i < n; i++) {
