@@ -107,7 +107,7 @@ supervise() {
             wait $!
             [ -e "$STOP" ] || sleep "$delay"
         done
-    ) &
+    ) 2>/dev/null & # no "Killed" notices: the faults are logged
 }
 KILN_LOG=${KILN_LOG:-info} supervise head head 1 "$KILN" serve --agents "tcp://$BIND:$APORT" \
     --clients "tcp://$BIND:$CPORT" --keys "$K" --heartbeat-ms 500 \
@@ -200,7 +200,7 @@ log "soak: $MINUTES minute(s), work dir $W"
 next_fault=$(( $(date +%s) + 10 + RANDOM % 20 ))
 while [ "$(date +%s)" -lt "$END" ]; do
     while [ "$(running_jobs)" -lt 3 ]; do
-        job "$NJOB" &
+        job "$NJOB" 2>/dev/null &
         NJOB=$((NJOB + 1))
         sleep 0.2
     done
