@@ -184,7 +184,7 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     /* Whether the run [hp, bpos) covers the whole reduction. */
     bool full = true;
     for (int p = 0; p < hp; p++)
-        if (kl_sched_loop(s, p)->reduce)
+        if (kl_sched_loop(s, p)->reduce && kl_sched_loop(s, p)->extent > 1)
             full = false;
     (void)kmax_run;
     int64_t rows = mmax + 1, np = nmax + in->lanes, kg = kmax / in->red + 1;

@@ -25,6 +25,7 @@
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_ir.h"
+#include "kl_space.h"
 #include "kl_util.h"
 
 static char s_dir[64];
@@ -156,19 +157,13 @@ static void s_tile(kl_sched_t *s, int tiling, int64_t lanes, int *blk)
 
 static int s_run_checks;
 
-static void s_check(const char *spec, const char *intrin, int tiling)
+/* Generates, builds and (where the CPU has the feature) runs s, comparing
+ * with the interpreter. */
+static void s_verify(const kl_workload_t *w, const kl_sched_t *s,
+                     const kl_intrin_t *in, const char *spec, int tiling)
 {
     char err[KL_ERRMSG_LEN];
-    const kl_intrin_t *in = kl_intrin_find(intrin);
-    kl_workload_t *w = NULL;
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    kl_sched_t *s = NULL;
-    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
-    int blk = -1;
-    s_tile(s, tiling, in->lanes, &blk);
-    if (kl_sched_tensorize(s, blk, intrin, err))
-        fail_msg("%s %s %d: %s", spec, intrin, tiling, err);
+    const char *intrin = in->name;
     kl_kernel_t k;
     if (kl_codegen_c(s, NULL, "kl_tz", &k, err))
         fail_msg("%s %s %d: %s", spec, intrin, tiling, err);
@@ -217,8 +212,64 @@ static void s_check(const char *spec, const char *intrin, int tiling)
     }
     free(so);
     kl_kernel_free(&k);
+}
+
+static void s_check(const char *spec, const char *intrin, int tiling)
+{
+    char err[KL_ERRMSG_LEN];
+    const kl_intrin_t *in = kl_intrin_find(intrin);
+    kl_workload_t *w = NULL;
+    if (kl_workload_from_string(spec, &w, err))
+        fail_msg("%s: %s", spec, err);
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int blk = -1;
+    s_tile(s, tiling, in->lanes, &blk);
+    if (kl_sched_tensorize(s, blk, intrin, err))
+        fail_msg("%s %s %d: %s", spec, intrin, tiling, err);
+    s_verify(w, s, in, spec, tiling);
     kl_sched_destroy(&s);
     kl_workload_free(&w);
+}
+
+/* The CPU design space of integer products: samples of avx512 and avx2
+ * targets are tensorized with their intrinsic and bit-exact. */
+static void test_space(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *specs[] = {"qmatmul M=64 N=48 K=40 za=5 bias=1",
+                           "qdense N=12 I=50 O=21 za=9 out=s8 zo=3"};
+    const char *targets[] = {"cpu/x86_64-avx512", "cpu/x86_64-avx2"};
+    const char *intrins[] = {"avx512_vnni", "avx2_i8"};
+    s_run_checks = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int i = 0; i < 2; i++) {
+            kl_workload_t *w = NULL;
+            assert_int_equal(kl_workload_from_string(specs[i], &w, err), KL_OK);
+            kl_space_t *sp = NULL;
+            if (kl_space_for_target(targets[ti], w, &sp, err))
+                fail_msg("%s: %s", specs[i], err);
+            kl_rng_t rng;
+            kl_rng_seed(&rng, 42);
+            for (int n = 0; n < 4; n++) {
+                kl_trace_t *tr = NULL;
+                kl_sched_t *s = NULL;
+                if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                    fail_msg("%s: %s", specs[i], err);
+                char *text = kl_trace_to_text(tr);
+                assert_non_null(strstr(text, intrins[ti]));
+                kl_tensorize_t tz;
+                assert_int_equal(kl_sched_tensorized(s, &tz, err), KL_OK);
+                s_verify(w, s, kl_intrin_find(intrins[ti]), specs[i], -1);
+                free(text);
+                kl_trace_free(&tr);
+                kl_sched_destroy(&s);
+            }
+            kl_space_destroy(&sp);
+            kl_workload_free(&w);
+        }
+    assert_true(s_run_checks > 0);
 }
 
 static const char *s_specs[] = {
@@ -248,6 +299,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_match_reference, s_setup,
                                         s_teardown),
+        cmocka_unit_test_setup_teardown(test_space, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
