@@ -215,6 +215,9 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                   (long long)N);
     kl_buf_printf(&b,
                   "void *%s_prepare(void *const *args)\n{\n"
+                  "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
+                  "    if (!__builtin_cpu_supports(\"%s\"))\n"
+                  "        return NULL;\n"
                   "    const int8_t *B = (const int8_t *)args[%d];\n"
                   "    char *blk = (char *)aligned_alloc(64, %lld);\n"
                   "    if (!blk)\n        return NULL;\n"
@@ -234,9 +237,9 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                   "        comp[n] = (int32_t)(uint32_t)(uint64_t)(sum * "
                   "%lld);\n    }\n"
                   "    return blk;\n}\n\n",
-                  entry, tb, (long long)(wbytes + cbytes), (long long)wbytes,
-                  (long long)kg, (long long)np, in->red, in->red, (long long)np,
-                  in->red, (long long)K, (long long)N,
+                  entry, in->builtin, tb, (long long)(wbytes + cbytes),
+                  (long long)wbytes, (long long)kg, (long long)np, in->red,
+                  in->red, (long long)np, in->red, (long long)K, (long long)N,
                   tz.b_nk ? "n * K_ + k" : "k * N_ + n", (long long)np,
                   (long long)N, (long long)K,
                   tz.b_nk ? "n * K_ + k" : "k * N_ + n", (long long)tz.za);

@@ -7,11 +7,11 @@
 static const kl_intrin_t s_table[] = {
     {"avx512_vnni", 16, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]",
      "avx512_vnni", "avx512f,avx512bw,avx512vnni",
-     "-mavx512f -mavx512bw -mavx512vnni"},
+     "-mavx512f -mavx512bw -mavx512vnni", "avx512vnni"},
     {"avx_vnni", 8, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]", "avx_vnni",
-     "avx2,avxvnni", "-mavx2 -mavxvnni"},
+     "avx2,avxvnni", "-mavx2 -mavxvnni", "avxvnni"},
     {"avx2_i8", 8, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]", "avx2",
-     "avx2", "-mavx2"},
+     "avx2", "-mavx2", "avx2"},
 };
 
 int kl_intrin_count(void)

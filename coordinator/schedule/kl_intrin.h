@@ -17,6 +17,9 @@
  *                 (two vpmaddwd + adds per block). vpmaddubsw is NOT used:
  *                 it saturates its int16 pair sums (255*127*2 > 32767).
  *
+ * Generated code checks the feature when it prepares (ENTRY_prepare
+ * returns NULL on a CPU without it, so a kernel fails instead of trapping).
+ *
  * All three take the weights as [K/4][N][4] (for each group of 4
  * reduction points, the 4 s8 weights of one output column contiguous) and
  * wrap in int32 like the workload's accumulator.
@@ -39,6 +42,7 @@ typedef struct {
     const char *feature; /* /proc/cpuinfo flag the CPU needs */
     const char *pragma;  /* #pragma GCC target string */
     const char *mflags;  /* the same as -m flags */
+    const char *builtin; /* __builtin_cpu_supports name of the feature */
 } kl_intrin_t;
 
 int kl_intrin_count(void);

@@ -209,6 +209,19 @@ static void s_verify(const kl_workload_t *w, const kl_sched_t *s,
         s_free(w, b);
         dlclose(lib);
         s_run_checks++;
+    } else {
+        /* Without the feature, prepare refuses: no kernel runs to trap. */
+        void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        assert_non_null(lib);
+        kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, k.entry);
+        assert_non_null(prep);
+        void **a = s_alloc(w, 11);
+        bool cst[KL_IR_MAX_TENSORS];
+        for (int t = 0; t < w->ntensors; t++)
+            cst[t] = w->tensors[t].is_const;
+        assert_null(kl_abi_prepare(prep, w->ntensors, a, cst));
+        s_free(w, a);
+        dlclose(lib);
     }
     free(so);
     kl_kernel_free(&k);
