@@ -4,9 +4,8 @@
  * this equals int32 arithmetic without overflow traps), a point with a
  * padding read skipped under '+=' and 'max=', the epilogue with requant
  * exactly as the reference interpreter (kl_workload_eval_typed) computes
- * it, and a saturating store. Scheduled C (kl_codegen_c) is f32 only: the
- * int8 tensorize will bring integer schedules; until then the CPU design
- * space refuses integer workloads (rules_cpu.c). */
+ * it, and a saturating store. Scheduled integer C is the tensorized kind
+ * (codegen_tensorize.c), which shares the epilogue below. */
 #include <string.h>
 
 #include "kl_codegen.h"

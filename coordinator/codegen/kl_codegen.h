@@ -86,7 +86,8 @@ int kl_codegen_reference(const kl_workload_t *w, const char *entry,
  * serial loops, exact int64 reduction, requant and saturation as kl_ir.h
  * defines them, buffers typed uint8_t / int8_t / int32_t / float. Bit-equal
  * to kl_workload_eval_typed. kl_codegen_reference goes here for integer
- * workloads; kl_codegen_c (scheduled C) refuses them. */
+ * workloads; kl_codegen_c (scheduled C) takes only tensorized integer
+ * schedules (kl_codegen_tensorized) and refuses the others. */
 int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
                              kl_kernel_t *out, char *err);
 
