@@ -262,25 +262,61 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     free(alloc);
     char ind[256] = "    ";
     bool par = false;
+    /* The register tile: unrolled spatial loops right above the reduction
+     * run, up to 32 accumulators; tp..hp-1 (none: tp = hp, one tile). */
+    int tp = hp;
+    int64_t ntile = 1;
+    while (hp < bpos && tp > 0 &&
+           kl_sched_loop(s, tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, tp - 1)->reduce &&
+           ntile * kl_sched_loop(s, tp - 1)->extent <= 32) {
+        tp--;
+        ntile *= kl_sched_loop(s, tp)->extent;
+    }
     for (int p = 0; p < bpos; p++) {
         const kl_loop_t *l = kl_sched_loop(s, p);
-        if (p == hp) {
+        if (p == tp && hp < bpos) {
             kl_buf_t g = {0};
             s_guards(s, 0, hp, bpos, &g);
-            kl_buf_printf(&b,
-                          "%sconst int64_t m = %s, n0 = %s;\n"
-                          "%sif (1%s) {\n",
-                          ind, em.data, en.data, ind, g.data ? g.data : "");
-            strcat(ind, "    ");
-            if (full)
-                kl_buf_printf(&b, "%skl_vacc_t c = KL_VZERO();\n", ind);
-            else
+            for (int64_t t = 0; t < ntile; t++) {
+                kl_buf_printf(
+                    &b, "%sint64_t m_%lld, n0_%lld;\n%sint ok_%lld;\n", ind,
+                    (long long)t, (long long)t, ind, (long long)t);
+                kl_buf_printf(&b, "%s{\n", ind);
+                int64_t rem = t;
+                for (int q = hp - 1; q >= tp; q--) {
+                    const kl_loop_t *lq = kl_sched_loop(s, q);
+                    kl_buf_printf(&b, "%s    const int64_t l%d = %lld;\n", ind,
+                                  lq->id, (long long)(rem % lq->extent));
+                    rem /= lq->extent;
+                }
                 kl_buf_printf(&b,
-                              "%skl_vacc_t c = KL_VLOAD(acc + m * %lld + "
-                              "n0);\n",
-                              ind, (long long)np);
+                              "%s    m_%lld = %s;\n%s    n0_%lld = %s;\n"
+                              "%s    ok_%lld = 1%s;\n%s}\n",
+                              ind, (long long)t, em.data, ind, (long long)t,
+                              en.data, ind, (long long)t, g.data ? g.data : "",
+                              ind);
+                if (full)
+                    kl_buf_printf(&b, "%skl_vacc_t c_%lld = KL_VZERO();\n", ind,
+                                  (long long)t);
+                else
+                    kl_buf_printf(&b,
+                                  "%skl_vacc_t c_%lld = ok_%lld ? KL_VLOAD(acc "
+                                  "+ m_%lld * %lld + n0_%lld) : KL_VZERO();\n",
+                                  ind, (long long)t, (long long)t, (long long)t,
+                                  (long long)np, (long long)t);
+                /* Rows past M (an imperfect split) read row M-1: their
+                 * sums are never stored (ok_t is 0). */
+                kl_buf_printf(&b,
+                              "%sconst uint8_t *a_%lld = t%d + (m_%lld < %lld "
+                              "? m_%lld : %lld) * %lld;\n",
+                              ind, (long long)t, ta, (long long)t, (long long)M,
+                              (long long)t, (long long)(M - 1), (long long)K);
+            }
             kl_buf_free(&g);
         }
+        if (p >= tp && p < hp && hp < bpos)
+            continue; /* the tile: unrolled above */
         if (l->kind == KL_LOOP_PARALLEL && !par) {
             kl_buf_printf(&b, "%s#pragma omp parallel for\n", ind);
             par = true;
@@ -310,22 +346,32 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                           (long long)np, ind);
         } else {
             kl_buf_printf(&b,
-                          "%sconst int64_t k0 = %s;\n%sif (1%s)\n"
-                          "%s    c = kl_dot(c, kl_a4(t%d + m * %lld, k0), wp + "
-                          "(k0 / %d * %lld + n0) * %d);\n",
-                          ind, ek.data, ind, g.data ? g.data : "", ind, ta,
-                          (long long)K, in->red, (long long)np, in->red);
+                          "%sconst int64_t k0 = %s;\n%sif (1%s) {\n"
+                          "%s    const int8_t *wk = wp + k0 / %d * %lld;\n",
+                          ind, ek.data, ind, g.data ? g.data : "", ind, in->red,
+                          (long long)(np * in->red));
+            for (int64_t t = 0; t < ntile; t++)
+                kl_buf_printf(&b,
+                              "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, "
+                              "k0), wk + n0_%lld * %d);\n",
+                              ind, (long long)t, (long long)t, (long long)t,
+                              (long long)t, in->red);
+            kl_buf_printf(&b, "%s}\n", ind);
         }
         kl_buf_free(&g);
     }
     for (int p = bpos - 1; p >= 0; p--) {
-        ind[strlen(ind) - 4] = '\0';
-        kl_buf_printf(&b, "%s}\n", ind);
-        if (p == hp && hp < bpos) {
-            kl_buf_printf(&b, "%sKL_VSTORE(acc + m * %lld + n0, c);\n", ind,
-                          (long long)np);
+        if (!(p >= tp && p < hp && hp < bpos)) {
             ind[strlen(ind) - 4] = '\0';
             kl_buf_printf(&b, "%s}\n", ind);
+        }
+        if (p == tp && hp < bpos) {
+            for (int64_t t = 0; t < ntile; t++)
+                kl_buf_printf(&b,
+                              "%sif (ok_%lld)\n%s    KL_VSTORE(acc + m_%lld * "
+                              "%lld + n0_%lld, c_%lld);\n",
+                              ind, (long long)t, ind, (long long)t,
+                              (long long)np, (long long)t, (long long)t);
         }
     }
     /* the epilogue */

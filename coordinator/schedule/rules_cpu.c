@@ -660,6 +660,7 @@ static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
 /* Integer products: the tensorized tiling
  *     (mo . no0) mi no1 ko0 ko1 [ni ki]
  * with [ni ki] the intrinsic's block (ni: its lanes of the output columns,
+ * mi x no1 an unrolled register tile of at most 24 (avx2: 12) accumulators,
  * imperfect when N is not a multiple; ki: 4 reduction points, imperfect
  * when K is not), mo . no0 fused and parallel, the row tile mi and the
  * column tile no1 (in lanes) sampled, and the reduction either whole under
@@ -716,10 +717,10 @@ static int s_program_int(const kl_workload_t *w, const kl_target_t *t,
     int64_t fk[2] = {KL_SPLIT_INFER, -(int64_t)in->red};
     kl_tr_split(tr, ln, fn, 2, n);
     kl_tr_split(tr, lk, fk, 2, k);
-    kl_tr_sample_perfect_tile(tr, lm, 2, 16, m2);
+    kl_tr_sample_perfect_tile(tr, lm, 2, 8, m2);
     int64_t lm2[2];
     kl_tr_split(tr, lm, m2, 2, lm2);
-    kl_tr_sample_perfect_tile(tr, n[0], 2, 8, n2);
+    kl_tr_sample_perfect_tile(tr, n[0], 2, 4, n2);
     int64_t ln2[2];
     kl_tr_split(tr, n[0], n2, 2, ln2);
     kl_tr_sample_perfect_tile(tr, k[0], 2, 256, k2);
@@ -731,6 +732,18 @@ static int s_program_int(const kl_workload_t *w, const kl_target_t *t,
     int64_t f[2] = {lm2[0], ln2[0]};
     int64_t fused = kl_tr_fuse(tr, f, 2);
     kl_tr_parallel(tr, fused);
+    /* mi x no1 is the register tile: that many accumulators, one weight
+     * vector load per no1 and one broadcast per mi per step of k. */
+    kl_tr_unroll(tr, lm2[1]);
+    kl_tr_unroll(tr, ln2[1]);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld * v%lld > %d", (long long)m2[1],
+             (long long)n2[1], in->lanes == 16 ? 24 : 12);
+    int prc = kl_tr_reject_if(tr, pred, err);
+    if (prc) {
+        kl_trace_free(&tr);
+        return prc;
+    }
     kl_tr_tensorize(tr, n[1], in->name);
     /* Try the block on the naive nest: refuse now with tensorize's reason
      * rather than at every sample. */

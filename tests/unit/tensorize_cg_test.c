@@ -98,7 +98,7 @@ static void s_free(const kl_workload_t *w, void **bufs)
 }
 
 /* Tilings of the nest i, j, k (loops 0, 1, 2) around a lanes x 4 block. */
-enum { T_PLAIN, T_TILED, T_PARALLEL, T_KOUTER };
+enum { T_PLAIN, T_TILED, T_PARALLEL, T_KOUTER, T_REGTILE };
 
 static void s_tile(kl_sched_t *s, int tiling, int64_t lanes, int *blk)
 {
@@ -141,6 +141,20 @@ static void s_tile(kl_sched_t *s, int tiling, int64_t lanes, int *blk)
         assert_int_equal(kl_sched_fuse(s, f, 2, &fused, err), KL_OK);
         assert_int_equal(kl_sched_parallel(s, fused, err), KL_OK);
         *blk = j2[1];
+        break;
+    }
+    case T_REGTILE: { /* io, jo, ii (unrolled, 3, imperfect), jm (unrolled,
+                       * 2), ko, [ji, ki]: a register tile of 6 */
+        int64_t fi[2] = {(kl_sched_loop(s, 0)->extent + 2) / 3, 3};
+        int64_t fj[3] = {(fj2[0] + 1) / 2, 2, lanes};
+        assert_int_equal(kl_sched_split(s, li, fi, 2, i2, err), KL_OK);
+        assert_int_equal(kl_sched_split(s, lj, fj, 3, j3, err), KL_OK);
+        assert_int_equal(kl_sched_split(s, lk, fk2, 2, k2, err), KL_OK);
+        int o[7] = {i2[0], j3[0], i2[1], j3[1], k2[0], j3[2], k2[1]};
+        assert_int_equal(kl_sched_reorder(s, o, 7, err), KL_OK);
+        assert_int_equal(kl_sched_unroll(s, i2[1], err), KL_OK);
+        assert_int_equal(kl_sched_unroll(s, j3[1], err), KL_OK);
+        *blk = j3[2];
         break;
     }
     case T_KOUTER: { /* ko0, i, jo, ko1, [ji, ki]: k split around the rest */
@@ -300,7 +314,7 @@ static void test_match_reference(void **state)
     s_run_checks = 0;
     for (int i = 0; i < kl_intrin_count(); i++)
         for (size_t sp = 0; sp < sizeof s_specs / sizeof s_specs[0]; sp++)
-            for (int t = T_PLAIN; t <= T_KOUTER; t++)
+            for (int t = T_PLAIN; t <= T_REGTILE; t++)
                 s_check(s_specs[sp], kl_intrin_at(i)->name, t);
     /* This machine runs at least the AVX2 fallback. */
     print_message("ran %d tensorized kernels\n", s_run_checks);
