@@ -249,16 +249,23 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         kl_buf_printf(&b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
                       t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t,
                       t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t);
-    char *alloc = full
+    /* Fused: the accumulators hold whole sums when stored, so the
+     * epilogue runs right there and no acc buffer is needed. */
+    bool fused = full && hp < bpos;
+    char *alloc = fused ? NULL
+                  : full
                       ? kl_xasprintf("malloc(%lld)", (long long)(rows * np * 4))
                       : kl_xasprintf("calloc(%lld, 4)", (long long)(rows * np));
     kl_buf_printf(&b,
                   "    const int8_t *wp = (const int8_t *)args[%d];\n"
                   "    const int32_t *comp = (const int32_t *)((const char "
-                  "*)args[%d] + %lld);\n"
-                  "    int32_t *acc = (int32_t *)%s;\n"
-                  "    if (!acc)\n        return;\n",
-                  nt, nt, (long long)wbytes, alloc);
+                  "*)args[%d] + %lld);\n",
+                  nt, nt, (long long)wbytes);
+    if (alloc)
+        kl_buf_printf(&b,
+                      "    int32_t *acc = (int32_t *)%s;\n"
+                      "    if (!acc)\n        return;\n",
+                      alloc);
     free(alloc);
     char ind[256] = "    ";
     bool par = false;
@@ -365,7 +372,28 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
             ind[strlen(ind) - 4] = '\0';
             kl_buf_printf(&b, "%s}\n", ind);
         }
-        if (p == tp && hp < bpos) {
+        if (p == tp && hp < bpos && fused) {
+            /* ok_t implies m_t < M (the guards of m's splits). */
+            for (int64_t t = 0; t < ntile && !rc; t++) {
+                kl_buf_printf(
+                    &b,
+                    "%sif (ok_%lld) {\n%s    int32_t lane[%d];\n"
+                    "%s    KL_VSTORE(lane, c_%lld);\n"
+                    "%s    for (int64_t q = 0; q < %d && n0_%lld + q "
+                    "< %lld; q++) {\n"
+                    "%s        const int64_t i%d = m_%lld, i%d = "
+                    "n0_%lld + q;\n"
+                    "%s        int64_t x = (int32_t)((uint32_t)lane[q] "
+                    "- (uint32_t)comp[i%d]);\n",
+                    ind, (long long)t, ind, in->lanes, ind, (long long)t, ind,
+                    in->lanes, (long long)t, (long long)N, ind, tz.it_m,
+                    (long long)t, tz.it_n, (long long)t, ind, tz.it_n);
+                char ind2[300];
+                snprintf(ind2, sizeof ind2, "%s        ", ind);
+                rc = kl_cg_int_epilogue(&b, w, ind2, err);
+                kl_buf_printf(&b, "%s    }\n%s}\n", ind, ind);
+            }
+        } else if (p == tp && hp < bpos) {
             for (int64_t t = 0; t < ntile; t++)
                 kl_buf_printf(&b,
                               "%sif (ok_%lld)\n%s    KL_VSTORE(acc + m_%lld * "
@@ -375,6 +403,10 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         }
     }
     /* the epilogue */
+    if (fused) {
+        kl_buf_puts(&b, "}\n");
+        goto done;
+    }
     if (par)
         kl_buf_puts(&b, "    #pragma omp parallel for\n");
     kl_buf_printf(
@@ -388,6 +420,7 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     strcpy(ind, "            ");
     rc = kl_cg_int_epilogue(&b, w, ind, err);
     kl_buf_puts(&b, "        }\n    free(acc);\n}\n");
+done:
     kl_buf_free(&em);
     kl_buf_free(&en);
     kl_buf_free(&ek);
