@@ -203,13 +203,13 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         &b,
         "/* 4 activations from k0 on, zeros past the end (%lld). */\n"
         "static inline int32_t kl_a4(const uint8_t *row, int64_t k0)\n"
-        "{\n    int32_t v = 0;\n    if (k0 + 4 <= %lld) {\n"
+        "{\n    int32_t v = 0;\n    if (%d || k0 + 4 <= %lld) {\n"
         "        memcpy(&v, row + k0, 4);\n        return v;\n    }\n"
         "    uint32_t u = 0;\n"
         "    for (int64_t j = 0; k0 + j < %lld; j++)\n"
         "        u |= (uint32_t)row[k0 + j] << (8 * j);\n"
         "    return (int32_t)u;\n}\n\n",
-        (long long)K, (long long)K, (long long)K);
+        (long long)K, K % 4 == 0, (long long)K, (long long)K);
     /* prepare */
     kl_buf_printf(&b, "#define K_ %lldLL\n#define N_ %lldLL\n", (long long)K,
                   (long long)N);
