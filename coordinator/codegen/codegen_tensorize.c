@@ -6,8 +6,10 @@
  * unroll`); the block (lanes output columns x 4 reduction points) is one
  * intrinsic call: acc[m][n0..n0+lanes) += A[m][k0..k0+4) . Wp[k0/4][n0..][4].
  *
- * ENTRY_prepare packs the const weights as [Kp/4][Np][4] (zeros past K
- * and N: the padding of shapes that are not multiples of the block) and
+ * ENTRY_prepare packs the const weights as column panels
+ * [Np/lanes][Kp/4][lanes][4] (each panel in the intrinsic's [K/4][N][4]
+ * layout, contiguous over k; zeros past K and N: the padding of shapes
+ * that are not multiples of the block) and
  * computes the zero-point compensation comp[n] = za * sum_k B[k][n] once.
  * The kernel accumulates sum A * B in int32 (wrapping like vpdpbusd; the
  * true sum fits, so the wrap is exact) into acc, an int32 [rows][Np]
@@ -213,6 +215,14 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     /* prepare */
     kl_buf_printf(&b, "#define K_ %lldLL\n#define N_ %lldLL\n", (long long)K,
                   (long long)N);
+    /* The packed weights: column panels of `lanes` columns, each over all
+     * of K in the intrinsic's [K/4][lanes][4] layout, so that one panel
+     * is read contiguously as k advances. Offset of (k0, n0), both
+     * multiples of the block. */
+    kl_buf_printf(&b,
+                  "#define KL_WOFF(k0, n0) ((((n0) / %d) * %lldLL + (k0) / "
+                  "%d) * %d)\n",
+                  in->lanes, (long long)kg, in->red, in->lanes * in->red);
     kl_buf_printf(&b,
                   "void *%s_prepare(void *const *args)\n{\n"
                   "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
@@ -227,7 +237,8 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                   "        for (int64_t n = 0; n < %lld; n++)\n"
                   "            for (int64_t j = 0; j < %d; j++) {\n"
                   "                int64_t k = g * %d + j;\n"
-                  "                wp[(g * %lld + n) * %d + j] =\n"
+                  "                wp[KL_WOFF(g * %d, n - n %% %d) + n %% %d * "
+                  "%d + j] =\n"
                   "                    k < %lld && n < %lld ? B[%s] : 0;\n"
                   "            }\n"
                   "    for (int64_t n = 0; n < %lld; n++) {\n"
@@ -239,9 +250,9 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                   "    return blk;\n}\n\n",
                   entry, in->builtin, tb, (long long)(wbytes + cbytes),
                   (long long)wbytes, (long long)kg, (long long)np, in->red,
-                  in->red, (long long)np, in->red, (long long)K, (long long)N,
-                  tz.b_nk ? "n * K_ + k" : "k * N_ + n", (long long)np,
-                  (long long)N, (long long)K,
+                  in->red, in->red, in->lanes, in->lanes, in->red, (long long)K,
+                  (long long)N, tz.b_nk ? "n * K_ + k" : "k * N_ + n",
+                  (long long)np, (long long)N, (long long)K,
                   tz.b_nk ? "n * K_ + k" : "k * N_ + n", (long long)tz.za);
     /* the kernel */
     kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
@@ -345,24 +356,20 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                           "%sif (1%s) {\n"
                           "%s    kl_vacc_t c = KL_VLOAD(acc + m * %lld + n0);\n"
                           "%s    c = kl_dot(c, kl_a4(t%d + m * %lld, k0), wp + "
-                          "(k0 / %d * %lld + n0) * %d);\n"
+                          "KL_WOFF(k0, n0));\n"
                           "%s    KL_VSTORE(acc + m * %lld + n0, c);\n%s}\n",
                           ind, em.data, en.data, ek.data, ind,
                           g.data ? g.data : "", ind, (long long)np, ind, ta,
-                          (long long)K, in->red, (long long)np, in->red, ind,
-                          (long long)np, ind);
+                          (long long)K, ind, (long long)np, ind);
         } else {
-            kl_buf_printf(&b,
-                          "%sconst int64_t k0 = %s;\n%sif (1%s) {\n"
-                          "%s    const int8_t *wk = wp + k0 / %d * %lld;\n",
-                          ind, ek.data, ind, g.data ? g.data : "", ind, in->red,
-                          (long long)(np * in->red));
+            kl_buf_printf(&b, "%sconst int64_t k0 = %s;\n%sif (1%s) {\n", ind,
+                          ek.data, ind, g.data ? g.data : "");
             for (int64_t t = 0; t < ntile; t++)
                 kl_buf_printf(&b,
                               "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, "
-                              "k0), wk + n0_%lld * %d);\n",
+                              "k0), wp + KL_WOFF(k0, n0_%lld));\n",
                               ind, (long long)t, (long long)t, (long long)t,
-                              (long long)t, in->red);
+                              (long long)t);
             kl_buf_printf(&b, "%s}\n", ind);
         }
         kl_buf_free(&g);
