@@ -195,10 +195,11 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     int ta = tz.ta, tb = tz.tb;
     kl_buf_t b = {0};
     kl_buf_printf(&b,
-                  "/* %s tensorized with %s: weights packed %s in prepare. "
-                  "*/\n#pragma GCC target(\"%s\")\n#include <immintrin.h>\n"
+                  "/* Tensorized with %s: the weights packed once, in "
+                  "prepare, as column panels in the %s layout. */\n"
+                  "#pragma GCC target(\"%s\")\n#include <immintrin.h>\n"
                   "#include <stdlib.h>\n#include <string.h>\n",
-                  w->name ? w->name : "?", in->name, in->layout, in->pragma);
+                  in->name, in->layout, in->pragma);
     kl_buf_puts(&b, kl_cg_int_prelude());
     s_intrin_macros(&b, in->name);
     kl_buf_printf(

@@ -5,7 +5,8 @@
 # tensorized kernel (vpdpbusd on an avx512 target, the exact AVX2 fallback
 # on avx2), and the agent verifies every output bit for bit against the
 # reference: all 16 trials are valid, the store holds 16 verified records,
-# and the best trace and source are the tensorized ones.
+# and the best trace and source are the tensorized ones; `kiln db best
+# --source` regenerates the same source from the record.
 . "$(dirname "$0")/lib.sh"
 OP="qmatmul M=64 N=40 K=30 za=7 bias=1 zo=3"
 TEVAL=(--repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush)
@@ -28,4 +29,12 @@ cat "$T/check.txt"
 grep -q "^records=16 " "$T/check.txt" || fail "not exactly 16 trials recorded"
 ok=$(sed -n 's/.* ok=\([0-9]*\) .*/\1/p' "$T/check.txt")
 [ "$ok" -eq 16 ] || fail "only $ok of 16 candidates verified"
+
+# The record's trace regenerates the same tensorized source.
+name=$(sed -n 's/^workload *\([^ ]*\) .*/\1/p' "$T/out.txt")
+"$KILN" db best --db "$T/db" --name "$name" --source \
+    >"$T/best.txt" 2>"$T/best.log" || fail "kiln db best exited $?"
+grep -q "tensorize(l" "$T/best.txt" || fail "db best shows no tensorize"
+sed -n '/^source$/,$p' "$T/best.txt" | tail -n +2 >"$T/best.c"
+cmp -s "$T/best.c" "$src" || fail "db best --source differs from the tuned source"
 echo PASS

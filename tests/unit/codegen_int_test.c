@@ -2,8 +2,10 @@
  * workloads with zero points, padding, strides, groups, per-channel and
  * per-tensor scales, the generated C is compiled, run on seeded random
  * integers and compared bit for bit with the reference interpreter
- * (kl_workload_eval_typed). Also: scheduled C and the CPU design space
- * refuse integer workloads with an error naming the dtype. */
+ * (kl_workload_eval_typed). Also: scheduled C refuses an integer schedule
+ * that is not tensorized, naming the dtype, and the CPU design space an
+ * integer workload it cannot tensorize (tensorize_cg_test.c has the
+ * tensorized ones). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
