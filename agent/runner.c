@@ -435,7 +435,8 @@ static bool s_prepare(const s_ctx_t *c, void *lib, void *const *args,
         !(*block = kl_abi_prepare(prep, c->p->n_args, args, c->p->is_const))) {
         snprintf(h->msg, sizeof h->msg,
                  "'%s" KL_ABI_PREPARE_SUFFIX "' returned NULL (out of memory "
-                 "while preparing the constant inputs)",
+                 "while preparing the constant inputs, or a tensorized "
+                 "kernel on a CPU without its intrinsic)",
                  c->entry);
         return false;
     }

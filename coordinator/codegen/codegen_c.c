@@ -710,12 +710,16 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
         t = &def;
     }
     const kl_workload_t *sw = kl_sched_workload(s);
+    kl_tensorize_t tz;
+    int trc = kl_sched_tensorized(s, &tz, err);
+    if (trc != KL_ERR_NOTFOUND)
+        return trc ? trc : kl_codegen_tensorized(s, entry, out, err);
     if (kl_workload_is_int(sw))
         return kl_seterr(
             err, KL_ERR_UNSUPPORTED,
             "codegen: %s has %s output %s: scheduled C is f32 "
             "only (integer workloads have a reference kernel; "
-            "integer schedules come with tensorize)",
+            "integer schedules are tensorized: kl_sched_tensorize)",
             sw->name ? sw->name : "?",
             kl_dtype_name(sw->tensors[kl_workload_output(sw)].dtype),
             sw->tensors[kl_workload_output(sw)].name);

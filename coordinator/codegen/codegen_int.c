@@ -4,9 +4,8 @@
  * this equals int32 arithmetic without overflow traps), a point with a
  * padding read skipped under '+=' and 'max=', the epilogue with requant
  * exactly as the reference interpreter (kl_workload_eval_typed) computes
- * it, and a saturating store. Scheduled C (kl_codegen_c) is f32 only: the
- * int8 tensorize will bring integer schedules; until then the CPU design
- * space refuses integer workloads (rules_cpu.c). */
+ * it, and a saturating store. Scheduled integer C is the tensorized kind
+ * (codegen_tensorize.c), which shares the epilogue below. */
 #include <string.h>
 
 #include "kl_codegen.h"
@@ -138,6 +137,68 @@ static void s_expr(kl_buf_t *b, const kl_expr_t *e, int *id)
     }
 }
 
+/* The epilogue and the saturating store of the int64_t x at the spatial
+ * point named by the variables i<iterator> (shared with the tensorized C,
+ * codegen_tensorize.c). */
+int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
+                       char *err)
+{
+    int ot = kl_workload_output(w);
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        int eid = 1000 + i;
+        switch ((int)ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+            kl_buf_printf(b, "%s{\n", ind);
+            s_access(b, w, &ep->access, eid, ind);
+            kl_buf_printf(b, "%sif (ok%d) x += (int64_t)t%d[o%d];\n%s}\n", ind,
+                          eid, ep->access.tensor, eid, ind);
+            break;
+        case KL_EPI_ADD_CONST:
+            kl_buf_printf(b, "%sx += (int64_t)%lld;\n", ind, (long long)ep->lo);
+            break;
+        case KL_EPI_RELU:
+            kl_buf_printf(b, "%sx = x > 0 ? x : 0;\n", ind);
+            break;
+        case KL_EPI_CLIP:
+            kl_buf_printf(b, "%sx = kl_clampi(x, %lld, %lld);\n", ind,
+                          (long long)ep->lo, (long long)ep->hi);
+            break;
+        case KL_EPI_REQUANT:
+            kl_buf_printf(b, "%sx = kl_requant(x, (float)%.17g, %lld);\n", ind,
+                          ep->lo, (long long)ep->zp);
+            break;
+        case KL_EPI_REQUANT_TENSOR:
+            kl_buf_printf(b, "%s{\n", ind);
+            s_access(b, w, &ep->access, eid, ind);
+            kl_buf_printf(b,
+                          "%sx = kl_requant(x, ok%d ? t%d[o%d] : 0.0f, "
+                          "%lld);\n%s}\n",
+                          ind, eid, ep->access.tensor, eid, (long long)ep->zp,
+                          ind);
+            break;
+        default:
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "codegen: epilogue operation %d in an integer "
+                             "workload",
+                             (int)ep->kind);
+        }
+    }
+    kl_dtype odt = w->tensors[ot].dtype;
+    long long lo = odt == KL_DT_U8 ? 0 : odt == KL_DT_S8 ? -128 : INT32_MIN;
+    long long hi = odt == KL_DT_U8 ? 255 : odt == KL_DT_S8 ? 127 : INT32_MAX;
+    kl_buf_printf(b, "%s{\n", ind);
+    s_access(b, w, &w->out, 2000, ind);
+    kl_buf_printf(b, "%st%d[o2000] = (%s)kl_clampi(x, %lldLL, %lldLL);\n%s}\n",
+                  ind, ot, s_ctype(odt), lo, hi, ind);
+    return KL_OK;
+}
+
+const char *kl_cg_int_prelude(void)
+{
+    return s_prelude;
+}
+
 int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
                              kl_kernel_t *out, char *err)
 {
@@ -210,55 +271,11 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
         kl_buf_printf(&b, "%s}\n", ind);
     }
     kl_buf_printf(&b, "%sint64_t x = acc;\n", ind);
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
-        int eid = 1000 + i;
-        switch ((int)ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-            kl_buf_printf(&b, "%s{\n", ind);
-            s_access(&b, w, &ep->access, eid, ind);
-            kl_buf_printf(&b, "%sif (ok%d) x += (int64_t)t%d[o%d];\n%s}\n", ind,
-                          eid, ep->access.tensor, eid, ind);
-            break;
-        case KL_EPI_ADD_CONST:
-            kl_buf_printf(&b, "%sx += (int64_t)%lld;\n", ind,
-                          (long long)ep->lo);
-            break;
-        case KL_EPI_RELU:
-            kl_buf_printf(&b, "%sx = x > 0 ? x : 0;\n", ind);
-            break;
-        case KL_EPI_CLIP:
-            kl_buf_printf(&b, "%sx = kl_clampi(x, %lld, %lld);\n", ind,
-                          (long long)ep->lo, (long long)ep->hi);
-            break;
-        case KL_EPI_REQUANT:
-            kl_buf_printf(&b, "%sx = kl_requant(x, (float)%.17g, %lld);\n", ind,
-                          ep->lo, (long long)ep->zp);
-            break;
-        case KL_EPI_REQUANT_TENSOR:
-            kl_buf_printf(&b, "%s{\n", ind);
-            s_access(&b, w, &ep->access, eid, ind);
-            kl_buf_printf(&b,
-                          "%sx = kl_requant(x, ok%d ? t%d[o%d] : 0.0f, "
-                          "%lld);\n%s}\n",
-                          ind, eid, ep->access.tensor, eid, (long long)ep->zp,
-                          ind);
-            break;
-        default:
-            kl_buf_free(&b);
-            return kl_seterr(err, KL_ERR_INTERNAL,
-                             "codegen: epilogue operation %d in an integer "
-                             "workload",
-                             (int)ep->kind);
-        }
+    int rc = kl_cg_int_epilogue(&b, w, ind, err);
+    if (rc) {
+        kl_buf_free(&b);
+        return rc;
     }
-    kl_dtype odt = w->tensors[ot].dtype;
-    long long lo = odt == KL_DT_U8 ? 0 : odt == KL_DT_S8 ? -128 : INT32_MIN;
-    long long hi = odt == KL_DT_U8 ? 255 : odt == KL_DT_S8 ? 127 : INT32_MAX;
-    kl_buf_printf(&b, "%s{\n", ind);
-    s_access(&b, w, &w->out, 2000, ind);
-    kl_buf_printf(&b, "%st%d[o2000] = (%s)kl_clampi(x, %lldLL, %lldLL);\n%s}\n",
-                  ind, ot, s_ctype(odt), lo, hi, ind);
     for (int i = 0; i < nsp; i++) {
         ind[strlen(ind) - 4] = '\0';
         kl_buf_printf(&b, "%s}\n", ind);

@@ -35,6 +35,7 @@
 
 #include "kl_ir.h"
 #include "kl_sched.h"
+#include "kl_util.h"
 
 typedef struct {
     char *source;              /* owned */
@@ -85,8 +86,25 @@ int kl_codegen_reference(const kl_workload_t *w, const char *entry,
  * serial loops, exact int64 reduction, requant and saturation as kl_ir.h
  * defines them, buffers typed uint8_t / int8_t / int32_t / float. Bit-equal
  * to kl_workload_eval_typed. kl_codegen_reference goes here for integer
- * workloads; kl_codegen_c (scheduled C) refuses them. */
+ * workloads; kl_codegen_c (scheduled C) takes only tensorized integer
+ * schedules (kl_codegen_tensorized) and refuses the others. */
 int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
                              kl_kernel_t *out, char *err);
+
+/* The C of a tensorized schedule (kl_sched_tensorize; codegen_tensorize.c):
+ * the nest outside the block as loops, the block as the intrinsic's
+ * <immintrin.h> code under `#pragma GCC target`, the weights packed and the
+ * zero-point compensation computed once in ENTRY_prepare, the epilogue on
+ * the int32 accumulators. kl_codegen_c comes here for a tensorized
+ * schedule. */
+int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
+                          kl_kernel_t *out, char *err);
+
+/* Shared by codegen_int.c and codegen_tensorize.c: the integer prelude
+ * (kl_requant, kl_clampi...) and the epilogue + saturating store of the
+ * int64_t x at the point named by the variables i<iterator>. */
+const char *kl_cg_int_prelude(void);
+int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
+                       char *err);
 
 #endif

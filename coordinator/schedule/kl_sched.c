@@ -6,6 +6,7 @@
 #include "kl_err.h"
 #include "kl_sched.h"
 #include "kl_util.h"
+#include "kl_intrin.h"
 #include "kl_wino.h"
 
 struct kl_sched_s {
@@ -20,6 +21,8 @@ struct kl_sched_s {
     int nstages;
     kl_stage_t stages[KL_SCHED_MAX_STAGES];
     int next_id;
+    int tz_loop;           /* kl_sched_tensorize's loop id */
+    const kl_intrin_t *tz; /* its intrinsic, NULL: none */
 };
 
 static const char *s_kind_names[KL_LOOP__COUNT] = {
@@ -670,9 +673,189 @@ int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
     return KL_OK;
 }
 
+/* Whether a is exactly iterator it: coef 1, no offset, no division. */
+static bool s_plain(const kl_affine_t *a, int niters, int it)
+{
+    if (a->offset || a->div > 1)
+        return false;
+    for (int k = 0; k < niters; k++)
+        if (a->coef[k] != (k == it))
+            return false;
+    return true;
+}
+
+/* The single iterator a reads (coef 1, no offset or division), or -1. */
+static int s_plain_iter(const kl_affine_t *a, int niters)
+{
+    for (int k = 0; k < niters; k++)
+        if (a->coef[k] && s_plain(a, niters, k))
+            return k;
+    return -1;
+}
+
+static int s_tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
+                      kl_tensorize_t *out, char *err)
+{
+    const kl_workload_t *w = s->w;
+    const char *nm = in->name;
+    memset(out, 0, sizeof *out);
+    if (s->own)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: the schedule is a Winograd rewrite",
+                         nm);
+    int nred = 0;
+    for (int k = 0; k < w->niters; k++)
+        nred += w->iters[k].reduce;
+    const kl_expr_t *e = w->body, *ea = NULL, *eb = NULL;
+    if (e && e->kind == KL_EX_MUL) {
+        ea = e->a;
+        eb = e->b;
+        if (ea->kind == KL_EX_SUB && ea->a->kind == KL_EX_LOAD &&
+            ea->b->kind == KL_EX_CONST) {
+            out->za = (int64_t)ea->b->value;
+            ea = ea->a;
+        }
+    }
+    if (w->reduce != KL_RED_SUM || w->niters != 3 || nred != 1 || !ea ||
+        ea->kind != KL_EX_LOAD || eb->kind != KL_EX_LOAD)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: workload %s is not a product "
+                         "Y[m,n] += (A[m,k] - za) * B[k,n]",
+                         nm, w->name ? w->name : "?");
+    const kl_access_t *aa = &ea->access, *ab = &eb->access;
+    const kl_tensor_t *A = &w->tensors[aa->tensor],
+                      *B = &w->tensors[ab->tensor];
+    if (A->dtype != in->a_dtype)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: tensor %s is %s, wants %s", nm, A->name,
+                         kl_dtype_name(A->dtype), kl_dtype_name(in->a_dtype));
+    if (B->dtype != in->b_dtype)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: tensor %s is %s, wants %s", nm, B->name,
+                         kl_dtype_name(B->dtype), kl_dtype_name(in->b_dtype));
+    if (!B->is_const)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: tensor %s is not const (its layout "
+                         "%s is packed once in prepare)",
+                         nm, B->name, in->layout);
+    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    int m = A->ndim == 2 ? s_plain_iter(&aa->idx[0], w->niters) : -1;
+    int k = A->ndim == 2 ? s_plain_iter(&aa->idx[1], w->niters) : -1;
+    int b0 = B->ndim == 2 ? s_plain_iter(&ab->idx[0], w->niters) : -1;
+    int b1 = B->ndim == 2 ? s_plain_iter(&ab->idx[1], w->niters) : -1;
+    int n = b0 == k ? b1 : b0;
+    if (m < 0 || k < 0 || n < 0 || w->iters[m].reduce || !w->iters[k].reduce ||
+        w->iters[n].reduce || m == n || (b0 != k && b1 != k) || Y->ndim != 2 ||
+        !s_plain(&w->out.idx[0], w->niters, m) ||
+        !s_plain(&w->out.idx[1], w->niters, n))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: the accesses are not A[m,k], B[k,n] "
+                         "or B[n,k], %s[m,n]",
+                         nm, Y->name);
+    out->intrin = in->name;
+    out->lanes = in->lanes;
+    out->red = in->red;
+    out->loop = loop;
+    out->it_m = m;
+    out->it_n = n;
+    out->it_k = k;
+    out->ta = aa->tensor;
+    out->tb = ab->tensor;
+    out->b_nk = b0 == n;
+    int pos = kl_sched_loop_pos(s, loop);
+    if (pos < 0)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: loop %d is not in the nest", nm, loop);
+    if (s->nloops - pos != 2)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: the block under loop %d has %d loops, "
+                         "wants 2 (%s lanes x %s reduction)",
+                         nm, loop, s->nloops - pos, w->iters[n].name,
+                         w->iters[k].name);
+    const int want_it[2] = {n, k};
+    const int64_t want_ext[2] = {in->lanes, in->red};
+    for (int i = 0; i < 2; i++) {
+        const kl_loop_t *l = &s->loops[pos + i];
+        const char *wn = w->iters[want_it[i]].name;
+        if (l->nparts != 1 || l->parts[0].iter != want_it[i])
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: block loop %d runs %s, wants "
+                             "dimension %s alone",
+                             nm, l->id, w->iters[l->parts[0].iter].name, wn);
+        if (l->extent != want_ext[i])
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: dimension %s has extent %lld, "
+                             "wants %lld",
+                             nm, wn, (long long)l->extent,
+                             (long long)want_ext[i]);
+        if (l->parts[0].stride != 1)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: dimension %s steps by %lld in "
+                             "the block, wants 1",
+                             nm, wn, (long long)l->parts[0].stride);
+        if (l->kind != KL_LOOP_SERIAL)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: block loop %d is %s, wants serial",
+                             nm, l->id, kl_loop_kind_name(l->kind));
+    }
+    for (int i = 0; i < pos; i++)
+        for (int p = 0; p < s->loops[i].nparts; p++) {
+            const kl_loop_part_t *pt = &s->loops[i].parts[p];
+            int64_t step = pt->iter == n   ? in->lanes
+                           : pt->iter == k ? in->red
+                                           : 1;
+            if (pt->stride % step)
+                return kl_seterr(err, KL_ERR_INVAL,
+                                 "tensorize %s: loop %d steps %s by %lld, not "
+                                 "a multiple of %lld",
+                                 nm, s->loops[i].id, w->iters[pt->iter].name,
+                                 (long long)pt->stride, (long long)step);
+        }
+    if (s->nstages)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: cache stages are not supported in a "
+                         "tensorized nest",
+                         nm);
+    return KL_OK;
+}
+
+int kl_sched_tensorize(kl_sched_t *s, int loop, const char *intrin, char *err)
+{
+    const kl_intrin_t *in = kl_intrin_find(intrin);
+    if (!in) {
+        kl_buf_t b = {0};
+        for (int i = 0; i < kl_intrin_count(); i++)
+            kl_buf_printf(&b, "%s%s", i ? ", " : "", kl_intrin_at(i)->name);
+        kl_seterr(err, KL_ERR_INVAL,
+                  "tensorize: unknown intrinsic \"%s\" (known: %s)",
+                  intrin ? intrin : "", b.data);
+        kl_buf_free(&b);
+        return KL_ERR_INVAL;
+    }
+    if (s->tz)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize: the nest is tensorized already");
+    kl_tensorize_t tz;
+    int rc = s_tz_match(s, loop, in, &tz, err);
+    if (rc)
+        return rc;
+    s->tz = in;
+    s->tz_loop = loop;
+    return KL_OK;
+}
+
+int kl_sched_tensorized(const kl_sched_t *s, kl_tensorize_t *out, char *err)
+{
+    if (!s->tz)
+        return KL_ERR_NOTFOUND;
+    return s_tz_match(s, s->tz_loop, s->tz, out, err);
+}
+
 char *kl_sched_print(const kl_sched_t *s)
 {
     kl_buf_t b = {0};
+    if (s->tz)
+        kl_buf_printf(&b, "tensorize l%d with %s\n", s->tz_loop, s->tz->name);
     if (s->wino_m)
         kl_buf_printf(&b, "winograd F(%dx%d,3x3) of %s: the product %s\n",
                       s->wino_m, s->wino_m,

@@ -252,6 +252,35 @@ int kl_sched_winograd(kl_sched_t *s, int m, char *err);
 const kl_workload_t *kl_sched_origin(const kl_sched_t *s);
 int kl_sched_winograd_m(const kl_sched_t *s);
 
+/* ---- tensorize (kl_intrin.h; docs/architecture.md, "The tensorize
+ * primitive") ---- */
+
+/* What a tensorized block computes, as kl_sched_tensorized finds it. */
+typedef struct {
+    const char *intrin;   /* the kl_intrin_t row's name (static) */
+    int lanes, red;       /* the block: lanes output columns x red points */
+    int loop;             /* id of the block's outer (lanes) loop */
+    int it_m, it_n, it_k; /* iterators: rows, output columns, reduction */
+    int ta, tb;           /* tensors: u8 activations A[m,k], s8 weights */
+    bool b_nk;            /* weights indexed [n,k] (qdense) instead of [k,n] */
+    int64_t za;           /* activation zero point (0: none) */
+} kl_tensorize_t;
+
+/* Replaces the block under `loop` (that loop and the loops below it) by
+ * the intrinsic named intrin (kl_intrin.h). The workload must be a
+ * product Y[m,n] += (A[m,k] - za) * B[k,n] (or B[n,k]) with A u8, B const
+ * s8; the block must be exactly two serial loops: the output column n
+ * with the intrinsic's lanes, stride 1, then the reduction k with its red
+ * points, stride 1; every other loop over n (k) must step by a multiple of
+ * the lanes (red); no cache stages. Errors name the dimension (name,
+ * extent vs wanted) or the tensor (name, dtype vs wanted) that differs. */
+int kl_sched_tensorize(kl_sched_t *s, int loop, const char *intrin, char *err);
+
+/* The recorded tensorize re-checked against the nest as it is now: 0 and
+ * *out; KL_ERR_NOTFOUND (no message) when the schedule has none;
+ * KL_ERR_INVAL when a later primitive broke the block. */
+int kl_sched_tensorized(const kl_sched_t *s, kl_tensorize_t *out, char *err);
+
 /* A readable dump of the nest (one loop per line, with kinds, parts,
  * guards and stages); heap string. */
 char *kl_sched_print(const kl_sched_t *s);

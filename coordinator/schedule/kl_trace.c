@@ -28,6 +28,7 @@ static const char *s_op_names[KL_OP__COUNT] = {
     "reject_if",
     "if",
     "winograd",
+    "tensorize",
 };
 
 const char *kl_op_name(kl_op op)
@@ -302,6 +303,13 @@ void kl_tr_winograd(kl_trace_t *t, int m)
 {
     kl_inst_t *in = kl_trace_append(t, KL_OP_WINOGRAD);
     in->ints[in->nints++] = m;
+}
+
+void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin)
+{
+    kl_inst_t *in = kl_trace_append(t, KL_OP_TENSORIZE);
+    in->in[in->nin++] = loop;
+    s_str(in, intrin);
 }
 
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,

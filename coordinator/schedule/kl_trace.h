@@ -37,6 +37,7 @@
  *   bind(l15, kind="blockIdx.x")
  *   annotate(l15, key="unroll_max_step", value=64)
  *   winograd(m=2)
+ *   tensorize(l9, intrin="avx512_vnni")
  *
  * Split factors are RVs, integer literals (`split(l0, v3, 4)`) or, for at
  * most one factor, `?`: inferred as ceil(extent / product of the others),
@@ -89,6 +90,7 @@ typedef enum {
     KL_OP_REJECT_IF,
     KL_OP_IF,
     KL_OP_WINOGRAD,
+    KL_OP_TENSORIZE,
     KL_OP__COUNT
 } kl_op;
 
@@ -119,6 +121,7 @@ typedef struct kl_inst_s kl_inst_t;
  *   reject_if               pred
  *   if                      pred, then_body, else_body; decision: [1|0]
  *   winograd                ints[0]: output tile m (kl_sched_winograd)
+ *   tensorize               in: loop; strs[0]: intrinsic (kl_intrin.h)
  */
 struct kl_inst_s {
     kl_op op;
@@ -182,6 +185,7 @@ void kl_tr_reverse_compute_at(kl_trace_t *t, int64_t stage, int64_t loop);
 void kl_tr_annotate(kl_trace_t *t, int64_t loop, const char *key,
                     int64_t value);
 void kl_tr_winograd(kl_trace_t *t, int m);
+void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin);
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
                                int64_t max_innermost, int64_t *outs);
 int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,

@@ -411,6 +411,13 @@ static int s_prim(ex_t *ex, kl_inst_t *in)
             return s_err(ex, in, "needs m, the output tile");
         rc = kl_sched_winograd(s, (int)in->ints[0], e);
         break;
+    case KL_OP_TENSORIZE:
+        if (in->nin != 1 || in->nstrs < 1)
+            return s_err(ex, in, "needs a loop and an intrinsic");
+        if ((rc = s_get(ex, in, in->in[0], RV_LOOP, &loop)))
+            return rc;
+        rc = kl_sched_tensorize(s, (int)loop, in->strs[0], e);
+        break;
     default:
         return s_err(ex, in, "not a primitive");
     }

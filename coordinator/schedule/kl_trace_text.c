@@ -92,6 +92,9 @@ static void s_print_inst(kl_buf_t *b, const kl_inst_t *in)
     case KL_OP_BIND:
         kl_buf_printf(b, "%skind=\"%s\"", nargs++ ? ", " : "", in->strs[0]);
         break;
+    case KL_OP_TENSORIZE:
+        kl_buf_printf(b, "%sintrin=\"%s\"", nargs++ ? ", " : "", in->strs[0]);
+        break;
     case KL_OP_CACHE_READ:
         kl_buf_printf(b, "tensor=\"%s\", scope=\"%s\"", in->strs[0],
                       in->strs[1]);
@@ -314,7 +317,8 @@ static int s_body(tp_t *tp, kl_trace_t *t, bool nested);
 static int s_keyword_arg(tp_t *tp, kl_inst_t *in, const char *key)
 {
     if (!strcmp(key, "kind") || !strcmp(key, "tensor") ||
-        !strcmp(key, "scope") || !strcmp(key, "key")) {
+        !strcmp(key, "scope") || !strcmp(key, "key") ||
+        !strcmp(key, "intrin")) {
         if (in->nstrs >= 2)
             return s_fail(tp, "too many string arguments");
         return s_string(tp, in->strs[in->nstrs++], sizeof in->strs[0]);

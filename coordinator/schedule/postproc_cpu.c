@@ -114,7 +114,11 @@ static int s_reads(const kl_expr_t *e, int t, const kl_access_t **first)
 
 int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err)
 {
-    int rc = s_check_loops(t, s, err);
+    kl_tensorize_t tz;
+    int rc = kl_sched_tensorized(s, &tz, err);
+    if (rc != KL_ERR_NOTFOUND && rc)
+        return rc;
+    rc = s_check_loops(t, s, err);
     if (rc)
         return rc;
     for (int i = 0; i < kl_sched_nstages(s); i++) {
