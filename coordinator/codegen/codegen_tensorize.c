@@ -55,6 +55,7 @@ static void s_intrin_macros(kl_buf_t *b, const char *name)
                "#define KL_VLOAD(p) _mm512_loadu_si512((const void *)(p))\n"
                "#define KL_VSTORE(p, v) _mm512_storeu_si512((void *)(p), v)\n"
                "#define KL_VZERO() _mm512_setzero_si512()\n"
+               "#define KL_VSUB(a, b) _mm512_sub_epi32(a, b)\n"
                "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
                "                               const int8_t *w)\n"
                "{ return _mm512_dpbusd_epi32(c, _mm512_set1_epi32(a4),\n"
@@ -66,7 +67,8 @@ static void s_intrin_macros(kl_buf_t *b, const char *name)
                 "#define KL_VLOAD(p) _mm256_loadu_si256((const __m256i *)(p))\n"
                 "#define KL_VSTORE(p, v) _mm256_storeu_si256((__m256i *)(p), "
                 "v)\n"
-                "#define KL_VZERO() _mm256_setzero_si256()\n");
+                "#define KL_VZERO() _mm256_setzero_si256()\n"
+                "#define KL_VSUB(a, b) _mm256_sub_epi32(a, b)\n");
     if (!strcmp(name, "avx_vnni")) {
         kl_buf_puts(b, "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t "
                        "a4,\n                               const int8_t *w)\n"
@@ -155,6 +157,29 @@ static void s_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
         }
         kl_buf_printf(b, " < %lld)", (long long)gd->bound);
     }
+}
+
+/* Whether the output is a plain s32 Y[m][n] ([M][N], row-major, index m
+ * and n themselves) with no epilogue: then a finished accumulator vector
+ * is stored as one vector, acc - comp, which is what the scalar epilogue
+ * computes lane by lane (the int32 clamp of an int32 is the identity). */
+static bool s_plain_s32_out(const kl_workload_t *w, int itm, int itn, int64_t M,
+                            int64_t N)
+{
+    int ot = kl_workload_output(w);
+    const kl_tensor_t *t = &w->tensors[ot];
+    if (w->nepi || t->dtype != KL_DT_S32 || t->ndim != 2 || t->shape[0] != M ||
+        t->shape[1] != N)
+        return false;
+    for (int d = 0; d < 2; d++) {
+        const kl_affine_t *a = &w->out.idx[d];
+        if (a->offset || a->div != 1)
+            return false;
+        for (int i = 0; i < w->niters; i++)
+            if (a->coef[i] != (i == (d ? itn : itm)))
+                return false;
+    }
+    return true;
 }
 
 int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
@@ -264,6 +289,7 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     /* Fused: the accumulators hold whole sums when stored, so the
      * epilogue runs right there and no acc buffer is needed. */
     bool fused = full && hp < bpos;
+    bool vstore = fused && s_plain_s32_out(w, tz.it_m, tz.it_n, M, N);
     char *alloc = fused ? NULL
                   : full
                       ? kl_xasprintf("malloc(%lld)", (long long)(rows * np * 4))
@@ -380,7 +406,31 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
             ind[strlen(ind) - 4] = '\0';
             kl_buf_printf(&b, "%s}\n", ind);
         }
-        if (p == tp && hp < bpos && fused) {
+        if (p == tp && hp < bpos && fused && vstore) {
+            /* One vector store per accumulator; lanes past N (an
+             * imperfect last block) take the scalar path. */
+            for (int64_t t = 0; t < ntile; t++) {
+                kl_buf_printf(&b,
+                              "%sif (ok_%lld && n0_%lld + %d <= %lld)\n"
+                              "%s    KL_VSTORE(t%d + m_%lld * %lld + n0_%lld, "
+                              "KL_VSUB(c_%lld, KL_VLOAD(comp + n0_%lld)));\n",
+                              ind, (long long)t, (long long)t, in->lanes,
+                              (long long)N, ind, ot, (long long)t, (long long)N,
+                              (long long)t, (long long)t, (long long)t);
+                if (N % in->lanes)
+                    kl_buf_printf(
+                        &b,
+                        "%selse if (ok_%lld) {\n%s    int32_t lane[%d];\n"
+                        "%s    KL_VSTORE(lane, c_%lld);\n"
+                        "%s    for (int64_t q = 0; n0_%lld + q < %lld; q++)\n"
+                        "%s        t%d[m_%lld * %lld + n0_%lld + q] = "
+                        "(int32_t)((uint32_t)lane[q] - (uint32_t)comp[n0_%lld "
+                        "+ q]);\n%s}\n",
+                        ind, (long long)t, ind, in->lanes, ind, (long long)t,
+                        ind, (long long)t, (long long)N, ind, ot, (long long)t,
+                        (long long)N, (long long)t, (long long)t, ind);
+            }
+        } else if (p == tp && hp < bpos && fused) {
             /* ok_t implies m_t < M (the guards of m's splits). */
             for (int64_t t = 0; t < ntile && !rc; t++) {
                 kl_buf_printf(

@@ -306,6 +306,10 @@ static const char *s_specs[] = {
     "qmatmul M=6 N=20 K=12 za=200 out=s32 bias=1",
     "qdense N=3 I=41 O=19 za=100 clip=20,200 bias=1",
     "qdense N=8 I=64 O=48 za=128",
+    /* plain s32 outputs: the fused tile stores whole vectors, and the
+     * lanes of a last partial block one by one */
+    "qmatmul M=7 N=40 K=20 za=5 out=s32",
+    "qmatmul M=10 N=36 K=16 za=250 out=s32",
 };
 
 static void test_match_reference(void **state)

@@ -15,6 +15,10 @@
  * of medians. Operations are counted 2 per multiply-add for both dtypes.
  *
  * Usage: bench_int8 --db DIR [--f32-db DIR] [--rounds N] [--workdir DIR]
+ *                   [--source FILE.c]
+ * --source times FILE.c (entry kl_main, with its prepare) instead of the
+ * store's best: a hand-edited copy of a generated kernel, to try a change
+ * of the generated code without tuning again.
  */
 #include <dnnl.h>
 #include <stdio.h>
@@ -85,6 +89,7 @@ static void **s_bufs(const kl_workload_t *w, uint64_t seed)
 int main(int argc, char **argv)
 {
     const char *db = NULL, *fdb = NULL, *workdir = "/tmp/bench_int8";
+    const char *source = NULL;
     int rounds = 15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc)
@@ -95,9 +100,11 @@ int main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workdir") && i + 1 < argc)
             workdir = argv[++i];
+        else if (!strcmp(argv[i], "--source") && i + 1 < argc)
+            source = argv[++i];
         else {
             fprintf(stderr, "usage: bench_int8 --db DIR [--f32-db DIR] "
-                            "[--rounds N] [--workdir DIR]\n");
+                            "[--rounds N] [--workdir DIR] [--source FILE.c]\n");
             return 2;
         }
     }
@@ -130,7 +137,10 @@ int main(int argc, char **argv)
     printf("== %s on %s: kiln's best of %zu trials (tuning measured %.1f "
            "GOP/s)\n",
            rq.workload_name, rq.target, rq.n, ops / rq.best_s / 1e9);
-    kctx_t k = {.k = bt_load_best(&rq, workdir)};
+    kctx_t k = {.k = source ? bt_load_source(source, workdir)
+                            : bt_load_best(&rq, workdir)};
+    if (source)
+        printf("kernel: %s (--source, not the store's best)\n", source);
     void **kb = s_bufs(w, 7);
     k.args = bt_kernel_args(&k.k, w, (float **)kb);
 
