@@ -56,10 +56,18 @@ static void s_intrin_macros(kl_buf_t *b, const char *name)
                "#define KL_VSTORE(p, v) _mm512_storeu_si512((void *)(p), v)\n"
                "#define KL_VZERO() _mm512_setzero_si512()\n"
                "#define KL_VSUB(a, b) _mm512_sub_epi32(a, b)\n"
+               "/* vpdpbusd as asm with the accumulator tied (\"+v\"):\n"
+               " * the intrinsic makes GCC copy every accumulator of a\n"
+               " * register tile to another register (and spill some)\n"
+               " * at every step of k. Same instruction, same result. */\n"
                "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
                "                               const int8_t *w)\n"
-               "{ return _mm512_dpbusd_epi32(c, _mm512_set1_epi32(a4),\n"
-               "                             KL_VLOAD(w)); }\n");
+               "{\n"
+               "    __m512i a = _mm512_set1_epi32(a4), wv = KL_VLOAD(w);\n"
+               "    __asm__(\"vpdpbusd %2, %1, %0\" : \"+v\"(c) : \"v\"(a), "
+               "\"v\"(wv));\n"
+               "    return c;\n"
+               "}\n");
         return;
     }
     kl_buf_puts(b,
