@@ -726,8 +726,13 @@ static int s_program_int(const kl_workload_t *w, const kl_target_t *t,
     kl_tr_sample_perfect_tile(tr, k[0], 2, 256, k2);
     int64_t lk2[2];
     kl_tr_split(tr, k[0], k2, 2, lk2);
-    int64_t order[8] = {lm2[0], ln2[0], lk2[0], lm2[1],
-                        ln2[1], lk2[1], n[1],   k[1]};
+    /* ko0 ko1 under the register tile, as the comment above says: the
+     * accumulators stay in registers over both, are finished there and
+     * stored with the epilogue. (ko0 above the tile reused nothing, the
+     * tile reads the same A rows and B panel either way, and cost an
+     * int32 buffer, its reloads and a last epilogue pass.) */
+    int64_t order[8] = {lm2[0], ln2[0], lm2[1], ln2[1],
+                        lk2[0], lk2[1], n[1],   k[1]};
     kl_tr_reorder(tr, order, 8);
     int64_t f[2] = {lm2[0], ln2[0]};
     int64_t fused = kl_tr_fuse(tr, f, 2);
