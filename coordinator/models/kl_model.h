@@ -110,9 +110,16 @@ int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
  * LAYER being the layer's name in the graph text. A layer with bias=1
  * whose model had no bias gets zeros. */
 typedef struct {
-    char *name;    /* "LAYER.weight" / "LAYER.bias" */
-    int64_t numel; /* floats in data */
-    float *data;
+    char *name;    /* "LAYER.weight" / "LAYER.bias" / "LAYER.scale" */
+    int64_t numel; /* values in data (f32) or idata (s8, s32) */
+    float *data;   /* the values when dtype is f32, else NULL */
+    /* KL_DT_F32 (0, every float layer's), or a quantized layer's (qconv2d,
+     * qdepthwise_conv2d, qdense, qmatmul): weight KL_DT_S8 (int8_t),
+     * bias KL_DT_S32 (int32_t) in idata; its per-channel requant scale
+     * "LAYER.scale" is f32 (s_in * s_w[o] / s_out, one an output
+     * channel). */
+    kl_dtype dtype;
+    void *idata;
 } kl_model_param_t;
 
 typedef struct {

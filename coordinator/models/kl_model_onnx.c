@@ -32,7 +32,15 @@ typedef struct {
     /* Every value from the layer's own output to this one was read by one
      * node only: a constant may fold into the layer through it. */
     bool sole;
-    bool bad; /* computed by a node kiln cannot import */
+    bool bad;    /* computed by a node kiln cannot import */
+    kl_dtype dt; /* f32, or u8 / s8 (a quantize layer's or q-op's output) */
+    /* A DequantizeLinear's output: the integer tensor (its kiln name,
+     * borrowed), scale and zero point it dequantizes; virt when no
+     * dequantize layer was written (every reader folds it). */
+    const char *qkiln;
+    float qs;
+    int64_t qzp;
+    bool virt;
 } s_val_t;
 
 typedef struct {
@@ -53,6 +61,18 @@ typedef struct {
     float *w;
     int64_t wn;
     float *b;
+    /* A q-op (QDQ folded): s8 weight w8 (wn values), s32 bias b32 (nout),
+     * the input and weight scales, and once its QuantizeLinear is folded
+     * (pending until then) the requant scale rq (nout values, or one when
+     * the weight is per tensor). */
+    bool q, pending;
+    float s_in;
+    float *s_w;
+    int64_t ns_w;
+    int8_t *w8;
+    int32_t *b32;
+    float *rq;
+    int64_t nrq;
 } s_line_t;
 
 /* A constant that is not an initializer: a Constant node's value, or a
@@ -79,6 +99,7 @@ typedef struct {
     int nconsts;
     bool *skip; /* nodes consumed by a pattern (gelu) */
     kl_buf_t head;
+    const char *why; /* why the node just refused (S_UNSUP) was */
 } s_ctx_t;
 
 /* Returned by a node handler for a node kiln has no layer for; the caller
@@ -332,8 +353,11 @@ static s_val_t *s_add_val(s_ctx_t *c, const char *onnx, char *kiln, int line,
                           bool owns)
 {
     c->vals = kl_xrealloc(c->vals, (size_t)(c->nvals + 1) * sizeof(s_val_t));
-    c->vals[c->nvals] =
-        (s_val_t){kl_xstrdup(onnx), kiln, line, owns, true, false};
+    c->vals[c->nvals] = (s_val_t){.onnx = kl_xstrdup(onnx),
+                                  .kiln = kiln,
+                                  .line = line,
+                                  .owns = owns,
+                                  .sole = true};
     return &c->vals[c->nvals++];
 }
 
@@ -343,6 +367,7 @@ static void s_alias(s_ctx_t *c, const char *onnx, const s_val_t *v)
     bool sole = v->sole && s_readers(c, v->onnx) == 1;
     s_val_t *a = s_add_val(c, onnx, v->kiln, v->line, false);
     a->sole = sole;
+    a->dt = v->dt;
 }
 
 static const char *s_nname(const s_node_t *nd)
@@ -637,7 +662,7 @@ static int s_fold_target(s_ctx_t *c, const s_node_t *nd, const char *in,
             break;
         v = s_val(c, l->in0);
     }
-    if (!v || v->line < 0 || !c->lines[v->line].params ||
+    if (!v || v->line < 0 || !c->lines[v->line].params || c->lines[v->line].q ||
         !strcmp(c->lines[v->line].op, "layer_norm"))
         why = views ? "folds only into a conv, dense or matmul by a weight "
                       "(through reshapes and transposes)"
@@ -1587,6 +1612,360 @@ static int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
     return KL_OK;
 }
 
+/* ---- QDQ: QuantizeLinear / DequantizeLinear around Conv, Gemm, MatMul ----
+ *
+ * onnxruntime's quantize_static (QDQ format) writes every quantized layer
+ * as DequantizeLinear(activation) and DequantizeLinear(int8 weight, int32
+ * bias) into a float Conv / Gemm / MatMul whose output goes to a
+ * QuantizeLinear. Each such group folds into one q-op (kl_ir_ops.c):
+ * za = the input's zero point, zo = the output's, requant scale
+ * s_in * s_w[o] / s_out, the int8 weight and int32 bias as they are. A
+ * QuantizeLinear of anything else is a quantize layer, and a
+ * DequantizeLinear whose readers do not all fold a dequantize layer: the
+ * graph leaves the integer domain there. */
+
+/* ONNX element types. */
+#define S_T_F32 1
+#define S_T_U8 2
+#define S_T_S8 3
+#define S_T_S32 6
+
+/* The integer values of constant t (u8, s8 or s32) as int64, *n many. */
+static int s_ivals(s_ctx_t *c, const s_tensor_t *t, const char *name,
+                   int64_t **out, int64_t *n)
+{
+    int dt = t->data_type;
+    size_t sz = dt == S_T_S32 ? 4 : 1;
+    *out = NULL;
+    *n = s_numel(t);
+    if (dt != S_T_U8 && dt != S_T_S8 && dt != S_T_S32)
+        return s_terr(c, name, "not uint8, int8 or int32");
+    if (*n < 0 || *n > ((int64_t)1 << 31))
+        return s_terr(c, name, "a bad size");
+    int64_t *d = kl_xmalloc((size_t)(*n ? *n : 1) * sizeof(int64_t));
+    if (t->has_raw_data && t->raw_data.len == (size_t)*n * sz) {
+        for (int64_t i = 0; i < *n; i++) {
+            const uint8_t *p = t->raw_data.data + (size_t)i * sz;
+            if (dt == S_T_U8)
+                d[i] = p[0];
+            else if (dt == S_T_S8)
+                d[i] = (int8_t)p[0];
+            else {
+                int32_t v;
+                memcpy(&v, p, 4); /* little-endian */
+                d[i] = v;
+            }
+        }
+    } else if (!t->has_raw_data && t->n_int32_data == (size_t)*n) {
+        for (int64_t i = 0; i < *n; i++)
+            d[i] = t->int32_data[i];
+    } else {
+        free(d);
+        return s_terr(c, name, "integer data of the wrong size (truncated?)");
+    }
+    *out = d;
+    return KL_OK;
+}
+
+/* The DequantizeLinear node whose output is name and whose input is an
+ * initializer (a quantized weight or bias), or NULL. */
+static const s_node_t *s_dq_const(const s_ctx_t *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->g->n_node; i++) {
+        const s_node_t *nd = c->g->node[i];
+        if (s_is(nd, "DequantizeLinear") && nd->n_output &&
+            !strcmp(nd->output[0], name) && nd->n_input >= 2 &&
+            s_init(c, nd->input[0]))
+            return nd;
+    }
+    return NULL;
+}
+
+/* Scale (f32) and zero point (input k+1, k+2 of nd) of a per-tensor
+ * Q/DQ: *dt the zero point's kiln type (u8 when there is none). Values
+ * that are not scalars or not constants: an error naming nd. */
+static int s_qparams(s_ctx_t *c, const s_node_t *nd, float *scale, int64_t *zp,
+                     kl_dtype *dt)
+{
+    const s_tensor_t *ts = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    const s_tensor_t *tz =
+        nd->n_input > 2 && nd->input[2][0] ? s_init(c, nd->input[2]) : NULL;
+    if (!ts || s_numel(ts) != 1 || ts->data_type != S_T_F32 ||
+        (nd->n_input > 2 && nd->input[2][0] && (!tz || s_numel(tz) != 1)))
+        return s_fail(c, nd,
+                      "the scale and zero point of a quantized activation "
+                      "must be constant scalars (per tensor)");
+    float *f;
+    int64_t n, *z = NULL;
+    int rc = s_floats(c, ts, nd->input[1], &f, &n);
+    if (rc)
+        return rc;
+    *scale = f[0];
+    free(f);
+    *zp = 0;
+    *dt = KL_DT_U8;
+    if (tz) {
+        if (tz->data_type != S_T_U8 && tz->data_type != S_T_S8)
+            return s_fail(c, nd,
+                          "a quantized activation must be uint8 or int8");
+        if ((rc = s_ivals(c, tz, nd->input[2], &z, &n)))
+            return rc;
+        *zp = z[0];
+        *dt = tz->data_type == S_T_U8 ? KL_DT_U8 : KL_DT_S8;
+        free(z);
+    }
+    if (!(*scale > 0) || !isfinite(*scale))
+        return s_fail(c, nd, "a scale that is not a positive number");
+    return KL_OK;
+}
+
+/* Does node nd (a reader of the dequantized value v) fold into a q-op:
+ * Conv / Gemm / MatMul reading v as its input 0 with a DequantizeLinear'd
+ * constant weight? */
+static bool s_qreader(const s_ctx_t *c, const s_node_t *nd, const char *v)
+{
+    return (s_is(nd, "Conv") || s_is(nd, "Gemm") || s_is(nd, "MatMul")) &&
+           nd->n_input > 1 && !strcmp(nd->input[0], v) &&
+           strcmp(nd->input[1], v) && s_dq_const(c, nd->input[1]);
+}
+
+static int s_dequantize(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    if (nd->n_input && s_init(c, nd->input[0]))
+        return KL_OK; /* a weight or bias: read by the q-op */
+    const s_val_t *x = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+    if (!x)
+        return s_in(c, nd, 0, &rc), rc;
+    if (x->dt != KL_DT_U8 && x->dt != KL_DT_S8) {
+        c->why = "dequantizes a value that is not a quantized tensor";
+        return S_UNSUP;
+    }
+    float sc;
+    int64_t zp;
+    kl_dtype dt;
+    if ((rc = s_qparams(c, nd, &sc, &zp, &dt)))
+        return rc;
+    if (dt != x->dt)
+        return s_fail(c, nd, "its zero point's type is not its input's");
+    /* Does every reader fold it (no float tensor needed)? */
+    const char *out = nd->output[0];
+    bool all = true;
+    for (size_t i = 0; i < c->g->n_output; i++)
+        all &= !(c->g->output[i]->name && !strcmp(c->g->output[i]->name, out));
+    for (size_t i = 0; all && i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            if (!strcmp(c->g->node[i]->input[k], out) &&
+                !s_qreader(c, c->g->node[i], out))
+                all = false;
+    const char *src = x->kiln; /* x moves when a value is added */
+    kl_dtype xdt = x->dt;
+    s_val_t *v;
+    if (all) {
+        v = s_add_val(c, out, x->kiln, x->line, false);
+        v->virt = true;
+        v->dt = xdt;
+    } else {
+        s_line_t *l = s_line(c, nd, "dequantize");
+        kl_buf_printf(&l->args, "%s scale=%.9g zp=%lld", src, (double)sc,
+                      (long long)zp);
+        v = &c->vals[c->nvals - 1];
+    }
+    v->qkiln = src;
+    v->qs = sc;
+    v->qzp = zp;
+    return KL_OK;
+}
+
+/* QuantizeLinear: folds into the pending q-op whose output it reads, else
+ * a quantize layer. */
+static int s_quantize(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    const s_val_t *x = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+    if (!x)
+        return s_in(c, nd, 0, &rc), rc;
+    if (x->dt != KL_DT_F32 || x->virt) {
+        c->why = "quantizes a value that is not f32";
+        return S_UNSUP;
+    }
+    float so;
+    int64_t zo;
+    kl_dtype dt;
+    if ((rc = s_qparams(c, nd, &so, &zo, &dt)))
+        return rc;
+    s_line_t *l = x->line >= 0 ? &c->lines[x->line] : NULL;
+    if (l && l->q && l->pending && !strcmp(l->out, nd->input[0])) {
+        l->pending = false;
+        l->nrq = l->ns_w;
+        l->rq = kl_xmalloc((size_t)l->nrq * sizeof(float));
+        for (int64_t k = 0; k < l->nrq; k++) {
+            float t = l->s_in * l->s_w[k]; /* f32, as onnxruntime does */
+            l->rq[k] = t / so;
+        }
+        kl_buf_printf(&l->args, " zo=%lld", (long long)zo);
+        if (l->nrq > 1)
+            kl_buf_puts(&l->args, " scale=channel");
+        else
+            kl_buf_printf(&l->args, " scale=%.9g", (double)l->rq[0]);
+        if (dt == KL_DT_S8)
+            kl_buf_puts(&l->args, " out=s8");
+        s_alias(c, nd->output[0], x);
+        c->vals[c->nvals - 1].dt = dt;
+        return KL_OK;
+    }
+    const char *src = x->kiln; /* x moves when a value is added */
+    s_line_t *q = s_line(c, nd, "quantize");
+    kl_buf_printf(&q->args, "%s scale=%.9g zp=%lld%s", src, (double)so,
+                  (long long)zo, dt == KL_DT_S8 ? " out=s8" : "");
+    c->vals[c->nvals - 1].dt = dt;
+    return KL_OK;
+}
+
+/* Conv / Gemm / MatMul of a dequantized u8 activation by a dequantized s8
+ * weight (and int32 bias), whose output one QuantizeLinear reads: a q-op,
+ * its requant scale set when that QuantizeLinear folds. */
+static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    bool conv = s_is(nd, "Conv"), gemm = s_is(nd, "Gemm");
+    const s_val_t *x = s_val(c, nd->input[0]);
+    const s_node_t *wdq = s_dq_const(c, nd->input[1]);
+    const s_tensor_t *w = s_init(c, wdq->input[0]);
+    if (!x || !x->qkiln || x->dt != KL_DT_U8) {
+        c->why = !x || !x->qkiln
+                     ? "an int8 weight on a float input (only QDQ on both)"
+                     : "an int8 input (kiln's q-ops read u8 activations)";
+        return S_UNSUP;
+    }
+    int q = s_reader(c, nd->output[0]);
+    if (q < 0 || !s_is(c->g->node[q], "QuantizeLinear")) {
+        c->why = "its output is not read by one QuantizeLinear alone";
+        return S_UNSUP;
+    }
+    if (w->data_type != S_T_S8)
+        return s_fail(c, nd, "a quantized weight that is not int8");
+    if (gemm && (s_aint(nd, "transA", 0) || s_afloat(nd, "alpha", 1) != 1 ||
+                 s_afloat(nd, "beta", 1) != 1))
+        return s_fail(c, nd, "a quantized Gemm with transA, alpha or beta");
+    if ((conv && w->n_dims != 4) || (!conv && w->n_dims != 2))
+        return s_fail(c, nd, "a weight of the wrong rank");
+    bool tb = gemm && s_aint(nd, "transB", 0);
+    int64_t nout = conv || tb ? w->dims[0] : w->dims[1];
+    int64_t axis = s_aint(wdq, "axis", 1);
+    /* weight scales: one, or one per output channel on its axis */
+    const s_tensor_t *ts = s_init(c, wdq->input[1]);
+    const s_tensor_t *tz =
+        wdq->n_input > 2 && wdq->input[2][0] ? s_init(c, wdq->input[2]) : NULL;
+    if (!ts || ts->data_type != S_T_F32 ||
+        (s_numel(ts) != 1 &&
+         (s_numel(ts) != nout || axis != (conv || tb ? 0 : 1))))
+        return s_fail(c, nd,
+                      "the weight's scale is neither one number nor one "
+                      "per output channel");
+    int64_t n, *zv = NULL;
+    if (tz && (rc = s_ivals(c, tz, wdq->input[2], &zv, &n)))
+        return rc;
+    for (int64_t i = 0; zv && i < n; i++)
+        if (zv[i]) {
+            free(zv);
+            return s_fail(c, nd,
+                          "an int8 weight with a zero point other than 0 "
+                          "(kiln's q-ops take symmetric weights)");
+        }
+    free(zv);
+    const char *op = "qmatmul";
+    int64_t st = 1, pad = 0, dil = 1, g = conv ? s_aint(nd, "group", 1) : 1;
+    bool dw = conv && g > 1 && w->dims[1] == 1;
+    if (conv) {
+        if ((rc = s_window(c, nd, &st, &pad, &dil)))
+            return rc;
+        if (g > 1 && !dw)
+            return s_fail(c, nd, "a quantized grouped convolution");
+        op = dw ? "qdepthwise_conv2d" : "qconv2d";
+    } else if (tb)
+        op = "qdense";
+    const char *xk = x->qkiln; /* x moves when a value is added */
+    float xs = x->qs;
+    int64_t xzp = x->qzp;
+    s_line_t *l = s_line(c, nd, op);
+    l->q = l->pending = l->params = true;
+    l->nout = nout;
+    l->s_in = xs;
+    kl_buf_printf(&l->args, "%s", xk);
+    if (conv) {
+        if (!dw)
+            kl_buf_printf(&l->args, " K=%lld", (long long)nout);
+        kl_buf_printf(&l->args, " R=%lld S=%lld stride=%lld pad=%lld",
+                      (long long)w->dims[2], (long long)w->dims[3],
+                      (long long)st, (long long)pad);
+        if (dil != 1)
+            kl_buf_printf(&l->args, " dilation=%lld", (long long)dil);
+        if (dw && nout / g > 1)
+            kl_buf_printf(&l->args, " multiplier=%lld", (long long)(nout / g));
+    } else
+        kl_buf_printf(&l->args, " %s=%lld", tb ? "O" : "N", (long long)nout);
+    kl_buf_printf(&l->args, " za=%lld", (long long)xzp);
+    if ((rc = s_floats(c, ts, wdq->input[1], &l->s_w, &l->ns_w)))
+        return rc;
+    if (c->want) {
+        int64_t *wv;
+        if ((rc = s_ivals(c, w, wdq->input[0], &wv, &l->wn)))
+            return rc;
+        l->w8 = kl_xmalloc((size_t)(l->wn ? l->wn : 1));
+        for (int64_t i = 0; i < l->wn; i++)
+            l->w8[i] = (int8_t)wv[i];
+        free(wv);
+    }
+    /* the bias: an int32 DequantizeLinear of scale s_in * s_w, zp 0 */
+    size_t bk = 2;
+    if (bk < nd->n_input && nd->input[bk][0]) {
+        const s_node_t *bdq = s_dq_const(c, nd->input[bk]);
+        const s_tensor_t *tb32 = bdq ? s_init(c, bdq->input[0]) : NULL;
+        const s_tensor_t *tbs = bdq ? s_init(c, bdq->input[1]) : NULL;
+        if (!tb32 || tb32->data_type != S_T_S32 || s_numel(tb32) != nout ||
+            !tbs || tbs->data_type != S_T_F32 ||
+            (s_numel(tbs) != 1 && s_numel(tbs) != nout))
+            return s_fail(c, nd,
+                          "the bias of a quantized layer must be an int32 "
+                          "DequantizeLinear, one value per output");
+        float *bs;
+        int64_t nbs, *bv = NULL;
+        if ((rc = s_floats(c, tbs, bdq->input[1], &bs, &nbs)))
+            return rc;
+        for (int64_t k = 0; k < nout && !rc; k++) {
+            float want = l->s_in * l->s_w[l->ns_w == 1 ? 0 : k];
+            float got = bs[nbs == 1 ? 0 : k];
+            if (fabsf(got - want) > 1e-6f * want)
+                rc = s_fail(c, nd,
+                            "the bias's scale is not the input's times the "
+                            "weight's");
+        }
+        free(bs);
+        const s_tensor_t *bz = bdq->n_input > 2 && bdq->input[2][0]
+                                   ? s_init(c, bdq->input[2])
+                                   : NULL;
+        if (!rc && bz && (rc = s_ivals(c, bz, bdq->input[2], &bv, &nbs)) == 0)
+            for (int64_t k = 0; k < nbs && !rc; k++)
+                if (bv[k])
+                    rc = s_fail(c, nd, "an int32 bias with a zero point");
+        free(bv);
+        if (rc)
+            return rc;
+        l->bias = true;
+        if (c->want) {
+            if ((rc = s_ivals(c, tb32, bdq->input[0], &bv, &nbs)))
+                return rc;
+            l->b32 = kl_xmalloc((size_t)nout * sizeof(int32_t));
+            for (int64_t k = 0; k < nout; k++)
+                l->b32[k] = (int32_t)bv[k];
+            free(bv);
+        }
+    } else if (tb) /* qdense has bias=1 by default: zeros */
+        l->bias = true;
+    return KL_OK;
+}
+
 static int s_node(s_ctx_t *c, const s_node_t *nd)
 {
     int rc = KL_OK;
@@ -1613,6 +1992,13 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
             return rc;
         return S_UNSUP;
     }
+    if (s_is(nd, "QuantizeLinear"))
+        return s_quantize(c, nd);
+    if (s_is(nd, "DequantizeLinear"))
+        return s_dequantize(c, nd);
+    if ((s_is(nd, "Conv") || s_is(nd, "Gemm") || s_is(nd, "MatMul")) &&
+        nd->n_input > 1 && s_dq_const(c, nd->input[1]))
+        return s_qlayer(c, nd);
     if (s_is(nd, "Conv"))
         return s_conv(c, nd);
     if (s_is(nd, "MaxPool") || s_is(nd, "AveragePool"))
@@ -1714,6 +2100,7 @@ static int s_nodes(s_ctx_t *c)
             const s_val_t *v = nd->input[k][0] ? s_val(c, nd->input[k]) : NULL;
             tainted |= v && v->bad;
         }
+        c->why = NULL;
         rc = tainted ? S_UNSUP : s_node(c, nd);
         if (rc != S_UNSUP)
             continue;
@@ -1723,11 +2110,13 @@ static int s_nodes(s_ctx_t *c)
         if (tainted)
             continue;
         nbad++;
-        if (list.len < 240) {
-            kl_buf_printf(&list, "%s'%.60s' (%.30s)", shown ? ", " : "",
-                          s_nname(nd), nd->op_type);
+        if (list.len < 400) {
+            kl_buf_printf(&list, "%s'%.60s' (%.30s%s%.120s)", shown ? ", " : "",
+                          s_nname(nd), nd->op_type, c->why ? ": " : "",
+                          c->why ? c->why : "");
             shown++;
         }
+        c->why = NULL;
     }
     if (!rc && nbad > shown)
         kl_buf_printf(&list, ", ... and %d more", nbad - shown);
@@ -1738,7 +2127,9 @@ static int s_nodes(s_ctx_t *c)
                        "Add, Mul and Div by a constant, MaxPool, AveragePool, "
                        "GlobalAveragePool, ReduceMean over H,W, Flatten, "
                        "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
-                       "(or its Erf form), Identity, Dropout, Constant",
+                       "(or its Erf form), Identity, Dropout, Constant, "
+                       "QuantizeLinear, DequantizeLinear (QDQ around Conv, "
+                       "Gemm, MatMul)",
                        c->src, nbad, nbad > 1 ? "s" : "", list.data);
     kl_buf_free(&list);
     return rc;
@@ -1826,16 +2217,37 @@ static void s_params(s_ctx_t *c, kl_model_params_t *ps)
         s_line_t *l = &c->lines[i];
         if (!l->params || l->dead)
             continue;
-        ps->p = kl_xrealloc(ps->p, (size_t)(ps->n + 2) * sizeof(*ps->p));
-        ps->p[ps->n++] =
-            (kl_model_param_t){kl_xasprintf("%s.weight", l->name), l->wn, l->w};
+        ps->p = kl_xrealloc(ps->p, (size_t)(ps->n + 3) * sizeof(*ps->p));
+        if (l->q) {
+            ps->p[ps->n++] =
+                (kl_model_param_t){kl_xasprintf("%s.weight", l->name), l->wn,
+                                   NULL, KL_DT_S8, l->w8};
+            l->w8 = NULL;
+            if (l->bias) {
+                if (!l->b32)
+                    l->b32 = kl_xcalloc((size_t)l->nout, sizeof(int32_t));
+                ps->p[ps->n++] =
+                    (kl_model_param_t){kl_xasprintf("%s.bias", l->name),
+                                       l->nout, NULL, KL_DT_S32, l->b32};
+                l->b32 = NULL;
+            }
+            if (l->nrq > 1) {
+                ps->p[ps->n++] =
+                    (kl_model_param_t){kl_xasprintf("%s.scale", l->name),
+                                       l->nrq, l->rq, KL_DT_F32, NULL};
+                l->rq = NULL;
+            }
+            continue;
+        }
+        ps->p[ps->n++] = (kl_model_param_t){kl_xasprintf("%s.weight", l->name),
+                                            l->wn, l->w, KL_DT_F32, NULL};
         l->w = NULL;
         if (!l->bias)
             continue;
         if (!l->b)
             l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
-        ps->p[ps->n++] =
-            (kl_model_param_t){kl_xasprintf("%s.bias", l->name), l->nout, l->b};
+        ps->p[ps->n++] = (kl_model_param_t){kl_xasprintf("%s.bias", l->name),
+                                            l->nout, l->b, KL_DT_F32, NULL};
         l->b = NULL;
     }
 }
@@ -1854,6 +2266,10 @@ static void s_free(s_ctx_t *c)
         free(c->lines[i].out);
         free(c->lines[i].w);
         free(c->lines[i].b);
+        free(c->lines[i].s_w);
+        free(c->lines[i].w8);
+        free(c->lines[i].b32);
+        free(c->lines[i].rq);
         kl_buf_free(&c->lines[i].args);
     }
     free(c->lines);
