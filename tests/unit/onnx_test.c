@@ -886,6 +886,115 @@ static void test_onnx_fold_refused(void **state)
     }
 }
 
+/* An integer initializer (ONNX type ty: 2 uint8, 3 int8, 6 int32) of n
+ * values v, 1-D [n] or a scalar when n is 0 (one value). */
+static KilnOnnx__TensorProto *s_ivec(const char *name, int ty, int n,
+                                     const int32_t *v)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, n ? 1 : 0, n, 0, 0, 0);
+    int k = n ? n : 1;
+    t->data_type = ty;
+    t->n_int32_data = (size_t)k;
+    t->int32_data = s_mem((size_t)k * sizeof(int32_t));
+    memcpy(t->int32_data, v, (size_t)k * sizeof(int32_t));
+    return t;
+}
+
+/* x -> QuantizeLinear -> DequantizeLinear -> Conv (by a DequantizeLinear'd
+ * int8 weight with one scale) -> tail -> ... Tail 0: QuantizeLinear ->
+ * DequantizeLinear: one qconv2d with a per-tensor scale between a
+ * quantize and a dequantize layer. Tail 1: a Sigmoid reads the Conv's
+ * output: the Conv cannot fold and the error names it (and says why).
+ * Tail 2: the Conv reads x itself (weight-only quantization): refused. */
+static void test_onnx_qdq(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    for (int tail = 0; tail < 3; tail++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 2, 4, 4};
+        s_onnx_init(&o, "x", 4, in);
+        int32_t w[8] = {1, -2, 3, -4, 5, -6, 7, -127}, z = 0, zx = 128, zy = 3;
+        KilnOnnx__TensorProto *wt = s_ivec("w8", 3, 8, w);
+        wt->n_dims = 4; /* [4,2,1,1] */
+        wt->dims[0] = 4, wt->dims[1] = 2, wt->dims[2] = wt->dims[3] = 1;
+        o.inits[0] = wt;
+        o.inits[1] = s_scalar("ws", 0.5f, false);
+        o.inits[2] = s_ivec("wz", 3, 0, &z);
+        o.inits[3] = s_scalar("xs", 0.25f, false);
+        o.inits[4] = s_ivec("xz", 2, 0, &zx);
+        o.inits[5] = s_scalar("ys", 0.75f, true);
+        o.inits[6] = s_ivec("yz", 2, 0, &zy);
+        o.g.n_initializer = 7;
+        s_onnx_node(&o, "QuantizeLinear", s_strs("x", "xs", "xz"), 3, "xq", 0,
+                    0, 0);
+        s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3, "xd",
+                    0, 0, 0);
+        s_onnx_node(&o, "DequantizeLinear", s_strs("w8", "ws", "wz"), 3, "wd",
+                    0, 0, 0);
+        s_onnx_node(&o, "Conv", s_strs(tail == 2 ? "x" : "xd", "wd", 0), 2,
+                    "conv", 0, 0, 0);
+        const char *last = "y";
+        if (tail == 1) {
+            s_onnx_node(&o, "Sigmoid", s_strs("conv", 0, 0), 1, "sg", 0, 0, 0);
+            last = "sg";
+        } else {
+            s_onnx_node(&o, "QuantizeLinear", s_strs("conv", "ys", "yz"), 3,
+                        "yq", 0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("yq", "ys", "yz"), 3,
+                        "y", 0, 0, 0);
+        }
+        const char *path = s_onnx_write(&o, last);
+        kl_model_t *m = NULL;
+        char *text = NULL;
+        int rc = kl_model_text(path, &text, err);
+        if (tail == 0) {
+            assert_int_equal(rc, KL_OK);
+            /* 0.25 * 0.5 / 0.75 in f32 */
+            float sc = 0.25f * 0.5f;
+            sc = sc / 0.75f;
+            char want[200];
+            snprintf(want, sizeof want,
+                     "conv = qconv2d xq K=4 R=1 S=1 stride=1 pad=0 za=128 "
+                     "zo=3 scale=%.9g\n",
+                     (double)sc);
+            const char *lines[] = {"xq = quantize x scale=0.25 zp=128\n", want,
+                                   "y = dequantize conv scale=0.75 zp=3\n"};
+            for (int i = 0; i < 3; i++)
+                if (!strstr(text, lines[i]))
+                    fail_msg("graph text\n%s\nlacks '%s'", text, lines[i]);
+            assert_int_equal(kl_model_load(path, &m, err), KL_OK);
+            assert_int_equal(kl_model_ntasks(m), 1);
+            assert_non_null(strstr(kl_model_task(m, 0)->spec,
+                                   "qconv2d N=1 C=2 H=4 W=4 K=4"));
+            assert_string_equal(kl_model_untuned(m), "quantize x1, "
+                                                     "dequantize x1");
+            kl_model_params_t ps;
+            assert_int_equal(kl_model_params(path, &ps, err), KL_OK);
+            assert_int_equal(ps.n, 1); /* the weight: no bias, scale */
+            assert_string_equal(ps.p[0].name, "conv.weight");
+            assert_int_equal(ps.p[0].dtype, KL_DT_S8);
+            assert_int_equal(ps.p[0].numel, 8);
+            for (int i = 0; i < 8; i++)
+                assert_int_equal(((int8_t *)ps.p[0].idata)[i], w[i]);
+            kl_model_params_free(&ps);
+            kl_model_destroy(&m);
+        } else {
+            assert_int_equal(rc, KL_ERR_INVAL);
+            const char *want =
+                tail == 1 ? "1 node kiln cannot import: 'conv' (Conv: its "
+                            "output is not read by one QuantizeLinear alone)"
+                          : "1 node kiln cannot import: 'conv' (Conv: an int8 "
+                            "weight on a float input";
+            if (!strstr(err, want))
+                fail_msg("error '%s' does not say '%s'", err, want);
+        }
+        free(text);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
 /* Every node kiln cannot import is named in one error; what is computed
  * from them is not. */
 static void test_onnx_unsupported_all(void **state)
@@ -1266,6 +1375,7 @@ int main(void)
         cmocka_unit_test(test_onnx_params_data),
         cmocka_unit_test(test_onnx_fold_refused),
         cmocka_unit_test(test_onnx_unsupported_all),
+        cmocka_unit_test(test_onnx_qdq),
         cmocka_unit_test(test_onnx_gelu_layer_norm),
         cmocka_unit_test(test_onnx_attention_split),
         cmocka_unit_test(test_graph_nd_matmul_layer_norm),
