@@ -18,6 +18,17 @@ Subcommands:
       Runtime's output for that input, CPU EP, f32). These three are the
       files committed under tests/data/onnx/.
 
+  small-cnn-int8 OUTDIR
+      A CNN like small-cnn (numpy seed 18, opset 17, x 1x3x32x32 -> y
+      1x10): Conv 3->16 3x3 + Relu, depthwise Conv 3x3 + Relu, Conv 1x1
+      16->32, GlobalAveragePool, Flatten, Gemm 32->10 (all with biases),
+      quantized by onnxruntime.quantization.quantize_static: QDQ format,
+      per_channel=True, activations QUInt8, weights QInt8, MinMax
+      calibration on 8 seeded N(0, 1) inputs. Writes
+      OUTDIR/small_cnn_int8.onnx, .input.npy (f32, seed-fixed),
+      .ort.npy (ONNX Runtime's y, CPU EP) and .conv3.ort.npy (ONNX
+      Runtime's u8 output of the third conv, 1x32x32x32, as f32).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -43,7 +54,7 @@ Subcommands:
 Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
-Packages: numpy, onnx, onnxruntime (small-cnn); torch and torchvision too
+Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -51,6 +62,7 @@ Through the wrapper, which makes (once) and reuses a virtual environment in
 ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
 
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
@@ -254,6 +266,19 @@ def small_cnn_int8(outdir):
     y = ort_run(path, x)
     np.save(os.path.join(outdir, "small_cnn_int8.ort.npy"),
             np.ascontiguousarray(y, dtype=np.float32))
+    # The u8 output of the third conv as well (32768 values, stored as
+    # f32): the quantized layers compared element by element.
+    qm = onnx.load(path)
+    qm.graph.output.append(helper.make_tensor_value_info(
+        "conv3_QuantizeLinear_Output", TensorProto.UINT8, [1, 32, 32, 32]))
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(qm.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    c3 = sess.run(["conv3_QuantizeLinear_Output"], {"x": x})[0]
+    np.save(os.path.join(outdir, "small_cnn_int8.conv3.ort.npy"),
+            np.ascontiguousarray(c3, dtype=np.float32))
     print_ops(path)
     print("wrote %s (%d bytes), ORT output %s" % (
         path, os.path.getsize(path), np.array2string(y.ravel(), precision=4)))
