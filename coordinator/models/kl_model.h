@@ -12,7 +12,8 @@
  *   f  = flatten p1
  *   fc = dense f O=10
  *
- * Every tensor is f32 and 4-D tensors are NCHW; shapes are inferred layer by
+ * Every tensor is f32 (but the u8 / s8 / s32 outputs of quantize and the
+ * q-ops) and 4-D tensors are NCHW; shapes are inferred layer by
  * layer from the inputs. Extraction then:
  *  1. fuses into its producer every `relu` or `clip` (one of them per
  *     producer; a clip becomes its clip=LO,HI) that follows a conv2d,
@@ -84,6 +85,12 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
  * min 0 and no max: relu), Add, Flatten (axis 1), Reshape (constant
  * shape), Transpose, Softmax, LayerNormalization (layer_norm eps= affine=1)
  * and Gelu (also its Erf form) map to the ops of the same meaning;
+ * QDQ groups (DequantizeLinear of a u8 activation and of an int8 weight
+ * and int32 bias into a Conv, Gemm or MatMul whose output one
+ * QuantizeLinear reads) fold into one qconv2d / qdepthwise_conv2d /
+ * qdense / qmatmul with za, zo and the requant scale s_in * s_w[o] /
+ * s_out; other QuantizeLinear / DequantizeLinear nodes are quantize /
+ * dequantize layers (docs/models.md, "Quantized (QDQ) models");
  * BatchNormalization and an Add, Mul or Div of a constant after a conv,
  * dense or matmul fold into it; Identity and Dropout vanish, and views of
  * constants are constants; symbolic dimensions are 1; value names keep
