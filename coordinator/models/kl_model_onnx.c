@@ -1777,6 +1777,8 @@ static int s_dequantize(s_ctx_t *c, const s_node_t *nd)
     return KL_OK;
 }
 
+static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt);
+
 /* QuantizeLinear: folds into the pending q-op whose output it reads, else
  * a quantize layer. */
 static int s_quantize(s_ctx_t *c, const s_node_t *nd)
@@ -1796,20 +1798,7 @@ static int s_quantize(s_ctx_t *c, const s_node_t *nd)
         return rc;
     s_line_t *l = x->line >= 0 ? &c->lines[x->line] : NULL;
     if (l && l->q && l->pending && !strcmp(l->out, nd->input[0])) {
-        l->pending = false;
-        l->nrq = l->ns_w;
-        l->rq = kl_xmalloc((size_t)l->nrq * sizeof(float));
-        for (int64_t k = 0; k < l->nrq; k++) {
-            float t = l->s_in * l->s_w[k]; /* f32, as onnxruntime does */
-            l->rq[k] = t / so;
-        }
-        kl_buf_printf(&l->args, " zo=%lld", (long long)zo);
-        if (l->nrq > 1)
-            kl_buf_puts(&l->args, " scale=channel");
-        else
-            kl_buf_printf(&l->args, " scale=%.9g", (double)l->rq[0]);
-        if (dt == KL_DT_S8)
-            kl_buf_puts(&l->args, " out=s8");
+        s_qout(l, so, zo, dt);
         s_alias(c, nd->output[0], x);
         c->vals[c->nvals - 1].dt = dt;
         return KL_OK;
@@ -1822,27 +1811,29 @@ static int s_quantize(s_ctx_t *c, const s_node_t *nd)
     return KL_OK;
 }
 
-/* Conv / Gemm / MatMul of a dequantized u8 activation by a dequantized s8
- * weight (and int32 bias), whose output one QuantizeLinear reads: a q-op,
- * its requant scale set when that QuantizeLinear folds. */
-static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
+/* Where a q-op's numbers come from: its input (kiln name, scale, zero
+ * point), the int8 weight, its scale and zero point (names for errors),
+ * the weight scale's axis (-1: the output channel's), and the int32 bias
+ * with (QDQ) or without (QLinearConv) a scale to check. */
+typedef struct {
+    const char *xk;
+    float xs;
+    int64_t xzp;
+    const s_tensor_t *w, *ts, *tz, *tb, *tbs, *tbz;
+    const char *wn, *tsn, *tzn, *tbn, *tbsn, *tbzn;
+    int64_t axis;
+} s_qsrc_t;
+
+/* A q-op line for nd (Conv / QLinearConv: qconv2d or qdepthwise_conv2d,
+ * Gemm transB=1: qdense, else qmatmul N=) from q; pending its output's
+ * quantization (s_qout). */
+static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
+                   s_line_t **out)
 {
     int rc = KL_OK;
-    bool conv = s_is(nd, "Conv"), gemm = s_is(nd, "Gemm");
-    const s_val_t *x = s_val(c, nd->input[0]);
-    const s_node_t *wdq = s_dq_const(c, nd->input[1]);
-    const s_tensor_t *w = s_init(c, wdq->input[0]);
-    if (!x || !x->qkiln || x->dt != KL_DT_U8) {
-        c->why = !x || !x->qkiln
-                     ? "an int8 weight on a float input (only QDQ on both)"
-                     : "an int8 input (kiln's q-ops read u8 activations)";
-        return S_UNSUP;
-    }
-    int q = s_reader(c, nd->output[0]);
-    if (q < 0 || !s_is(c->g->node[q], "QuantizeLinear")) {
-        c->why = "its output is not read by one QuantizeLinear alone";
-        return S_UNSUP;
-    }
+    bool conv = s_is(nd, "Conv") || s_is(nd, "QLinearConv"),
+         gemm = s_is(nd, "Gemm");
+    const s_tensor_t *w = q->w;
     if (w->data_type != S_T_S8)
         return s_fail(c, nd, "a quantized weight that is not int8");
     if (gemm && (s_aint(nd, "transA", 0) || s_afloat(nd, "alpha", 1) != 1 ||
@@ -1852,11 +1843,9 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
         return s_fail(c, nd, "a weight of the wrong rank");
     bool tb = gemm && s_aint(nd, "transB", 0);
     int64_t nout = conv || tb ? w->dims[0] : w->dims[1];
-    int64_t axis = s_aint(wdq, "axis", 1);
+    int64_t axis = q->axis < 0 ? (conv || tb ? 0 : 1) : q->axis;
     /* weight scales: one, or one per output channel on its axis */
-    const s_tensor_t *ts = s_init(c, wdq->input[1]);
-    const s_tensor_t *tz =
-        wdq->n_input > 2 && wdq->input[2][0] ? s_init(c, wdq->input[2]) : NULL;
+    const s_tensor_t *ts = q->ts, *tz = q->tz;
     if (!ts || ts->data_type != S_T_F32 ||
         (s_numel(ts) != 1 &&
          (s_numel(ts) != nout || axis != (conv || tb ? 0 : 1))))
@@ -1864,7 +1853,7 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
                       "the weight's scale is neither one number nor one "
                       "per output channel");
     int64_t n, *zv = NULL;
-    if (tz && (rc = s_ivals(c, tz, wdq->input[2], &zv, &n)))
+    if (tz && (rc = s_ivals(c, tz, q->tzn, &zv, &n)))
         return rc;
     for (int64_t i = 0; zv && i < n; i++)
         if (zv[i]) {
@@ -1885,14 +1874,12 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
         op = dw ? "qdepthwise_conv2d" : "qconv2d";
     } else if (tb)
         op = "qdense";
-    const char *xk = x->qkiln; /* x moves when a value is added */
-    float xs = x->qs;
-    int64_t xzp = x->qzp;
     s_line_t *l = s_line(c, nd, op);
+    *out = l;
     l->q = l->pending = l->params = true;
     l->nout = nout;
-    l->s_in = xs;
-    kl_buf_printf(&l->args, "%s", xk);
+    l->s_in = q->xs;
+    kl_buf_printf(&l->args, "%s", q->xk);
     if (conv) {
         if (!dw)
             kl_buf_printf(&l->args, " K=%lld", (long long)nout);
@@ -1905,35 +1892,32 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
             kl_buf_printf(&l->args, " multiplier=%lld", (long long)(nout / g));
     } else
         kl_buf_printf(&l->args, " %s=%lld", tb ? "O" : "N", (long long)nout);
-    kl_buf_printf(&l->args, " za=%lld", (long long)xzp);
-    if ((rc = s_floats(c, ts, wdq->input[1], &l->s_w, &l->ns_w)))
+    kl_buf_printf(&l->args, " za=%lld", (long long)q->xzp);
+    if ((rc = s_floats(c, ts, q->tsn, &l->s_w, &l->ns_w)))
         return rc;
     if (c->want) {
         int64_t *wv;
-        if ((rc = s_ivals(c, w, wdq->input[0], &wv, &l->wn)))
+        if ((rc = s_ivals(c, w, q->wn, &wv, &l->wn)))
             return rc;
         l->w8 = kl_xmalloc((size_t)(l->wn ? l->wn : 1));
         for (int64_t i = 0; i < l->wn; i++)
             l->w8[i] = (int8_t)wv[i];
         free(wv);
     }
-    /* the bias: an int32 DequantizeLinear of scale s_in * s_w, zp 0 */
-    size_t bk = 2;
-    if (bk < nd->n_input && nd->input[bk][0]) {
-        const s_node_t *bdq = s_dq_const(c, nd->input[bk]);
-        const s_tensor_t *tb32 = bdq ? s_init(c, bdq->input[0]) : NULL;
-        const s_tensor_t *tbs = bdq ? s_init(c, bdq->input[1]) : NULL;
-        if (!tb32 || tb32->data_type != S_T_S32 || s_numel(tb32) != nout ||
-            !tbs || tbs->data_type != S_T_F32 ||
-            (s_numel(tbs) != 1 && s_numel(tbs) != nout))
+    /* the bias: int32, one a channel; QDQ's of scale s_in * s_w, zp 0 */
+    const s_tensor_t *tb32 = q->tb, *tbs = q->tbs, *bz = q->tbz;
+    if (tb32) {
+        if (tb32->data_type != S_T_S32 || s_numel(tb32) != nout ||
+            (tbs && (tbs->data_type != S_T_F32 ||
+                     (s_numel(tbs) != 1 && s_numel(tbs) != nout))))
             return s_fail(c, nd,
-                          "the bias of a quantized layer must be an int32 "
-                          "DequantizeLinear, one value per output");
-        float *bs;
-        int64_t nbs, *bv = NULL;
-        if ((rc = s_floats(c, tbs, bdq->input[1], &bs, &nbs)))
+                          "the bias of a quantized layer must be int32, "
+                          "one value per output");
+        float *bs = NULL;
+        int64_t nbs = 0, *bv = NULL;
+        if (tbs && (rc = s_floats(c, tbs, q->tbsn, &bs, &nbs)))
             return rc;
-        for (int64_t k = 0; k < nout && !rc; k++) {
+        for (int64_t k = 0; bs && k < nout && !rc; k++) {
             float want = l->s_in * l->s_w[l->ns_w == 1 ? 0 : k];
             float got = bs[nbs == 1 ? 0 : k];
             if (fabsf(got - want) > 1e-6f * want)
@@ -1942,10 +1926,7 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
                             "weight's");
         }
         free(bs);
-        const s_tensor_t *bz = bdq->n_input > 2 && bdq->input[2][0]
-                                   ? s_init(c, bdq->input[2])
-                                   : NULL;
-        if (!rc && bz && (rc = s_ivals(c, bz, bdq->input[2], &bv, &nbs)) == 0)
+        if (!rc && bz && (rc = s_ivals(c, bz, q->tbzn, &bv, &nbs)) == 0)
             for (int64_t k = 0; k < nbs && !rc; k++)
                 if (bv[k])
                     rc = s_fail(c, nd, "an int32 bias with a zero point");
@@ -1954,7 +1935,7 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
             return rc;
         l->bias = true;
         if (c->want) {
-            if ((rc = s_ivals(c, tb32, bdq->input[0], &bv, &nbs)))
+            if ((rc = s_ivals(c, tb32, q->tbn, &bv, &nbs)))
                 return rc;
             l->b32 = kl_xmalloc((size_t)nout * sizeof(int32_t));
             for (int64_t k = 0; k < nout; k++)
@@ -1963,6 +1944,152 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
         }
     } else if (tb) /* qdense has bias=1 by default: zeros */
         l->bias = true;
+    return KL_OK;
+}
+
+/* The q-op l's output quantization (scale so, zero point zo, type dt):
+ * requant scale (s_in * s_w[o]) / s_out in f32, as onnxruntime computes
+ * it. */
+static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt)
+{
+    l->pending = false;
+    l->nrq = l->ns_w;
+    l->rq = kl_xmalloc((size_t)l->nrq * sizeof(float));
+    for (int64_t k = 0; k < l->nrq; k++) {
+        float t = l->s_in * l->s_w[k];
+        l->rq[k] = t / so;
+    }
+    kl_buf_printf(&l->args, " zo=%lld", (long long)zo);
+    if (l->nrq > 1)
+        kl_buf_puts(&l->args, " scale=channel");
+    else
+        kl_buf_printf(&l->args, " scale=%.9g", (double)l->rq[0]);
+    if (dt == KL_DT_S8)
+        kl_buf_puts(&l->args, " out=s8");
+}
+
+static const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd,
+                                    size_t k)
+{
+    return k < nd->n_input && nd->input[k][0] ? s_init(c, nd->input[k]) : NULL;
+}
+
+static const char *s_opt_name(const s_node_t *nd, size_t k)
+{
+    return k < nd->n_input ? nd->input[k] : "";
+}
+
+/* Conv / Gemm / MatMul of a dequantized u8 activation by a dequantized s8
+ * weight (and int32 bias), whose output one QuantizeLinear reads: a q-op,
+ * its requant scale set when that QuantizeLinear folds (s_quantize). */
+static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
+{
+    const s_val_t *x = s_val(c, nd->input[0]);
+    const s_node_t *wdq = s_dq_const(c, nd->input[1]);
+    if (!x || !x->qkiln || x->dt != KL_DT_U8) {
+        c->why = !x || !x->qkiln
+                     ? "an int8 weight on a float input (only QDQ on both)"
+                     : "an int8 input (kiln's q-ops read u8 activations)";
+        return S_UNSUP;
+    }
+    int r = s_reader(c, nd->output[0]);
+    if (r < 0 || !s_is(c->g->node[r], "QuantizeLinear")) {
+        c->why = "its output is not read by one QuantizeLinear alone";
+        return S_UNSUP;
+    }
+    s_qsrc_t q = {.xk = x->qkiln,
+                  .xs = x->qs,
+                  .xzp = x->qzp,
+                  .w = s_init(c, wdq->input[0]),
+                  .wn = wdq->input[0],
+                  .ts = s_opt_init(c, wdq, 1),
+                  .tsn = s_opt_name(wdq, 1),
+                  .tz = s_opt_init(c, wdq, 2),
+                  .tzn = s_opt_name(wdq, 2),
+                  .axis = s_aint(wdq, "axis", 1)};
+    if (nd->n_input > 2 && nd->input[2][0]) {
+        const s_node_t *bdq = s_dq_const(c, nd->input[2]);
+        if (!bdq)
+            return s_fail(c, nd,
+                          "the bias of a quantized layer must be an int32 "
+                          "DequantizeLinear");
+        q.tb = s_init(c, bdq->input[0]);
+        q.tbn = bdq->input[0];
+        q.tbs = s_opt_init(c, bdq, 1);
+        q.tbsn = s_opt_name(bdq, 1);
+        q.tbz = s_opt_init(c, bdq, 2);
+        q.tbzn = s_opt_name(bdq, 2);
+        if (!q.tbs)
+            return s_fail(c, nd, "the bias's DequantizeLinear has no scale");
+    }
+    s_line_t *l;
+    return s_qmake(c, nd, &q, &l);
+}
+
+/* QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B]) and
+ * QLinearMatMul (a, .., b, .., y_scale, y_zp) by constant int8 weights on
+ * a u8 tensor: one q-op, its output quantization at once. */
+static int s_qlinear(s_ctx_t *c, const s_node_t *nd)
+{
+    int rc = KL_OK;
+    const s_val_t *x = nd->n_input ? s_val(c, nd->input[0]) : NULL;
+    if (!x)
+        return s_in(c, nd, 0, &rc), rc;
+    if (x->dt != KL_DT_U8 || nd->n_input < 8) {
+        c->why = x->dt != KL_DT_U8 ? "an input that is not a u8 tensor"
+                                   : "fewer than 8 inputs";
+        return S_UNSUP;
+    }
+    const s_tensor_t *t[9];
+    for (size_t k = 0; k < 9; k++)
+        t[k] = s_opt_init(c, nd, k);
+    if (!t[1] || !t[3] || !t[4] || !t[6] || s_numel(t[1]) != 1 ||
+        s_numel(t[6]) != 1 || t[1]->data_type != S_T_F32 ||
+        t[6]->data_type != S_T_F32 || (t[2] && s_numel(t[2]) != 1) ||
+        (t[7] && s_numel(t[7]) != 1) ||
+        (nd->n_input > 8 && nd->input[8][0] && !t[8]))
+        return s_fail(c, nd,
+                      "scales, zero points, the weight and the bias must be "
+                      "constants (the input's and output's scalars)");
+    float *f, xs, so;
+    int64_t n, *z = NULL, xzp = 0, zo = 0;
+    if ((rc = s_floats(c, t[1], nd->input[1], &f, &n)))
+        return rc;
+    xs = f[0];
+    free(f);
+    if ((rc = s_floats(c, t[6], nd->input[6], &f, &n)))
+        return rc;
+    so = f[0];
+    free(f);
+    kl_dtype dt = KL_DT_U8;
+    if (t[2] && !(rc = s_ivals(c, t[2], nd->input[2], &z, &n)))
+        xzp = z[0];
+    free(z);
+    z = NULL;
+    if (!rc && t[7] && !(rc = s_ivals(c, t[7], nd->input[7], &z, &n))) {
+        zo = z[0];
+        dt = t[7]->data_type == S_T_S8 ? KL_DT_S8 : KL_DT_U8;
+    }
+    free(z);
+    if (rc)
+        return rc;
+    s_qsrc_t q = {.xk = x->kiln,
+                  .xs = xs,
+                  .xzp = xzp,
+                  .w = t[3],
+                  .wn = nd->input[3],
+                  .ts = t[4],
+                  .tsn = nd->input[4],
+                  .tz = t[5],
+                  .tzn = s_opt_name(nd, 5),
+                  .tb = t[8],
+                  .tbn = s_opt_name(nd, 8),
+                  .axis = -1};
+    s_line_t *l;
+    if ((rc = s_qmake(c, nd, &q, &l)))
+        return rc;
+    s_qout(l, so, zo, dt);
+    c->vals[c->nvals - 1].dt = dt; /* the line's output value */
     return KL_OK;
 }
 
@@ -1996,6 +2123,8 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         return s_quantize(c, nd);
     if (s_is(nd, "DequantizeLinear"))
         return s_dequantize(c, nd);
+    if (s_is(nd, "QLinearConv") || s_is(nd, "QLinearMatMul"))
+        return s_qlinear(c, nd);
     if ((s_is(nd, "Conv") || s_is(nd, "Gemm") || s_is(nd, "MatMul")) &&
         nd->n_input > 1 && s_dq_const(c, nd->input[1]))
         return s_qlayer(c, nd);
@@ -2129,7 +2258,7 @@ static int s_nodes(s_ctx_t *c)
                        "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
                        "(or its Erf form), Identity, Dropout, Constant, "
                        "QuantizeLinear, DequantizeLinear (QDQ around Conv, "
-                       "Gemm, MatMul)",
+                       "Gemm, MatMul), QLinearConv, QLinearMatMul",
                        c->src, nbad, nbad > 1 ? "s" : "", list.data);
     kl_buf_free(&list);
     return rc;

@@ -905,12 +905,14 @@ static KilnOnnx__TensorProto *s_ivec(const char *name, int ty, int n,
  * DequantizeLinear: one qconv2d with a per-tensor scale between a
  * quantize and a dequantize layer. Tail 1: a Sigmoid reads the Conv's
  * output: the Conv cannot fold and the error names it (and says why).
- * Tail 2: the Conv reads x itself (weight-only quantization): refused. */
+ * Tail 2: the Conv reads x itself (weight-only quantization): refused.
+ * Tail 3: the operator form, QuantizeLinear -> QLinearConv ->
+ * DequantizeLinear, gives tail 0's graph. */
 static void test_onnx_qdq(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    for (int tail = 0; tail < 3; tail++) {
+    for (int tail = 0; tail < 4; tail++) {
         s_onnx_t o;
         int64_t in[4] = {1, 2, 4, 4};
         s_onnx_init(&o, "x", 4, in);
@@ -928,17 +930,27 @@ static void test_onnx_qdq(void **state)
         o.g.n_initializer = 7;
         s_onnx_node(&o, "QuantizeLinear", s_strs("x", "xs", "xz"), 3, "xq", 0,
                     0, 0);
-        s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3, "xd",
-                    0, 0, 0);
-        s_onnx_node(&o, "DequantizeLinear", s_strs("w8", "ws", "wz"), 3, "wd",
-                    0, 0, 0);
-        s_onnx_node(&o, "Conv", s_strs(tail == 2 ? "x" : "xd", "wd", 0), 2,
-                    "conv", 0, 0, 0);
+        if (tail == 3) { /* the operator form: QLinearConv */
+            char **qin = s_mem(8 * sizeof(char *));
+            const char *names[8] = {"xq", "xs", "xz", "w8",
+                                    "ws", "wz", "ys", "yz"};
+            memcpy(qin, names, sizeof names);
+            s_onnx_node(&o, "QLinearConv", qin, 8, "conv", 0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("conv", "ys", "yz"), 3,
+                        "y", 0, 0, 0);
+        } else {
+            s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3,
+                        "xd", 0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("w8", "ws", "wz"), 3,
+                        "wd", 0, 0, 0);
+            s_onnx_node(&o, "Conv", s_strs(tail == 2 ? "x" : "xd", "wd", 0), 2,
+                        "conv", 0, 0, 0);
+        }
         const char *last = "y";
         if (tail == 1) {
             s_onnx_node(&o, "Sigmoid", s_strs("conv", 0, 0), 1, "sg", 0, 0, 0);
             last = "sg";
-        } else {
+        } else if (tail != 3) {
             s_onnx_node(&o, "QuantizeLinear", s_strs("conv", "ys", "yz"), 3,
                         "yq", 0, 0, 0);
             s_onnx_node(&o, "DequantizeLinear", s_strs("yq", "ys", "yz"), 3,
@@ -948,7 +960,7 @@ static void test_onnx_qdq(void **state)
         kl_model_t *m = NULL;
         char *text = NULL;
         int rc = kl_model_text(path, &text, err);
-        if (tail == 0) {
+        if (tail == 0 || tail == 3) {
             assert_int_equal(rc, KL_OK);
             /* 0.25 * 0.5 / 0.75 in f32 */
             float sc = 0.25f * 0.5f;
