@@ -365,9 +365,10 @@ static s_val_t *s_add_val(s_ctx_t *c, const char *onnx, char *kiln, int line,
 static void s_alias(s_ctx_t *c, const char *onnx, const s_val_t *v)
 {
     bool sole = v->sole && s_readers(c, v->onnx) == 1;
+    kl_dtype dt = v->dt; /* v moves when a value is added */
     s_val_t *a = s_add_val(c, onnx, v->kiln, v->line, false);
     a->sole = sole;
-    a->dt = v->dt;
+    a->dt = dt;
 }
 
 static const char *s_nname(const s_node_t *nd)
