@@ -1007,6 +1007,67 @@ static void test_onnx_qdq(void **state)
     }
 }
 
+/* Pooling on quantized data (DequantizeLinear -> MaxPool ->
+ * QuantizeLinear) leaves the integer domain explicitly: dequantize,
+ * max_pool2d in f32, quantize. The graph parser types tensors: a float
+ * layer on a u8 tensor and a q-op on an f32 one are errors naming them. */
+static void test_onnx_qdq_float_island(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[4] = {1, 2, 4, 4};
+    s_onnx_init(&o, "x", 4, in);
+    int32_t zx = 7;
+    o.inits[0] = s_scalar("xs", 0.5f, false);
+    o.inits[1] = s_ivec("xz", 2, 0, &zx);
+    o.g.n_initializer = 2;
+    s_onnx_node(&o, "QuantizeLinear", s_strs("x", "xs", "xz"), 3, "xq", 0, 0,
+                0);
+    s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3, "xd", 0, 0,
+                0);
+    s_onnx_node(&o, "MaxPool", s_strs("xd", 0, 0), 1, "p",
+                s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                s_ints("strides", 2, 2, 2, 0, 0), 0);
+    s_onnx_node(&o, "QuantizeLinear", s_strs("p", "xs", "xz"), 3, "pq", 0, 0,
+                0);
+    s_onnx_node(&o, "DequantizeLinear", s_strs("pq", "xs", "xz"), 3, "y", 0, 0,
+                0);
+    const char *path = s_onnx_write(&o, "y");
+    char *text = NULL;
+    assert_int_equal(kl_model_text(path, &text, err), KL_OK);
+    unlink(path);
+    const char *want = "xq = quantize x scale=0.5 zp=7\n"
+                       "xd = dequantize xq scale=0.5 zp=7\n"
+                       "p = max_pool2d xd R=2 S=2 stride=2 pad=0\n"
+                       "pq = quantize p scale=0.5 zp=7\n"
+                       "y = dequantize pq scale=0.5 zp=7\n";
+    if (!strstr(text, want))
+        fail_msg("graph text\n%s\nlacks\n%s", text, want);
+    free(text);
+    s_arena_free();
+    static const char *const bad[][2] = {
+        {"input x 1x4\nq = quantize x scale=0.5\nr = relu q\n",
+         "test:3: layer 'r': relu needs an f32 input (dequantize it first), "
+         "'q' is u8"},
+        {"input x 1x4\nd = qdense x O=2 za=1 zo=2\n",
+         "test:2: layer 'd': qdense needs a u8 input (quantize it first), 'x' "
+         "is f32"},
+        {"input x 1x4\nq = quantize x scale=0.5 zp=300\n",
+         "test:2: layer 'q': bad value '300' for zp (u8: 0..255)"},
+        {"input x 1x4\nq = quantize x scale=0.5\nd = qdense q O=2 out=s32 "
+         "zo=1\n",
+         "test:3: layer 'd': out=s32 has no zo= or scale="},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kl_model_t *m = NULL;
+        assert_int_equal(kl_model_parse(bad[i][0], "test", &m, err),
+                         KL_ERR_INVAL);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("error '%s' does not say '%s'", err, bad[i][1]);
+    }
+}
+
 /* Every node kiln cannot import is named in one error; what is computed
  * from them is not. */
 static void test_onnx_unsupported_all(void **state)
@@ -1388,6 +1449,7 @@ int main(void)
         cmocka_unit_test(test_onnx_fold_refused),
         cmocka_unit_test(test_onnx_unsupported_all),
         cmocka_unit_test(test_onnx_qdq),
+        cmocka_unit_test(test_onnx_qdq_float_island),
         cmocka_unit_test(test_onnx_gelu_layer_norm),
         cmocka_unit_test(test_onnx_attention_split),
         cmocka_unit_test(test_graph_nd_matmul_layer_norm),
