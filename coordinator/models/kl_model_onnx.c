@@ -73,6 +73,12 @@ typedef struct {
     int32_t *b32;
     float *rq;
     int64_t nrq;
+    /* The QuantizeLinear node that folds into it (QDQ), and the Relu or
+     * Clip between them (bounds clo, chi; has_lo / has_hi). */
+    int qnode;
+    int act; /* 0 none, 1 Relu, 2 Clip */
+    bool has_lo, has_hi;
+    float clo, chi;
 } s_line_t;
 
 /* A constant that is not an initializer: a Constant node's value, or a
@@ -1798,7 +1804,7 @@ static int s_quantize(s_ctx_t *c, const s_node_t *nd)
     if ((rc = s_qparams(c, nd, &so, &zo, &dt)))
         return rc;
     s_line_t *l = x->line >= 0 ? &c->lines[x->line] : NULL;
-    if (l && l->q && l->pending && !strcmp(l->out, nd->input[0])) {
+    if (l && l->q && l->pending && c->g->node[l->qnode] == nd) {
         s_qout(l, so, zo, dt);
         s_alias(c, nd->output[0], x);
         c->vals[c->nvals - 1].dt = dt;
@@ -1967,6 +1973,19 @@ static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt)
         kl_buf_printf(&l->args, " scale=%.9g", (double)l->rq[0]);
     if (dt == KL_DT_S8)
         kl_buf_puts(&l->args, " out=s8");
+    /* A Relu or Clip before the QuantizeLinear: Q is monotonic, so
+     * Q(clip(y, lo, hi)) = clip(Q(y), Q(lo), Q(hi)) in quantized units
+     * (relu: clip(zo, max)). */
+    float omin = dt == KL_DT_U8 ? 0 : -128, omax = dt == KL_DT_U8 ? 255 : 127;
+    float qlo = l->has_lo ? nearbyintf(l->clo / so) + (float)zo : omin;
+    float qhi = l->has_hi ? nearbyintf(l->chi / so) + (float)zo : omax;
+    qlo = qlo < omin ? omin : qlo > omax ? omax : qlo;
+    qhi = qhi < omin ? omin : qhi > omax ? omax : qhi;
+    if (l->act == 1 || (l->act == 2 && qlo == (float)zo && qhi == omax))
+        kl_buf_puts(&l->args, " relu=1");
+    else if (l->act == 2)
+        kl_buf_printf(&l->args, " clip=%lld,%lld", (long long)qlo,
+                      (long long)qhi);
 }
 
 static const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd,
@@ -1993,9 +2012,26 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
                      : "an int8 input (kiln's q-ops read u8 activations)";
         return S_UNSUP;
     }
-    int r = s_reader(c, nd->output[0]);
+    int r = s_reader(c, nd->output[0]), act = 0, ar = -1;
+    bool has_lo = false, has_hi = false;
+    float lo = 0, hi = 0;
+    int rc = KL_OK;
+    if (r >= 0 &&
+        (s_is(c->g->node[r], "Relu") || s_is(c->g->node[r], "Clip"))) {
+        const s_node_t *a = c->g->node[r];
+        act = s_is(a, "Relu") ? 1 : 2;
+        if (act == 1)
+            has_lo = true;
+        else if ((rc = s_clip_bound(c, a, 1, "min", &has_lo, &lo)) ||
+                 (rc = s_clip_bound(c, a, 2, "max", &has_hi, &hi)))
+            return rc;
+        ar = r;
+        r = s_reader(c, a->output[0]);
+    }
     if (r < 0 || !s_is(c->g->node[r], "QuantizeLinear")) {
-        c->why = "its output is not read by one QuantizeLinear alone";
+        c->why = act ? "its Relu / Clip is not read by one QuantizeLinear "
+                       "alone"
+                     : "its output is not read by one QuantizeLinear alone";
         return S_UNSUP;
     }
     s_qsrc_t q = {.xk = x->qkiln,
@@ -2024,7 +2060,19 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
             return s_fail(c, nd, "the bias's DequantizeLinear has no scale");
     }
     s_line_t *l;
-    return s_qmake(c, nd, &q, &l);
+    if ((rc = s_qmake(c, nd, &q, &l)))
+        return rc;
+    l->qnode = r;
+    l->act = act;
+    l->has_lo = has_lo;
+    l->has_hi = has_hi;
+    l->clo = lo;
+    l->chi = hi;
+    if (ar >= 0) { /* the Relu / Clip folds: its output is the layer's */
+        c->skip[ar] = true;
+        s_alias(c, c->g->node[ar]->output[0], s_val(c, nd->output[0]));
+    }
+    return KL_OK;
 }
 
 /* QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B]) and

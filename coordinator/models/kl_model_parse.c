@@ -44,11 +44,12 @@ static const s_opdef_t s_ops[] = {
     {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
     {"gelu", KL_MOP_GELU, 1, 1, ""},
     {"qconv2d", KL_MOP_QCONV2D, 1, 1,
-     "K R S stride pad dilation groups bias za zo scale out"},
+     "K R S stride pad dilation groups bias relu clip za zo scale out"},
     {"qdepthwise_conv2d", KL_MOP_QDEPTHWISE, 1, 1,
-     "R S stride pad dilation multiplier bias za zo scale out"},
-    {"qdense", KL_MOP_QDENSE, 1, 1, "O bias za zo scale out"},
-    {"qmatmul", KL_MOP_QMATMUL, 1, 1, "N bias za zo scale out"},
+     "R S stride pad dilation multiplier bias relu clip za zo scale "
+     "out"},
+    {"qdense", KL_MOP_QDENSE, 1, 1, "O bias relu clip za zo scale out"},
+    {"qmatmul", KL_MOP_QMATMUL, 1, 1, "N bias relu clip za zo scale out"},
     {"quantize", KL_MOP_QUANTIZE, 1, 1, "scale zp out"},
     {"dequantize", KL_MOP_DEQUANTIZE, 1, 1, "scale zp"},
 };
@@ -618,6 +619,23 @@ static int s_quant(s_ctx_t *c, int from, kl_mnode_t *nd, const kl_mnode_t *x)
     if (!rc && nd->qout != KL_DT_S32)
         rc = s_zero_point(c, from, nd, "zo", nd->qout, &nd->zo)
                  ?: s_scale(c, from, nd, true);
+    const char *cv = rc ? NULL : s_attr(c, from, "clip");
+    if (cv) { /* clip=LO,HI in quantized units */
+        char *e1, *e2 = NULL;
+        errno = 0;
+        long long lo = strtoll(cv, &e1, 10), hi = 0;
+        if (*e1 == ',')
+            hi = strtoll(e1 + 1, &e2, 10);
+        if (errno || e1 == cv || *e1 != ',' || !e2 || e2 == e1 + 1 || *e2 ||
+            lo > hi || nd->relu)
+            rc = S_ERR(c,
+                       "layer '%s': bad clip=%s (LO,HI integers, LO <= HI, "
+                       "without relu=1)",
+                       nd->name, cv);
+        nd->clip = true;
+        nd->lo = (double)lo;
+        nd->hi = (double)hi;
+    }
     nd->dt = nd->qout;
     return rc;
 }

@@ -907,12 +907,14 @@ static KilnOnnx__TensorProto *s_ivec(const char *name, int ty, int n,
  * output: the Conv cannot fold and the error names it (and says why).
  * Tail 2: the Conv reads x itself (weight-only quantization): refused.
  * Tail 3: the operator form, QuantizeLinear -> QLinearConv ->
- * DequantizeLinear, gives tail 0's graph. */
+ * DequantizeLinear, gives tail 0's graph. Tails 4 and 5: a Relu, a
+ * Clip(0, 6) between the Conv and its QuantizeLinear fold in quantized
+ * units. */
 static void test_onnx_qdq(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    for (int tail = 0; tail < 4; tail++) {
+    for (int tail = 0; tail < 6; tail++) {
         s_onnx_t o;
         int64_t in[4] = {1, 2, 4, 4};
         s_onnx_init(&o, "x", 4, in);
@@ -951,8 +953,20 @@ static void test_onnx_qdq(void **state)
             s_onnx_node(&o, "Sigmoid", s_strs("conv", 0, 0), 1, "sg", 0, 0, 0);
             last = "sg";
         } else if (tail != 3) {
-            s_onnx_node(&o, "QuantizeLinear", s_strs("conv", "ys", "yz"), 3,
-                        "yq", 0, 0, 0);
+            const char *qin = "conv";
+            if (tail == 4)
+                s_onnx_node(&o, "Relu", s_strs("conv", 0, 0), 1, "act", 0, 0,
+                            0);
+            if (tail == 5) {
+                o.inits[o.g.n_initializer++] = s_scalar("lo", 0, false);
+                o.inits[o.g.n_initializer++] = s_scalar("hi", 6, false);
+                s_onnx_node(&o, "Clip", s_strs("conv", "lo", "hi"), 3, "act", 0,
+                            0, 0);
+            }
+            if (tail >= 4)
+                qin = "act";
+            s_onnx_node(&o, "QuantizeLinear", s_strs(qin, "ys", "yz"), 3, "yq",
+                        0, 0, 0);
             s_onnx_node(&o, "DequantizeLinear", s_strs("yq", "ys", "yz"), 3,
                         "y", 0, 0, 0);
         }
@@ -960,16 +974,20 @@ static void test_onnx_qdq(void **state)
         kl_model_t *m = NULL;
         char *text = NULL;
         int rc = kl_model_text(path, &text, err);
-        if (tail == 0 || tail == 3) {
+        if (tail != 1 && tail != 2) {
             assert_int_equal(rc, KL_OK);
-            /* 0.25 * 0.5 / 0.75 in f32 */
+            /* 0.25 * 0.5 / 0.75 in f32; Relu: relu=1 (clip(zo, 255));
+             * Clip(0, 6): Q(0) = 3, Q(6) = 6 / 0.75 + 3 = 11 */
             float sc = 0.25f * 0.5f;
             sc = sc / 0.75f;
             char want[200];
             snprintf(want, sizeof want,
                      "conv = qconv2d xq K=4 R=1 S=1 stride=1 pad=0 za=128 "
-                     "zo=3 scale=%.9g\n",
-                     (double)sc);
+                     "zo=3 scale=%.9g%s\n",
+                     (double)sc,
+                     tail == 4   ? " relu=1"
+                     : tail == 5 ? " clip=3,11"
+                                 : "");
             const char *lines[] = {"xq = quantize x scale=0.25 zp=128\n", want,
                                    "y = dequantize conv scale=0.75 zp=3\n"};
             for (int i = 0; i < 3; i++)
