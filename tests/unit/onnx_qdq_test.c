@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "kl_err.h"
+#include "kl_export.h"
 #include "kl_model.h"
 #include "kl_model_int.h"
 #include "kl_npy.h"
@@ -337,12 +338,31 @@ static void test_qdq_eval(void **state)
     free(text);
 }
 
+/* kiln export writes f32 libraries only: a quantized graph is refused,
+ * naming its first integer layer, before anything is written. */
+static void test_qdq_export_refused(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    char *text = s_text();
+    assert_int_equal(kl_export_write_graph(text, "small_cnn_int8.onnx", NULL,
+                                           NULL, NULL, "/nonexistent/kiln",
+                                           false, NULL, err),
+                     KL_ERR_INVAL);
+    const char *want = "small_cnn_int8.onnx: layer 'x_QuantizeLinear_Output' "
+                       "(quantize): kiln export writes f32 models only";
+    if (!strstr(err, want))
+        fail_msg("error '%s' does not say '%s'", err, want);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qdq_text),
         cmocka_unit_test(test_qdq_params),
         cmocka_unit_test(test_qdq_eval),
+        cmocka_unit_test(test_qdq_export_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
