@@ -354,6 +354,13 @@ static void test_qdq_export_refused(void **state)
     if (!strstr(err, want))
         fail_msg("error '%s' does not say '%s'", err, want);
     free(text);
+    /* and kiln export's own entry, before any kernel is made */
+    assert_int_equal(kl_export_naive(S_MODEL, "/nonexistent/kiln", NULL, err),
+                     KL_ERR_INVAL);
+    want = "small_cnn_int8.onnx: layer 'relu1' (qconv2d N=1 C=3 H=32 W=32 "
+           "K=16";
+    if (!strstr(err, want) || !strstr(err, "kiln export writes f32 models"))
+        fail_msg("error '%s' does not say '%s'", err, want);
 }
 
 int main(void)
