@@ -18,6 +18,17 @@ Subcommands:
       Runtime's output for that input, CPU EP, f32). These three are the
       files committed under tests/data/onnx/.
 
+  small-cnn-int8 OUTDIR
+      A CNN like small-cnn (numpy seed 18, opset 17, x 1x3x32x32 -> y
+      1x10): Conv 3->16 3x3 + Relu, depthwise Conv 3x3 + Relu, Conv 1x1
+      16->32, GlobalAveragePool, Flatten, Gemm 32->10 (all with biases),
+      quantized by onnxruntime.quantization.quantize_static: QDQ format,
+      per_channel=True, activations QUInt8, weights QInt8, MinMax
+      calibration on 8 seeded N(0, 1) inputs. Writes
+      OUTDIR/small_cnn_int8.onnx, .input.npy (f32, seed-fixed),
+      .ort.npy (ONNX Runtime's y, CPU EP) and .conv3.ort.npy (ONNX
+      Runtime's u8 output of the third conv, 1x32x32x32, as f32).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -43,7 +54,7 @@ Subcommands:
 Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
-Packages: numpy, onnx, onnxruntime (small-cnn); torch and torchvision too
+Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -51,6 +62,7 @@ Through the wrapper, which makes (once) and reuses a virtual environment in
 ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
 
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
@@ -172,6 +184,106 @@ def small_cnn(outdir):
         np.array2string(y.ravel(), precision=4)))
 
 
+def small_cnn_int8(outdir):
+    """A small CNN quantized the way onnxruntime.quantization.quantize_static
+    writes QDQ models (per-channel s8 weights, u8 activations)."""
+    import tempfile
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime import quantization as q
+
+    rng = np.random.default_rng(SEED)
+    inits = []
+    nodes = []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(
+            np.ascontiguousarray(arr, dtype=np.float32), name))
+        return name
+
+    def conv(name, x, k, c, r, pad, group=1):
+        fan_in = c * r * r
+        w = init(name + ".w", rng.normal(0.0, np.sqrt(2.0 / fan_in),
+                                         (k, c, r, r)))
+        b = init(name + ".b", rng.normal(0.0, 0.1, k))
+        nodes.append(helper.make_node(
+            "Conv", [x, w, b], [name], name=name, pads=[pad] * 4,
+            strides=[1, 1], group=group))
+        return name
+
+    def relu(name, x):
+        nodes.append(helper.make_node("Relu", [x], [name], name=name))
+        return name
+
+    t = relu("relu1", conv("conv1", "x", 16, 3, 3, 1))
+    t = relu("relu2", conv("dw2", t, 16, 1, 3, 1, group=16))
+    t = conv("conv3", t, 32, 16, 1, 0)
+    nodes.append(helper.make_node("GlobalAveragePool", [t], ["gap"],
+                                  name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flat",
+                                  axis=1))
+    nodes.append(helper.make_node(
+        "Gemm", ["flat", init("fc.w", rng.normal(0.0, np.sqrt(1 / 32),
+                                                 (10, 32))),
+                 init("fc.b", rng.normal(0.0, 0.1, 10))],
+        ["y"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "small_cnn_int8",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits)
+    model = helper.make_model(
+        graph, producer_name="kiln tools/onnx_models.py",
+        opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+
+    calib = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+             for _ in range(8)]
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {"x": x}
+
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "small_cnn_int8.onnx")
+    with tempfile.TemporaryDirectory() as tmp:
+        fp = os.path.join(tmp, "small_cnn_f32.onnx")
+        onnx.save(model, fp)
+        q.quantize_static(
+            fp, path, Reader(), quant_format=q.QuantFormat.QDQ,
+            per_channel=True, activation_type=q.QuantType.QUInt8,
+            weight_type=q.QuantType.QInt8,
+            calibrate_method=q.CalibrationMethod.MinMax)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(os.path.join(outdir, "small_cnn_int8.input.npy"),
+            np.ascontiguousarray(x))
+    y = ort_run(path, x)
+    np.save(os.path.join(outdir, "small_cnn_int8.ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    # The u8 output of the third conv as well (32768 values, stored as
+    # f32): the quantized layers compared element by element.
+    qm = onnx.load(path)
+    qm.graph.output.append(helper.make_tensor_value_info(
+        "conv3_QuantizeLinear_Output", TensorProto.UINT8, [1, 32, 32, 32]))
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(qm.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    c3 = sess.run(["conv3_QuantizeLinear_Output"], {"x": x})[0]
+    np.save(os.path.join(outdir, "small_cnn_int8.conv3.ort.npy"),
+            np.ascontiguousarray(c3, dtype=np.float32))
+    print_ops(path)
+    print("wrote %s (%d bytes), ORT output %s" % (
+        path, os.path.getsize(path), np.array2string(y.ravel(), precision=4)))
+
+
 def ort_run(path, x):
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -278,6 +390,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("small-cnn")
     p.add_argument("outdir")
+    p = sub.add_parser("small-cnn-int8")
+    p.add_argument("outdir")
     p = sub.add_parser("torchvision")
     p.add_argument("name", choices=["resnet18", "resnet50", "mobilenet_v2"])
     p.add_argument("out")
@@ -296,6 +410,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "small-cnn":
         small_cnn(a.outdir)
+    elif a.cmd == "small-cnn-int8":
+        small_cnn_int8(a.outdir)
     elif a.cmd == "torchvision":
         torchvision_model(a.name, a.out, a.exporter, not a.fold_bn)
     elif a.cmd == "encoder":

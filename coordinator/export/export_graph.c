@@ -1079,6 +1079,18 @@ int kl_export_write_graph(const char *text, const char *source,
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
+    /* Quantized graphs (an ONNX QDQ import) have s8/s32 parameters and
+     * integer tensors between layers; the library is f32 only. */
+    for (int i = 0; i < g.n; i++)
+        if (kl_mop_is_q(g.nodes[i].op) || g.nodes[i].op == KL_MOP_QUANTIZE ||
+            g.nodes[i].op == KL_MOP_DEQUANTIZE) {
+            rc = kl_seterr(err, KL_ERR_INVAL,
+                           "%s: layer '%s' (%s): kiln export writes f32 "
+                           "models only, not quantized ones",
+                           source, g.nodes[i].name, kl_mop_name(g.nodes[i].op));
+            kl_mgraph_free(&g);
+            return rc;
+        }
     kl_mgraph_fuse(&g);
     s_gen_t c = {
         .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};

@@ -401,6 +401,21 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
     return rc;
 }
 
+/* The library is f32: a quantized model (an ONNX QDQ import's q-ops) is
+ * refused before any record is looked up, naming its first integer task. */
+static int s_float_only(const kl_model_t *m, const char *model, char *err)
+{
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const kl_model_task_t *t = kl_model_task(m, i);
+        if (kl_workload_is_int(t->w))
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "%s: layer '%s' (%s) is quantized; kiln export "
+                             "writes f32 models only",
+                             model, t->layer, t->spec);
+    }
+    return KL_OK;
+}
+
 int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
                     kl_export_result_t *res, char *err)
 {
@@ -411,7 +426,10 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     int rc = kl_model_text_params(cfg->model, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, cfg->model, &m, err);
+    if (!rc)
+        rc = s_float_only(m, cfg->model, err);
     if (rc) {
+        kl_model_destroy(&m);
         res->bad_model = true;
         kl_model_params_free(&ps);
         free(text);
@@ -445,6 +463,8 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
     int rc = kl_model_text_params(model, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, model, &m, err);
+    if (!rc)
+        rc = s_float_only(m, model, err);
     if (!rc)
         rc = kl_mkdirs(dir, err);
     int n = m ? kl_model_ntasks(m) : 0;

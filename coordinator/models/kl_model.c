@@ -121,6 +121,24 @@ static void s_epilogue(kl_buf_t *b, const kl_mnode_t *nd)
     s_activation(b, nd);
 }
 
+/* A q-op's quantization: " za=.. zo=.. scale=.. out=.." as
+ * kl_workload_from_op reads it. */
+static void s_qspec(kl_buf_t *b, const kl_mnode_t *nd)
+{
+    kl_buf_printf(b, " za=%lld", (long long)nd->za);
+    if (nd->qout == KL_DT_S32) {
+        kl_buf_puts(b, " out=s32");
+        return;
+    }
+    kl_buf_printf(b, " zo=%lld", (long long)nd->zo);
+    if (nd->per_channel)
+        kl_buf_puts(b, " scale=channel");
+    else
+        kl_buf_printf(b, " scale=%.9g", (double)(float)nd->scale);
+    if (nd->qout == KL_DT_S8)
+        kl_buf_puts(b, " out=s8");
+}
+
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
  * ops without a named operator. */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
@@ -128,6 +146,15 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
     const int64_t *s = x ? x->shape : NULL;
     kl_buf_t b = {0};
+    if (kl_mop_is_q(nd->op)) {
+        kl_mnode_t base = *nd;
+        base.op = kl_mop_base(nd->op);
+        char *f = kl_mgraph_spec(g, &base);
+        kl_buf_printf(&b, "q%s", f);
+        free(f);
+        s_qspec(&b, nd);
+        return kl_buf_take(&b);
+    }
     switch (nd->op) {
     case KL_MOP_CONV2D:
     case KL_MOP_DEPTHWISE:
@@ -242,8 +269,8 @@ static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
 /* "softmax x1, layer_norm x2" over the layers without a named operator. */
 static char *s_untuned(const kl_mgraph_t *g)
 {
-    static const kl_mop ops[] = {KL_MOP_SOFTMAX, KL_MOP_LAYER_NORM,
-                                 KL_MOP_GELU};
+    static const kl_mop ops[] = {KL_MOP_SOFTMAX, KL_MOP_LAYER_NORM, KL_MOP_GELU,
+                                 KL_MOP_QUANTIZE, KL_MOP_DEQUANTIZE};
     kl_buf_t b = {0};
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
         int n = 0;
@@ -449,14 +476,16 @@ const char *kl_model_untuned(const kl_model_t *m)
 
 /* ---- parameters ---- */
 
-/* The floats layer nd's weight and bias need (0: it has none). */
+/* The values layer nd's weight and bias need (0: it has none); a q-op's
+ * are s8 and s32, and a per-channel q-op has a scale (f32, one a
+ * channel: its bias's count). */
 static void s_param_sizes(const kl_mgraph_t *g, const kl_mnode_t *nd,
                           int64_t *w, int64_t *b)
 {
     const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
     int64_t last = x && x->ndim ? x->shape[x->ndim - 1] : 0;
     *w = *b = 0;
-    switch (nd->op) {
+    switch (kl_mop_base(nd->op)) {
     case KL_MOP_CONV2D:
         *w = nd->K * (x->shape[1] / nd->groups) * nd->R * nd->S;
         *b = nd->K;
@@ -492,22 +521,32 @@ static int s_params_check(const char *text, const char *src,
     int rc = kl_mgraph_parse(text, src, &g, err), n = 0;
     for (int i = 0; !rc && i < g.n; i++) {
         const kl_mnode_t *nd = &g.nodes[i];
-        int64_t want[2];
+        int64_t want[3];
+        bool q = kl_mop_is_q(nd->op);
         s_param_sizes(&g, nd, &want[0], &want[1]);
-        for (int k = 0; k < 2 && !rc; k++) {
+        want[2] = q && nd->qout != KL_DT_S32 && nd->per_channel
+                      ? (nd->op == KL_MOP_QDENSE || nd->op == KL_MOP_QMATMUL
+                             ? nd->shape[nd->ndim - 1]
+                             : nd->shape[1])
+                      : 0;
+        static const char *const what[] = {"weight", "bias", "scale"};
+        const kl_dtype types[] = {q ? KL_DT_S8 : KL_DT_F32,
+                                  q ? KL_DT_S32 : KL_DT_F32, KL_DT_F32};
+        for (int k = 0; k < 3 && !rc; k++) {
             if (!want[k])
                 continue;
             char name[KL_MODEL_MAX_NAME + 8];
-            snprintf(name, sizeof name, "%s.%s", nd->name,
-                     k ? "bias" : "weight");
+            snprintf(name, sizeof name, "%s.%s", nd->name, what[k]);
             const kl_model_param_t *p = kl_model_params_find(ps, name);
             n++;
-            if (!p || p->numel != want[k])
+            if (!p || p->numel != want[k] || p->dtype != types[k])
                 rc = kl_seterr(err, KL_ERR_INTERNAL,
-                               "%s: layer '%s' needs %lld floats in '%s', "
-                               "the import gave %lld",
-                               src, nd->name, (long long)want[k], name,
-                               p ? (long long)p->numel : 0LL);
+                               "%s: layer '%s' needs %lld %s values in "
+                               "'%s', the import gave %lld %s",
+                               src, nd->name, (long long)want[k],
+                               kl_dtype_name(types[k]), name,
+                               p ? (long long)p->numel : 0LL,
+                               p ? kl_dtype_name(p->dtype) : "");
         }
     }
     if (!rc && n != ps->n)
@@ -555,6 +594,7 @@ void kl_model_params_free(kl_model_params_t *ps)
     for (int i = 0; ps && i < ps->n; i++) {
         free(ps->p[i].name);
         free(ps->p[i].data);
+        free(ps->p[i].idata);
     }
     if (ps) {
         free(ps->p);

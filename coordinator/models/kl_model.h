@@ -12,7 +12,8 @@
  *   f  = flatten p1
  *   fc = dense f O=10
  *
- * Every tensor is f32 and 4-D tensors are NCHW; shapes are inferred layer by
+ * Every tensor is f32 (but the u8 / s8 / s32 outputs of quantize and the
+ * q-ops) and 4-D tensors are NCHW; shapes are inferred layer by
  * layer from the inputs. Extraction then:
  *  1. fuses into its producer every `relu` or `clip` (one of them per
  *     producer; a clip becomes its clip=LO,HI) that follows a conv2d,
@@ -84,6 +85,12 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
  * min 0 and no max: relu), Add, Flatten (axis 1), Reshape (constant
  * shape), Transpose, Softmax, LayerNormalization (layer_norm eps= affine=1)
  * and Gelu (also its Erf form) map to the ops of the same meaning;
+ * QDQ groups (DequantizeLinear of a u8 activation and of an int8 weight
+ * and int32 bias into a Conv, Gemm or MatMul whose output one
+ * QuantizeLinear reads) fold into one qconv2d / qdepthwise_conv2d /
+ * qdense / qmatmul with za, zo and the requant scale s_in * s_w[o] /
+ * s_out; other QuantizeLinear / DequantizeLinear nodes are quantize /
+ * dequantize layers (docs/models.md, "Quantized (QDQ) models");
  * BatchNormalization and an Add, Mul or Div of a constant after a conv,
  * dense or matmul fold into it; Identity and Dropout vanish, and views of
  * constants are constants; symbolic dimensions are 1; value names keep
@@ -110,9 +117,16 @@ int kl_model_onnx_to_text(const void *data, size_t len, const char *source,
  * LAYER being the layer's name in the graph text. A layer with bias=1
  * whose model had no bias gets zeros. */
 typedef struct {
-    char *name;    /* "LAYER.weight" / "LAYER.bias" */
-    int64_t numel; /* floats in data */
-    float *data;
+    char *name;    /* "LAYER.weight" / "LAYER.bias" / "LAYER.scale" */
+    int64_t numel; /* values in data (f32) or idata (s8, s32) */
+    float *data;   /* the values when dtype is f32, else NULL */
+    /* KL_DT_F32 (0, every float layer's), or a quantized layer's (qconv2d,
+     * qdepthwise_conv2d, qdense, qmatmul): weight KL_DT_S8 (int8_t),
+     * bias KL_DT_S32 (int32_t) in idata; its per-channel requant scale
+     * "LAYER.scale" is f32 (s_in * s_w[o] / s_out, one an output
+     * channel). */
+    kl_dtype dtype;
+    void *idata;
 } kl_model_param_t;
 
 typedef struct {

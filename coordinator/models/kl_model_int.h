@@ -29,7 +29,21 @@ typedef enum {
     KL_MOP_SOFTMAX,
     KL_MOP_LAYER_NORM,
     KL_MOP_GELU,
+    /* Quantized layers (kl_ir_ops.c's q-ops: u8 input, const s8 weight,
+     * s32 bias, requant to out) and the casts between f32 and integers
+     * (ONNX QuantizeLinear / DequantizeLinear). */
+    KL_MOP_QCONV2D,
+    KL_MOP_QDEPTHWISE,
+    KL_MOP_QDENSE,
+    KL_MOP_QMATMUL,
+    KL_MOP_QUANTIZE,
+    KL_MOP_DEQUANTIZE,
 } kl_mop;
+
+/* The float op a q-op has the shapes of (op itself for the others). */
+kl_mop kl_mop_base(kl_mop op);
+/* A q-op (qconv2d, qdepthwise_conv2d, qdense, qmatmul)? */
+bool kl_mop_is_q(kl_mop op);
 
 typedef struct {
     char name[KL_MODEL_MAX_NAME];
@@ -50,6 +64,15 @@ typedef struct {
      * bias, each [last dim]). */
     double eps;
     bool affine;
+    /* The output's element type (f32 unless a q-op or quantize says);
+     * q-ops: za, zo, out (qout), scale (per_channel: a LAYER.scale
+     * parameter, else the number); quantize / dequantize: scale, zo (the
+     * zero point) and, for quantize, qout. */
+    kl_dtype dt;
+    int64_t za, zo;
+    kl_dtype qout;
+    bool per_channel;
+    double scale;
     /* Filled by extraction. */
     int uses;     /* layers (and outputs) that read this value */
     int owner;    /* node whose kernel computes this value */

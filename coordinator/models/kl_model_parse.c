@@ -43,6 +43,15 @@ static const s_opdef_t s_ops[] = {
     {"softmax", KL_MOP_SOFTMAX, 1, 1, ""},
     {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
     {"gelu", KL_MOP_GELU, 1, 1, ""},
+    {"qconv2d", KL_MOP_QCONV2D, 1, 1,
+     "K R S stride pad dilation groups bias relu clip za zo scale out"},
+    {"qdepthwise_conv2d", KL_MOP_QDEPTHWISE, 1, 1,
+     "R S stride pad dilation multiplier bias relu clip za zo scale "
+     "out"},
+    {"qdense", KL_MOP_QDENSE, 1, 1, "O bias relu clip za zo scale out"},
+    {"qmatmul", KL_MOP_QMATMUL, 1, 1, "N bias relu clip za zo scale out"},
+    {"quantize", KL_MOP_QUANTIZE, 1, 1, "scale zp out"},
+    {"dequantize", KL_MOP_DEQUANTIZE, 1, 1, "scale zp"},
 };
 #define S_NOPS ((int)(sizeof(s_ops) / sizeof(s_ops[0])))
 
@@ -52,6 +61,27 @@ const char *kl_mop_name(kl_mop op)
         if (s_ops[i].op == op)
             return s_ops[i].name;
     return "?";
+}
+
+kl_mop kl_mop_base(kl_mop op)
+{
+    switch (op) {
+    case KL_MOP_QCONV2D:
+        return KL_MOP_CONV2D;
+    case KL_MOP_QDEPTHWISE:
+        return KL_MOP_DEPTHWISE;
+    case KL_MOP_QDENSE:
+        return KL_MOP_DENSE;
+    case KL_MOP_QMATMUL:
+        return KL_MOP_MATMUL;
+    default:
+        return op;
+    }
+}
+
+bool kl_mop_is_q(kl_mop op)
+{
+    return kl_mop_base(op) != op;
 }
 
 typedef struct {
@@ -473,10 +503,153 @@ static int s_clip(s_ctx_t *c, int from, kl_mnode_t *nd, const kl_mnode_t *x)
     return rc;
 }
 
+/* out=u8|s8 (|s32 when s32_ok), default u8. */
+static int s_qtype(s_ctx_t *c, int from, const kl_mnode_t *nd, bool s32_ok,
+                   kl_dtype *out)
+{
+    const char *v = s_attr(c, from, "out");
+    *out = KL_DT_U8;
+    if (!v || !strcmp(v, "u8"))
+        return KL_OK;
+    if (!strcmp(v, "s8"))
+        *out = KL_DT_S8;
+    else if (s32_ok && (!strcmp(v, "s32") || !strcmp(v, "i32")))
+        *out = KL_DT_S32;
+    else
+        return S_ERR(c, "layer '%s': bad value '%s' for out (u8, s8%s)",
+                     nd->name, v, s32_ok ? " or s32" : "");
+    return KL_OK;
+}
+
+/* A positive finite f32 scale= (or "channel" when channel_ok). */
+static int s_scale(s_ctx_t *c, int from, kl_mnode_t *nd, bool channel_ok)
+{
+    const char *v = s_attr(c, from, "scale");
+    nd->per_channel = channel_ok && (!v || !strcmp(v, "channel"));
+    if (nd->per_channel)
+        return KL_OK;
+    int rc = s_num(c, from, nd, "scale", &nd->scale);
+    if (!rc &&
+        !(nd->scale > 0 && isfinite((float)nd->scale) && (float)nd->scale > 0))
+        rc = S_ERR(c, "layer '%s': scale=%s is not a positive f32 number",
+                   nd->name, v);
+    return rc;
+}
+
+/* A zero point of type dt in [lo, hi] (0 when absent). */
+static int s_zero_point(s_ctx_t *c, int from, kl_mnode_t *nd, const char *key,
+                        kl_dtype dt, int64_t *out)
+{
+    const char *v = s_attr(c, from, key);
+    *out = 0;
+    if (!v)
+        return KL_OK;
+    char *end;
+    errno = 0;
+    long long z = strtoll(v, &end, 10);
+    long long lo = dt == KL_DT_U8 ? 0 : -128, hi = dt == KL_DT_U8 ? 255 : 127;
+    if (errno || end == v || *end || dt == KL_DT_S32 || z < lo || z > hi)
+        return S_ERR(c, "layer '%s': bad value '%s' for %s (%s: %lld..%lld)",
+                     nd->name, v, key, kl_dtype_name(dt), lo, hi);
+    *out = z;
+    return KL_OK;
+}
+
+/* Element types: a q-op reads u8, dequantize an integer tensor, quantize
+ * and every float layer f32 (views keep their input's type). */
+static int s_types(s_ctx_t *c, kl_mnode_t *nd)
+{
+    bool view = nd->op == KL_MOP_FLATTEN || nd->op == KL_MOP_RESHAPE ||
+                nd->op == KL_MOP_TRANSPOSE;
+    for (int k = 0; k < nd->nin; k++) {
+        const kl_mnode_t *x = &c->g->nodes[nd->in[k]];
+        const char *want = NULL;
+        if (kl_mop_is_q(nd->op))
+            want = x->dt == KL_DT_U8 ? NULL : "a u8 input (quantize it first)";
+        else if (nd->op == KL_MOP_DEQUANTIZE)
+            want = x->dt == KL_DT_U8 || x->dt == KL_DT_S8 ? NULL
+                                                          : "a u8 or s8 input";
+        else if (!view && x->dt != KL_DT_F32)
+            want = "an f32 input (dequantize it first)";
+        if (want)
+            return S_ERR(c, "layer '%s': %s needs %s, '%s' is %s", nd->name,
+                         kl_mop_name(nd->op), want, x->name,
+                         kl_dtype_name(x->dt));
+        if (view)
+            nd->dt = x->dt;
+    }
+    return KL_OK;
+}
+
+/* A q-op's quantization, or quantize's / dequantize's; shapes. */
+static int s_quant(s_ctx_t *c, int from, kl_mnode_t *nd, const kl_mnode_t *x)
+{
+    int rc;
+    if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
+        kl_dtype t = x->dt;
+        rc =
+            nd->op == KL_MOP_QUANTIZE ? s_qtype(c, from, nd, false, &t) : KL_OK;
+        if (!rc)
+            rc = s_scale(c, from, nd, false)
+                     ?: s_zero_point(c, from, nd, "zp", t, &nd->zo);
+        nd->qout = t;
+        nd->dt = nd->op == KL_MOP_QUANTIZE ? t : KL_DT_F32;
+        nd->ndim = x->ndim;
+        memcpy(nd->shape, x->shape, sizeof(nd->shape));
+        return rc;
+    }
+    nd->op = kl_mop_base(nd->op);
+    kl_mop q = nd->op == KL_MOP_CONV2D      ? KL_MOP_QCONV2D
+               : nd->op == KL_MOP_DEPTHWISE ? KL_MOP_QDEPTHWISE
+               : nd->op == KL_MOP_DENSE     ? KL_MOP_QDENSE
+                                            : KL_MOP_QMATMUL;
+    rc = nd->op == KL_MOP_DENSE || nd->op == KL_MOP_MATMUL
+             ? s_matmuls(c, from, nd)
+             : s_spatial(c, from, nd, x);
+    nd->op = q;
+    if (!rc)
+        rc = s_qtype(c, from, nd, true, &nd->qout)
+                 ?: s_zero_point(c, from, nd, "za", KL_DT_U8, &nd->za);
+    if (!rc && nd->qout == KL_DT_S32 &&
+        (s_attr(c, from, "zo") || s_attr(c, from, "scale")))
+        rc = S_ERR(c,
+                   "layer '%s': out=s32 has no zo= or scale= (the "
+                   "accumulator is not requantized)",
+                   nd->name);
+    if (!rc && nd->qout != KL_DT_S32)
+        rc = s_zero_point(c, from, nd, "zo", nd->qout, &nd->zo)
+                 ?: s_scale(c, from, nd, true);
+    const char *cv = rc ? NULL : s_attr(c, from, "clip");
+    if (cv) { /* clip=LO,HI in quantized units */
+        char *e1, *e2 = NULL;
+        errno = 0;
+        long long lo = strtoll(cv, &e1, 10), hi = 0;
+        if (*e1 == ',')
+            hi = strtoll(e1 + 1, &e2, 10);
+        if (errno || e1 == cv || *e1 != ',' || !e2 || e2 == e1 + 1 || *e2 ||
+            lo > hi || nd->relu)
+            rc = S_ERR(c,
+                       "layer '%s': bad clip=%s (LO,HI integers, LO <= HI, "
+                       "without relu=1)",
+                       nd->name, cv);
+        nd->clip = true;
+        nd->lo = (double)lo;
+        nd->hi = (double)hi;
+    }
+    nd->dt = nd->qout;
+    return rc;
+}
+
 /* Attributes and output shape of a layer whose inputs are set. */
 static int s_infer(s_ctx_t *c, int from, kl_mnode_t *nd)
 {
     const kl_mnode_t *x = &c->g->nodes[nd->in[0]];
+    int trc = s_types(c, nd);
+    if (trc)
+        return trc;
+    if (kl_mop_is_q(nd->op) || nd->op == KL_MOP_QUANTIZE ||
+        nd->op == KL_MOP_DEQUANTIZE)
+        return s_quant(c, from, nd, x);
     switch (nd->op) {
     case KL_MOP_CONV2D:
     case KL_MOP_DEPTHWISE:
@@ -551,7 +724,9 @@ static int s_layer(s_ctx_t *c)
                      "unknown op '%s' (conv2d, depthwise_conv2d, dense, "
                      "matmul, batch_matmul, max_pool2d, avg_pool2d, "
                      "global_avg_pool, add, relu, clip, flatten, reshape, "
-                     "transpose, softmax, layer_norm, gelu)",
+                     "transpose, softmax, layer_norm, gelu, qconv2d, "
+                     "qdepthwise_conv2d, qdense, qmatmul, quantize, "
+                     "dequantize)",
                      c->tok[2]);
     int rc;
     kl_mnode_t *nd = s_add_node(c, c->tok[0], def->op, &rc);

@@ -886,6 +886,206 @@ static void test_onnx_fold_refused(void **state)
     }
 }
 
+/* An integer initializer (ONNX type ty: 2 uint8, 3 int8, 6 int32) of n
+ * values v, 1-D [n] or a scalar when n is 0 (one value). */
+static KilnOnnx__TensorProto *s_ivec(const char *name, int ty, int n,
+                                     const int32_t *v)
+{
+    KilnOnnx__TensorProto *t = s_tensor(name, n ? 1 : 0, n, 0, 0, 0);
+    int k = n ? n : 1;
+    t->data_type = ty;
+    t->n_int32_data = (size_t)k;
+    t->int32_data = s_mem((size_t)k * sizeof(int32_t));
+    memcpy(t->int32_data, v, (size_t)k * sizeof(int32_t));
+    return t;
+}
+
+/* x -> QuantizeLinear -> DequantizeLinear -> Conv (by a DequantizeLinear'd
+ * int8 weight with one scale) -> tail -> ... Tail 0: QuantizeLinear ->
+ * DequantizeLinear: one qconv2d with a per-tensor scale between a
+ * quantize and a dequantize layer. Tail 1: a Sigmoid reads the Conv's
+ * output: the Conv cannot fold and the error names it (and says why).
+ * Tail 2: the Conv reads x itself (weight-only quantization): refused.
+ * Tail 3: the operator form, QuantizeLinear -> QLinearConv ->
+ * DequantizeLinear, gives tail 0's graph. Tails 4 and 5: a Relu, a
+ * Clip(0, 6) between the Conv and its QuantizeLinear fold in quantized
+ * units. */
+static void test_onnx_qdq(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    for (int tail = 0; tail < 6; tail++) {
+        s_onnx_t o;
+        int64_t in[4] = {1, 2, 4, 4};
+        s_onnx_init(&o, "x", 4, in);
+        int32_t w[8] = {1, -2, 3, -4, 5, -6, 7, -127}, z = 0, zx = 128, zy = 3;
+        KilnOnnx__TensorProto *wt = s_ivec("w8", 3, 8, w);
+        wt->n_dims = 4; /* [4,2,1,1] */
+        wt->dims[0] = 4, wt->dims[1] = 2, wt->dims[2] = wt->dims[3] = 1;
+        o.inits[0] = wt;
+        o.inits[1] = s_scalar("ws", 0.5f, false);
+        o.inits[2] = s_ivec("wz", 3, 0, &z);
+        o.inits[3] = s_scalar("xs", 0.25f, false);
+        o.inits[4] = s_ivec("xz", 2, 0, &zx);
+        o.inits[5] = s_scalar("ys", 0.75f, true);
+        o.inits[6] = s_ivec("yz", 2, 0, &zy);
+        o.g.n_initializer = 7;
+        s_onnx_node(&o, "QuantizeLinear", s_strs("x", "xs", "xz"), 3, "xq", 0,
+                    0, 0);
+        if (tail == 3) { /* the operator form: QLinearConv */
+            char **qin = s_mem(8 * sizeof(char *));
+            const char *names[8] = {"xq", "xs", "xz", "w8",
+                                    "ws", "wz", "ys", "yz"};
+            memcpy(qin, names, sizeof names);
+            s_onnx_node(&o, "QLinearConv", qin, 8, "conv", 0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("conv", "ys", "yz"), 3,
+                        "y", 0, 0, 0);
+        } else {
+            s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3,
+                        "xd", 0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("w8", "ws", "wz"), 3,
+                        "wd", 0, 0, 0);
+            s_onnx_node(&o, "Conv", s_strs(tail == 2 ? "x" : "xd", "wd", 0), 2,
+                        "conv", 0, 0, 0);
+        }
+        const char *last = "y";
+        if (tail == 1) {
+            s_onnx_node(&o, "Sigmoid", s_strs("conv", 0, 0), 1, "sg", 0, 0, 0);
+            last = "sg";
+        } else if (tail != 3) {
+            const char *qin = "conv";
+            if (tail == 4)
+                s_onnx_node(&o, "Relu", s_strs("conv", 0, 0), 1, "act", 0, 0,
+                            0);
+            if (tail == 5) {
+                o.inits[o.g.n_initializer++] = s_scalar("lo", 0, false);
+                o.inits[o.g.n_initializer++] = s_scalar("hi", 6, false);
+                s_onnx_node(&o, "Clip", s_strs("conv", "lo", "hi"), 3, "act", 0,
+                            0, 0);
+            }
+            if (tail >= 4)
+                qin = "act";
+            s_onnx_node(&o, "QuantizeLinear", s_strs(qin, "ys", "yz"), 3, "yq",
+                        0, 0, 0);
+            s_onnx_node(&o, "DequantizeLinear", s_strs("yq", "ys", "yz"), 3,
+                        "y", 0, 0, 0);
+        }
+        const char *path = s_onnx_write(&o, last);
+        kl_model_t *m = NULL;
+        char *text = NULL;
+        int rc = kl_model_text(path, &text, err);
+        if (tail != 1 && tail != 2) {
+            assert_int_equal(rc, KL_OK);
+            /* 0.25 * 0.5 / 0.75 in f32; Relu: relu=1 (clip(zo, 255));
+             * Clip(0, 6): Q(0) = 3, Q(6) = 6 / 0.75 + 3 = 11 */
+            float sc = 0.25f * 0.5f;
+            sc = sc / 0.75f;
+            char want[200];
+            snprintf(want, sizeof want,
+                     "conv = qconv2d xq K=4 R=1 S=1 stride=1 pad=0 za=128 "
+                     "zo=3 scale=%.9g%s\n",
+                     (double)sc,
+                     tail == 4   ? " relu=1"
+                     : tail == 5 ? " clip=3,11"
+                                 : "");
+            const char *lines[] = {"xq = quantize x scale=0.25 zp=128\n", want,
+                                   "y = dequantize conv scale=0.75 zp=3\n"};
+            for (int i = 0; i < 3; i++)
+                if (!strstr(text, lines[i]))
+                    fail_msg("graph text\n%s\nlacks '%s'", text, lines[i]);
+            assert_int_equal(kl_model_load(path, &m, err), KL_OK);
+            assert_int_equal(kl_model_ntasks(m), 1);
+            assert_non_null(strstr(kl_model_task(m, 0)->spec,
+                                   "qconv2d N=1 C=2 H=4 W=4 K=4"));
+            assert_string_equal(kl_model_untuned(m), "quantize x1, "
+                                                     "dequantize x1");
+            kl_model_params_t ps;
+            assert_int_equal(kl_model_params(path, &ps, err), KL_OK);
+            assert_int_equal(ps.n, 1); /* the weight: no bias, scale */
+            assert_string_equal(ps.p[0].name, "conv.weight");
+            assert_int_equal(ps.p[0].dtype, KL_DT_S8);
+            assert_int_equal(ps.p[0].numel, 8);
+            for (int i = 0; i < 8; i++)
+                assert_int_equal(((int8_t *)ps.p[0].idata)[i], w[i]);
+            kl_model_params_free(&ps);
+            kl_model_destroy(&m);
+        } else {
+            assert_int_equal(rc, KL_ERR_INVAL);
+            const char *want =
+                tail == 1 ? "1 node kiln cannot import: 'conv' (Conv: its "
+                            "output is not read by one QuantizeLinear alone)"
+                          : "1 node kiln cannot import: 'conv' (Conv: an int8 "
+                            "weight on a float input";
+            if (!strstr(err, want))
+                fail_msg("error '%s' does not say '%s'", err, want);
+        }
+        free(text);
+        unlink(path);
+        s_arena_free();
+    }
+}
+
+/* Pooling on quantized data (DequantizeLinear -> MaxPool ->
+ * QuantizeLinear) leaves the integer domain explicitly: dequantize,
+ * max_pool2d in f32, quantize. The graph parser types tensors: a float
+ * layer on a u8 tensor and a q-op on an f32 one are errors naming them. */
+static void test_onnx_qdq_float_island(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_onnx_t o;
+    int64_t in[4] = {1, 2, 4, 4};
+    s_onnx_init(&o, "x", 4, in);
+    int32_t zx = 7;
+    o.inits[0] = s_scalar("xs", 0.5f, false);
+    o.inits[1] = s_ivec("xz", 2, 0, &zx);
+    o.g.n_initializer = 2;
+    s_onnx_node(&o, "QuantizeLinear", s_strs("x", "xs", "xz"), 3, "xq", 0, 0,
+                0);
+    s_onnx_node(&o, "DequantizeLinear", s_strs("xq", "xs", "xz"), 3, "xd", 0, 0,
+                0);
+    s_onnx_node(&o, "MaxPool", s_strs("xd", 0, 0), 1, "p",
+                s_ints("kernel_shape", 2, 2, 2, 0, 0),
+                s_ints("strides", 2, 2, 2, 0, 0), 0);
+    s_onnx_node(&o, "QuantizeLinear", s_strs("p", "xs", "xz"), 3, "pq", 0, 0,
+                0);
+    s_onnx_node(&o, "DequantizeLinear", s_strs("pq", "xs", "xz"), 3, "y", 0, 0,
+                0);
+    const char *path = s_onnx_write(&o, "y");
+    char *text = NULL;
+    assert_int_equal(kl_model_text(path, &text, err), KL_OK);
+    unlink(path);
+    const char *want = "xq = quantize x scale=0.5 zp=7\n"
+                       "xd = dequantize xq scale=0.5 zp=7\n"
+                       "p = max_pool2d xd R=2 S=2 stride=2 pad=0\n"
+                       "pq = quantize p scale=0.5 zp=7\n"
+                       "y = dequantize pq scale=0.5 zp=7\n";
+    if (!strstr(text, want))
+        fail_msg("graph text\n%s\nlacks\n%s", text, want);
+    free(text);
+    s_arena_free();
+    static const char *const bad[][2] = {
+        {"input x 1x4\nq = quantize x scale=0.5\nr = relu q\n",
+         "test:3: layer 'r': relu needs an f32 input (dequantize it first), "
+         "'q' is u8"},
+        {"input x 1x4\nd = qdense x O=2 za=1 zo=2\n",
+         "test:2: layer 'd': qdense needs a u8 input (quantize it first), 'x' "
+         "is f32"},
+        {"input x 1x4\nq = quantize x scale=0.5 zp=300\n",
+         "test:2: layer 'q': bad value '300' for zp (u8: 0..255)"},
+        {"input x 1x4\nq = quantize x scale=0.5\nd = qdense q O=2 out=s32 "
+         "zo=1\n",
+         "test:3: layer 'd': out=s32 has no zo= or scale="},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kl_model_t *m = NULL;
+        assert_int_equal(kl_model_parse(bad[i][0], "test", &m, err),
+                         KL_ERR_INVAL);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("error '%s' does not say '%s'", err, bad[i][1]);
+    }
+}
+
 /* Every node kiln cannot import is named in one error; what is computed
  * from them is not. */
 static void test_onnx_unsupported_all(void **state)
@@ -1266,6 +1466,8 @@ int main(void)
         cmocka_unit_test(test_onnx_params_data),
         cmocka_unit_test(test_onnx_fold_refused),
         cmocka_unit_test(test_onnx_unsupported_all),
+        cmocka_unit_test(test_onnx_qdq),
+        cmocka_unit_test(test_onnx_qdq_float_island),
         cmocka_unit_test(test_onnx_gelu_layer_norm),
         cmocka_unit_test(test_onnx_attention_split),
         cmocka_unit_test(test_graph_nd_matmul_layer_norm),
