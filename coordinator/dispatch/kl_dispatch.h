@@ -178,6 +178,7 @@ typedef struct {
     char hostname[128];
     size_t n_devices;
     char device_target[KL_DISPATCH_INFO_DEVICES][64];
+    char device_features[KL_DISPATCH_INFO_DEVICES][64]; /* "vnni,..." */
     char device_name[KL_DISPATCH_INFO_DEVICES][64];
     uint32_t credit;  /* build_slots + 1 */
     uint32_t busy;    /* candidates it holds */
@@ -212,5 +213,16 @@ int kl_dispatch_drain(kl_dispatch_t *self, const char *name, bool drained,
  * "sim/cpu/x86_64-avx512"), and a real one real ones only. */
 bool kl_dispatch_target_match(const char *task_target,
                               const char *device_target);
+
+/* The same for a device that reports features (DeviceInfo.features,
+ * ','-joined; NULL or "" for none): a task target refined by features
+ * ("cpu/x86_64-avx512+vnni", kl_target.h) matches a device whose target
+ * matches the unrefined one ("cpu/x86_64-avx512") and that lists every
+ * feature; an unrefined task target ignores the features, so f32 work
+ * goes to every device of its target. kl_dispatch_target_match is this
+ * with no features: a refined task matches no device there. */
+bool kl_dispatch_device_match(const char *task_target,
+                              const char *device_target,
+                              const char *device_features);
 
 #endif
