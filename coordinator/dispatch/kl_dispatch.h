@@ -18,7 +18,9 @@
  *    STATUS_AGENT_LOST instead.
  *  - Dispatches a candidate only to an agent with free credit whose device
  *    target matches the task target: exact match, except that the task
- *    target "cpu" (or "cuda") matches any "cpu/..." ("cuda/...") device.
+ *    target "cpu" (or "cuda") matches any "cpu/..." ("cuda/...") device,
+ *    and a target refined by CPU features ("cpu/x86_64-avx512+vnni")
+ *    matches only devices that list them (kl_dispatch_device_match).
  *    Candidates of one request are batched into one MeasureRequest, up to
  *    the agent's free credit (and a quarter of the frame limit in source
  *    bytes). The MeasureRequest names the device's exact target, so a task
