@@ -33,20 +33,18 @@ const char *kl_cpu_target(void)
     return s_cpu(false);
 }
 
-/* ---- CPU features that refine a target ------------------------------------
- */
+/* ---- CPU features that refine a target ---------------------------------- */
 
 /* A feature is a refinement of one ISA: "+vnni" only follows
  * "x86_64-avx512", "+avxvnni" only "x86_64-avx2". The table order is the
  * canonical order of a suffix. */
 static const struct {
-    const char *name;    /* the suffix token and DeviceInfo.features entry */
-    const char *isa;     /* the ISA it refines */
-    const char *builtin; /* __builtin_cpu_supports name */
-    unsigned bit;
+    const char *name; /* the suffix token and DeviceInfo.features entry */
+    const char *isa;  /* the ISA it refines */
+    unsigned bit;     /* detected in s_cpu_supports */
 } s_feats[] = {
-    {"vnni", "x86_64-avx512", "avx512vnni", KL_CPU_FEAT_VNNI},
-    {"avxvnni", "x86_64-avx2", "avxvnni", KL_CPU_FEAT_AVXVNNI},
+    {"vnni", "x86_64-avx512", KL_CPU_FEAT_VNNI},
+    {"avxvnni", "x86_64-avx2", KL_CPU_FEAT_AVXVNNI},
 };
 #define S_NFEATS (sizeof s_feats / sizeof s_feats[0])
 
