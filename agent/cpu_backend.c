@@ -8,11 +8,13 @@
 #include <stdlib.h>
 
 #include "kl_err.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 typedef struct {
     kla_device_t dev;
     uint32_t cores[KLA_MAX_CORES]; /* Hello's measure_cores */
+    char *features[8];             /* Hello's features: static names */
     kla_gate_t *gate;              /* NULL when builds never pause */
     kla_builder_t *builder;
     kla_runner_t *runner;
@@ -82,6 +84,15 @@ static void s_info(kla_dev_t *d, const kla_env_t *env, Kiln__DeviceInfo *out)
         c->cores[i] = (uint32_t)env->measure->cpu[i];
     out->n_measure_cores = (size_t)env->measure->n;
     out->measure_cores = c->cores;
+    /* The features that refine CPU targets ("vnni"): a task for
+     * "cpu/x86_64-avx512+vnni" comes only to a device listing them. */
+    unsigned bits = kl_cpu_features();
+    size_t n = 0;
+    for (int i = 0; kl_cpu_feature_name(i) && n < 8; i++)
+        if (bits & kl_cpu_feature_bit(i))
+            c->features[n++] = (char *)kl_cpu_feature_name(i);
+    out->n_features = n;
+    out->features = c->features;
 }
 
 static void s_describe(const kla_dev_t *d, const kla_env_t *env, char *buf,

@@ -26,11 +26,27 @@
  * keyed apart, so they are never restored, ranked or exported as
  * measurements of the real target. Code for a simulated target is built
  * for the target it stands in for (kl_target_base).
+ *
+ * A CPU target may be refined by ISA features after a '+':
+ * "cpu/x86_64-avx512+vnni" (AVX-512 VNNI), "cpu/x86_64-avx2+avxvnni"
+ * (AVX-VNNI). Float work never uses them: its targets, records and stores
+ * are the unrefined names. An integer workload's "cpu" resolves to the
+ * refined target of this machine (kl_target_resolve_for), so its records
+ * are keyed apart from those of a CPU without the feature; a device serves
+ * a refined task only when it reports every feature (DeviceInfo.features,
+ * kl_target_features_match), and the CPU design space picks the int8
+ * intrinsic from them (docs/architecture.md, "The tensorize primitive").
  */
 #ifndef KL_TARGET_H
 #define KL_TARGET_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* CPU features that refine a target ("+vnni"), as bits. */
+#define KL_CPU_FEAT_VNNI 1u    /* "+vnni": avx512vnni, on x86_64-avx512 */
+#define KL_CPU_FEAT_AVXVNNI 2u /* "+avxvnni": avxvnni, on x86_64-avx2 */
 
 /* The kinds of target, in the order of the kind table. */
 typedef enum {
@@ -44,11 +60,12 @@ typedef enum {
 typedef struct {
     char name[64]; /* exact: "cpu/x86_64-avx512", "cuda/sm_90" */
     kl_target_kind kind;
-    char isa[64];  /* the part after "KIND/": "x86_64-avx512", "sm_90" */
-    int vec_lanes; /* f32 lanes of the widest vector: 16, 8, 4 (CPU) */
-    int vec_regs;  /* vector registers: 32 (avx512), 16 (avx2) */
-    int cores;     /* CPU cores the kernel will run on (default 2) */
-    int sm;        /* CUDA compute capability * 10, e.g. 90 */
+    char isa[64];      /* the part after "KIND/": "x86_64-avx512", "sm_90" */
+    int vec_lanes;     /* f32 lanes of the widest vector: 16, 8, 4 (CPU) */
+    int vec_regs;      /* vector registers: 32 (avx512), 16 (avx2) */
+    unsigned features; /* KL_CPU_FEAT_* of the "+..." suffix */
+    int cores;         /* CPU cores the kernel will run on (default 2) */
+    int sm;            /* CUDA compute capability * 10, e.g. 90 */
     int max_threads_per_block;
     int64_t max_shared_bytes;
 } kl_target_t;
@@ -89,9 +106,6 @@ int kl_target_kind_of(const char *text, kl_target_kind *out);
  * "cuda/sm_NN". Unknown text is KL_ERR_INVAL naming it and the forms
  * every kind accepts. */
 int kl_target_parse(const char *text, kl_target_t *out, char *err);
-#include <stdbool.h>
-#include <stddef.h>
-
 #define KL_TARGET_SIM "sim/"
 
 /* The exact target string of this machine's CPU, as kiln-agent reports it
@@ -100,10 +114,46 @@ int kl_target_parse(const char *text, kl_target_t *out, char *err);
  * "cpu/unknown"). Static string. */
 const char *kl_cpu_target(void);
 
+/* The features of this machine's CPU (KL_CPU_FEAT_* bits), which
+ * kiln-agent lists in DeviceInfo.features. KILN_CPU_FEATURES, when set,
+ * stands in for detection: a comma list of feature names ("vnni",
+ * "avxvnni"; "" for none). */
+unsigned kl_cpu_features(void);
+
+/* The name ("vnni") and bit of feature i (0, 1, ...), NULL / 0 past the
+ * last. */
+const char *kl_cpu_feature_name(int i);
+unsigned kl_cpu_feature_bit(int i);
+
+/* The names of the features of bits, comma-separated ("vnni,avxvnni"),
+ * into buf; returns buf. */
+char *kl_cpu_features_text(unsigned bits, char *buf, size_t len);
+
+/* kl_cpu_target() refined by the features of this machine that refine
+ * it: "cpu/x86_64-avx512+vnni" on a CPU with AVX-512 VNNI,
+ * "cpu/x86_64-avx2+avxvnni" on an AVX2 CPU with AVX-VNNI, else
+ * kl_cpu_target(). Static string. */
+const char *kl_cpu_target_int(void);
+
 /* The target a user means: NULL or "cpu" is kl_cpu_target(), "sim/cpu" is
  * "sim/" + kl_cpu_target(), anything else is itself. Static or borrowed
  * string. */
 const char *kl_target_resolve(const char *user_target);
+
+/* kl_target_resolve for a workload: for an integer one (integer true),
+ * NULL / "cpu" is kl_cpu_target_int() and "sim/cpu" its simulated twin;
+ * anything else as kl_target_resolve. */
+const char *kl_target_resolve_for(const char *user_target, bool integer);
+
+/* Whether a device reporting features dev_features (names separated by
+ * ',' or '+', NULL or "" for none) has every feature that task_target's
+ * "+..." suffix names: always for an unrefined target. */
+bool kl_target_features_match(const char *task_target,
+                              const char *dev_features);
+
+/* The length of target without its feature suffix
+ * ("cpu/x86_64-avx512+vnni" -> 17). */
+size_t kl_target_unrefined_len(const char *target);
 
 /* Checks that text can key records: 0, or KL_ERR_INVAL with the kind's
  * bare_hint when text is a bare kind that names no one device ("cuda"). */
@@ -119,5 +169,8 @@ const char *kl_target_base(const char *target);
  * "cpu" -> "sim/cpu/x86_64-avx512"; a simulated target stays itself) into
  * buf (len bytes, cut to fit) and returns buf. */
 char *kl_target_sim(const char *target, char *buf, size_t len);
+/* The same with kl_target_resolve_for(target, integer). */
+char *kl_target_sim_for(const char *target, bool integer, char *buf,
+                        size_t len);
 
 #endif

@@ -355,6 +355,19 @@ static int s_resolve_key(kl_store_t *st, const kl_opts_t *o, uint8_t key[16],
     return 0;
 }
 
+/* Whether the stored workload w (NULL: unknown) is an integer one, whose
+ * "cpu" carries the CPU's features (kl_target_resolve_for). */
+static bool s_is_int(const Kiln__Workload *w)
+{
+    kl_workload_t *x = NULL;
+    char e2[KL_ERRMSG_LEN];
+    if (!w || !w->text || kl_workload_from_string(w->text, &x, e2))
+        return false;
+    bool is_int = kl_workload_is_int(x);
+    kl_workload_free(&x);
+    return is_int;
+}
+
 static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
 {
     uint8_t key[16];
@@ -369,18 +382,20 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     char hex[33];
     kl_hex128(key, hex);
     targets_t ts = {0};
+    Kiln__Workload *w = NULL;
+    if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
+        fprintf(stderr, "kiln db best: %s\n", err);
     const char *target = kl_opts_str(o, "target");
-    if (target) /* "cpu" is this machine's exact target */
-        target = kl_target_resolve(target);
+    if (target) /* "cpu" is this machine's exact target, for an integer */
+        target = kl_target_resolve_for(target, s_is_int(w)); /* +features */
     if (target)
         s_targets(&(Kiln__TuningRecord){.target = (char *)target}, &ts);
     else if (kl_store_foreach_record(st, key, NULL, s_targets, &ts, err)) {
         fprintf(stderr, "kiln db best: %s\n", err);
+        if (w)
+            kiln__workload__free_unpacked(w, NULL);
         return 1;
     }
-    Kiln__Workload *w = NULL;
-    if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
-        fprintf(stderr, "kiln db best: %s\n", err);
     size_t found = 0, nrec = 0, other = 0;
     rc = 0;
     if (!w && kl_store_count(st, key, NULL, &nrec, err) == KL_OK && !nrec) {

@@ -13,6 +13,7 @@
 #include "kl_ir.h"
 #include "kl_opt.h"
 #include "kl_space.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 static const kl_opt_t s_opts[] = {
@@ -169,8 +170,13 @@ int kiln_cmd_space(int argc, char **argv)
     kl_space_t *sp = NULL;
     json_object *list = json_object_new_array();
     int rc = kl_workload_from_string(op, &w, err);
+    /* An integer workload's "cpu" carries this CPU's features, as kiln
+     * tune resolves it ("cpu/x86_64-avx512+vnni": the VNNI intrinsic). */
+    const char *target = kl_opts_str(o, "target");
+    if (!rc && kl_workload_is_int(w))
+        target = kl_target_resolve_for(target, true);
     if (!rc)
-        rc = kl_space_for_target(kl_opts_str(o, "target"), w, &sp, err);
+        rc = kl_space_for_target(target, w, &sp, err);
     if (!rc && dir)
         rc = kl_mkdirs(dir, err);
     kl_rng_t rng;

@@ -336,9 +336,15 @@ static int s_job(cmd_t *c, char *err)
                        "--max-trials-per-task must be >= 1 with --op");
     if (!rc)
         rc = kl_job_cfg_from_opts(o, c->global, c->model ? per : 0, &cfg, err);
-    char sim[160];                          /* kl_task_new copies the target */
-    if (!rc && kl_opts_bool(o, "simulate")) /* keyed apart (kl_target.h) */
-        cfg.task.target = kl_target_sim(cfg.task.target, sim, sizeof sim);
+    /* Keyed apart (kl_target.h); kl_task_new copies the target and
+     * resolves "sim/cpu" per workload (an integer one gets the features
+     * of this CPU). */
+    char sim[160];
+    if (!rc && kl_opts_bool(o, "simulate")) {
+        const char *t = cfg.task.target ? cfg.task.target : "cpu";
+        snprintf(sim, sizeof sim, "%s%s", kl_target_is_sim(t) ? "" : "sim/", t);
+        cfg.task.target = sim;
+    }
     if (!rc)
         rc = kl_job_new(&c->job, tasks, n, &cfg, c->store, err);
     if (tasks != &one)

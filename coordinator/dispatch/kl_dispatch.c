@@ -129,8 +129,10 @@ static void s_on_hello(s_actor_t *s, const kl_peer_t *peer,
         return;
     }
     kl_dagent_t *a = kl_dcore_agent(s->core, slot);
-    kl_info("agent %s (%s pid %u) joined: %s, credit %u", a->name, a->hostname,
-            a->pid, a->dev_target[0], a->credit);
+    const char *feats = a->n_dev ? a->dev_features[0] : "";
+    kl_info("agent %s (%s pid %u) joined: %s%s%s%s, credit %u", a->name,
+            a->hostname, a->pid, a->dev_target[0], *feats ? " (features " : "",
+            feats, *feats ? ")" : "", a->credit);
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__Welcome w = KILN__WELCOME__INIT;
     w.coordinator_id = s->api->id;

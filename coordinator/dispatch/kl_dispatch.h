@@ -18,7 +18,9 @@
  *    STATUS_AGENT_LOST instead.
  *  - Dispatches a candidate only to an agent with free credit whose device
  *    target matches the task target: exact match, except that the task
- *    target "cpu" (or "cuda") matches any "cpu/..." ("cuda/...") device.
+ *    target "cpu" (or "cuda") matches any "cpu/..." ("cuda/...") device,
+ *    and a target refined by CPU features ("cpu/x86_64-avx512+vnni")
+ *    matches only devices that list them (kl_dispatch_device_match).
  *    Candidates of one request are batched into one MeasureRequest, up to
  *    the agent's free credit (and a quarter of the frame limit in source
  *    bytes). The MeasureRequest names the device's exact target, so a task
@@ -178,6 +180,7 @@ typedef struct {
     char hostname[128];
     size_t n_devices;
     char device_target[KL_DISPATCH_INFO_DEVICES][64];
+    char device_features[KL_DISPATCH_INFO_DEVICES][64]; /* "vnni,..." */
     char device_name[KL_DISPATCH_INFO_DEVICES][64];
     uint32_t credit;  /* build_slots + 1 */
     uint32_t busy;    /* candidates it holds */
@@ -212,5 +215,16 @@ int kl_dispatch_drain(kl_dispatch_t *self, const char *name, bool drained,
  * "sim/cpu/x86_64-avx512"), and a real one real ones only. */
 bool kl_dispatch_target_match(const char *task_target,
                               const char *device_target);
+
+/* The same for a device that reports features (DeviceInfo.features,
+ * ','-joined; NULL or "" for none): a task target refined by features
+ * ("cpu/x86_64-avx512+vnni", kl_target.h) matches a device whose target
+ * matches the unrefined one ("cpu/x86_64-avx512") and that lists every
+ * feature; an unrefined task target ignores the features, so f32 work
+ * goes to every device of its target. kl_dispatch_target_match is this
+ * with no features: a refined task matches no device there. */
+bool kl_dispatch_device_match(const char *task_target,
+                              const char *device_target,
+                              const char *device_features);
 
 #endif

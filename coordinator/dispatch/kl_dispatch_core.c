@@ -199,9 +199,11 @@ static void s_agent_clear(kl_dagent_t *a)
     free(a->hostname);
     for (size_t i = 0; i < a->n_dev; i++) {
         free(a->dev_target[i]);
+        free(a->dev_features[i]);
         free(a->dev_name[i]);
     }
     free(a->dev_target);
+    free(a->dev_features);
     free(a->dev_name);
     free(a->dev_index);
     free(a->held);
@@ -429,6 +431,7 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
     a->credit = credit > S_MAX_CREDIT ? S_MAX_CREDIT : (uint32_t)credit;
     a->n_dev = h->n_devices;
     a->dev_target = kl_xcalloc(a->n_dev, sizeof(char *));
+    a->dev_features = kl_xcalloc(a->n_dev, sizeof(char *));
     a->dev_name = kl_xcalloc(a->n_dev, sizeof(char *));
     a->dev_index = kl_xcalloc(a->n_dev, sizeof(uint32_t));
     for (size_t i = 0; i < a->n_dev; i++) {
@@ -441,6 +444,20 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
                                : kl_xstrdup(t);
         a->dev_name[i] =
             kl_xstrdup(h->devices[i]->name ? h->devices[i]->name : "");
+        /* Names only, ','-joined: a name with ',' or '+' in it could
+         * never match a target's suffix, so it is dropped. */
+        size_t nf = 1;
+        for (size_t f = 0; f < h->devices[i]->n_features; f++)
+            nf += strlen(h->devices[i]->features[f]) + 1;
+        a->dev_features[i] = kl_xcalloc(1, nf);
+        for (size_t f = 0; f < h->devices[i]->n_features; f++) {
+            const char *name = h->devices[i]->features[f];
+            if (!*name || strpbrk(name, ",+"))
+                continue;
+            if (*a->dev_features[i])
+                strcat(a->dev_features[i], ",");
+            strcat(a->dev_features[i], name);
+        }
         a->dev_index[i] = h->devices[i]->index;
     }
     a->last_heard = now;
@@ -489,7 +506,8 @@ bool kl_dcore_result(kl_dcore_t *self, int slot, Kiln__Envelope **env,
 static int s_match(const kl_dagent_t *a, const char *target)
 {
     for (size_t i = 0; i < a->n_dev; i++)
-        if (kl_dispatch_target_match(target, a->dev_target[i]))
+        if (kl_dispatch_device_match(target, a->dev_target[i],
+                                     a->dev_features[i]))
             return (int)i;
     return -1;
 }
@@ -731,6 +749,8 @@ kl_dispatch_agent_info_t *kl_dcore_agent_list(const kl_dcore_t *self,
         for (size_t d = 0; d < a->n_dev && d < KL_DISPATCH_INFO_DEVICES; d++) {
             snprintf(i->device_target[d], sizeof i->device_target[d], "%s",
                      a->dev_target[d]);
+            snprintf(i->device_features[d], sizeof i->device_features[d], "%s",
+                     a->dev_features[d]);
             snprintf(i->device_name[d], sizeof i->device_name[d], "%s",
                      a->dev_name[d]);
         }

@@ -66,6 +66,7 @@ typedef struct {
     uint32_t credit; /* build_slots + 1 */
     size_t n_dev;
     char **dev_target;
+    char **dev_features; /* DeviceInfo.features, ','-joined ("vnni") */
     char **dev_name;
     uint32_t *dev_index;
     kl_dheld_t *held;

@@ -253,7 +253,8 @@ kl_dispatch_result_t *kl_dcore_wrap_result(const kl_dreq_t *req, size_t idx,
 {
     uint32_t dev = 0;
     for (size_t i = 0; i < a->n_dev; i++)
-        if (kl_dispatch_target_match(req->target, a->dev_target[i])) {
+        if (kl_dispatch_device_match(req->target, a->dev_target[i],
+                                     a->dev_features[i])) {
             dev = (uint32_t)i;
             break;
         }
@@ -288,6 +289,29 @@ void kl_dispatch_result_free(kl_dispatch_result_t **self_p)
 }
 
 bool kl_dispatch_target_match(const char *task, const char *dev)
+{
+    return kl_dispatch_device_match(task, dev, NULL);
+}
+
+static bool s_base_match(const char *task, const char *dev);
+
+bool kl_dispatch_device_match(const char *task, const char *dev,
+                              const char *features)
+{
+    if (!task || !dev)
+        return false;
+    char base[160];
+    size_t n = kl_target_unrefined_len(task);
+    if (n >= sizeof base)
+        return false;
+    memcpy(base, task, n);
+    base[n] = '\0';
+    /* The device's own target is never refined: its features come apart. */
+    return !strchr(dev, '+') && s_base_match(base, dev) &&
+           kl_target_features_match(task, features);
+}
+
+static bool s_base_match(const char *task, const char *dev)
 {
     if (!task || !dev || !*task)
         return false;

@@ -92,7 +92,9 @@ int kl_export_best(kl_store_t *store, const kl_workload_t *w,
                    char *err)
 {
     *out = NULL;
-    const char *t = kl_export_target(target);
+    /* An integer workload's "cpu" carries this CPU's features
+     * ("cpu/x86_64-avx512+vnni"), as kiln tune keys its records. */
+    const char *t = kl_target_resolve_for(target, kl_workload_is_int(w));
     if (kl_target_is_sim(t))
         return kl_seterr(err, KL_ERR_INVAL,
                          "target %s is a simulated device: its latencies are "
@@ -384,7 +386,8 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
         return kl_seterr(err, KL_ERR_INVAL, "target '%s': unknown kind",
                          target);
     const s_kind_t *how = &s_kinds[kind];
-    int rc = s_lookup(store, m, target, cfg->cond, ts, res, err);
+    /* Each task resolves the user's target itself (kl_export_best). */
+    int rc = s_lookup(store, m, cfg->target, cfg->cond, ts, res, err);
     if (rc == KL_ERR_INVAL)
         return rc; /* a simulated target: no fallback either */
     if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && how->naive)

@@ -68,15 +68,28 @@ static int s_load_records(kl_report_t *r, kl_store_t *store, char *err)
 {
     for (int i = 0; i < r->n; i++) {
         s_rec_ctx_t c = {r, &r->tasks[i]};
-        int rc = kl_store_foreach_record(store, r->tasks[i].key, r->target,
-                                         s_on_record, &c, err);
+        int rc = kl_store_foreach_record(
+            store, r->tasks[i].key, r->tasks[i].target, s_on_record, &c, err);
         if (rc)
             return rc;
     }
     return KL_OK;
 }
 
-static int s_from_model(kl_report_t *r, const char *name, char *err)
+/* An integer workload's "cpu" is this CPU's refined target
+ * (kl_target_resolve_for), as kiln tune keys its records. */
+static char *s_task_target(const char *user, const char *text)
+{
+    kl_workload_t *w = NULL;
+    char e2[KL_ERRMSG_LEN];
+    bool is_int =
+        text && !kl_workload_from_string(text, &w, e2) && kl_workload_is_int(w);
+    kl_workload_free(&w);
+    return kl_xstrdup(kl_target_resolve_for(user, is_int));
+}
+
+static int s_from_model(kl_report_t *r, const char *name, const char *user,
+                        char *err)
 {
     kl_model_t *m = NULL;
     int rc = kl_model_load(name, &m, err);
@@ -87,6 +100,8 @@ static int s_from_model(kl_report_t *r, const char *name, char *err)
         const kl_model_task_t *mt = kl_model_task(m, i);
         krep_task_t *t = s_add_task(r);
         t->name = kl_xstrdup(mt->w->name);
+        t->target =
+            kl_xstrdup(kl_target_resolve_for(user, kl_workload_is_int(mt->w)));
         memcpy(t->key, mt->w->key, 16);
         t->flop = mt->w->flop;
         t->weight = mt->weight;
@@ -98,6 +113,7 @@ static int s_from_model(kl_report_t *r, const char *name, char *err)
 typedef struct {
     kl_report_t *r;
     kl_store_t *store;
+    const char *user; /* the target the user gave */
     int rc;
     char *err;
 } s_wl_ctx_t;
@@ -108,12 +124,14 @@ static int s_on_workload(const Kiln__Workload *w, void *arg)
     size_t n = 0;
     if (w->key.len != 16)
         return 0;
-    c->rc = kl_store_count(c->store, w->key.data, c->r->target, &n, c->err);
-    if (c->rc)
-        return 1;
-    if (n == 0)
-        return 0;
+    char *target = s_task_target(c->user, w->text);
+    c->rc = kl_store_count(c->store, w->key.data, target, &n, c->err);
+    if (c->rc || n == 0) {
+        free(target);
+        return c->rc ? 1 : 0;
+    }
     krep_task_t *t = s_add_task(c->r);
+    t->target = target;
     t->name = kl_xstrdup(w->name && *w->name ? w->name : "(unnamed)");
     memcpy(t->key, w->key.data, 16);
     t->flop = w->flop;
@@ -157,15 +175,16 @@ int kl_report_load(kl_report_t **out, kl_store_t *store,
 {
     *out = NULL;
     kl_report_t *r = kl_xcalloc(1, sizeof *r);
-    r->target = kl_xstrdup(kl_report_target(cfg->target ? cfg->target : "cpu"));
+    const char *user = cfg->target ? cfg->target : "cpu";
+    r->target = kl_xstrdup(kl_report_target(user));
     r->source = kl_xstrdup(cfg->source ? cfg->source : "");
     r->cond = cfg->cond;
     r->weighted = cfg->model != NULL;
     int rc = KL_OK;
     if (cfg->model) {
-        rc = s_from_model(r, cfg->model, err);
+        rc = s_from_model(r, cfg->model, user, err);
     } else {
-        s_wl_ctx_t c = {r, store, 0, err};
+        s_wl_ctx_t c = {r, store, user, 0, err};
         rc = kl_store_foreach_workload(store, s_on_workload, &c, err);
         if (c.rc)
             rc = c.rc;
@@ -190,6 +209,7 @@ void kl_report_destroy(kl_report_t **self_p)
     kl_report_t *r = *self_p;
     for (int i = 0; i < r->n; i++) {
         free(r->tasks[i].name);
+        free(r->tasks[i].target);
         free(r->tasks[i].time_us);
         free(r->tasks[i].lat_s);
     }

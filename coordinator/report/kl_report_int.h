@@ -11,6 +11,8 @@
 
 typedef struct {
     char *name;
+    char *target; /* its records' target: the report's, refined by this
+                   * CPU's features for an integer task given "cpu" */
     uint8_t key[16];
     double flop, weight;
     size_t nrec, nok, cap;

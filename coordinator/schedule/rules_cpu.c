@@ -644,15 +644,18 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
 }
 
 /* The intrinsic of a CPU target for int8 products: the widest whose
- * feature every CPU of the target has as kiln names targets today.
- * "x86_64-avx512" is taken to mean AVX-512 VNNI (Cascade Lake and later);
- * docs/architecture.md, "The tensorize primitive", says why and what is
- * left. */
+ * feature every CPU of the target has. The features are in the target
+ * ("cpu/x86_64-avx512+vnni", kl_target.h); an AVX-512 target without
+ * "+vnni" (Skylake-SP) gets the exact AVX2 fallback, which every AVX-512
+ * CPU runs. docs/architecture.md, "The tensorize primitive". */
 static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
 {
-    if (!strcmp(t->isa, "x86_64-avx512"))
+    bool avx512 = !strcmp(t->isa, "x86_64-avx512");
+    if (avx512 && (t->features & KL_CPU_FEAT_VNNI))
         return kl_intrin_find("avx512_vnni");
-    if (!strcmp(t->isa, "x86_64-avx2"))
+    if (!strcmp(t->isa, "x86_64-avx2") && (t->features & KL_CPU_FEAT_AVXVNNI))
+        return kl_intrin_find("avx_vnni");
+    if (avx512 || !strcmp(t->isa, "x86_64-avx2"))
         return kl_intrin_find("avx2_i8");
     return NULL;
 }

@@ -39,7 +39,8 @@ static bool s_agent_matches(const kl_dispatch_agent_info_t *a,
                     ? a->n_devices
                     : KL_DISPATCH_INFO_DEVICES;
     for (size_t d = 0; d < nd; d++)
-        if (kl_dispatch_target_match(target, a->device_target[d]))
+        if (kl_dispatch_device_match(target, a->device_target[d],
+                                     a->device_features[d]))
             return true;
     return false;
 }

@@ -62,9 +62,22 @@ static void s_submit(kl_dcore_t *core, s_batch_t *sb, uint64_t id, double now)
     assert_null(req);
 }
 
+static int s_hello_feat(kl_dcore_t *core, uint8_t peer_id, const char *name,
+                        const char *target, uint32_t slots, double now,
+                        bool simulated, const char *feature);
+
 static int s_hello_sim(kl_dcore_t *core, uint8_t peer_id, const char *name,
                        const char *target, uint32_t slots, double now,
                        bool simulated)
+{
+    return s_hello_feat(core, peer_id, name, target, slots, now, simulated,
+                        NULL);
+}
+
+/* A Hello of one device listing feature (NULL: none). */
+static int s_hello_feat(kl_dcore_t *core, uint8_t peer_id, const char *name,
+                        const char *target, uint32_t slots, double now,
+                        bool simulated, const char *feature)
 {
     kl_peer_t peer = {.len = 5};
     peer.id[4] = peer_id;
@@ -74,6 +87,9 @@ static int s_hello_sim(kl_dcore_t *core, uint8_t peer_id, const char *name,
     dev.name = "test cpu";
     dev.target = (char *)target;
     dev.simulated = simulated;
+    char *feats[1] = {(char *)feature};
+    dev.n_features = feature ? 1 : 0;
+    dev.features = feats;
     Kiln__Hello h = KILN__HELLO__INIT;
     h.agent_name = (char *)name;
     h.hostname = "localhost";
@@ -180,6 +196,90 @@ static void test_target_match(void **state)
     assert_false(kl_dispatch_target_match("sim/", "sim/cpu/x86_64-avx512"));
     assert_false(kl_dispatch_target_match("", "cpu/x86_64"));
     assert_false(kl_dispatch_target_match(NULL, "cpu/x86_64"));
+}
+
+/* A task refined by a feature goes only to devices listing it, under the
+ * device's own (unrefined) target; an unrefined task goes to every device
+ * of its target, with or without features. */
+static void test_feature_match(void **state)
+{
+    (void)state;
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                         "cpu/x86_64-avx512", "vnni"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                         "cpu/x86_64-avx512", "avxvnni,vnni"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512", ""));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512", NULL));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512", "avxvnni"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx2", "vnni"));
+    assert_false(kl_dispatch_target_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512"));
+    /* A device's target never carries features itself. */
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512+vnni", "vnni"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx2+avxvnni",
+                                         "cpu/x86_64-avx2", "avxvnni"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx2+avxvnni",
+                                          "cpu/x86_64-avx2", "vnni"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512",
+                                         "cpu/x86_64-avx512", "vnni"));
+    assert_true(
+        kl_dispatch_device_match("cpu/x86_64-avx512", "cpu/x86_64-avx512", ""));
+    assert_true(kl_dispatch_device_match("cpu", "cpu/x86_64-avx512", "vnni"));
+    assert_true(kl_dispatch_device_match("sim/cpu/x86_64-avx512+vnni",
+                                         "sim/cpu/x86_64-avx512", "vnni"));
+    assert_false(kl_dispatch_device_match("sim/cpu/x86_64-avx512+vnni",
+                                          "cpu/x86_64-avx512", "vnni"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
+                                          "sim/cpu/x86_64-avx512", "vnni"));
+
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 4, 1, 1, err), KL_OK);
+    int plain =
+        s_hello_feat(core, 1, "plain", "cpu/x86_64-avx512", 2, 0, false, NULL);
+    int vnni =
+        s_hello_feat(core, 2, "vnni", "cpu/x86_64-avx512", 2, 0, false, "vnni");
+    int sim = s_hello_feat(core, 3, "sim", "sim/cpu/x86_64-avx512", 2, 0, true,
+                           "vnni");
+    assert_true(plain >= 0 && vnni >= 0 && sim >= 0);
+    assert_int_equal(kl_dcore_agents(core, "cpu/x86_64-avx512+vnni"), 1);
+    assert_int_equal(kl_dcore_agents(core, "cpu/x86_64-avx512"), 2);
+    assert_int_equal(kl_dcore_agents(core, "cpu"), 2);
+    assert_int_equal(kl_dcore_agents(core, "sim/cpu/x86_64-avx512+vnni"), 1);
+    assert_int_equal(kl_dcore_agents(core, "cpu/x86_64-avx2+avxvnni"), 0);
+    /* 6 integer candidates: the VNNI agent takes its credit (3), the
+     * other one with free credit takes none. */
+    s_batch_t sb;
+    s_batch(&sb, "cpu/x86_64-avx512+vnni", 6, 1000);
+    s_submit(core, &sb, 1, 0);
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.1, s_capture, &sent), 3);
+    assert_int_equal(sent.n, 3);
+    for (size_t i = 0; i < sent.n; i++)
+        assert_int_equal(sent.slot[i], vnni);
+    /* f32 work for the same target goes to the plain agent too. */
+    s_batch_t f32;
+    s_batch(&f32, "cpu/x86_64-avx512", 2, 1000);
+    s_submit(core, &f32, 2, 0);
+    s_sent_t sent2 = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.2, s_capture, &sent2), 2);
+    assert_int_equal(sent2.n, 2);
+    for (size_t i = 0; i < sent2.n; i++)
+        assert_int_equal(sent2.slot[i], plain);
+    /* The agent list carries the features. */
+    size_t n = 0;
+    kl_dispatch_agent_info_t *v = kl_dcore_agent_list(core, 0.2, &n);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(v[i].device_features[0],
+                            strcmp(v[i].name, "plain") ? "vnni" : "");
+    free(v);
+    kl_dcore_destroy(&core);
 }
 
 /* A device that says it simulates serves its simulated target only, even
@@ -621,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_target_match),
         cmocka_unit_test(test_batch_checks),
         cmocka_unit_test(test_simulated_device),
+        cmocka_unit_test(test_feature_match),
         cmocka_unit_test(test_credit_and_targets),
         cmocka_unit_test(test_drain_and_agent_list),
         cmocka_unit_test(test_idempotent_results),

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -97,12 +98,90 @@ static void test_resolve(void **state)
     assert_null(kl_target_kind_info(KL_TARGET_CPU)->agent_device);
 }
 
+/* CPU features refine a target after '+': parsed per ISA, canonical,
+ * never on the bare kind; an integer workload's "cpu" carries this CPU's
+ * features (KILN_CPU_FEATURES plays the CPU), a float one's never. */
+static void test_features(void **state)
+{
+    (void)state;
+    kl_target_t t;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx512+vnni", &t, err), KL_OK);
+    assert_string_equal(t.name, "cpu/x86_64-avx512+vnni");
+    assert_string_equal(t.isa, "x86_64-avx512");
+    assert_int_equal(t.features, KL_CPU_FEAT_VNNI);
+    assert_int_equal(t.vec_lanes, 16);
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx2+avxvnni", &t, err),
+                     KL_OK);
+    assert_string_equal(t.name, "cpu/x86_64-avx2+avxvnni");
+    assert_int_equal(t.features, KL_CPU_FEAT_AVXVNNI);
+    assert_int_equal(t.vec_lanes, 8);
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx512", &t, err), KL_OK);
+    assert_int_equal(t.features, 0);
+    assert_string_equal(t.name, "cpu/x86_64-avx512");
+    /* A feature of another ISA, an unknown one, a repeat, an empty one. */
+    const char *bad[] = {"cpu/x86_64-avx2+vnni",  "cpu/x86_64-avx512+avxvnni",
+                         "cpu/x86_64-avx512+amx", "cpu/x86_64-avx512+vnni+vnni",
+                         "cpu/x86_64-avx512+",    "cpu/generic+vnni",
+                         "cuda/sm_90+vnni"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(kl_target_parse(bad[i], &t, err), KL_ERR_INVAL);
+        assert_non_null(strstr(err, bad[i]));
+    }
+    assert_int_equal(kl_target_unrefined_len("cpu/x86_64-avx512+vnni"), 17);
+    assert_int_equal(kl_target_unrefined_len("sim/cpu/x86_64-avx2+avxvnni"),
+                     19);
+    assert_int_equal(kl_target_unrefined_len("cpu"), 3);
+    assert_true(kl_target_features_match("cpu/x86_64-avx512", NULL));
+    assert_true(kl_target_features_match("cpu/x86_64-avx512+vnni", "vnni"));
+    assert_true(
+        kl_target_features_match("cpu/x86_64-avx512+vnni", "avxvnni,vnni"));
+    assert_false(kl_target_features_match("cpu/x86_64-avx512+vnni", "avxvnni"));
+    assert_false(kl_target_features_match("cpu/x86_64-avx512+vnni", ""));
+    assert_false(kl_target_features_match("cpu/x86_64-avx512+vnni", "vnnix"));
+
+    /* This machine, played with and without the features. */
+    const char *here = kl_cpu_target();
+    bool avx512 = !strcmp(here, "cpu/x86_64-avx512");
+    bool avx2 = !strcmp(here, "cpu/x86_64-avx2");
+    char buf[64];
+    setenv("KILN_CPU_FEATURES", "vnni,avxvnni", 1);
+    assert_int_equal(kl_cpu_features(), KL_CPU_FEAT_VNNI | KL_CPU_FEAT_AVXVNNI);
+    assert_string_equal(
+        kl_cpu_features_text(kl_cpu_features(), buf, sizeof buf),
+        "vnni,avxvnni");
+    const char *want = avx512 ? "cpu/x86_64-avx512+vnni"
+                       : avx2 ? "cpu/x86_64-avx2+avxvnni"
+                              : here;
+    assert_string_equal(kl_cpu_target_int(), want);
+    assert_string_equal(kl_target_resolve_for("cpu", true), want);
+    assert_string_equal(kl_target_resolve_for(NULL, true), want);
+    assert_string_equal(kl_target_resolve_for("cpu", false), here);
+    assert_string_equal(kl_target_resolve_for("cpu/x86_64-avx2", true),
+                        "cpu/x86_64-avx2");
+    snprintf(buf, sizeof buf, "sim/%s", want);
+    assert_string_equal(kl_target_resolve_for("sim/cpu", true), buf);
+    char sim[80];
+    assert_string_equal(kl_target_sim_for("cpu", true, sim, sizeof sim), buf);
+    snprintf(buf, sizeof buf, "sim/%s", here);
+    assert_string_equal(kl_target_sim("cpu", sim, sizeof sim), buf);
+    setenv("KILN_CPU_FEATURES", "", 1);
+    assert_int_equal(kl_cpu_features(), 0);
+    assert_string_equal(kl_target_resolve_for("cpu", true), here);
+    setenv("KILN_CPU_FEATURES", "avxvnni", 1);
+    assert_int_equal(kl_cpu_features(), KL_CPU_FEAT_AVXVNNI);
+    assert_string_equal(kl_target_resolve_for("cpu", true),
+                        avx2 ? "cpu/x86_64-avx2+avxvnni" : here);
+    unsetenv("KILN_CPU_FEATURES");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_features),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

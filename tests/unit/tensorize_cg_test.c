@@ -267,10 +267,14 @@ static void test_space(void **state)
     char err[KL_ERRMSG_LEN];
     const char *specs[] = {"qmatmul M=64 N=48 K=40 za=5 bias=1",
                            "qdense N=12 I=50 O=21 za=9 out=s8 zo=3"};
-    const char *targets[] = {"cpu/x86_64-avx512", "cpu/x86_64-avx2"};
-    const char *intrins[] = {"avx512_vnni", "avx2_i8"};
+    /* The intrinsic comes from the target's features: AVX-512 without
+     * "+vnni" (Skylake-SP) gets the AVX2 fallback, AVX2 with "+avxvnni"
+     * the VEX vpdpbusd. */
+    const char *targets[] = {"cpu/x86_64-avx512+vnni", "cpu/x86_64-avx2",
+                             "cpu/x86_64-avx512", "cpu/x86_64-avx2+avxvnni"};
+    const char *intrins[] = {"avx512_vnni", "avx2_i8", "avx2_i8", "avx_vnni"};
     s_run_checks = 0;
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 4; ti++)
         for (int i = 0; i < 2; i++) {
             kl_workload_t *w = NULL;
             assert_int_equal(kl_workload_from_string(specs[i], &w, err), KL_OK);
