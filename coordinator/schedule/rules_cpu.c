@@ -681,20 +681,18 @@ static int s_program_int(const kl_workload_t *w, const kl_target_t *t,
                          "x86_64-avx512 and x86_64-avx2 only)",
                          t->name);
     /* Check the workload with the bare block first, for the message. */
-    kl_trace_t *tr = kl_trace_new(t->name);
     int64_t l[3], n[2], k[2], m2[2], n2[2], k2[2];
-    kl_tr_get_loops(tr, w->niters, l);
     int nsp = 0;
     for (int i = 0; i < w->niters; i++)
         nsp += !w->iters[i].reduce;
-    if (w->niters != 3 || nsp != 2) {
-        kl_trace_free(&tr);
+    if (w->niters != 3 || nsp != 2) /* before l[] is filled: 3 loops */
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "%s: %s is an integer workload that the CPU design "
                          "space cannot tensorize (only products "
                          "Y[m,n] += (A[m,k] - za) * B[k,n] are)",
                          t->name, w->name ? w->name : "?");
-    }
+    kl_trace_t *tr = kl_trace_new(t->name);
+    kl_tr_get_loops(tr, w->niters, l);
     /* Naive nest: spatial iterators in workload order, then k. The column
      * iterator is the output's last index. */
     int itn = -1;
