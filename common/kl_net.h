@@ -31,7 +31,8 @@
  * JobStatus.state and waiting_target (a 1.2 kiln fleet ignores them).
  * Minor 4 added DTYPE_U8 and DTYPE_S8 (integer workloads): an agent below
  * 1.4 drops a request with such an argument as malformed, so integer
- * workloads need 1.4 agents; float workloads go to any 1.1+ agent.
+ * workloads need 1.4 agents; float workloads go to any 1.1+ agent
+ * (dispatch keeps each agent's minor and checks kl_dreq_t.need_minor).
  * Minor 5 added DeviceInfo.features (CPU features such as "vnni"): a
  * task for a refined target ("cpu/x86_64-avx512+vnni") goes only to
  * devices listing them, so never to a 1.4 agent; the rest is unchanged. */

@@ -119,7 +119,7 @@ static int s_send_pick(void *arg, const kl_dpick_t *p)
 }
 
 static void s_on_hello(s_actor_t *s, const kl_peer_t *peer,
-                       const Kiln__Hello *h, double now)
+                       const Kiln__Hello *h, uint32_t minor, double now)
 {
     char err[KL_ERRMSG_LEN];
     int slot = kl_dcore_hello(s->core, peer, h, now, err);
@@ -129,6 +129,11 @@ static void s_on_hello(s_actor_t *s, const kl_peer_t *peer,
         return;
     }
     kl_dagent_t *a = kl_dcore_agent(s->core, slot);
+    a->minor = minor;
+    if (minor < 4)
+        kl_warn("agent %s speaks protocol %d.%u: it is given no integer "
+                "(u8 / s8) tasks, which need %d.4; upgrade it",
+                a->name, KL_PROTO_MAJOR, minor, KL_PROTO_MAJOR);
     const char *feats = a->n_dev ? a->dev_features[0] : "";
     kl_info("agent %s (%s pid %u) joined: %s%s%s%s, credit %u", a->name,
             a->hostname, a->pid, a->dev_target[0], *feats ? " (features " : "",
@@ -172,7 +177,7 @@ static void s_on_message(s_actor_t *s, const kl_peer_t *peer,
         kl_warn("dispatch: %s", why);
         s_goodbye(s, peer, why);
     } else if (e->body_case == KILN__ENVELOPE__BODY_HELLO) {
-        s_on_hello(s, peer, e->hello, now);
+        s_on_hello(s, peer, e->hello, e->version_minor, now);
     } else if (slot < 0) {
         if (e->body_case != KILN__ENVELOPE__BODY_GOODBYE)
             s_goodbye(s, peer, "unknown agent, say Hello");

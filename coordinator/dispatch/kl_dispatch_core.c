@@ -422,6 +422,7 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
     }
     kl_dagent_t *a = &self->agents[slot];
     a->live = true;
+    a->minor = KL_PROTO_MINOR;
     a->peer = *peer;
     a->name = kl_xstrdup(h->agent_name && *h->agent_name ? h->agent_name
                                                          : "(unnamed)");
@@ -538,6 +539,20 @@ static size_t s_take(kl_dcore_t *c, s_queue_t *q, size_t max, kl_dreq_t **req)
     return n;
 }
 
+/* The request at the head of q, dropping finished entries; NULL when
+ * none is left. */
+static kl_dreq_t *s_head(kl_dcore_t *c, s_queue_t *q)
+{
+    while (q->len) {
+        s_qent_t e = q->ring[q->head];
+        kl_dreq_t *r = s_map_get(&c->reqs, e.req_id);
+        if (r && r->state[e.idx] == KL_DC_QUEUED)
+            return r;
+        s_q_pop(q);
+    }
+    return NULL;
+}
+
 static void s_mark_sent(kl_dcore_t *c, kl_dagent_t *a, kl_dreq_t *req,
                         uint32_t idx, double now)
 {
@@ -569,6 +584,11 @@ static size_t s_pick(kl_dcore_t *c, int slot, double now, kl_dpick_t *pick)
         s_queue_t *q = &c->queues[(c->rr_queue + k) % c->n_queues];
         int dev;
         if (!q->len || (dev = s_match(a, q->target)) < 0)
+            continue;
+        /* An older agent does not take what it cannot read; it waits
+         * behind such a request rather than reorder the queue. */
+        kl_dreq_t *head = s_head(c, q);
+        if (!head || head->need_minor > a->minor)
             continue;
         kl_dreq_t *req;
         size_t n = s_take(c, q, free_credit, &req);

@@ -43,6 +43,9 @@ typedef struct {
     size_t n_done;
     double t_submit;
     double run_s; /* evaluator timeout (default 10 s) */
+    /* The least protocol minor of an agent that can read it: 4 when an
+     * argument is u8 / s8 (DTYPE_U8, DTYPE_S8), else 1. */
+    uint32_t need_minor;
 } kl_dreq_t;
 
 /* Checks and copies a batch (see kl_dispatch_submit for the rules). */
@@ -77,6 +80,10 @@ typedef struct {
     uint64_t answered;
     uint64_t failures; /* answers other than STATUS_OK */
     bool drained;      /* finishes what it holds, is given no more */
+    /* Protocol minor of its Hello (kl_dcore_hello assumes KL_PROTO_MINOR;
+     * the dispatch actor sets the envelope's): requests needing a later
+     * minor (kl_dreq_t.need_minor) are not given to it. */
+    uint32_t minor;
 } kl_dagent_t;
 
 /* What the core picked for one agent: candidates idx[0..n) of req, to be

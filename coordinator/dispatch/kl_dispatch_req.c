@@ -144,8 +144,13 @@ int kl_dreq_new(kl_dreq_t **out, const kl_dispatch_batch_t *b, char *err)
     r->target = s_dup(b->target);
     r->n_args = b->n_args;
     r->args = kl_xcalloc(b->n_args + 1, sizeof *r->args);
-    for (size_t i = 0; i < b->n_args; i++)
+    r->need_minor = 1;
+    for (size_t i = 0; i < b->n_args; i++) {
         r->args[i] = s_copy_arg(b->args[i]);
+        if (b->args[i]->dtype == KILN__DTYPE__DTYPE_U8 ||
+            b->args[i]->dtype == KILN__DTYPE__DTYPE_S8)
+            r->need_minor = 4;
+    }
     r->ref_source = s_dup(b->reference_source);
     r->ref_entry = s_dup(b->reference_entry);
     kiln__evaluator__init(&r->evaluator);

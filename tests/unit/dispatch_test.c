@@ -393,6 +393,45 @@ static void test_credit_and_targets(void **state)
     assert_null(core);
 }
 
+/* An agent of protocol 1.3 reads no u8 / s8 argument: an integer request
+ * waits for a 1.4+ agent while a float one goes to either. */
+static void test_old_agent_no_int(void **state)
+{
+    (void)state;
+    kl_dcore_t *core;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_dcore_new(&core, 2, 1, 1, err), KL_OK);
+    Kiln__KernelArg x = KILN__KERNEL_ARG__INIT, *args[1] = {&x};
+    x.name = "X";
+    x.dtype = KILN__DTYPE__DTYPE_U8;
+    s_batch_t q;
+    s_batch(&q, "cpu", 2, 1000);
+    q.b.args = args;
+    q.b.n_args = 1;
+    s_submit(core, &q, 1, 0);
+    int old = s_hello(core, 1, "old", "cpu/x86_64-avx512", 3, 0);
+    assert_true(old >= 0);
+    kl_dcore_agent(core, old)->minor = 3;
+    s_sent_t sent = {.fail_slot = -1};
+    assert_int_equal(kl_dcore_dispatch(core, 0.5, s_capture, &sent), 0);
+    /* A float request behind it in another queue does reach it. */
+    s_batch_t f;
+    s_batch(&f, "cpu/x86_64-avx512", 2, 1000);
+    s_submit(core, &f, 2, 0.6);
+    assert_int_equal(kl_dcore_dispatch(core, 0.7, s_capture, &sent), 2);
+    for (size_t i = 0; i < sent.n; i++)
+        assert_int_equal(sent.req[i], 2);
+    int cur = s_hello(core, 2, "new", "cpu/x86_64-avx512", 3, 1);
+    memset(&sent, 0, sizeof sent);
+    sent.fail_slot = -1;
+    assert_int_equal(kl_dcore_dispatch(core, 1, s_capture, &sent), 2);
+    for (size_t i = 0; i < sent.n; i++) {
+        assert_int_equal(sent.req[i], 1);
+        assert_int_equal(sent.slot[i], cur);
+    }
+    kl_dcore_destroy(&core);
+}
+
 /* A drained agent finishes what it holds and gets no more; its answers
  * count as results (and failures) in the agent list; undrain resumes. */
 static void test_drain_and_agent_list(void **state)
@@ -723,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_simulated_device),
         cmocka_unit_test(test_feature_match),
         cmocka_unit_test(test_credit_and_targets),
+        cmocka_unit_test(test_old_agent_no_int),
         cmocka_unit_test(test_drain_and_agent_list),
         cmocka_unit_test(test_idempotent_results),
         cmocka_unit_test(test_lost_agent_retries),
