@@ -1,0 +1,41 @@
+/* cg_cuda_priv.h - shared between codegen_cuda.c (the CUDA-core
+ * kernels) and codegen_cuda_mma.c (the tensor-core kernels). */
+#ifndef KL_CG_CUDA_PRIV_H
+#define KL_CG_CUDA_PRIV_H
+
+#include "kl_codegen.h"
+#include "kl_cuda_plan.h"
+#include "kl_util.h"
+
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    kl_cuda_plan_t p;
+    kl_buf_t b;
+    int ind;
+    const char *ity; /* index type: int or long long */
+    int out;         /* output tensor index */
+} g_t;
+
+/* Coefficients of a linear form over loop parts, plus a constant. */
+typedef struct {
+    int64_t c;
+    int64_t k[KL_SCHED_MAX_LOOPS][KL_LOOP_MAX_PARTS];
+} lin_t;
+
+/* One line of source at g's indentation. */
+void kl_cgc_line(g_t *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Closes a block opened with kl_cgc_line("... {") and g->ind++. */
+void kl_cgc_close(g_t *g);
+/* A float literal ("1.0f", "0.5f"). */
+void kl_cgc_num(kl_buf_t *b, double v);
+/* The value of part q of the loop at pos, as C text. */
+void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q);
+
+/* Generates a tensor-core schedule (codegen_cuda_mma.c); KL_ERR_NOTFOUND
+ * when s is not one. */
+int kl_cgc_mma(const kl_sched_t *s, const kl_target_t *t, const char *entry,
+               kl_kernel_t *out, char *err);
+
+#endif
