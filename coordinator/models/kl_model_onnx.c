@@ -446,6 +446,14 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
     bool done;
     if (!nd->op_type || nd->n_output < 1)
         return s_fail(c, nd, "a node without op_type or output");
+    if (nd->domain && *nd->domain && !strcmp(nd->domain, "com.microsoft")) {
+        if (s_is(nd, "QGemm"))
+            return s_qgemm(c, nd);
+        if (s_is(nd, "QLinearGlobalAveragePool"))
+            return s_qgap(c, nd);
+        c->why = "a com.microsoft operator kiln has no layer for";
+        return S_UNSUP;
+    }
     if (nd->domain && *nd->domain && strcmp(nd->domain, "ai.onnx"))
         return s_fail(c, nd, "an op outside the default ONNX domain");
     if (s_is(nd, "Constant")) {
@@ -472,6 +480,12 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         return s_dequantize(c, nd);
     if (s_is(nd, "QLinearConv") || s_is(nd, "QLinearMatMul"))
         return s_qlinear(c, nd);
+    if (s_is(nd, "MatMulInteger") || s_is(nd, "ConvInteger"))
+        return s_int_op(c, nd);
+    if (s_is(nd, "DynamicQuantizeLinear"))
+        return s_dynamic(c, nd);
+    if (s_is(nd, "Cast") && ((rc = s_int_cast(c, nd, &done)) || done))
+        return rc;
     if ((s_is(nd, "Conv") || s_is(nd, "Gemm") || s_is(nd, "MatMul")) &&
         nd->n_input > 1 && s_dq_const(c, nd->input[1]))
         return s_qlayer(c, nd);
@@ -605,7 +619,10 @@ static int s_nodes(s_ctx_t *c)
                        "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
                        "(or its Erf form), Identity, Dropout, Constant, "
                        "QuantizeLinear, DequantizeLinear (QDQ around Conv, "
-                       "Gemm, MatMul), QLinearConv, QLinearMatMul",
+                       "Gemm, MatMul), QLinearConv, QLinearMatMul, QGemm and "
+                       "QLinearGlobalAveragePool (com.microsoft), "
+                       "MatMulInteger, ConvInteger (and Cast, Mul by a "
+                       "constant after them)",
                        c->src, nbad, nbad > 1 ? "s" : "", list.data);
     kl_buf_free(&list);
     return rc;

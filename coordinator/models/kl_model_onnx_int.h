@@ -100,6 +100,28 @@ typedef struct {
     const char *why; /* why the node just refused (S_UNSUP) was */
 } s_ctx_t;
 
+/* ONNX element types. */
+#define S_T_F32 1
+#define S_T_U8 2
+#define S_T_S8 3
+#define S_T_S32 6
+
+/* Where a q-op's numbers come from: its input (kiln name, scale, zero
+ * point), the int8 weight, its scale and zero point (names for errors),
+ * the weight scale's axis (-1: the output channel's), and the int32 bias
+ * with (QDQ) or without (QLinearConv) a scale to check; acc: the s32
+ * accumulator is the output (MatMulInteger, ConvInteger: no weight scale,
+ * no requant). */
+typedef struct {
+    const char *xk;
+    float xs;
+    int64_t xzp;
+    const s_tensor_t *w, *ts, *tz, *tb, *tbs, *tbz;
+    const char *wn, *tsn, *tzn, *tbn, *tbsn, *tbzn;
+    int64_t axis;
+    bool acc;
+} s_qsrc_t;
+
 /* Returned by a node handler for a node kiln has no layer for; the caller
  * lists them all. */
 #define S_UNSUP (-1000)
@@ -175,5 +197,22 @@ int s_dequantize(s_ctx_t *c, const s_node_t *nd);
 int s_quantize(s_ctx_t *c, const s_node_t *nd);
 int s_qlayer(s_ctx_t *c, const s_node_t *nd);
 int s_qlinear(s_ctx_t *c, const s_node_t *nd);
+int s_ivals(s_ctx_t *c, const s_tensor_t *t, const char *name, int64_t **out,
+            int64_t *n);
+int s_qparams_at(s_ctx_t *c, const s_node_t *nd, size_t ks, size_t kz,
+                 float *scale, int64_t *zp, kl_dtype *dt);
+int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q, s_line_t **out);
+void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt);
+const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd, size_t k);
+const char *s_opt_name(const s_node_t *nd, size_t k);
+
+/* kl_model_onnx_qop.c: the operator form's nodes beyond QLinearConv and
+ * QLinearMatMul (com.microsoft QGemm, QLinearGlobalAveragePool), the
+ * integer ops (MatMulInteger, ConvInteger) and their scaling back */
+int s_qgemm(s_ctx_t *c, const s_node_t *nd);
+int s_qgap(s_ctx_t *c, const s_node_t *nd);
+int s_int_op(s_ctx_t *c, const s_node_t *nd);
+int s_int_cast(s_ctx_t *c, const s_node_t *nd, bool *done);
+int s_dynamic(s_ctx_t *c, const s_node_t *nd);
 
 #endif

@@ -306,7 +306,9 @@ int s_reshape(s_ctx_t *c, const s_node_t *nd)
         return s_fail(c, nd,
                       "the shape must be a constant int64 tensor of "
                       "1 to 8 values");
+    kl_dtype dt = s_val(c, nd->input[0])->dt;
     s_line_t *l = s_line(c, nd, "reshape");
+    c->vals[c->nvals - 1].dt = dt; /* a view keeps the type (u8) */
     kl_buf_printf(&l->args, "%s shape=", x);
     for (size_t i = 0; i < n; i++)
         kl_buf_printf(&l->args, "%s%lld", i ? "x" : "", (long long)d[i]);
@@ -319,8 +321,11 @@ int s_simple(s_ctx_t *c, const s_node_t *nd, const char *op)
     const char *x = s_in(c, nd, 0, &rc);
     if (!x)
         return rc;
+    kl_dtype dt = s_val(c, nd->input[0])->dt;
     s_line_t *l = s_line(c, nd, op);
     kl_buf_puts(&l->args, x);
+    if (!strcmp(op, "flatten") || !strcmp(op, "transpose"))
+        c->vals[c->nvals - 1].dt = dt; /* a view keeps the type (u8) */
     return KL_OK;
 }
 

@@ -23,15 +23,9 @@
  * DequantizeLinear whose readers do not all fold a dequantize layer: the
  * graph leaves the integer domain there. */
 
-/* ONNX element types. */
-#define S_T_F32 1
-#define S_T_U8 2
-#define S_T_S8 3
-#define S_T_S32 6
-
 /* The integer values of constant t (u8, s8 or s32) as int64, *n many. */
-static int s_ivals(s_ctx_t *c, const s_tensor_t *t, const char *name,
-                   int64_t **out, int64_t *n)
+int s_ivals(s_ctx_t *c, const s_tensor_t *t, const char *name, int64_t **out,
+            int64_t *n)
 {
     int dt = t->data_type;
     size_t sz = dt == S_T_S32 ? 4 : 1;
@@ -80,23 +74,34 @@ const s_node_t *s_dq_const(const s_ctx_t *c, const char *name)
     return NULL;
 }
 
-/* Scale (f32) and zero point (input k+1, k+2 of nd) of a per-tensor
- * Q/DQ: *dt the zero point's kiln type (u8 when there is none). Values
- * that are not scalars or not constants: an error naming nd. */
-static int s_qparams(s_ctx_t *c, const s_node_t *nd, float *scale, int64_t *zp,
-                     kl_dtype *dt)
+/* Scale (f32) and zero point (inputs ks and kz of nd) of a per-tensor
+ * quantization: *dt the zero point's kiln type (u8 when there is none).
+ * Values that are not scalars or not constants: an error naming nd. */
+int s_qparams_at(s_ctx_t *c, const s_node_t *nd, size_t ks, size_t kz,
+                 float *scale, int64_t *zp, kl_dtype *dt)
 {
-    const s_tensor_t *ts = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
-    const s_tensor_t *tz =
-        nd->n_input > 2 && nd->input[2][0] ? s_init(c, nd->input[2]) : NULL;
+    bool has_z = nd->n_input > kz && nd->input[kz][0];
+    const s_tensor_t *ts = nd->n_input > ks ? s_init(c, nd->input[ks]) : NULL;
+    const s_tensor_t *tz = has_z ? s_init(c, nd->input[kz]) : NULL;
+    if ((nd->n_input > ks && nd->input[ks][0] && !ts) || (has_z && !tz)) {
+        char msg[240];
+        snprintf(msg, sizeof(msg),
+                 "dynamic quantization is not supported: the scale or zero "
+                 "point '%.80s' is computed at run time (kiln imports "
+                 "statically quantized models)",
+                 ts                 ? nd->input[kz]
+                 : nd->n_input > ks ? nd->input[ks]
+                                    : "");
+        return s_fail(c, nd, msg);
+    }
     if (!ts || s_numel(ts) != 1 || ts->data_type != S_T_F32 ||
-        (nd->n_input > 2 && nd->input[2][0] && (!tz || s_numel(tz) != 1)))
+        (has_z && s_numel(tz) != 1))
         return s_fail(c, nd,
                       "the scale and zero point of a quantized activation "
                       "must be constant scalars (per tensor)");
     float *f;
     int64_t n, *z = NULL;
-    int rc = s_floats(c, ts, nd->input[1], &f, &n);
+    int rc = s_floats(c, ts, nd->input[ks], &f, &n);
     if (rc)
         return rc;
     *scale = f[0];
@@ -107,7 +112,7 @@ static int s_qparams(s_ctx_t *c, const s_node_t *nd, float *scale, int64_t *zp,
         if (tz->data_type != S_T_U8 && tz->data_type != S_T_S8)
             return s_fail(c, nd,
                           "a quantized activation must be uint8 or int8");
-        if ((rc = s_ivals(c, tz, nd->input[2], &z, &n)))
+        if ((rc = s_ivals(c, tz, nd->input[kz], &z, &n)))
             return rc;
         *zp = z[0];
         *dt = tz->data_type == S_T_U8 ? KL_DT_U8 : KL_DT_S8;
@@ -116,6 +121,12 @@ static int s_qparams(s_ctx_t *c, const s_node_t *nd, float *scale, int64_t *zp,
     if (!(*scale > 0) || !isfinite(*scale))
         return s_fail(c, nd, "a scale that is not a positive number");
     return KL_OK;
+}
+
+static int s_qparams(s_ctx_t *c, const s_node_t *nd, float *scale, int64_t *zp,
+                     kl_dtype *dt)
+{
+    return s_qparams_at(c, nd, 1, 2, scale, zp, dt);
 }
 
 /* Does node nd (a reader of the dequantized value v) fold into a q-op:
@@ -176,8 +187,6 @@ int s_dequantize(s_ctx_t *c, const s_node_t *nd)
     return KL_OK;
 }
 
-static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt);
-
 /* QuantizeLinear: folds into the pending q-op whose output it reads, else
  * a quantize layer. */
 int s_quantize(s_ctx_t *c, const s_node_t *nd)
@@ -210,28 +219,16 @@ int s_quantize(s_ctx_t *c, const s_node_t *nd)
     return KL_OK;
 }
 
-/* Where a q-op's numbers come from: its input (kiln name, scale, zero
- * point), the int8 weight, its scale and zero point (names for errors),
- * the weight scale's axis (-1: the output channel's), and the int32 bias
- * with (QDQ) or without (QLinearConv) a scale to check. */
-typedef struct {
-    const char *xk;
-    float xs;
-    int64_t xzp;
-    const s_tensor_t *w, *ts, *tz, *tb, *tbs, *tbz;
-    const char *wn, *tsn, *tzn, *tbn, *tbsn, *tbzn;
-    int64_t axis;
-} s_qsrc_t;
-
-/* A q-op line for nd (Conv / QLinearConv: qconv2d or qdepthwise_conv2d,
- * Gemm transB=1: qdense, else qmatmul N=) from q; pending its output's
- * quantization (s_qout). */
-static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
-                   s_line_t **out)
+/* A q-op line for nd (Conv / QLinearConv / ConvInteger: qconv2d or
+ * qdepthwise_conv2d, Gemm / QGemm transB=1: qdense, else qmatmul N=) from
+ * q; pending its output's quantization (s_qout), or (q->acc) the s32
+ * accumulator out. */
+int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q, s_line_t **out)
 {
     int rc = KL_OK;
-    bool conv = s_is(nd, "Conv") || s_is(nd, "QLinearConv"),
-         gemm = s_is(nd, "Gemm");
+    bool conv = s_is(nd, "Conv") || s_is(nd, "QLinearConv") ||
+                s_is(nd, "ConvInteger"),
+         gemm = s_is(nd, "Gemm") || s_is(nd, "QGemm");
     const s_tensor_t *w = q->w;
     if (w->data_type != S_T_S8)
         return s_fail(c, nd, "a quantized weight that is not int8");
@@ -245,9 +242,10 @@ static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
     int64_t axis = q->axis < 0 ? (conv || tb ? 0 : 1) : q->axis;
     /* weight scales: one, or one per output channel on its axis */
     const s_tensor_t *ts = q->ts, *tz = q->tz;
-    if (!ts || ts->data_type != S_T_F32 ||
-        (s_numel(ts) != 1 &&
-         (s_numel(ts) != nout || axis != (conv || tb ? 0 : 1))))
+    if (q->acc ? ts != NULL
+               : !ts || ts->data_type != S_T_F32 ||
+                     (s_numel(ts) != 1 &&
+                      (s_numel(ts) != nout || axis != (conv || tb ? 0 : 1))))
         return s_fail(c, nd,
                       "the weight's scale is neither one number nor one "
                       "per output channel");
@@ -256,10 +254,13 @@ static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
         return rc;
     for (int64_t i = 0; zv && i < n; i++)
         if (zv[i]) {
+            char msg[240];
+            snprintf(msg, sizeof(msg),
+                     "an int8 weight with a zero point other than 0 ('%.80s' "
+                     "is %lld at %lld; kiln's q-ops take symmetric weights)",
+                     q->tzn, (long long)zv[i], (long long)i);
             free(zv);
-            return s_fail(c, nd,
-                          "an int8 weight with a zero point other than 0 "
-                          "(kiln's q-ops take symmetric weights)");
+            return s_fail(c, nd, msg);
         }
     free(zv);
     const char *op = "qmatmul";
@@ -275,7 +276,8 @@ static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
         op = "qdense";
     s_line_t *l = s_line(c, nd, op);
     *out = l;
-    l->q = l->pending = l->params = true;
+    l->q = l->params = true;
+    l->pending = !q->acc;
     l->nout = nout;
     l->s_in = q->xs;
     kl_buf_printf(&l->args, "%s", q->xk);
@@ -291,8 +293,9 @@ static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
             kl_buf_printf(&l->args, " multiplier=%lld", (long long)(nout / g));
     } else
         kl_buf_printf(&l->args, " %s=%lld", tb ? "O" : "N", (long long)nout);
-    kl_buf_printf(&l->args, " za=%lld", (long long)q->xzp);
-    if ((rc = s_floats(c, ts, q->tsn, &l->s_w, &l->ns_w)))
+    kl_buf_printf(&l->args, " za=%lld%s", (long long)q->xzp,
+                  q->acc ? " out=s32" : "");
+    if (ts && (rc = s_floats(c, ts, q->tsn, &l->s_w, &l->ns_w)))
         return rc;
     if (c->want) {
         int64_t *wv;
@@ -349,7 +352,7 @@ static int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q,
 /* The q-op l's output quantization (scale so, zero point zo, type dt):
  * requant scale (s_in * s_w[o]) / s_out in f32, as onnxruntime computes
  * it. */
-static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt)
+void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt)
 {
     l->pending = false;
     l->nrq = l->ns_w;
@@ -380,13 +383,12 @@ static void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt)
                       (long long)qhi);
 }
 
-static const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd,
-                                    size_t k)
+const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd, size_t k)
 {
     return k < nd->n_input && nd->input[k][0] ? s_init(c, nd->input[k]) : NULL;
 }
 
-static const char *s_opt_name(const s_node_t *nd, size_t k)
+const char *s_opt_name(const s_node_t *nd, size_t k)
 {
     return k < nd->n_input ? nd->input[k] : "";
 }
