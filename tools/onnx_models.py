@@ -29,6 +29,23 @@ Subcommands:
       .ort.npy (ONNX Runtime's y, CPU EP) and .conv3.ort.npy (ONNX
       Runtime's u8 output of the third conv, 1x32x32x32, as f32).
 
+  small-cnn-qop OUTDIR
+      small-cnn-int8's model and calibration quantized with
+      quant_format=QuantFormat.QOperator (QLinearConv, com.microsoft
+      QLinearGlobalAveragePool and QGemm). Writes OUTDIR/small_cnn_qop.onnx,
+      .input.npy (the same input), .ort.npy (ONNX Runtime's y) and
+      .gap.ort.npy (ONNX Runtime's u8 pool output, 1x32x1x1, as f32).
+
+  int-ops OUTDIR
+      By hand with onnx.helper (numpy seed 18, opset 17, x 1x4x8x8 -> y
+      1x10): QuantizeLinear, ConvInteger (constant s8 weight, zero points
+      constant), Cast + Mul by a constant, Relu, QuantizeLinear, Flatten,
+      MatMulInteger, Cast + Mul. Writes OUTDIR/int_ops.onnx, .input.npy,
+      .ort.npy (y) and .acc1.ort.npy (ConvInteger's s32 output, as f32);
+      and two models kiln refuses: int_ops_wzp.onnx (weight zero point 3)
+      and int_ops_dynamic.onnx (DynamicQuantizeLinear, as quantize_dynamic
+      writes it).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -54,7 +71,8 @@ Subcommands:
 Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
-Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8); torch and torchvision too
+Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8,
+small-cnn-qop, int-ops); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -63,6 +81,8 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
 
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-qop tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh int-ops tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
