@@ -446,7 +446,10 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
     bool done;
     if (!nd->op_type || nd->n_output < 1)
         return s_fail(c, nd, "a node without op_type or output");
-    if (nd->domain && *nd->domain && !strcmp(nd->domain, "com.microsoft")) {
+    /* com.microsoft's QuantizeLinear / DequantizeLinear (the contrib
+     * form) are ONNX's for the types kiln reads */
+    if (nd->domain && *nd->domain && !strcmp(nd->domain, "com.microsoft") &&
+        !s_is(nd, "QuantizeLinear") && !s_is(nd, "DequantizeLinear")) {
         if (s_is(nd, "QGemm"))
             return s_qgemm(c, nd);
         if (s_is(nd, "QLinearGlobalAveragePool"))
@@ -454,7 +457,8 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         c->why = "a com.microsoft operator kiln has no layer for";
         return S_UNSUP;
     }
-    if (nd->domain && *nd->domain && strcmp(nd->domain, "ai.onnx"))
+    if (nd->domain && *nd->domain && strcmp(nd->domain, "ai.onnx") &&
+        strcmp(nd->domain, "com.microsoft"))
         return s_fail(c, nd, "an op outside the default ONNX domain");
     if (s_is(nd, "Constant")) {
         const KilnOnnx__AttributeProto *v = s_attr(nd, "value");

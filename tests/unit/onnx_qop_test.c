@@ -300,10 +300,12 @@ static void s_refused(const char *path, const char *want)
         fail_msg("error '%s' does not say '%s'", err, want);
 }
 
-/* small_cnn_qop.onnx with a change: initializer iname's first byte set to
- * v, or (op) node 'node''s op_type replaced; imported from memory. */
+/* small_cnn_qop.onnx with a change: initializer iname's first value set
+ * to v, or node 'node''s op_type replaced by op (NULL: kept) and its
+ * domain by domain (NULL: kept); imported from memory, the text in *text
+ * when text. */
 static int s_changed(const char *iname, int v, const char *node, const char *op,
-                     char *err)
+                     const char *domain, char **text, char *err)
 {
     FILE *f = fopen(S_DIR "small_cnn_qop.onnx", "rb");
     assert_non_null(f);
@@ -324,26 +326,37 @@ static int s_changed(const char *iname, int v, const char *node, const char *op,
             }
             hit = true;
         }
-    char *keep = NULL, opbuf[64];
+    char *keep = NULL, *keepd = NULL, opbuf[64], dbuf[64];
     KilnOnnx__NodeProto *changed = NULL;
     for (size_t i = 0; node && i < m->graph->n_node; i++)
         if (!strcmp(m->graph->node[i]->name, node)) {
             changed = m->graph->node[i];
             keep = changed->op_type;
-            snprintf(opbuf, sizeof opbuf, "%s", op);
+            keepd = changed->domain;
+            snprintf(opbuf, sizeof opbuf, "%s", op ? op : keep);
+            snprintf(dbuf, sizeof dbuf, "%s",
+                     domain  ? domain
+                     : keepd ? keepd
+                             : "");
             changed->op_type = opbuf;
+            changed->domain = dbuf;
             hit = true;
         }
     assert_true(hit);
     size_t len = kiln_onnx__model_proto__get_packed_size(m);
     assert_true(len <= sizeof out);
     kiln_onnx__model_proto__pack(m, out);
-    if (changed)
+    if (changed) {
         changed->op_type = keep;
+        changed->domain = keepd;
+    }
     kiln_onnx__model_proto__free_unpacked(m, NULL);
-    char *text = NULL;
-    int rc = kl_model_onnx_import(out, len, "changed.onnx", &text, NULL, err);
-    free(text);
+    char *t = NULL;
+    int rc = kl_model_onnx_import(out, len, "changed.onnx", &t, NULL, err);
+    if (text)
+        *text = t;
+    else
+        free(t);
     return rc;
 }
 
@@ -363,30 +376,53 @@ static void test_qop_refused(void **state)
               "not supported: DynamicQuantizeLinear computes the scale and "
               "zero point of 'xf' at run time");
     /* the unchanged model imports from memory too */
-    assert_int_equal(s_changed("conv1.w_zero_point", 0, NULL, NULL, err),
-                     KL_OK);
-    assert_int_equal(s_changed("conv1.w_zero_point", 5, NULL, NULL, err),
-                     KL_ERR_INVAL);
+    assert_int_equal(
+        s_changed("conv1.w_zero_point", 0, NULL, NULL, NULL, NULL, err), KL_OK);
+    assert_int_equal(
+        s_changed("conv1.w_zero_point", 5, NULL, NULL, NULL, NULL, err),
+        KL_ERR_INVAL);
     if (!strstr(err, "changed.onnx: node '") ||
         !strstr(err, "(QLinearConv): an int8 weight with a zero point other "
                      "than 0 ('conv1.w_zero_point' is 5 at 0;"))
         fail_msg("error '%s'", err);
     /* QLinearAdd (com.microsoft) in place of the pool: listed by name */
-    assert_int_equal(s_changed(NULL, 0, "gap_quant", "QLinearAdd", err),
-                     KL_ERR_INVAL);
+    assert_int_equal(
+        s_changed(NULL, 0, "gap_quant", "QLinearAdd", NULL, NULL, err),
+        KL_ERR_INVAL);
     if (!strstr(err, "1 node kiln cannot import") ||
         !strstr(err, "(QLinearAdd: a com.microsoft operator kiln has no "
                      "layer for)"))
         fail_msg("error '%s'", err);
 }
 
+/* The contrib (com.microsoft) QuantizeLinear and DequantizeLinear are
+ * ONNX's; another domain is refused. */
+static void test_qop_domains(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN], *text = NULL;
+    if (s_changed(NULL, 0, "x_QuantizeLinear", NULL, "com.microsoft", &text,
+                  err) ||
+        s_changed(NULL, 0, "y_DequantizeLinear", NULL, "com.microsoft", NULL,
+                  err))
+        fail_msg("%s", err);
+    assert_non_null(
+        strstr(text, "x_quantized = quantize x scale=0.0326072164 zp=125\n"));
+    free(text);
+    assert_int_equal(
+        s_changed(NULL, 0, "x_QuantizeLinear", NULL, "com.example", NULL, err),
+        KL_ERR_INVAL);
+    if (!strstr(err, "node 'x_QuantizeLinear' (QuantizeLinear): an op "
+                     "outside the default ONNX domain"))
+        fail_msg("error '%s'", err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qop_text),
-        cmocka_unit_test(test_qop_eval),
-        cmocka_unit_test(test_int_ops),
-        cmocka_unit_test(test_qop_refused),
+        cmocka_unit_test(test_qop_text),    cmocka_unit_test(test_qop_eval),
+        cmocka_unit_test(test_int_ops),     cmocka_unit_test(test_qop_refused),
+        cmocka_unit_test(test_qop_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
