@@ -42,9 +42,11 @@ Subcommands:
       constant), Cast + Mul by a constant, Relu, QuantizeLinear, Flatten,
       MatMulInteger, Cast + Mul. Writes OUTDIR/int_ops.onnx, .input.npy,
       .ort.npy (y) and .acc1.ort.npy (ConvInteger's s32 output, as f32);
-      and two models kiln refuses: int_ops_wzp.onnx (weight zero point 3)
+      two models kiln refuses: int_ops_wzp.onnx (weight zero point 3)
       and int_ops_dynamic.onnx (DynamicQuantizeLinear, as quantize_dynamic
-      writes it).
+      writes it); and qlinear_matmul.onnx (Flatten, QuantizeLinear,
+      QLinearMatMul with a per-column weight scale, DequantizeLinear) with
+      qlinear_matmul.ort.npy (ONNX Runtime's y for int_ops.input.npy).
 
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
@@ -430,6 +432,30 @@ def int_ops(outdir):
                      t("dw_scale", 0.01, np.float32)],
                "int_ops_dynamic", [("y", [1, 10])]),
          "int_ops_dynamic.onnx")
+
+    # QLinearMatMul (per-column weight scale) between QuantizeLinear and
+    # DequantizeLinear, on the same input
+    qmm = [
+        helper.make_node("Flatten", ["x"], ["xf"], name="flat", axis=1),
+        helper.make_node("QuantizeLinear", ["xf", "x_scale", "x_zp"], ["xq"],
+                         name="xq"),
+        helper.make_node("QLinearMatMul",
+                         ["xq", "x_scale", "x_zp", "qw", "qw_scale", "qw_zp",
+                          "y_scale", "y_zp"], ["yq"], name="qmatmul"),
+        helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"],
+                         name="y"),
+    ]
+    path = save(model(qmm, [
+        t("x_scale", 0.04, np.float32), t("x_zp", 120, np.uint8),
+        t("qw", rng.integers(-127, 128, (256, 10)), np.int8),
+        t("qw_scale", rng.uniform(0.001, 0.004, 10), np.float32),
+        t("qw_zp", np.zeros(10), np.int8),
+        t("y_scale", 0.3, np.float32), t("y_zp", 128, np.uint8)],
+        "qlinear_matmul", [("y", [1, 10])]), "qlinear_matmul.onnx")
+    y = ort_run(path, x)
+    np.save(os.path.join(outdir, "qlinear_matmul.ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    print("ORT output %s" % np.array2string(y.ravel(), precision=4))
 
 
 def ort_run(path, x):

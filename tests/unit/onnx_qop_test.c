@@ -6,6 +6,7 @@
  *   on u8, QuantizeLinear / DequantizeLinear at the ends);
  * - int_ops.onnx: ConvInteger and MatMulInteger by hand, each s32 result
  *   scaled by Cast and Mul by a constant;
+ * - qlinear_matmul.onnx: QLinearMatMul, per-column weight scale;
  * - int_ops_wzp.onnx, int_ops_dynamic.onnx: refused.
  * The imported graphs are run layer by layer (q-ops by
  * kl_workload_eval_typed with the imported parameters; quantize,
@@ -291,6 +292,40 @@ static void test_int_ops(void **state)
     free(text);
 }
 
+/* QLinearMatMul with a per-column weight scale: a qmatmul whose scale is
+ * per channel; y equals ONNX Runtime's bit for bit. */
+static void test_qlinear_matmul(void **state)
+{
+    (void)state;
+    kl_model_params_t ps;
+    char *text = s_import(S_DIR "qlinear_matmul.onnx", &ps);
+    static const char *const want[] = {
+        "xf = flatten x\n",
+        "xq = quantize xf scale=0.0399999991 zp=120\n",
+        "yq = qmatmul xq N=10 za=120 zo=128 scale=channel\n",
+        "y = dequantize yq scale=0.300000012 zp=128\n",
+    };
+    s_has_lines(text, want, sizeof want / sizeof want[0]);
+    const kl_model_param_t *p = kl_model_params_find(&ps, "yq.scale");
+    assert_non_null(p);
+    assert_int_equal(p->numel, 10);
+    kl_npy_t x = s_npy("int_ops.input.npy", 4 * 8 * 8);
+    kl_npy_t y = s_npy("qlinear_matmul.ort.npy", 10);
+    kl_mgraph_t g;
+    void **buf = s_run(text, &ps, x.data, &g);
+    const float *yk = buf[s_node(&g, "y")];
+    int ysame = 0;
+    for (int k = 0; k < 10; k++)
+        ysame += yk[k] == y.data[k];
+    printf("qlinear_matmul: y %d of 10 equal ONNX Runtime's\n", ysame);
+    assert_int_equal(ysame, 10);
+    s_free(buf, &g);
+    free(x.data);
+    free(y.data);
+    kl_model_params_free(&ps);
+    free(text);
+}
+
 static void s_refused(const char *path, const char *want)
 {
     char err[KL_ERRMSG_LEN], *text = NULL;
@@ -420,8 +455,11 @@ static void test_qop_domains(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qop_text),    cmocka_unit_test(test_qop_eval),
-        cmocka_unit_test(test_int_ops),     cmocka_unit_test(test_qop_refused),
+        cmocka_unit_test(test_qop_text),
+        cmocka_unit_test(test_qop_eval),
+        cmocka_unit_test(test_int_ops),
+        cmocka_unit_test(test_qlinear_matmul),
+        cmocka_unit_test(test_qop_refused),
         cmocka_unit_test(test_qop_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
