@@ -29,6 +29,25 @@ Subcommands:
       .ort.npy (ONNX Runtime's y, CPU EP) and .conv3.ort.npy (ONNX
       Runtime's u8 output of the third conv, 1x32x32x32, as f32).
 
+  small-cnn-qop OUTDIR
+      small-cnn-int8's model and calibration quantized with
+      quant_format=QuantFormat.QOperator (QLinearConv, com.microsoft
+      QLinearGlobalAveragePool and QGemm). Writes OUTDIR/small_cnn_qop.onnx,
+      .input.npy (the same input), .ort.npy (ONNX Runtime's y) and
+      .gap.ort.npy (ONNX Runtime's u8 pool output, 1x32x1x1, as f32).
+
+  int-ops OUTDIR
+      By hand with onnx.helper (numpy seed 18, opset 17, x 1x4x8x8 -> y
+      1x10): QuantizeLinear, ConvInteger (constant s8 weight, zero points
+      constant), Cast + Mul by a constant, Relu, QuantizeLinear, Flatten,
+      MatMulInteger, Cast + Mul. Writes OUTDIR/int_ops.onnx, .input.npy,
+      .ort.npy (y) and .acc1.ort.npy (ConvInteger's s32 output, as f32);
+      two models kiln refuses: int_ops_wzp.onnx (weight zero point 3)
+      and int_ops_dynamic.onnx (DynamicQuantizeLinear, as quantize_dynamic
+      writes it); and qlinear_matmul.onnx (Flatten, QuantizeLinear,
+      QLinearMatMul with a per-column weight scale, DequantizeLinear) with
+      qlinear_matmul.ort.npy (ONNX Runtime's y for int_ops.input.npy).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -54,7 +73,8 @@ Subcommands:
 Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
-Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8); torch and torchvision too
+Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8,
+small-cnn-qop, int-ops); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -63,6 +83,8 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
 
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-qop tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh int-ops tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
@@ -184,9 +206,10 @@ def small_cnn(outdir):
         np.array2string(y.ravel(), precision=4)))
 
 
-def small_cnn_int8(outdir):
+def small_cnn_int8(outdir, qop=False):
     """A small CNN quantized the way onnxruntime.quantization.quantize_static
-    writes QDQ models (per-channel s8 weights, u8 activations)."""
+    writes QDQ models (per-channel s8 weights, u8 activations); qop: in the
+    operator format (QLinearConv, ...) as small_cnn_qop.*."""
     import tempfile
     import numpy as np
     import onnx
@@ -251,21 +274,41 @@ def small_cnn_int8(outdir):
             return None if x is None else {"x": x}
 
     os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, "small_cnn_int8.onnx")
+    base = "small_cnn_qop" if qop else "small_cnn_int8"
+    path = os.path.join(outdir, base + ".onnx")
     with tempfile.TemporaryDirectory() as tmp:
         fp = os.path.join(tmp, "small_cnn_f32.onnx")
         onnx.save(model, fp)
         q.quantize_static(
-            fp, path, Reader(), quant_format=q.QuantFormat.QDQ,
+            fp, path, Reader(),
+            quant_format=q.QuantFormat.QOperator if qop else q.QuantFormat.QDQ,
             per_channel=True, activation_type=q.QuantType.QUInt8,
             weight_type=q.QuantType.QInt8,
             calibrate_method=q.CalibrationMethod.MinMax)
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
-    np.save(os.path.join(outdir, "small_cnn_int8.input.npy"),
+    np.save(os.path.join(outdir, base + ".input.npy"),
             np.ascontiguousarray(x))
     y = ort_run(path, x)
-    np.save(os.path.join(outdir, "small_cnn_int8.ort.npy"),
+    np.save(os.path.join(outdir, base + ".ort.npy"),
             np.ascontiguousarray(y, dtype=np.float32))
+    if qop:
+        # QLinearGlobalAveragePool's u8 output too (32 values, as f32)
+        qm = onnx.load(path)
+        qm.graph.output.append(helper.make_tensor_value_info(
+            "gap_quantized", TensorProto.UINT8, [1, 32, 1, 1]))
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(qm.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        g = sess.run(["gap_quantized"], {"x": x})[0]
+        np.save(os.path.join(outdir, base + ".gap.ort.npy"),
+                np.ascontiguousarray(g, dtype=np.float32))
+        print_ops(path)
+        print("wrote %s (%d bytes), ORT output %s" % (
+            path, os.path.getsize(path),
+            np.array2string(y.ravel(), precision=4)))
+        return
     # The u8 output of the third conv as well (32768 values, stored as
     # f32): the quantized layers compared element by element.
     qm = onnx.load(path)
@@ -282,6 +325,137 @@ def small_cnn_int8(outdir):
     print_ops(path)
     print("wrote %s (%d bytes), ORT output %s" % (
         path, os.path.getsize(path), np.array2string(y.ravel(), precision=4)))
+
+
+def int_ops(outdir):
+    """MatMulInteger and ConvInteger by hand (onnx.helper), constant s8
+    weights and zero points, each s32 result scaled back to f32 by Cast and
+    a Mul by a constant; plus two models kiln refuses."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(SEED)
+
+    def t(name, arr, dt):
+        return numpy_helper.from_array(np.asarray(arr, dtype=dt), name)
+
+    def save(model, name):
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        path = os.path.join(outdir, name)
+        onnx.save(model, path)
+        print("wrote %s (%d bytes)" % (path, os.path.getsize(path)))
+        return path
+
+    def model(nodes, inits, name, outs, opsets=None):
+        g = helper.make_graph(
+            nodes, name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                           [1, 4, 8, 8])],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, s)
+             for o, s in outs], inits)
+        return helper.make_model(
+            g, producer_name="kiln tools/onnx_models.py",
+            opset_imports=opsets or [helper.make_opsetid("", OPSET)])
+
+    os.makedirs(outdir, exist_ok=True)
+    inits = [
+        t("x_scale", 0.04, np.float32), t("x_zp", 120, np.uint8),
+        t("cw", rng.integers(-127, 128, (8, 4, 3, 3)), np.int8),
+        t("cw_zp", 0, np.int8),
+        t("c_scale", 0.04 * 0.01, np.float32),
+        t("r_scale", 0.05, np.float32), t("r_zp", 0, np.uint8),
+        t("mw", rng.integers(-127, 128, (512, 10)), np.int8),
+        t("m_scale", 0.05 * 0.002, np.float32),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"],
+                         name="xq"),
+        helper.make_node("ConvInteger", ["xq", "cw", "x_zp", "cw_zp"],
+                         ["acc1"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["acc1"], ["acc1f"], name="cast1",
+                         to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["acc1f", "c_scale"], ["c"], name="scale1"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("QuantizeLinear", ["r", "r_scale", "r_zp"], ["rq"],
+                         name="rq"),
+        helper.make_node("Flatten", ["rq"], ["flat"], name="flat", axis=1),
+        helper.make_node("MatMulInteger", ["flat", "mw", "r_zp"], ["acc2"],
+                         name="matmul"),
+        helper.make_node("Cast", ["acc2"], ["acc2f"], name="cast2",
+                         to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["acc2f", "m_scale"], ["y"], name="scale2"),
+    ]
+    path = save(model(nodes, inits, "int_ops", [("y", [1, 10])]),
+                "int_ops.onnx")
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.save(os.path.join(outdir, "int_ops.input.npy"), x)
+    y = ort_run(path, x)
+    np.save(os.path.join(outdir, "int_ops.ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    # ConvInteger's s32 output too (512 values, exact as f32)
+    m = onnx.load(path)
+    m.graph.output.append(helper.make_tensor_value_info(
+        "acc1", TensorProto.INT32, [1, 8, 8, 8]))
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    acc = sess.run(["acc1"], {"x": x})[0]
+    assert np.abs(acc).max() < (1 << 24)
+    np.save(os.path.join(outdir, "int_ops.acc1.ort.npy"),
+            np.ascontiguousarray(acc, dtype=np.float32))
+    print("ORT output %s" % np.array2string(y.ravel(), precision=4))
+
+    # Refused: ConvInteger by a weight with a zero point other than 0 ...
+    bad = [t("cw_zp", 3, np.int8) if i.name == "cw_zp" else i for i in inits]
+    save(model(nodes, bad, "int_ops_wzp", [("y", [1, 10])]),
+         "int_ops_wzp.onnx")
+    # ... and dynamic quantization (DynamicQuantizeLinear: the activation's
+    # scale and zero point computed at run time), as quantize_dynamic
+    # writes it.
+    dyn = [
+        helper.make_node("Flatten", ["x"], ["xf"], name="flat", axis=1),
+        helper.make_node("DynamicQuantizeLinear", ["xf"],
+                         ["xq", "xq_scale", "xq_zp"], name="dql"),
+        helper.make_node("MatMulInteger", ["xq", "dw", "xq_zp"], ["acc"],
+                         name="matmul"),
+        helper.make_node("Cast", ["acc"], ["accf"], name="cast",
+                         to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["xq_scale", "dw_scale"], ["s"],
+                         name="scales"),
+        helper.make_node("Mul", ["accf", "s"], ["y"], name="scale"),
+    ]
+    save(model(dyn, [t("dw", rng.integers(-127, 128, (256, 10)), np.int8),
+                     t("dw_scale", 0.01, np.float32)],
+               "int_ops_dynamic", [("y", [1, 10])]),
+         "int_ops_dynamic.onnx")
+
+    # QLinearMatMul (per-column weight scale) between QuantizeLinear and
+    # DequantizeLinear, on the same input
+    qmm = [
+        helper.make_node("Flatten", ["x"], ["xf"], name="flat", axis=1),
+        helper.make_node("QuantizeLinear", ["xf", "x_scale", "x_zp"], ["xq"],
+                         name="xq"),
+        helper.make_node("QLinearMatMul",
+                         ["xq", "x_scale", "x_zp", "qw", "qw_scale", "qw_zp",
+                          "y_scale", "y_zp"], ["yq"], name="qmatmul"),
+        helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"],
+                         name="y"),
+    ]
+    path = save(model(qmm, [
+        t("x_scale", 0.04, np.float32), t("x_zp", 120, np.uint8),
+        t("qw", rng.integers(-127, 128, (256, 10)), np.int8),
+        t("qw_scale", rng.uniform(0.001, 0.004, 10), np.float32),
+        t("qw_zp", np.zeros(10), np.int8),
+        t("y_scale", 0.3, np.float32), t("y_zp", 128, np.uint8)],
+        "qlinear_matmul", [("y", [1, 10])]), "qlinear_matmul.onnx")
+    y = ort_run(path, x)
+    np.save(os.path.join(outdir, "qlinear_matmul.ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    print("ORT output %s" % np.array2string(y.ravel(), precision=4))
 
 
 def ort_run(path, x):
@@ -392,6 +566,10 @@ def main():
     p.add_argument("outdir")
     p = sub.add_parser("small-cnn-int8")
     p.add_argument("outdir")
+    p = sub.add_parser("small-cnn-qop")
+    p.add_argument("outdir")
+    p = sub.add_parser("int-ops")
+    p.add_argument("outdir")
     p = sub.add_parser("torchvision")
     p.add_argument("name", choices=["resnet18", "resnet50", "mobilenet_v2"])
     p.add_argument("out")
@@ -412,6 +590,10 @@ def main():
         small_cnn(a.outdir)
     elif a.cmd == "small-cnn-int8":
         small_cnn_int8(a.outdir)
+    elif a.cmd == "small-cnn-qop":
+        small_cnn_int8(a.outdir, qop=True)
+    elif a.cmd == "int-ops":
+        int_ops(a.outdir)
     elif a.cmd == "torchvision":
         torchvision_model(a.name, a.out, a.exporter, not a.fold_bn)
     elif a.cmd == "encoder":

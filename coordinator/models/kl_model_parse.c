@@ -567,8 +567,9 @@ static int s_types(s_ctx_t *c, kl_mnode_t *nd)
         if (kl_mop_is_q(nd->op))
             want = x->dt == KL_DT_U8 ? NULL : "a u8 input (quantize it first)";
         else if (nd->op == KL_MOP_DEQUANTIZE)
-            want = x->dt == KL_DT_U8 || x->dt == KL_DT_S8 ? NULL
-                                                          : "a u8 or s8 input";
+            want = x->dt == KL_DT_U8 || x->dt == KL_DT_S8 || x->dt == KL_DT_S32
+                       ? NULL
+                       : "a u8, s8 or s32 input";
         else if (!view && x->dt != KL_DT_F32)
             want = "an f32 input (dequantize it first)";
         if (want)

@@ -1,4 +1,4 @@
-/* Unit tests of the ONNX QDQ import (kl_model_onnx.c) on the committed
+/* Unit tests of the ONNX QDQ import (kl_model_onnx_q.c) on the committed
  * model tests/data/onnx/small_cnn_int8.onnx (onnxruntime's quantize_static,
  * QDQ, per-channel s8 weights, u8 activations; tools/onnx_models.py
  * small-cnn-int8): the graph text's quantized layers, zero points and

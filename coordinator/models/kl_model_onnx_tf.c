@@ -1,0 +1,366 @@
+/* kl_model_onnx_tf.c - ONNX import: patterns a transformer's export spells
+ * out in several nodes: GELU's Erf form, layer norm from ReduceMean, a
+ * packed attention projection split by Gathers. */
+#include "kl_model_onnx_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_err.h"
+#include "kl_util.h"
+
+/* Constant t is one float within 1e-4 (relative) of want? */
+static bool s_scalar_is(s_ctx_t *c, const char *name, double want)
+{
+    const s_tensor_t *t = s_init(c, name);
+    float *v = NULL;
+    int64_t n = 0;
+    char keep[KL_ERRMSG_LEN];
+    if (!t || s_numel(t) != 1)
+        return false;
+    memcpy(keep, c->err ? c->err : "", c->err ? KL_ERRMSG_LEN : 1);
+    bool ok = s_floats(c, t, name, &v, &n) == KL_OK &&
+              fabs(v[0] - want) <= 1e-4 * fabs(want);
+    if (c->err) /* a failed read is just no match */
+        memcpy(c->err, keep, KL_ERRMSG_LEN);
+    free(v);
+    return ok;
+}
+
+/* The other input of two-input node nd, given one of them; NULL when nd
+ * does not read `one`. */
+const char *s_other(const s_node_t *nd, const char *one)
+{
+    if (nd->n_input != 2)
+        return NULL;
+    if (strcmp(nd->input[0], one) == 0)
+        return nd->input[1];
+    if (strcmp(nd->input[1], one) == 0)
+        return nd->input[0];
+    return NULL;
+}
+
+/* The node that alone reads node i's output and is an `op`, or NULL. */
+static const s_node_t *s_next(const s_ctx_t *c, const s_node_t *nd,
+                              const char *op, int *idx)
+{
+    int k = nd->n_output ? s_reader(c, nd->output[0]) : -1;
+    *idx = k;
+    return k >= 0 && s_is(c->g->node[k], op) ? c->g->node[k] : NULL;
+}
+
+/* GELU spelled out from Div nd: x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5
+ * (or * 0.5, then * x): a gelu layer. *matched false when it is not. */
+int s_gelu_erf(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    *matched = false;
+    int ie, ia, i1, i2;
+    const char *x = nd->input[0];
+    const s_node_t *e = s_next(c, nd, "Erf", &ie);
+    const s_node_t *a = e ? s_next(c, e, "Add", &ia) : NULL;
+    const char *one = a ? s_other(a, e->output[0]) : NULL;
+    const s_node_t *m1 =
+        one && s_scalar_is(c, one, 1.0) ? s_next(c, a, "Mul", &i1) : NULL;
+    const char *o1 = m1 ? s_other(m1, a->output[0]) : NULL;
+    const s_node_t *m2 = o1 ? s_next(c, m1, "Mul", &i2) : NULL;
+    const char *o2 = m2 ? s_other(m2, m1->output[0]) : NULL;
+    if (!o2 || !s_scalar_is(c, nd->input[1], sqrt(2.0)) ||
+        !((strcmp(o1, x) == 0 && s_scalar_is(c, o2, 0.5)) ||
+          (strcmp(o2, x) == 0 && s_scalar_is(c, o1, 0.5))))
+        return KL_OK;
+    int rc = KL_OK;
+    const char *xk = s_in(c, nd, 0, &rc);
+    if (!xk)
+        return rc;
+    s_line_t *l = s_line(c, m2, "gelu");
+    kl_buf_puts(&l->args, xk);
+    free(l->in0);
+    l->in0 = kl_xstrdup(x);
+    c->skip[ie] = c->skip[ia] = c->skip[i1] = c->skip[i2] = true;
+    *matched = true;
+    return KL_OK;
+}
+
+/* The int64 axes of nd: input 1 (opset 13 and 18 on) or the attribute. */
+int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax)
+{
+    const KilnOnnx__AttributeProto *a = s_attr(nd, "axes");
+    if (a) {
+        for (size_t i = 0; i < a->n_ints && i < 8; i++)
+            ax[i] = a->ints[i];
+        return a->n_ints > 8 ? -1 : (int)a->n_ints;
+    }
+    const s_tensor_t *t = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    return t ? s_ints_of(t, ax, 8) : nd->n_input > 1 ? -1 : 0;
+}
+
+/* ReduceMean over H and W with keepdims: global_avg_pool. */
+
+/* A ReduceMean over the last axis (keepdims) of the node's input? */
+static bool s_mean_last(s_ctx_t *c, const s_node_t *nd, const char *x)
+{
+    int64_t ax[8];
+    return nd && s_is(nd, "ReduceMean") && nd->n_input >= 1 &&
+           !strcmp(nd->input[0], x) && s_axes(c, nd, ax) == 1 && ax[0] == -1 &&
+           s_aint(nd, "keepdims", 1);
+}
+
+/* Layer norm spelled out from ReduceMean nd: d = x - mean(x); d / sqrt(
+ * mean(d^2) + eps), then optionally * gamma (+ beta): layer_norm eps=
+ * (affine=1, gamma and beta its weight and bias). *matched false when it
+ * is not that. */
+static int s_layer_norm_parts(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    const KilnOnnx__GraphProto *g = c->g;
+    const char *x = nd->input[0];
+    int is, ip = -1, iv, ie, iq, id = -1, im, ia;
+    *matched = false;
+    const s_node_t *sub = s_next(c, nd, "Sub", &is);
+    if (!sub || sub->n_input != 2 || strcmp(sub->input[0], x) ||
+        strcmp(sub->input[1], nd->output[0]) ||
+        s_readers(c, sub->output[0]) != 2)
+        return KL_OK;
+    for (size_t i = 0; i < g->n_node; i++) { /* d's two readers */
+        const s_node_t *n = g->node[i];
+        if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+            s_is(n, "Pow") && s_scalar_is(c, n->input[1], 2.0))
+            ip = (int)i;
+        else if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
+                 s_is(n, "Div"))
+            id = (int)i;
+    }
+    if (ip < 0 || id < 0)
+        return KL_OK;
+    const s_node_t *var = s_next(c, g->node[ip], "ReduceMean", &iv);
+    const s_node_t *add = var && s_mean_last(c, var, g->node[ip]->output[0])
+                              ? s_next(c, var, "Add", &ie)
+                              : NULL;
+    const char *eps = add ? s_other(add, var->output[0]) : NULL;
+    const s_node_t *sq = eps ? s_next(c, add, "Sqrt", &iq) : NULL;
+    double ev[1];
+    int64_t dd[8];
+    int et, end;
+    if (!sq || s_nums(c, eps, ev, &et, dd, &end) != 1 || !(ev[0] > 0) ||
+        s_reader(c, sq->output[0]) != id ||
+        strcmp(g->node[id]->input[1], sq->output[0]))
+        return KL_OK;
+    /* The affine part: * gamma, then + beta, constants of one shape. */
+    const s_node_t *last = g->node[id], *mul = s_next(c, last, "Mul", &im);
+    const char *gam = mul ? s_other(mul, last->output[0]) : NULL;
+    const s_tensor_t *gt = gam ? s_init(c, gam) : NULL;
+    const s_node_t *badd = gt ? s_next(c, mul, "Add", &ia) : NULL;
+    const char *bet = badd ? s_other(badd, mul->output[0]) : NULL;
+    const s_tensor_t *bt = bet ? s_init(c, bet) : NULL;
+    if (!gt)
+        mul = NULL;
+    if (!bt || s_numel(bt) != s_numel(gt))
+        badd = NULL, bt = NULL;
+    last = badd ? badd : mul ? mul : last;
+    int rc = KL_OK;
+    const char *xk = s_in(c, nd, 0, &rc);
+    if (!xk)
+        return rc;
+    s_line_t *l = s_line_for(c, last->output[0], x, "layer_norm");
+    kl_buf_printf(&l->args, "%s eps=%.9g%s", xk, ev[0], mul ? " affine=1" : "");
+    if (mul) {
+        l->nout = s_numel(gt);
+        l->params = true;
+        l->bias = true;
+        if (c->want && (rc = s_floats(c, gt, gam, &l->w, &l->wn)))
+            return rc;
+        if (c->want && bt) {
+            int64_t n;
+            if ((rc = s_floats(c, bt, bet, &l->b, &n)))
+                return rc;
+        } else if (c->want)
+            l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
+        c->skip[im] = true;
+        if (badd)
+            c->skip[ia] = true;
+    }
+    c->skip[is] = c->skip[ip] = c->skip[iv] = c->skip[ie] = c->skip[iq] =
+        c->skip[id] = true;
+    *matched = true;
+    return KL_OK;
+}
+
+/* ReduceMean over H and W with keepdims: global_avg_pool; over the last
+ * axis, the start of a layer norm spelled out. */
+int s_reduce_mean(s_ctx_t *c, const s_node_t *nd)
+{
+    int64_t ax[8];
+    int n = s_axes(c, nd, ax);
+    bool m;
+    int rc;
+    if (s_mean_last(c, nd, nd->input[0]))
+        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : S_UNSUP;
+    /* {2, 3} or {-2, -1}, in either order (4-D: the parser checks) */
+    int64_t lo = n == 2 && ax[0] > ax[1] ? ax[1] : ax[0],
+            hi = n == 2 && ax[0] > ax[1] ? ax[0] : ax[1];
+    bool hw = n == 2 && ((lo == 2 && hi == 3) || (lo == -2 && hi == -1));
+    if (!hw || !s_aint(nd, "keepdims", 1))
+        return S_UNSUP;
+    return s_simple(c, nd, "global_avg_pool");
+}
+
+/* LayerNormalization over the last axis: layer_norm eps= affine=1, its
+ * weight the scale and its bias B (zeros when none). */
+int s_layer_norm(s_ctx_t *c, const s_node_t *nd)
+{
+    int64_t axis = s_aint(nd, "axis", -1);
+    if (axis != -1)
+        return s_fail(c, nd, "only axis=-1 (the last axis)");
+    const s_tensor_t *sc = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    if (!sc)
+        return s_fail(c, nd, "the scale must be a constant");
+    int rc = s_simple(c, nd, "layer_norm");
+    if (rc)
+        return rc;
+    s_line_t *l = &c->lines[c->nlines - 1];
+    kl_buf_printf(&l->args, " eps=%.9g affine=1",
+                  (double)s_afloat(nd, "epsilon", 1e-5f));
+    l->nout = s_numel(sc);
+    return s_weight_in(c, nd, sc, l, 1.0f) ?: s_bias_in(c, nd, 2, l, 1.0f);
+}
+
+/* The dims of d other than 1, in order. */
+static int s_non1(const int64_t *d, int n, int *at)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (d[i] != 1)
+            at[k++] = i;
+    return k;
+}
+
+/* Gather on axis 0, by a constant index, of a packed projection's output
+ * seen through views (PyTorch's MultiheadAttention: Q, K and V in one
+ * weight [H, G*D], its output viewed as [..., G, D] and G brought to the
+ * front): a matmul N=D by the index's block of the weight and bias, and a
+ * reshape to the Gather's shape. The packed layer and its views are
+ * dropped. *matched false when the Gather is not that. */
+int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
+{
+    *matched = false;
+    const s_tensor_t *it = nd->n_input == 2 ? s_init(c, nd->input[1]) : NULL;
+    const s_val_t *v = s_val(c, nd->input[0]);
+    int64_t idx;
+    if (!v || v->line < 0 || !it || it->n_dims != 0 ||
+        s_ints_of(it, &idx, 1) != 1 || s_aint(nd, "axis", 0) != 0)
+        return KL_OK;
+    /* Walk the views back to the packed layer. */
+    int chain[16], nch = 0, li = v->line;
+    /* Every reader of the Gather's input is a Gather, and each value on
+     * the way back is read only by the next. */
+    for (size_t i = 0; i < c->g->n_node; i++)
+        for (size_t k = 0; k < c->g->node[i]->n_input; k++)
+            if (!strcmp(c->g->node[i]->input[k], nd->input[0]) &&
+                (k || !s_is(c->g->node[i], "Gather")))
+                return KL_OK;
+    while (nch < 16 && (!strcmp(c->lines[li].op, "reshape") ||
+                        !strcmp(c->lines[li].op, "transpose"))) {
+        chain[nch++] = li;
+        const s_val_t *u = s_val(c, c->lines[li].in0);
+        if (!u || u->line < 0 || !u->sole || s_readers(c, u->onnx) != 1)
+            return KL_OK;
+        li = u->line;
+    }
+    s_line_t *p = &c->lines[li];
+    if (nch == 0 || !p->params || !p->colw)
+        return KL_OK;
+    /* Follow the axes from the packed output: tags -2 the block axis G,
+     * -3 the block's D, >= 0 the leading dims in order, -1 a 1. */
+    int64_t d[KL_MODEL_MAX_DIMS], pd[KL_MODEL_MAX_DIMS], tag[8], G = 0, D = 0;
+    int n, pn, at[8];
+    if (!s_shape(c, p->name, pd, &pn))
+        return KL_OK;
+    for (int k = nch - 1; k >= 0; k--) {
+        const s_line_t *l = &c->lines[chain[k]];
+        int64_t t2[8];
+        if (!s_shape(c, l->name, d, &n))
+            return KL_OK;
+        if (k == nch - 1) { /* the split: [..., nout] to [..., G, D] */
+            if (strcmp(l->op, "reshape") || n < 2 ||
+                d[n - 1] * d[n - 2] != p->nout || d[n - 2] < 2 ||
+                d[n - 1] == p->nout)
+                return KL_OK;
+            G = d[n - 2];
+            D = d[n - 1];
+            for (int i = 0; i < n; i++)
+                t2[i] = i == n - 2 ? -2 : i == n - 1 ? -3 : d[i] == 1 ? -1 : i;
+        } else if (!strcmp(l->op, "transpose")) {
+            char *pm = strstr(l->args.data, "perm=") + 5;
+            for (int i = 0; i < n; i++) {
+                long a = strtol(pm, &pm, 10);
+                if (a < 0 || a >= n)
+                    return KL_OK;
+                t2[i] = tag[a];
+                pm += *pm == ',';
+            }
+        } else { /* a reshape that only adds or drops 1s */
+            int a1[8], a2[8];
+            int m1 = s_non1(pd, pn, a1), m2 = s_non1(d, n, a2);
+            if (m1 != m2)
+                return KL_OK;
+            for (int i = 0; i < n; i++)
+                t2[i] = -1;
+            for (int i = 0; i < m1; i++) {
+                if (pd[a1[i]] != d[a2[i]])
+                    return KL_OK;
+                t2[a2[i]] = tag[a1[i]];
+            }
+        }
+        memcpy(tag, t2, sizeof(t2));
+        memcpy(pd, d, sizeof(d));
+        pn = n;
+    }
+    /* G first; the rest keeps its order with D last. */
+    int m = s_non1(pd, pn, at);
+    if (tag[0] != -2 || m < 2 || tag[at[m - 1]] != -3 || idx < 0 || idx >= G)
+        return KL_OK;
+    for (int i = 2; i < m - 1; i++)
+        if (tag[at[i]] <= tag[at[i - 1]] && i > 1)
+            return KL_OK;
+    for (int i = 1; i < m - 1; i++)
+        if (tag[at[i]] < 0)
+            return KL_OK;
+    /* The block's layer. */
+    size_t xl = strcspn(p->args.data, " ");
+    char *x = kl_xstrndup(p->args.data, xl);
+    char *own = kl_xasprintf("%c%s_mm", S_OWN, nd->output[0]);
+    char *pin0 = kl_xstrdup(p->in0);
+    s_line_t *l = s_line_for(c, own, pin0, "matmul");
+    p = &c->lines[li]; /* lines moved */
+    const char *mm = l->name;
+    kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+    l->params = l->colw = true;
+    l->nout = D;
+    l->bias = p->bias;
+    if (p->w) {
+        int64_t H = p->wn / p->nout;
+        l->wn = H * D;
+        l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+        for (int64_t i = 0; i < H; i++)
+            memcpy(l->w + i * D, p->w + i * p->nout + idx * D,
+                   (size_t)D * sizeof(float));
+    }
+    if (p->b) {
+        l->b = kl_xmalloc((size_t)D * sizeof(float));
+        memcpy(l->b, p->b + idx * D, (size_t)D * sizeof(float));
+    } else if (l->bias)
+        s_need_bias(c, l);
+    s_line_t *rs = s_line_for(c, nd->output[0], own, "reshape");
+    kl_buf_printf(&rs->args, "%s shape=", mm);
+    for (int i = 1; i < pn; i++)
+        kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "", (long long)pd[i]);
+    c->lines[li].dead = true;
+    for (int k = 0; k < nch; k++)
+        c->lines[chain[k]].dead = true;
+    free(x);
+    free(own);
+    free(pin0);
+    *matched = true;
+    return KL_OK;
+}
