@@ -23,16 +23,17 @@
 #include "kl_err.h"
 #include "kl_ir.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 #include "kl_wino.h"
 
-static char s_dir[64];
+static char s_dir[512];
 
 static int s_setup(void **state)
 {
     (void)state;
-    strcpy(s_dir, "/tmp/kl_cgint_test_XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_cgint_test_XXXXXX") ? 0
+                                                                        : -1;
 }
 
 static int s_teardown(void **state)
@@ -43,7 +44,7 @@ static int s_teardown(void **state)
     while (d && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[512];
+        char path[1024];
         snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
         unlink(path);
     }

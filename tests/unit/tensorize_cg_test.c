@@ -26,9 +26,10 @@
 #include "kl_intrin.h"
 #include "kl_ir.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
-static char s_dir[64];
+static char s_dir[512];
 
 static int s_setup(void **state)
 {
@@ -36,8 +37,7 @@ static int s_setup(void **state)
     /* Keep libgomp loaded: its idle threads outlive the kernel's dlclose. */
     if (!dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE))
         return -1;
-    strcpy(s_dir, "/tmp/kl_tzcg_test_XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_tzcg_test_XXXXXX") ? 0 : -1;
 }
 
 static int s_teardown(void **state)
@@ -48,7 +48,7 @@ static int s_teardown(void **state)
     while (d && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[512];
+        char path[1024];
         snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
         unlink(path);
     }
