@@ -21,6 +21,14 @@
 int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
                  const char *workdir, char **so_path, char *err);
 
+/* Compiles text (CUDA C kernels and host C++ that calls them through
+ * kl_emu_run(void (*fn)(void **), void **args, const long grid[3],
+ * const long block[3])) after the prelude into a shared object in
+ * workdir; blockDim and gridDim are those of the launch. As kl_emu_build
+ * otherwise. */
+int kl_emu_build_text(const char *text, const char *workdir, char **so_path,
+                      char *err);
+
 /* Runs kernel k of the object on inputs from kl_check_alloc(w, seed) and
  * compares with kl_workload_eval (|o - r| <= atol + rtol |r|). Returns 0 or
  * KL_ERR_RUNTIME naming the first bad element. */
