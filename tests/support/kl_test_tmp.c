@@ -1,9 +1,12 @@
 /* kl_test_tmp.c - see kl_test_tmp.h. */
 #include "kl_test_tmp.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 const char *kl_test_tmpdir(void)
 {
@@ -19,6 +22,24 @@ char *kl_test_tmppath(char *buf, size_t n, const char *name)
         return NULL;
     }
     return buf;
+}
+
+int kl_test_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t n = strlen(dir) + 258;
+    char *path = malloc(n);
+    while (d && path && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, n, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    free(path);
+    if (d)
+        closedir(d);
+    return rmdir(dir);
 }
 
 char *kl_test_mkdtemp(char *buf, size_t n, const char *tmpl)

@@ -14,6 +14,11 @@ const char *kl_test_tmpdir(void);
  * NULL with errno set (ENAMETOOLONG when the path does not fit). */
 char *kl_test_mkdtemp(char *buf, size_t n, const char *tmpl);
 
+/* Removes the files directly in dir (not subdirectories), then dir.
+ * Returns rmdir's result (0, or -1 with errno). For a directory made by
+ * kl_test_mkdtemp that holds only files. */
+int kl_test_rmdir(const char *dir);
+
 /* kl_test_tmpdir()/name into buf (n bytes): a file name for a test that
  * makes it unique itself (its pid). Returns buf, or NULL (ENAMETOOLONG). */
 char *kl_test_tmppath(char *buf, size_t n, const char *name);

@@ -304,3 +304,20 @@ int kl_emu_check(const char *so_path, const kl_kernel_t *k,
     dlclose(dl);
     return rc;
 }
+
+int kl_emu_check_all(const kl_kernel_t *ks, int n,
+                     const kl_workload_t *const *ws, const char *workdir,
+                     uint64_t seed, double rtol, double atol, char *err)
+{
+    char *so = NULL;
+    int rc = kl_emu_build(ks, n, ws, workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    for (int i = 0; !rc && i < n; i++)
+        if ((rc = kl_emu_check(so, &ks[i], ws[i], seed, rtol, atol, err)))
+            fprintf(stderr, "%s\n%s", err, ks[i].source);
+    if (so)
+        unlink(so);
+    free(so);
+    return rc;
+}

@@ -36,4 +36,13 @@ int kl_emu_check(const char *so_path, const kl_kernel_t *k,
                  const kl_workload_t *w, uint64_t seed, double rtol,
                  double atol, char *err);
 
+/* kl_emu_build of the n kernels (kernel i computes ws[i]) into one object
+ * in workdir, then kl_emu_check of each with seed, rtol and atol; the
+ * object is removed after. Returns KL_OK, or the first failure (of the
+ * build or of a kernel) with its message in err, also printed to stderr
+ * with the failing kernel's source. */
+int kl_emu_check_all(const kl_kernel_t *ks, int n,
+                     const kl_workload_t *const *ws, const char *workdir,
+                     uint64_t seed, double rtol, double atol, char *err);
+
 #endif
