@@ -362,6 +362,15 @@ static void test_helpers_emulated(void **state)
     dlclose(h.dl);
 }
 
+/* The largest |a[i] - b[i]|. */
+static double s_max_diff(const float *a, const float *b, uint64_t n)
+{
+    double m = 0;
+    for (uint64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
 /* The worker's path for a 16-bit matmul: inputs by kla_fill16 /
  * kla_fill, the CUDA reference kernel and a sampled candidate on them,
  * the outputs compared by kla_compare; the reference equals the
@@ -450,9 +459,7 @@ static void s_worker_path(const char *op, uint64_t seed)
     assert_int_equal(st[0], 0);
     /* The reference is the interpreter's result at 16 bits ... */
     kl_workload_eval(w, host);
-    double worst = 0;
-    for (uint64_t i = 0; i < nout; i++)
-        worst = fmax(worst, fabs((double)ro[i] - host[out][i]));
+    double worst = s_max_diff(ro, host[out], nout);
     printf("%s: reference vs interpreter at 16 bits: max |diff| %g\n", w->name,
            worst);
     assert_true(worst <= 1e-5);
@@ -461,9 +468,7 @@ static void s_worker_path(const char *op, uint64_t seed)
     for (int a = 0; a < nt; a++)
         wf->tensors[a].dtype = KL_DT_F32;
     kl_workload_eval(wf, host32);
-    double off = 0;
-    for (uint64_t i = 0; i < nout; i++)
-        off = fmax(off, fabs((double)ro[i] - host32[out][i]));
+    double off = s_max_diff(ro, host32[out], nout);
     printf("%s: reference vs unrounded f32 inputs: max |diff| %g\n", w->name,
            off);
     assert_true(off > 1e-4);
