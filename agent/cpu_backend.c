@@ -122,6 +122,26 @@ static void s_measure(kla_dev_t *d, const kla_problem_t *p, const char *ref_so,
                        entry, out);
 }
 
+/* The CPU runner fills and compares f32, u8, s8 and s32 buffers; f16 and
+ * bf16 arguments are measured on GPUs only (the CPU codegen has none). */
+static int s_check_request(const kla_dev_t *d, const Kiln__MeasureRequest *m,
+                           char *err)
+{
+    (void)d;
+    for (size_t i = 0; i < m->n_args; i++) {
+        const Kiln__KernelArg *a = m->args[i];
+        if (a->dtype == KILN__DTYPE__DTYPE_F16 ||
+            a->dtype == KILN__DTYPE__DTYPE_BF16)
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "argument %zu '%s' has dtype %s: the CPU agent "
+                             "runs f32, u8, s8 and s32 arguments only",
+                             i, a->name && *a->name ? a->name : "?",
+                             a->dtype == KILN__DTYPE__DTYPE_F16 ? "f16"
+                                                                : "bf16");
+    }
+    return KL_OK;
+}
+
 static void s_abort(kla_dev_t *d)
 {
     s_cpu_t *c = d->impl;
@@ -144,7 +164,7 @@ const kla_backend_t kla_backend_cpu = {
     .close = s_close,
     .info = s_info,
     .describe = s_describe,
-    .check_request = NULL,
+    .check_request = s_check_request,
     .build = s_build,
     .measure = s_measure,
     .abort = s_abort,

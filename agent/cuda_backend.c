@@ -109,13 +109,23 @@ static int s_check_request(const kla_dev_t *d, const Kiln__MeasureRequest *m,
                            char *err)
 {
     (void)d;
-    for (size_t i = 0; i < m->n_args; i++)
-        if (m->args[i]->dtype != KILN__DTYPE__DTYPE_F32)
-            return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "argument %zu '%s' has dtype %d: the CUDA agent "
-                             "runs f32 arguments only",
-                             i, m->args[i]->name ? m->args[i]->name : "?",
-                             (int)m->args[i]->dtype);
+    static const char *dnames[] = {"f32", "f16", "bf16", "s32", "u8", "s8"};
+    for (size_t i = 0; i < m->n_args; i++) {
+        const Kiln__KernelArg *a = m->args[i];
+        bool half = a->dtype == KILN__DTYPE__DTYPE_F16 ||
+                    a->dtype == KILN__DTYPE__DTYPE_BF16;
+        if (a->dtype == KILN__DTYPE__DTYPE_F32 ||
+            (half && a->role != KILN__ARG_ROLE__ROLE_OUTPUT))
+            continue;
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "argument %zu '%s' has dtype %s%s: the CUDA agent "
+                         "runs f32 arguments and f16 / bf16 inputs only "
+                         "(outputs are f32)",
+                         i, a->name && *a->name ? a->name : "?",
+                         (unsigned)a->dtype < 6 ? dnames[a->dtype] : "?",
+                         a->role == KILN__ARG_ROLE__ROLE_OUTPUT ? " (output)"
+                                                                : "");
+    }
     if (!strstr(m->reference_source, "__global__"))
         return kl_seterr(err, KL_ERR_INVAL,
                          "a CUDA request needs a CUDA C reference kernel "

@@ -218,3 +218,49 @@ float kla_cuda_input_value(uint64_t seed, uint32_t arg, uint64_t i)
     x ^= x >> 31;
     return (float)(x >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
+
+size_t kla_cuda_dtype_size(Kiln__DType dt)
+{
+    return dt == KILN__DTYPE__DTYPE_F16 || dt == KILN__DTYPE__DTYPE_BF16 ? 2
+                                                                         : 4;
+}
+
+uint16_t kla_cuda_half_bits(bool bf16, float v)
+{
+    /* The same arithmetic as kla_round16 in cuda_worker.c. */
+    uint32_t x;
+    memcpy(&x, &v, 4);
+    if (bf16) {
+        if ((x & 0x7fffffffu) > 0x7f800000u)
+            return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+        return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    }
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: the quiet one */
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* rounds to 65536 or above: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {   /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u) /* up to half the smallest subnormal */
+            return (uint16_t)sign;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(a >> 23); /* 14..24 */
+        uint32_t q = m >> shift, r = m & ((1u << shift) - 1u),
+                 h = 1u << (shift - 1);
+        if (r > h || (r == h && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t v16 = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13),
+             r = a & 0x1fffu;
+    if (r > 0x1000u || (r == 0x1000u && (v16 & 1u)))
+        v16++;
+    return (uint16_t)(sign | v16);
+}
+
+uint16_t kla_cuda_input_bits(Kiln__DType dt, uint64_t seed, uint32_t arg,
+                             uint64_t i)
+{
+    return kla_cuda_half_bits(dt == KILN__DTYPE__DTYPE_BF16,
+                              kla_cuda_input_value(seed, arg, i));
+}

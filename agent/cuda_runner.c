@@ -232,6 +232,7 @@ static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
     for (int a = 0; a < p->n_args; a++) {
         q->nelem[a] = p->nelem[a];
         q->is_output[a] = p->is_output[a];
+        q->dtype[a] = (uint8_t)p->dtype[a];
     }
     const kla_eval_t *e = &p->eval;
     q->number = e->number;
@@ -255,7 +256,8 @@ static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
     kl_buf_append(&b, (const char *)p->workload_key, 16);
     kl_buf_printf(&b, "|%llu|%d|", (unsigned long long)e->seed, p->n_args);
     for (int i = 0; i < p->n_args; i++)
-        kl_buf_printf(&b, "%zu%c,", p->nelem[i], p->is_output[i] ? 'o' : 'i');
+        kl_buf_printf(&b, "%zu%c%d,", p->nelem[i], p->is_output[i] ? 'o' : 'i',
+                      (int)p->dtype[i]);
     kl_buf_printf(&b, "|%s|%s", ref_cubin, ref_entry);
     kl_hash128(b.data, b.len, q->ref_key);
     kl_buf_free(&b);

@@ -24,24 +24,62 @@
 #define S_REFS 4
 
 /* Helper kernels, compiled by NVRTC for the device at start. kla_fill is
- * kla_cuda_input_value (cuda_device.c) element by element. Everything
- * runs on the legacy default stream (0), so synchronous copies and
- * memsets are ordered with the launches. */
+ * kla_cuda_input_value (cuda_device.c) element by element; kla_fill16
+ * writes the same values rounded to f16 or bf16 (kla_cuda_input_bits:
+ * kla_round16 is kla_cuda_half_bits). Everything runs on the legacy
+ * default stream (0), so synchronous copies and memsets are ordered with
+ * the launches. */
 static const char s_helpers[] =
     "typedef unsigned long long u64;\n"
+    "__device__ float kla_value(u64 seed, unsigned arg, u64 i)\n"
+    "{\n"
+    "    u64 x = seed ^ ((u64)arg << 48) ^ (i * 0x9E3779B97F4A7C15ull);\n"
+    "    x += 0x9E3779B97F4A7C15ull;\n"
+    "    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+    "    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;\n"
+    "    x ^= x >> 31;\n"
+    "    return __fsub_rn(__fmul_rn((float)(x >> 40), 1.0f / 8388608.0f),\n"
+    "                     1.0f);\n"
+    "}\n"
+    "/* v as f16 (bf16 when bf16) bits, rounded to nearest even. */\n"
+    "__device__ unsigned short kla_round16(float v, int bf16)\n"
+    "{\n"
+    "    unsigned x = __float_as_uint(v);\n"
+    "    if (bf16) {\n"
+    "        if ((x & 0x7fffffffu) > 0x7f800000u)\n"
+    "            return (unsigned short)((x >> 16) | 0x40u);\n"
+    "        return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n"
+    "    }\n"
+    "    unsigned sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;\n"
+    "    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);\n"
+    "    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
+    "    if (a < 0x38800000u) {\n"
+    "        if (a < 0x33000000u) return (unsigned short)sign;\n"
+    "        unsigned m = (a & 0x7fffffu) | 0x800000u;\n"
+    "        int shift = 126 - (int)(a >> 23);\n"
+    "        unsigned q = m >> shift, r = m & ((1u << shift) - 1u),\n"
+    "                 h = 1u << (shift - 1);\n"
+    "        if (r > h || (r == h && (q & 1u))) q++;\n"
+    "        return (unsigned short)(sign | q);\n"
+    "    }\n"
+    "    unsigned v16 = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13),\n"
+    "             r = a & 0x1fffu;\n"
+    "    if (r > 0x1000u || (r == 0x1000u && (v16 & 1u))) v16++;\n"
+    "    return (unsigned short)(sign | v16);\n"
+    "}\n"
     "extern \"C\" __global__ void kla_fill(float *p, u64 n, u64 seed,\n"
     "                                     unsigned arg)\n"
     "{\n"
     "    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;\n"
-    "         i += (u64)gridDim.x * blockDim.x) {\n"
-    "        u64 x = seed ^ ((u64)arg << 48) ^ (i * 0x9E3779B97F4A7C15ull);\n"
-    "        x += 0x9E3779B97F4A7C15ull;\n"
-    "        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
-    "        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;\n"
-    "        x ^= x >> 31;\n"
-    "        p[i] = __fsub_rn(__fmul_rn((float)(x >> 40),\n"
-    "                                   1.0f / 8388608.0f), 1.0f);\n"
-    "    }\n"
+    "         i += (u64)gridDim.x * blockDim.x)\n"
+    "        p[i] = kla_value(seed, arg, i);\n"
+    "}\n"
+    "extern \"C\" __global__ void kla_fill16(unsigned short *p, u64 n,\n"
+    "                                       u64 seed, unsigned arg, int bf16)\n"
+    "{\n"
+    "    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (u64)gridDim.x * blockDim.x)\n"
+    "        p[i] = kla_round16(kla_value(seed, arg, i), bf16);\n"
     "}\n"
     "/* st[0]: wrong elements, st[1]: first wrong index (min), st[2]: bits\n"
     " * of the largest |out - ref| as a double (non-negative doubles order\n"
@@ -81,7 +119,7 @@ typedef struct {
     CUdevice cudev;
     CUstream stream; /* NULL: the legacy default stream */
     CUmodule helpers;
-    CUfunction fill, compare;
+    CUfunction fill, fill16, compare;
     CUdeviceptr flush, stats;
     CUevent ev[2];
     size_t flush_n;
@@ -152,6 +190,9 @@ static int s_setup(s_w_t *w, int ordinal, char *msg, size_t n)
         s_fail(w, w->cu->ModuleGetFunction(&w->fill, w->helpers, "kla_fill"),
                "kla_fill", msg, n) ||
         s_fail(w,
+               w->cu->ModuleGetFunction(&w->fill16, w->helpers, "kla_fill16"),
+               "kla_fill16", msg, n) ||
+        s_fail(w,
                w->cu->ModuleGetFunction(&w->compare, w->helpers, "kla_compare"),
                "kla_compare", msg, n) ||
         s_fail(w, w->cu->MemAlloc(&w->stats, 3 * sizeof(uint64_t)),
@@ -183,13 +224,26 @@ static void s_grid_for(uint64_t n, kla_cuda_launch_t *l)
                              .block = {256, 1, 1}};
 }
 
+/* Fills input arg (n elements of dtype dt) with its seeded values: f32,
+ * or f16 / bf16 bits of the same values rounded to nearest even. */
 static CUresult s_fill(s_w_t *w, CUdeviceptr p, uint64_t n, uint64_t seed,
-                       uint32_t arg)
+                       uint32_t arg, Kiln__DType dt)
 {
     kla_cuda_launch_t l;
     s_grid_for(n, &l);
+    if (kla_cuda_dtype_size(dt) == 2) {
+        int bf16 = dt == KILN__DTYPE__DTYPE_BF16;
+        void *params[] = {&p, &n, &seed, &arg, &bf16};
+        return s_launch(w, w->fill16, &l, params);
+    }
     void *params[] = {&p, &n, &seed, &arg};
     return s_launch(w, w->fill, &l, params);
+}
+
+/* Bytes of argument a of q (f16 and bf16 inputs take 2 per element). */
+static uint64_t s_bytes(const kla_cw_req_t *q, uint32_t a)
+{
+    return q->nelem[a] * kla_cuda_dtype_size((Kiln__DType)q->dtype[a]);
 }
 
 /* Compares n floats at out with ref; accumulates into st (host). */
@@ -261,14 +315,15 @@ static void s_ref_make(s_w_t *w, const kla_cw_req_t *q, s_ref_t *e)
     uint64_t nout = 0;
     int first_out = -1;
     for (uint32_t a = 0; a < q->n_args; a++) {
-        if (s_fail(w, w->cu->MemAlloc(&e->buf[a], q->nelem[a] * 4 + 256),
+        if (s_fail(w, w->cu->MemAlloc(&e->buf[a], s_bytes(q, a) + 256),
                    "cuMemAlloc", m, mn))
             goto bad;
-        e->bytes += q->nelem[a] * 4;
+        e->bytes += s_bytes(q, a);
         CUresult rc =
             q->is_output[a]
                 ? w->cu->MemsetD32(e->buf[a], 0x7fc00000u, q->nelem[a])
-                : s_fill(w, e->buf[a], q->nelem[a], q->seed, a);
+                : s_fill(w, e->buf[a], q->nelem[a], q->seed, a,
+                         (Kiln__DType)q->dtype[a]);
         if (s_fail(w, rc, "making the inputs", m, mn))
             goto bad;
         if (q->is_output[a] && first_out < 0) {
@@ -536,11 +591,11 @@ static void s_candidate(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
     /* Inputs are copies of the cached ones (a candidate that writes its
      * inputs harms no one else); outputs start as NaN. */
     for (uint32_t a = 0; a < q->n_args && !rc; a++) {
-        rc = w->cu->MemAlloc(&out[a], q->nelem[a] * 4 + 256);
+        rc = w->cu->MemAlloc(&out[a], s_bytes(q, a) + 256);
         if (!rc && q->is_output[a])
             rc = w->cu->MemsetD32(out[a], 0x7fc00000u, q->nelem[a]);
         else if (!rc)
-            rc = w->cu->MemcpyDtoD(out[a], ref->buf[a], q->nelem[a] * 4);
+            rc = w->cu->MemcpyDtoD(out[a], ref->buf[a], s_bytes(q, a));
         params[a] = &out[a];
     }
     if (s_fail(w, rc, "argument buffers", h->msg, sizeof h->msg))
@@ -584,8 +639,14 @@ static bool s_req_ok(kla_cw_req_t *q)
 {
     q->entry[sizeof q->entry - 1] = q->ref_entry[sizeof q->ref_entry - 1] = 0;
     q->cubin[sizeof q->cubin - 1] = q->ref_cubin[sizeof q->ref_cubin - 1] = 0;
-    return q->magic == KLA_CW_MAGIC && q->n_args >= 1 && q->n_args <= 64 &&
-           q->repeat >= 1 && q->repeat <= KLA_MAX_REPEAT;
+    if (q->magic != KLA_CW_MAGIC || q->n_args < 1 || q->n_args > 64 ||
+        q->repeat < 1 || q->repeat > KLA_MAX_REPEAT)
+        return false;
+    /* Outputs are f32 (the comparison reads floats). */
+    for (uint32_t a = 0; a < q->n_args; a++)
+        if (q->is_output[a] && q->dtype[a] != KILN__DTYPE__DTYPE_F32)
+            return false;
+    return true;
 }
 
 /* The stand-in of kla_cuda.h: answers by entry name, touches no driver. */

@@ -16,7 +16,9 @@
  *
  * Runs. A GPU's runner thread talks to its worker process (kiln-agent
  * --gpu-worker ORDINAL, exec'd, so that no CUDA state crosses a fork) over
- * a socket pair. The worker makes the deterministic inputs on the device,
+ * a socket pair. The worker makes the deterministic inputs on the device
+ * (f32, or for f16 / bf16 inputs the same values rounded to nearest even
+ * into 16-bit buffers: kla_cuda_input_bits; outputs are f32),
  * runs the reference once per (workload, seed, shapes, reference build) and
  * keeps inputs and reference outputs on the device, then for each
  * candidate: loads the cubin, reads registers, static shared memory and
@@ -126,6 +128,23 @@ void kla_cuda_ref_launch(uint64_t n, kla_cuda_launch_t *out);
  * [-1, 1), a multiple of 2^-23, the same bits as the device's generator
  * (a splitmix64 of seed, arg and i). */
 float kla_cuda_input_value(uint64_t seed, uint32_t arg, uint64_t i);
+
+/* Bytes per element of an argument of dtype dt on the GPU: 2 for f16 and
+ * bf16 (inputs only), 4 for f32. */
+size_t kla_cuda_dtype_size(Kiln__DType dt);
+
+/* v as the 16 bits of an f16 (bf16 when bf16), rounded to nearest even:
+ * f16 keeps subnormals and overflows to infinity (from 65520 up), bf16
+ * overflows to infinity past its largest finite value; infinities stay
+ * infinities, a NaN becomes a quiet NaN of the same sign. The same bits
+ * as kl_dtype_bits (coordinator/ir) and as the device's kla_round16. */
+uint16_t kla_cuda_half_bits(bool bf16, float v);
+
+/* Element i of a 16-bit input argument arg of dtype dt (f16 or bf16):
+ * kla_cuda_input_value rounded to dt, as its bits (what the device's
+ * kla_fill16 writes). */
+uint16_t kla_cuda_input_bits(Kiln__DType dt, uint64_t seed, uint32_t arg,
+                             uint64_t i);
 
 /* ---- builds -------------------------------------------------------------- */
 

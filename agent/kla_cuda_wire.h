@@ -30,6 +30,7 @@ typedef struct {
     uint8_t ref_key[16];
     uint64_t nelem[64];
     uint8_t is_output[64];
+    uint8_t dtype[64]; /* Kiln__DType: f32; f16 or bf16 inputs */
     uint32_t number, repeat, min_repeat_ms, flush, skip_verify;
     double rtol, atol;
     uint64_t seed;

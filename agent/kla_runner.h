@@ -62,7 +62,9 @@ void kla_eval_defaults(kla_eval_t *e);
 void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe);
 
 /* What a kernel is run on: arguments in ABI order, f32 or (integer
- * workloads) u8 / s8 / s32. A constant argument (ROLE_CONSTANT) is an
+ * workloads) u8 / s8 / s32, or f16 / bf16 (esize 2; inputs of a CUDA
+ * device only, whose worker fills them: kla_cuda.h; the CPU backend
+ * refuses them in its check_request). A constant argument (ROLE_CONSTANT) is an
  * input in every respect, and the only kind that ENTRY_prepare sees.
  * Inputs are seeded random: f32 uniform in [-1, 1), but when any argument
  * is an integer, f32 inputs are quantization scales uniform in

@@ -97,7 +97,6 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
         return kl_seterr(err, KL_ERR_INVAL,
                          "request has %zu arguments, expected 1..64",
                          req->n_args);
-    static const char *dnames[] = {"f32", "f16", "bf16", "s32", "u8", "s8"};
     uint64_t total = 0;
     int outputs = 0;
     for (size_t i = 0; i < req->n_args; i++) {
@@ -108,19 +107,22 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
         case KILN__DTYPE__DTYPE_I32:
             p->esize[i] = 4;
             break;
+        case KILN__DTYPE__DTYPE_F16:
+        case KILN__DTYPE__DTYPE_BF16:
+            p->esize[i] = 2; /* the backend decides (check_request) */
+            break;
         case KILN__DTYPE__DTYPE_U8:
         case KILN__DTYPE__DTYPE_S8:
             p->esize[i] = 1;
             break;
         default:
             return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "argument %zu '%s' has dtype %s: the CPU agent "
-                             "runs f32, u8, s8 and s32 arguments only",
-                             i, name,
-                             (unsigned)a->dtype < 6 ? dnames[a->dtype] : "?");
+                             "argument %zu '%s' has dtype %d: not one this "
+                             "agent knows (f32, f16, bf16, u8, s8, s32)",
+                             i, name, (int)a->dtype);
         }
         p->dtype[i] = a->dtype;
-        p->any_int |= a->dtype != KILN__DTYPE__DTYPE_F32;
+        p->any_int |= p->esize[i] != 2 && a->dtype != KILN__DTYPE__DTYPE_F32;
         if (a->n_shape < 1 || a->n_shape > 8)
             return kl_seterr(err, KL_ERR_INVAL,
                              "argument %zu '%s' has %zu dimensions, expected "

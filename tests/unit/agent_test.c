@@ -15,6 +15,7 @@
 
 #include "kl_err.h"
 #include "kl_util.h"
+#include "kla_backend.h"
 #include "kla_builder.h"
 #include "kla_device.h"
 #include "kla_runner.h"
@@ -653,10 +654,25 @@ static void test_problem_from_request(void **state)
     assert_int_equal(p.n_args, 2);
     assert_int_equal(p.nelem[1], 4096);
     assert_true(p.is_output[1] && !p.is_output[0]);
+    /* f16 / bf16: two bytes an element, for the backend to accept (CUDA
+     * inputs) or refuse (the CPU agent). */
     a.dtype = KILN__DTYPE__DTYPE_F16;
-    assert_int_equal(kla_problem_from_request(&p, &req, 0, err),
+    assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
+    assert_int_equal(p.esize[0], 2);
+    assert_false(p.any_int);
+    assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err),
                      KL_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "'A' has dtype f16"));
+    a.dtype = KILN__DTYPE__DTYPE_BF16;
+    assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "'A' has dtype bf16"));
+    a.dtype = (Kiln__DType)9;
+    assert_int_equal(kla_problem_from_request(&p, &req, 0, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "'A' has dtype 9"));
+    a.dtype = KILN__DTYPE__DTYPE_F32;
+    assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err), KL_OK);
     /* Integer arguments: accepted, with their element sizes. */
     a.dtype = KILN__DTYPE__DTYPE_U8;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);

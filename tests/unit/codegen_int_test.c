@@ -10,88 +10,35 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "kl_check.h"
+#include "kl_cgrun.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_ir.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 #include "kl_wino.h"
 
-static char s_dir[64];
+static char s_dir[512];
 
 static int s_setup(void **state)
 {
     (void)state;
-    strcpy(s_dir, "/tmp/kl_cgint_test_XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_cgint_test_XXXXXX") ? 0
+                                                                        : -1;
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(s_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(s_dir);
+    kl_test_rmdir(s_dir);
     return 0;
-}
-
-/* Typed buffers of w in ABI order, inputs random in the agent's ranges:
- * u8 0..255, s8 -128..127, s32 -1000..1000, f32 1e-3..1e-2. */
-static void **s_alloc(const kl_workload_t *w, uint64_t seed)
-{
-    void **bufs = kl_xcalloc((size_t)w->ntensors, sizeof(*bufs));
-    kl_rng_t rng;
-    kl_rng_seed(&rng, seed);
-    for (int t = 0; t < w->ntensors; t++) {
-        const kl_tensor_t *ts = &w->tensors[t];
-        int64_t n = kl_tensor_numel(ts);
-        bufs[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
-        if (ts->is_output)
-            continue;
-        for (int64_t i = 0; i < n; i++) {
-            double u = kl_rng_double(&rng);
-            switch (ts->dtype) {
-            case KL_DT_U8:
-                ((uint8_t *)bufs[t])[i] = (uint8_t)(u * 256);
-                break;
-            case KL_DT_S8:
-                ((int8_t *)bufs[t])[i] = (int8_t)((int)(u * 256) - 128);
-                break;
-            case KL_DT_S32:
-                ((int32_t *)bufs[t])[i] = (int32_t)(u * 2001) - 1000;
-                break;
-            default:
-                ((float *)bufs[t])[i] = (float)(1e-3 + 9e-3 * u);
-                break;
-            }
-        }
-    }
-    return bufs;
-}
-
-static void s_free(const kl_workload_t *w, void **bufs)
-{
-    for (int t = 0; t < w->ntensors; t++)
-        free(bufs[t]);
-    free(bufs);
 }
 
 static void s_check(const char *spec)
@@ -103,33 +50,16 @@ static void s_check(const char *spec)
     kl_kernel_t k;
     if (kl_codegen_reference(w, NULL, &k, err))
         fail_msg("%s: %s", spec, err);
-    char *so = NULL;
-    if (kl_check_build(k.source, s_dir, &so, err))
+    kl_cgrun_t r;
+    if (kl_cgrun_load(&r, k.source, k.entry, s_dir, err))
         fail_msg("%s: %s\n%s", spec, err, k.source);
-    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    assert_non_null(lib);
-    void (*fn)(void *const *);
-    *(void **)&fn = dlsym(lib, k.entry);
-    assert_non_null(fn);
-    void **a = s_alloc(w, 7), **b = s_alloc(w, 7);
-    int ot = kl_workload_output(w);
-    const kl_tensor_t *o = &w->tensors[ot];
-    size_t bytes = (size_t)kl_tensor_numel(o) * kl_dtype_size(o->dtype);
-    memset(a[ot], 0xa5, bytes);
-    memset(b[ot], 0x5a, bytes);
-    fn(a);
-    kl_workload_eval_typed(w, b);
-    if (memcmp(a[ot], b[ot], bytes) != 0)
-        fail_msg("%s: generated C and the interpreter differ", spec);
-    /* Not all one value: saturation alone would hide a wrong sum. */
-    bool varied = false;
-    for (size_t i = 1; i < bytes && !varied; i++)
-        varied = ((uint8_t *)a[ot])[i] != ((uint8_t *)a[ot])[0];
-    assert_true(varied);
-    s_free(w, a);
-    s_free(w, b);
-    dlclose(lib);
-    free(so);
+    void **a = NULL, **b = NULL;
+    if (kl_cgrun_compare(&r, w, 7, &a, &b, err))
+        fail_msg("%s: %s", spec, err);
+    assert_true(kl_cgrun_varied(w, a));
+    kl_cgrun_free(w, a);
+    kl_cgrun_free(w, b);
+    kl_cgrun_close(&r);
     kl_kernel_free(&k);
     kl_workload_free(&w);
 }

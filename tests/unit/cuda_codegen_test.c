@@ -20,6 +20,7 @@
 #include "kl_cuda_plan.h"
 #include "kl_err.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 
 /* NVRTC is outside what the sanitizers check and costs most of the time:
  * the sanitizer build compiles fewer samples per operator. */
@@ -40,7 +41,7 @@ static const char *s_ops[] = {
 };
 #define NOPS ((int)(sizeof s_ops / sizeof s_ops[0]))
 
-static char s_workdir[256];
+static char s_workdir[512];
 
 static kl_workload_t *s_load(const char *op)
 {
@@ -204,22 +205,14 @@ static void test_naive(void **state)
         for (int op = 0; op < NOPS; op++)
             assert_int_equal(rcs[op], KL_OK);
     }
-    char *so = NULL;
-    int rc = kl_emu_build(ks, NOPS, (const kl_workload_t *const *)ws, s_workdir,
-                          &so, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    assert_int_equal(rc, KL_OK);
+    assert_int_equal(kl_emu_check_all(ks, NOPS,
+                                      (const kl_workload_t *const *)ws,
+                                      s_workdir, 7, 1e-4, 1e-4, err),
+                     KL_OK);
     for (int op = 0; op < NOPS; op++) {
-        rc = kl_emu_check(so, &ks[op], ws[op], 7, 1e-4, 1e-4, err);
-        if (rc)
-            fprintf(stderr, "%s\n", err);
-        assert_int_equal(rc, KL_OK);
         kl_kernel_free(&ks[op]);
         kl_workload_free(&ws[op]);
     }
-    unlink(so);
-    free(so);
 }
 
 /* More shapes for the emulation only: odd sizes, a strided gather, an
@@ -251,23 +244,15 @@ static void test_emulated_sampled(void **state)
         for (int i = 0; i < NEMU; i++)
             wk[n++] = ws[op];
     }
-    char *so = NULL;
-    int rc = kl_emu_build(ks, NALL, wk, s_workdir, &so, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    assert_int_equal(rc, KL_OK);
     for (int i = 0; i < NALL; i++) {
         nvec += strstr(ks[i].source, "float4") != NULL;
         npad += strstr(ks[i].source, " + f % ") != NULL;
         assert_false(plans[i].smem_dynamic);
-        rc = kl_emu_check(so, &ks[i], wk[i], 11, 1e-4, 1e-4, err);
-        if (rc)
-            fprintf(stderr, "%s\n%s", err, ks[i].source);
-        assert_int_equal(rc, KL_OK);
-        kl_kernel_free(&ks[i]);
     }
-    unlink(so);
-    free(so);
+    assert_int_equal(
+        kl_emu_check_all(ks, NALL, wk, s_workdir, 11, 1e-4, 1e-4, err), KL_OK);
+    for (int i = 0; i < NALL; i++)
+        kl_kernel_free(&ks[i]);
     for (int op = 0; op < NOPS + NMORE; op++)
         kl_workload_free(&ws[op]);
     /* The 16-byte copies were among what ran. */
@@ -392,14 +377,8 @@ static void s_emulate_sched(const kl_workload_t *w, kl_sched_t *s,
     assert_int_equal(rc, KL_OK);
     kl_kernel_t k;
     assert_int_equal(kl_codegen_cuda(s, &tg, entry, &k, err), KL_OK);
-    char *so = NULL;
-    assert_int_equal(kl_emu_build(&k, 1, &w, s_workdir, &so, err), KL_OK);
-    rc = kl_emu_check(so, &k, w, 5, 1e-4, 1e-4, err);
-    if (rc)
-        fprintf(stderr, "%s\n%s", err, k.source);
-    assert_int_equal(rc, KL_OK);
-    unlink(so);
-    free(so);
+    assert_int_equal(kl_emu_check_all(&k, 1, &w, s_workdir, 5, 1e-4, 1e-4, err),
+                     KL_OK);
     kl_kernel_free(&k);
 }
 
@@ -555,11 +534,9 @@ static void test_resource_hook(void **state)
 
 int main(void)
 {
-    snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-cuda-test-%d",
-             (int)getpid());
-    char err[KL_ERRMSG_LEN];
-    if (kl_mkdirs(s_workdir, err)) {
-        fprintf(stderr, "%s\n", err);
+    if (!kl_test_mkdtemp(s_workdir, sizeof s_workdir,
+                         "kiln-cuda-test-XXXXXX")) {
+        perror("kl_test_mkdtemp");
         return 1;
     }
     const struct CMUnitTest tests[] = {
@@ -573,6 +550,6 @@ int main(void)
         cmocka_unit_test(test_dynamic_smem),
     };
     int rc = cmocka_run_group_tests_name("cuda_codegen", tests, NULL, NULL);
-    rmdir(s_workdir);
+    kl_test_rmdir(s_workdir);
     return rc;
 }

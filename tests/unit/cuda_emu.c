@@ -17,12 +17,37 @@ static const char *s_prelude =
     "#include <string.h>\n"
     "struct kl_dim3 { unsigned x, y, z; };\n"
     "static thread_local kl_dim3 threadIdx;\n"
-    "static kl_dim3 blockIdx;\n"
+    "static kl_dim3 blockIdx, blockDim, gridDim;\n"
     "static pthread_barrier_t kl_emu_bar;\n"
     "static inline void __syncthreads() { pthread_barrier_wait(&kl_emu_bar); "
     "}\n"
     "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); "
     "return f; }\n"
+    /* What the agent's helper kernels use (kla_cuda_helpers_source): the
+     * host's float arithmetic rounds to nearest like the _rn intrinsics. */
+    "static inline unsigned __float_as_uint(float f) { unsigned u; "
+    "memcpy(&u, &f, 4); return u; }\n"
+    "static inline float __fmul_rn(float a, float b) { return a * b; }\n"
+    "static inline float __fsub_rn(float a, float b) { return a - b; }\n"
+    "static inline double __longlong_as_double(long long i) { double d; "
+    "memcpy(&d, &i, 8); return d; }\n"
+    "static inline long long __double_as_longlong(double d) { long long i; "
+    "memcpy(&i, &d, 8); return i; }\n"
+    "typedef unsigned long long kl_emu_u64;\n"
+    "static inline kl_emu_u64 atomicAdd(kl_emu_u64 *p, kl_emu_u64 v) "
+    "{ return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }\n"
+    "static inline kl_emu_u64 atomicMin(kl_emu_u64 *p, kl_emu_u64 v) {\n"
+    "    kl_emu_u64 o = __atomic_load_n(p, __ATOMIC_SEQ_CST);\n"
+    "    while (v < o && !__atomic_compare_exchange_n(p, &o, v, false,\n"
+    "           __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}\n"
+    "    return o;\n"
+    "}\n"
+    "static inline kl_emu_u64 atomicMax(kl_emu_u64 *p, kl_emu_u64 v) {\n"
+    "    kl_emu_u64 o = __atomic_load_n(p, __ATOMIC_SEQ_CST);\n"
+    "    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false,\n"
+    "           __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}\n"
+    "    return o;\n"
+    "}\n"
     "struct float4 { float x, y, z, w; };\n"
     "static inline float4 make_float4(float a, float b, float c, float d) "
     "{ return float4{a, b, c, d}; }\n"
@@ -114,6 +139,8 @@ static const char *s_prelude =
     "    pthread_attr_init(&at);\n"
     "    pthread_attr_setstacksize(&at, 1 << 18);\n"
     "    int rc = 0;\n"
+    "    gridDim = kl_dim3{(unsigned)g[0], (unsigned)g[1], (unsigned)g[2]};\n"
+    "    blockDim = kl_dim3{(unsigned)b[0], (unsigned)b[1], (unsigned)b[2]};\n"
     "    for (long bz = 0; bz < g[2]; bz++)\n"
     "    for (long by = 0; by < g[1]; by++)\n"
     "    for (long bx = 0; bx < g[0]; bx++) {\n"
@@ -139,10 +166,22 @@ static const char *s_prelude =
     "    return rc;\n"
     "}\n";
 
+/* Compiles the prelude and b's text (taken) into a shared object. */
+static int s_compile(kl_buf_t *b, const char *workdir, char **so_path,
+                     char *err);
+
+int kl_emu_build_text(const char *text, const char *workdir, char **so_path,
+                      char *err)
+{
+    kl_buf_t b = {0};
+    kl_buf_puts(&b, s_prelude);
+    kl_buf_puts(&b, text);
+    return s_compile(&b, workdir, so_path, err);
+}
+
 int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
                  const char *workdir, char **so_path, char *err)
 {
-    static int seq;
     kl_buf_t b = {0};
     kl_buf_puts(&b, s_prelude);
     for (int i = 0; i < n; i++) {
@@ -158,12 +197,19 @@ int kl_emu_build(const kl_kernel_t *ks, int n, const kl_workload_t *const *ws,
                       "kl_emu_thunk_%s, a, g, b); }\n",
                       ks[i].entry, ks[i].entry);
     }
+    return s_compile(&b, workdir, so_path, err);
+}
+
+static int s_compile(kl_buf_t *b, const char *workdir, char **so_path,
+                     char *err)
+{
+    static int seq;
     char *src = kl_xasprintf("%s/emu_%d_%d.cc", workdir, (int)getpid(), seq);
     char *so = kl_xasprintf("%s/emu_%d_%d.so", workdir, (int)getpid(), seq);
     char *log = kl_xasprintf("%s/emu_%d_%d.log", workdir, (int)getpid(), seq);
     seq++;
-    int rc = kl_write_file(src, b.data, b.len, err);
-    kl_buf_free(&b);
+    int rc = kl_write_file(src, b->data, b->len, err);
+    kl_buf_free(b);
     if (!rc) {
         char *cmd = kl_xasprintf(
             "c++ -std=c++17 -O1 -fno-strict-aliasing -w -shared -fPIC "
@@ -256,5 +302,22 @@ int kl_emu_check(const char *so_path, const kl_kernel_t *k,
     kl_check_free(w, &bufs);
     kl_check_free(w, &ref);
     dlclose(dl);
+    return rc;
+}
+
+int kl_emu_check_all(const kl_kernel_t *ks, int n,
+                     const kl_workload_t *const *ws, const char *workdir,
+                     uint64_t seed, double rtol, double atol, char *err)
+{
+    char *so = NULL;
+    int rc = kl_emu_build(ks, n, ws, workdir, &so, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    for (int i = 0; !rc && i < n; i++)
+        if ((rc = kl_emu_check(so, &ks[i], ws[i], seed, rtol, atol, err)))
+            fprintf(stderr, "%s\n%s", err, ks[i].source);
+    if (so)
+        unlink(so);
+    free(so);
     return rc;
 }

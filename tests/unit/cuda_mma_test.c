@@ -23,10 +23,11 @@
 #include "kl_nvrtc.h"
 #include "kl_search.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 
 #define NSAMP 4
 
-static char s_workdir[256];
+static char s_workdir[512];
 
 /* Ragged sizes (not multiples of 16/8/16), both dtypes, a batch, a dense
  * with bias and relu (W read as [n, k]: the col-major B), a transposed A. */
@@ -390,11 +391,6 @@ static void test_emulated(void **state)
         for (int i = 0; i < NSAMP; i++)
             wk[n++] = ws[op];
     }
-    char *so = NULL;
-    int rc = kl_emu_build(ks, NALL, wk, s_workdir, &so, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    assert_int_equal(rc, KL_OK);
     for (int i = 0; i < NALL; i++) {
         const kl_cuda_mma_plan_t *mp = &info[i].mp;
         if (info[i].mma) {
@@ -408,13 +404,11 @@ static void test_emulated(void **state)
             bf16 += strstr(ks[i].source, ".f32.bf16.bf16.f32") != NULL;
             assert_non_null(strstr(ks[i].source, "#if defined(KL_CUDA_EMU)"));
         }
-        /* Inputs already rounded to the dtype: only the f32 summation
-         * order differs from the interpreter's double sum. */
-        rc = kl_emu_check(so, &ks[i], wk[i], 13, 1e-4, 1e-4, err);
-        if (rc)
-            fprintf(stderr, "%s\n%s", err, ks[i].source);
-        assert_int_equal(rc, KL_OK);
     }
+    /* Inputs already rounded to the dtype: only the f32 summation order
+     * differs from the interpreter's double sum. */
+    assert_int_equal(
+        kl_emu_check_all(ks, NALL, wk, s_workdir, 13, 1e-4, 1e-4, err), KL_OK);
     printf("%d emulated kernels, %d on tensor cores: %d with several warps, "
            "%d with several tiles per warp, %d bf16, ldmatrix in kernel %d\n",
            NALL, nmma, multi_warp, multi_tile, bf16, ldsm);
@@ -433,8 +427,6 @@ static void test_emulated(void **state)
     s_broken(&ks[ldsm], wk[ldsm], rows, 1);
     for (int i = 0; i < NALL; i++)
         kl_kernel_free(&ks[i]);
-    unlink(so);
-    free(so);
     for (int op = 0; op < NOPS; op++)
         kl_workload_free(&ws[op]);
 }
@@ -612,31 +604,18 @@ static void test_simt_half(void **state)
         for (int i = 0; i < N; i++)
             assert_int_equal(res[i].smem_static, info[i].smem);
     }
-    char *so = NULL;
-    int rc = kl_emu_build(ks, N, wk, s_workdir, &so, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    assert_int_equal(rc, KL_OK);
-    for (int i = 0; i < N; i++) {
-        rc = kl_emu_check(so, &ks[i], wk[i], 17, 1e-4, 1e-4, err);
-        if (rc)
-            fprintf(stderr, "%s\n%s", err, ks[i].source);
-        assert_int_equal(rc, KL_OK);
+    assert_int_equal(
+        kl_emu_check_all(ks, N, wk, s_workdir, 17, 1e-4, 1e-4, err), KL_OK);
+    for (int i = 0; i < N; i++)
         kl_kernel_free(&ks[i]);
-    }
-    unlink(so);
-    free(so);
     kl_workload_free(&ws[0]);
     kl_workload_free(&ws[1]);
 }
 
 int main(void)
 {
-    snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-mma-test-%d",
-             (int)getpid());
-    char err[KL_ERRMSG_LEN];
-    if (kl_mkdirs(s_workdir, err)) {
-        fprintf(stderr, "%s\n", err);
+    if (!kl_test_mkdtemp(s_workdir, sizeof s_workdir, "kiln-mma-test-XXXXXX")) {
+        perror("kl_test_mkdtemp");
         return 1;
     }
     const struct CMUnitTest tests[] = {
@@ -649,6 +628,6 @@ int main(void)
         cmocka_unit_test(test_mutate_choice),
     };
     int rc = cmocka_run_group_tests_name("cuda_mma", tests, NULL, NULL);
-    rmdir(s_workdir);
+    kl_test_rmdir(s_workdir);
     return rc;
 }

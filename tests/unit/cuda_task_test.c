@@ -20,12 +20,13 @@
 #include "cuda_emu.h"
 #include "kl_codegen_cuda.h"
 #include "kl_task.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 #define OP "matmul M=512 N=256 K=128"
 #define BATCH 24
 
-static char s_workdir[256];
+static char s_workdir[512];
 
 typedef struct {
     size_t n;
@@ -264,22 +265,14 @@ static void test_cuda_reference(void **state)
         assert_int_equal(ks[i].shared_bytes, 0);
         assert_non_null(strstr(ks[i].source, "__launch_bounds__(256)"));
     }
-    char *so = NULL;
-    int rc = kl_emu_build(ks, NOPS, (const kl_workload_t *const *)ws, s_workdir,
-                          &so, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    assert_int_equal(rc, KL_OK);
+    assert_int_equal(kl_emu_check_all(ks, NOPS,
+                                      (const kl_workload_t *const *)ws,
+                                      s_workdir, 5, 1e-4, 1e-4, err),
+                     KL_OK);
     for (int i = 0; i < NOPS; i++) {
-        rc = kl_emu_check(so, &ks[i], ws[i], 5, 1e-4, 1e-4, err);
-        if (rc)
-            fprintf(stderr, "%s: %s\n", ops[i], err);
-        assert_int_equal(rc, KL_OK);
         kl_kernel_free(&ks[i]);
         kl_workload_free(&ws[i]);
     }
-    unlink(so);
-    free(so);
 }
 
 /* The CPU path is untouched: C candidates without a launch, C reference. */
@@ -324,11 +317,9 @@ static void test_cuda_needs_arch(void **state)
 
 int main(void)
 {
-    char err[KL_ERRMSG_LEN];
-    snprintf(s_workdir, sizeof s_workdir, "/tmp/kiln-cuda-task-%d",
-             (int)getpid());
-    if (kl_mkdirs(s_workdir, err)) {
-        fprintf(stderr, "%s\n", err);
+    if (!kl_test_mkdtemp(s_workdir, sizeof s_workdir,
+                         "kiln-cuda-task-XXXXXX")) {
+        perror("kl_test_mkdtemp");
         return 1;
     }
     const struct CMUnitTest tests[] = {
@@ -338,6 +329,6 @@ int main(void)
         cmocka_unit_test(test_cuda_needs_arch),
     };
     int rc = cmocka_run_group_tests_name("cuda_task", tests, NULL, NULL);
-    rmdir(s_workdir);
+    kl_test_rmdir(s_workdir);
     return rc;
 }

@@ -25,6 +25,7 @@
 #include "kl_export.h"
 #include "kl_space.h"
 #include "kl_store.h"
+#include "kl_test_tmp.h"
 #include "kl_trace.h"
 #include "kl_util.h"
 
@@ -36,7 +37,7 @@ static const char s_graph[] = "model prep\n"
                               "c = dense b O=8 relu=1\n";
 
 typedef struct {
-    char dir[64];
+    char dir[512];
     char *gpath;
     char err[KL_ERRMSG_LEN];
 } fx_t;
@@ -56,8 +57,7 @@ typedef struct {
 static int setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-export-prep-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (!kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-export-prep-XXXXXX"))
         return -1;
     fx->gpath = kl_xasprintf("%s/prep.graph", fx->dir);
     if (kl_write_file(fx->gpath, s_graph, strlen(s_graph), fx->err))

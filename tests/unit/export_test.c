@@ -21,12 +21,13 @@
 #include "kl_export.h"
 #include "kl_space.h"
 #include "kl_store.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 #define OP "matmul M=16 N=16 K=16"
 
 typedef struct {
-    char dir[64];
+    char dir[512];
     kl_store_t *st;
     kl_workload_t *w;
     const char *tgt, *other;
@@ -36,8 +37,8 @@ typedef struct {
 static int setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-export-test-XXXXXX");
-    if (!mkdtemp(fx->dir) || kl_store_open(&fx->st, fx->dir, 0, fx->err) ||
+    if (!kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-export-test-XXXXXX") ||
+        kl_store_open(&fx->st, fx->dir, 0, fx->err) ||
         kl_workload_from_op(OP, &fx->w, fx->err))
         return -1;
     fx->tgt = kl_cpu_target();
@@ -299,7 +300,7 @@ static void test_model_missing_and_fallback(void **state)
 /* A graph's naive build, loaded: written to a fresh directory, built by
  * kl_export_naive and dlopen'ed, with its run and parameter entries. */
 typedef struct {
-    char dir[64];
+    char dir[512];
     char *gpath;
     void *h;
     int (*run)(const float *const *, float *);
@@ -311,8 +312,9 @@ static void s_naive_open(s_naive_t *n, const char *tag, const char *graph)
 {
     char err[KL_ERRMSG_LEN];
     memset(n, 0, sizeof *n);
-    snprintf(n->dir, sizeof n->dir, "/tmp/kiln-export-%s-XXXXXX", tag);
-    assert_non_null(mkdtemp(n->dir));
+    char tmpl[128];
+    snprintf(tmpl, sizeof tmpl, "kiln-export-%s-XXXXXX", tag);
+    assert_non_null(kl_test_mkdtemp(n->dir, sizeof n->dir, tmpl));
     n->gpath = kl_xasprintf("%s/%s.graph", n->dir, tag);
     char *nvd = kl_xasprintf("%s/naive", n->dir);
     char *lib = kl_xasprintf("%s/libkiln_model.so", nvd);

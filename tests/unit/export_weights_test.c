@@ -27,6 +27,7 @@
 
 #include "kl_err.h"
 #include "kl_export.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 /* d: dense 2x8 -> 2x4 with bias; l: layer_norm over the 4 outputs with
@@ -44,7 +45,7 @@ static const char s_two[] = "model two\n"
                             "y = matmul a b\n";
 
 typedef struct {
-    char dir[64];
+    char dir[512];
     char err[KL_ERRMSG_LEN];
 } fx_t;
 
@@ -70,8 +71,7 @@ typedef struct {
 static int setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-export-wts-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (!kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-export-wts-XXXXXX"))
         return -1;
     *state = fx;
     return 0;

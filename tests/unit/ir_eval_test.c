@@ -5,7 +5,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <cmocka.h>
 
 #include "kl_check.h"
+#include "kl_test_tmp.h"
 #include "kl_err.h"
 #include "kl_ir.h"
 #include "kl_util.h"
@@ -342,30 +342,18 @@ static void test_eval_speed(void **state)
 
 /* ---- check harness ------------------------------------------------------ */
 
-static char s_dir[64];
+static char s_dir[512];
 
 static int s_setup(void **state)
 {
     (void)state;
-    strcpy(s_dir, "/tmp/kl_ir_test_XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_ir_test_XXXXXX") ? 0 : -1;
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(s_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    return rmdir(s_dir);
+    return kl_test_rmdir(s_dir);
 }
 
 #define S_MM(NAME, KEND)                                                       \

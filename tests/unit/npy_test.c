@@ -13,19 +13,19 @@
 
 #include "kl_err.h"
 #include "kl_npy.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 typedef struct {
-    char dir[64];
-    char path[128];
+    char dir[512];
+    char path[576];
     char err[KL_ERRMSG_LEN];
 } fx_t;
 
 static int setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-npy-test-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (!kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-npy-test-XXXXXX"))
         return -1;
     snprintf(fx->path, sizeof fx->path, "%s/a.npy", fx->dir);
     *state = fx;

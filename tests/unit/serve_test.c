@@ -24,6 +24,7 @@
 #include "kl_net.h"
 #include "kl_port_fleet.h"
 #include "kl_serve.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 typedef struct {
@@ -646,8 +647,8 @@ static char *s_slurp(const char *path)
 static void test_state_dir(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kl-serve-state-XXXXXX", err[KL_ERRMSG_LEN];
-    assert_non_null(mkdtemp(dir));
+    char dir[512], err[KL_ERRMSG_LEN];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kl-serve-state-XXXXXX"));
     char *path = kl_xasprintf("%s/drained", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);

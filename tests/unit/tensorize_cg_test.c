@@ -11,7 +11,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +19,16 @@
 #include <cmocka.h>
 
 #include "kl_abi.h"
-#include "kl_check.h"
+#include "kl_cgrun.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_ir.h"
 #include "kl_space.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
-static char s_dir[64];
+static char s_dir[512];
 
 static int s_setup(void **state)
 {
@@ -36,65 +36,14 @@ static int s_setup(void **state)
     /* Keep libgomp loaded: its idle threads outlive the kernel's dlclose. */
     if (!dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE))
         return -1;
-    strcpy(s_dir, "/tmp/kl_tzcg_test_XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_tzcg_test_XXXXXX") ? 0 : -1;
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(s_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(s_dir);
+    kl_test_rmdir(s_dir);
     return 0;
-}
-
-static void **s_alloc(const kl_workload_t *w, uint64_t seed)
-{
-    void **bufs = kl_xcalloc((size_t)w->ntensors + 1, sizeof(*bufs));
-    kl_rng_t rng;
-    kl_rng_seed(&rng, seed);
-    for (int t = 0; t < w->ntensors; t++) {
-        const kl_tensor_t *ts = &w->tensors[t];
-        int64_t n = kl_tensor_numel(ts);
-        bufs[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
-        if (ts->is_output)
-            continue;
-        for (int64_t i = 0; i < n; i++) {
-            double u = kl_rng_double(&rng);
-            switch (ts->dtype) {
-            case KL_DT_U8:
-                ((uint8_t *)bufs[t])[i] = (uint8_t)(u * 256);
-                break;
-            case KL_DT_S8:
-                ((int8_t *)bufs[t])[i] = (int8_t)((int)(u * 256) - 128);
-                break;
-            case KL_DT_S32:
-                ((int32_t *)bufs[t])[i] = (int32_t)(u * 2001) - 1000;
-                break;
-            default:
-                ((float *)bufs[t])[i] = (float)(1e-3 + 9e-3 * u);
-                break;
-            }
-        }
-    }
-    return bufs;
-}
-
-static void s_free(const kl_workload_t *w, void **bufs)
-{
-    for (int t = 0; t <= w->ntensors; t++)
-        free(bufs[t]);
-    free(bufs);
 }
 
 /* Tilings of the nest i, j, k (loops 0, 1, 2) around a lanes x 4 block. */
@@ -183,61 +132,35 @@ static void s_verify(const kl_workload_t *w, const kl_sched_t *s,
         fail_msg("%s %s %d: %s", spec, intrin, tiling, err);
     assert_true(k.prepare);
     assert_non_null(strstr(k.source, in->pragma));
-    char *so = NULL;
-    if (kl_check_build(k.source, s_dir, &so, err))
+    kl_cgrun_t r;
+    if (kl_cgrun_load(&r, k.source, k.entry, s_dir, err))
         fail_msg("%s: %s\n%s", spec, err, k.source);
+    assert_non_null(r.prep);
     if (kl_intrin_cpu_has(in)) {
-        void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-        assert_non_null(lib);
-        kl_abi_kernel_fn fn;
-        *(void **)&fn = dlsym(lib, k.entry);
-        assert_non_null(fn);
-        kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, k.entry);
-        assert_non_null(prep);
-        void **a = s_alloc(w, 11), **b = s_alloc(w, 11);
-        bool cst[KL_IR_MAX_TENSORS];
-        for (int t = 0; t < w->ntensors; t++)
-            cst[t] = w->tensors[t].is_const;
-        a[w->ntensors] = kl_abi_prepare(prep, w->ntensors, a, cst);
-        assert_non_null(a[w->ntensors]);
-        int ot = kl_workload_output(w);
-        const kl_tensor_t *o = &w->tensors[ot];
-        size_t bytes = (size_t)kl_tensor_numel(o) * kl_dtype_size(o->dtype);
-        memset(a[ot], 0xa5, bytes);
-        memset(b[ot], 0x5a, bytes);
-        fn(a);
-        kl_workload_eval_typed(w, b);
-        if (memcmp(a[ot], b[ot], bytes) != 0)
-            fail_msg("%s %s tiling %d: tensorized C and the interpreter "
-                     "differ\n%s",
-                     spec, intrin, tiling, k.source);
+        void **a = NULL, **b = NULL;
+        if (kl_cgrun_compare(&r, w, 11, &a, &b, err))
+            fail_msg("%s %s tiling %d: tensorized C: %s\n%s", spec, intrin,
+                     tiling, err, k.source);
         /* A second call on the same prepared block gives the same. */
+        int ot = kl_workload_output(w);
+        size_t bytes = kl_cgrun_out_bytes(w);
         memset(a[ot], 0x11, bytes);
-        fn(a);
+        r.fn(a);
         assert_memory_equal(a[ot], b[ot], bytes);
-        bool varied = false;
-        for (size_t i = 1; i < bytes && !varied; i++)
-            varied = ((uint8_t *)a[ot])[i] != ((uint8_t *)a[ot])[0];
-        assert_true(varied);
-        s_free(w, a);
-        s_free(w, b);
-        dlclose(lib);
+        assert_true(kl_cgrun_varied(w, a));
+        kl_cgrun_free(w, a);
+        kl_cgrun_free(w, b);
         s_run_checks++;
     } else {
         /* Without the feature, prepare refuses: no kernel runs to trap. */
-        void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-        assert_non_null(lib);
-        kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, k.entry);
-        assert_non_null(prep);
-        void **a = s_alloc(w, 11);
+        void **a = kl_cgrun_alloc(w, 11);
         bool cst[KL_IR_MAX_TENSORS];
         for (int t = 0; t < w->ntensors; t++)
             cst[t] = w->tensors[t].is_const;
-        assert_null(kl_abi_prepare(prep, w->ntensors, a, cst));
-        s_free(w, a);
-        dlclose(lib);
+        assert_null(kl_abi_prepare(r.prep, w->ntensors, a, cst));
+        kl_cgrun_free(w, a);
     }
-    free(so);
+    kl_cgrun_close(&r);
     kl_kernel_free(&k);
 }
 

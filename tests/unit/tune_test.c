@@ -22,10 +22,11 @@
 #include "kl_job.h"
 #include "kl_store.h"
 #include "kl_task.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 typedef struct {
-    char dir[64];
+    char dir[512];
     kl_store_t *st;
     kl_fleet_t *fleet;
     kl_dispatch_t *d;
@@ -38,8 +39,8 @@ static fx_t *s_fx(int n_agents)
 {
     char err[KL_ERRMSG_LEN];
     fx_t *f = kl_xcalloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/kiln-tune-test-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    assert_non_null(
+        kl_test_mkdtemp(f->dir, sizeof f->dir, "kiln-tune-test-XXXXXX"));
     assert_int_equal(kl_store_open(&f->st, f->dir, KL_STORE_NOSYNC, err),
                      KL_OK);
     kl_fleet_config_t fc = {.n_agents = n_agents, .simulate = true};
@@ -59,8 +60,8 @@ static void s_fx_free(fx_t *f)
     kl_dispatch_destroy(&f->d);
     kl_fleet_destroy(&f->fleet);
     kl_store_close(&f->st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
     assert_int_equal(system(cmd), 0);
     free(f);
 }

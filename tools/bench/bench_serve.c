@@ -941,9 +941,20 @@ static int s_copy_pub(const char *from, const char *to, char *err)
     return rc;
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 static int s_make_keys(char *err)
 {
-    char tmpl[] = "/tmp/bench_serve.XXXXXX";
+    char tmpl[200];
+    int k = snprintf(tmpl, sizeof tmpl, "%s/bench_serve.XXXXXX", s_tmpdir());
+    if (k < 0 || (size_t)k >= sizeof tmpl)
+        return kl_seterr(err, KL_ERR_INVAL, "TMPDIR %s is too long",
+                         s_tmpdir());
     if (!mkdtemp(tmpl))
         return kl_seterr(err, KL_ERR_IO, "mkdtemp: %s", strerror(errno));
     snprintf(s_curve_dir, sizeof s_curve_dir, "%s", tmpl);
