@@ -48,6 +48,19 @@ Subcommands:
       QLinearMatMul with a per-column weight scale, DequantizeLinear) with
       qlinear_matmul.ort.npy (ONNX Runtime's y for int_ops.input.npy).
 
+  residual-cnn OUTDIR
+      A residual CNN (numpy seed 18, opset 17, x 1x3x32x32 -> y 1x10):
+      Conv 3->16 3x3 + Relu, MaxPool 2x2/2, Conv 16->16 3x3 + Relu, Conv
+      16->16 3x3, Add of the pooled tensor, Relu, AveragePool 2x2/2, Conv
+      1x1 16->32, GlobalAveragePool, Flatten, Gemm 32->10 (all with
+      biases), quantized by quantize_static (per_channel=True, QUInt8
+      activations, QInt8 weights, MinMax on 8 seeded inputs) twice:
+      QuantFormat.QOperator (QLinearAdd, QLinearAveragePool, MaxPool on
+      u8, ...) as OUTDIR/residual_cnn_qop.onnx and QDQ as
+      residual_cnn_qdq.onnx. Writes residual_cnn.input.npy (the input of
+      both) and, for each, .ort.npy (ONNX Runtime's y) and .add.ort.npy
+      (ONNX Runtime's u8 output of the residual add, 1x16x16x16, as f32).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -74,7 +87,7 @@ Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
 Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8,
-small-cnn-qop, int-ops); torch and torchvision too
+small-cnn-qop, int-ops, residual-cnn); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -85,6 +98,7 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-qop tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh int-ops tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh residual-cnn tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
