@@ -48,6 +48,19 @@ Subcommands:
       QLinearMatMul with a per-column weight scale, DequantizeLinear) with
       qlinear_matmul.ort.npy (ONNX Runtime's y for int_ops.input.npy).
 
+  residual-cnn OUTDIR
+      A residual CNN (numpy seed 18, opset 17, x 1x3x32x32 -> y 1x10):
+      Conv 3->16 3x3 + Relu, MaxPool 2x2/2, Conv 16->16 3x3 + Relu, Conv
+      16->16 3x3, Add of the pooled tensor, Relu, AveragePool 2x2/2, Conv
+      1x1 16->32, GlobalAveragePool, Flatten, Gemm 32->10 (all with
+      biases), quantized by quantize_static (per_channel=True, QUInt8
+      activations, QInt8 weights, MinMax on 8 seeded inputs) twice:
+      QuantFormat.QOperator (QLinearAdd, QLinearAveragePool, MaxPool on
+      u8, ...) as OUTDIR/residual_cnn_qop.onnx and QDQ as
+      residual_cnn_qdq.onnx. Writes residual_cnn.input.npy (the input of
+      both) and, for each, .ort.npy (ONNX Runtime's y) and .add.ort.npy
+      (ONNX Runtime's u8 output of the residual add, 1x16x16x16, as f32).
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
@@ -74,7 +87,7 @@ Benchmark models (torchvision, encoder) are written outside the repository
 and never committed; peers.sh (tools/bench/) runs them.
 
 Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8,
-small-cnn-qop, int-ops); torch and torchvision too
+small-cnn-qop, int-ops, residual-cnn); torch and torchvision too
 (torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
 test suite needs them: the tests read the committed files only.
 
@@ -85,6 +98,7 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-int8 tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-qop tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh int-ops tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh residual-cnn tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
 
@@ -325,6 +339,113 @@ def small_cnn_int8(outdir, qop=False):
     print_ops(path)
     print("wrote %s (%d bytes), ORT output %s" % (
         path, os.path.getsize(path), np.array2string(y.ravel(), precision=4)))
+
+
+def residual_cnn(outdir):
+    """A small residual CNN quantized by quantize_static twice: in the
+    operator format (QLinearAdd, QLinearAveragePool, MaxPool on u8) as
+    residual_cnn_qop.*, and in QDQ format (DequantizeLinear -> Add ->
+    QuantizeLinear) as residual_cnn_qdq.*."""
+    import tempfile
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime import quantization as q
+
+    rng = np.random.default_rng(SEED)
+    inits = []
+    nodes = []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(
+            np.ascontiguousarray(arr, dtype=np.float32), name))
+        return name
+
+    def conv(name, x, k, c, r, pad):
+        w = init(name + ".w", rng.normal(0.0, np.sqrt(2.0 / (c * r * r)),
+                                         (k, c, r, r)))
+        b = init(name + ".b", rng.normal(0.0, 0.1, k))
+        nodes.append(helper.make_node(
+            "Conv", [x, w, b], [name], name=name, pads=[pad] * 4,
+            strides=[1, 1]))
+        return name
+
+    def node(op, name, ins, **kw):
+        nodes.append(helper.make_node(op, ins, [name], name=name, **kw))
+        return name
+
+    t = node("Relu", "relu1", [conv("conv1", "x", 16, 3, 3, 1)])
+    p = node("MaxPool", "pool1", [t], kernel_shape=[2, 2], strides=[2, 2])
+    t = node("Relu", "relu2a", [conv("conv2a", p, 16, 16, 3, 1)])
+    t = conv("conv2b", t, 16, 16, 3, 1)
+    t = node("Relu", "relu2", [node("Add", "add2", [t, p])])
+    t = node("AveragePool", "apool", [t], kernel_shape=[2, 2],
+             strides=[2, 2])
+    t = conv("conv3", t, 32, 16, 1, 0)
+    t = node("GlobalAveragePool", "gap", [t])
+    t = node("Flatten", "flat", [t], axis=1)
+    nodes.append(helper.make_node(
+        "Gemm", [t, init("fc.w", rng.normal(0.0, np.sqrt(1 / 32), (10, 32))),
+                 init("fc.b", rng.normal(0.0, 0.1, 10))],
+        ["y"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "residual_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits)
+    model = helper.make_model(
+        graph, producer_name="kiln tools/onnx_models.py",
+        opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    calib = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+             for _ in range(8)]
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            v = next(self.it, None)
+            return None if v is None else {"x": v}
+
+    os.makedirs(outdir, exist_ok=True)
+    np.save(os.path.join(outdir, "residual_cnn.input.npy"),
+            np.ascontiguousarray(x))
+    for fmt, base in ((q.QuantFormat.QOperator, "residual_cnn_qop"),
+                      (q.QuantFormat.QDQ, "residual_cnn_qdq")):
+        path = os.path.join(outdir, base + ".onnx")
+        with tempfile.TemporaryDirectory() as tmp:
+            fp = os.path.join(tmp, "residual_cnn_f32.onnx")
+            onnx.save(model, fp)
+            q.quantize_static(
+                fp, path, Reader(), quant_format=fmt, per_channel=True,
+                activation_type=q.QuantType.QUInt8,
+                weight_type=q.QuantType.QInt8,
+                calibrate_method=q.CalibrationMethod.MinMax)
+        # y, and the u8 output of the residual add (its quantized value,
+        # 1x16x16x16, as f32)
+        qm = onnx.load(path)
+        addq = [n.output[0] for n in qm.graph.node
+                if n.op_type in ("QLinearAdd", "QuantizeLinear") and
+                n.output[0].startswith(("add2", "relu2"))][-1]
+        qm.graph.output.append(helper.make_tensor_value_info(
+            addq, TensorProto.UINT8, [1, 16, 16, 16]))
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(qm.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        y, a = sess.run(["y", addq], {"x": x})
+        np.save(os.path.join(outdir, base + ".ort.npy"),
+                np.ascontiguousarray(y, dtype=np.float32))
+        np.save(os.path.join(outdir, base + ".add.ort.npy"),
+                np.ascontiguousarray(a, dtype=np.float32))
+        print_ops(path)
+        print("wrote %s (%d bytes), add output %s, ORT output %s" % (
+            path, os.path.getsize(path), addq,
+            np.array2string(y.ravel(), precision=4)))
 
 
 def int_ops(outdir):
@@ -570,6 +691,8 @@ def main():
     p.add_argument("outdir")
     p = sub.add_parser("int-ops")
     p.add_argument("outdir")
+    p = sub.add_parser("residual-cnn")
+    p.add_argument("outdir")
     p = sub.add_parser("torchvision")
     p.add_argument("name", choices=["resnet18", "resnet50", "mobilenet_v2"])
     p.add_argument("out")
@@ -594,6 +717,8 @@ def main():
         small_cnn_int8(a.outdir, qop=True)
     elif a.cmd == "int-ops":
         int_ops(a.outdir)
+    elif a.cmd == "residual-cnn":
+        residual_cnn(a.outdir)
     elif a.cmd == "torchvision":
         torchvision_model(a.name, a.out, a.exporter, not a.fold_bn)
     elif a.cmd == "encoder":

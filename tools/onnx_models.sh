@@ -3,9 +3,9 @@
 # own, made once and reused: ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}
 # with numpy, onnx, onnxruntime, onnxscript and CPU builds of torch and
 # torchvision (from $KILN_TORCH_INDEX, default PyTorch's CPU wheel index; set
-# it empty to take them from PyPI). small-cnn, small-cnn-int8, small-cnn-qop
-# and int-ops need only numpy, onnx and onnxruntime: KILN_MODELS_NO_TORCH=1
-# skips torch.
+# it empty to take them from PyPI). small-cnn, small-cnn-int8, small-cnn-qop,
+# int-ops and residual-cnn need only numpy, onnx and onnxruntime:
+# KILN_MODELS_NO_TORCH=1 skips torch.
 # Usage: tools/onnx_models.sh SUBCOMMAND ARGS...   (see tools/onnx_models.py)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -454,6 +454,8 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
             return s_qgemm(c, nd);
         if (s_is(nd, "QLinearGlobalAveragePool"))
             return s_qgap(c, nd);
+        if ((rc = s_qfloat(c, nd, &done)) || done)
+            return rc;
         c->why = "a com.microsoft operator kiln has no layer for";
         return S_UNSUP;
     }
@@ -495,6 +497,8 @@ static int s_node(s_ctx_t *c, const s_node_t *nd)
         return s_qlayer(c, nd);
     if (s_is(nd, "Conv"))
         return s_conv(c, nd);
+    if (s_is(nd, "MaxPool") && ((rc = s_qmaxpool(c, nd, &done)) || done))
+        return rc;
     if (s_is(nd, "MaxPool") || s_is(nd, "AveragePool"))
         return s_pool(c, nd, s_is(nd, "MaxPool"));
     if (s_is(nd, "Gemm") || s_is(nd, "MatMul"))
@@ -623,8 +627,9 @@ static int s_nodes(s_ctx_t *c)
                        "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
                        "(or its Erf form), Identity, Dropout, Constant, "
                        "QuantizeLinear, DequantizeLinear (QDQ around Conv, "
-                       "Gemm, MatMul), QLinearConv, QLinearMatMul, QGemm and "
-                       "QLinearGlobalAveragePool (com.microsoft), "
+                       "Gemm, MatMul), QLinearConv, QLinearMatMul, QGemm, "
+                       "QLinearGlobalAveragePool, QLinearAdd and "
+                       "QLinearAveragePool (com.microsoft), MaxPool on u8, "
                        "MatMulInteger, ConvInteger (and Cast, Mul by a "
                        "constant after them)",
                        c->src, nbad, nbad > 1 ? "s" : "", list.data);

@@ -27,9 +27,10 @@ typedef struct {
     bool bad;    /* computed by a node kiln cannot import */
     kl_dtype dt; /* f32, or u8 / s8 (a quantize layer's or q-op's output) */
     /* A DequantizeLinear's output: the integer tensor (its kiln name,
-     * borrowed), scale and zero point it dequantizes; virt when no
-     * dequantize layer was written (every reader folds it). */
+     * borrowed), its type, scale and zero point it dequantizes; virt when
+     * no dequantize layer was written (every reader folds it). */
     const char *qkiln;
+    kl_dtype qdt;
     float qs;
     int64_t qzp;
     bool virt;
@@ -214,5 +215,11 @@ int s_qgap(s_ctx_t *c, const s_node_t *nd);
 int s_int_op(s_ctx_t *c, const s_node_t *nd);
 int s_int_cast(s_ctx_t *c, const s_node_t *nd, bool *done);
 int s_dynamic(s_ctx_t *c, const s_node_t *nd);
+
+/* kl_model_onnx_qfp.c: quantized nodes run in float between dequantize
+ * and quantize layers (com.microsoft QLinearAdd, QLinearAveragePool;
+ * MaxPool of a u8 / s8 tensor); *done false for other nodes */
+int s_qfloat(s_ctx_t *c, const s_node_t *nd, bool *done);
+int s_qmaxpool(s_ctx_t *c, const s_node_t *nd, bool *done);
 
 #endif

@@ -182,6 +182,7 @@ int s_dequantize(s_ctx_t *c, const s_node_t *nd)
         v = &c->vals[c->nvals - 1];
     }
     v->qkiln = src;
+    v->qdt = xdt;
     v->qs = sc;
     v->qzp = zp;
     return KL_OK;
@@ -400,7 +401,9 @@ int s_qlayer(s_ctx_t *c, const s_node_t *nd)
 {
     const s_val_t *x = s_val(c, nd->input[0]);
     const s_node_t *wdq = s_dq_const(c, nd->input[1]);
-    if (!x || !x->qkiln || x->dt != KL_DT_U8) {
+    /* the quantized tensor's type (x is f32 when a dequantize layer was
+     * written for other readers, a residual Add's) */
+    if (!x || !x->qkiln || x->qdt != KL_DT_U8) {
         c->why = !x || !x->qkiln
                      ? "an int8 weight on a float input (only QDQ on both)"
                      : "an int8 input (kiln's q-ops read u8 activations)";
