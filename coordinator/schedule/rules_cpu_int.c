@@ -202,12 +202,25 @@ static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
         if (xa->access.idx[X->ndim - 1].coef[i])
             itc = i;
     }
-    if (itf < 0 || itc < 0 || itx < 0 || itf == itx || !w->iters[itc].reduce ||
+    /* W's last index: the output channel alone */
+    const kl_expr_t *wl = e->b;
+    bool wok = wl && wl->kind == KL_EX_LOAD && itf >= 0;
+    if (wok) {
+        const kl_tensor_t *W = &w->tensors[wl->access.tensor];
+        const kl_affine_t *a = &wl->access.idx[W->ndim - 1];
+        for (int i = 0; i < w->niters; i++)
+            wok = wok && a->coef[i] == (i == itf) &&
+                  w->out.idx[Y->ndim - 1].coef[i] == (i == itf);
+        wok = wok && !a->offset && a->div == 1;
+    }
+    if (!wok || itc < 0 || itx < 0 || itf == itx || !w->iters[itc].reduce ||
         w->iters[itf].reduce || w->iters[itx].reduce)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s: %s: the CPU design space tensorizes NHWC "
-                         "convolutions with groups=1 only (output channel "
-                         "last in Y and W, input channel last in X)",
+                         "%s: %s is an integer workload that the CPU design "
+                         "space cannot tensorize: it tensorizes NHWC "
+                         "convolutions with groups=1 only (the output "
+                         "channel last in Y and W, the input channel last "
+                         "in X)",
                          t->name, nm);
     kl_trace_t *tr = kl_trace_new(t->name);
     int64_t l[KL_IR_MAX_ITERS], lp[KL_IR_MAX_ITERS];
