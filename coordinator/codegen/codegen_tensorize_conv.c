@@ -171,6 +171,148 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
     }
 }
 
+/* Whether access a reads a 1-D tensor at the output channel f alone. */
+static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
+{
+    if (w->tensors[a->tensor].ndim != 1 || a->idx[0].offset ||
+        a->idx[0].div != 1)
+        return false;
+    for (int i = 0; i < w->niters; i++)
+        if (a->idx[0].coef[i] != (i == f))
+            return false;
+    return true;
+}
+
+/* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
+ * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
+ * with a u8 / s8 output. */
+static bool s_vec_epi_ok(const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
+    if (c->in->lanes != 16 || (odt != KL_DT_U8 && odt != KL_DT_S8))
+        return false;
+    int i = 0, f = c->tz->it_n;
+    if (i < w->nepi && w->epi[i].kind == KL_EPI_ADD_TENSOR) {
+        if (!s_at_f(w, &w->epi[i].access, f) ||
+            w->tensors[w->epi[i].access.tensor].dtype != KL_DT_S32)
+            return false;
+        i++;
+    }
+    if (i >= w->nepi ||
+        !(w->epi[i].kind == KL_EPI_REQUANT ||
+          (w->epi[i].kind == KL_EPI_REQUANT_TENSOR &&
+           s_at_f(w, &w->epi[i].access, f) &&
+           w->tensors[w->epi[i].access.tensor].dtype == KL_DT_F32)))
+        return false;
+    if (w->epi[i].zp < -255 || w->epi[i].zp > 255)
+        return false;
+    for (i++; i < w->nepi; i++)
+        if (w->epi[i].kind != KL_EPI_CLIP && w->epi[i].kind != KL_EPI_RELU)
+            return false;
+    return true;
+}
+
+/* The q-op epilogue of tile t on 16 lanes at once (s_vec_epi_ok), exactly
+ * what the scalar epilogue computes: the bias added with int32 saturation
+ * (the scalar adds in int64 and requant clamps to int32 first), the int32
+ * converted to f32 and multiplied by the scale, rounded to nearest even
+ * (nearbyintf), clamped to +-65536 (beyond that, whatever the zero point in
+ * -255..255 and the clips, the u8 / s8 store saturates the same way), the
+ * zero point added, the clips, the output range, and a masked byte store
+ * (vpmovdb) of the lanes below K. */
+static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
+                             const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    int ot = kl_workload_output(w), f = c->tz->it_n;
+    const kl_tensor_t *Y = &w->tensors[ot];
+    int64_t K = w->iters[f].extent;
+    long long T = (long long)t;
+    kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, T);
+    if (K % 16)
+        kl_buf_printf(b,
+                      "%s    const __mmask16 m = v%d_%lld + 16 <= %lld ? "
+                      "(__mmask16)0xffff : (__mmask16)((1u << (%lld - "
+                      "v%d_%lld)) - 1u);\n",
+                      ind, f, T, (long long)K, (long long)K, f, T);
+    else
+        kl_buf_printf(b, "%s    const __mmask16 m = (__mmask16)0xffff;\n", ind);
+    kl_buf_printf(b,
+                  "%s    __m512i x = _mm512_sub_epi32(c_%lld, "
+                  "_mm512_maskz_loadu_epi32(m, comp + v%d_%lld));\n",
+                  ind, T, f, T);
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        switch ((int)ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+            kl_buf_printf(
+                b,
+                "%s    {\n%s        const __m512i bv = "
+                "_mm512_maskz_loadu_epi32(m, t%d + v%d_%lld);\n"
+                "%s        const __m512i s = _mm512_add_epi32(x, bv);\n"
+                "%s        const __mmask16 o = _mm512_cmplt_epi32_mask("
+                "_mm512_and_si512(_mm512_xor_si512(x, s), "
+                "_mm512_xor_si512(bv, s)), _mm512_setzero_si512());\n"
+                "%s        x = _mm512_mask_mov_epi32(s, o, _mm512_xor_si512("
+                "_mm512_srai_epi32(x, 31), _mm512_set1_epi32(INT32_MAX)));"
+                "\n%s    }\n",
+                ind, ind, ep->access.tensor, f, T, ind, ind, ind, ind);
+            break;
+        case KL_EPI_REQUANT:
+        case KL_EPI_REQUANT_TENSOR:
+            kl_buf_printf(b, "%s    {\n%s        const __m512 sv = ", ind, ind);
+            if (ep->kind == KL_EPI_REQUANT)
+                kl_buf_printf(b, "_mm512_set1_ps((float)%.17g);\n", ep->lo);
+            else
+                kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + v%d_%lld);\n",
+                              ep->access.tensor, f, T);
+            kl_buf_printf(
+                b,
+                "%s        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(x), "
+                "sv);\n"
+                "%s        r = _mm512_roundscale_ps(r, "
+                "_MM_FROUND_TO_NEAREST_INT "
+                "| _MM_FROUND_NO_EXC);\n"
+                "%s        r = _mm512_min_ps(_mm512_max_ps(r, "
+                "_mm512_set1_ps(-65536.0f)), _mm512_set1_ps(65536.0f));\n"
+                "%s        x = _mm512_add_epi32(_mm512_cvttps_epi32(r), "
+                "_mm512_set1_epi32(%lld));\n%s    }\n",
+                ind, ind, ind, ind, (long long)ep->zp, ind);
+            break;
+        case KL_EPI_RELU:
+            kl_buf_printf(b,
+                          "%s    x = _mm512_max_epi32(x, "
+                          "_mm512_setzero_si512());\n",
+                          ind);
+            break;
+        default: /* KL_EPI_CLIP */
+            kl_buf_printf(b,
+                          "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                          "_mm512_set1_epi32(%lld)), _mm512_set1_epi32(%lld));"
+                          "\n",
+                          ind, (long long)ep->lo, (long long)ep->hi);
+            break;
+        }
+    }
+    bool u8 = Y->dtype == KL_DT_U8;
+    kl_buf_printf(b,
+                  "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n"
+                  "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + (int64_t)0",
+                  ind, u8 ? 0 : -128, u8 ? 255 : 127, ind, ot);
+    int64_t st = 1;
+    for (int d = Y->ndim - 1; d >= 0; d--) {
+        int it = -1;
+        for (int k = 0; k < w->niters; k++)
+            if (w->out.idx[d].coef[k])
+                it = k;
+        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st, it, T);
+        st *= Y->shape[d];
+    }
+    kl_buf_printf(b, ", m, x);\n%s}\n", ind);
+}
+
 /* The finished accumulator of tile t: one vector store of acc - comp when
  * the output is a plain s32 with no epilogue and the block is whole, the
  * workload's epilogue lane by lane otherwise. */
@@ -417,8 +559,12 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     for (int p = c.bpos - 1; p >= c.hp; p--)
         s_close(&b, ind);
     int rc = KL_OK;
+    bool vepi = s_vec_epi_ok(&c);
     for (int64_t t = 0; t < c.ntile && !rc; t++)
-        rc = s_tile_store(&b, &c, t, vstore, ind, err);
+        if (vepi)
+            s_tile_store_vec(&b, &c, t, ind);
+        else
+            rc = s_tile_store(&b, &c, t, vstore, ind, err);
     for (int p = c.tp - 1; p >= 0; p--)
         s_close(&b, ind);
     kl_buf_puts(&b, "}\n");

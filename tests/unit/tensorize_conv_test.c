@@ -7,7 +7,8 @@
  * the reference interpreter (kl_workload_eval_typed); a trace's text
  * replays to the same source; a kernel whose padding row is wrong (zeros
  * instead of the zero point: the compensation then takes za * W away from
- * border pixels that never added it) is caught; depthwise, grouped and
+ * border pixels that never added it) is caught, and so is a vector
+ * requant that rounds toward zero; depthwise, grouped and
  * NCHW convolutions are refused with their reason. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -157,7 +158,7 @@ static const char *s_specs[] = {
     "qconv2d N=1 C=16 H=9 W=9 K=32 R=3 S=3 pad=1 za=7 bias=1 layout=NHWC",
     /* stride 2, s8 out with its zero point, za > 127 */
     "qconv2d N=1 C=8 H=10 W=11 K=16 R=3 S=3 pad=1 stride=2 za=200 out=s8 "
-    "zo=-3 layout=NHWC",
+    "zo=-3 scale=0.0037 bias=1 layout=NHWC",
     /* 1x1 stride 2, N=2, K not a multiple of 16, s32 out (vector stores
      * and the lanes of the last partial block) */
     "qconv2d N=2 C=32 H=8 W=8 K=24 R=1 S=1 stride=2 za=5 out=s32 "
@@ -205,6 +206,13 @@ static void test_space_conv(void **state)
                 kl_kernel_t k;
                 if (kl_codegen_c(s, NULL, "kl_tz", &k, err))
                     fail_msg("%s: %s\n%s", s_specs[i], err, text);
+                /* u8 / s8 outputs of the q-op form: the AVX-512 vector
+                 * epilogue (one masked byte store per block) */
+                kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
+                assert_int_equal(
+                    strstr(k.source, "_mm512_mask_cvtepi32_storeu_epi8") !=
+                        NULL,
+                    ti == 0 && odt != KL_DT_S32);
                 int r =
                     s_run(w, k.source, k.entry, kl_intrin_find(s_intrins[ti]));
                 if (r == 0)
@@ -271,6 +279,50 @@ static void test_broken_padding_caught(void **state)
     kl_workload_free(&w);
 }
 
+/* The vector requant rounding toward zero instead of to nearest even. */
+static void test_broken_requant_caught(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *spec = s_specs[0];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 5);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
+    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
+    int good = s_run(w, k.source, k.entry, in);
+    const char *from = "_MM_FROUND_TO_NEAREST_INT", *to = "_MM_FROUND_TO_ZERO";
+    kl_buf_t b = {0};
+    int n = 0;
+    const char *p = k.source, *q;
+    while ((q = strstr(p, from))) {
+        kl_buf_append(&b, p, (size_t)(q - p));
+        kl_buf_puts(&b, to);
+        p = q + strlen(from);
+        n++;
+    }
+    kl_buf_puts(&b, p);
+    assert_true(n > 0);
+    int bad = s_run(w, b.data, k.entry, in);
+    if (good >= 0) {
+        assert_int_equal(good, 1);
+        assert_int_equal(bad, 0);
+    }
+    kl_buf_free(&b);
+    kl_kernel_free(&k);
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 static void s_refused(const char *spec, const char *want)
 {
     char err[KL_ERRMSG_LEN];
@@ -301,6 +353,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_space_conv, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_broken_padding_caught, s_setup,
+                                        s_teardown),
+        cmocka_unit_test_setup_teardown(test_broken_requant_caught, s_setup,
                                         s_teardown),
         cmocka_unit_test(test_refusals),
     };
