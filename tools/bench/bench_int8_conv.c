@@ -316,7 +316,9 @@ int main(int argc, char **argv)
         ok = ok && rows[i].same;
     }
     bt_print_load();
-    printf("reproduce: OMP_NUM_THREADS=2 OMP_PROC_BIND=close nice %s", argv[0]);
+    const char *nth = getenv("OMP_NUM_THREADS");
+    printf("reproduce: OMP_NUM_THREADS=%s OMP_PROC_BIND=close nice %s",
+           nth ? nth : "(unset)", argv[0]);
     for (int i = 0; i < ndb; i++)
         printf(" --db %s", dbs[i]);
     printf(" --rounds %d\n", rounds);
