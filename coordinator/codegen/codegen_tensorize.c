@@ -27,12 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_tz.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-static const char *s_ctype(kl_dtype dt)
+const char *kl_cg_tz_ctype(kl_dtype dt)
 {
     switch (dt) {
     case KL_DT_U8:
@@ -47,7 +48,7 @@ static const char *s_ctype(kl_dtype dt)
 }
 
 /* The intrinsic's C: kl_vacc_t, KL_VLOAD/KL_VSTORE/KL_VZERO and kl_dot. */
-static void s_intrin_macros(kl_buf_t *b, const char *name)
+void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name)
 {
     if (!strcmp(name, "avx512_vnni")) {
         kl_buf_puts(
@@ -108,7 +109,7 @@ static void s_intrin_macros(kl_buf_t *b, const char *name)
 
 /* sum over the parts feeding iterator it of loops [0, upto) of the part's
  * value times its stride, as C; the max of that sum into *max. */
-static void s_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
+void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
                         int64_t *max)
 {
     bool any = false;
@@ -138,7 +139,7 @@ static void s_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
 
 /* Guards whose every term sits in loops [lo, hi) or the block (at 0) and
  * at least one in [lo, hi): "&& (... < bound)". */
-static void s_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
+void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
 {
     for (int g = 0; g < kl_sched_nguards(s); g++) {
         const kl_guard_t *gd = kl_sched_guard(s, g);
@@ -200,6 +201,8 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         return kl_seterr(err, KL_ERR_INVAL, "codegen: not tensorized");
     if (rc)
         return rc;
+    if (tz.conv)
+        return kl_codegen_tensorized_conv(s, &tz, entry, out, err);
     const kl_intrin_t *in = kl_intrin_find(tz.intrin);
     const kl_workload_t *w = kl_sched_workload(s);
     entry = entry ? entry : "kl_main";
@@ -213,9 +216,9 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         hp--;
     kl_buf_t em = {0}, en = {0}, ek = {0};
     int64_t mmax, nmax, kmax, kmax_run;
-    s_iter_expr(s, tz.it_m, bpos, &em, &mmax);
-    s_iter_expr(s, tz.it_n, bpos, &en, &nmax);
-    s_iter_expr(s, tz.it_k, bpos, &ek, &kmax);
+    kl_cg_tz_iter_expr(s, tz.it_m, bpos, &em, &mmax);
+    kl_cg_tz_iter_expr(s, tz.it_n, bpos, &en, &nmax);
+    kl_cg_tz_iter_expr(s, tz.it_k, bpos, &ek, &kmax);
     /* Whether the run [hp, bpos) covers the whole reduction. */
     bool full = true;
     for (int p = 0; p < hp; p++)
@@ -234,7 +237,7 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                   "#include <stdlib.h>\n#include <string.h>\n",
                   in->name, in->layout, in->pragma);
     kl_buf_puts(&b, kl_cg_int_prelude());
-    s_intrin_macros(&b, in->name);
+    kl_cg_tz_intrin_macros(&b, in->name);
     kl_buf_printf(
         &b,
         "/* 4 activations from k0 on, zeros past the end (%lld). */\n"
@@ -291,9 +294,10 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     /* the kernel */
     kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
     for (int t = 0; t < nt; t++)
-        kl_buf_printf(&b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-                      t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t,
-                      t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t);
+        kl_buf_printf(
+            &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
+            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t,
+            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t);
     /* Fused: the accumulators hold whole sums when stored, so the
      * epilogue runs right there and no acc buffer is needed. */
     bool fused = full && hp < bpos;
@@ -330,7 +334,7 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         const kl_loop_t *l = kl_sched_loop(s, p);
         if (p == tp && hp < bpos) {
             kl_buf_t g = {0};
-            s_guards(s, 0, hp, bpos, &g);
+            kl_cg_tz_guards(s, 0, hp, bpos, &g);
             for (int64_t t = 0; t < ntile; t++) {
                 kl_buf_printf(
                     &b, "%sint64_t m_%lld, n0_%lld;\n%sint ok_%lld;\n", ind,
@@ -383,9 +387,9 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     }
     {
         kl_buf_t g = {0};
-        s_guards(s, hp, bpos, bpos, &g);
+        kl_cg_tz_guards(s, hp, bpos, bpos, &g);
         if (hp == bpos) {
-            s_guards(s, 0, hp, bpos, &g);
+            kl_cg_tz_guards(s, 0, hp, bpos, &g);
             kl_buf_printf(&b,
                           "%sconst int64_t m = %s, n0 = %s, k0 = %s;\n"
                           "%sif (1%s) {\n"

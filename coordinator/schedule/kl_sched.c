@@ -693,6 +693,95 @@ static int s_plain_iter(const kl_affine_t *a, int niters)
     return -1;
 }
 
+static int s_tz_block(const kl_sched_t *s, int loop, const kl_intrin_t *in,
+                      int n, int k, char *err);
+
+/* The convolution form (qconv2d NHWC, groups 1):
+ * Y[sp..., f] += (X[.., c] - za) * W[red..., f] where f, the output
+ * channel, is the last index of Y and W and nowhere else; c, the input
+ * channel, is the last index of X (plain) and one index of W; W's other
+ * indices are the other reduction iterators (the taps), each once; Y's
+ * indices are the spatial iterators, each once; X's other indices are
+ * affine in the spatial iterators and taps (no division). Every reduction
+ * loop of the nest must sit in the run of loops right above the block:
+ * the codegen keeps the whole reduction in the register tile's
+ * accumulators (codegen_tensorize_conv.c). */
+static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
+                           const kl_access_t *aa, const kl_access_t *ab,
+                           kl_tensorize_t *out, char *err)
+{
+    const kl_workload_t *w = s->w;
+    const char *nm = in->name;
+    const kl_tensor_t *A = &w->tensors[aa->tensor],
+                      *B = &w->tensors[ab->tensor],
+                      *Y = &w->tensors[kl_workload_output(w)];
+    int nsp = 0, nred = 0;
+    for (int i = 0; i < w->niters; i++) {
+        nsp += !w->iters[i].reduce;
+        nred += w->iters[i].reduce;
+    }
+    int f = s_plain_iter(&w->out.idx[Y->ndim - 1], w->niters);
+    int c = s_plain_iter(&aa->idx[A->ndim - 1], w->niters);
+    if (f < 0 || w->iters[f].reduce ||
+        !s_plain(&ab->idx[B->ndim - 1], w->niters, f))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: the output channel is not the last "
+                         "index of both %s and %s alone (an NCHW or grouped "
+                         "convolution? NHWC with groups=1 is wanted)",
+                         nm, Y->name, B->name);
+    if (c < 0 || !w->iters[c].reduce)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: %s's last index is not a reduction "
+                         "iterator alone (the input channel; NHWC wanted)",
+                         nm, A->name);
+    bool ok = B->ndim == nred + 1 && Y->ndim == nsp;
+    for (int d = 0; ok && d < Y->ndim; d++) {
+        int it = s_plain_iter(&w->out.idx[d], w->niters);
+        ok = it >= 0 && !w->iters[it].reduce;
+        for (int e = 0; ok && e < d; e++)
+            ok = s_plain_iter(&w->out.idx[e], w->niters) != it;
+    }
+    bool hasc = false;
+    for (int d = 0; ok && d < B->ndim - 1; d++) {
+        int it = s_plain_iter(&ab->idx[d], w->niters);
+        ok = it >= 0 && w->iters[it].reduce;
+        hasc = hasc || it == c;
+        for (int e = 0; ok && e < d; e++)
+            ok = s_plain_iter(&ab->idx[e], w->niters) != it;
+    }
+    for (int d = 0; ok && d < A->ndim - 1; d++)
+        ok = aa->idx[d].div == 1 && !aa->idx[d].coef[f] && !aa->idx[d].coef[c];
+    if (!ok || !hasc)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: the accesses are not %s[..,c], "
+                         "%s[taps..,c,f], %s[..,f] of a convolution",
+                         nm, A->name, B->name, Y->name);
+    out->intrin = in->name;
+    out->lanes = in->lanes;
+    out->red = in->red;
+    out->loop = loop;
+    out->it_m = -1;
+    out->it_n = f;
+    out->it_k = c;
+    out->ta = aa->tensor;
+    out->tb = ab->tensor;
+    out->conv = true;
+    int rc = s_tz_block(s, loop, in, f, c, err);
+    if (rc)
+        return rc;
+    int hp = kl_sched_loop_pos(s, loop);
+    while (hp > 0 && s->loops[hp - 1].reduce)
+        hp--;
+    for (int p = 0; p < hp; p++)
+        if (s->loops[p].reduce && s->loops[p].extent > 1)
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: reduction loop %d is above a "
+                             "spatial loop: a tensorized convolution keeps "
+                             "the whole reduction under the register tile",
+                             nm, s->loops[p].id);
+    return KL_OK;
+}
+
 static int s_tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                       kl_tensorize_t *out, char *err)
 {
@@ -716,11 +805,13 @@ static int s_tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
             ea = ea->a;
         }
     }
-    if (w->reduce != KL_RED_SUM || w->niters != 3 || nred != 1 || !ea ||
-        ea->kind != KL_EX_LOAD || eb->kind != KL_EX_LOAD)
+    bool prod = w->niters == 3 && nred == 1;
+    if (w->reduce != KL_RED_SUM || !ea || ea->kind != KL_EX_LOAD ||
+        eb->kind != KL_EX_LOAD || (!prod && w->niters < 3))
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: workload %s is not a product "
-                         "Y[m,n] += (A[m,k] - za) * B[k,n]",
+                         "Y[m,n] += (A[m,k] - za) * B[k,n] nor a convolution "
+                         "Y[..,f] += (X[..,c] - za) * W[..,c,f]",
                          nm, w->name ? w->name : "?");
     const kl_access_t *aa = &ea->access, *ab = &eb->access;
     const kl_tensor_t *A = &w->tensors[aa->tensor],
@@ -739,6 +830,8 @@ static int s_tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                          "%s is packed once in prepare)",
                          nm, B->name, in->layout);
     const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    if (!prod)
+        return s_tz_match_conv(s, loop, in, aa, ab, out, err);
     int m = A->ndim == 2 ? s_plain_iter(&aa->idx[0], w->niters) : -1;
     int k = A->ndim == 2 ? s_plain_iter(&aa->idx[1], w->niters) : -1;
     int b0 = B->ndim == 2 ? s_plain_iter(&ab->idx[0], w->niters) : -1;
@@ -762,6 +855,16 @@ static int s_tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
     out->ta = aa->tensor;
     out->tb = ab->tensor;
     out->b_nk = b0 == n;
+    return s_tz_block(s, loop, in, n, k, err);
+}
+
+/* The block under loop: the lanes loop over n, the red loop over k, every
+ * loop above stepping n (k) by a multiple of lanes (red), no stages. */
+static int s_tz_block(const kl_sched_t *s, int loop, const kl_intrin_t *in,
+                      int n, int k, char *err)
+{
+    const kl_workload_t *w = s->w;
+    const char *nm = in->name;
     int pos = kl_sched_loop_pos(s, loop);
     if (pos < 0)
         return kl_seterr(err, KL_ERR_INVAL,

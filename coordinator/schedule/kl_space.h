@@ -71,6 +71,11 @@ int kl_space_postproc(const kl_space_t *sp, kl_sched_t *s, char *err);
 /* The CPU rule program for w (see above); *out is the caller's. */
 int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err);
+/* Its integer part (rules_cpu_int.c): products and NHWC convolutions
+ * tensorized with the target's int8 intrinsic; other integer workloads
+ * are refused with the reason. */
+int kl_rules_cpu_program_int(const kl_workload_t *w, const kl_target_t *t,
+                             kl_trace_t **out, char *err);
 /* CPU postprocessors: one parallel loop at most, outermost, spatial; the
  * vectorized loop innermost, spatial, stride 1; a local write cache whose
  * spatial loops below are unrolled or vectorized and whose accumulators fit

@@ -64,7 +64,6 @@
 #include <string.h>
 
 #include "kl_err.h"
-#include "kl_intrin.h"
 #include "kl_space.h"
 #include "kl_wino.h"
 
@@ -643,142 +642,13 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
     return rc ? kl_seterr(err, rc, "cpu rules: %s", r.err) : KL_OK;
 }
 
-/* The intrinsic of a CPU target for int8 products: the widest whose
- * feature every CPU of the target has. The features are in the target
- * ("cpu/x86_64-avx512+vnni", kl_target.h); an AVX-512 target without
- * "+vnni" (Skylake-SP) gets the exact AVX2 fallback, which every AVX-512
- * CPU runs. docs/architecture.md, "The tensorize primitive". */
-static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
-{
-    bool avx512 = !strcmp(t->isa, "x86_64-avx512");
-    if (avx512 && (t->features & KL_CPU_FEAT_VNNI))
-        return kl_intrin_find("avx512_vnni");
-    if (!strcmp(t->isa, "x86_64-avx2") && (t->features & KL_CPU_FEAT_AVXVNNI))
-        return kl_intrin_find("avx_vnni");
-    if (avx512 || !strcmp(t->isa, "x86_64-avx2"))
-        return kl_intrin_find("avx2_i8");
-    return NULL;
-}
-
-/* Integer products: the tensorized tiling
- *     (mo . no0) mi no1 ko0 ko1 [ni ki]
- * with [ni ki] the intrinsic's block (ni: its lanes of the output columns,
- * mi x no1 an unrolled register tile of at most 24 (avx2: 12) accumulators,
- * imperfect when N is not a multiple; ki: 4 reduction points, imperfect
- * when K is not), mo . no0 fused and parallel, the row tile mi and the
- * column tile no1 (in lanes) sampled, and the reduction either whole under
- * the row/column tiles (accumulators in registers over all of K) or split
- * into cache blocks ko0 ko1. Anything else integer is refused with the
- * reason tensorize gives. */
-static int s_program_int(const kl_workload_t *w, const kl_target_t *t,
-                         kl_trace_t **out, char *err)
-{
-    const kl_intrin_t *in = s_target_intrin(t);
-    if (!in)
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s: no int8 intrinsic for this CPU target (the "
-                         "CPU design space has integer schedules on "
-                         "x86_64-avx512 and x86_64-avx2 only)",
-                         t->name);
-    /* Check the workload with the bare block first, for the message. */
-    int64_t l[3], n[2], k[2], m2[2], n2[2], k2[2];
-    int nsp = 0;
-    for (int i = 0; i < w->niters; i++)
-        nsp += !w->iters[i].reduce;
-    if (w->niters != 3 || nsp != 2) /* before l[] is filled: 3 loops */
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s: %s is an integer workload that the CPU design "
-                         "space cannot tensorize (only products "
-                         "Y[m,n] += (A[m,k] - za) * B[k,n] are)",
-                         t->name, w->name ? w->name : "?");
-    kl_trace_t *tr = kl_trace_new(t->name);
-    kl_tr_get_loops(tr, w->niters, l);
-    /* Naive nest: spatial iterators in workload order, then k. The column
-     * iterator is the output's last index. */
-    int itn = -1;
-    for (int i = 0; i < w->niters; i++)
-        if (w->out.idx[1].coef[i])
-            itn = i;
-    int64_t lm = -1, ln = -1, lk = l[2];
-    for (int i = 0, p = 0; i < w->niters; i++)
-        if (!w->iters[i].reduce) {
-            if (i == itn)
-                ln = l[p];
-            else
-                lm = l[p];
-            p++;
-        }
-    if (lm < 0 || ln < 0) {
-        kl_trace_free(&tr);
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s: %s: no output column iterator", t->name,
-                         w->name ? w->name : "?");
-    }
-    int64_t fn[2] = {KL_SPLIT_INFER, -(int64_t)in->lanes};
-    int64_t fk[2] = {KL_SPLIT_INFER, -(int64_t)in->red};
-    kl_tr_split(tr, ln, fn, 2, n);
-    kl_tr_split(tr, lk, fk, 2, k);
-    kl_tr_sample_perfect_tile(tr, lm, 2, 8, m2);
-    int64_t lm2[2];
-    kl_tr_split(tr, lm, m2, 2, lm2);
-    kl_tr_sample_perfect_tile(tr, n[0], 2, 4, n2);
-    int64_t ln2[2];
-    kl_tr_split(tr, n[0], n2, 2, ln2);
-    kl_tr_sample_perfect_tile(tr, k[0], 2, 256, k2);
-    int64_t lk2[2];
-    kl_tr_split(tr, k[0], k2, 2, lk2);
-    /* ko0 ko1 under the register tile, as the comment above says: the
-     * accumulators stay in registers over both, are finished there and
-     * stored with the epilogue. (ko0 above the tile reused nothing, the
-     * tile reads the same A rows and B panel either way, and cost an
-     * int32 buffer, its reloads and a last epilogue pass.) */
-    int64_t order[8] = {lm2[0], ln2[0], lm2[1], ln2[1],
-                        lk2[0], lk2[1], n[1],   k[1]};
-    kl_tr_reorder(tr, order, 8);
-    int64_t f[2] = {lm2[0], ln2[0]};
-    int64_t fused = kl_tr_fuse(tr, f, 2);
-    kl_tr_parallel(tr, fused);
-    /* mi x no1 is the register tile: that many accumulators, one weight
-     * vector load per no1 and one broadcast per mi per step of k. */
-    kl_tr_unroll(tr, lm2[1]);
-    kl_tr_unroll(tr, ln2[1]);
-    char pred[64];
-    snprintf(pred, sizeof pred, "v%lld * v%lld > %d", (long long)m2[1],
-             (long long)n2[1], in->lanes == 16 ? 24 : 12);
-    int prc = kl_tr_reject_if(tr, pred, err);
-    if (prc) {
-        kl_trace_free(&tr);
-        return prc;
-    }
-    kl_tr_tensorize(tr, n[1], in->name);
-    /* Try the block on the naive nest: refuse now with tensorize's reason
-     * rather than at every sample. */
-    kl_sched_t *s = NULL;
-    int rc = kl_sched_create(&s, w, err);
-    if (!rc) {
-        kl_rng_t rng;
-        kl_rng_seed(&rng, 1);
-        bool rej = false;
-        rc = kl_trace_apply(tr, s, &rng, NULL, &rej, err);
-        kl_sched_destroy(&s);
-    }
-    if (rc) {
-        kl_trace_free(&tr);
-        char why[KL_ERRMSG_LEN];
-        snprintf(why, sizeof why, "%s", err);
-        return kl_seterr(err, KL_ERR_UNSUPPORTED, "%s: %s", t->name, why);
-    }
-    *out = tr;
-    return KL_OK;
-}
-
 int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err)
 {
     *out = NULL;
     for (int i = 0; i < w->ntensors; i++)
         if (kl_dtype_is_int(w->tensors[i].dtype))
-            return s_program_int(w, t, out, err);
+            return kl_rules_cpu_program_int(w, t, out, err);
     kl_trace_t *tr = kl_trace_new(t->name);
     /* A 3x3 convolution: directly (0), or as the Winograd product with
      * output tiles ms[i] (i + 1), each branch nested in the last one's

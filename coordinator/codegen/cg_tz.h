@@ -1,0 +1,29 @@
+/* cg_tz.h - helpers shared by the tensorized C generators
+ * (codegen_tensorize.c: products; codegen_tensorize_conv.c: convolutions).
+ * Not part of the public contract. */
+#ifndef CG_TZ_H
+#define CG_TZ_H
+
+#include <stdint.h>
+
+#include "kl_codegen.h"
+#include "kl_util.h"
+
+/* C type of an integer tensor's element ("uint8_t", "int8_t"...). */
+const char *kl_cg_tz_ctype(kl_dtype dt);
+/* The intrinsic's C: kl_vacc_t, KL_VLOAD / KL_VSTORE / KL_VZERO / KL_VSUB
+ * and kl_dot(acc, 4 activations, 4 x lanes weights). */
+void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name);
+/* The value of iterator it fed by loops [0, upto) as a C expression over
+ * the loop variables l<id>; its largest value into *max. */
+void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
+                        int64_t *max);
+/* " && (.. < bound)" for each guard whose deepest term above the block
+ * (position bpos) sits in loops [lo, hi); the block's loops count as 0. */
+void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos,
+                     kl_buf_t *b);
+/* The C of a tensorized convolution (codegen_tensorize_conv.c). */
+int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
+                               const char *entry, kl_kernel_t *out, char *err);
+
+#endif

@@ -1,0 +1,582 @@
+/* codegen_tensorize_conv.c - C of a tensorized convolution (qconv2d NHWC,
+ * groups 1; kl_sched_tensorize's convolution form; docs/architecture.md,
+ * "The tensorize primitive").
+ *
+ * im2col-free: the block is `lanes` output channels f x 4 input channels
+ * c, one intrinsic call acc[f0..f0+lanes) += X[pixel, tap][c0..c0+4) .
+ * Wp[f0/lanes][tap][c0/4][lanes][4]; the taps (r, s) and the channel
+ * groups are the reduction loops right above the block, all of them, so
+ * the register tile (unrolled spatial loops above them: output pixels x
+ * channel blocks, at most 32 accumulators) holds whole sums and the
+ * epilogue runs where the tile ends.
+ *
+ * ENTRY_prepare packs the const weights W[taps..,c,f] as
+ * [ceil(K/lanes)][taps][ceil(C/4)][lanes][4] (zeros past K and C) and the
+ * compensation comp[f] = za * sum over every tap and channel of W[..,f].
+ *
+ * Padding. A tap of an output pixel whose input point lies outside X (the
+ * zero-point padding of the workload: the reference adds nothing for such
+ * a point) reads a row of za bytes instead of X: it adds za * W to the
+ * accumulator, and the full compensation takes za * W away again, so the
+ * point contributes exactly 0, like the reference. Border pixels thus need
+ * no separate path and the compensation stays one vector per channel
+ * block. (The accumulator wraps in int32 like vpdpbusd; the true sum fits,
+ * so the wrap is exact.)
+ *
+ * The tap's row pointer (X or the za row) is computed once per tap, above
+ * the innermost loops that run the channels only. C not a multiple of 4:
+ * the last group reads only the channels that exist (kl_a4), the rest are
+ * zeros, against zero weights. Tile pixels past the output (an imperfect
+ * split) read in-bounds rows or the za row and are never stored. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_tz.h"
+#include "kl_err.h"
+#include "kl_intrin.h"
+#include "kl_util.h"
+
+#define MAXT 32 /* accumulators in a register tile, at most */
+
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_tensorize_t *tz;
+    const kl_intrin_t *in;
+    const kl_access_t *xa, *wa; /* X[.., c], W[taps.., c, f] */
+    int bpos, hp, tp, cp;
+    int64_t ntile;
+} conv_t;
+
+/* The access of tensor t in the body (a load). */
+static const kl_access_t *s_find_access(const kl_expr_t *e, int t)
+{
+    if (!e)
+        return NULL;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t)
+        return &e->access;
+    const kl_access_t *a = s_find_access(e->a, t);
+    return a ? a : s_find_access(e->b, t);
+}
+
+/* Declares, for tile t, the values v<it>_t of the spatial iterators with
+ * the tile loops [tp, hp) at t's constants, and ok_t (t's guards). */
+static void s_tile_setup(kl_buf_t *b, const conv_t *c, int64_t t,
+                         const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    for (int it = 0; it < w->niters; it++)
+        if (!w->iters[it].reduce)
+            kl_buf_printf(b, "%sint64_t v%d_%lld;\n", ind, it, (long long)t);
+    kl_buf_printf(b, "%sint ok_%lld;\n%s{\n", ind, (long long)t, ind);
+    int64_t rem = t;
+    for (int q = c->hp - 1; q >= c->tp; q--) {
+        const kl_loop_t *lq = kl_sched_loop(c->s, q);
+        kl_buf_printf(b, "%s    const int64_t l%d = %lld;\n", ind, lq->id,
+                      (long long)(rem % lq->extent));
+        rem /= lq->extent;
+    }
+    for (int it = 0; it < w->niters; it++) {
+        if (w->iters[it].reduce)
+            continue;
+        kl_buf_t e = {0};
+        int64_t mx;
+        kl_cg_tz_iter_expr(c->s, it, c->hp, &e, &mx);
+        kl_buf_printf(b, "%s    v%d_%lld = %s;\n", ind, it, (long long)t,
+                      e.data);
+        kl_buf_free(&e);
+    }
+    kl_buf_t g = {0};
+    kl_cg_tz_guards(c->s, 0, c->hp, c->bpos, &g);
+    kl_buf_printf(b, "%s    ok_%lld = 1%s;\n%s}\n", ind, (long long)t,
+                  g.data ? g.data : "", ind);
+    kl_buf_free(&g);
+    kl_buf_printf(b, "%skl_vacc_t c_%lld = KL_VZERO();\n", ind, (long long)t);
+}
+
+/* sum of coef * value over the iterators of a of one kind (reduce or
+ * spatial), tile t's values for spatial ones, rv<it> for reductions. */
+static void s_affine_part(kl_buf_t *b, const kl_workload_t *w,
+                          const kl_affine_t *a, bool reduce, int64_t t)
+{
+    for (int it = 0; it < w->niters; it++) {
+        if (!a->coef[it] || w->iters[it].reduce != reduce)
+            continue;
+        if (reduce)
+            kl_buf_printf(b, " + %lld * rv%d", (long long)a->coef[it], it);
+        else
+            kl_buf_printf(b, " + %lld * v%d_%lld", (long long)a->coef[it], it,
+                          (long long)t);
+    }
+}
+
+/* At cp: the taps' values, the tap index and, per tile, the row pointer
+ * a_t (X at the pixel's input point, or the za row outside X) and the
+ * weight pointer w_t of the tap. */
+static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
+                        const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *X = &w->tensors[c->xa->tensor],
+                      *W = &w->tensors[c->wa->tensor];
+    for (int it = 0; it < w->niters; it++) {
+        if (!w->iters[it].reduce || it == c->tz->it_k)
+            continue;
+        kl_buf_t e = {0};
+        int64_t mx;
+        kl_cg_tz_iter_expr(c->s, it, c->bpos, &e, &mx);
+        kl_buf_printf(b, "%sconst int64_t rv%d = %s;\n", ind, it, e.data);
+        kl_buf_free(&e);
+    }
+    /* tap = the W index over its tap dimensions, row-major. */
+    kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
+    int64_t st = 1;
+    for (int d = W->ndim - 2; d >= 0; d--) {
+        int it = -1;
+        for (int k = 0; k < w->niters; k++)
+            if (c->wa->idx[d].coef[k])
+                it = k;
+        if (it == c->tz->it_k)
+            continue;
+        kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
+        st *= W->shape[d];
+    }
+    kl_buf_puts(b, ";\n");
+    (void)ntap;
+    for (int64_t t = 0; t < c->ntile; t++) {
+        kl_buf_printf(b, "%sconst uint8_t *a_%lld;\n%s{\n", ind, (long long)t,
+                      ind);
+        kl_buf_printf(b, "%s    int in_ = 1;\n%s    int64_t o_ = 0;\n", ind,
+                      ind);
+        for (int d = 0; d < X->ndim - 1; d++) {
+            kl_buf_printf(b, "%s    { int64_t h = (int64_t)%lld", ind,
+                          (long long)c->xa->idx[d].offset);
+            s_affine_part(b, w, &c->xa->idx[d], false, t);
+            s_affine_part(b, w, &c->xa->idx[d], true, t);
+            kl_buf_printf(b,
+                          "; in_ &= h >= 0 && h < %lld; o_ = o_ * %lld + h; "
+                          "}\n",
+                          (long long)X->shape[d], (long long)X->shape[d]);
+        }
+        kl_buf_printf(
+            b, "%s    a_%lld = in_ ? t%d + o_ * %lld : kl_zrow;\n%s}\n", ind,
+            (long long)t, c->xa->tensor, (long long)X->shape[X->ndim - 1], ind);
+        kl_buf_printf(b,
+                      "%sconst int8_t *w_%lld = wp + ((v%d_%lld / %d) * "
+                      "%lldLL + tap) * %lldLL;\n",
+                      ind, (long long)t, c->tz->it_n, (long long)t,
+                      c->in->lanes, (long long)ntap,
+                      (long long)(cg * 4 * c->in->lanes));
+    }
+}
+
+/* Whether access a reads a 1-D tensor at the output channel f alone. */
+static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
+{
+    if (w->tensors[a->tensor].ndim != 1 || a->idx[0].offset ||
+        a->idx[0].div != 1)
+        return false;
+    for (int i = 0; i < w->niters; i++)
+        if (a->idx[0].coef[i] != (i == f))
+            return false;
+    return true;
+}
+
+/* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
+ * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
+ * with a u8 / s8 output. */
+static bool s_vec_epi_ok(const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
+    if (c->in->lanes != 16 || (odt != KL_DT_U8 && odt != KL_DT_S8))
+        return false;
+    int i = 0, f = c->tz->it_n;
+    if (i < w->nepi && w->epi[i].kind == KL_EPI_ADD_TENSOR) {
+        if (!s_at_f(w, &w->epi[i].access, f) ||
+            w->tensors[w->epi[i].access.tensor].dtype != KL_DT_S32)
+            return false;
+        i++;
+    }
+    if (i >= w->nepi ||
+        !(w->epi[i].kind == KL_EPI_REQUANT ||
+          (w->epi[i].kind == KL_EPI_REQUANT_TENSOR &&
+           s_at_f(w, &w->epi[i].access, f) &&
+           w->tensors[w->epi[i].access.tensor].dtype == KL_DT_F32)))
+        return false;
+    if (w->epi[i].zp < -255 || w->epi[i].zp > 255)
+        return false;
+    for (i++; i < w->nepi; i++)
+        if (w->epi[i].kind != KL_EPI_CLIP && w->epi[i].kind != KL_EPI_RELU)
+            return false;
+    return true;
+}
+
+/* The q-op epilogue of tile t on 16 lanes at once (s_vec_epi_ok), exactly
+ * what the scalar epilogue computes: the bias added with int32 saturation
+ * (the scalar adds in int64 and requant clamps to int32 first), the int32
+ * converted to f32 and multiplied by the scale, rounded to nearest even
+ * (nearbyintf), clamped to +-65536 (beyond that, whatever the zero point in
+ * -255..255 and the clips, the u8 / s8 store saturates the same way), the
+ * zero point added, the clips, the output range, and a masked byte store
+ * (vpmovdb) of the lanes below K. */
+static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
+                             const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    int ot = kl_workload_output(w), f = c->tz->it_n;
+    const kl_tensor_t *Y = &w->tensors[ot];
+    int64_t K = w->iters[f].extent;
+    long long T = (long long)t;
+    kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, T);
+    if (K % 16)
+        kl_buf_printf(b,
+                      "%s    const __mmask16 m = v%d_%lld + 16 <= %lld ? "
+                      "(__mmask16)0xffff : (__mmask16)((1u << (%lld - "
+                      "v%d_%lld)) - 1u);\n",
+                      ind, f, T, (long long)K, (long long)K, f, T);
+    else
+        kl_buf_printf(b, "%s    const __mmask16 m = (__mmask16)0xffff;\n", ind);
+    kl_buf_printf(b,
+                  "%s    __m512i x = _mm512_sub_epi32(c_%lld, "
+                  "_mm512_maskz_loadu_epi32(m, comp + v%d_%lld));\n",
+                  ind, T, f, T);
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        switch ((int)ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+            kl_buf_printf(
+                b,
+                "%s    {\n%s        const __m512i bv = "
+                "_mm512_maskz_loadu_epi32(m, t%d + v%d_%lld);\n"
+                "%s        const __m512i s = _mm512_add_epi32(x, bv);\n"
+                "%s        const __mmask16 o = _mm512_cmplt_epi32_mask("
+                "_mm512_and_si512(_mm512_xor_si512(x, s), "
+                "_mm512_xor_si512(bv, s)), _mm512_setzero_si512());\n"
+                "%s        x = _mm512_mask_mov_epi32(s, o, _mm512_xor_si512("
+                "_mm512_srai_epi32(x, 31), _mm512_set1_epi32(INT32_MAX)));"
+                "\n%s    }\n",
+                ind, ind, ep->access.tensor, f, T, ind, ind, ind, ind);
+            break;
+        case KL_EPI_REQUANT:
+        case KL_EPI_REQUANT_TENSOR:
+            kl_buf_printf(b, "%s    {\n%s        const __m512 sv = ", ind, ind);
+            if (ep->kind == KL_EPI_REQUANT)
+                kl_buf_printf(b, "_mm512_set1_ps((float)%.17g);\n", ep->lo);
+            else
+                kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + v%d_%lld);\n",
+                              ep->access.tensor, f, T);
+            kl_buf_printf(
+                b,
+                "%s        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(x), "
+                "sv);\n"
+                "%s        r = _mm512_roundscale_ps(r, "
+                "_MM_FROUND_TO_NEAREST_INT "
+                "| _MM_FROUND_NO_EXC);\n"
+                "%s        r = _mm512_min_ps(_mm512_max_ps(r, "
+                "_mm512_set1_ps(-65536.0f)), _mm512_set1_ps(65536.0f));\n"
+                "%s        x = _mm512_add_epi32(_mm512_cvttps_epi32(r), "
+                "_mm512_set1_epi32(%lld));\n%s    }\n",
+                ind, ind, ind, ind, (long long)ep->zp, ind);
+            break;
+        case KL_EPI_RELU:
+            kl_buf_printf(b,
+                          "%s    x = _mm512_max_epi32(x, "
+                          "_mm512_setzero_si512());\n",
+                          ind);
+            break;
+        default: /* KL_EPI_CLIP */
+            kl_buf_printf(b,
+                          "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                          "_mm512_set1_epi32(%lld)), _mm512_set1_epi32(%lld));"
+                          "\n",
+                          ind, (long long)ep->lo, (long long)ep->hi);
+            break;
+        }
+    }
+    bool u8 = Y->dtype == KL_DT_U8;
+    kl_buf_printf(b,
+                  "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n"
+                  "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + (int64_t)0",
+                  ind, u8 ? 0 : -128, u8 ? 255 : 127, ind, ot);
+    int64_t st = 1;
+    for (int d = Y->ndim - 1; d >= 0; d--) {
+        int it = -1;
+        for (int k = 0; k < w->niters; k++)
+            if (w->out.idx[d].coef[k])
+                it = k;
+        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st, it, T);
+        st *= Y->shape[d];
+    }
+    kl_buf_printf(b, ", m, x);\n%s}\n", ind);
+}
+
+/* The finished accumulator of tile t: one vector store of acc - comp when
+ * the output is a plain s32 with no epilogue and the block is whole, the
+ * workload's epilogue lane by lane otherwise. */
+static int s_tile_store(kl_buf_t *b, const conv_t *c, int64_t t, bool vstore,
+                        const char *ind, char *err)
+{
+    const kl_workload_t *w = c->w;
+    int ot = kl_workload_output(w), f = c->tz->it_n, L = c->in->lanes;
+    const kl_tensor_t *Y = &w->tensors[ot];
+    int64_t K = w->iters[f].extent;
+    if (vstore) {
+        kl_buf_printf(b, "%sif (ok_%lld && v%d_%lld + %d <= %lld)\n", ind,
+                      (long long)t, f, (long long)t, L, (long long)K);
+        kl_buf_printf(b, "%s    KL_VSTORE(t%d + (int64_t)0", ind, ot);
+        int64_t st = 1;
+        for (int d = Y->ndim - 1; d >= 0; d--) {
+            int it = -1;
+            for (int k = 0; k < w->niters; k++)
+                if (w->out.idx[d].coef[k])
+                    it = k;
+            kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st, it,
+                          (long long)t);
+            st *= Y->shape[d];
+        }
+        kl_buf_printf(b, ", KL_VSUB(c_%lld, KL_VLOAD(comp + v%d_%lld)));\n",
+                      (long long)t, f, (long long)t);
+        if (K % L == 0)
+            return KL_OK;
+        kl_buf_printf(b, "%selse ", ind);
+    } else {
+        kl_buf_puts(b, ind);
+    }
+    kl_buf_printf(b,
+                  "if (ok_%lld) {\n%s    int32_t lane[%d];\n"
+                  "%s    KL_VSTORE(lane, c_%lld);\n"
+                  "%s    for (int64_t q = 0; q < %d && v%d_%lld + q < %lld; "
+                  "q++) {\n",
+                  (long long)t, ind, L, ind, (long long)t, ind, L, f,
+                  (long long)t, (long long)K);
+    for (int it = 0; it < w->niters; it++)
+        if (!w->iters[it].reduce)
+            kl_buf_printf(b, "%s        const int64_t i%d = v%d_%lld%s;\n", ind,
+                          it, it, (long long)t, it == f ? " + q" : "");
+    kl_buf_printf(b,
+                  "%s        int64_t x = (int32_t)((uint32_t)lane[q] - "
+                  "(uint32_t)comp[i%d]);\n",
+                  ind, f);
+    char ind2[300];
+    snprintf(ind2, sizeof ind2, "%s        ", ind);
+    int rc = kl_cg_int_epilogue(b, w, ind2, err);
+    kl_buf_printf(b, "%s    }\n%s}\n", ind, ind);
+    return rc;
+}
+
+static void s_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
+{
+    if (l->kind == KL_LOOP_PARALLEL && !*par) {
+        kl_buf_printf(b, "%s#pragma omp parallel for\n", ind);
+        *par = true;
+    } else if (l->kind == KL_LOOP_UNROLL) {
+        kl_buf_printf(b, "%s#pragma GCC unroll %lld\n", ind,
+                      (long long)l->extent);
+    }
+    kl_buf_printf(b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n", ind,
+                  l->id, l->id, (long long)l->extent, l->id);
+    strcat(ind, "    ");
+}
+
+static void s_close(kl_buf_t *b, char *ind)
+{
+    ind[strlen(ind) - 4] = '\0';
+    kl_buf_printf(b, "%s}\n", ind);
+}
+
+/* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
+ * over W's tap dimensions. */
+static void s_widx(kl_buf_t *b, const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *W = &w->tensors[c->wa->tensor];
+    int64_t tst = 1, wst = 1;
+    kl_buf_puts(b, "(int64_t)0");
+    for (int d = W->ndim - 1; d >= 0; d--) {
+        int it = -1;
+        for (int k = 0; k < w->niters; k++)
+            if (c->wa->idx[d].coef[k])
+                it = k;
+        if (d == W->ndim - 1)
+            kl_buf_printf(b, " + f * %lldLL", (long long)wst);
+        else if (it == c->tz->it_k)
+            kl_buf_printf(b, " + c * %lldLL", (long long)wst);
+        else {
+            kl_buf_printf(b, " + (tap / %lld %% %lld) * %lldLL", (long long)tst,
+                          (long long)W->shape[d], (long long)wst);
+            tst *= W->shape[d];
+        }
+        wst *= W->shape[d];
+    }
+}
+
+int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
+                               const char *entry, kl_kernel_t *out, char *err)
+{
+    conv_t c = {.s = s, .w = kl_sched_workload(s), .tz = tz};
+    const kl_workload_t *w = c.w;
+    c.in = kl_intrin_find(tz->intrin);
+    c.xa = s_find_access(w->body, tz->ta);
+    c.wa = s_find_access(w->body, tz->tb);
+    const kl_intrin_t *in = c.in;
+    int L = in->lanes, nt = w->ntensors, ot = kl_workload_output(w);
+    c.bpos = kl_sched_loop_pos(s, tz->loop);
+    c.hp = c.bpos;
+    while (c.hp > 0 && kl_sched_loop(s, c.hp - 1)->reduce)
+        c.hp--;
+    c.cp = c.bpos;
+    while (c.cp > c.hp) {
+        const kl_loop_t *l = kl_sched_loop(s, c.cp - 1);
+        bool only_c = true;
+        for (int p = 0; p < l->nparts; p++)
+            only_c = only_c && l->parts[p].iter == tz->it_k;
+        if (!only_c)
+            break;
+        c.cp--;
+    }
+    /* The register tile: unrolled spatial loops right above hp. */
+    c.tp = c.hp;
+    c.ntile = 1;
+    while (c.tp > 0 && kl_sched_loop(s, c.tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, c.tp - 1)->reduce &&
+           c.ntile * kl_sched_loop(s, c.tp - 1)->extent <= MAXT) {
+        c.tp--;
+        c.ntile *= kl_sched_loop(s, c.tp)->extent;
+    }
+    const kl_tensor_t *X = &w->tensors[tz->ta], *W = &w->tensors[tz->tb];
+    int64_t K = w->iters[tz->it_n].extent, C = X->shape[X->ndim - 1];
+    int64_t ntap = 1;
+    for (int d = 0; d < W->ndim - 1; d++)
+        ntap *= W->shape[d];
+    ntap /= C;
+    kl_buf_t ek = {0}, tmp = {0};
+    int64_t fmax, cmax;
+    kl_cg_tz_iter_expr(s, tz->it_n, c.bpos, &tmp, &fmax);
+    kl_cg_tz_iter_expr(s, tz->it_k, c.bpos, &ek, &cmax);
+    kl_buf_free(&tmp);
+    int64_t np = (fmax / L + 1) * L, cg = cmax / 4 + 1;
+    if (cg < (C + 3) / 4)
+        cg = (C + 3) / 4;
+    int64_t wbytes = (np * ntap * cg * 4 + 63) / 64 * 64;
+    int64_t cbytes = (np * 4 + 63) / 64 * 64;
+    kl_buf_t b = {0};
+    kl_buf_printf(&b,
+                  "/* Tensorized convolution with %s: the weights packed "
+                  "once, in prepare, as [K/%d][taps][C/4][%d][4]. */\n"
+                  "#pragma GCC target(\"%s\")\n#include <immintrin.h>\n"
+                  "#include <stdlib.h>\n#include <string.h>\n",
+                  in->name, L, L, in->pragma);
+    kl_buf_puts(&b, kl_cg_int_prelude());
+    kl_cg_tz_intrin_macros(&b, in->name);
+    kl_buf_printf(
+        &b,
+        "/* 4 input channels from c0 on, zeros past the last (%lld). */\n"
+        "static inline int32_t kl_a4(const uint8_t *row, int64_t c0)\n"
+        "{\n    int32_t v = 0;\n    if (%d || c0 + 4 <= %lld) {\n"
+        "        memcpy(&v, row + c0, 4);\n        return v;\n    }\n"
+        "    uint32_t u = 0;\n"
+        "    for (int64_t j = 0; c0 + j < %lld; j++)\n"
+        "        u |= (uint32_t)row[c0 + j] << (8 * j);\n"
+        "    return (int32_t)u;\n}\n\n",
+        (long long)C, C % 4 == 0, (long long)C, (long long)C);
+    /* prepare */
+    kl_buf_t wi = {0};
+    s_widx(&wi, &c);
+    kl_buf_printf(
+        &b,
+        "void *%s_prepare(void *const *args)\n{\n"
+        "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
+        "    if (!__builtin_cpu_supports(\"%s\"))\n        return NULL;\n"
+        "    const int8_t *B = (const int8_t *)args[%d];\n"
+        "    char *blk = (char *)aligned_alloc(64, %lld);\n"
+        "    if (!blk)\n        return NULL;\n"
+        "    int8_t *wp = (int8_t *)blk;\n"
+        "    int32_t *comp = (int32_t *)(blk + %lld);\n"
+        "    int64_t o = 0;\n"
+        "    for (int64_t fo = 0; fo < %lld; fo++)\n"
+        "        for (int64_t tap = 0; tap < %lld; tap++)\n"
+        "            for (int64_t g = 0; g < %lld; g++)\n"
+        "                for (int64_t l = 0; l < %d; l++)\n"
+        "                    for (int64_t j = 0; j < 4; j++, o++) {\n"
+        "                        int64_t f = fo * %d + l, c = g * 4 + j;\n"
+        "                        wp[o] = f < %lld && c < %lld ? B[%s] : 0;\n"
+        "                    }\n"
+        "    for (int64_t f = 0; f < %lld; f++) {\n"
+        "        int64_t sum = 0;\n"
+        "        for (int64_t tap = 0; f < %lld && tap < %lld; tap++)\n"
+        "            for (int64_t c = 0; c < %lld; c++)\n"
+        "                sum += B[%s];\n"
+        "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * %lld);\n    }\n"
+        "    return blk;\n}\n\n",
+        entry, in->builtin, tz->tb, (long long)(wbytes + cbytes),
+        (long long)wbytes, (long long)(np / L), (long long)ntap, (long long)cg,
+        L, L, (long long)K, (long long)C, wi.data, (long long)np, (long long)K,
+        (long long)ntap, (long long)C, wi.data, (long long)tz->za);
+    kl_buf_free(&wi);
+    /* the kernel */
+    kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
+    for (int t = 0; t < nt; t++)
+        kl_buf_printf(
+            &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
+            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t,
+            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t);
+    kl_buf_printf(&b,
+                  "    const int8_t *wp = (const int8_t *)args[%d];\n"
+                  "    const int32_t *comp = (const int32_t *)((const char "
+                  "*)args[%d] + %lld);\n"
+                  "    /* The padding row: za in every channel. */\n"
+                  "    uint8_t kl_zrow[%lld];\n"
+                  "    memset(kl_zrow, %lld, sizeof kl_zrow);\n",
+                  nt, nt, (long long)wbytes, (long long)(cg * 4),
+                  (long long)tz->za);
+    bool vstore = !w->nepi && w->tensors[ot].dtype == KL_DT_S32;
+    char ind[256] = "    ";
+    bool par = false;
+    for (int p = 0; p < c.tp; p++)
+        s_open(&b, kl_sched_loop(s, p), ind, &par);
+    for (int64_t t = 0; t < c.ntile; t++)
+        s_tile_setup(&b, &c, t, ind);
+    for (int p = c.hp; p < c.cp; p++)
+        s_open(&b, kl_sched_loop(s, p), ind, &par);
+    s_tap_setup(&b, &c, ntap, cg, ind);
+    for (int p = c.cp; p < c.bpos; p++)
+        s_open(&b, kl_sched_loop(s, p), ind, &par);
+    kl_buf_t g = {0};
+    kl_cg_tz_guards(s, c.hp, c.bpos, c.bpos, &g);
+    kl_buf_printf(&b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind, ek.data,
+                  ind, g.data ? g.data : "");
+    kl_buf_free(&g);
+    for (int64_t t = 0; t < c.ntile; t++)
+        kl_buf_printf(&b,
+                      "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, c0), "
+                      "w_%lld + c0 * %d);\n",
+                      ind, (long long)t, (long long)t, (long long)t,
+                      (long long)t, L);
+    kl_buf_printf(&b, "%s}\n", ind);
+    for (int p = c.bpos - 1; p >= c.hp; p--)
+        s_close(&b, ind);
+    int rc = KL_OK;
+    bool vepi = s_vec_epi_ok(&c);
+    for (int64_t t = 0; t < c.ntile && !rc; t++)
+        if (vepi)
+            s_tile_store_vec(&b, &c, t, ind);
+        else
+            rc = s_tile_store(&b, &c, t, vstore, ind, err);
+    for (int p = c.tp - 1; p >= 0; p--)
+        s_close(&b, ind);
+    kl_buf_puts(&b, "}\n");
+    kl_buf_free(&ek);
+    if (rc) {
+        kl_buf_free(&b);
+        return rc;
+    }
+    out->source = kl_buf_take(&b);
+    out->entry = kl_xstrdup(entry);
+    out->prepare = true;
+    for (int i = 0; i < 3; i++)
+        out->grid[i] = out->block[i] = 1;
+    return KL_OK;
+}

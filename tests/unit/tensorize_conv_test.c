@@ -1,0 +1,364 @@
+/* Unit tests of tensorized convolutions (qconv2d NHWC; rules_cpu_int.c,
+ * codegen_tensorize_conv.c): schedules sampled from the CPU design space
+ * of several shapes (3x3 pad 1 stride 1 and 2, 1x1 stride 2, 7x7 stride 2
+ * with C=3, dilation, K not a multiple of the lanes, relu / clip, u8 / s8 /
+ * s32 outputs, zero points with padding) are compiled with the real
+ * compiler, prepared and run, and their output compared bit for bit with
+ * the reference interpreter (kl_workload_eval_typed); a trace's text
+ * replays to the same source; a kernel whose padding row is wrong (zeros
+ * instead of the zero point: the compensation then takes za * W away from
+ * border pixels that never added it) is caught, and so is a vector
+ * requant that rounds toward zero; depthwise, grouped and
+ * NCHW convolutions are refused with their reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_abi.h"
+#include "kl_check.h"
+#include "kl_codegen.h"
+#include "kl_err.h"
+#include "kl_intrin.h"
+#include "kl_ir.h"
+#include "kl_space.h"
+#include "kl_trace.h"
+#include "kl_util.h"
+
+static char s_dir[64];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    /* Keep libgomp loaded: its idle threads outlive the kernel's dlclose. */
+    if (!dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE))
+        return -1;
+    strcpy(s_dir, "/tmp/kl_tzconv_test_XXXXXX");
+    return mkdtemp(s_dir) ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    DIR *d = opendir(s_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", s_dir, e->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(s_dir);
+    return 0;
+}
+
+static void **s_alloc(const kl_workload_t *w, uint64_t seed)
+{
+    void **bufs = kl_xcalloc((size_t)w->ntensors + 1, sizeof(*bufs));
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_tensor_t *ts = &w->tensors[t];
+        int64_t n = kl_tensor_numel(ts);
+        bufs[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
+        if (ts->is_output)
+            continue;
+        for (int64_t i = 0; i < n; i++) {
+            double u = kl_rng_double(&rng);
+            switch (ts->dtype) {
+            case KL_DT_U8:
+                ((uint8_t *)bufs[t])[i] = (uint8_t)(u * 256);
+                break;
+            case KL_DT_S8:
+                ((int8_t *)bufs[t])[i] = (int8_t)((int)(u * 256) - 128);
+                break;
+            case KL_DT_S32:
+                ((int32_t *)bufs[t])[i] = (int32_t)(u * 2001) - 1000;
+                break;
+            default:
+                ((float *)bufs[t])[i] = (float)(1e-3 + 9e-3 * u);
+                break;
+            }
+        }
+    }
+    return bufs;
+}
+
+static void s_free(const kl_workload_t *w, void **bufs)
+{
+    for (int t = 0; t <= w->ntensors; t++)
+        free(bufs[t]);
+    free(bufs);
+}
+
+/* Builds source (a kernel with prepare), runs it on fresh inputs and
+ * compares with the interpreter; returns whether they are bit-equal (-1
+ * when this CPU lacks the intrinsic's feature: built, not run). */
+static int s_run(const kl_workload_t *w, const char *source, const char *entry,
+                 const kl_intrin_t *in)
+{
+    char err[KL_ERRMSG_LEN];
+    char *so = NULL;
+    if (kl_check_build(source, s_dir, &so, err))
+        fail_msg("%s\n%s", err, source);
+    if (!kl_intrin_cpu_has(in)) {
+        free(so);
+        return -1;
+    }
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(lib);
+    kl_abi_kernel_fn fn;
+    *(void **)&fn = dlsym(lib, entry);
+    assert_non_null(fn);
+    kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, entry);
+    assert_non_null(prep);
+    void **a = s_alloc(w, 11), **b = s_alloc(w, 11);
+    bool cst[KL_IR_MAX_TENSORS];
+    for (int t = 0; t < w->ntensors; t++)
+        cst[t] = w->tensors[t].is_const;
+    a[w->ntensors] = kl_abi_prepare(prep, w->ntensors, a, cst);
+    assert_non_null(a[w->ntensors]);
+    int ot = kl_workload_output(w);
+    const kl_tensor_t *o = &w->tensors[ot];
+    size_t bytes = (size_t)kl_tensor_numel(o) * kl_dtype_size(o->dtype);
+    memset(a[ot], 0xa5, bytes);
+    memset(b[ot], 0x5a, bytes);
+    fn(a);
+    kl_workload_eval_typed(w, b);
+    int same = memcmp(a[ot], b[ot], bytes) == 0;
+    if (same) {
+        /* a second call on the same prepared block gives the same */
+        memset(a[ot], 0x11, bytes);
+        fn(a);
+        assert_memory_equal(a[ot], b[ot], bytes);
+        bool varied = false;
+        for (size_t i = 1; i < bytes && !varied; i++)
+            varied = ((uint8_t *)a[ot])[i] != ((uint8_t *)a[ot])[0];
+        assert_true(varied);
+    }
+    s_free(w, a);
+    s_free(w, b);
+    dlclose(lib);
+    free(so);
+    return same;
+}
+
+static const char *s_specs[] = {
+    /* 3x3 pad 1 stride 1, u8 out, bias, per-tensor requant */
+    "qconv2d N=1 C=16 H=9 W=9 K=32 R=3 S=3 pad=1 za=7 bias=1 layout=NHWC",
+    /* stride 2, s8 out with its zero point, za > 127 */
+    "qconv2d N=1 C=8 H=10 W=11 K=16 R=3 S=3 pad=1 stride=2 za=200 out=s8 "
+    "zo=-3 scale=0.0037 bias=1 layout=NHWC",
+    /* 1x1 stride 2, N=2, K not a multiple of 16, s32 out (vector stores
+     * and the lanes of the last partial block) */
+    "qconv2d N=2 C=32 H=8 W=8 K=24 R=1 S=1 stride=2 za=5 out=s32 "
+    "layout=NHWC",
+    /* the first conv of ResNet: C=3 (one group of 4, the 4th zero), 7x7
+     * stride 2 pad 3, relu */
+    "qconv2d N=1 C=3 H=14 W=14 K=16 R=7 S=7 pad=3 stride=2 za=128 relu=1 "
+    "layout=NHWC",
+    /* clip, C not a multiple of 4, dilation 2 */
+    "qconv2d N=1 C=6 H=9 W=9 K=20 R=3 S=3 pad=2 dilation=2 za=90 "
+    "clip=10,200 layout=NHWC",
+    /* plain s32, zero point with padding at every border pixel */
+    "qconv2d N=1 C=8 H=7 W=7 K=32 R=3 S=3 pad=1 za=100 out=s32 "
+    "layout=NHWC",
+};
+
+/* avx_vnni: built always, run where the CPU has AVX-VNNI. */
+static const char *s_targets[] = {"cpu/x86_64-avx512+vnni", "cpu/x86_64-avx2",
+                                  "cpu/x86_64-avx2+avxvnni"};
+static const char *s_intrins[] = {"avx512_vnni", "avx2_i8", "avx_vnni"};
+
+static void test_space_conv(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    int ran = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t i = 0; i < sizeof s_specs / sizeof s_specs[0]; i++) {
+            kl_workload_t *w = NULL;
+            if (kl_workload_from_string(s_specs[i], &w, err))
+                fail_msg("%s: %s", s_specs[i], err);
+            kl_space_t *sp = NULL;
+            if (kl_space_for_target(s_targets[ti], w, &sp, err))
+                fail_msg("%s: %s", s_specs[i], err);
+            kl_rng_t rng;
+            kl_rng_seed(&rng, 7 + i);
+            for (int n = 0; n < (ti ? ti == 1 ? 2 : 1 : 5); n++) {
+                kl_trace_t *tr = NULL;
+                kl_sched_t *s = NULL;
+                if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                    fail_msg("%s: %s", s_specs[i], err);
+                char *text = kl_trace_to_text(tr);
+                assert_non_null(strstr(text, s_intrins[ti]));
+                kl_tensorize_t tz;
+                assert_int_equal(kl_sched_tensorized(s, &tz, err), KL_OK);
+                assert_true(tz.conv);
+                kl_kernel_t k;
+                if (kl_codegen_c(s, NULL, "kl_tz", &k, err))
+                    fail_msg("%s: %s\n%s", s_specs[i], err, text);
+                /* u8 / s8 outputs of the q-op form: the AVX-512 vector
+                 * epilogue (one masked byte store per block) */
+                kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
+                assert_int_equal(
+                    strstr(k.source, "_mm512_mask_cvtepi32_storeu_epi8") !=
+                        NULL,
+                    ti == 0 && odt != KL_DT_S32);
+                int r =
+                    s_run(w, k.source, k.entry, kl_intrin_find(s_intrins[ti]));
+                if (r == 0)
+                    fail_msg("%s: tensorized conv and the interpreter "
+                             "differ\n%s\n%s",
+                             s_specs[i], text, k.source);
+                ran += r > 0;
+                /* the trace's text replays to the same source */
+                kl_trace_t *back = NULL;
+                assert_int_equal(kl_trace_from_text(text, &back, err), KL_OK);
+                kl_sched_t *s2 = NULL;
+                if (kl_space_replay(sp, back, &s2, err))
+                    fail_msg("%s: replay: %s", s_specs[i], err);
+                kl_kernel_t k2;
+                assert_int_equal(kl_codegen_c(s2, NULL, "kl_tz", &k2, err),
+                                 KL_OK);
+                assert_string_equal(k.source, k2.source);
+                kl_kernel_free(&k2);
+                kl_sched_destroy(&s2);
+                kl_trace_free(&back);
+                kl_kernel_free(&k);
+                free(text);
+                kl_trace_free(&tr);
+                kl_sched_destroy(&s);
+            }
+            kl_space_destroy(&sp);
+            kl_workload_free(&w);
+        }
+    print_message("ran %d tensorized convolutions\n", ran);
+    assert_true(ran > 0);
+}
+
+/* A padding row of zeros instead of za: border pixels lose za * W. */
+static void test_broken_padding_caught(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *spec = s_specs[5];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 3);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
+    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
+    int good = s_run(w, k.source, k.entry, in);
+    char *p = strstr(k.source, "memset(kl_zrow, 100,");
+    assert_non_null(p);
+    memcpy(p, "memset(kl_zrow,   0,", 20);
+    int bad = s_run(w, k.source, k.entry, in);
+    if (good >= 0) {
+        assert_int_equal(good, 1);
+        assert_int_equal(bad, 0);
+    }
+    kl_kernel_free(&k);
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+/* The vector requant rounding toward zero instead of to nearest even. */
+static void test_broken_requant_caught(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *spec = s_specs[0];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 5);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
+    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
+    int good = s_run(w, k.source, k.entry, in);
+    const char *from = "_MM_FROUND_TO_NEAREST_INT", *to = "_MM_FROUND_TO_ZERO";
+    kl_buf_t b = {0};
+    int n = 0;
+    const char *p = k.source, *q;
+    while ((q = strstr(p, from))) {
+        kl_buf_append(&b, p, (size_t)(q - p));
+        kl_buf_puts(&b, to);
+        p = q + strlen(from);
+        n++;
+    }
+    kl_buf_puts(&b, p);
+    assert_true(n > 0);
+    int bad = s_run(w, b.data, k.entry, in);
+    if (good >= 0) {
+        assert_int_equal(good, 1);
+        assert_int_equal(bad, 0);
+    }
+    kl_buf_free(&b);
+    kl_kernel_free(&k);
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+static void s_refused(const char *spec, const char *want)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    if (kl_workload_from_string(spec, &w, err))
+        fail_msg("%s: %s", spec, err);
+    kl_space_t *sp = NULL;
+    int rc = kl_space_for_target(s_targets[0], w, &sp, err);
+    assert_int_not_equal(rc, KL_OK);
+    if (!strstr(err, want))
+        fail_msg("%s: '%s' does not say '%s'", spec, err, want);
+    kl_workload_free(&w);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    s_refused("qdepthwise_conv2d N=1 C=8 H=6 W=6 R=3 S=3 pad=1 za=3",
+              "is a depthwise convolution");
+    s_refused("qconv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1 groups=2 "
+              "layout=NHWC",
+              "NHWC convolutions with groups=1 only");
+    s_refused("qconv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1", "cannot tensorize");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_space_conv, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_broken_padding_caught, s_setup,
+                                        s_teardown),
+        cmocka_unit_test_setup_teardown(test_broken_requant_caught, s_setup,
+                                        s_teardown),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
