@@ -697,6 +697,21 @@ int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
         kl_export_dnnl_close(n);
         return rc;
     }
+    for (int i = 0; i < n->g.n; i++) {
+        const kl_mnode_t *nd = &n->g.nodes[i];
+        if (kl_mop_is_q(nd->op) || nd->op == KL_MOP_QUANTIZE ||
+            nd->op == KL_MOP_DEQUANTIZE)
+            kl_buf_printf(&n->why, "%s'%s' (%s)", n->why.len ? ", " : "",
+                          nd->name, kl_mop_name(nd->op));
+    }
+    if (n->why.len) {
+        rc = kl_seterr(err, KL_ERR_UNSUPPORTED,
+                       "the oneDNN graph is built in f32 only; quantized "
+                       "layers: %s",
+                       n->why.data);
+        kl_export_dnnl_close(n);
+        return rc;
+    }
     kl_mgraph_fuse(&n->g);
     n->params = params;
     n->nparams = nparams;
