@@ -38,6 +38,7 @@ typedef struct {
      * borrowed), scale and zero point it dequantizes; virt when no
      * dequantize layer was written (every reader folds it). */
     const char *qkiln;
+    kl_dtype qdt; /* the integer tensor's type (u8 / s8) */
     float qs;
     int64_t qzp;
     bool virt;
@@ -1779,6 +1780,7 @@ static int s_dequantize(s_ctx_t *c, const s_node_t *nd)
         v = &c->vals[c->nvals - 1];
     }
     v->qkiln = src;
+    v->qdt = xdt;
     v->qs = sc;
     v->qzp = zp;
     return KL_OK;
@@ -2006,7 +2008,9 @@ static int s_qlayer(s_ctx_t *c, const s_node_t *nd)
 {
     const s_val_t *x = s_val(c, nd->input[0]);
     const s_node_t *wdq = s_dq_const(c, nd->input[1]);
-    if (!x || !x->qkiln || x->dt != KL_DT_U8) {
+    /* The dequantized tensor's type: a dequantize layer's own output
+     * (also read by a float layer) is f32. */
+    if (!x || !x->qkiln || x->qdt != KL_DT_U8) {
         c->why = !x || !x->qkiln
                      ? "an int8 weight on a float input (only QDQ on both)"
                      : "an int8 input (kiln's q-ops read u8 activations)";
