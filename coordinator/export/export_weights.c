@@ -31,6 +31,21 @@ static size_t s_size(kl_dtype dt)
     return dt == KL_DT_U8 || dt == KL_DT_S8 ? 1 : 4;
 }
 
+/* What a count of values of dt is called in messages. */
+static const char *s_unit(kl_dtype dt)
+{
+    switch (dt) {
+    case KL_DT_U8:
+        return "u8 values";
+    case KL_DT_S8:
+        return "s8 values";
+    case KL_DT_S32:
+        return "s32 values";
+    default:
+        return "floats";
+    }
+}
+
 int kl_export_weights_plan(kl_export_param_t *params, int n,
                            const kl_model_params_t *ps, const char *src,
                            bool *trained, char *err)
@@ -54,12 +69,11 @@ int kl_export_weights_plan(kl_export_param_t *params, int n,
                              src, p->name, ps->n);
         if (q->numel != p->numel || q->dtype != p->dt)
             return kl_seterr(err, KL_ERR_INTERNAL,
-                             "%s: parameter '%s': the model's has %lld %s "
-                             "values, the exported graph's layer takes %lld "
-                             "%s",
+                             "%s: parameter '%s': the model's has %lld %s, "
+                             "the exported graph's layer takes %lld %s",
                              src, p->name, (long long)q->numel,
-                             kl_dtype_name(q->dtype), (long long)p->numel,
-                             kl_dtype_name(p->dt));
+                             s_unit(q->dtype), (long long)p->numel,
+                             s_unit(p->dt));
     }
     return KL_OK;
 }
