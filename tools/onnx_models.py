@@ -80,6 +80,16 @@ Subcommands:
       dim_feedforward=3072, activation='gelu', batch_first=True,
       dropout=0.0), eval, input 1x128x768, opset 17.
 
+  qdq IN.onnx OUT.onnx [--calib N] [--seed S]
+      Quantizes an f32 model (one f32 input, static shape; symbolic dims
+      read as 1) the way quantize_static writes QDQ models: first
+      onnxruntime.quantization.quant_pre_process (shape inference and
+      ORT's graph optimizations, BatchNormalization folded), then
+      quantize_static with quant_format QDQ, per_channel=True, activations
+      QUInt8, weights QInt8, MinMax calibration on N (default 4) N(0, 1)
+      inputs drawn with numpy seed S (default 18). Prints the quantized
+      model's op counts.
+
   ops FILE.onnx
       Prints the op types of a model and how many of each.
 
@@ -101,6 +111,8 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh residual-cnn tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh qdq \\
+      /tmp/kiln-models/resnet18.onnx /tmp/kiln-models/resnet18_int8.onnx
 
 or with a virtual environment of your own:
 
@@ -668,6 +680,45 @@ def encoder(out, layers, exporter):
     export(model, x, out, exporter, keep_bn=False)  # nothing to keep
 
 
+def qdq(src, out, ncalib, seed):
+    """src quantized to QDQ (see the docstring) into out."""
+    import tempfile
+    import numpy as np
+    import onnx
+    from onnxruntime import quantization as q
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    m = onnx.load(src, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    inp = [i for i in m.graph.input if i.name not in inits][0]
+    shape = [d.dim_value if d.HasField("dim_value") else 1
+             for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    calib = [rng.standard_normal(shape).astype(np.float32)
+             for _ in range(ncalib)]
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {inp.name: x}
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = os.path.join(tmp, "pre.onnx")
+        quant_pre_process(src, pre)
+        q.quantize_static(
+            pre, out, Reader(), quant_format=q.QuantFormat.QDQ,
+            per_channel=True, activation_type=q.QuantType.QUInt8,
+            weight_type=q.QuantType.QInt8,
+            calibrate_method=q.CalibrationMethod.MinMax)
+    print_ops(out)
+    print("wrote %s (%d bytes), input %s %s" % (
+        out, os.path.getsize(out), inp.name, shape))
+
+
 def print_ops(path):
     import onnx
     m = onnx.load(path, load_external_data=False)
@@ -706,6 +757,11 @@ def main():
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--exporter", choices=["legacy", "dynamo"],
                    default="legacy")
+    p = sub.add_parser("qdq")
+    p.add_argument("src")
+    p.add_argument("out")
+    p.add_argument("--calib", type=int, default=4)
+    p.add_argument("--seed", type=int, default=SEED)
     p = sub.add_parser("ops")
     p.add_argument("file")
     a = ap.parse_args()
@@ -723,6 +779,8 @@ def main():
         torchvision_model(a.name, a.out, a.exporter, not a.fold_bn)
     elif a.cmd == "encoder":
         encoder(a.out, a.layers, a.exporter)
+    elif a.cmd == "qdq":
+        qdq(a.src, a.out, a.calib, a.seed)
     else:
         print_ops(a.file)
 

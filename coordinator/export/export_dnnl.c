@@ -697,6 +697,24 @@ int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
         kl_export_dnnl_close(n);
         return rc;
     }
+    int nq = 0, first = -1;
+    for (int i = 0; i < n->g.n; i++) {
+        const kl_mnode_t *nd = &n->g.nodes[i];
+        if (kl_mop_is_q(nd->op) || nd->op == KL_MOP_QUANTIZE ||
+            nd->op == KL_MOP_DEQUANTIZE) {
+            first = nq++ ? first : i;
+        }
+    }
+    if (nq) {
+        rc = kl_seterr(err, KL_ERR_UNSUPPORTED,
+                       "the oneDNN graph is built in f32 only; the model "
+                       "has %d quantized layers (q-ops, quantize, "
+                       "dequantize), the first '%s' (%s)",
+                       nq, n->g.nodes[first].name,
+                       kl_mop_name(n->g.nodes[first].op));
+        kl_export_dnnl_close(n);
+        return rc;
+    }
     kl_mgraph_fuse(&n->g);
     n->params = params;
     n->nparams = nparams;

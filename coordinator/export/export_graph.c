@@ -34,17 +34,6 @@ static int64_t s_numel(const kl_mnode_t *nd)
     return n;
 }
 
-/* A parameter of the model: a graph input, or a layer's weight or bias
- * (whose values go into kiln_model.weights). */
-typedef struct {
-    char *name;
-    int64_t numel;
-    int ndim;
-    int64_t shape[KL_IR_MAX_DIMS];
-    bool input;
-    int64_t offset; /* floats into the weights; -1 for an input */
-} s_param_t;
-
 /* A layer that runs code of its own (kiln_model.h, "Layers"). */
 typedef struct {
     char name[KL_MODEL_MAX_NAME];
@@ -61,11 +50,12 @@ typedef struct {
     kl_buf_t run;  /* body of kiln_model_run */
     kl_buf_t prun; /* body of kiln_model_run_profiled */
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
-    s_param_t *params;
+    kl_export_param_t *params;
     int nparams, ninputs;
     s_layer_t *layers;
     int nlayers;
-    int nprep; /* layers whose kernel has a prepare step */
+    int nprep;   /* layers whose kernel has a prepare step */
+    bool qcasts; /* quantize / dequantize layers: their helpers */
     bool trained;
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
@@ -86,14 +76,15 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
 }
 
 /* A new parameter NAME.WHAT (an input when what is NULL) of the given
- * shape; its index. */
+ * shape and element type; its index. */
 static int s_new_param(s_gen_t *c, const char *name, const char *what, int ndim,
-                       const int64_t *shape)
+                       const int64_t *shape, kl_dtype dt)
 {
     c->params =
         kl_xrealloc(c->params, (size_t)(c->nparams + 1) * sizeof *c->params);
-    s_param_t *p = &c->params[c->nparams];
+    kl_export_param_t *p = &c->params[c->nparams];
     memset(p, 0, sizeof *p);
+    p->dt = dt;
     p->name = what ? kl_xasprintf("%s.%s", name, what) : kl_xstrdup(name);
     p->input = !what;
     p->offset = -1;
@@ -140,7 +131,7 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
                          const char *what, const kl_workload_t *w)
 {
     const kl_tensor_t *t = &w->tensors[a->n < KL_IR_MAX_TENSORS ? a->n : 0];
-    int pi = s_new_param(c, nd->name, what, t->ndim, t->shape);
+    int pi = s_new_param(c, nd->name, what, t->ndim, t->shape, t->dtype);
     char ex[64];
     snprintf(ex, sizeof ex, "p[%d]", pi);
     if (a->n < KL_IR_MAX_TENSORS)
@@ -164,6 +155,11 @@ static void s_layer_args(s_gen_t *c, const kl_mnode_t *nd,
     }
     if (weight && a->n < w->ntensors - 1)
         s_push_param(c, a, nd, "weight", w);
+    /* A q-op's constants (kl_ir_ops.c): W, then bias and scale when it
+     * has them, named after the workload's tensors. */
+    while (kl_mop_is_q(nd->op) && a->n < w->ntensors - 1 &&
+           a->n < KL_IR_MAX_TENSORS)
+        s_push_param(c, a, nd, a->n == 1 ? "weight" : w->tensors[a->n].name, w);
     if (nd->bias && a->n < w->ntensors - 1)
         s_push_param(c, a, nd, "bias", w);
     if (nd->res) {
@@ -274,8 +270,8 @@ static void s_untuned_call(s_gen_t *c, int i)
     long long rows = s_numel(nd) / cols;
     if (nd->op == KL_MOP_LAYER_NORM && nd->affine) {
         int64_t sh[1] = {cols};
-        int wi = s_new_param(c, nd->name, "weight", 1, sh);
-        int bi = s_new_param(c, nd->name, "bias", 1, sh);
+        int wi = s_new_param(c, nd->name, "weight", 1, sh, KL_DT_F32);
+        int bi = s_new_param(c, nd->name, "bias", 1, sh, KL_DT_F32);
         snprintf(ln, sizeof ln, ", %.17g, p[%d], p[%d]", nd->eps, wi, bi);
     } else if (nd->op == KL_MOP_LAYER_NORM) {
         snprintf(ln, sizeof ln, ", %.17g, 0, 0", nd->eps);
@@ -371,6 +367,11 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
         c->view[i] = true;
         return KL_OK;
     }
+    if (x->dt != KL_DT_F32)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "%s: layer '%s': a transpose of a %s tensor that "
+                         "moves data (kiln export copies f32 only)",
+                         c->src, nd->name, kl_dtype_name(x->dt));
     char in[64];
     s_bufexpr(c, nd->in[0], in, sizeof in);
     kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
@@ -394,12 +395,64 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     return KL_OK;
 }
 
+/* A quantize or dequantize layer (docs/models.md): kiln_model.c's
+ * s_quantize_T / s_dequantize_T on the whole tensor, with the layer's
+ * f32 scale and its zero point. */
+static void s_qcast_call(s_gen_t *c, int i)
+{
+    const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
+    char in[64], out[64];
+    s_bufexpr(c, nd->in[0], in, sizeof in);
+    s_bufexpr(c, i, out, sizeof out);
+    bool q = nd->op == KL_MOP_QUANTIZE;
+    kl_dtype t = q ? nd->qout : x->dt;
+    char *code =
+        kl_xasprintf("    s_%s_%s(%s, %s, %lldLL, %.9gf, %lld); /* %s */\n",
+                     kl_mop_name(nd->op), t == KL_DT_S8 ? "s8" : "u8", in, out,
+                     (long long)s_numel(nd), (double)(float)nd->scale,
+                     (long long)nd->zo, nd->name);
+    s_emit(c, nd->name, -1, code);
+    free(code);
+    c->qcasts = true;
+}
+
+/* kiln_model.c's quantize / dequantize helpers (ONNX QuantizeLinear and
+ * DequantizeLinear, per tensor): x / scale in f32 (a division, as ONNX
+ * defines it), rounded half to even by nearbyintf in the default rounding
+ * mode, plus the zero point, saturated to the type (NaN to its lowest);
+ * (x - zp) * scale back. */
+static void s_qcast_helpers(kl_buf_t *b)
+{
+    static const struct {
+        const char *name, *ctype;
+        int lo, hi;
+    } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
+    for (int k = 0; k < 2; k++)
+        kl_buf_printf(
+            b,
+            "static void s_quantize_%s(const float *restrict x, %s *restrict "
+            "y,\n    long long n, float scale, int zp)\n{\n"
+            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+            "    for (long long i = 0; i < n; i++) {\n"
+            "        float v = nearbyintf(x[i] / scale) + (float)zp;\n"
+            "        y[i] = (%s)(v >= %d.0f ? (v <= %d.0f ? v : %d.0f) : "
+            "%d.0f);\n    }\n}\n\n"
+            "static void s_dequantize_%s(const %s *restrict x, float "
+            "*restrict y,\n    long long n, float scale, int zp)\n{\n"
+            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+            "    for (long long i = 0; i < n; i++)\n"
+            "        y[i] = (float)((int)x[i] - zp) * scale;\n}\n\n",
+            ts[k].name, ts[k].ctype, ts[k].ctype, ts[k].lo, ts[k].hi, ts[k].hi,
+            ts[k].lo, ts[k].name, ts[k].ctype);
+}
+
 static int s_layer(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
     switch (nd->op) {
     case KL_MOP_INPUT:
-        c->param[i] = s_new_param(c, nd->name, NULL, nd->ndim, nd->shape);
+        c->param[i] =
+            s_new_param(c, nd->name, NULL, nd->ndim, nd->shape, nd->dt);
         return KL_OK;
     case KL_MOP_FLATTEN:
     case KL_MOP_RESHAPE:
@@ -411,8 +464,12 @@ static int s_layer(s_gen_t *c, int i, char *err)
     }
     if (nd->fused)
         return KL_OK;
-    kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
-                  (long long)s_numel(nd), nd->name);
+    kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
+                  kl_export_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
+    if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
+        s_qcast_call(c, i);
+        return KL_OK;
+    }
     if (nd->op == KL_MOP_SOFTMAX || nd->op == KL_MOP_LAYER_NORM ||
         nd->op == KL_MOP_GELU) {
         s_untuned_call(c, i);
@@ -609,7 +666,13 @@ static const char s_header[] =
     " * \"LAYER.weight\", \"LAYER.bias\"); all are dense row-major f32 in\n"
     " * the layouts of kl_ir.h's named operators (conv2d weight [K,C,R,S],\n"
     " * dense weight [O,I]; an affine layer_norm's weight and bias are of\n"
-    " * its last dimension). Intermediate buffers are static: allocated\n"
+    " * its last dimension), but a quantized layer's (qconv2d, qdense, ...):\n"
+    " * its weight is int8_t, its bias int32_t and its per-channel requant\n"
+    " * scale \"LAYER.scale\" f32 (kiln_model_param_dtype says which; pass\n"
+    " * them through the const float * of params as they are). Tensors\n"
+    " * between layers are f32, or the uint8_t / int8_t / int32_t codes of a\n"
+    " * quantized layer or a quantize layer. Intermediate buffers are static: "
+    "allocated\n"
     " * once, when the library is loaded, so kiln_model_run is not\n"
     " * reentrant.\n"
     " *\n"
@@ -620,8 +683,11 @@ static const char s_header[] =
     " * [-0.1, 0.1), kiln's generator seeded with 1, drawn parameter by\n"
     " * parameter in order; kiln_model_trained() is 0). kiln export wrote\n"
     " * the same values to kiln_model.weights beside this header (every\n"
-    " * weight's floats, little-endian, in parameter order, each starting\n"
-    " * at a multiple of 64 bytes), which kiln_weights.S embeds: the library\n"
+    " * weight's values in its own type, little-endian, in parameter\n"
+    " * order, each starting at a multiple of 64 bytes; a quantized model\n"
+    " * without its own weights gets int8 weights in [-127, 127], int32\n"
+    " * biases in [-1000, 1000] and requant scales in [1e-3, 1e-2)), which\n"
+    " * kiln_weights.S embeds: the library\n"
     " * does not read that file at run time. kiln_model_infer runs on them;\n"
     " * kiln_model_run takes any weights the caller gives.\n"
     " *\n"
@@ -675,6 +741,13 @@ static const char s_header[] =
     "/* The embedded values of parameter i (see \"Weights\"); NULL for the\n"
     " * graph's inputs and out of range. */\n"
     "const float *kiln_model_param_data(int i);\n"
+    "/* The element type of parameter i, in kiln's dtype numbers: 0 f32,\n"
+    " * 3 int32_t, 4 uint8_t, 5 int8_t (-1 out of range). */\n"
+    "int kiln_model_param_dtype(int i);\n"
+    "/* The element type of the graph's output tensor (numbers as above):\n"
+    " * kiln_model_run always writes floats, an integer output's codes\n"
+    " * converted to float (a QDQ model's output is f32: 0). */\n"
+    "int kiln_model_output_dtype(void);\n"
     "/* 1 when the embedded weights are the model's own, 0 when random. */\n"
     "int kiln_model_trained(void);\n"
     "/* Number of the graph's inputs (the parameters without data). */\n"
@@ -690,8 +763,9 @@ static const char s_header[] =
     "int kiln_model_infer_n(const float *const *inputs, float *output);\n\n"
     "/* Layers. The layers that run code of their own, in order: each\n"
     " * computing layer (with what is fused into it), transpose, softmax,\n"
-    " * layer_norm, gelu; views (reshape, flatten, a transpose that moves\n"
-    " * only dims of size 1) and fused layers are not layers here.\n"
+    " * layer_norm, gelu, quantize, dequantize; views (reshape, flatten,\n"
+    " * a transpose that moves only dims of size 1) and fused layers are\n"
+    " * not layers here.\n"
     " * kiln_model_layer_name(i) is the graph's name of layer i (NULL out\n"
     " * of range); kiln_model_layer_task(i) its task (manifest.json's\n"
     " * \"id\"), -1 for a layer without one (softmax, transpose, ...). */\n"
@@ -765,12 +839,16 @@ static void s_param_tables(const s_gen_t *c, kl_buf_t *b)
                           (long long)c->params[i].shape[k]);
         kl_buf_puts(b, c->params[i].ndim ? "},\n" : "0},\n");
     }
-    kl_buf_puts(b, "};\n/* Floats into kiln_model_weights_; -1: an input. */\n"
+    kl_buf_puts(b, "};\n/* Element types (kiln_model_param_dtype). */\n"
+                   "static const int s_dtype[] = {");
+    for (int i = 0; i < c->nparams; i++)
+        kl_buf_printf(b, "%s%d", i ? ", " : "", (int)c->params[i].dt);
+    kl_buf_puts(b, "};\n/* Bytes into kiln_model_weights_; -1: an input. */\n"
                    "static const long long s_offset[] = {\n");
     for (int i = 0; i < c->nparams; i++)
         kl_buf_printf(b, "    %lldLL,\n", (long long)c->params[i].offset);
     kl_buf_puts(b, "};\n/* kiln_model.weights, embedded by kiln_weights.S. */\n"
-                   "extern const float kiln_model_weights_[]\n"
+                   "extern const unsigned char kiln_model_weights_[]\n"
                    "    __attribute__((visibility(\"hidden\")));\n\n");
 }
 
@@ -796,15 +874,20 @@ static void s_api_code(const s_gen_t *c, const kl_mnode_t *out, kl_buf_t *b)
         "    memcpy(dims, s_oshape, sizeof s_oshape);\n    return %d;\n}\n\n"
         "const float *kiln_model_param_data(int i)\n{\n"
         "    return i >= 0 && i < %d && s_offset[i] >= 0\n"
-        "               ? kiln_model_weights_ + s_offset[i]\n"
+        "               ? (const float *)(kiln_model_weights_ + s_offset[i])\n"
         "               : 0;\n}\n\n"
+        "int kiln_model_param_dtype(int i)\n{\n"
+        "    return i >= 0 && i < %d ? s_dtype[i] : -1;\n}\n\n"
+        "int kiln_model_output_dtype(void)\n{\n    return %d;\n}\n\n"
         "int kiln_model_trained(void)\n{\n    return %d;\n}\n\n"
         "int kiln_model_ninputs(void)\n{\n    return %d;\n}\n\n"
         "static int s_infer(const float *const *in, float *output)\n{\n"
         "    const float *p[%d];\n    int k = 0;\n"
         "    for (int i = 0; i < %d; i++) {\n"
-        "        p[i] = s_offset[i] >= 0 ? kiln_model_weights_ + s_offset[i]"
-        "\n                                : in[k++];\n"
+        "        p[i] = s_offset[i] >= 0\n"
+        "                   ? (const float *)(kiln_model_weights_ + "
+        "s_offset[i])"
+        "\n                   : in[k++];\n"
         "        if (!p[i])\n            return 2;\n    }\n"
         "    return kiln_model_run(p, output);\n}\n\n"
         "int kiln_model_infer(const float *input, float *output)\n{\n"
@@ -819,8 +902,9 @@ static void s_api_code(const s_gen_t *c, const kl_mnode_t *out, kl_buf_t *b)
         "    return i >= 0 && i < %d ? s_layer_names[i] : 0;\n}\n\n"
         "int kiln_model_layer_task(int i)\n{\n"
         "    return i >= 0 && i < %d ? s_layer_tasks[i] : -1;\n}\n\n",
-        c->nparams, out->ndim, c->nparams, c->trained ? 1 : 0, c->ninputs,
-        c->nparams, c->nparams, c->nlayers, c->nlayers, c->nlayers);
+        c->nparams, out->ndim, c->nparams, c->nparams, (int)out->dt,
+        c->trained ? 1 : 0, c->ninputs, c->nparams, c->nparams, c->nlayers,
+        c->nlayers, c->nlayers);
 }
 
 static char *s_model_c(s_gen_t *c)
@@ -847,6 +931,8 @@ static char *s_model_c(s_gen_t *c)
                           t);
     }
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "", s_helpers);
+    if (c->qcasts)
+        s_qcast_helpers(&b);
     s_param_tables(c, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
@@ -859,21 +945,27 @@ static char *s_model_c(s_gen_t *c)
                   kl_model_name(c->m), c->nparams, c->nparams, c->nparams,
                   (long long)s_numel(&g->nodes[out]));
     s_prep_code(c, &b);
+    /* The output in f32: an integer output's codes converted. */
+    long long on = (long long)s_numel(&g->nodes[out]);
+    char *ocopy =
+        g->nodes[out].dt == KL_DT_F32
+            ? kl_xasprintf("    memcpy(output, %s, %lldULL * sizeof(float));\n",
+                           oex, on)
+            : kl_xasprintf("    for (long long i = 0; i < %lldLL; i++)\n"
+                           "        output[i] = (float)%s[i];\n",
+                           on, oex);
     kl_buf_printf(&b,
                   "int kiln_model_run(const float *const *p, float *output)"
-                  "\n{\n    if (s_prepare(p))\n        return 1;\n%s"
-                  "    memcpy(output, %s, %lldULL * sizeof(float));\n"
+                  "\n{\n    if (s_prepare(p))\n        return 1;\n%s%s"
                   "    return 0;\n}\n\n",
-                  c->run.data ? c->run.data : "", oex,
-                  (long long)s_numel(&g->nodes[out]));
+                  c->run.data ? c->run.data : "", ocopy);
     kl_buf_printf(&b,
                   "int kiln_model_run_profiled(const float *const *p, float "
                   "*output,\n                            double *layer_s)\n"
                   "{\n    double t;\n    if (s_prepare(p))\n        return "
-                  "1;\n%s    memcpy(output, %s, %lldULL * sizeof(float));\n"
-                  "    return 0;\n}\n\n",
-                  c->prun.data ? c->prun.data : "", oex,
-                  (long long)s_numel(&g->nodes[out]));
+                  "1;\n%s%s    return 0;\n}\n\n",
+                  c->prun.data ? c->prun.data : "", ocopy);
+    free(ocopy);
     s_api_code(c, &g->nodes[out], &b);
     return kl_buf_take(&b);
 }
@@ -892,155 +984,6 @@ static int s_write(const char *dir, const char *name, const char *text,
     return KL_OK;
 }
 
-/* ---- the weights ---- */
-
-/* Lays the weights out (each at a multiple of 64 bytes) and checks the
- * model's own parameters, when it has any, against the graph's. */
-static int s_weights_plan(s_gen_t *c, const kl_model_params_t *ps, char *err)
-{
-    c->trained = ps && ps->n > 0;
-    int64_t off = 0;
-    for (int i = 0; i < c->nparams; i++) {
-        s_param_t *p = &c->params[i];
-        if (p->input)
-            continue;
-        off = (off + 15) / 16 * 16;
-        p->offset = off;
-        off += p->numel;
-        if (!c->trained)
-            continue;
-        const kl_model_param_t *q = kl_model_params_find(ps, p->name);
-        if (!q)
-            return kl_seterr(err, KL_ERR_INTERNAL,
-                             "%s: parameter '%s' of the exported graph is "
-                             "not among the model's %d parameters",
-                             c->src, p->name, ps->n);
-        if (q->numel != p->numel)
-            return kl_seterr(err, KL_ERR_INTERNAL,
-                             "%s: parameter '%s': the model's has %lld "
-                             "floats, the exported graph's layer takes %lld",
-                             c->src, p->name, (long long)q->numel,
-                             (long long)p->numel);
-    }
-    return KL_OK;
-}
-
-static int s_fwrite(FILE *f, const void *data, size_t n, const char *path,
-                    char *err)
-{
-    if (n && fwrite(data, 1, n, f) != n)
-        return kl_seterr(err, KL_ERR_IO, "%s: write failed: %s", path,
-                         strerror(errno));
-    return KL_OK;
-}
-
-/* One parameter's floats as little-endian bytes: the model's own, else
- * seeded random ones (kiln_model.h, "Weights"). */
-static int s_weights_param(FILE *f, const s_param_t *p,
-                           const kl_model_params_t *ps, kl_rng_t *r,
-                           const char *path, char *err)
-{
-    const kl_model_param_t *q = ps ? kl_model_params_find(ps, p->name) : NULL;
-    unsigned char buf[4096];
-    size_t n = 0;
-    for (int64_t k = 0; k < p->numel; k++) {
-        float v =
-            q ? q->data[k]
-              : (float)(KL_EXPORT_WEIGHT_SCALE * (2 * kl_rng_double(r) - 1));
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        for (int b = 0; b < 4; b++)
-            buf[n++] = (unsigned char)(u >> (8 * b));
-        if (n == sizeof buf) {
-            int rc = s_fwrite(f, buf, n, path, err);
-            if (rc)
-                return rc;
-            n = 0;
-        }
-    }
-    return s_fwrite(f, buf, n, path, err);
-}
-
-/* DIR/kiln_model.weights, as s_weights_plan laid it out. */
-static int s_weights_file(const s_gen_t *c, const kl_model_params_t *ps,
-                          const char *path, char *err)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return kl_seterr(err, KL_ERR_IO, "%s: %s", path, strerror(errno));
-    kl_rng_t r;
-    kl_rng_seed(&r, KL_EXPORT_WEIGHT_SEED);
-    static const unsigned char zeros[64];
-    int64_t at = 0;
-    int rc = KL_OK;
-    for (int i = 0; !rc && i < c->nparams; i++) {
-        const s_param_t *p = &c->params[i];
-        if (p->input)
-            continue;
-        rc = s_fwrite(f, zeros, (size_t)(p->offset - at) * 4, path, err);
-        if (!rc)
-            rc = s_weights_param(f, p, c->trained ? ps : NULL, &r, path, err);
-        at = p->offset + p->numel;
-    }
-    if (fclose(f) && !rc)
-        rc = kl_seterr(err, KL_ERR_IO, "%s: %s", path, strerror(errno));
-    return rc;
-}
-
-/* kiln_weights.S: the weights file, embedded with .incbin (which is fast
- * for any size), named by its absolute path so that the assembler finds
- * it from any directory. */
-static char *s_weights_asm(const char *wpath, char *err)
-{
-    char abs[PATH_MAX];
-    if (!realpath(wpath, abs)) {
-        kl_seterr(err, KL_ERR_IO, "%s: %s", wpath, strerror(errno));
-        return NULL;
-    }
-    if (strchr(abs, '\n')) {
-        kl_seterr(err, KL_ERR_INVAL,
-                  "%s: a newline in the path of the output directory", abs);
-        return NULL;
-    }
-    kl_buf_t q = {0};
-    for (const char *p = abs; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            kl_buf_puts(&q, "\\");
-        kl_buf_append(&q, p, 1);
-    }
-    char *text = kl_xasprintf(
-        "/* kiln_weights.S - kiln_model.weights in the library, written by "
-        "kiln export. */\n"
-        "    .section .rodata.kiln_weights,\"a\",@progbits\n"
-        "    .balign 64\n"
-        "    .globl kiln_model_weights_\n"
-        "    .hidden kiln_model_weights_\n"
-        "    .type kiln_model_weights_, @object\n"
-        "kiln_model_weights_:\n"
-        "    .incbin \"%s\"\n"
-        "    .balign 64\n"
-        "    .size kiln_model_weights_, . - kiln_model_weights_\n"
-        "    .section .note.GNU-stack,\"\",@progbits\n",
-        q.data);
-    kl_buf_free(&q);
-    return text;
-}
-
-static int s_write_weights(const s_gen_t *c, const kl_model_params_t *ps,
-                           const char *dir, char ***paths, int *np, char *err)
-{
-    char *wpath = kl_xasprintf("%s/kiln_model.weights", dir);
-    int rc = s_weights_file(c, ps, wpath, err);
-    char *text = rc ? NULL : s_weights_asm(wpath, err);
-    if (!rc && !text)
-        rc = KL_ERR_IO;
-    if (!rc)
-        rc = s_write(dir, "kiln_weights.S", text, paths, np, err);
-    free(text);
-    free(wpath);
-    return rc;
-}
-
 static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
                  char *err)
 {
@@ -1049,7 +992,8 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
         if (rc)
             return rc;
     }
-    int rc = s_weights_plan(c, ps, err);
+    int rc = kl_export_weights_plan(c->params, c->nparams, ps, c->src,
+                                    &c->trained, err);
     if (rc)
         return rc;
     *model_c = s_model_c(c);
@@ -1079,18 +1023,6 @@ int kl_export_write_graph(const char *text, const char *source,
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
-    /* Quantized graphs (an ONNX QDQ import) have s8/s32 parameters and
-     * integer tensors between layers; the library is f32 only. */
-    for (int i = 0; i < g.n; i++)
-        if (kl_mop_is_q(g.nodes[i].op) || g.nodes[i].op == KL_MOP_QUANTIZE ||
-            g.nodes[i].op == KL_MOP_DEQUANTIZE) {
-            rc = kl_seterr(err, KL_ERR_INVAL,
-                           "%s: layer '%s' (%s): kiln export writes f32 "
-                           "models only, not quantized ones",
-                           source, g.nodes[i].name, kl_mop_name(g.nodes[i].op));
-            kl_mgraph_free(&g);
-            return rc;
-        }
     kl_mgraph_fuse(&g);
     s_gen_t c = {
         .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};
@@ -1109,7 +1041,8 @@ int kl_export_write_graph(const char *text, const char *source,
     if (!rc)
         rc = s_write(dir, "kiln_model.c", model_c, &paths, &np, err);
     if (!rc)
-        rc = s_write_weights(&c, params, dir, &paths, &np, err);
+        rc = kl_export_weights_write(c.params, c.nparams, params, c.trained,
+                                     dir, &paths, &np, err);
     if (!rc && build) {
         char *lib = kl_xasprintf("%s/libkiln_model.so", dir);
         rc = kl_export_cc(cc, paths, np, lib, err);

@@ -404,17 +404,24 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
     return rc;
 }
 
-/* The library is f32: a quantized model (an ONNX QDQ import's q-ops) is
- * refused before any record is looked up, naming its first integer task. */
-static int s_float_only(const kl_model_t *m, const char *model, char *err)
+/* Quantized models (an ONNX QDQ import's q-ops) export to CPU targets
+ * only (their kernels are the int8 CPU design space's or the exact
+ * reference C): on any other target the first integer task is named
+ * before any record is looked up. */
+static int s_float_only(const kl_model_t *m, const kl_export_cfg_t *cfg,
+                        char *err)
 {
+    kl_target_kind kind;
+    if (kl_target_kind_of(kl_export_target(cfg->target), &kind) ||
+        kind == KL_TARGET_CPU)
+        return KL_OK;
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
         if (kl_workload_is_int(t->w))
             return kl_seterr(err, KL_ERR_INVAL,
                              "%s: layer '%s' (%s) is quantized; kiln export "
-                             "writes f32 models only",
-                             model, t->layer, t->spec);
+                             "writes quantized models for CPU targets only",
+                             cfg->model, t->layer, t->spec);
     }
     return KL_OK;
 }
@@ -430,7 +437,7 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     if (!rc)
         rc = kl_model_parse(text, cfg->model, &m, err);
     if (!rc)
-        rc = s_float_only(m, cfg->model, err);
+        rc = s_float_only(m, cfg, err);
     if (rc) {
         kl_model_destroy(&m);
         res->bad_model = true;
@@ -466,8 +473,6 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
     int rc = kl_model_text_params(model, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, model, &m, err);
-    if (!rc)
-        rc = s_float_only(m, model, err);
     if (!rc)
         rc = kl_mkdirs(dir, err);
     int n = m ? kl_model_ntasks(m) : 0;

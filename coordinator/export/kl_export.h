@@ -14,13 +14,19 @@
  *                        task_NN.cu for CUDA targets
  *   kiln_model.c / .h    the layer graph (CPU targets): every layer in
  *                        graph order, each computing layer calling its
- *                        task's kernel with its own weights
+ *                        task's kernel with its own weights; quantized
+ *                        graphs (ONNX QDQ) keep u8 / s8 / s32 tensors
+ *                        between layers, and their quantize / dequantize
+ *                        layers are C of kiln_model.c (docs/cli.md,
+ *                        "Quantized models")
  *   kiln_model.weights   (CPU targets) the value of every parameter that
  *                        is not an input: the model's own (kl_model_params)
  *                        when it has them, else seeded random ones
- *                        (KL_EXPORT_WEIGHT_SEED); raw little-endian f32 in
- *                        parameter order, each parameter at a multiple of
- *                        64 bytes (kiln_model.c's s_offset says where)
+ *                        (KL_EXPORT_WEIGHT_SEED); raw little-endian in
+ *                        each parameter's type (f32; a q-op's weight s8,
+ *                        its bias s32), in parameter order, each at a
+ *                        multiple of 64 bytes (kiln_model.c's s_offset
+ *                        says where, in bytes)
  *   kiln_weights.S       embeds kiln_model.weights (.incbin, absolute
  *                        path) into the library, which never reads the
  *                        file at run time

@@ -338,38 +338,12 @@ static void test_qdq_eval(void **state)
     free(text);
 }
 
-/* kiln export writes f32 libraries only: a quantized graph is refused,
- * naming its first integer layer, before anything is written. */
-static void test_qdq_export_refused(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    char *text = s_text();
-    assert_int_equal(kl_export_write_graph(text, "small_cnn_int8.onnx", NULL,
-                                           NULL, NULL, "/nonexistent/kiln",
-                                           false, NULL, err),
-                     KL_ERR_INVAL);
-    const char *want = "small_cnn_int8.onnx: layer 'x_QuantizeLinear_Output' "
-                       "(quantize): kiln export writes f32 models only";
-    if (!strstr(err, want))
-        fail_msg("error '%s' does not say '%s'", err, want);
-    free(text);
-    /* and kiln export's own entry, before any kernel is made */
-    assert_int_equal(kl_export_naive(S_MODEL, "/nonexistent/kiln", NULL, err),
-                     KL_ERR_INVAL);
-    want = "small_cnn_int8.onnx: layer 'relu1' (qconv2d N=1 C=3 H=32 W=32 "
-           "K=16";
-    if (!strstr(err, want) || !strstr(err, "kiln export writes f32 models"))
-        fail_msg("error '%s' does not say '%s'", err, want);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qdq_text),
         cmocka_unit_test(test_qdq_params),
         cmocka_unit_test(test_qdq_eval),
-        cmocka_unit_test(test_qdq_export_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

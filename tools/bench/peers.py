@@ -40,6 +40,16 @@ taken round by round (median and p10..p90), which is steadier on a shared
 machine. Every output must agree with ONNX Runtime's within --rtol of its
 largest magnitude (the largest difference is printed); exit 1 when one does
 not, 2 on a usage or load error.
+
+A quantized model (its output the DequantizeLinear of a quantized tensor,
+as quantize_static writes it) is compared in quantization steps (that
+DequantizeLinear's scale) instead: per runtime, over the input and
+--accuracy N more seeded inputs (seeds --seed + 1 .. + N), the largest
+difference in steps, the share of elements within one step and how many
+inputs have ONNX Runtime's top-1 (argmax); it agrees when every top-1 is
+the same and at least --qshare (default 0.99) of the elements are within
+one step. --keep-going times the runtimes even when one disagrees (the
+check line still says DISAGREE).
 """
 
 import argparse
@@ -72,6 +82,23 @@ def sha256_prefix(path):
         for b in iter(lambda: f.read(1 << 20), b""):
             h.update(b)
     return h.hexdigest()[:12]
+
+
+def output_qstep(path):
+    """The scale of the DequantizeLinear (a constant scalar) that computes
+    the model's output, else None."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name: i for i in m.graph.initializer}
+    out = m.graph.output[0].name
+    for n in m.graph.node:
+        if n.op_type == "DequantizeLinear" and out in n.output:
+            if len(n.input) > 1 and n.input[1] in inits:
+                v = numpy_helper.to_array(inits[n.input[1]])
+                if v.size == 1:
+                    return float(v.reshape(-1)[0])
+    return None
 
 
 def model_input(path):
@@ -205,7 +232,8 @@ def _serve(conn, kind, a, input_name, x):
         if msg[0] == "quit":
             return
         if msg[0] == "out":
-            conn.send(np.array(rt.run(x), dtype=np.float32))
+            xx = msg[1] if len(msg) > 1 and msg[1] is not None else x
+            conn.send(np.array(rt.run(xx), dtype=np.float32))
         else:
             for _ in range(msg[1]):
                 rt.run(x)
@@ -238,8 +266,8 @@ class Isolated:
         _, self.name, self.version, self.config, self.trained = msg
         self.config += "; own process"
 
-    def output(self):
-        self.conn.send(("out",))
+    def output(self, x=None):
+        self.conn.send(("out", x))
         return self.conn.recv()
 
     def timed(self, settle, block=1):
@@ -261,8 +289,9 @@ class Shared:
         self.config = self.rt.config + "; same process"
         self.trained = getattr(self.rt, "trained", None)
 
-    def output(self):
-        return np.array(self.rt.run(self.x), dtype=np.float32)
+    def output(self, x=None):
+        return np.array(self.rt.run(self.x if x is None else x),
+                        dtype=np.float32)
 
     def timed(self, settle, block=1):
         for _ in range(settle):
@@ -297,6 +326,14 @@ def main():
                     help="timed runs of a runtime in each round, back to "
                          "back (the round's figure for it is their median)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--accuracy", type=int, default=0,
+                    help="a quantized model: N more seeded inputs compared "
+                         "with ONNX Runtime's outputs")
+    ap.add_argument("--qshare", type=float, default=0.99,
+                    help="a quantized model: least share of elements within "
+                         "one quantization step of ONNX Runtime's")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="time the runtimes even when an output disagrees")
     ap.add_argument("--same-process", action="store_true",
                     help="run every runtime in this process (default: "
                          "each in a process of its own)")
@@ -347,6 +384,13 @@ def main():
     for rt in rts:
         print("# %-11s %s; %s" % (rt.name, rt.version, rt.config))
 
+    qstep = output_qstep(a.model)
+    if qstep is not None:
+        ok, diffs = qcheck(rts, x, shape, qstep, a)
+        if not ok and not a.keep_going:
+            print("peers.py: outputs disagree; no timing", file=sys.stderr)
+            return 1
+        return timing(rts, a, diffs, ok)
     # Agreement with ONNX Runtime's output, on the first run of each.
     ref = rts[0].output()
     scale = float(np.abs(ref).max())
@@ -374,7 +418,51 @@ def main():
     if not ok:
         print("peers.py: outputs disagree; no timing", file=sys.stderr)
         return 1
+    return timing(rts, a, diffs, ok)
 
+
+def qcheck(rts, x, shape, qstep, a):
+    """A quantized model's outputs against ONNX Runtime's, in steps of
+    qstep, over x and a.accuracy more seeded inputs."""
+    xs = [x] + [np.ascontiguousarray(
+        np.random.default_rng(a.seed + 1 + k).standard_normal(shape),
+        dtype=np.float32) for k in range(a.accuracy)]
+    refs = [rts[0].output(xx) for xx in xs]
+    print("quantized output: DequantizeLinear scale %.9g (one step); %d "
+          "input(s)" % (qstep, len(xs)))
+    ok, diffs = True, {}
+    for rt in rts[1:]:
+        worst, within, total, top1 = 0.0, 0, 0, 0
+        for xx, ref in zip(xs, refs):
+            y = rt.output(xx).reshape(-1)
+            r = ref.reshape(-1)
+            if y.size != r.size or not np.isfinite(y).all():
+                worst = float("inf")
+                continue
+            d = np.abs(y - r) / qstep
+            worst = max(worst, float(d.max()))
+            within += int((d <= 1 + 1e-3).sum())
+            total += r.size
+            top1 += int(np.argmax(y) == np.argmax(r))
+        share = within / total if total else 0.0
+        agree = top1 == len(xs) and share >= a.qshare
+        if rt.name == "kiln" and rt.trained == 0:
+            print("kiln: the library's weights are random "
+                  "(kiln_model_trained() = 0), not the model's")
+            agree = False
+        diffs[rt.name] = {"max_steps": worst, "within_1_step": within,
+                          "elements": total, "top1_same": top1,
+                          "inputs": len(xs)}
+        print("check %-11s vs onnxruntime: largest difference %.3g steps; "
+              "%d of %d elements (%.4f%%) within 1 step; top-1 the same on "
+              "%d of %d inputs: %s" % (
+                  rt.name, worst, within, total, 100.0 * share, top1,
+                  len(xs), "agree" if agree else "DISAGREE"))
+        ok = ok and agree
+    return ok, diffs
+
+
+def timing(rts, a, diffs, ok):
     for _ in range(a.warmup):
         for rt in rts:
             rt.timed(0)
@@ -421,7 +509,8 @@ def main():
                        "settle": a.settle, "block": a.block,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
-                       "max_abs_diff_vs_ort": diffs, "ms": st,
+                       "max_abs_diff_vs_ort": diffs, "agree": ok,
+                       "ms": st,
                        "per_round_ratio": rr}, f,
                       indent=1)
     return 0
