@@ -9,16 +9,17 @@
 
 #include "kl_err.h"
 #include "kl_store.h"
+#include "kl_test_tmp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static kl_store_t *s_store;
-static char s_dir[64];
+static char s_dir[256];
 
 static void s_cleanup(void)
 {
     kl_store_close(&s_store);
-    char cmd[96];
+    char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "fuzz_store_import: could not remove %s\n", s_dir);
@@ -35,9 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[KL_ERRMSG_LEN] = "";
     if (!s_store) {
-        snprintf(s_dir, sizeof s_dir, "/tmp/kiln-fuzz-store-XXXXXX");
         /* No fsync: a fuzzer commits thousands of times a second. */
-        if (!mkdtemp(s_dir) ||
+        if (!kl_test_mkdtemp(s_dir, sizeof s_dir, "kiln-fuzz-store-XXXXXX") ||
             kl_store_open(&s_store, s_dir, KL_STORE_NOSYNC, err))
             abort();
         atexit(s_cleanup);

@@ -15,6 +15,7 @@
 #include "kl_util.h"
 #include "kla_builder.h"
 #include "kla_runner.h"
+#include "kl_test_tmp.h"
 
 /* The naive reference (no prepare): C = A B. */
 static const char *s_ref_src =
@@ -59,7 +60,7 @@ static const char *s_cand_fmt =
     "}\n";
 
 typedef struct {
-    char dir[64];
+    char dir[256];
     kla_builder_t *builder;
     kla_runner_t *runner;
 } fix_t;
@@ -69,8 +70,7 @@ static fix_t F;
 static int s_setup(void **state)
 {
     (void)state;
-    snprintf(F.dir, sizeof F.dir, "/tmp/kla-prep-XXXXXX");
-    if (!mkdtemp(F.dir))
+    if (!kl_test_mkdtemp(F.dir, sizeof F.dir, "kla-prep-XXXXXX"))
         return -1;
     char err[KL_ERRMSG_LEN];
     kla_builder_config_t bc = {.workdir = F.dir, .cflags = "-O2"};

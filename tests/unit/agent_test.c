@@ -20,6 +20,7 @@
 #include "kla_device.h"
 #include "kla_runner.h"
 #include "kla_simulate.h"
+#include "kl_test_tmp.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define T_ASAN 1
@@ -60,7 +61,7 @@ static char *s_mm(const char *extra)
 }
 
 typedef struct {
-    char dir[64];
+    char dir[256];
     kla_gate_t *gate;
     kla_builder_t *builder;
     kla_runner_t *runner;
@@ -72,8 +73,7 @@ static fix_t F;
 static int s_setup(void **state)
 {
     (void)state;
-    snprintf(F.dir, sizeof F.dir, "/tmp/kla-test-XXXXXX");
-    if (!mkdtemp(F.dir))
+    if (!kl_test_mkdtemp(F.dir, sizeof F.dir, "kla-test-XXXXXX"))
         return -1;
     char err[KL_ERRMSG_LEN];
     kla_gate_new(&F.gate);
@@ -190,7 +190,7 @@ static void test_builder_log_bounded(void **state)
 static void test_builder_workdir_vanishes(void **state)
 {
     (void)state;
-    char dir[160], err[KL_ERRMSG_LEN], cmd[200];
+    char dir[300], err[KL_ERRMSG_LEN], cmd[320];
     snprintf(dir, sizeof dir, "%s/vanishing", F.dir);
     assert_int_equal(kl_mkdirs(dir, err), KL_OK);
     kla_builder_t *b = NULL;
@@ -232,7 +232,7 @@ static bool s_running(pid_t pid)
 static void test_builder_timeout(void **state)
 {
     (void)state;
-    char cc[128], pidfile[128], err[KL_ERRMSG_LEN];
+    char cc[300], pidfile[300], err[KL_ERRMSG_LEN];
     snprintf(cc, sizeof cc, "%s/hang-cc.sh", F.dir);
     snprintf(pidfile, sizeof pidfile, "%s/hang-cc.pid", F.dir);
     unlink(pidfile);
@@ -332,7 +332,7 @@ static long s_file_size(const char *path)
 static void test_gate_stops_running_compile(void **state)
 {
     (void)state;
-    char cc[128], mark[128], err[KL_ERRMSG_LEN];
+    char cc[300], mark[300], err[KL_ERRMSG_LEN];
     snprintf(cc, sizeof cc, "%s/ticking-cc.sh", F.dir);
     snprintf(mark, sizeof mark, "%s/ticks", F.dir);
     char *script = kl_xasprintf("#!/bin/sh\n"

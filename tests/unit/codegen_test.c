@@ -23,6 +23,7 @@
 #include "kl_ir.h"
 #include "kl_space.h"
 #include "kl_trace.h"
+#include "kl_test_tmp.h"
 #include "kl_util.h"
 
 static char s_dir[256];
@@ -55,8 +56,9 @@ static const char *const s_shapes[] = {
 static int s_setup(void **state)
 {
     (void)state;
-    snprintf(s_dir, sizeof s_dir, "/tmp/kiln-codegen-test-XXXXXX");
-    return mkdtemp(s_dir) ? 0 : -1;
+    return kl_test_mkdtemp(s_dir, sizeof s_dir, "kiln-codegen-test-XXXXXX")
+               ? 0
+               : -1;
 }
 
 static int s_teardown(void **state)

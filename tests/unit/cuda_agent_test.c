@@ -30,6 +30,7 @@
 #include "kla_agent.h"
 #include "kla_cuda.h"
 #include "kl_target.h"
+#include "kl_test_tmp.h"
 
 static char s_dir[256];
 
@@ -787,8 +788,7 @@ static void test_agent_fake_gpus(void **state)
 
 int main(void)
 {
-    snprintf(s_dir, sizeof s_dir, "/tmp/kiln-cuda-agent-test-XXXXXX");
-    if (!mkdtemp(s_dir))
+    if (!kl_test_mkdtemp(s_dir, sizeof s_dir, "kiln-cuda-agent-test-XXXXXX"))
         return 1;
     if (!getenv("KILN_AGENT")) { /* the build tree's, beside this test */
         char self[4096], path[4200];

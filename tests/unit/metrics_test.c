@@ -23,6 +23,7 @@
 #include "kl_metrics_int.h"
 #include "kl_metrics_serve.h"
 #include "kl_util.h"
+#include "kl_test_tmp.h"
 
 static void test_parse_listen(void **state)
 {
@@ -310,8 +311,8 @@ static void test_publish_while_serving(void **state)
 static void test_collect(void **state)
 {
     (void)state;
-    char err[KL_ERRMSG_LEN], dir[] = "/tmp/kl-metrics-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char err[KL_ERRMSG_LEN], dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kl-metrics-XXXXXX"));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
     kl_job_cfg_t cfg;
@@ -388,8 +389,8 @@ static double s_served_elapsed(kl_metrics_t *m)
 static void test_update_cost(void **state)
 {
     (void)state;
-    char err[KL_ERRMSG_LEN], dir[] = "/tmp/kl-metrics-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char err[KL_ERRMSG_LEN], dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kl-metrics-XXXXXX"));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
     kl_job_cfg_t cfg;

@@ -17,6 +17,7 @@
 
 #include "kl_err.h"
 #include "kl_model.h"
+#include "kl_test_tmp.h"
 
 static kl_model_t *s_parse(const char *text)
 {
@@ -430,7 +431,9 @@ static void test_errors(void **state)
     assert_int_equal(kl_model_load("no-such-model", &m, err), KL_ERR_NOTFOUND);
     assert_non_null(strstr(err, "resnet18"));
     /* A graph file on disk, and a binary file. */
-    char path[] = "/tmp/kiln_models_test_XXXXXX";
+    char path[256];
+    assert_non_null(
+        kl_test_tmppath(path, sizeof path, "kiln_models_test_XXXXXX"));
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     const char *g = "input x 2x8\ny = dense x O=4\n";

@@ -18,6 +18,7 @@
 #include "kl_err.h"
 #include "kl_net.h"
 #include "kl_util.h"
+#include "kl_test_tmp.h"
 #include "net_msgs.h"
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -51,9 +52,9 @@ static int s_rm(const char *p, const struct stat *st, int flag, struct FTW *f)
 
 static char *tmpdir(void)
 {
-    char *t = kl_xstrdup("/tmp/kl-net-test-XXXXXX");
-    assert_non_null(mkdtemp(t));
-    return t;
+    char t[256];
+    assert_non_null(kl_test_mkdtemp(t, sizeof t, "kl-net-test-XXXXXX"));
+    return kl_xstrdup(t);
 }
 
 static void rmrf(char *dir)

@@ -20,6 +20,7 @@
 #include "kl_search.h"
 #include "kl_store.h"
 #include "kl_util.h"
+#include "kl_test_tmp.h"
 
 #ifndef KL_TEST_DATA
 #define KL_TEST_DATA "tests/data"
@@ -430,8 +431,9 @@ static void test_costmodel_dataset(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    char dir[] = "/tmp/kiln-search-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_non_null(
+        kl_test_mkdtemp(dir, sizeof dir, "kiln-search-test-XXXXXX"));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
     FILE *in = fopen(KL_TEST_DATA "/costmodel_matmul.jsonl", "r");
@@ -491,7 +493,7 @@ static void test_costmodel_dataset(void **state)
     free(d.text);
     kl_space_destroy(&d.sp);
     kl_workload_free(&d.w);
-    char cmd[128];
+    char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
 }

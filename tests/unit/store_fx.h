@@ -22,12 +22,13 @@
 #include "kl_err.h"
 #include "kl_store.h"
 #include "kl_util.h"
+#include "kl_test_tmp.h"
 
 #define CPU "cpu/x86_64-avx512"
 #define GPU "cuda/sm_90"
 
 typedef struct {
-    char dir[64];
+    char dir[256];
     kl_store_t *st;
     char err[KL_ERRMSG_LEN];
 } fx_t;
@@ -35,8 +36,7 @@ typedef struct {
 static inline int setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/kiln-store-test-XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (!kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-store-test-XXXXXX"))
         return -1;
     if (kl_store_open(&fx->st, fx->dir, 0, fx->err)) {
         fprintf(stderr, "setup: %s\n", fx->err);

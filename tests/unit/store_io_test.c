@@ -77,14 +77,15 @@ static void test_export_import(void **state)
         assert_int_equal(s_commit1(fx->st, r, fx->err), KL_OK);
         s_free(r);
     }
-    char path[96];
+    char path[300];
     snprintf(path, sizeof path, "%s/export.jsonl", fx->dir);
     FILE *f = fopen(path, "w+");
     assert_non_null(f);
     assert_int_equal(kl_store_export_jsonl(fx->st, f, fx->err), KL_OK);
     rewind(f);
-    char dir2[64] = "/tmp/kiln-store-test2-XXXXXX";
-    assert_non_null(mkdtemp(dir2));
+    char dir2[256];
+    assert_non_null(
+        kl_test_mkdtemp(dir2, sizeof dir2, "kiln-store-test2-XXXXXX"));
     kl_store_t *st2 = NULL;
     assert_int_equal(kl_store_open(&st2, dir2, 0, fx->err), KL_OK);
     size_t imported = 0;
@@ -289,10 +290,11 @@ static void test_schema_and_missing(void **state)
     snprintf(want, sizeof want, "schema version %d", KL_STORE_SCHEMA + 1);
     assert_non_null(strstr(fx->err, want));
     kl_store_t *st = NULL;
-    assert_int_equal(kl_store_open(&st, "/tmp/kiln-no-such-store-dir",
-                                   KL_STORE_RDONLY, fx->err),
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/no-such-store-dir", fx->dir);
+    assert_int_equal(kl_store_open(&st, missing, KL_STORE_RDONLY, fx->err),
                      KL_ERR_NOTFOUND);
-    assert_non_null(strstr(fx->err, "/tmp/kiln-no-such-store-dir"));
+    assert_non_null(strstr(fx->err, missing));
 }
 
 static void s_be64(uint8_t *p, uint64_t v)

@@ -20,6 +20,7 @@
 #include "kl_store.h"
 #include "kl_svg.h"
 #include "kl_util.h"
+#include "kl_test_tmp.h"
 
 #define assert_near(a, b, eps) assert_true(fabs((a) - (b)) <= (eps))
 
@@ -187,7 +188,7 @@ static void test_grid(void **state)
 
 /* ---- report over a real store ------------------------------------------ */
 
-static char s_dir[64];
+static char s_dir[256];
 
 static void s_put_workload(kl_store_t *st, const char *name, uint8_t tag,
                            double flop)
@@ -223,8 +224,7 @@ static void s_put_record(kl_store_t *st, uint8_t tag, const char *target,
 static kl_store_t *s_store(void)
 {
     char err[KL_ERRMSG_LEN];
-    snprintf(s_dir, sizeof s_dir, "/tmp/kl_svg_test.XXXXXX");
-    assert_non_null(mkdtemp(s_dir));
+    assert_non_null(kl_test_mkdtemp(s_dir, sizeof s_dir, "kl_svg_test.XXXXXX"));
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, s_dir, KL_STORE_NOSYNC, err), 0);
     const char *exact = kl_report_target("cpu");
@@ -293,7 +293,7 @@ static void test_report_model_missing_task(void **state)
     kl_report_t *r = NULL;
     /* A model whose tasks have no record at all: the curve cannot start
      * and the plot says which tasks are missing. */
-    char path[96];
+    char path[300];
     snprintf(path, sizeof path, "%s.graph", s_dir);
     const char *g = "model m\ninput x 1x8\nd = dense x O=4\n";
     assert_int_equal(kl_write_file(path, g, strlen(g), err), 0);

@@ -21,6 +21,7 @@
 #include "kl_trace.h"
 #include "kl_util.h"
 #include "kl_wino.h"
+#include "kl_test_tmp.h"
 
 static kl_workload_t *s_wl(const char *spec)
 {
@@ -340,8 +341,8 @@ static void test_kernels(void **state)
         "conv2d N=1 C=16 H=6 W=5 K=16 R=3 S=3 pad=2",
         "conv2d N=1 C=17 H=19 W=35 K=18 R=3 S=3 pad=1 bias=1",
     };
-    char dir[] = "/tmp/kiln-wino-test-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-wino-test-XXXXXX"));
     for (int o = 0; o < (int)(sizeof ops / sizeof *ops); o++) {
         kl_workload_t *w = s_wl(ops[o]);
         kl_space_t *sp = NULL;
@@ -395,7 +396,7 @@ static void test_kernels(void **state)
         kl_space_destroy(&sp);
         kl_workload_free(&w);
     }
-    rmdir(dir);
+    kl_test_rmdir(dir);
 }
 
 int main(void)

@@ -116,10 +116,18 @@ static void s_print(const char *what, const double *v, int n)
            n);
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 /* Median run time of the kernel's sandboxed child alone. */
 static double s_child_wall(int n)
 {
-    char dir[] = "/tmp/bench-agent-XXXXXX", err[KL_ERRMSG_LEN];
+    char dir[512], err[KL_ERRMSG_LEN];
+    snprintf(dir, sizeof dir, "%s/bench-agent-XXXXXX", s_tmpdir());
     if (!mkdtemp(dir))
         return 0;
     kla_builder_t *b = NULL;

@@ -86,9 +86,16 @@ static void **s_bufs(const kl_workload_t *w, uint64_t seed)
     return b;
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 int main(int argc, char **argv)
 {
-    const char *db = NULL, *fdb = NULL, *workdir = "/tmp/bench_int8";
+    const char *db = NULL, *fdb = NULL, *workdir = NULL;
     const char *source = NULL;
     int rounds = 15;
     for (int i = 1; i < argc; i++) {
@@ -111,6 +118,11 @@ int main(int argc, char **argv)
     if (!db || rounds < 3 || rounds > 1000) {
         fprintf(stderr, "bench_int8: --db is required (--rounds 3..1000)\n");
         return 2;
+    }
+    char wbuf[512];
+    if (!workdir) { /* the kernels' default work directory */
+        snprintf(wbuf, sizeof wbuf, "%s/bench_int8", s_tmpdir());
+        workdir = wbuf;
     }
     bt_clean_env(argc, argv, false);
     char err[KL_ERRMSG_LEN];

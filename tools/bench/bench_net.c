@@ -173,6 +173,13 @@ static void s_sockets(bool curve, const char *dir, int rounds)
     kl_net_destroy(&srv);
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 int main(int argc, char **argv)
 {
     kl_log_init("bench_net");
@@ -180,7 +187,8 @@ int main(int argc, char **argv)
     int rounds = argc > 1 ? atoi(argv[1]) : 2000;
     if (rounds < 10)
         rounds = 10;
-    char dir[] = "/tmp/kl-bench-net-XXXXXX", err[KL_ERRMSG_LEN];
+    char dir[512], err[KL_ERRMSG_LEN];
+    snprintf(dir, sizeof dir, "%s/kl-bench-net-XXXXXX", s_tmpdir());
     if (!mkdtemp(dir))
         s_die("mkdtemp", "failed");
     if (kl_net_keygen(dir, "head", err) != KL_OK ||

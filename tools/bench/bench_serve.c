@@ -25,6 +25,9 @@
  *    each weight relative to the mean of share / weight;
  *  - CPU seconds per second of each thread group (head, dispatch, agents,
  *    jobs, ZeroMQ I/O), from /proc/self/task.
+ *
+ * The simulated agents are in bench_serve_sim.c; this file holds the head,
+ * the jobs, the phases and the report.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -39,6 +42,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bench_serve_sim.h"
 #include "fleet.h"
 #include "kl_err.h"
 #include "kl_log.h"
@@ -78,368 +82,7 @@ static const kl_opt_t s_opts[] = {
 };
 
 #define S_TARGET "sim/cpu"
-#define S_DEV_TARGET "sim/cpu/bench"
 #define S_MAX_RUNS 50
-
-/* ---- shared state ------------------------------------------------------- */
-
-static atomic_int s_measuring;  /* agents record latencies */
-static _Atomic double s_hold_s; /* how long an agent holds a candidate */
-static _Atomic double s_win_t0; /* start of the measured window */
-static volatile int s_stop_all; /* agents stop */
-static char s_curve_dir[256];   /* CURVE keys, "" when insecure */
-
-/* ---- simulated agents -----------------------------------------------------
- */
-
-typedef struct {
-    void *sock;
-    bool welcomed;
-    double next_hb;
-    uint64_t hb_seq;
-    /* When each credit freed by a result was freed (FIFO, credit long). */
-    double *freed;
-    size_t f_head, f_n;
-} s_agent_t;
-
-/* A candidate a simulated agent holds until due (the paced phase). */
-typedef struct {
-    size_t agent;
-    uint64_t req_id, cand_id;
-    double due;
-} s_held_t;
-
-typedef struct {
-    int index;
-    void *ctx;
-    /* Held candidates (a heap on due) and the hold's random numbers. */
-    s_held_t *held;
-    size_t h_n, h_cap;
-    uint64_t rng;
-    s_agent_t *agents;
-    size_t n;
-    size_t first; /* global index of agents[0] */
-    uint32_t credit;
-    int hb_ms;
-    int ep;
-    pthread_t th;
-    bool started;
-    atomic_size_t welcomed;
-    /* Latencies of the window, seconds. */
-    double *lat;
-    size_t n_lat, cap_lat;
-    uint64_t requests, results;
-} s_agents_t;
-
-static void s_lat_add(s_agents_t *g, double v)
-{
-    if (g->n_lat == g->cap_lat) {
-        g->cap_lat = g->cap_lat ? 2 * g->cap_lat : 65536;
-        g->lat = kl_xrealloc(g->lat, g->cap_lat * sizeof *g->lat);
-    }
-    g->lat[g->n_lat++] = v;
-}
-
-static void s_agent_send(void *sock, Kiln__Envelope *env)
-{
-    env->version_major = KL_PROTO_MAJOR;
-    env->version_minor = KL_PROTO_MINOR;
-    size_t len;
-    void *buf = kl_net_encode(env, &len);
-    if (zmq_send(sock, buf, len, 0) < 0)
-        kl_warn("bench_serve: simulated agent send: %s", zmq_strerror(errno));
-    free(buf);
-}
-
-static void s_agent_hello(s_agents_t *g, s_agent_t *a, size_t gi)
-{
-    char name[64];
-    snprintf(name, sizeof name, "sim-%04zu", gi);
-    Kiln__DeviceInfo dev = KILN__DEVICE_INFO__INIT;
-    Kiln__DeviceInfo *devs[1] = {&dev};
-    dev.kind = "cpu";
-    dev.name = "simulated in bench_serve";
-    dev.target = S_DEV_TARGET;
-    dev.simulated = true;
-    Kiln__Hello h = KILN__HELLO__INIT;
-    h.agent_name = name;
-    h.hostname = "bench_serve";
-    h.pid = (uint32_t)getpid();
-    h.build_slots = g->credit - 1;
-    h.n_devices = 1;
-    h.devices = devs;
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    env.body_case = KILN__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
-    s_agent_send(a->sock, &env);
-}
-
-static void s_agent_heartbeat(s_agent_t *a)
-{
-    Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
-    hb.seq = ++a->hb_seq;
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    s_agent_send(a->sock, &env);
-}
-
-/* Answers one candidate: simulated OK. */
-static void s_agent_answer(s_agents_t *g, s_agent_t *a, uint64_t req_id,
-                           uint64_t cand_id)
-{
-    double samples[3] = {1e-4, 1e-4, 1e-4};
-    Kiln__MeasureResult r = KILN__MEASURE_RESULT__INIT;
-    r.request_id = req_id;
-    r.candidate_id = cand_id;
-    r.status = KILN__STATUS__STATUS_OK;
-    r.samples = samples;
-    r.n_samples = 3;
-    r.simulated = true;
-    r.number = 1;
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    env.body_case = KILN__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    s_agent_send(a->sock, &env);
-    g->results++;
-    if (a->f_n < g->credit) {
-        a->freed[(a->f_head + a->f_n) % g->credit] = kl_now_s();
-        a->f_n++;
-    }
-}
-
-/* Held candidates: a binary heap on due. */
-static void s_hold(s_agents_t *g, s_held_t h)
-{
-    if (g->h_n == g->h_cap) {
-        g->h_cap = g->h_cap ? 2 * g->h_cap : 4096;
-        g->held = kl_xrealloc(g->held, g->h_cap * sizeof *g->held);
-    }
-    size_t i = g->h_n++;
-    while (i > 0 && g->held[(i - 1) / 2].due > h.due) {
-        g->held[i] = g->held[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    g->held[i] = h;
-}
-
-static s_held_t s_unhold(s_agents_t *g)
-{
-    s_held_t top = g->held[0], last = g->held[--g->h_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= g->h_n)
-            break;
-        if (c + 1 < g->h_n && g->held[c + 1].due < g->held[c].due)
-            c++;
-        if (last.due <= g->held[c].due)
-            break;
-        g->held[i] = g->held[c];
-        i = c;
-    }
-    if (g->h_n)
-        g->held[i] = last;
-    return top;
-}
-
-/* A hold of mean s_hold_s, uniform in [0.5, 1.5) of it, so that the
- * answers of candidates sent together spread out instead of coming back
- * as one burst each round. */
-static double s_hold_for(s_agents_t *g)
-{
-    g->rng ^= g->rng << 13;
-    g->rng ^= g->rng >> 7;
-    g->rng ^= g->rng << 17;
-    return s_hold_s * (0.5 + (double)(g->rng >> 11) / 9007199254740992.0);
-}
-
-/* A MeasureRequest: each candidate answered at once, or after the hold. */
-static void s_agent_request(s_agents_t *g, s_agent_t *a,
-                            const Kiln__MeasureRequest *m)
-{
-    double now = kl_now_s(), hold = s_hold_s;
-    bool meas = atomic_load(&s_measuring);
-    double t0 = s_win_t0;
-    g->requests++;
-    for (size_t i = 0; i < m->n_candidates; i++) {
-        if (a->f_n) { /* a credit freed by an earlier result is used */
-            double t = a->freed[a->f_head];
-            a->f_head = (a->f_head + 1) % g->credit;
-            a->f_n--;
-            if (meas && t >= t0)
-                s_lat_add(g, now - t);
-        }
-    }
-    for (size_t i = 0; i < m->n_candidates; i++) {
-        if (hold > 0)
-            s_hold(g, (s_held_t){(size_t)(a - g->agents), m->request_id,
-                                 m->candidates[i]->id, now + s_hold_for(g)});
-        else
-            s_agent_answer(g, a, m->request_id, m->candidates[i]->id);
-    }
-}
-
-/* Reads everything the socket has (ZMQ_FD is only a hint: ZMQ_EVENTS
- * says what is there, and sending may take the hint away). */
-static void s_agent_service(s_agents_t *g, s_agent_t *a)
-{
-    for (;;) {
-        int ev = 0;
-        size_t sz = sizeof ev;
-        if (zmq_getsockopt(a->sock, ZMQ_EVENTS, &ev, &sz) != 0 ||
-            !(ev & ZMQ_POLLIN))
-            return;
-        zmq_msg_t msg;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, a->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&msg);
-            return;
-        }
-        Kiln__Envelope *env = NULL;
-        if (kl_net_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &env, NULL) ==
-            KL_OK) {
-            if (env->body_case == KILN__ENVELOPE__BODY_WELCOME &&
-                !a->welcomed) {
-                a->welcomed = true;
-                atomic_fetch_add(&g->welcomed, 1);
-            } else if (env->body_case == KILN__ENVELOPE__BODY_REQUEST) {
-                s_agent_request(g, a, env->request);
-            } else if (env->body_case == KILN__ENVELOPE__BODY_GOODBYE) {
-                kl_warn("bench_serve: a simulated agent got Goodbye: %s",
-                        env->goodbye->reason ? env->goodbye->reason : "");
-            }
-        }
-        kl_net_envelope_free(&env);
-        zmq_msg_close(&msg);
-    }
-}
-
-static void *s_agents_main(void *arg)
-{
-    s_agents_t *g = arg;
-    char tname[16];
-    snprintf(tname, sizeof tname, "bench-agents%d", g->index);
-    pthread_setname_np(pthread_self(), tname);
-    struct epoll_event evs[256];
-    double next_timer = 0;
-    while (!s_stop_all) {
-        int wait = 10;
-        if (g->h_n) {
-            double d = g->held[0].due - kl_now_s();
-            wait = d <= 0 ? 0 : d < 0.01 ? (int)(d * 1e3) + 1 : 10;
-        }
-        int n = epoll_wait(g->ep, evs, 256, wait);
-        for (int i = 0; i < n; i++)
-            s_agent_service(g, &g->agents[evs[i].data.u64]);
-        double now = kl_now_s();
-        while (g->h_n && g->held[0].due <= now) {
-            s_held_t h = s_unhold(g);
-            s_agent_answer(g, &g->agents[h.agent], h.req_id, h.cand_id);
-            s_agent_service(g, &g->agents[h.agent]);
-        }
-        if (now < next_timer)
-            continue;
-        next_timer = now + 0.05;
-        for (size_t i = 0; i < g->n; i++) {
-            s_agent_t *a = &g->agents[i];
-            if (now < a->next_hb)
-                continue;
-            /* Not welcomed yet: Hello again (the head may have been slow);
-             * welcomed: a heartbeat. */
-            if (a->welcomed)
-                s_agent_heartbeat(a);
-            else
-                s_agent_hello(g, a, g->first + i);
-            a->next_hb = now + g->hb_ms / 1000.0;
-            s_agent_service(g, a);
-        }
-    }
-    return NULL;
-}
-
-static int s_sock_key(void *sock, int opt, const char *path, char *err)
-{
-    char key[41];
-    int rc = kl_net_read_key(path, key, err);
-    if (rc == KL_OK && zmq_setsockopt(sock, opt, key, 40) != 0)
-        rc = kl_seterr(err, KL_ERR_INVAL, "CURVE key %s: %s", path,
-                       zmq_strerror(errno));
-    return rc;
-}
-
-static int s_agents_start(s_agents_t *g, void *ctx, size_t first, size_t n,
-                          uint32_t credit, int hb_ms, const char *endpoint,
-                          char *err)
-{
-    g->ctx = ctx;
-    g->first = first;
-    g->n = n;
-    g->credit = credit;
-    g->hb_ms = hb_ms;
-    g->agents = kl_xcalloc(n, sizeof *g->agents);
-    g->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)first;
-    g->ep = epoll_create1(0);
-    if (g->ep < 0)
-        return kl_seterr(err, KL_ERR_IO, "epoll_create1: %s", strerror(errno));
-    double now = kl_now_s();
-    for (size_t i = 0; i < n; i++) {
-        s_agent_t *a = &g->agents[i];
-        a->freed = kl_xcalloc(credit, sizeof *a->freed);
-        a->sock = zmq_socket(ctx, ZMQ_DEALER);
-        if (!a->sock)
-            return kl_seterr(err, KL_ERR_IO, "agent socket %zu: %s", first + i,
-                             zmq_strerror(errno));
-        int zero = 0, tmo = 1000;
-        zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(a->sock, ZMQ_SNDTIMEO, &tmo, sizeof tmo);
-        if (s_curve_dir[0]) {
-            char *pub = kl_xasprintf("%s/simagent/simagent.pub", s_curve_dir);
-            char *sec = kl_xasprintf("%s/simagent/simagent.key", s_curve_dir);
-            char *srv = kl_xasprintf("%s/coordinator.pub", s_curve_dir);
-            int rc = s_sock_key(a->sock, ZMQ_CURVE_SERVERKEY, srv, err);
-            if (rc == KL_OK)
-                rc = s_sock_key(a->sock, ZMQ_CURVE_PUBLICKEY, pub, err);
-            if (rc == KL_OK)
-                rc = s_sock_key(a->sock, ZMQ_CURVE_SECRETKEY, sec, err);
-            free(pub);
-            free(sec);
-            free(srv);
-            if (rc != KL_OK)
-                return rc;
-        }
-        if (zmq_connect(a->sock, endpoint) != 0)
-            return kl_seterr(err, KL_ERR_IO, "agent connect %s: %s", endpoint,
-                             zmq_strerror(errno));
-        int fd;
-        size_t sz = sizeof fd;
-        zmq_getsockopt(a->sock, ZMQ_FD, &fd, &sz);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = i};
-        if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) != 0)
-            return kl_seterr(err, KL_ERR_IO, "epoll_ctl: %s", strerror(errno));
-        s_agent_hello(g, a, first + i);
-        /* Spread the heartbeats over the interval. */
-        a->next_hb = now + (hb_ms / 1000.0) * (double)(i + 1) / (double)n;
-    }
-    if (pthread_create(&g->th, NULL, s_agents_main, g) != 0)
-        return kl_seterr(err, KL_ERR_INTERNAL, "no agent thread");
-    g->started = true;
-    return KL_OK;
-}
-
-static void s_agents_free(s_agents_t *g)
-{
-    for (size_t i = 0; i < g->n; i++) {
-        if (g->agents[i].sock)
-            zmq_close(g->agents[i].sock);
-        free(g->agents[i].freed);
-    }
-    free(g->agents);
-    free(g->lat);
-    free(g->held);
-    if (g->ep >= 0)
-        close(g->ep);
-}
 
 /* ---- the head -------------------------------------------------------------
  */
@@ -489,9 +132,9 @@ static void *s_job_main(void *arg)
                                   .n_targets = 1,
                                   .connect_s = 30};
     char *keys = NULL, *srv = NULL;
-    if (s_curve_dir[0]) {
-        keys = kl_xasprintf("%s/job", s_curve_dir);
-        srv = kl_xasprintf("%s/coordinator.pub", s_curve_dir);
+    if (bs_curve_dir[0]) {
+        keys = kl_xasprintf("%s/job", bs_curve_dir);
+        srv = kl_xasprintf("%s/coordinator.pub", bs_curve_dir);
         cfg.security = (kl_net_security_t){
             .keys_dir = keys, .name = "job", .server_key_file = srv};
     }
@@ -646,13 +289,13 @@ static int s_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int s_phase(const char *endpoint, s_agents_t *groups, int n_groups,
+static int s_phase(const char *endpoint, bs_agents_t *groups, int n_groups,
                    size_t n_jobs, size_t batch, size_t window, int max_weight,
                    double hold_s, double warmup, double seconds, int run,
                    s_phase_t *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    s_hold_s = hold_s;
+    bs_hold_s = hold_s;
     s_job_t *jobs = kl_xcalloc(n_jobs, sizeof *jobs);
     int rc = KL_OK;
     for (size_t i = 0; i < n_jobs; i++) {
@@ -693,8 +336,8 @@ static int s_phase(const char *endpoint, s_agents_t *groups, int n_groups,
             groups[k].n_lat = 0;
         s_cpu(cpu0);
         double t0 = kl_now_s();
-        s_win_t0 = t0;
-        atomic_store(&s_measuring, 1);
+        bs_win_t0 = t0;
+        atomic_store(&bs_measuring, 1);
         for (size_t i = 0; i < n_jobs; i++)
             g0[i] = atomic_load(&jobs[i].got);
         usleep((useconds_t)(seconds * 1e6));
@@ -703,7 +346,7 @@ static int s_phase(const char *endpoint, s_agents_t *groups, int n_groups,
             g1[i] = atomic_load(&jobs[i].got) - g0[i];
             total += g1[i];
         }
-        atomic_store(&s_measuring, 0);
+        atomic_store(&bs_measuring, 0);
         double t1 = kl_now_s();
         s_cpu(cpu1);
         out->wall = t1 - t0;
@@ -957,7 +600,7 @@ static int s_make_keys(char *err)
                          s_tmpdir());
     if (!mkdtemp(tmpl))
         return kl_seterr(err, KL_ERR_IO, "mkdtemp: %s", strerror(errno));
-    snprintf(s_curve_dir, sizeof s_curve_dir, "%s", tmpl);
+    snprintf(bs_curve_dir, sizeof bs_curve_dir, "%s", tmpl);
     char *sim = kl_xasprintf("%s/simagent", tmpl);
     char *job = kl_xasprintf("%s/job", tmpl);
     char *agents = kl_xasprintf("%s/agents", tmpl);
@@ -1031,7 +674,7 @@ int main(int argc, char **argv)
     pthread_setname_np(pthread_self(), "kl-dispatch");
     kl_serve_config_t sc = {.agents_endpoint = "tcp://127.0.0.1:*",
                             .clients_endpoint = "tcp://127.0.0.1:*",
-                            .keys_dir = curve ? s_curve_dir : NULL,
+                            .keys_dir = curve ? bs_curve_dir : NULL,
                             .insecure = !curve,
                             .heartbeat_ms = hb_ms,
                             .client_timeout_s = 30};
@@ -1051,7 +694,7 @@ int main(int argc, char **argv)
     zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, (int)n_agents + 64);
     zmq_ctx_set(ctx, ZMQ_BLOCKY, 0);
     zmq_ctx_set(ctx, ZMQ_THREAD_NAME_PREFIX, 7); /* "7/ZMQbg/IO/0" */
-    s_agents_t *groups = kl_xcalloc((size_t)n_groups, sizeof *groups);
+    bs_agents_t *groups = kl_xcalloc((size_t)n_groups, sizeof *groups);
     for (int k = 0; k < n_groups; k++)
         groups[k].ep = -1;
     double t_conn = kl_now_s();
@@ -1059,8 +702,8 @@ int main(int argc, char **argv)
         size_t first = n_agents * (size_t)k / (size_t)n_groups;
         size_t last = n_agents * (size_t)(k + 1) / (size_t)n_groups;
         groups[k].index = k;
-        rc = s_agents_start(&groups[k], ctx, first, last - first, credit, hb_ms,
-                            kl_serve_agents_endpoint(head.s), err);
+        rc = bs_agents_start(&groups[k], ctx, first, last - first, credit,
+                             hb_ms, kl_serve_agents_endpoint(head.s), err);
     }
     while (rc == KL_OK) {
         size_t w = 0;
@@ -1111,7 +754,7 @@ int main(int argc, char **argv)
                  window, hold);
     else
         fprintf(stderr, "bench_serve: %s\n", err);
-    s_stop_all = 1;
+    bs_stop_all = 1;
     for (int k = 0; k < n_groups; k++)
         if (groups[k].started)
             pthread_join(groups[k].th, NULL);
@@ -1121,11 +764,11 @@ int main(int argc, char **argv)
     }
     kl_serve_destroy(&head.s);
     for (int k = 0; k < n_groups; k++)
-        s_agents_free(&groups[k]);
+        bs_agents_free(&groups[k]);
     free(groups);
     zmq_ctx_term(ctx);
-    if (s_curve_dir[0])
-        kl_fleet_rmtree(s_curve_dir, NULL);
+    if (bs_curve_dir[0])
+        kl_fleet_rmtree(bs_curve_dir, NULL);
     free(eq);
     free(wt);
     free(pc);

@@ -392,6 +392,13 @@ static int s_quality(int nsamp, uint64_t seed, int size, char **argv0)
     return (e < 1e-3) ? 0 : 1;
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 static bool s_avx512(void)
 {
     __builtin_cpu_init();
@@ -461,7 +468,10 @@ int main(int argc, char **argv)
     setenv("OMP_NUM_THREADS", "2", 0);
     setenv("OMP_PROC_BIND", "close", 0);
     openblas_set_num_threads(2);
-    snprintf(s_dir, sizeof s_dir, "%s", wd ? wd : "/tmp/kiln-bench-XXXXXX");
+    if (wd)
+        snprintf(s_dir, sizeof s_dir, "%s", wd);
+    else
+        snprintf(s_dir, sizeof s_dir, "%s/kiln-bench-XXXXXX", s_tmpdir());
     if (!wd && !mkdtemp(s_dir)) {
         perror("bench_space: mkdtemp");
         return 1;

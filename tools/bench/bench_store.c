@@ -28,8 +28,8 @@ static const kl_opt_t s_opts[] = {
     {"records", KL_OPT_INT, "200000", 64, 1e9, "N", "records per run"},
     {"batch", KL_OPT_INT, "64", 1, 100000, "N", "records per commit"},
     {"runs", KL_OPT_INT, "5", 1, 100, "N", "runs per mode"},
-    {"dir", KL_OPT_STR, "/tmp", KL_NOBOUNDS, "DIR",
-     "where the fresh stores are made"},
+    {"dir", KL_OPT_STR, "", KL_NOBOUNDS, "DIR",
+     "where the fresh stores are made (default: $TMPDIR, else /tmp)"},
     {"spread", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
      "every record of a batch on another (workload, target) (default: one "
      "task per batch, as a tuning round commits)"},
@@ -39,6 +39,13 @@ static const kl_opt_t s_opts[] = {
      "also time export and import of the last store"},
     KL_OPT_END,
 };
+
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
 
 static const char *s_ops[] = {
     "sample_perfect_tile", "split",   "reorder", "parallel",
@@ -307,6 +314,8 @@ int main(int argc, char **argv)
         return 0;
     }
     const char *root = kl_opts_str(o, "dir");
+    if (!root || !*root)
+        root = s_tmpdir();
     char last[256] = "";
     bool imp = kl_opts_bool(o, "import");
     int rc =

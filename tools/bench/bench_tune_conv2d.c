@@ -208,9 +208,16 @@ static void s_stride_pad(const kl_workload_t *w, int64_t *stride, int64_t *pad)
         }
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 int main(int argc, char **argv)
 {
-    const char *db = NULL, *workdir = "/tmp/bench_tune_conv2d", *source = NULL;
+    const char *db = NULL, *workdir = NULL, *source = NULL;
     int rounds = 15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc)
@@ -231,6 +238,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tune_conv2d: --db is required (--rounds "
                         "3..1000)\n");
         return 2;
+    }
+    char wbuf[512];
+    if (!workdir) { /* the kernels' default work directory */
+        snprintf(wbuf, sizeof wbuf, "%s/bench_tune_conv2d", s_tmpdir());
+        workdir = wbuf;
     }
     bt_run_t r;
     bt_run_read(db, &r);

@@ -63,9 +63,16 @@ static void s_curve(const char *name, const bt_run_t *r)
     printf(" all:%.1f\n", isfinite(b) ? r->flop / b / 1e9 : 0.0);
 }
 
+/* The directory for temporary files: $TMPDIR when set, else /tmp. */
+static const char *s_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 int main(int argc, char **argv)
 {
-    const char *evo = NULL, *rep = NULL, *workdir = "/tmp/bench_tune_sgemm";
+    const char *evo = NULL, *rep = NULL, *workdir = NULL;
     int rounds = 15;
     bool keep = false;
     for (int i = 1; i < argc; i++) {
@@ -90,6 +97,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tune_sgemm: --evo and --replay are required "
                         "(--rounds 3..1000)\n");
         return 2;
+    }
+    char wbuf[512];
+    if (!workdir) { /* the kernels' default work directory */
+        snprintf(wbuf, sizeof wbuf, "%s/bench_tune_sgemm", s_tmpdir());
+        workdir = wbuf;
     }
     bt_clean_env(argc, argv, keep);
     /* OpenBLAS's detection does not know every AVX-512 model; then it
