@@ -54,8 +54,9 @@ typedef struct {
     int nparams, ninputs;
     s_layer_t *layers;
     int nlayers;
-    int nprep;   /* layers whose kernel has a prepare step */
-    bool qcasts; /* quantize / dequantize layers: their helpers */
+    int nprep;      /* layers whose kernel has a prepare step */
+    bool qcasts;    /* quantize / dequantize layers: their helpers */
+    kl_qfuse_t *qf; /* [g->n]: integer shortcuts (kl_export_qfuse_plan) */
     bool trained;
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
@@ -462,8 +463,23 @@ static int s_layer(s_gen_t *c, int i, char *err)
     default:
         break;
     }
-    if (nd->fused)
+    if (nd->fused || c->qf[i].kind == KL_QF_SKIP)
         return KL_OK;
+    if (c->qf[i].kind != KL_QF_NONE) {
+        int q = c->qf[i].q;
+        kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
+                      kl_export_ctype(c->g->nodes[q].dt), q,
+                      (long long)s_numel(&c->g->nodes[q]), c->g->nodes[q].name);
+        char in[2][64], out[64];
+        const char *ins[2] = {in[0], in[1]};
+        for (int k = 0; k < nd->nin; k++)
+            s_bufexpr(c, c->g->nodes[nd->in[k]].in[0], in[k], sizeof in[k]);
+        s_bufexpr(c, q, out, sizeof out);
+        char *code = kl_export_qfuse_call(c->g, i, &c->qf[i], ins, out);
+        s_emit(c, nd->name, -1, code);
+        free(code);
+        return KL_OK;
+    }
     kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
                   kl_export_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
     if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
@@ -933,6 +949,7 @@ static char *s_model_c(s_gen_t *c)
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "", s_helpers);
     if (c->qcasts)
         s_qcast_helpers(&b);
+    kl_export_qfuse_helpers(g, c->qf, &b);
     s_param_tables(c, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
@@ -1004,6 +1021,7 @@ static void s_gen_free(s_gen_t *c)
 {
     free(c->param);
     free(c->view);
+    free(c->qf);
     kl_buf_free(&c->decl);
     kl_buf_free(&c->run);
     kl_buf_free(&c->prun);
@@ -1028,6 +1046,8 @@ int kl_export_write_graph(const char *text, const char *source,
         .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
+    c.qf = kl_xcalloc((size_t)g.n, sizeof *c.qf);
+    kl_export_qfuse_plan(&g, c.qf);
     char *model_c = NULL, **paths = NULL;
     int np = 0;
     rc = s_gen(&c, params, &model_c, err);

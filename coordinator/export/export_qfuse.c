@@ -1,0 +1,223 @@
+/* export_qfuse.c - integer shortcuts of an exported quantized graph
+ * (export_int.h, kl_export_qfuse_plan).
+ *
+ * A QDQ model leaves the integer domain around the layers kiln has no
+ * integer form of: a residual add is `dequantize a`, `dequantize b`,
+ * `add`, `quantize`, and a max pool `dequantize`, `max_pool2d`,
+ * `quantize`. Written layer by layer that is four (three) passes over
+ * f32 tensors four times the size of the codes. The export writes each
+ * such group as one loop over the codes instead, computing exactly what
+ * the layers compute: the same f32 operations in the same order (no
+ * contraction into fused multiply-adds), so the codes out are the
+ * layers' bit for bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export_int.h"
+#include "kl_util.h"
+
+/* The one node that reads node i, or -1 (none, several, or an output). */
+static int s_sole_reader(const kl_mgraph_t *g, int i)
+{
+    if (g->nodes[i].uses != 1)
+        return -1;
+    for (int o = 0; o < g->nout; o++)
+        if (g->outputs[o] == i)
+            return -1;
+    for (int j = i + 1; j < g->n; j++)
+        for (int k = 0; k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] == i)
+                return j;
+    return -1;
+}
+
+/* A dequantize of a u8 / s8 tensor. */
+static bool s_deq(const kl_mgraph_t *g, int i)
+{
+    const kl_mnode_t *d = &g->nodes[i];
+    if (d->op != KL_MOP_DEQUANTIZE || d->fused)
+        return false;
+    kl_dtype t = g->nodes[d->in[0]].dt;
+    return t == KL_DT_U8 || t == KL_DT_S8;
+}
+
+/* The quantize that alone reads node i (into u8 / s8), or -1. */
+static int s_quant_after(const kl_mgraph_t *g, int i)
+{
+    int q = s_sole_reader(g, i);
+    if (q < 0 || g->nodes[q].op != KL_MOP_QUANTIZE || g->nodes[q].fused)
+        return -1;
+    kl_dtype t = g->nodes[q].qout;
+    return t == KL_DT_U8 || t == KL_DT_S8 ? q : -1;
+}
+
+int kl_export_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        plan[i] = (kl_qfuse_t){.kind = KL_QF_NONE, .q = -1};
+    if (getenv("KILN_EXPORT_NO_QFUSE"))
+        return 0;
+    for (int i = 0; i < g->n; i++) {
+        const kl_mnode_t *nd = &g->nodes[i];
+        if (nd->fused || nd->res || nd->clip || nd->relu)
+            continue;
+        if (nd->op == KL_MOP_ADD && nd->nin == 2 && s_deq(g, nd->in[0]) &&
+            s_deq(g, nd->in[1])) {
+            int q = s_quant_after(g, i);
+            if (q < 0)
+                continue;
+            plan[i] = (kl_qfuse_t){.kind = KL_QF_ADD, .q = q};
+            plan[q].kind = KL_QF_SKIP;
+            for (int k = 0; k < 2; k++)
+                if (nd->in[0] != nd->in[1] && s_sole_reader(g, nd->in[k]) == i)
+                    plan[nd->in[k]].kind = KL_QF_SKIP;
+            n++;
+        } else if (nd->op == KL_MOP_MAX_POOL && s_deq(g, nd->in[0])) {
+            /* max commutes with the monotone dequantize, and quantizing
+             * a dequantized code with the same numbers gives it back
+             * (|code - zp| <= 255: k * s / s is within 2^-22 k of k). */
+            const kl_mnode_t *d = &g->nodes[nd->in[0]];
+            int q = s_quant_after(g, i);
+            if (q < 0 || (float)g->nodes[q].scale != (float)d->scale ||
+                g->nodes[q].zo != d->zo ||
+                g->nodes[q].qout != g->nodes[d->in[0]].dt ||
+                !((float)d->scale > 0))
+                continue;
+            plan[i] = (kl_qfuse_t){.kind = KL_QF_MAXPOOL, .q = q};
+            plan[q].kind = KL_QF_SKIP;
+            if (s_sole_reader(g, nd->in[0]) == i)
+                plan[nd->in[0]].kind = KL_QF_SKIP;
+            n++;
+        }
+    }
+    return n;
+}
+
+static const char *s_t(kl_dtype t)
+{
+    return t == KL_DT_S8 ? "s8" : "u8";
+}
+
+char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
+                           const char *const *in, const char *out)
+{
+    const kl_mnode_t *nd = &g->nodes[i], *q = &g->nodes[f->q];
+    if (f->kind == KL_QF_ADD) {
+        const kl_mnode_t *a = &g->nodes[nd->in[0]], *b = &g->nodes[nd->in[1]];
+        int64_t n = 1;
+        for (int k = 0; k < nd->ndim; k++)
+            n *= nd->shape[k];
+        return kl_xasprintf(
+            "    s_qadd_%s_%s_%s(%s, %.9gf, %lld, %s, %.9gf, %lld, %s, %.9gf, "
+            "%lld, %lldLL); /* %s + %s -> %s */\n",
+            s_t(g->nodes[a->in[0]].dt), s_t(g->nodes[b->in[0]].dt),
+            s_t(q->qout), in[0], (double)(float)a->scale, (long long)a->zo,
+            in[1], (double)(float)b->scale, (long long)b->zo, out,
+            (double)(float)q->scale, (long long)q->zo, (long long)n, a->name,
+            b->name, q->name);
+    }
+    const kl_mnode_t *x = &g->nodes[nd->in[0]];
+    return kl_xasprintf(
+        "    s_qmaxpool_%s(%s, %s, %lld, %lld, %lld, %lld, "
+        "%lld, %lld, %lld, %lld, %lld, %lld); /* %s */\n",
+        s_t(q->qout), in[0], out, (long long)x->shape[0],
+        (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3],
+        (long long)nd->shape[2], (long long)nd->shape[3], (long long)nd->R,
+        (long long)nd->S, (long long)nd->stride, (long long)nd->pad, q->name);
+}
+
+/* The helpers, per combination of types used (u8 / s8 in and out). The
+ * add is written as the layers compute it: each input dequantized into
+ * an f32 ((code - zp) * scale), their f32 sum, then quantize (x / scale rounded
+ * half to even plus zp, saturated); fp-contract off so that no multiply-add is
+ * fused. */
+void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
+                             kl_buf_t *b)
+{
+    static const struct {
+        const char *name, *ctype;
+        int lo, hi;
+    } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
+    bool add[2][2][2] = {{{false}}}, pool[2] = {false};
+    for (int i = 0; i < g->n; i++) {
+        const kl_mnode_t *nd = &g->nodes[i];
+        if (plan[i].kind == KL_QF_ADD) {
+            int ta = g->nodes[g->nodes[nd->in[0]].in[0]].dt == KL_DT_S8;
+            int tb = g->nodes[g->nodes[nd->in[1]].in[0]].dt == KL_DT_S8;
+            add[ta][tb][g->nodes[plan[i].q].qout == KL_DT_S8] = true;
+        } else if (plan[i].kind == KL_QF_MAXPOOL) {
+            pool[g->nodes[plan[i].q].qout == KL_DT_S8] = true;
+        }
+    }
+    bool any = false;
+    for (int k = 0; k < 8; k++)
+        any = any || add[k >> 2][(k >> 1) & 1][k & 1];
+    if (any)
+        kl_buf_puts(b, "#if defined(__GNUC__) && !defined(__clang__)\n"
+                       "#define S_NO_CONTRACT "
+                       "__attribute__((optimize(\"fp-contract=off\")))\n"
+                       "#else\n#define S_NO_CONTRACT\n#endif\n\n");
+    for (int k = 0; k < 8; k++) {
+        int ta = k >> 2, tb = (k >> 1) & 1, to = k & 1;
+        if (!add[ta][tb][to])
+            continue;
+        kl_buf_printf(
+            b,
+            "S_NO_CONTRACT static void s_qadd_%s_%s_%s(\n"
+            "    const %s *restrict a, float sa, int za, const %s *restrict "
+            "b,\n    float sb, int zb, %s *restrict y, float sy, int zy,\n"
+            "    long long n)\n{\n"
+            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+            "    for (long long i = 0; i < n; i++) {\n"
+            "        float fa = (float)((int)a[i] - za) * sa;\n"
+            "        float fb = (float)((int)b[i] - zb) * sb;\n"
+            "        float v = fa + fb;\n"
+            "        v = nearbyintf(v / sy) + (float)zy;\n"
+            "        y[i] = (%s)(v >= %d.0f ? (v <= %d.0f ? v : %d.0f) : "
+            "%d.0f);\n    }\n}\n\n",
+            ts[ta].name, ts[tb].name, ts[to].name, ts[ta].ctype, ts[tb].ctype,
+            ts[to].ctype, ts[to].ctype, ts[to].lo, ts[to].hi, ts[to].hi,
+            ts[to].lo);
+    }
+    for (int t = 0; t < 2; t++) {
+        if (!pool[t])
+            continue;
+        /* Per output row, the max accumulated in the output itself: for
+         * each window point (r, s) in bounds the columns q it is in
+         * bounds for, a loop without branches. */
+        kl_buf_printf(
+            b,
+            "static void s_qmaxpool_%s(const %s *restrict x, %s *restrict y,\n"
+            "    long long N, long long C, long long H, long long W, long "
+            "long P,\n    long long Q, long long R, long long S, long long "
+            "st, long long pad)\n{\n"
+            "#pragma omp parallel for collapse(2) if (N * C * P * Q >= S_PAR) "
+            "schedule(static)\n"
+            "    for (long long nc = 0; nc < N * C; nc++)\n"
+            "        for (long long p = 0; p < P; p++) {\n"
+            "            %s *restrict yc = y + (nc * P + p) * Q;\n"
+            "            for (long long q = 0; q < Q; q++)\n"
+            "                yc[q] = %d;\n"
+            "            for (long long r = 0; r < R; r++) {\n"
+            "                long long h = p * st - pad + r;\n"
+            "                if (h < 0 || h >= H)\n"
+            "                    continue;\n"
+            "                const %s *restrict xr = x + (nc * H + h) * W;\n"
+            "                for (long long s = 0; s < S; s++) {\n"
+            "                    long long q0 = s >= pad ? 0 : (pad - s + st - "
+            "1) / st;\n"
+            "                    long long q1 = W - 1 + pad - s < 0 ? 0 : (W - "
+            "1 + pad - s) / st + 1;\n"
+            "                    if (q1 > Q)\n"
+            "                        q1 = Q;\n"
+            "                    const %s *restrict xs = xr + s - pad;\n"
+            "                    for (long long q = q0; q < q1; q++)\n"
+            "                        yc[q] = xs[q * st] > yc[q] ? xs[q * st] : "
+            "yc[q];\n"
+            "                }\n            }\n        }\n}\n\n",
+            ts[t].name, ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo,
+            ts[t].ctype, ts[t].ctype);
+    }
+}
