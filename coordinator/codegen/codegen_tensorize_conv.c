@@ -47,7 +47,24 @@ typedef struct {
     const kl_access_t *xa, *wa; /* X[.., c], W[taps.., c, f] */
     int bpos, hp, tp, cp;
     int64_t ntile;
+    /* X's channel index dc; repack when it is not the last (NCHW): X's
+     * other indices then address the padded scratch, lo[d] padding before
+     * and sh[d] points along index d, rows of cpad channels. fst: the
+     * stride of Y's output channel index (1 in NHWC, P*Q in NCHW). */
+    int dc;
+    bool repack;
+    int64_t lo[KL_IR_MAX_DIMS], sh[KL_IR_MAX_DIMS], cpad, fst;
 } conv_t;
+
+/* The iterator of access a's index d (its last with a coefficient). */
+static int s_iter_of(const kl_workload_t *w, const kl_affine_t *a)
+{
+    int it = -1;
+    for (int k = 0; k < w->niters; k++)
+        if (a->coef[k])
+            it = k;
+    return it;
+}
 
 /* The access of tensor t in the body (a load). */
 static const kl_access_t *s_find_access(const kl_expr_t *e, int t)
@@ -132,12 +149,9 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
     /* tap = the W index over its tap dimensions, row-major. */
     kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
     int64_t st = 1;
-    for (int d = W->ndim - 2; d >= 0; d--) {
-        int it = -1;
-        for (int k = 0; k < w->niters; k++)
-            if (c->wa->idx[d].coef[k])
-                it = k;
-        if (it == c->tz->it_k)
+    for (int d = W->ndim - 1; d >= 0; d--) {
+        int it = s_iter_of(w, &c->wa->idx[d]);
+        if (it == c->tz->it_k || it == c->tz->it_n)
             continue;
         kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
         st *= W->shape[d];
@@ -149,19 +163,28 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
                       ind);
         kl_buf_printf(b, "%s    int in_ = 1;\n%s    int64_t o_ = 0;\n", ind,
                       ind);
-        for (int d = 0; d < X->ndim - 1; d++) {
+        for (int d = 0; d < X->ndim; d++) {
+            if (d == c->dc)
+                continue;
             kl_buf_printf(b, "%s    { int64_t h = (int64_t)%lld", ind,
-                          (long long)c->xa->idx[d].offset);
+                          (long long)(c->xa->idx[d].offset + c->lo[d]));
             s_affine_part(b, w, &c->xa->idx[d], false, t);
             s_affine_part(b, w, &c->xa->idx[d], true, t);
             kl_buf_printf(b,
                           "; in_ &= h >= 0 && h < %lld; o_ = o_ * %lld + h; "
                           "}\n",
-                          (long long)X->shape[d], (long long)X->shape[d]);
+                          (long long)c->sh[d], (long long)c->sh[d]);
         }
-        kl_buf_printf(
-            b, "%s    a_%lld = in_ ? t%d + o_ * %lld : kl_zrow;\n%s}\n", ind,
-            (long long)t, c->xa->tensor, (long long)X->shape[X->ndim - 1], ind);
+        if (c->repack)
+            kl_buf_printf(b,
+                          "%s    a_%lld = in_ ? kl_scr + o_ * %lld : "
+                          "kl_zrow;\n%s}\n",
+                          ind, (long long)t, (long long)c->cpad, ind);
+        else
+            kl_buf_printf(
+                b, "%s    a_%lld = in_ ? t%d + o_ * %lld : kl_zrow;\n%s}\n",
+                ind, (long long)t, c->xa->tensor,
+                (long long)X->shape[X->ndim - 1], ind);
         kl_buf_printf(b,
                       "%sconst int8_t *w_%lld = wp + ((v%d_%lld / %d) * "
                       "%lldLL + tap) * %lldLL;\n",
@@ -298,19 +321,33 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
     bool u8 = Y->dtype == KL_DT_U8;
     kl_buf_printf(b,
                   "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
-                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n"
-                  "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + (int64_t)0",
-                  ind, u8 ? 0 : -128, u8 ? 255 : 127, ind, ot);
+                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
+                  ind, u8 ? 0 : -128, u8 ? 255 : 127);
+    kl_buf_t yo = {0};
+    kl_buf_puts(&yo, "(int64_t)0");
     int64_t st = 1;
     for (int d = Y->ndim - 1; d >= 0; d--) {
-        int it = -1;
-        for (int k = 0; k < w->niters; k++)
-            if (w->out.idx[d].coef[k])
-                it = k;
-        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st, it, T);
+        kl_buf_printf(&yo, " + %lld * v%d_%lld", (long long)st,
+                      s_iter_of(w, &w->out.idx[d]), T);
         st *= Y->shape[d];
     }
-    kl_buf_printf(b, ", m, x);\n%s}\n", ind);
+    if (c->fst == 1)
+        kl_buf_printf(b,
+                      "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + %s, m, "
+                      "x);\n%s}\n",
+                      ind, ot, yo.data, ind);
+    else /* NCHW: the lanes' bytes at the channel stride */
+        kl_buf_printf(
+            b,
+            "%s    uint8_t yb[16];\n"
+            "%s    _mm_storeu_si128((__m128i *)yb, _mm512_cvtepi32_epi8(x));"
+            "\n%s    %s *yp = t%d + %s;\n"
+            "%s    for (int64_t q = 0; q < 16 && v%d_%lld + q < %lld; q++)\n"
+            "%s        yp[q * %lldLL] = (%s)yb[q];\n%s}\n",
+            ind, ind, ind, kl_cg_tz_ctype(Y->dtype), ot, yo.data, ind, f, T,
+            (long long)K, ind, (long long)c->fst, kl_cg_tz_ctype(Y->dtype),
+            ind);
+    kl_buf_free(&yo);
 }
 
 /* The finished accumulator of tile t: one vector store of acc - comp when
@@ -387,6 +424,75 @@ static void s_close(kl_buf_t *b, char *ind)
     kl_buf_printf(b, "%s}\n", ind);
 }
 
+/* NCHW: takes the scratch (the prepared block's, or a buffer of its own
+ * while another call holds that one: kl_abi.h lets calls that share a
+ * block run at the same time; kiln's exported model and the agent give
+ * each thread its own block, so the fallback is rare) and repacks X into
+ * it, [other indices of X, each padded by lo before and to sh][cpad
+ * channels], za in the padding and in the channels past C (their weights
+ * are zero), so that every tap of every output pixel reads in bounds.
+ * Rows (every index but the channel and the last) in parallel; a row reads
+ * X along its last index, contiguous in NCHW. */
+static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *X = &w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1, xt = c->xa->tensor;
+    long long za = (long long)c->tz->za, cp = (long long)c->cpad;
+    int64_t xst[KL_IR_MAX_DIMS], rows = 1;
+    int64_t st = 1;
+    for (int d = X->ndim - 1; d >= 0; d--) {
+        xst[d] = st;
+        st *= X->shape[d];
+    }
+    for (int d = 0; d < dl; d++)
+        rows *= d == c->dc ? 1 : c->sh[d];
+    kl_buf_printf(
+        b,
+        "    char *kl_pre = (char *)args[%d];\n"
+        "    int *kl_busy = (int *)(kl_pre + %lld);\n"
+        "    int kl_own = __atomic_exchange_n(kl_busy, 1, __ATOMIC_ACQUIRE);\n"
+        "    uint8_t *kl_scr = kl_own ? (uint8_t *)aligned_alloc(64, %lld) "
+        ": (uint8_t *)(kl_pre + %lld);\n"
+        "    if (!kl_scr)\n        abort();\n"
+        "#pragma omp parallel for\n"
+        "    for (int64_t row = 0; row < %lld; row++) {\n"
+        "        uint8_t *d = kl_scr + row * %lldLL;\n"
+        "        int64_t rem = row, xo = 0;\n        int in_ = 1;\n",
+        w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
+        (long long)rows, (long long)(c->sh[dl] * c->cpad));
+    for (int d = dl - 1; d >= 0; d--) {
+        if (d == c->dc)
+            continue;
+        kl_buf_printf(b,
+                      "        { int64_t i = rem %% %lld - %lld; rem /= %lld; "
+                      "in_ &= i >= 0 && i < %lld; xo += i * %lldLL; }\n",
+                      (long long)c->sh[d], (long long)c->lo[d],
+                      (long long)c->sh[d], (long long)X->shape[d],
+                      (long long)xst[d]);
+    }
+    long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    kl_buf_printf(
+        b,
+        "        if (!in_) {\n"
+        "            memset(d, %lld, %lld);\n            continue;\n        }\n"
+        "        memset(d, %lld, %lld);\n"
+        "        memset(d + %lld, %lld, %lld);\n"
+        "        for (int64_t ch = 0; ch < %lld; ch++) {\n"
+        "            uint8_t *dd = d + %lld + ch;\n"
+        "            if (ch >= %lld) {\n"
+        "                for (int64_t j = 0; j < %lld; j++)\n"
+        "                    dd[j * %lld] = %lld;\n"
+        "                continue;\n            }\n"
+        "            const uint8_t *s = t%d + xo + ch * %lldLL;\n"
+        "            for (int64_t j = 0; j < %lld; j++)\n"
+        "                dd[j * %lld] = s[j];\n        }\n    }\n",
+        za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
+        (long long)(c->sh[dl] - lo - n) * cp, cp, lo * cp,
+        (long long)X->shape[c->dc], n, cp, za, xt, (long long)xst[c->dc], n,
+        cp);
+}
+
 /* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
  * over W's tap dimensions. */
 static void s_widx(kl_buf_t *b, const conv_t *c)
@@ -396,11 +502,8 @@ static void s_widx(kl_buf_t *b, const conv_t *c)
     int64_t tst = 1, wst = 1;
     kl_buf_puts(b, "(int64_t)0");
     for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = -1;
-        for (int k = 0; k < w->niters; k++)
-            if (c->wa->idx[d].coef[k])
-                it = k;
-        if (d == W->ndim - 1)
+        int it = s_iter_of(w, &c->wa->idx[d]);
+        if (it == c->tz->it_n)
             kl_buf_printf(b, " + f * %lldLL", (long long)wst);
         else if (it == c->tz->it_k)
             kl_buf_printf(b, " + c * %lldLL", (long long)wst);
@@ -447,11 +550,17 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         c.ntile *= kl_sched_loop(s, c.tp)->extent;
     }
     const kl_tensor_t *X = &w->tensors[tz->ta], *W = &w->tensors[tz->tb];
-    int64_t K = w->iters[tz->it_n].extent, C = X->shape[X->ndim - 1];
-    int64_t ntap = 1;
-    for (int d = 0; d < W->ndim - 1; d++)
-        ntap *= W->shape[d];
-    ntap /= C;
+    c.dc = X->ndim - 1;
+    for (int d = X->ndim - 1; d >= 0; d--)
+        if (c.xa->idx[d].coef[tz->it_k]) /* the match: c's index alone */
+            c.dc = d;
+    c.repack = c.dc != X->ndim - 1;
+    const kl_tensor_t *Y = &w->tensors[ot];
+    c.fst = 1;
+    for (int d = Y->ndim - 1; d >= 0 && !w->out.idx[d].coef[tz->it_n]; d--)
+        c.fst *= Y->shape[d];
+    int64_t K = w->iters[tz->it_n].extent, C = X->shape[c.dc];
+    int64_t ntap = kl_tensor_numel(W) / (K * C);
     kl_buf_t ek = {0}, tmp = {0};
     int64_t fmax, cmax;
     kl_cg_tz_iter_expr(s, tz->it_n, c.bpos, &tmp, &fmax);
@@ -462,6 +571,32 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         cg = (C + 3) / 4;
     int64_t wbytes = (np * ntap * cg * 4 + 63) / 64 * 64;
     int64_t cbytes = (np * 4 + 63) / 64 * 64;
+    /* NCHW: the padded scratch's shape (every point a tap reads in
+     * bounds) and bytes, after a 64-byte busy flag */
+    int64_t sbytes = 0;
+    c.cpad = cg * 4;
+    for (int d = 0; d < X->ndim; d++) {
+        c.lo[d] = 0;
+        c.sh[d] = X->shape[d];
+        if (!c.repack || d == c.dc)
+            continue;
+        const kl_affine_t *a = &c.xa->idx[d];
+        int64_t mn = a->offset, mx = a->offset;
+        for (int it = 0; it < w->niters; it++) {
+            int64_t v = a->coef[it] * (w->iters[it].extent - 1);
+            mn += v < 0 ? v : 0;
+            mx += v > 0 ? v : 0;
+        }
+        c.lo[d] = mn < 0 ? -mn : 0;
+        c.sh[d] = c.lo[d] + X->shape[d] +
+                  (mx > X->shape[d] - 1 ? mx - (X->shape[d] - 1) : 0);
+    }
+    if (c.repack) {
+        sbytes = c.cpad;
+        for (int d = 0; d < X->ndim; d++)
+            sbytes *= d == c.dc ? 1 : c.sh[d];
+        sbytes = 64 + (sbytes + 63) / 64 * 64;
+    }
     kl_buf_t b = {0};
     kl_buf_printf(&b,
                   "/* Tensorized convolution with %s: the weights packed "
@@ -481,7 +616,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "    for (int64_t j = 0; c0 + j < %lld; j++)\n"
         "        u |= (uint32_t)row[c0 + j] << (8 * j);\n"
         "    return (int32_t)u;\n}\n\n",
-        (long long)C, C % 4 == 0, (long long)C, (long long)C);
+        (long long)C, C % 4 == 0 || c.repack, (long long)C, (long long)C);
     /* prepare */
     kl_buf_t wi = {0};
     s_widx(&wi, &c);
@@ -493,6 +628,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "    const int8_t *B = (const int8_t *)args[%d];\n"
         "    char *blk = (char *)aligned_alloc(64, %lld);\n"
         "    if (!blk)\n        return NULL;\n"
+        "    memset(blk + %lld, 0, %lld); /* the busy flag */\n"
         "    int8_t *wp = (int8_t *)blk;\n"
         "    int32_t *comp = (int32_t *)(blk + %lld);\n"
         "    int64_t o = 0;\n"
@@ -511,7 +647,8 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "                sum += B[%s];\n"
         "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * %lld);\n    }\n"
         "    return blk;\n}\n\n",
-        entry, in->builtin, tz->tb, (long long)(wbytes + cbytes),
+        entry, in->builtin, tz->tb, (long long)(wbytes + cbytes + sbytes),
+        (long long)(wbytes + cbytes), (long long)(sbytes ? 64 : 0),
         (long long)wbytes, (long long)(np / L), (long long)ntap, (long long)cg,
         L, L, (long long)K, (long long)C, wi.data, (long long)np, (long long)K,
         (long long)ntap, (long long)C, wi.data, (long long)tz->za);
@@ -532,7 +669,9 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                   "    memset(kl_zrow, %lld, sizeof kl_zrow);\n",
                   nt, nt, (long long)wbytes, (long long)(cg * 4),
                   (long long)tz->za);
-    bool vstore = !w->nepi && w->tensors[ot].dtype == KL_DT_S32;
+    if (c.repack)
+        s_repack(&b, &c, wbytes + cbytes, sbytes - 64);
+    bool vstore = !w->nepi && w->tensors[ot].dtype == KL_DT_S32 && c.fst == 1;
     char ind[256] = "    ";
     bool par = false;
     for (int p = 0; p < c.tp; p++)
@@ -567,6 +706,10 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
             rc = s_tile_store(&b, &c, t, vstore, ind, err);
     for (int p = c.tp - 1; p >= 0; p--)
         s_close(&b, ind);
+    if (c.repack)
+        kl_buf_puts(&b, "    if (kl_own)\n        free(kl_scr);\n"
+                        "    else\n        __atomic_store_n(kl_busy, 0, "
+                        "__ATOMIC_RELEASE);\n");
     kl_buf_puts(&b, "}\n");
     kl_buf_free(&ek);
     if (rc) {

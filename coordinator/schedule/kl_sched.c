@@ -696,16 +696,17 @@ static int s_plain_iter(const kl_affine_t *a, int niters)
 static int s_tz_block(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                       int n, int k, char *err);
 
-/* The convolution form (qconv2d NHWC, groups 1):
- * Y[sp..., f] += (X[.., c] - za) * W[red..., f] where f, the output
- * channel, is the last index of Y and W and nowhere else; c, the input
- * channel, is the last index of X (plain) and one index of W; W's other
- * indices are the other reduction iterators (the taps), each once; Y's
- * indices are the spatial iterators, each once; X's other indices are
- * affine in the spatial iterators and taps (no division). Every reduction
- * loop of the nest must sit in the run of loops right above the block:
- * the codegen keeps the whole reduction in the register tile's
- * accumulators (codegen_tensorize_conv.c). */
+/* The convolution form (qconv2d NHWC or NCHW, groups 1):
+ * Y[.., f, ..] += (X[.., c, ..] - za) * W[.., c, .., f, ..] where f, the
+ * output channel, is a plain index of Y and of W and nowhere else; c, the
+ * input channel, is a plain index of X (the last one in NHWC, the codegen
+ * repacks X per call otherwise) and one index of W; W's other indices are
+ * the other reduction iterators (the taps), each once; Y's indices are the
+ * spatial iterators, each once; X's other indices are affine in the
+ * spatial iterators and taps (no division). Every reduction loop of the
+ * nest must sit in the run of loops right above the block: the codegen
+ * keeps the whole reduction in the register tile's accumulators
+ * (codegen_tensorize_conv.c). */
 static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                            const kl_access_t *aa, const kl_access_t *ab,
                            kl_tensorize_t *out, char *err)
@@ -720,20 +721,35 @@ static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
         nsp += !w->iters[i].reduce;
         nred += w->iters[i].reduce;
     }
-    int f = s_plain_iter(&w->out.idx[Y->ndim - 1], w->niters);
-    int c = s_plain_iter(&aa->idx[A->ndim - 1], w->niters);
-    if (f < 0 || w->iters[f].reduce ||
-        !s_plain(&ab->idx[B->ndim - 1], w->niters, f))
+    /* f: the one spatial iterator that indexes W; c: the last plain
+     * reduction index of X that W has too */
+    int f = -1, c = -1;
+    bool fy = false;
+    for (int d = 0; d < B->ndim; d++) {
+        int it = s_plain_iter(&ab->idx[d], w->niters);
+        if (it >= 0 && !w->iters[it].reduce)
+            f = f < 0 ? it : -2;
+    }
+    for (int d = 0; f >= 0 && d < Y->ndim; d++)
+        fy = fy || s_plain(&w->out.idx[d], w->niters, f);
+    for (int d = 0; d < A->ndim; d++) {
+        int it = s_plain_iter(&aa->idx[d], w->niters);
+        for (int e = 0; it >= 0 && w->iters[it].reduce && e < B->ndim; e++)
+            if (s_plain(&ab->idx[e], w->niters, it))
+                c = it;
+    }
+    if (f < 0 || !fy)
         return kl_seterr(err, KL_ERR_INVAL,
-                         "tensorize %s: the output channel is not the last "
-                         "index of both %s and %s alone (an NCHW or grouped "
-                         "convolution? NHWC with groups=1 is wanted)",
+                         "tensorize %s: no output channel indexes both %s "
+                         "and %s alone (a grouped convolution? groups=1 is "
+                         "wanted)",
                          nm, Y->name, B->name);
-    if (c < 0 || !w->iters[c].reduce)
+    if (c < 0)
         return kl_seterr(err, KL_ERR_INVAL,
-                         "tensorize %s: %s's last index is not a reduction "
-                         "iterator alone (the input channel; NHWC wanted)",
-                         nm, A->name);
+                         "tensorize %s: no index of %s is a reduction "
+                         "iterator alone that %s has too (the input "
+                         "channel; groups=1 wanted)",
+                         nm, A->name, B->name);
     bool ok = B->ndim == nred + 1 && Y->ndim == nsp;
     for (int d = 0; ok && d < Y->ndim; d++) {
         int it = s_plain_iter(&w->out.idx[d], w->niters);
@@ -742,19 +758,24 @@ static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
             ok = s_plain_iter(&w->out.idx[e], w->niters) != it;
     }
     bool hasc = false;
-    for (int d = 0; ok && d < B->ndim - 1; d++) {
+    for (int d = 0; ok && d < B->ndim; d++) {
         int it = s_plain_iter(&ab->idx[d], w->niters);
-        ok = it >= 0 && w->iters[it].reduce;
+        ok = it >= 0 && (it == f || w->iters[it].reduce);
         hasc = hasc || it == c;
         for (int e = 0; ok && e < d; e++)
             ok = s_plain_iter(&ab->idx[e], w->niters) != it;
     }
-    for (int d = 0; ok && d < A->ndim - 1; d++)
+    int nc = 0;
+    for (int d = 0; ok && d < A->ndim; d++) {
+        if (s_plain(&aa->idx[d], w->niters, c) && !nc++)
+            continue;
         ok = aa->idx[d].div == 1 && !aa->idx[d].coef[f] && !aa->idx[d].coef[c];
+    }
     if (!ok || !hasc)
         return kl_seterr(err, KL_ERR_INVAL,
-                         "tensorize %s: the accesses are not %s[..,c], "
-                         "%s[taps..,c,f], %s[..,f] of a convolution",
+                         "tensorize %s: the accesses are not %s[..,c,..], "
+                         "%s[taps..,c,f in any order], %s[..,f,..] of a "
+                         "convolution",
                          nm, A->name, B->name, Y->name);
     out->intrin = in->name;
     out->lanes = in->lanes;

@@ -264,8 +264,9 @@ typedef struct {
     int ta, tb;           /* tensors: u8 activations A[m,k], s8 weights */
     bool b_nk;            /* weights indexed [n,k] (qdense) instead of [k,n] */
     int64_t za;           /* activation zero point (0: none) */
-    /* A convolution (qconv2d NHWC): it_n is the output channel f, it_k the
-     * input channel c, it_m -1; the taps are the other reductions. */
+    /* A convolution (qconv2d NHWC or NCHW): it_n is the output channel f,
+     * it_k the input channel c, it_m -1; the taps are the other
+     * reductions. */
     bool conv;
 } kl_tensorize_t;
 
@@ -273,8 +274,9 @@ typedef struct {
  * the intrinsic named intrin (kl_intrin.h). The workload must be a
  * product Y[m,n] += (A[m,k] - za) * B[k,n] (or B[n,k]) with A u8, B const
  * s8, or a convolution Y[..,f] += (X[..,c] - za) * W[taps..,c,f] (NHWC,
- * groups 1; n is then f and k is c, and every reduction loop must sit
- * right above the block, under the register tile); the block must be exactly
+ * or NCHW Y[n,f,y,x] += (X[n,c,..] - za) * W[f,c,r,s]; groups 1; n is
+ * then f and k is c, and every reduction loop must sit right above the
+ * block, under the register tile); the block must be exactly
  * two serial loops: the output column n with the intrinsic's lanes, stride 1,
  * then the reduction k with its red points, stride 1; every other loop over n
  * (k) must step by a multiple of the lanes (red); no cache stages. Errors name

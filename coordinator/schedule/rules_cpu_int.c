@@ -4,8 +4,9 @@
  * int8 intrinsic (kl_intrin.h).
  *
  *   products (qmatmul, qdense): (mo . no0) mi no1 ko0 ko1 [ni ki]
- *   convolutions (qconv2d NHWC, groups 1, any R, S, stride, pad,
- *   dilation), im2col-free:
+ *   convolutions (qconv2d NHWC or NCHW, groups 1, any R, S, stride,
+ *   pad, dilation), im2col-free (NCHW: the kernel repacks X per call
+ *   into a padded NHWC scratch, codegen_tensorize_conv.c; same tilings):
  *       (n . y . xo . fo0), or (fo0 . n . y . xo)   fused, parallel
  *       xi fm                                        register tile
  *       taps (r s) co                                the whole reduction
@@ -18,8 +19,8 @@
  *     sampled (pixels outer, or channel blocks outer: a block's packed
  *     weights reused over every pixel of a thread's share).
  *
- * Anything else integer (grouped or NCHW convolutions, depthwise ones,
- * pooling) is refused with the reason. */
+ * Anything else integer (grouped convolutions, depthwise ones, pooling)
+ * is refused with the reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,24 @@ static int s_conv_tail(kl_trace_t *tr, const int64_t *order, int norder,
     return rc;
 }
 
-/* qconv2d NHWC (the layout in the comment at the top). */
+/* The single iterator affine index a is (coef 1, no offset or division),
+ * or -1. */
+static int s_plain(const kl_affine_t *a, int niters)
+{
+    int it = -1;
+    if (a->offset || a->div > 1)
+        return -1;
+    for (int i = 0; i < niters; i++) {
+        if (!a->coef[i])
+            continue;
+        if (a->coef[i] != 1 || it >= 0)
+            return -1;
+        it = i;
+    }
+    return it;
+}
+
+/* qconv2d NHWC or NCHW (the tiling in the comment at the top). */
 static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
                           const kl_intrin_t *in, kl_trace_t **out, char *err)
 {
@@ -188,39 +206,45 @@ static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "%s: %s is an integer workload that the CPU design "
                          "space cannot tensorize (only products "
-                         "Y[m,n] += (A[m,k] - za) * B[k,n] and NHWC "
-                         "convolutions Y[..,f] += (X[..,c] - za) * "
-                         "W[..,c,f] are)",
+                         "Y[m,n] += (A[m,k] - za) * B[k,n] and NHWC or "
+                         "NCHW convolutions Y[..,f,..] += (X[..,c,..] - "
+                         "za) * W[..,c,f,..] are)",
                          t->name, nm);
     const kl_tensor_t *X = &w->tensors[xa->access.tensor];
-    int itf = -1, itc = -1, itx = -1;
-    for (int i = 0; i < w->niters; i++) {
-        if (w->out.idx[Y->ndim - 1].coef[i])
-            itf = i;
-        if (w->out.idx[Y->ndim - 2].coef[i])
-            itx = i;
-        if (xa->access.idx[X->ndim - 1].coef[i])
-            itc = i;
-    }
-    /* W's last index: the output channel alone */
+    /* itf: the one spatial iterator that is a plain index of W and of Y
+     * (the output channel); itc: a plain reduction index of X that W has
+     * too (the input channel); itx: Y's last index other than itf (the
+     * output pixel along the row). NHWC and NCHW alike. */
     const kl_expr_t *wl = e->b;
-    bool wok = wl && wl->kind == KL_EX_LOAD && itf >= 0;
-    if (wok) {
-        const kl_tensor_t *W = &w->tensors[wl->access.tensor];
-        const kl_affine_t *a = &wl->access.idx[W->ndim - 1];
-        for (int i = 0; i < w->niters; i++)
-            wok = wok && a->coef[i] == (i == itf) &&
-                  w->out.idx[Y->ndim - 1].coef[i] == (i == itf);
-        wok = wok && !a->offset && a->div == 1;
+    int itf = -1, itc = -1, itx = -1;
+    bool wok = wl && wl->kind == KL_EX_LOAD;
+    const kl_tensor_t *W = wok ? &w->tensors[wl->access.tensor] : NULL;
+    for (int d = 0; wok && d < W->ndim; d++) {
+        int it = s_plain(&wl->access.idx[d], w->niters);
+        if (it >= 0 && !w->iters[it].reduce)
+            itf = itf < 0 ? it : -2;
     }
-    if (!wok || itc < 0 || itx < 0 || itf == itx || !w->iters[itc].reduce ||
-        w->iters[itf].reduce || w->iters[itx].reduce)
+    bool fy = false;
+    for (int d = 0; itf >= 0 && d < Y->ndim; d++)
+        fy = fy || s_plain(&w->out.idx[d], w->niters) == itf;
+    for (int d = Y->ndim - 1; fy && d >= 0 && itx < 0; d--) {
+        int it = s_plain(&w->out.idx[d], w->niters);
+        if (it != itf)
+            itx = it;
+    }
+    for (int d = 0; wok && d < X->ndim; d++) {
+        int it = s_plain(&xa->access.idx[d], w->niters);
+        for (int k = 0; it >= 0 && w->iters[it].reduce && k < W->ndim; k++)
+            if (s_plain(&wl->access.idx[k], w->niters) == it)
+                itc = it;
+    }
+    if (!wok || !fy || itc < 0 || itx < 0 || w->iters[itx].reduce)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "%s: %s is an integer workload that the CPU design "
-                         "space cannot tensorize: it tensorizes NHWC "
-                         "convolutions with groups=1 only (the output "
-                         "channel last in Y and W, the input channel last "
-                         "in X)",
+                         "space cannot tensorize: it tensorizes NHWC and "
+                         "NCHW convolutions with groups=1 only (the output "
+                         "channel a plain index of Y and W, the input "
+                         "channel a plain index of X and W)",
                          t->name, nm);
     kl_trace_t *tr = kl_trace_new(t->name);
     int64_t l[KL_IR_MAX_ITERS], lp[KL_IR_MAX_ITERS];

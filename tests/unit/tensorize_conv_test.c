@@ -8,8 +8,11 @@
  * replays to the same source; a kernel whose padding row is wrong (zeros
  * instead of the zero point: the compensation then takes za * W away from
  * border pixels that never added it) is caught, and so is a vector
- * requant that rounds toward zero; depthwise, grouped and
- * NCHW convolutions are refused with their reason. */
+ * requant that rounds toward zero. NCHW convolutions (the importer's
+ * layout: X repacked per call into a padded scratch, Y stored at the
+ * channel stride) of the same shapes too, and a repack that pads with
+ * zeros instead of za is caught; depthwise and grouped convolutions are
+ * refused with their reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,7 +176,25 @@ static const char *s_specs[] = {
     /* plain s32, zero point with padding at every border pixel */
     "qconv2d N=1 C=8 H=7 W=7 K=32 R=3 S=3 pad=1 za=100 out=s32 "
     "layout=NHWC",
+    /* NCHW (the importer's layout): X repacked per call into the padded
+     * scratch, Y stored at the channel stride. 3x3 pad 1 stride 1 with
+     * the importer's per-channel scale, bias and relu */
+    "qconv2d N=1 C=16 H=9 W=9 K=32 R=3 S=3 pad=1 za=7 scale=channel "
+    "bias=1 relu=1",
+    /* stride 2, s8 out */
+    "qconv2d N=1 C=8 H=10 W=11 K=16 R=3 S=3 pad=1 stride=2 za=200 out=s8 "
+    "zo=-3 scale=0.0037 bias=1",
+    /* 1x1 stride 2, N=2, K not a multiple of 16, s32 out */
+    "qconv2d N=2 C=32 H=8 W=8 K=24 R=1 S=1 stride=2 za=5 out=s32",
+    /* ResNet's first conv: C=3, 7x7 stride 2 pad 3, relu */
+    "qconv2d N=1 C=3 H=14 W=14 K=16 R=7 S=7 pad=3 stride=2 za=128 relu=1",
+    /* s32 with za at the padding, C not a multiple of 4, dilation 2 */
+    "qconv2d N=1 C=6 H=7 W=7 K=20 R=3 S=3 pad=2 dilation=2 za=100 "
+    "out=s32",
 };
+
+/* The first NCHW spec (index) */
+#define NCHW0 6
 
 /* avx_vnni: built always, run where the CPU has AVX-VNNI. */
 static const char *s_targets[] = {"cpu/x86_64-avx512+vnni", "cpu/x86_64-avx2",
@@ -212,9 +233,13 @@ static void test_space_conv(void **state)
                  * epilogue (one masked byte store per block) */
                 kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
                 assert_int_equal(
-                    strstr(k.source, "_mm512_mask_cvtepi32_storeu_epi8") !=
-                        NULL,
+                    strstr(k.source, i < NCHW0
+                                         ? "_mm512_mask_cvtepi32_storeu_epi8"
+                                         : "_mm512_cvtepi32_epi8") != NULL,
                     ti == 0 && odt != KL_DT_S32);
+                /* NCHW: the per-call repack into the scratch */
+                assert_int_equal(strstr(k.source, "kl_scr") != NULL,
+                                 i >= NCHW0);
                 int r =
                     s_run(w, k.source, k.entry, kl_intrin_find(s_intrins[ti]));
                 if (r == 0)
@@ -269,6 +294,46 @@ static void test_broken_padding_caught(void **state)
     char *p = strstr(k.source, "memset(kl_zrow, 100,");
     assert_non_null(p);
     memcpy(p, "memset(kl_zrow,   0,", 20);
+    int bad = s_run(w, k.source, k.entry, in);
+    if (good >= 0) {
+        assert_int_equal(good, 1);
+        assert_int_equal(bad, 0);
+    }
+    kl_kernel_free(&k);
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+/* NCHW: a repack that fills the scratch's padding with zeros instead of
+ * za (every memset of the row's border), caught at the border pixels. */
+static void test_broken_repack_caught(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *spec = s_specs[NCHW0 + 4];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
+    kl_space_t *sp = NULL;
+    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 3);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
+    kl_kernel_t k;
+    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
+    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
+    int good = s_run(w, k.source, k.entry, in);
+    int n = 0;
+    for (char *p = k.source; (p = strstr(p, "memset(d, 100,")); n++)
+        memcpy(p, "memset(d,   0,", 14);
+    for (char *p = k.source; (p = strstr(p, "memset(d + ")); n++) {
+        p = strstr(p, ", 100,");
+        memcpy(p, ",   0,", 6);
+    }
+    assert_int_equal(n, 3);
     int bad = s_run(w, k.source, k.entry, in);
     if (good >= 0) {
         assert_int_equal(good, 1);
@@ -346,8 +411,9 @@ static void test_refusals(void **state)
               "is a depthwise convolution");
     s_refused("qconv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1 groups=2 "
               "layout=NHWC",
-              "NHWC convolutions with groups=1 only");
-    s_refused("qconv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1", "cannot tensorize");
+              "NCHW convolutions with groups=1 only");
+    s_refused("qconv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1 groups=2",
+              "NCHW convolutions with groups=1 only");
 }
 
 int main(void)
@@ -357,6 +423,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_broken_padding_caught, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_broken_requant_caught, s_setup,
+                                        s_teardown),
+        cmocka_unit_test_setup_teardown(test_broken_repack_caught, s_setup,
                                         s_teardown),
         cmocka_unit_test(test_refusals),
     };
