@@ -22,6 +22,7 @@
 #include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_port_fleet.h"
+#include "kl_space.h"
 #include "kl_store.h"
 #include "kl_target.h"
 #include "kl_util.h"
@@ -99,6 +100,7 @@ typedef struct {
     kl_port_t port;
     kl_port_fleet_t *head; /* --fleet */
     kl_job_t *job;
+    int *mtask; /* --model: the model's task of each job task */
     int64_t global;
     double last_print;
     kl_metrics_t *metrics; /* --http */
@@ -290,7 +292,7 @@ static void s_warn_unreached(cmd_t *c)
     kl_buf_t b = {0};
     for (int i = 0; i < k; i++)
         kl_buf_printf(&b, "%s%d (%s)", i ? ", " : "", idx[i],
-                      kl_model_task(c->model, idx[i])->w->name);
+                      kl_model_task(c->model, c->mtask[idx[i]])->w->name);
     kl_warn("the global cap (%lld) is smaller than what one round of every "
             "task needs; %d task%s may get no trial at all: %s",
             (long long)c->global, k, k > 1 ? "s" : "", b.data);
@@ -307,6 +309,27 @@ static bool s_alive(void *ctx)
            kl_opts_str(c->o, "listen") || c->head;
 }
 
+/* --model: whether the target's design space takes model task i; a task
+ * it refuses (KL_ERR_UNSUPPORTED: a depthwise qconv2d, ...) is skipped with
+ * a warning that names it and the reason: the model's other tasks are
+ * tuned, and `kiln export --fallback naive` runs the skipped one. Any
+ * other error is kl_job_new's to report. */
+static bool s_tunable(cmd_t *c, int i, const char *target)
+{
+    const kl_model_task_t *mt = kl_model_task(c->model, i);
+    char err[KL_ERRMSG_LEN];
+    kl_space_t *sp = NULL;
+    const char *t = kl_target_resolve_for(target, kl_workload_is_int(mt->w));
+    int rc = kl_space_for_target(t, mt->w, &sp, err);
+    kl_space_destroy(&sp);
+    if (rc != KL_ERR_UNSUPPORTED)
+        return true;
+    kl_warn("task %d (%s) skipped: no design space: %s; `kiln export "
+            "--fallback naive` runs it",
+            i, mt->w->name, err);
+    return false;
+}
+
 /* The job's tasks and caps from --op or --model. */
 static int s_job(cmd_t *c, char *err)
 {
@@ -314,11 +337,24 @@ static int s_job(cmd_t *c, char *err)
     int n = 1;
     kl_job_task_t one = {kl_opts_str(o, "op"), 1.0}, *tasks = &one;
     if (c->model) {
-        n = kl_model_ntasks(c->model);
-        tasks = kl_xcalloc((size_t)n, sizeof *tasks);
-        for (int i = 0; i < n; i++) {
+        const char *target = kl_opts_str(o, "target");
+        int nm = kl_model_ntasks(c->model);
+        tasks = kl_xcalloc((size_t)nm, sizeof *tasks);
+        c->mtask = kl_xcalloc((size_t)nm, sizeof *c->mtask);
+        n = 0;
+        for (int i = 0; i < nm; i++) {
             const kl_model_task_t *mt = kl_model_task(c->model, i);
-            tasks[i] = (kl_job_task_t){mt->spec, (double)mt->weight};
+            if (!s_tunable(c, i, target))
+                continue;
+            c->mtask[n] = i;
+            tasks[n++] = (kl_job_task_t){mt->spec, (double)mt->weight};
+        }
+        if (!n) {
+            free(tasks);
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "model %s: no task has a design space on this "
+                             "target (the warnings above say why)",
+                             kl_model_name(c->model));
         }
     }
     int64_t per = kl_opts_given(o, "max-trials-per-task")
@@ -384,6 +420,7 @@ static void s_cmd_free(cmd_t *c)
     kl_fleet_destroy(&c->fleet);
     kl_store_close(&c->store);
     kl_model_destroy(&c->model);
+    free(c->mtask);
     kl_live_destroy(&c->live);
     kl_opts_free(&c->o);
 }

@@ -88,9 +88,10 @@ static void test_refusals(void **state)
     (void)state;
     char err[KL_ERRMSG_LEN];
     kl_workload_t *w = NULL;
-    /* The CPU design space tensorizes products only (tensorize_test.c). */
+    /* The CPU design space tensorizes products and groups=1 convolutions
+     * only (tensorize_test.c). */
     assert_int_equal(kl_workload_from_string("qconv2d N=1 C=8 H=8 W=8 K=8 "
-                                             "R=3 S=3 pad=1",
+                                             "R=3 S=3 pad=1 groups=2",
                                              &w, err),
                      KL_OK);
     kl_space_t *sp = NULL;
