@@ -1,6 +1,6 @@
-/* codegen_tensorize_conv.c - C of a tensorized convolution (qconv2d NHWC,
- * groups 1; kl_sched_tensorize's convolution form; docs/architecture.md,
- * "The tensorize primitive").
+/* codegen_tensorize_conv.c - C of a tensorized convolution (qconv2d NHWC
+ * or NCHW, groups 1; kl_sched_tensorize's convolution form;
+ * docs/architecture.md, "The tensorize primitive").
  *
  * im2col-free: the block is `lanes` output channels f x 4 input channels
  * c, one intrinsic call acc[f0..f0+lanes) += X[pixel, tap][c0..c0+4) .
@@ -27,7 +27,13 @@
  * the innermost loops that run the channels only. C not a multiple of 4:
  * the last group reads only the channels that exist (kl_a4), the rest are
  * zeros, against zero weights. Tile pixels past the output (an imperfect
- * split) read in-bounds rows or the za row and are never stored. */
+ * split) read in-bounds rows or the za row and are never stored.
+ *
+ * NCHW (X's channel not its last index; the model importer's layout): the
+ * weights W[f,c,r,s] are packed into the same layout in prepare, and each
+ * call first repacks X into an NHWC scratch padded with za (s_repack), so
+ * the same core runs on it and every tap is in bounds; a tile pixel's 16
+ * output channels are then stored at Y's channel stride. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
