@@ -461,12 +461,15 @@ static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "    uint8_t *kl_scr = kl_own ? (uint8_t *)aligned_alloc(64, %lld) "
         ": (uint8_t *)(kl_pre + %lld);\n"
         "    if (!kl_scr)\n        abort();\n"
+        "    uint8_t kl_zl[%lld]; /* za: the channels past C */\n"
+        "    memset(kl_zl, %lld, sizeof kl_zl);\n"
         "#pragma omp parallel for\n"
         "    for (int64_t row = 0; row < %lld; row++) {\n"
         "        uint8_t *d = kl_scr + row * %lldLL;\n"
         "        int64_t rem = row, xo = 0;\n        int in_ = 1;\n",
         w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
-        (long long)rows, (long long)(c->sh[dl] * c->cpad));
+        (long long)X->shape[dl], za, (long long)rows,
+        (long long)(c->sh[dl] * c->cpad));
     for (int d = dl - 1; d >= 0; d--) {
         if (d == c->dc)
             continue;
@@ -478,25 +481,28 @@ static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
                       (long long)xst[d]);
     }
     long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
+    /* 4 channels a store: a group's 4 planes read along the row, one
+     * 32-bit store per point (channels past C read the za line) */
     kl_buf_printf(
         b,
         "        if (!in_) {\n"
         "            memset(d, %lld, %lld);\n            continue;\n        }\n"
         "        memset(d, %lld, %lld);\n"
         "        memset(d + %lld, %lld, %lld);\n"
-        "        for (int64_t ch = 0; ch < %lld; ch++) {\n"
-        "            uint8_t *dd = d + %lld + ch;\n"
-        "            if (ch >= %lld) {\n"
-        "                for (int64_t j = 0; j < %lld; j++)\n"
-        "                    dd[j * %lld] = %lld;\n"
-        "                continue;\n            }\n"
-        "            const uint8_t *s = t%d + xo + ch * %lldLL;\n"
+        "        for (int64_t g = 0; g < %lld; g++) {\n"
+        "            const uint8_t *s[4];\n"
+        "            for (int64_t k = 0; k < 4; k++)\n"
+        "                s[k] = 4 * g + k < %lld ? t%d + xo + (4 * g + k) * "
+        "%lldLL : kl_zl;\n"
+        "            uint32_t *dd = (uint32_t *)(d + %lld) + g;\n"
         "            for (int64_t j = 0; j < %lld; j++)\n"
-        "                dd[j * %lld] = s[j];\n        }\n    }\n",
+        "                dd[j * %lld] = (uint32_t)s[0][j] | (uint32_t)s[1][j] "
+        "<< 8 | (uint32_t)s[2][j] << 16 | (uint32_t)s[3][j] << 24;\n"
+        "        }\n    }\n",
         za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
-        (long long)(c->sh[dl] - lo - n) * cp, cp, lo * cp,
-        (long long)X->shape[c->dc], n, cp, za, xt, (long long)xst[c->dc], n,
-        cp);
+        (long long)(c->sh[dl] - lo - n) * cp, cp / 4, C, xt, cst, lo * cp, n,
+        cp / 4);
 }
 
 /* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
