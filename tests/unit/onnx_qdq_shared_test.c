@@ -55,7 +55,8 @@ static void s_init(s_m_t *m, const char *name, int dt, int nd, const int64_t *d,
     t->name = (char *)name;
     t->n_dims = (size_t)nd;
     t->dims = s_mem(m, 4 * sizeof(int64_t));
-    memcpy(t->dims, d, (size_t)nd * sizeof(int64_t));
+    if (nd)
+        memcpy(t->dims, d, (size_t)nd * sizeof(int64_t));
     t->has_data_type = 1;
     t->data_type = dt;
     t->has_raw_data = 1;
