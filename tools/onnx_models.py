@@ -132,10 +132,83 @@ SEED = 18
 OPSET = 17
 
 
+def cnn_model(nodes, name, inits):
+    """The checked model of graph name: nodes reading x (f32 1x3x32x32)
+    into y (f32 1x10), initializers inits."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits)
+    model = helper.make_model(
+        graph, producer_name="kiln tools/onnx_models.py",
+        opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8  # opset 17 needs IR 8; older readers take it
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def calib_reader(calib, name):
+    """An onnxruntime calibration reader of the arrays calib as input
+    name, one at a time."""
+    from onnxruntime import quantization as q
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            v = next(self.it, None)
+            return None if v is None else {name: v}
+
+    return Reader()
+
+
+def quantize(model, fname, path, calib, fmt):
+    """model (saved as fname in a temporary directory) quantized by
+    quantize_static into path in format fmt: per-channel s8 weights, u8
+    activations, MinMax calibration on calib (input x)."""
+    import tempfile
+    import onnx
+    from onnxruntime import quantization as q
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fp = os.path.join(tmp, fname)
+        onnx.save(model, fp)
+        q.quantize_static(
+            fp, path, calib_reader(calib, "x"), quant_format=fmt,
+            per_channel=True, activation_type=q.QuantType.QUInt8,
+            weight_type=q.QuantType.QInt8,
+            calibrate_method=q.CalibrationMethod.MinMax)
+
+
+def ort_session(qm):
+    """ONNX Runtime's CPU session of model qm, on one thread."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(qm.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def ort_u8_output(path, name, shape, x):
+    """ONNX Runtime's value of the u8 tensor name (of shape) in model path
+    on input x."""
+    import onnx
+    from onnx import TensorProto, helper
+    qm = onnx.load(path)
+    qm.graph.output.append(helper.make_tensor_value_info(
+        name, TensorProto.UINT8, shape))
+    return ort_session(qm).run([name], {"x": x})[0]
+
+
 def small_cnn(outdir):
     import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(SEED)
     inits = []
@@ -207,16 +280,7 @@ def small_cnn(outdir):
                  init("fc.b", rng.normal(0.0, 0.1, 10))],
         ["y"], name="fc", transB=1))
 
-    graph = helper.make_graph(
-        nodes, "small_cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        inits)
-    model = helper.make_model(
-        graph, producer_name="kiln tools/onnx_models.py",
-        opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8  # opset 17 needs IR 8; older readers take it
-    onnx.checker.check_model(model, full_check=True)
+    model = cnn_model(nodes, "small_cnn", inits)
 
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
     os.makedirs(outdir, exist_ok=True)
@@ -236,10 +300,8 @@ def small_cnn_int8(outdir, qop=False):
     """A small CNN quantized the way onnxruntime.quantization.quantize_static
     writes QDQ models (per-channel s8 weights, u8 activations); qop: in the
     operator format (QLinearConv, ...) as small_cnn_qop.*."""
-    import tempfile
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     from onnxruntime import quantization as q
 
     rng = np.random.default_rng(SEED)
@@ -277,40 +339,16 @@ def small_cnn_int8(outdir, qop=False):
                                                  (10, 32))),
                  init("fc.b", rng.normal(0.0, 0.1, 10))],
         ["y"], name="fc", transB=1))
-    graph = helper.make_graph(
-        nodes, "small_cnn_int8",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        inits)
-    model = helper.make_model(
-        graph, producer_name="kiln tools/onnx_models.py",
-        opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
+    model = cnn_model(nodes, "small_cnn_int8", inits)
 
     calib = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
              for _ in range(8)]
 
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            x = next(self.it, None)
-            return None if x is None else {"x": x}
-
     os.makedirs(outdir, exist_ok=True)
     base = "small_cnn_qop" if qop else "small_cnn_int8"
     path = os.path.join(outdir, base + ".onnx")
-    with tempfile.TemporaryDirectory() as tmp:
-        fp = os.path.join(tmp, "small_cnn_f32.onnx")
-        onnx.save(model, fp)
-        q.quantize_static(
-            fp, path, Reader(),
-            quant_format=q.QuantFormat.QOperator if qop else q.QuantFormat.QDQ,
-            per_channel=True, activation_type=q.QuantType.QUInt8,
-            weight_type=q.QuantType.QInt8,
-            calibrate_method=q.CalibrationMethod.MinMax)
+    quantize(model, "small_cnn_f32.onnx", path, calib,
+             q.QuantFormat.QOperator if qop else q.QuantFormat.QDQ)
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.save(os.path.join(outdir, base + ".input.npy"),
             np.ascontiguousarray(x))
@@ -319,15 +357,7 @@ def small_cnn_int8(outdir, qop=False):
             np.ascontiguousarray(y, dtype=np.float32))
     if qop:
         # QLinearGlobalAveragePool's u8 output too (32 values, as f32)
-        qm = onnx.load(path)
-        qm.graph.output.append(helper.make_tensor_value_info(
-            "gap_quantized", TensorProto.UINT8, [1, 32, 1, 1]))
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        sess = ort.InferenceSession(qm.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-        g = sess.run(["gap_quantized"], {"x": x})[0]
+        g = ort_u8_output(path, "gap_quantized", [1, 32, 1, 1], x)
         np.save(os.path.join(outdir, base + ".gap.ort.npy"),
                 np.ascontiguousarray(g, dtype=np.float32))
         print_ops(path)
@@ -337,15 +367,7 @@ def small_cnn_int8(outdir, qop=False):
         return
     # The u8 output of the third conv as well (32768 values, stored as
     # f32): the quantized layers compared element by element.
-    qm = onnx.load(path)
-    qm.graph.output.append(helper.make_tensor_value_info(
-        "conv3_QuantizeLinear_Output", TensorProto.UINT8, [1, 32, 32, 32]))
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(qm.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    c3 = sess.run(["conv3_QuantizeLinear_Output"], {"x": x})[0]
+    c3 = ort_u8_output(path, "conv3_QuantizeLinear_Output", [1, 32, 32, 32], x)
     np.save(os.path.join(outdir, "small_cnn_int8.conv3.ort.npy"),
             np.ascontiguousarray(c3, dtype=np.float32))
     print_ops(path)
@@ -358,10 +380,8 @@ def residual_cnn(outdir):
     operator format (QLinearAdd, QLinearAveragePool, MaxPool on u8) as
     residual_cnn_qop.*, and in QDQ format (DequantizeLinear -> Add ->
     QuantizeLinear) as residual_cnn_qdq.*."""
-    import tempfile
     import numpy as np
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime import quantization as q
 
@@ -401,42 +421,17 @@ def residual_cnn(outdir):
         "Gemm", [t, init("fc.w", rng.normal(0.0, np.sqrt(1 / 32), (10, 32))),
                  init("fc.b", rng.normal(0.0, 0.1, 10))],
         ["y"], name="fc", transB=1))
-    graph = helper.make_graph(
-        nodes, "residual_cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        inits)
-    model = helper.make_model(
-        graph, producer_name="kiln tools/onnx_models.py",
-        opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
+    model = cnn_model(nodes, "residual_cnn", inits)
     calib = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
              for _ in range(8)]
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            v = next(self.it, None)
-            return None if v is None else {"x": v}
-
     os.makedirs(outdir, exist_ok=True)
     np.save(os.path.join(outdir, "residual_cnn.input.npy"),
             np.ascontiguousarray(x))
     for fmt, base in ((q.QuantFormat.QOperator, "residual_cnn_qop"),
                       (q.QuantFormat.QDQ, "residual_cnn_qdq")):
         path = os.path.join(outdir, base + ".onnx")
-        with tempfile.TemporaryDirectory() as tmp:
-            fp = os.path.join(tmp, "residual_cnn_f32.onnx")
-            onnx.save(model, fp)
-            q.quantize_static(
-                fp, path, Reader(), quant_format=fmt, per_channel=True,
-                activation_type=q.QuantType.QUInt8,
-                weight_type=q.QuantType.QInt8,
-                calibrate_method=q.CalibrationMethod.MinMax)
+        quantize(model, "residual_cnn_f32.onnx", path, calib, fmt)
         # y, and the u8 output of the residual add (its quantized value,
         # 1x16x16x16, as f32)
         qm = onnx.load(path)
@@ -445,11 +440,7 @@ def residual_cnn(outdir):
                 n.output[0].startswith(("add2", "relu2"))][-1]
         qm.graph.output.append(helper.make_tensor_value_info(
             addq, TensorProto.UINT8, [1, 16, 16, 16]))
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        sess = ort.InferenceSession(qm.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-        y, a = sess.run(["y", addq], {"x": x})
+        y, a = ort_session(qm).run(["y", addq], {"x": x})
         np.save(os.path.join(outdir, base + ".ort.npy"),
                 np.ascontiguousarray(y, dtype=np.float32))
         np.save(os.path.join(outdir, base + ".add.ort.npy"),
@@ -697,20 +688,13 @@ def qdq(src, out, ncalib, seed):
     calib = [rng.standard_normal(shape).astype(np.float32)
              for _ in range(ncalib)]
 
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            x = next(self.it, None)
-            return None if x is None else {inp.name: x}
-
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         pre = os.path.join(tmp, "pre.onnx")
         quant_pre_process(src, pre)
         q.quantize_static(
-            pre, out, Reader(), quant_format=q.QuantFormat.QDQ,
+            pre, out, calib_reader(calib, inp.name),
+            quant_format=q.QuantFormat.QDQ,
             per_channel=True, activation_type=q.QuantType.QUInt8,
             weight_type=q.QuantType.QInt8,
             calibrate_method=q.CalibrationMethod.MinMax)

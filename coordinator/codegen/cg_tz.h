@@ -9,8 +9,9 @@
 #include "kl_codegen.h"
 #include "kl_util.h"
 
-/* C type of an integer tensor's element ("uint8_t", "int8_t"...). */
-const char *kl_cg_tz_ctype(kl_dtype dt);
+/* Hands b's text to out as a CPU kernel named entry with a prepare step
+ * (grid and block 1), or frees b when rc is an error; returns rc. */
+int kl_cg_tz_kernel(kl_buf_t *b, const char *entry, int rc, kl_kernel_t *out);
 /* The intrinsic's C: kl_vacc_t, KL_VLOAD / KL_VSTORE / KL_VZERO / KL_VSUB
  * and kl_dot(acc, 4 activations, 4 x lanes weights). */
 void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name);

@@ -12,20 +12,6 @@
 #include "kl_err.h"
 #include "kl_util.h"
 
-static const char *s_ctype(kl_dtype dt)
-{
-    switch (dt) {
-    case KL_DT_U8:
-        return "uint8_t";
-    case KL_DT_S8:
-        return "int8_t";
-    case KL_DT_S32:
-        return "int32_t";
-    default:
-        return "float";
-    }
-}
-
 static const char s_prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
@@ -190,7 +176,7 @@ int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
     kl_buf_printf(b, "%s{\n", ind);
     s_access(b, w, &w->out, 2000, ind);
     kl_buf_printf(b, "%st%d[o2000] = (%s)kl_clampi(x, %lldLL, %lldLL);\n%s}\n",
-                  ind, ot, s_ctype(odt), lo, hi, ind);
+                  ind, ot, kl_dtype_ctype(odt), lo, hi, ind);
     return KL_OK;
 }
 
@@ -213,9 +199,10 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
     kl_buf_printf(&b, "\nvoid %s(void *const *args)\n{\n", entry);
     int ot = kl_workload_output(w);
     for (int t = 0; t < w->ntensors; t++)
-        kl_buf_printf(&b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-                      t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t,
-                      t == ot ? "" : "const ", s_ctype(w->tensors[t].dtype), t);
+        kl_buf_printf(
+            &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
     char ind[4 * KL_IR_MAX_ITERS + 8] = "    ";
     int nsp = 0;
     for (int k = 0; k < w->niters; k++) {

@@ -33,18 +33,18 @@
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-const char *kl_cg_tz_ctype(kl_dtype dt)
+int kl_cg_tz_kernel(kl_buf_t *b, const char *entry, int rc, kl_kernel_t *out)
 {
-    switch (dt) {
-    case KL_DT_U8:
-        return "uint8_t";
-    case KL_DT_S8:
-        return "int8_t";
-    case KL_DT_S32:
-        return "int32_t";
-    default:
-        return "float";
+    if (rc) {
+        kl_buf_free(b);
+        return rc;
     }
+    out->source = kl_buf_take(b);
+    out->entry = kl_xstrdup(entry);
+    out->prepare = true;
+    for (int i = 0; i < 3; i++)
+        out->grid[i] = out->block[i] = 1;
+    return KL_OK;
 }
 
 /* The intrinsic's C: kl_vacc_t, KL_VLOAD/KL_VSTORE/KL_VZERO and kl_dot. */
@@ -296,8 +296,8 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     for (int t = 0; t < nt; t++)
         kl_buf_printf(
             &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t,
-            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t);
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
     /* Fused: the accumulators hold whole sums when stored, so the
      * epilogue runs right there and no acc buffer is needed. */
     bool fused = full && hp < bpos;
@@ -494,14 +494,5 @@ done:
     kl_buf_free(&em);
     kl_buf_free(&en);
     kl_buf_free(&ek);
-    if (rc) {
-        kl_buf_free(&b);
-        return rc;
-    }
-    out->source = kl_buf_take(&b);
-    out->entry = kl_xstrdup(entry);
-    out->prepare = true;
-    for (int i = 0; i < 3; i++)
-        out->grid[i] = out->block[i] = 1;
-    return KL_OK;
+    return kl_cg_tz_kernel(&b, entry, rc, out);
 }

@@ -350,8 +350,8 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
             "\n%s    %s *yp = t%d + %s;\n"
             "%s    for (int64_t q = 0; q < 16 && v%d_%lld + q < %lld; q++)\n"
             "%s        yp[q * %lldLL] = (%s)yb[q];\n%s}\n",
-            ind, ind, ind, kl_cg_tz_ctype(Y->dtype), ot, yo.data, ind, f, T,
-            (long long)K, ind, (long long)c->fst, kl_cg_tz_ctype(Y->dtype),
+            ind, ind, ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, f, T,
+            (long long)K, ind, (long long)c->fst, kl_dtype_ctype(Y->dtype),
             ind);
     kl_buf_free(&yo);
 }
@@ -670,8 +670,8 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     for (int t = 0; t < nt; t++)
         kl_buf_printf(
             &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t,
-            t == ot ? "" : "const ", kl_cg_tz_ctype(w->tensors[t].dtype), t);
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
+            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
     kl_buf_printf(&b,
                   "    const int8_t *wp = (const int8_t *)args[%d];\n"
                   "    const int32_t *comp = (const int32_t *)((const char "
@@ -724,14 +724,5 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                         "__ATOMIC_RELEASE);\n");
     kl_buf_puts(&b, "}\n");
     kl_buf_free(&ek);
-    if (rc) {
-        kl_buf_free(&b);
-        return rc;
-    }
-    out->source = kl_buf_take(&b);
-    out->entry = kl_xstrdup(entry);
-    out->prepare = true;
-    for (int i = 0; i < 3; i++)
-        out->grid[i] = out->block[i] = 1;
-    return KL_OK;
+    return kl_cg_tz_kernel(&b, entry, rc, out);
 }

@@ -468,7 +468,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
     if (c->qf[i].kind != KL_QF_NONE) {
         int q = c->qf[i].q;
         kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
-                      kl_export_ctype(c->g->nodes[q].dt), q,
+                      kl_dtype_ctype(c->g->nodes[q].dt), q,
                       (long long)s_numel(&c->g->nodes[q]), c->g->nodes[q].name);
         char in[2][64], out[64];
         const char *ins[2] = {in[0], in[1]};
@@ -481,7 +481,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
         return KL_OK;
     }
     kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
-                  kl_export_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
+                  kl_dtype_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
     if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
         s_qcast_call(c, i);
         return KL_OK;

@@ -26,10 +26,6 @@ typedef struct {
     int64_t offset; /* bytes into the weights; -1 for an input */
 } kl_export_param_t;
 
-/* The C type of an element of dt ("float", "uint8_t", "int8_t",
- * "int32_t"). */
-const char *kl_export_ctype(kl_dtype dt);
-
 /* Lays the weights out (each at a multiple of 64 bytes, setting every
  * non-input's offset) and checks the model's own parameters ps, when it
  * has any (*trained), against the graph's: each found by name, with the

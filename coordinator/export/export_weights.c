@@ -12,20 +12,6 @@
 #include "kl_export.h"
 #include "kl_util.h"
 
-const char *kl_export_ctype(kl_dtype dt)
-{
-    switch (dt) {
-    case KL_DT_U8:
-        return "uint8_t";
-    case KL_DT_S8:
-        return "int8_t";
-    case KL_DT_S32:
-        return "int32_t";
-    default:
-        return "float";
-    }
-}
-
 static size_t s_size(kl_dtype dt)
 {
     return dt == KL_DT_U8 || dt == KL_DT_S8 ? 1 : 4;

@@ -216,6 +216,20 @@ double kl_dtype_round(kl_dtype dt, double v)
     return kl_dtype_value(dt, kl_dtype_bits(dt, (float)v));
 }
 
+const char *kl_dtype_ctype(kl_dtype dt)
+{
+    switch (dt) {
+    case KL_DT_U8:
+        return "uint8_t";
+    case KL_DT_S8:
+        return "int8_t";
+    case KL_DT_S32:
+        return "int32_t";
+    default:
+        return "float";
+    }
+}
+
 const char *kl_dtype_name(kl_dtype dt)
 {
     switch (dt) {

@@ -309,7 +309,10 @@ int64_t kl_tensor_numel(const kl_tensor_t *t);
 bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);
 size_t kl_dtype_size(kl_dtype dt);
 const char *kl_dtype_name(kl_dtype dt); /* "f32", "u8", "s32" */
-bool kl_dtype_is_int(kl_dtype dt);      /* u8, s8, s32 */
+/* The C type of an element of dt in generated C: "uint8_t", "int8_t",
+ * "int32_t", "float" for any other. */
+const char *kl_dtype_ctype(kl_dtype dt);
+bool kl_dtype_is_int(kl_dtype dt); /* u8, s8, s32 */
 /* Parses a dtype name (f32 f16 bf16 u8 s8 s32, i32 = s32); false when it
  * is none. */
 bool kl_dtype_parse(const char *name, kl_dtype *out);

@@ -50,6 +50,12 @@ void kl_cgrun_close(kl_cgrun_t *r);
 int kl_cgrun_compare(const kl_cgrun_t *r, const kl_workload_t *w, uint64_t seed,
                      void ***a, void ***b, char *err);
 
+/* Runs r again on a (after kl_cgrun_compare: the same prepared block),
+ * the output first set to other garbage; whether the output then equals
+ * b's (the interpreter's) byte for byte. */
+bool kl_cgrun_again(const kl_cgrun_t *r, const kl_workload_t *w, void **a,
+                    void *const *b);
+
 /* Whether the bytes of w's output in bufs are not all one value
  * (saturation alone would hide a wrong sum). */
 bool kl_cgrun_varied(const kl_workload_t *w, void *const *bufs);

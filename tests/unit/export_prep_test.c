@@ -29,6 +29,8 @@
 #include "kl_trace.h"
 #include "kl_util.h"
 
+#include "export_fx.h"
+
 /* Layers a and b share task 0 (dense 2x16 -> 16), c is task 1. */
 static const char s_graph[] = "model prep\n"
                               "input x 2x16\n"
@@ -69,10 +71,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *fx = *state;
-    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", fx->dir);
-    free(cmd);
+    s_rmrf(fx->dir);
     free(fx->gpath);
     free(fx);
     return 0;
@@ -318,26 +317,6 @@ static void s_premise(const kl_workload_t *w, const kl_trace_t *tr, char *err)
     kl_sched_destroy(&s);
 }
 
-/* Commits the trace as a valid record of w on target. */
-static void s_commit(kl_store_t *st, const kl_workload_t *w, const char *target,
-                     const kl_trace_t *tr, char *err)
-{
-    uint8_t *buf = NULL, hash[16];
-    size_t len = 0;
-    kl_trace_to_proto(tr, &buf, &len);
-    kl_trace_hash(tr, hash);
-    Kiln__TuningRecord rec = KILN__TUNING_RECORD__INIT;
-    rec.workload_key = (ProtobufCBinaryData){16, (uint8_t *)w->key};
-    rec.target = (char *)target;
-    rec.trace = (ProtobufCBinaryData){len, buf};
-    rec.trace_hash = (ProtobufCBinaryData){16, hash};
-    rec.status = KILN__STATUS__STATUS_OK;
-    rec.median_s = 1e-6;
-    Kiln__TuningRecord *p = &rec;
-    assert_int_equal(kl_store_commit(st, &p, 1, err), KL_OK);
-    free(buf);
-}
-
 static void test_packed_weight_exported(void **state)
 {
     fx_t *fx = *state;
@@ -351,7 +330,7 @@ static void test_packed_weight_exported(void **state)
     char *db = kl_xasprintf("%s/db", fx->dir);
     kl_store_t *st = NULL;
     assert_int_equal(kl_store_open(&st, db, 0, fx->err), KL_OK);
-    s_commit(st, w, tgt, tr, fx->err);
+    s_commit_rec(st, w, tgt, tr, 1e-6, false, NULL, fx->err);
     Kiln__TuningRecord *rec = NULL;
     assert_int_equal(kl_export_best(st, w, "cpu", KL_COND_WARM, &rec, fx->err),
                      KL_OK);

@@ -37,6 +37,8 @@
 #include "kl_trace.h"
 #include "kl_util.h"
 
+#include "export_fx.h"
+
 #define S_DIR KL_TEST_DATA "/onnx/"
 #define S_MODEL S_DIR "small_cnn_int8.onnx"
 
@@ -80,10 +82,7 @@ static int teardown(void **state)
 {
     fx_t *fx = *state;
     kl_store_close(&fx->st);
-    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", fx->dir);
-    free(cmd);
+    s_rmrf(fx->dir);
     free(fx);
     return 0;
 }
@@ -319,26 +318,6 @@ static void test_quantize_half_even(void **state)
     dlclose(l.h);
 }
 
-/* Commits tr as a valid record of w on target. */
-static void s_commit(kl_store_t *st, const kl_workload_t *w, const char *target,
-                     const kl_trace_t *tr, char *err)
-{
-    uint8_t *buf = NULL, hash[16];
-    size_t len = 0;
-    kl_trace_to_proto(tr, &buf, &len);
-    kl_trace_hash(tr, hash);
-    Kiln__TuningRecord rec = KILN__TUNING_RECORD__INIT;
-    rec.workload_key = (ProtobufCBinaryData){16, (uint8_t *)w->key};
-    rec.target = (char *)target;
-    rec.trace = (ProtobufCBinaryData){len, buf};
-    rec.trace_hash = (ProtobufCBinaryData){16, hash};
-    rec.status = KILN__STATUS__STATUS_OK;
-    rec.median_s = 1e-6;
-    Kiln__TuningRecord *p = &rec;
-    assert_int_equal(kl_store_commit(st, &p, 1, err), KL_OK);
-    free(buf);
-}
-
 static void test_tuned_qdense(void **state)
 {
     fx_t *fx = *state;
@@ -364,7 +343,7 @@ static void test_tuned_qdense(void **state)
     kl_trace_t *tr = NULL;
     assert_int_equal(kl_space_sample(sp, &r, &tr, NULL, 0, NULL, fx->err),
                      KL_OK);
-    s_commit(fx->st, w, target, tr, fx->err);
+    s_commit_rec(fx->st, w, target, tr, 1e-6, false, NULL, fx->err);
 
     lib_t l, nv;
     s_export(fx, "tuned", 4, &l);

@@ -21,6 +21,8 @@
 #include "kl_test_tmp.h"
 #include "kl_util.h"
 
+#include "export_fx.h"
+
 #define S_N (2 * 5 * 11 * 11)
 
 /* The input 2x5x11x11 in two quantizations; their sum (saturating at the
@@ -76,10 +78,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *fx = *state;
-    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", fx->dir);
-    free(cmd);
+    s_rmrf(fx->dir);
     free(fx);
     unsetenv("KILN_EXPORT_NO_QFUSE");
     return 0;

@@ -24,6 +24,8 @@
 #include "kl_test_tmp.h"
 #include "kl_util.h"
 
+#include "export_fx.h"
+
 #define OP "matmul M=16 N=16 K=16"
 
 typedef struct {
@@ -53,10 +55,7 @@ static int teardown(void **state)
     fx_t *fx = *state;
     kl_store_close(&fx->st);
     kl_workload_free(&fx->w);
-    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", fx->dir);
-    free(cmd);
+    s_rmrf(fx->dir);
     free(fx);
     return 0;
 }
@@ -75,22 +74,7 @@ static void s_commit_ev(fx_t *fx, const kl_workload_t *w, const char *target,
     assert_int_equal(kl_space_for_target(target, w, &sp, fx->err), KL_OK);
     assert_int_equal(kl_space_sample(sp, &r, &tr, NULL, 0, NULL, fx->err),
                      KL_OK);
-    uint8_t *buf = NULL, hash[16];
-    size_t len = 0;
-    kl_trace_to_proto(tr, &buf, &len);
-    kl_trace_hash(tr, hash);
-    Kiln__TuningRecord rec = KILN__TUNING_RECORD__INIT;
-    rec.workload_key = (ProtobufCBinaryData){16, (uint8_t *)w->key};
-    rec.target = (char *)target;
-    rec.trace = (ProtobufCBinaryData){len, buf};
-    rec.trace_hash = (ProtobufCBinaryData){16, hash};
-    rec.status = KILN__STATUS__STATUS_OK;
-    rec.median_s = median;
-    rec.simulated = simulated;
-    rec.evaluator = ev;
-    Kiln__TuningRecord *p = &rec;
-    assert_int_equal(kl_store_commit(fx->st, &p, 1, fx->err), KL_OK);
-    free(buf);
+    s_commit_rec(fx->st, w, target, tr, median, simulated, ev, fx->err);
     kl_trace_free(&tr);
     kl_space_destroy(&sp);
 }

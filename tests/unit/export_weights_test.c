@@ -30,6 +30,8 @@
 #include "kl_test_tmp.h"
 #include "kl_util.h"
 
+#include "export_fx.h"
+
 /* d: dense 2x8 -> 2x4 with bias; l: layer_norm over the 4 outputs with
  * eps 0.5 and its weight and bias; sm: softmax. */
 static const char s_graph[] = "model wts\n"
@@ -80,10 +82,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *fx = *state;
-    char *cmd = kl_xasprintf("rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", fx->dir);
-    free(cmd);
+    s_rmrf(fx->dir);
     free(fx);
     return 0;
 }

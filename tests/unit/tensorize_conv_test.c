@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "kl_abi.h"
-#include "kl_check.h"
+#include "kl_cgrun.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
@@ -65,45 +65,6 @@ static int s_teardown(void **state)
     return 0;
 }
 
-static void **s_alloc(const kl_workload_t *w, uint64_t seed)
-{
-    void **bufs = kl_xcalloc((size_t)w->ntensors + 1, sizeof(*bufs));
-    kl_rng_t rng;
-    kl_rng_seed(&rng, seed);
-    for (int t = 0; t < w->ntensors; t++) {
-        const kl_tensor_t *ts = &w->tensors[t];
-        int64_t n = kl_tensor_numel(ts);
-        bufs[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
-        if (ts->is_output)
-            continue;
-        for (int64_t i = 0; i < n; i++) {
-            double u = kl_rng_double(&rng);
-            switch (ts->dtype) {
-            case KL_DT_U8:
-                ((uint8_t *)bufs[t])[i] = (uint8_t)(u * 256);
-                break;
-            case KL_DT_S8:
-                ((int8_t *)bufs[t])[i] = (int8_t)((int)(u * 256) - 128);
-                break;
-            case KL_DT_S32:
-                ((int32_t *)bufs[t])[i] = (int32_t)(u * 2001) - 1000;
-                break;
-            default:
-                ((float *)bufs[t])[i] = (float)(1e-3 + 9e-3 * u);
-                break;
-            }
-        }
-    }
-    return bufs;
-}
-
-static void s_free(const kl_workload_t *w, void **bufs)
-{
-    for (int t = 0; t <= w->ntensors; t++)
-        free(bufs[t]);
-    free(bufs);
-}
-
 /* Builds source (a kernel with prepare), runs it on fresh inputs and
  * compares with the interpreter; returns whether they are bit-equal (-1
  * when this CPU lacks the intrinsic's feature: built, not run). */
@@ -111,48 +72,25 @@ static int s_run(const kl_workload_t *w, const char *source, const char *entry,
                  const kl_intrin_t *in)
 {
     char err[KL_ERRMSG_LEN];
-    char *so = NULL;
-    if (kl_check_build(source, s_dir, &so, err))
+    kl_cgrun_t r;
+    if (kl_cgrun_load(&r, source, entry, s_dir, err))
         fail_msg("%s\n%s", err, source);
     if (!kl_intrin_cpu_has(in)) {
-        free(so);
+        kl_cgrun_close(&r);
         return -1;
     }
-    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    assert_non_null(lib);
-    kl_abi_kernel_fn fn;
-    *(void **)&fn = dlsym(lib, entry);
-    assert_non_null(fn);
-    kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, entry);
-    assert_non_null(prep);
-    void **a = s_alloc(w, 11), **b = s_alloc(w, 11);
-    bool cst[KL_IR_MAX_TENSORS];
-    for (int t = 0; t < w->ntensors; t++)
-        cst[t] = w->tensors[t].is_const;
-    a[w->ntensors] = kl_abi_prepare(prep, w->ntensors, a, cst);
+    assert_non_null(r.prep);
+    void **a = NULL, **b = NULL;
+    int same = kl_cgrun_compare(&r, w, 11, &a, &b, err) == KL_OK;
     assert_non_null(a[w->ntensors]);
-    int ot = kl_workload_output(w);
-    const kl_tensor_t *o = &w->tensors[ot];
-    size_t bytes = (size_t)kl_tensor_numel(o) * kl_dtype_size(o->dtype);
-    memset(a[ot], 0xa5, bytes);
-    memset(b[ot], 0x5a, bytes);
-    fn(a);
-    kl_workload_eval_typed(w, b);
-    int same = memcmp(a[ot], b[ot], bytes) == 0;
     if (same) {
         /* a second call on the same prepared block gives the same */
-        memset(a[ot], 0x11, bytes);
-        fn(a);
-        assert_memory_equal(a[ot], b[ot], bytes);
-        bool varied = false;
-        for (size_t i = 1; i < bytes && !varied; i++)
-            varied = ((uint8_t *)a[ot])[i] != ((uint8_t *)a[ot])[0];
-        assert_true(varied);
+        assert_true(kl_cgrun_again(&r, w, a, b));
+        assert_true(kl_cgrun_varied(w, a));
     }
-    s_free(w, a);
-    s_free(w, b);
-    dlclose(lib);
-    free(so);
+    kl_cgrun_free(w, a);
+    kl_cgrun_free(w, b);
+    kl_cgrun_close(&r);
     return same;
 }
 
@@ -272,38 +210,65 @@ static void test_space_conv(void **state)
     assert_true(ran > 0);
 }
 
+/* A kernel sampled for one spec on the AVX-512 target, and whether it
+ * ran bit-equal with the interpreter (s_run). */
+typedef struct {
+    kl_workload_t *w;
+    kl_space_t *sp;
+    kl_trace_t *tr;
+    kl_sched_t *s;
+    kl_kernel_t k;
+    const kl_intrin_t *in;
+    int good;
+} s_case_t;
+
+static void s_case(s_case_t *c, const char *spec, uint64_t seed)
+{
+    char err[KL_ERRMSG_LEN];
+    memset(c, 0, sizeof *c);
+    assert_int_equal(kl_workload_from_string(spec, &c->w, err), KL_OK);
+    assert_int_equal(kl_space_for_target(s_targets[0], c->w, &c->sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    assert_int_equal(kl_space_sample(c->sp, &rng, &c->tr, &c->s, 0, NULL, err),
+                     KL_OK);
+    assert_int_equal(kl_codegen_c(c->s, NULL, "kl_tz", &c->k, err), KL_OK);
+    c->in = kl_intrin_find(s_intrins[0]);
+    c->good = s_run(c->w, c->k.source, c->k.entry, c->in);
+}
+
+/* The broken source differs from the interpreter where the kernel as
+ * generated ran equal (on a CPU with the feature). */
+static void s_case_caught(const s_case_t *c, const char *broken)
+{
+    int bad = s_run(c->w, broken, c->k.entry, c->in);
+    if (c->good >= 0) {
+        assert_int_equal(c->good, 1);
+        assert_int_equal(bad, 0);
+    }
+}
+
+static void s_case_free(s_case_t *c)
+{
+    kl_kernel_free(&c->k);
+    kl_trace_free(&c->tr);
+    kl_sched_destroy(&c->s);
+    kl_space_destroy(&c->sp);
+    kl_workload_free(&c->w);
+}
+
 /* A padding row of zeros instead of za: border pixels lose za * W. */
 static void test_broken_padding_caught(void **state)
 {
     (void)state;
-    char err[KL_ERRMSG_LEN];
-    const char *spec = s_specs[5];
-    kl_workload_t *w = NULL;
-    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
-    kl_space_t *sp = NULL;
-    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, 3);
-    kl_trace_t *tr = NULL;
-    kl_sched_t *s = NULL;
-    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
-    kl_kernel_t k;
-    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
-    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
-    int good = s_run(w, k.source, k.entry, in);
-    char *p = strstr(k.source, "memset(kl_zrow, 100,");
+    s_case_t c;
+    s_case(&c, s_specs[5], 3);
+    char *p = strstr(c.k.source, "memset(kl_zrow, 100,");
     assert_non_null(p);
     memcpy(p, "memset(kl_zrow,   0,", 20);
-    int bad = s_run(w, k.source, k.entry, in);
-    if (good >= 0) {
-        assert_int_equal(good, 1);
-        assert_int_equal(bad, 0);
-    }
-    kl_kernel_free(&k);
-    kl_trace_free(&tr);
-    kl_sched_destroy(&s);
-    kl_space_destroy(&sp);
-    kl_workload_free(&w);
+    s_case_caught(&c, c.k.source);
+    s_case_free(&c);
 }
 
 /* NCHW: a repack that fills the scratch's padding with zeros instead of
@@ -311,64 +276,30 @@ static void test_broken_padding_caught(void **state)
 static void test_broken_repack_caught(void **state)
 {
     (void)state;
-    char err[KL_ERRMSG_LEN];
-    const char *spec = s_specs[NCHW0 + 4];
-    kl_workload_t *w = NULL;
-    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
-    kl_space_t *sp = NULL;
-    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, 3);
-    kl_trace_t *tr = NULL;
-    kl_sched_t *s = NULL;
-    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
-    kl_kernel_t k;
-    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
-    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
-    int good = s_run(w, k.source, k.entry, in);
+    s_case_t c;
+    s_case(&c, s_specs[NCHW0 + 4], 3);
     int n = 0;
-    for (char *p = k.source; (p = strstr(p, "memset(d, 100,")); n++)
+    for (char *p = c.k.source; (p = strstr(p, "memset(d, 100,")); n++)
         memcpy(p, "memset(d,   0,", 14);
-    for (char *p = k.source; (p = strstr(p, "memset(d + ")); n++) {
+    for (char *p = c.k.source; (p = strstr(p, "memset(d + ")); n++) {
         p = strstr(p, ", 100,");
         memcpy(p, ",   0,", 6);
     }
     assert_int_equal(n, 3);
-    int bad = s_run(w, k.source, k.entry, in);
-    if (good >= 0) {
-        assert_int_equal(good, 1);
-        assert_int_equal(bad, 0);
-    }
-    kl_kernel_free(&k);
-    kl_trace_free(&tr);
-    kl_sched_destroy(&s);
-    kl_space_destroy(&sp);
-    kl_workload_free(&w);
+    s_case_caught(&c, c.k.source);
+    s_case_free(&c);
 }
 
 /* The vector requant rounding toward zero instead of to nearest even. */
 static void test_broken_requant_caught(void **state)
 {
     (void)state;
-    char err[KL_ERRMSG_LEN];
-    const char *spec = s_specs[0];
-    kl_workload_t *w = NULL;
-    assert_int_equal(kl_workload_from_string(spec, &w, err), KL_OK);
-    kl_space_t *sp = NULL;
-    assert_int_equal(kl_space_for_target(s_targets[0], w, &sp, err), KL_OK);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, 5);
-    kl_trace_t *tr = NULL;
-    kl_sched_t *s = NULL;
-    assert_int_equal(kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err), KL_OK);
-    kl_kernel_t k;
-    assert_int_equal(kl_codegen_c(s, NULL, "kl_tz", &k, err), KL_OK);
-    const kl_intrin_t *in = kl_intrin_find(s_intrins[0]);
-    int good = s_run(w, k.source, k.entry, in);
+    s_case_t c;
+    s_case(&c, s_specs[0], 5);
     const char *from = "_MM_FROUND_TO_NEAREST_INT", *to = "_MM_FROUND_TO_ZERO";
     kl_buf_t b = {0};
     int n = 0;
-    const char *p = k.source, *q;
+    const char *p = c.k.source, *q;
     while ((q = strstr(p, from))) {
         kl_buf_append(&b, p, (size_t)(q - p));
         kl_buf_puts(&b, to);
@@ -377,17 +308,9 @@ static void test_broken_requant_caught(void **state)
     }
     kl_buf_puts(&b, p);
     assert_true(n > 0);
-    int bad = s_run(w, b.data, k.entry, in);
-    if (good >= 0) {
-        assert_int_equal(good, 1);
-        assert_int_equal(bad, 0);
-    }
+    s_case_caught(&c, b.data);
     kl_buf_free(&b);
-    kl_kernel_free(&k);
-    kl_trace_free(&tr);
-    kl_sched_destroy(&s);
-    kl_space_destroy(&sp);
-    kl_workload_free(&w);
+    s_case_free(&c);
 }
 
 static void s_refused(const char *spec, const char *want)

@@ -25,66 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_dnnl_util.h"
 #include "bench_tune_util.h"
 #include "kl_err.h"
 #include "kl_util.h"
-
-#define CK(x)                                                                  \
-    do {                                                                       \
-        dnnl_status_t st_ = (x);                                               \
-        if (st_ != dnnl_success) {                                             \
-            fprintf(stderr, "bench_int8: %s failed (%d)\n", #x, (int)st_);     \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-typedef struct {
-    bt_kernel_t k;
-    void **args;
-} kctx_t;
-
-static void s_kiln(void *p)
-{
-    kctx_t *k = p;
-    k->k.fn(k->args);
-}
-
-typedef struct {
-    dnnl_engine_t eng;
-    dnnl_stream_t st;
-    dnnl_primitive_t mm;
-    dnnl_exec_arg_t args[3];
-} dctx_t;
-
-static void s_dnnl(void *p)
-{
-    dctx_t *d = p;
-    CK(dnnl_primitive_execute(d->mm, d->st, 3, d->args));
-    CK(dnnl_stream_wait(d->st));
-}
-
-/* Typed buffers of w: u8 / s8 inputs random, s32 output zeroed. */
-static void **s_bufs(const kl_workload_t *w, uint64_t seed)
-{
-    void **b = kl_xcalloc((size_t)w->ntensors, sizeof *b);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, seed);
-    for (int t = 0; t < w->ntensors; t++) {
-        const kl_tensor_t *ts = &w->tensors[t];
-        int64_t n = kl_tensor_numel(ts);
-        b[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
-        if (ts->is_output)
-            continue;
-        for (int64_t i = 0; i < n; i++) {
-            int v = (int)(kl_rng_double(&rng) * 256);
-            if (ts->dtype == KL_DT_U8)
-                ((uint8_t *)b[t])[i] = (uint8_t)v;
-            else
-                ((int8_t *)b[t])[i] = (int8_t)(v - 128);
-        }
-    }
-    return b;
-}
 
 /* The directory for temporary files: $TMPDIR when set, else /tmp. */
 static const char *s_tmpdir(void)
@@ -95,6 +39,7 @@ static const char *s_tmpdir(void)
 
 int main(int argc, char **argv)
 {
+    bd_prog = "bench_int8";
     const char *db = NULL, *fdb = NULL, *workdir = NULL;
     const char *source = NULL;
     int rounds = 15;
@@ -149,47 +94,36 @@ int main(int argc, char **argv)
     printf("== %s on %s: kiln's best of %zu trials (tuning measured %.1f "
            "GOP/s)\n",
            rq.workload_name, rq.target, rq.n, ops / rq.best_s / 1e9);
-    kctx_t k = {.k = source ? bt_load_source(source, workdir)
-                            : bt_load_best(&rq, workdir)};
+    bd_kctx_t k = {.k = source ? bt_load_source(source, workdir)
+                               : bt_load_best(&rq, workdir)};
     if (source)
         printf("kernel: %s (--source, not the store's best)\n", source);
-    void **kb = s_bufs(w, 7);
+    void **kb = bd_int8_bufs(w, 7);
     k.args = bt_kernel_args(&k.k, w, (float **)kb);
 
     /* oneDNN u8 x s8 -> s32 matmul, weights in its preferred layout. */
-    dctx_t d;
-    CK(dnnl_engine_create(&d.eng, dnnl_cpu, 0));
-    CK(dnnl_stream_create(&d.st, d.eng, dnnl_stream_default_flags));
-    dnnl_memory_desc_t smd, wmd_any, wmd_user, dmd;
+    bd_ctx_t d;
+    BD_CK(dnnl_engine_create(&d.eng, dnnl_cpu, 0));
+    BD_CK(dnnl_stream_create(&d.st, d.eng, dnnl_stream_default_flags));
+    dnnl_memory_desc_t smd, wmd_any, dmd;
     dnnl_dims_t sd = {M, K}, wd = {K, N}, dd = {M, N};
-    CK(dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_u8, dnnl_ab));
-    CK(dnnl_memory_desc_init_by_tag(&wmd_any, 2, wd, dnnl_s8,
-                                    dnnl_format_tag_any));
-    CK(dnnl_memory_desc_init_by_tag(&wmd_user, 2, wd, dnnl_s8, dnnl_ab));
-    CK(dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_s32, dnnl_ab));
+    BD_CK(dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_u8, dnnl_ab));
+    BD_CK(dnnl_memory_desc_init_by_tag(&wmd_any, 2, wd, dnnl_s8,
+                                       dnnl_format_tag_any));
+    BD_CK(dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_s32, dnnl_ab));
     dnnl_matmul_desc_t mmd;
-    CK(dnnl_matmul_desc_init(&mmd, &smd, &wmd_any, NULL, &dmd));
+    BD_CK(dnnl_matmul_desc_init(&mmd, &smd, &wmd_any, NULL, &dmd));
     dnnl_primitive_desc_t pd;
-    CK(dnnl_primitive_desc_create(&pd, &mmd, NULL, d.eng, NULL));
+    BD_CK(dnnl_primitive_desc_create(&pd, &mmd, NULL, d.eng, NULL));
     const char *impl = NULL;
-    CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    const dnnl_memory_desc_t *wmd =
-        dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    void **db_ = s_bufs(w, 7);
-    dnnl_memory_t ms, mwu, mw, md;
-    CK(dnnl_memory_create(&ms, &smd, d.eng, db_[0]));
-    CK(dnnl_memory_create(&mwu, &wmd_user, d.eng, db_[1]));
-    CK(dnnl_memory_create(&mw, wmd, d.eng, DNNL_MEMORY_ALLOCATE));
-    CK(dnnl_memory_create(&md, &dmd, d.eng, db_[2]));
-    dnnl_primitive_desc_t rpd;
-    CK(dnnl_reorder_primitive_desc_create(&rpd, &wmd_user, d.eng, wmd, d.eng,
-                                          NULL));
-    dnnl_primitive_t r;
-    CK(dnnl_primitive_create(&r, rpd));
-    dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, mwu}, {DNNL_ARG_TO, mw}};
-    CK(dnnl_primitive_execute(r, d.st, 2, ra));
-    CK(dnnl_stream_wait(d.st));
-    CK(dnnl_primitive_create(&d.mm, pd));
+    BD_CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    void **db_ = bd_int8_bufs(w, 7);
+    dnnl_memory_t ms, md;
+    BD_CK(dnnl_memory_create(&ms, &smd, d.eng, db_[0]));
+    dnnl_memory_t mw =
+        bd_prep(&d, pd, dnnl_query_weights_md, 2, wd, dnnl_s8, dnnl_ab, db_[1]);
+    BD_CK(dnnl_memory_create(&md, &dmd, d.eng, db_[2]));
+    BD_CK(dnnl_primitive_create(&d.prim, pd));
     d.args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms};
     d.args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
     d.args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, md};
@@ -197,7 +131,7 @@ int main(int argc, char **argv)
            dnnl_version()->minor, impl);
 
     bt_stat_t sk, sd1;
-    bt_interleave(s_kiln, &k, s_dnnl, &d, rounds, &sk, &sd1);
+    bt_interleave(bd_kiln, &k, bd_dnnl, &d, rounds, &sk, &sd1);
     size_t obytes = (size_t)(M * N) * 4;
     bool same = memcmp(kb[2], db_[2], obytes) == 0;
     printf("oneDNN u8s8s32: %8.1f GOP/s median (min %.1f, max %.1f) of %d "
@@ -218,11 +152,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_int8: %s\n", err);
             return 1;
         }
-        kctx_t kf = {.k = bt_load_best(&rf, workdir)};
+        bd_kctx_t kf = {.k = bt_load_best(&rf, workdir)};
         float **fb = bt_alloc_bufs(wf, 7);
         kf.args = bt_kernel_args(&kf.k, wf, fb);
         bt_stat_t sk2, sf;
-        bt_interleave(s_kiln, &k, s_kiln, &kf, rounds, &sk2, &sf);
+        bt_interleave(bd_kiln, &k, bd_kiln, &kf, rounds, &sk2, &sf);
         double fops = wf->flop;
         printf("kiln f32 (%s, best of %zu): %8.1f GFLOP/s median; kiln "
                "int8 in the same run %.1f GOP/s\n",

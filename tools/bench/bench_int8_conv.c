@@ -27,116 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_dnnl_util.h"
 #include "bench_tune_util.h"
 #include "kl_err.h"
 #include "kl_util.h"
 
-#define CK(x)                                                                  \
-    do {                                                                       \
-        dnnl_status_t st_ = (x);                                               \
-        if (st_ != dnnl_success) {                                             \
-            fprintf(stderr, "bench_int8_conv: %s failed (%d)\n", #x,           \
-                    (int)st_);                                                 \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
 #define MAXDB 16
-
-typedef struct {
-    bt_kernel_t k;
-    void **args;
-} kctx_t;
-
-static void s_kiln(void *p)
-{
-    kctx_t *k = p;
-    k->k.fn(k->args);
-}
-
-typedef struct {
-    dnnl_engine_t eng;
-    dnnl_stream_t st;
-    dnnl_primitive_t conv;
-    dnnl_exec_arg_t args[3];
-    dnnl_memory_t dst, user_dst;
-} dctx_t;
-
-static void s_dnnl(void *p)
-{
-    dctx_t *d = p;
-    CK(dnnl_primitive_execute(d->conv, d->st, 3, d->args));
-    CK(dnnl_stream_wait(d->st));
-}
-
-/* Typed buffers of w: u8 / s8 inputs random, s32 output zeroed. */
-static void **s_bufs(const kl_workload_t *w, uint64_t seed)
-{
-    void **b = kl_xcalloc((size_t)w->ntensors, sizeof *b);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, seed);
-    for (int t = 0; t < w->ntensors; t++) {
-        const kl_tensor_t *ts = &w->tensors[t];
-        int64_t n = kl_tensor_numel(ts);
-        b[t] = kl_xcalloc((size_t)n, kl_dtype_size(ts->dtype));
-        if (ts->is_output)
-            continue;
-        for (int64_t i = 0; i < n; i++) {
-            int v = (int)(kl_rng_double(&rng) * 256);
-            if (ts->dtype == KL_DT_U8)
-                ((uint8_t *)b[t])[i] = (uint8_t)v;
-            else
-                ((int8_t *)b[t])[i] = (int8_t)(v - 128);
-        }
-    }
-    return b;
-}
-
-/* A memory in the layout pd wants for `what`, filled from the user's
- * buffer (plain, tag) through a reorder, once. */
-static dnnl_memory_t s_prep(dctx_t *d, const_dnnl_primitive_desc_t pd,
-                            dnnl_query_t what, const dnnl_dims_t dims,
-                            dnnl_data_type_t dt, dnnl_format_tag_t tag,
-                            void *user)
-{
-    dnnl_memory_desc_t umd;
-    CK(dnnl_memory_desc_init_by_tag(&umd, 4, dims, dt, tag));
-    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
-    dnnl_memory_t um, m;
-    CK(dnnl_memory_create(&um, &umd, d->eng, user));
-    CK(dnnl_memory_create(&m, md, d->eng, DNNL_MEMORY_ALLOCATE));
-    dnnl_primitive_desc_t rpd;
-    CK(dnnl_reorder_primitive_desc_create(&rpd, &umd, d->eng, md, d->eng,
-                                          NULL));
-    dnnl_primitive_t r;
-    CK(dnnl_primitive_create(&r, rpd));
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, m}};
-    CK(dnnl_primitive_execute(r, d->st, 2, a));
-    CK(dnnl_stream_wait(d->st));
-    dnnl_primitive_destroy(r);
-    dnnl_primitive_desc_destroy(rpd);
-    dnnl_memory_destroy(um);
-    return m;
-}
-
-/* oneDNN's output, reordered to the user's NHWC buffer. */
-static void s_dnnl_output(dctx_t *d)
-{
-    const dnnl_memory_desc_t *from, *to;
-    CK(dnnl_memory_get_memory_desc(d->dst, &from));
-    CK(dnnl_memory_get_memory_desc(d->user_dst, &to));
-    dnnl_primitive_desc_t rpd;
-    CK(dnnl_reorder_primitive_desc_create(&rpd, from, d->eng, to, d->eng,
-                                          NULL));
-    dnnl_primitive_t r;
-    CK(dnnl_primitive_create(&r, rpd));
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, d->dst},
-                            {DNNL_ARG_TO, d->user_dst}};
-    CK(dnnl_primitive_execute(r, d->st, 2, a));
-    CK(dnnl_stream_wait(d->st));
-    dnnl_primitive_destroy(r);
-    dnnl_primitive_desc_destroy(rpd);
-}
 
 typedef struct {
     char name[128];
@@ -146,8 +42,8 @@ typedef struct {
 
 /* One layer: false when the store's workload is not a plain NHWC u8s8s32
  * qconv2d. */
-static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
-                    row_t *row)
+static bool s_layer(const char *db, int rounds, const char *workdir,
+                    bd_ctx_t *d, row_t *row)
 {
     char err[KL_ERRMSG_LEN];
     bt_run_t rq;
@@ -189,8 +85,8 @@ static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
     printf("== %s on %s: kiln's best of %zu trials (tuning measured %.1f "
            "GOP/s)\n",
            rq.workload_name, rq.target, rq.n, ops / rq.best_s / 1e9);
-    kctx_t k = {.k = bt_load_best(&rq, workdir)};
-    void **kb = s_bufs(w, 7);
+    bd_kctx_t k = {.k = bt_load_best(&rq, workdir)};
+    void **kb = bd_int8_bufs(w, 7);
     k.args = bt_kernel_args(&k.k, w, (float **)kb);
 
     /* oneDNN: logical dims NCHW / OIHW whatever the layouts */
@@ -198,32 +94,35 @@ static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
     dnnl_dims_t wd = {ws[3], ws[2], ws[0], ws[1]};
     dnnl_dims_t yd = {ys[0], ys[3], ys[1], ys[2]};
     dnnl_memory_desc_t xm, wm, ym;
-    CK(dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_u8, dnnl_format_tag_any));
-    CK(dnnl_memory_desc_init_by_tag(&wm, 4, wd, dnnl_s8, dnnl_format_tag_any));
-    CK(dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_s32, dnnl_format_tag_any));
+    BD_CK(
+        dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_u8, dnnl_format_tag_any));
+    BD_CK(
+        dnnl_memory_desc_init_by_tag(&wm, 4, wd, dnnl_s8, dnnl_format_tag_any));
+    BD_CK(dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_s32,
+                                       dnnl_format_tag_any));
     dnnl_dims_t strides = {stride, stride}, pl = {pad, pad}, pr;
     pr[0] = (ys[1] - 1) * stride + ws[0] - xs[1] - pad;
     pr[1] = (ys[2] - 1) * stride + ws[1] - xs[2] - pad;
     dnnl_convolution_desc_t cd;
-    CK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                          dnnl_convolution_auto, &xm, &wm, NULL,
-                                          &ym, strides, pl, pr));
+    BD_CK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                             dnnl_convolution_auto, &xm, &wm,
+                                             NULL, &ym, strides, pl, pr));
     dnnl_primitive_desc_t pd;
-    CK(dnnl_primitive_desc_create(&pd, &cd, NULL, d->eng, NULL));
+    BD_CK(dnnl_primitive_desc_create(&pd, &cd, NULL, d->eng, NULL));
     const char *impl = NULL;
-    CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    CK(dnnl_primitive_create(&d->conv, pd));
-    void **db_ = s_bufs(w, 7);
+    BD_CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    BD_CK(dnnl_primitive_create(&d->prim, pd));
+    void **db_ = bd_int8_bufs(w, 7);
     dnnl_memory_t mx =
-        s_prep(d, pd, dnnl_query_src_md, xd, dnnl_u8, dnnl_nhwc, db_[0]);
-    dnnl_memory_t mw =
-        s_prep(d, pd, dnnl_query_weights_md, wd, dnnl_s8, dnnl_hwio, db_[1]);
-    CK(dnnl_memory_create(
+        bd_prep(d, pd, dnnl_query_src_md, 4, xd, dnnl_u8, dnnl_nhwc, db_[0]);
+    dnnl_memory_t mw = bd_prep(d, pd, dnnl_query_weights_md, 4, wd, dnnl_s8,
+                               dnnl_hwio, db_[1]);
+    BD_CK(dnnl_memory_create(
         &d->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), d->eng,
         DNNL_MEMORY_ALLOCATE));
     dnnl_memory_desc_t umd;
-    CK(dnnl_memory_desc_init_by_tag(&umd, 4, yd, dnnl_s32, dnnl_nhwc));
-    CK(dnnl_memory_create(&d->user_dst, &umd, d->eng, db_[2]));
+    BD_CK(dnnl_memory_desc_init_by_tag(&umd, 4, yd, dnnl_s32, dnnl_nhwc));
+    BD_CK(dnnl_memory_create(&d->user_dst, &umd, d->eng, db_[2]));
     d->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
     d->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
     d->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dst};
@@ -231,8 +130,8 @@ static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
            dnnl_version()->major, dnnl_version()->minor, impl);
 
     bt_stat_t sk, sd;
-    bt_interleave(s_kiln, &k, s_dnnl, d, rounds, &sk, &sd);
-    s_dnnl_output(d);
+    bt_interleave(bd_kiln, &k, bd_dnnl, d, rounds, &sk, &sd);
+    bd_output(d);
     size_t obytes = (size_t)kl_tensor_numel(&w->tensors[2]) * 4;
     row->same = memcmp(kb[2], db_[2], obytes) == 0;
     printf("oneDNN u8s8s32: %8.1f us median (min %.1f, max %.1f) = %.1f "
@@ -248,7 +147,7 @@ static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
     row->dmed = sd.med;
     row->kmin = sk.min;
     row->dmin = sd.min;
-    dnnl_primitive_destroy(d->conv);
+    dnnl_primitive_destroy(d->prim);
     dnnl_primitive_desc_destroy(pd);
     dnnl_memory_destroy(mx);
     dnnl_memory_destroy(mw);
@@ -268,6 +167,7 @@ static bool s_layer(const char *db, int rounds, const char *workdir, dctx_t *d,
 
 int main(int argc, char **argv)
 {
+    bd_prog = "bench_int8_conv";
     const char *dbs[MAXDB], *workdir = "/tmp/bench_int8_conv";
     int ndb = 0, rounds = 15;
     for (int i = 1; i < argc; i++) {
@@ -289,9 +189,9 @@ int main(int argc, char **argv)
         return 2;
     }
     bt_clean_env(argc, argv, false);
-    dctx_t d;
-    CK(dnnl_engine_create(&d.eng, dnnl_cpu, 0));
-    CK(dnnl_stream_create(&d.st, d.eng, dnnl_stream_default_flags));
+    bd_ctx_t d;
+    BD_CK(dnnl_engine_create(&d.eng, dnnl_cpu, 0));
+    BD_CK(dnnl_stream_create(&d.st, d.eng, dnnl_stream_default_flags));
     row_t rows[MAXDB];
     bool ok = true;
     for (int i = 0; i < ndb; i++) {

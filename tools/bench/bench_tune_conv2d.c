@@ -33,72 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_dnnl_util.h"
 #include "bench_tune_util.h"
 #include "kl_err.h"
 #include "kl_util.h"
-
-#define CK(x)                                                                  \
-    do {                                                                       \
-        dnnl_status_t st_ = (x);                                               \
-        if (st_ != dnnl_success) {                                             \
-            fprintf(stderr, "bench_tune_conv2d: %s: oneDNN status %d\n", #x,   \
-                    (int)st_);                                                 \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-typedef struct {
-    bt_kernel_t k;
-    void **args; /* the tensors, then the prepared block */
-} kctx_t;
-
-static void s_kiln(void *ctx)
-{
-    kctx_t *k = ctx;
-    k->k.fn((void *const *)k->args);
-}
-
-typedef struct {
-    dnnl_engine_t eng;
-    dnnl_stream_t st;
-    dnnl_primitive_t conv;
-    dnnl_exec_arg_t args[3];
-    dnnl_memory_t user_dst, dst;
-    const char *impl;
-} dctx_t;
-
-static void s_dnnl(void *ctx)
-{
-    dctx_t *d = ctx;
-    CK(dnnl_primitive_execute(d->conv, d->st, 3, d->args));
-    CK(dnnl_stream_wait(d->st));
-}
-
-/* A memory in the layout pd wants for `what`, filled from the user's
- * plain buffer through a reorder (once). */
-static dnnl_memory_t s_prep(dctx_t *d, const_dnnl_primitive_desc_t pd,
-                            dnnl_query_t what, int nd, const dnnl_dims_t dims,
-                            dnnl_format_tag_t tag, float *user)
-{
-    dnnl_memory_desc_t umd;
-    CK(dnnl_memory_desc_init_by_tag(&umd, nd, dims, dnnl_f32, tag));
-    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
-    dnnl_memory_t um, m;
-    CK(dnnl_memory_create(&um, &umd, d->eng, user));
-    CK(dnnl_memory_create(&m, md, d->eng, DNNL_MEMORY_ALLOCATE));
-    dnnl_primitive_desc_t rpd;
-    CK(dnnl_reorder_primitive_desc_create(&rpd, &umd, d->eng, md, d->eng,
-                                          NULL));
-    dnnl_primitive_t r;
-    CK(dnnl_primitive_create(&r, rpd));
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, m}};
-    CK(dnnl_primitive_execute(r, d->st, 2, a));
-    CK(dnnl_stream_wait(d->st));
-    dnnl_primitive_destroy(r);
-    dnnl_primitive_desc_destroy(rpd);
-    dnnl_memory_destroy(um);
-    return m;
-}
 
 /* oneDNN's convolution of X[N,C,H,W] * W[K,C,R,S] -> Y (stride 1,
  * symmetric padding pad) with algorithm alg and its preferred layouts, as a
@@ -112,9 +50,12 @@ static bool s_dnnl_pd(dnnl_engine_t eng, dnnl_alg_kind_t alg, const int64_t *xs,
     dnnl_dims_t wd = {ws[0], ws[1], ws[2], ws[3]};
     dnnl_dims_t yd = {ys[0], ys[1], ys[2], ys[3]};
     dnnl_memory_desc_t xm, wm, ym;
-    CK(dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_format_tag_any));
-    CK(dnnl_memory_desc_init_by_tag(&wm, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    CK(dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_format_tag_any));
+    BD_CK(dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32,
+                                       dnnl_format_tag_any));
+    BD_CK(dnnl_memory_desc_init_by_tag(&wm, 4, wd, dnnl_f32,
+                                       dnnl_format_tag_any));
+    BD_CK(dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32,
+                                       dnnl_format_tag_any));
     dnnl_dims_t strides = {stride, stride}, pl = {pad, pad}, pr = {pad, pad};
     pr[0] = (ys[2] - 1) * stride + ws[2] - xs[2] - pad;
     pr[1] = (ys[3] - 1) * stride + ws[3] - xs[3] - pad;
@@ -127,7 +68,7 @@ static bool s_dnnl_pd(dnnl_engine_t eng, dnnl_alg_kind_t alg, const int64_t *xs,
 
 /* The convolution of s_dnnl_pd as a primitive on d's engine, its inputs
  * reordered from the user's plain buffers once; false as s_dnnl_pd. */
-static bool s_dnnl_setup(dctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
+static bool s_dnnl_setup(bd_ctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
                          const int64_t *ws, const int64_t *ys, int64_t stride,
                          int64_t pad, float *x, float *wt, float *y)
 {
@@ -137,40 +78,22 @@ static bool s_dnnl_setup(dctx_t *d, dnnl_alg_kind_t alg, const int64_t *xs,
     dnnl_dims_t xd = {xs[0], xs[1], xs[2], xs[3]};
     dnnl_dims_t wd = {ws[0], ws[1], ws[2], ws[3]};
     dnnl_dims_t yd = {ys[0], ys[1], ys[2], ys[3]};
-    CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &d->impl));
-    CK(dnnl_primitive_create(&d->conv, pd));
-    dnnl_memory_t mx = s_prep(d, pd, dnnl_query_src_md, 4, xd, dnnl_nchw, x);
+    BD_CK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &d->impl));
+    BD_CK(dnnl_primitive_create(&d->prim, pd));
+    dnnl_memory_t mx =
+        bd_prep(d, pd, dnnl_query_src_md, 4, xd, dnnl_f32, dnnl_nchw, x);
     dnnl_memory_t mw =
-        s_prep(d, pd, dnnl_query_weights_md, 4, wd, dnnl_oihw, wt);
+        bd_prep(d, pd, dnnl_query_weights_md, 4, wd, dnnl_f32, dnnl_oihw, wt);
     const dnnl_memory_desc_t *ymd =
         dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    CK(dnnl_memory_create(&d->dst, ymd, d->eng, DNNL_MEMORY_ALLOCATE));
+    BD_CK(dnnl_memory_create(&d->dst, ymd, d->eng, DNNL_MEMORY_ALLOCATE));
     dnnl_memory_desc_t umd;
-    CK(dnnl_memory_desc_init_by_tag(&umd, 4, yd, dnnl_f32, dnnl_nchw));
-    CK(dnnl_memory_create(&d->user_dst, &umd, d->eng, y));
+    BD_CK(dnnl_memory_desc_init_by_tag(&umd, 4, yd, dnnl_f32, dnnl_nchw));
+    BD_CK(dnnl_memory_create(&d->user_dst, &umd, d->eng, y));
     d->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
     d->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
     d->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dst};
     return true;
-}
-
-/* oneDNN's output, reordered to NCHW into the user buffer. */
-static void s_dnnl_output(dctx_t *d)
-{
-    const dnnl_memory_desc_t *from, *to;
-    CK(dnnl_memory_get_memory_desc(d->dst, &from));
-    CK(dnnl_memory_get_memory_desc(d->user_dst, &to));
-    dnnl_primitive_desc_t rpd;
-    CK(dnnl_reorder_primitive_desc_create(&rpd, from, d->eng, to, d->eng,
-                                          NULL));
-    dnnl_primitive_t r;
-    CK(dnnl_primitive_create(&r, rpd));
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, d->dst},
-                            {DNNL_ARG_TO, d->user_dst}};
-    CK(dnnl_primitive_execute(r, d->st, 2, a));
-    CK(dnnl_stream_wait(d->st));
-    dnnl_primitive_destroy(r);
-    dnnl_primitive_desc_destroy(rpd);
 }
 
 static void s_time_to_90(const bt_run_t *r)
@@ -217,6 +140,7 @@ static const char *s_tmpdir(void)
 
 int main(int argc, char **argv)
 {
+    bd_prog = "bench_tune_conv2d";
     const char *db = NULL, *workdir = NULL, *source = NULL;
     int rounds = 15;
     for (int i = 1; i < argc; i++) {
@@ -258,8 +182,8 @@ int main(int argc, char **argv)
     printf("== %s: %zu trials, best %.1f GFLOP/s during tuning\n",
            r.workload_name, r.n, r.flop / r.best_s / 1e9);
     s_time_to_90(&r);
-    kctx_t k = {.k = source ? bt_load_source(source, workdir)
-                            : bt_load_best(&r, workdir)};
+    bd_kctx_t k = {.k = source ? bt_load_source(source, workdir)
+                               : bt_load_best(&r, workdir)};
     if (source)
         printf("kernel: %s (instead of the store's best)\n", source);
     float **kb = bt_alloc_bufs(w, 7), **db_ = bt_alloc_bufs(w, 7);
@@ -272,13 +196,14 @@ int main(int argc, char **argv)
     const dnnl_version_t *v = dnnl_version();
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
-    CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
+    BD_CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    BD_CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
     dnnl_primitive_desc_t apd;
     if (s_dnnl_pd(eng, dnnl_convolution_auto, X->shape, W->shape, Y->shape,
                   stride, pad, &apd)) {
         const char *impl = NULL;
-        CK(dnnl_primitive_desc_query(apd, dnnl_query_impl_info_str, 0, &impl));
+        BD_CK(
+            dnnl_primitive_desc_query(apd, dnnl_query_impl_info_str, 0, &impl));
         printf("\n(oneDNN's own choice, algorithm auto: impl %s)\n", impl);
         dnnl_primitive_desc_destroy(apd);
     }
@@ -286,10 +211,10 @@ int main(int argc, char **argv)
                                             dnnl_convolution_winograd};
     static const char *names[2] = {"direct", "winograd"};
     double f = w->flop, e = 0, best_ratio = INFINITY;
-    dctx_t dd[2] = {{.eng = eng, .st = st}, {.eng = eng, .st = st}};
-    dctx_t *fast = NULL;
+    bd_ctx_t dd[2] = {{.eng = eng, .st = st}, {.eng = eng, .st = st}};
+    bd_ctx_t *fast = NULL;
     for (int a = 0; a < 2; a++) {
-        dctx_t *d = &dd[a];
+        bd_ctx_t *d = &dd[a];
         if (!s_dnnl_setup(d, algs[a], X->shape, W->shape, Y->shape, stride, pad,
                           db_[0], db_[1], db_[2])) {
             printf("\n== oneDNN %d.%d.%d has no %s convolution for this "
@@ -300,8 +225,8 @@ int main(int argc, char **argv)
         printf("\n== best tuned kernel vs oneDNN %d.%d.%d %s (impl %s)\n",
                v->major, v->minor, v->patch, names[a], d->impl);
         bt_stat_t sk, sd;
-        bt_interleave(s_kiln, &k, s_dnnl, d, rounds, &sk, &sd);
-        s_dnnl_output(d);
+        bt_interleave(bd_kiln, &k, bd_dnnl, d, rounds, &sk, &sd);
+        bd_output(d);
         double ea = bt_max_rel_err(kb[2], db_[2], (size_t)kl_tensor_numel(Y));
         e = ea > e ? ea : e;
         printf("oneDNN:     %7.1f GFLOP/s median (min %.1f, max %.1f) of %d "
@@ -328,7 +253,7 @@ int main(int argc, char **argv)
      * a gap is streaming the weights in. */
     bt_set_flush(false);
     bt_stat_t wk, wd;
-    bt_interleave(s_kiln, &k, s_dnnl, fast, rounds, &wk, &wd);
+    bt_interleave(bd_kiln, &k, bd_dnnl, fast, rounds, &wk, &wd);
     bt_set_flush(true);
     printf("warm caches: oneDNN %.1f, kiln %.1f GFLOP/s median, ratio %.2f\n",
            f / wd.med / 1e9, f / wk.med / 1e9, wd.med / wk.med);
