@@ -342,7 +342,18 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
                       "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + %s, m, "
                       "x);\n%s}\n",
                       ind, ot, yo.data, ind);
-    else /* NCHW: the lanes' bytes at the channel stride */
+    else if (K % 16 == 0) { /* NCHW, whole blocks: 16 stores unrolled */
+        kl_buf_printf(
+            b,
+            "%s    uint8_t yb[16];\n"
+            "%s    _mm_storeu_si128((__m128i *)yb, _mm512_cvtepi32_epi8(x));"
+            "\n%s    %s *yp = t%d + %s;\n",
+            ind, ind, ind, kl_dtype_ctype(Y->dtype), ot, yo.data);
+        for (int q = 0; q < 16; q++)
+            kl_buf_printf(b, "%s    yp[%lldLL] = (%s)yb[%d];\n", ind,
+                          (long long)(q * c->fst), kl_dtype_ctype(Y->dtype), q);
+        kl_buf_printf(b, "%s}\n", ind);
+    } else /* NCHW: the lanes' bytes at the channel stride */
         kl_buf_printf(
             b,
             "%s    uint8_t yb[16];\n"
