@@ -184,9 +184,9 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
     for (int t = 0; t < 2; t++) {
         if (!pool[t])
             continue;
-        /* Per output row, the max accumulated in the output itself: for
-         * each window point (r, s) in bounds the columns q it is in
-         * bounds for, a loop without branches. */
+        /* Per output row: the rows of the window reduced first into one
+         * row of W codes (a loop over contiguous codes, vectorized), then
+         * the window's columns of that row. */
         kl_buf_printf(
             b,
             "static void s_qmaxpool_%s(const %s *restrict x, %s *restrict y,\n"
@@ -197,27 +197,28 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
             "schedule(static)\n"
             "    for (long long nc = 0; nc < N * C; nc++)\n"
             "        for (long long p = 0; p < P; p++) {\n"
-            "            %s *restrict yc = y + (nc * P + p) * Q;\n"
-            "            for (long long q = 0; q < Q; q++)\n"
-            "                yc[q] = %d;\n"
+            "            %s v[W];\n"
+            "            for (long long w = 0; w < W; w++)\n"
+            "                v[w] = %d;\n"
             "            for (long long r = 0; r < R; r++) {\n"
             "                long long h = p * st - pad + r;\n"
             "                if (h < 0 || h >= H)\n"
             "                    continue;\n"
             "                const %s *restrict xr = x + (nc * H + h) * W;\n"
+            "                for (long long w = 0; w < W; w++)\n"
+            "                    v[w] = xr[w] > v[w] ? xr[w] : v[w];\n"
+            "            }\n"
+            "            %s *restrict yc = y + (nc * P + p) * Q;\n"
+            "            for (long long q = 0; q < Q; q++) {\n"
+            "                %s m = %d;\n"
             "                for (long long s = 0; s < S; s++) {\n"
-            "                    long long q0 = s >= pad ? 0 : (pad - s + st - "
-            "1) / st;\n"
-            "                    long long q1 = W - 1 + pad - s < 0 ? 0 : (W - "
-            "1 + pad - s) / st + 1;\n"
-            "                    if (q1 > Q)\n"
-            "                        q1 = Q;\n"
-            "                    const %s *restrict xs = xr + s - pad;\n"
-            "                    for (long long q = q0; q < q1; q++)\n"
-            "                        yc[q] = xs[q * st] > yc[q] ? xs[q * st] : "
-            "yc[q];\n"
-            "                }\n            }\n        }\n}\n\n",
+            "                    long long w = q * st - pad + s;\n"
+            "                    if (w >= 0 && w < W && v[w] > m)\n"
+            "                        m = v[w];\n"
+            "                }\n"
+            "                yc[q] = m;\n"
+            "            }\n        }\n}\n\n",
             ts[t].name, ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo,
-            ts[t].ctype, ts[t].ctype);
+            ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo);
     }
 }

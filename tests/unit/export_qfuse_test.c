@@ -217,7 +217,7 @@ static void test_qfuse_equal(void **state)
         const char *from, *to;
     } bad[] = {
         {"(int)b[i] - zb)", "(int)b[i] - zb - 1)"},
-        {"yc[q] = xs[q * st] > yc[q]", "yc[q] = xs[q * st] < yc[q]"},
+        {"v[w] = xr[w] > v[w]", "v[w] = xr[w] < v[w]"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         lib_t v;
