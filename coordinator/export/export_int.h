@@ -64,4 +64,10 @@ char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
 void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
                              kl_buf_t *b);
 
+/* kiln_model.h as written (the library's API, its documentation), and the
+ * helpers kiln_model.c starts with (clock, threads' threshold S_PAR, the
+ * untuned layers); export_text.c. */
+extern const char kl_export_model_h[];
+extern const char kl_export_helpers_c[];
+
 #endif
