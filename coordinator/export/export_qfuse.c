@@ -118,14 +118,8 @@ char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
             (double)(float)q->scale, (long long)q->zo, (long long)n, a->name,
             b->name, q->name);
     }
-    const kl_mnode_t *x = &g->nodes[nd->in[0]];
-    return kl_xasprintf(
-        "    s_qmaxpool_%s(%s, %s, %lld, %lld, %lld, %lld, "
-        "%lld, %lld, %lld, %lld, %lld, %lld); /* %s */\n",
-        s_t(q->qout), in[0], out, (long long)x->shape[0],
-        (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3],
-        (long long)nd->shape[2], (long long)nd->shape[3], (long long)nd->R,
-        (long long)nd->S, (long long)nd->stride, (long long)nd->pad, q->name);
+    return kl_xasprintf("    s_qmaxpool_%d(%s, %s); /* %s */\n", i, in[0], out,
+                        q->name);
 }
 
 /* The helpers, per combination of types used (u8 / s8 in and out). The
@@ -140,15 +134,13 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
         const char *name, *ctype;
         int lo, hi;
     } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
-    bool add[2][2][2] = {{{false}}}, pool[2] = {false};
+    bool add[2][2][2] = {{{false}}};
     for (int i = 0; i < g->n; i++) {
         const kl_mnode_t *nd = &g->nodes[i];
         if (plan[i].kind == KL_QF_ADD) {
             int ta = g->nodes[g->nodes[nd->in[0]].in[0]].dt == KL_DT_S8;
             int tb = g->nodes[g->nodes[nd->in[1]].in[0]].dt == KL_DT_S8;
             add[ta][tb][g->nodes[plan[i].q].qout == KL_DT_S8] = true;
-        } else if (plan[i].kind == KL_QF_MAXPOOL) {
-            pool[g->nodes[plan[i].q].qout == KL_DT_S8] = true;
         }
     }
     bool any = false;
@@ -181,18 +173,30 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
             ts[to].ctype, ts[to].ctype, ts[to].lo, ts[to].hi, ts[to].hi,
             ts[to].lo);
     }
-    for (int t = 0; t < 2; t++) {
-        if (!pool[t])
+    for (int i = 0; i < g->n; i++) {
+        if (plan[i].kind != KL_QF_MAXPOOL)
             continue;
-        /* Per output row: the rows of the window reduced first into one
-         * row of W codes (a loop over contiguous codes, vectorized), then
-         * the window's columns of that row. */
+        const kl_mnode_t *nd = &g->nodes[i], *x = &g->nodes[nd->in[0]];
+        int t = g->nodes[plan[i].q].qout == KL_DT_S8;
+        /* One function per pool, its sizes literals (#define'd around
+         * it) so that the compiler vectorizes the loops over a row whole.
+         * Per output row: the rows of the window reduced first into one
+         * row of W codes (contiguous codes), then the window's columns of
+         * that row. */
+        kl_buf_printf(b,
+                      "#define N %lldLL\n#define C %lldLL\n#define H %lldLL\n"
+                      "#define W %lldLL\n#define P %lldLL\n#define Q %lldLL\n"
+                      "#define R %lldLL\n#define S %lldLL\n#define st %lldLL\n"
+                      "#define pad %lldLL\n",
+                      (long long)x->shape[0], (long long)x->shape[1],
+                      (long long)x->shape[2], (long long)x->shape[3],
+                      (long long)nd->shape[2], (long long)nd->shape[3],
+                      (long long)nd->R, (long long)nd->S, (long long)nd->stride,
+                      (long long)nd->pad);
         kl_buf_printf(
             b,
-            "static void s_qmaxpool_%s(const %s *restrict x, %s *restrict y,\n"
-            "    long long N, long long C, long long H, long long W, long "
-            "long P,\n    long long Q, long long R, long long S, long long "
-            "st, long long pad)\n{\n"
+            "static void s_qmaxpool_%d(const %s *restrict x, %s *restrict y)\n"
+            "{\n"
             "#pragma omp parallel for collapse(2) if (N * C * P * Q >= S_PAR) "
             "schedule(static)\n"
             "    for (long long nc = 0; nc < N * C; nc++)\n"
@@ -217,8 +221,10 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
             "                        m = v[w];\n"
             "                }\n"
             "                yc[q] = m;\n"
-            "            }\n        }\n}\n\n",
-            ts[t].name, ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo,
-            ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo);
+            "            }\n        }\n}\n"
+            "#undef N\n#undef C\n#undef H\n#undef W\n#undef P\n#undef Q\n"
+            "#undef R\n#undef S\n#undef st\n#undef pad\n\n",
+            i, ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo, ts[t].ctype,
+            ts[t].ctype, ts[t].ctype, ts[t].lo);
     }
 }
