@@ -33,6 +33,11 @@ void kl_cgc_num(kl_buf_t *b, double v);
 /* The value of part q of the loop at pos, as C text. */
 void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q);
 
+/* The line of one epilogue operation on v; value is the C expression of
+ * the tensor element an ADD_TENSOR / MUL_TENSOR reads (unused for the
+ * others). */
+void kl_cgc_epi(g_t *g, const kl_epilogue_t *ep, const char *value);
+
 /* Generates a tensor-core schedule (codegen_cuda_mma.c); KL_ERR_NOTFOUND
  * when s is not one. */
 int kl_cgc_mma(const kl_sched_t *s, const kl_target_t *t, const char *entry,

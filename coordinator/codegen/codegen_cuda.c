@@ -539,41 +539,48 @@ static void s_emit_statement(g_t *g)
     kl_buf_free(&idx);
 }
 
+void kl_cgc_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
+{
+    kl_buf_t x = {0}, y = {0};
+    switch (ep->kind) {
+    case KL_EPI_ADD_TENSOR:
+    case KL_EPI_MUL_TENSOR:
+        kl_cgc_line(g, "v = v %s %s;",
+                    ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", value);
+        break;
+    case KL_EPI_ADD_CONST:
+    case KL_EPI_MUL_CONST:
+        kl_cgc_num(&x, ep->lo);
+        kl_cgc_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_CONST ? "+" : "*",
+                    x.data);
+        break;
+    case KL_EPI_RELU:
+        kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
+        break;
+    case KL_EPI_CLIP:
+        kl_cgc_num(&x, ep->lo);
+        kl_cgc_num(&y, ep->hi);
+        kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
+        break;
+    }
+    kl_buf_free(&x);
+    kl_buf_free(&y);
+}
+
 static void s_emit_epilogue(g_t *g)
 {
     for (int i = 0; i < g->w->nepi; i++) {
         const kl_epilogue_t *ep = &g->w->epi[i];
         kl_buf_t x = {0}, off = {0}, cond = {0};
-        switch (ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
+        if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR) {
             s_access(g, &ep->access, &off, &cond);
             if (cond.len)
                 kl_buf_printf(&x, "((%s) ? ", cond.data);
             s_gread(g, &x, ep->access.tensor, off.data);
             if (cond.len)
                 kl_buf_puts(&x, " : 0.0f)");
-            kl_cgc_line(g, "v = v %s %s;",
-                        ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", x.data);
-            break;
-        case KL_EPI_ADD_CONST:
-        case KL_EPI_MUL_CONST:
-            kl_cgc_num(&x, ep->lo);
-            kl_cgc_line(g, "v = v %s %s;",
-                        ep->kind == KL_EPI_ADD_CONST ? "+" : "*", x.data);
-            break;
-        case KL_EPI_RELU:
-            kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
-            break;
-        case KL_EPI_CLIP: {
-            kl_buf_t y = {0};
-            kl_cgc_num(&x, ep->lo);
-            kl_cgc_num(&y, ep->hi);
-            kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
-            kl_buf_free(&y);
-            break;
         }
-        }
+        kl_cgc_epi(g, ep, x.data);
         kl_buf_free(&x);
         kl_buf_free(&off);
         kl_buf_free(&cond);

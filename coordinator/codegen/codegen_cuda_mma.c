@@ -83,32 +83,15 @@ static void s_mma_epilogue(g_t *g, char names[][24])
 {
     for (int i = 0; i < g->w->nepi; i++) {
         const kl_epilogue_t *ep = &g->w->epi[i];
-        kl_buf_t x = {0}, y = {0};
-        switch (ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
-            s_mma_offset(g->w, &ep->access, names, &x);
-            kl_cgc_line(g, "v = v %s a%d[%s];",
-                        ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*",
-                        ep->access.tensor, x.data);
-            break;
-        case KL_EPI_ADD_CONST:
-        case KL_EPI_MUL_CONST:
-            kl_cgc_num(&x, ep->lo);
-            kl_cgc_line(g, "v = v %s %s;",
-                        ep->kind == KL_EPI_ADD_CONST ? "+" : "*", x.data);
-            break;
-        case KL_EPI_RELU:
-            kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
-            break;
-        case KL_EPI_CLIP:
-            kl_cgc_num(&x, ep->lo);
-            kl_cgc_num(&y, ep->hi);
-            kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
-            break;
+        kl_buf_t x = {0};
+        if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR) {
+            kl_buf_t off = {0};
+            s_mma_offset(g->w, &ep->access, names, &off);
+            kl_buf_printf(&x, "a%d[%s]", ep->access.tensor, off.data);
+            kl_buf_free(&off);
         }
+        kl_cgc_epi(g, ep, x.data);
         kl_buf_free(&x);
-        kl_buf_free(&y);
     }
 }
 
