@@ -513,32 +513,6 @@ static int s_match(const kl_dagent_t *a, const char *target)
     return -1;
 }
 
-/* Takes up to max live entries of one request from the head of q, and no
- * more source bytes than fit well inside one frame (at least one). */
-static size_t s_take(kl_dcore_t *c, s_queue_t *q, size_t max, kl_dreq_t **req)
-{
-    size_t n = 0, bytes = 0;
-    *req = NULL;
-    while (q->len && n < max) {
-        s_qent_t e = q->ring[q->head];
-        kl_dreq_t *r = s_map_get(&c->reqs, e.req_id);
-        if (!r || r->state[e.idx] != KL_DC_QUEUED) {
-            s_q_pop(q); /* finished or cancelled meanwhile */
-            continue;
-        }
-        if (*req && r != *req)
-            break;
-        size_t sz = r->cand_bytes[e.idx];
-        if (n && bytes + sz > S_MAX_MSG_BYTES)
-            break;
-        bytes += sz;
-        *req = r;
-        s_q_pop(q);
-        c->pick_idx[n++] = e.idx;
-    }
-    return n;
-}
-
 /* The request at the head of q, dropping finished entries; NULL when
  * none is left. */
 static kl_dreq_t *s_head(kl_dcore_t *c, s_queue_t *q)
@@ -548,9 +522,31 @@ static kl_dreq_t *s_head(kl_dcore_t *c, s_queue_t *q)
         kl_dreq_t *r = s_map_get(&c->reqs, e.req_id);
         if (r && r->state[e.idx] == KL_DC_QUEUED)
             return r;
-        s_q_pop(q);
+        s_q_pop(q); /* finished or cancelled meanwhile */
     }
     return NULL;
+}
+
+/* Takes up to max live entries of one request from the head of q, and no
+ * more source bytes than fit well inside one frame (at least one). */
+static size_t s_take(kl_dcore_t *c, s_queue_t *q, size_t max, kl_dreq_t **req)
+{
+    size_t n = 0, bytes = 0;
+    *req = NULL;
+    kl_dreq_t *r;
+    while (n < max && (r = s_head(c, q))) {
+        if (*req && r != *req)
+            break;
+        uint32_t idx = q->ring[q->head].idx;
+        size_t sz = r->cand_bytes[idx];
+        if (n && bytes + sz > S_MAX_MSG_BYTES)
+            break;
+        bytes += sz;
+        *req = r;
+        s_q_pop(q);
+        c->pick_idx[n++] = idx;
+    }
+    return n;
 }
 
 static void s_mark_sent(kl_dcore_t *c, kl_dagent_t *a, kl_dreq_t *req,
