@@ -227,12 +227,14 @@ static void test_qfuse_equal(void **state)
     free(ut);
 
     /* Broken on purpose: a zero point off by one in the add, a min instead
-     * of the max; the comparison must see each. */
+     * of the max over the window's rows, and over its columns; the
+     * comparison must see each. */
     static const struct {
         const char *from, *to;
     } bad[] = {
         {"(int)b[i] - zb)", "(int)b[i] - zb - 1)"},
-        {"v[w] = xr[w] > v[w]", "v[w] = xr[w] < v[w]"},
+        {"v[pad + w] = xr[w] > v[pad + w]", "v[pad + w] = xr[w] < v[pad + w]"},
+        {"m = v[q * st + s] > m", "m = v[q * st + s] < m"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         lib_t v;
