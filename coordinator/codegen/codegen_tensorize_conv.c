@@ -450,6 +450,31 @@ static void s_close(kl_buf_t *b, char *ind)
  * are zero), so that every tap of every output pixel reads in bounds.
  * Rows (every index but the channel and the last) in parallel; a row reads
  * X along its last index, contiguous in NCHW. */
+/* Along X's index d, the taps read only the points i with (i - *off) a
+ * multiple of the returned step: the gcd of the index's coefficients (of
+ * iterators with more than one value). 1x1 stride 2: every other row and
+ * column, which the repack then skips (they are never read). */
+static int64_t s_read_step(const conv_t *c, int d, int64_t *off)
+{
+    const kl_workload_t *w = c->w;
+    const kl_affine_t *a = &c->xa->idx[d];
+    int64_t g = 0;
+    for (int it = 0; it < w->niters; it++) {
+        int64_t k = a->coef[it] < 0 ? -a->coef[it] : a->coef[it];
+        if (!k || w->iters[it].extent < 2)
+            continue;
+        while (k) {
+            int64_t t = g % k;
+            g = k;
+            k = t;
+        }
+    }
+    if (a->div > 1 || g < 1)
+        g = 1;
+    *off = ((a->offset % g) + g) % g;
+    return g;
+}
+
 static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
 {
     const kl_workload_t *w = c->w;
@@ -477,20 +502,32 @@ static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "#pragma omp parallel for\n"
         "    for (int64_t row = 0; row < %lld; row++) {\n"
         "        uint8_t *d = kl_scr + row * %lldLL;\n"
-        "        int64_t rem = row, xo = 0;\n        int in_ = 1;\n",
+        "        int64_t rem = row, xo = 0;\n        int in_ = 1, rd_ = 1;\n"
+        "        (void)rd_;\n",
         w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
         (long long)X->shape[dl], za, (long long)rows,
         (long long)(c->sh[dl] * c->cpad));
+    bool skip = false;
     for (int d = dl - 1; d >= 0; d--) {
         if (d == c->dc)
             continue;
+        int64_t off, g = s_read_step(c, d, &off);
         kl_buf_printf(b,
                       "        { int64_t i = rem %% %lld - %lld; rem /= %lld; "
-                      "in_ &= i >= 0 && i < %lld; xo += i * %lldLL; }\n",
+                      "in_ &= i >= 0 && i < %lld; xo += i * %lldLL;",
                       (long long)c->sh[d], (long long)c->lo[d],
                       (long long)c->sh[d], (long long)X->shape[d],
                       (long long)xst[d]);
+        if (g > 1) /* a row no tap reads */
+            kl_buf_printf(b, " rd_ &= ((i %% %lld) + %lld) %% %lld == %lld;",
+                          (long long)g, (long long)g, (long long)g,
+                          (long long)off);
+        skip = skip || g > 1;
+        kl_buf_puts(b, " }\n");
     }
+    if (skip)
+        kl_buf_puts(b, "        if (!rd_)\n            continue;\n");
+    int64_t joff, jg = s_read_step(c, dl, &joff);
     long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
     long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
     /* 4 channels a store: a group's 4 planes read along the row, one
@@ -507,13 +544,13 @@ static void s_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "                s[k] = 4 * g + k < %lld ? t%d + xo + (4 * g + k) * "
         "%lldLL : kl_zl;\n"
         "            uint32_t *dd = (uint32_t *)(d + %lld) + g;\n"
-        "            for (int64_t j = 0; j < %lld; j++)\n"
+        "            for (int64_t j = %lld; j < %lld; j += %lld)\n"
         "                dd[j * %lld] = (uint32_t)s[0][j] | (uint32_t)s[1][j] "
         "<< 8 | (uint32_t)s[2][j] << 16 | (uint32_t)s[3][j] << 24;\n"
         "        }\n    }\n",
         za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
-        (long long)(c->sh[dl] - lo - n) * cp, cp / 4, C, xt, cst, lo * cp, n,
-        cp / 4);
+        (long long)(c->sh[dl] - lo - n) * cp, cp / 4, C, xt, cst, lo * cp,
+        (long long)joff, n, (long long)jg, cp / 4);
 }
 
 /* The packing of prepare: W's flat index for (tap, c, f), tap decomposed

@@ -129,6 +129,9 @@ static const char *s_specs[] = {
     /* s32 with za at the padding, C not a multiple of 4, dilation 2 */
     "qconv2d N=1 C=6 H=7 W=7 K=20 R=3 S=3 pad=2 dilation=2 za=100 "
     "out=s32",
+    /* 1x1 stride 2 pad 1: the taps read the odd rows and columns only
+     * (the repack skips the others) and the za border */
+    "qconv2d N=1 C=8 H=9 W=10 K=16 R=1 S=1 stride=2 pad=1 za=3 bias=1",
 };
 
 /* The first NCHW spec (index) */
@@ -178,6 +181,11 @@ static void test_space_conv(void **state)
                 /* NCHW: the per-call repack into the scratch */
                 assert_int_equal(strstr(k.source, "kl_scr") != NULL,
                                  i >= NCHW0);
+                /* NCHW 1x1 stride 2: the repack skips the rows and columns
+                 * no tap reads */
+                assert_int_equal(strstr(k.source, "rd_ &=") != NULL,
+                                 i >= NCHW0 && strstr(s_specs[i], "R=1 ") &&
+                                     strstr(s_specs[i], "stride=2"));
                 int r =
                     s_run(w, k.source, k.entry, kl_intrin_find(s_intrins[ti]));
                 if (r == 0)
