@@ -250,7 +250,7 @@ static bool s_vec_epi_ok(const conv_t *c)
  * -255..255 and the clips, the u8 / s8 store saturates the same way), the
  * zero point added, the clips, the output range, and a masked byte store
  * (vpmovdb) of the lanes below K. */
-static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
+static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
                              const char *ind)
 {
     const kl_workload_t *w = c->w;
@@ -337,7 +337,10 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
                       s_iter_of(w, &w->out.idx[d]), T);
         st *= Y->shape[d];
     }
-    if (c->fst == 1)
+    if (keep) /* stored by s_tr_store with the tile's other pixels */
+        kl_buf_printf(b, "%s    kl_y%lld = _mm512_cvtepi32_epi8(x);\n%s}\n",
+                      ind, T, ind);
+    else if (c->fst == 1)
         kl_buf_printf(b,
                       "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + %s, m, "
                       "x);\n%s}\n",
@@ -365,6 +368,131 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
             (long long)K, ind, (long long)c->fst, kl_dtype_ctype(Y->dtype),
             ind);
     kl_buf_free(&yo);
+}
+
+/* NCHW u8 / s8 stores by tile transpose. A tile pixel's 16 output
+ * channels lie P*Q bytes apart in NCHW: stored lane by lane, that is 16
+ * byte stores (and 16 loads back from a spill) per accumulator, a tenth of
+ * the instructions of a 3x3 layer. When the register tile is xi pixels
+ * along the output row (one tile loop over Y's last index, step 1) by
+ * channel blocks (the other tile loops feed f alone) and the blocks are
+ * whole, the vector epilogue keeps each pixel's 16 codes (kl_y<t>) and
+ * s_tr_store transposes every 8 pixels of a block (unpacks of 8, 16 and
+ * 32 bits: 16 channels x 8 codes) and writes each channel's codes along
+ * the row with one masked store (the pixels whose ok_ holds).
+ * Returns the tile loop's position over the pixels, or -1. */
+static int s_tr_loop(const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    int64_t K = w->iters[c->tz->it_n].extent;
+    if (!c->repack || c->fst == 1 || K % 16 || c->in->lanes != 16 ||
+        !s_vec_epi_ok(c))
+        return -1;
+    const kl_affine_t *ya = &w->out.idx[Y->ndim - 1];
+    int itx = s_iter_of(w, ya);
+    if (itx < 0 || ya->coef[itx] != 1 || ya->div > 1)
+        return -1;
+    for (int it = 0; it < w->niters; it++)
+        if (it != itx && ya->coef[it])
+            return -1;
+    int lx = -1;
+    for (int q = c->tp; q < c->hp; q++) {
+        const kl_loop_t *l = kl_sched_loop(c->s, q);
+        if (l->nparts != 1)
+            return -1;
+        if (l->parts[0].iter == itx && l->parts[0].stride == 1 && lx < 0)
+            lx = q;
+        else if (l->parts[0].iter != c->tz->it_n)
+            return -1;
+    }
+    return lx >= 0 && kl_sched_loop(c->s, lx)->extent > 1 ? lx : -1;
+}
+
+/* Tile t's value of loop position q of the register tile. */
+static int64_t s_tile_val(const conv_t *c, int64_t t, int q)
+{
+    for (int p = c->hp - 1; p > q; p--)
+        t /= kl_sched_loop(c->s, p)->extent;
+    return t % kl_sched_loop(c->s, q)->extent;
+}
+
+static void s_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    int ot = kl_workload_output(w);
+    const kl_tensor_t *Y = &w->tensors[ot];
+    int64_t xi = kl_sched_loop(c->s, lx)->extent;
+    for (int64_t t0 = 0; t0 < c->ntile; t0++) {
+        if (s_tile_val(c, t0, lx) != 0)
+            continue; /* one group per block: its pixel-0 tile */
+        /* the tiles of this block, by pixel */
+        int64_t tt[MAXT];
+        for (int64_t t = 0; t < c->ntile; t++) {
+            bool same = true;
+            for (int q = c->tp; q < c->hp; q++)
+                same = same &&
+                       (q == lx || s_tile_val(c, t, q) == s_tile_val(c, t0, q));
+            if (same)
+                tt[s_tile_val(c, t, lx)] = t;
+        }
+        for (int64_t p0 = 0; p0 < xi; p0 += 8) {
+            kl_buf_printf(b, "%s{\n%s    const __mmask16 mk = (__mmask16)(0",
+                          ind, ind);
+            for (int64_t p = p0; p < p0 + 8 && p < xi; p++)
+                kl_buf_printf(b, " | (ok_%lld ? %du : 0u)", (long long)tt[p],
+                              1 << (p - p0));
+            kl_buf_printf(b, ");\n%s    const __m128i", ind);
+            for (int64_t p = p0; p < p0 + 8; p++)
+                if (p < xi)
+                    kl_buf_printf(b, "%s r%lld = kl_y%lld", p > p0 ? "," : "",
+                                  (long long)(p - p0), (long long)tt[p]);
+                else
+                    kl_buf_printf(b, ", r%lld = _mm_setzero_si128()",
+                                  (long long)(p - p0));
+            kl_buf_printf(
+                b,
+                ";\n"
+                "%s    const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = "
+                "_mm_unpackhi_epi8(r0, r1), a2 = _mm_unpacklo_epi8(r2, r3), "
+                "a3 = _mm_unpackhi_epi8(r2, r3), a4 = _mm_unpacklo_epi8(r4, "
+                "r5), a5 = _mm_unpackhi_epi8(r4, r5), a6 = "
+                "_mm_unpacklo_epi8(r6, r7), a7 = _mm_unpackhi_epi8(r6, r7);\n"
+                "%s    const __m128i b0 = _mm_unpacklo_epi16(a0, a2), b1 = "
+                "_mm_unpackhi_epi16(a0, a2), b2 = _mm_unpacklo_epi16(a1, a3), "
+                "b3 = _mm_unpackhi_epi16(a1, a3), b4 = _mm_unpacklo_epi16(a4, "
+                "a6), b5 = _mm_unpackhi_epi16(a4, a6), b6 = "
+                "_mm_unpacklo_epi16(a5, a7), b7 = _mm_unpackhi_epi16(a5, "
+                "a7);\n"
+                "%s    const __m128i d[8] = {_mm_unpacklo_epi32(b0, b4), "
+                "_mm_unpackhi_epi32(b0, b4), _mm_unpacklo_epi32(b1, b5), "
+                "_mm_unpackhi_epi32(b1, b5), _mm_unpacklo_epi32(b2, b6), "
+                "_mm_unpackhi_epi32(b2, b6), _mm_unpacklo_epi32(b3, b7), "
+                "_mm_unpackhi_epi32(b3, b7)};\n",
+                ind, ind, ind);
+            kl_buf_t yo = {0};
+            kl_buf_puts(&yo, "(int64_t)0");
+            int64_t st = 1;
+            for (int d = Y->ndim - 1; d >= 0; d--) {
+                kl_buf_printf(&yo, " + %lld * v%d_%lld", (long long)st,
+                              s_iter_of(w, &w->out.idx[d]), (long long)tt[p0]);
+                st *= Y->shape[d];
+            }
+            kl_buf_printf(b,
+                          "%s    %s *yp = t%d + %s;\n"
+                          "%s    if (mk)\n"
+                          "%s        for (int q = 0; q < 8; q++) {\n"
+                          "%s            _mm_mask_storeu_epi8(yp + (2 * q) * "
+                          "%lldLL, mk, d[q]);\n"
+                          "%s            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
+                          "* %lldLL, mk, _mm_srli_si128(d[q], 8));\n"
+                          "%s        }\n%s}\n",
+                          ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, ind,
+                          ind, (long long)c->fst, ind, (long long)c->fst, ind,
+                          ind);
+            kl_buf_free(&yo);
+        }
+    }
 }
 
 /* The finished accumulator of tile t: one vector store of acc - comp when
@@ -661,9 +789,18 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     kl_buf_printf(&b,
                   "/* Tensorized convolution with %s: the weights packed "
                   "once, in prepare, as [K/%d][taps][C/4][%d][4]. */\n"
-                  "#pragma GCC target(\"%s\")\n#include <immintrin.h>\n"
+                  "#pragma GCC target(\"%s%s\")\n"
+                  "/* One allocation region for the whole kernel: with GCC's\n"
+                  " * default regions, small changes around the register\n"
+                  " * tile (the epilogue's kept codes) made it keep the\n"
+                  " * weight vectors of the innermost loop on the stack,\n"
+                  " * reloading them per tile (a 7x7x512 layer 64%% slower). */\n"
+                  "#if defined(__GNUC__) && !defined(__clang__)\n"
+                  "#pragma GCC optimize(\"ira-region=one\")\n#endif\n"
+                  "#include <immintrin.h>\n"
                   "#include <stdlib.h>\n#include <string.h>\n",
-                  in->name, L, L, in->pragma);
+                  in->name, L, L, in->pragma,
+                  s_tr_loop(&c) >= 0 ? ",avx512vl" : "");
     kl_buf_puts(&b, kl_cg_int_prelude());
     kl_cg_tz_intrin_macros(&b, in->name);
     kl_buf_printf(
@@ -759,11 +896,18 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         s_close(&b, ind);
     int rc = KL_OK;
     bool vepi = s_vec_epi_ok(&c);
+    int lx = s_tr_loop(&c);
+    if (lx >= 0)
+        for (int64_t t = 0; t < c.ntile; t++)
+            kl_buf_printf(&b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
+                          ind, (long long)t);
     for (int64_t t = 0; t < c.ntile && !rc; t++)
         if (vepi)
-            s_tile_store_vec(&b, &c, t, ind);
+            s_tile_store_vec(&b, &c, t, lx >= 0, ind);
         else
             rc = s_tile_store(&b, &c, t, vstore, ind, err);
+    if (lx >= 0)
+        s_tr_store(&b, &c, lx, ind);
     for (int p = c.tp - 1; p >= 0; p--)
         s_close(&b, ind);
     if (c.repack)
