@@ -132,6 +132,9 @@ static const char *s_specs[] = {
     /* 1x1 stride 2 pad 1: the taps read the odd rows and columns only
      * (the repack skips the others) and the za border */
     "qconv2d N=1 C=8 H=9 W=10 K=16 R=1 S=1 stride=2 pad=1 za=3 bias=1",
+    /* C = 32: the repack 16 channels x 16 points a step, rows of 20 (the
+     * last step overlapping the one before) */
+    "qconv2d N=1 C=32 H=5 W=20 K=16 R=3 S=3 pad=1 za=9 bias=1 relu=1",
 };
 
 /* The first NCHW spec (index) */
@@ -181,6 +184,10 @@ static void test_space_conv(void **state)
                 /* NCHW: the per-call repack into the scratch */
                 assert_int_equal(strstr(k.source, "kl_scr") != NULL,
                                  i >= NCHW0);
+                /* NCHW, C a multiple of 16, every point read, rows of 16
+                 * points or more: the repack by 16x16 transposes */
+                assert_int_equal(strstr(k.source, "kl_tr16(r)") != NULL,
+                                 i >= NCHW0 && strstr(s_specs[i], "C=32 H=5"));
                 /* NCHW 1x1 stride 2: the repack skips the rows and columns
                  * no tap reads */
                 assert_int_equal(strstr(k.source, "rd_ &=") != NULL,
