@@ -9,7 +9,7 @@ library before Python starts (libgomp reads its environment once).
 
   peers.py FILE.onnx [--lib DIR/libkiln_model.so] [--threads 2] [--runs 50]
            [--warmup 10] [--input x.npy] [--seed 0] [--rtol 1e-4]
-           [--settle 1] [--json OUT.json] [--same-process]
+           [--settle 1] [--gap 0.3] [--json OUT.json] [--same-process]
 
 Each runtime is configured as its users would: ONNX Runtime with the CPU
 execution provider, ORT_ENABLE_ALL graph optimizations, intra-op threads =
@@ -32,8 +32,13 @@ The untimed run absorbs what the runtime before left behind: libgomp's
 threads (kiln), ONNX Runtime's and TBB's (OpenVINO) spin for a while after
 a run, and on a machine with as many cores as threads the next runtime
 pays for that spinning (seen on 2 cores: OpenVINO's median on the small
-CNN went from 0.15 ms to 2.4 ms right after kiln's runs). The timed run
-is then a warm back-to-back run, as a deployment calls a model in a loop.
+CNN went from 0.15 ms to 2.4 ms right after kiln's runs). Untimed runs
+alone do not absorb all of it: ONNX Runtime's spinning workers slowed the
+runtime after it (kiln's ResNet-18 INT8 from 5.4 to 9.5-14 ms) through 5
+untimed and the first timed runs, some 80 ms. So before each runtime's
+turn the driver also sleeps --gap seconds (default 0.3), idle, so that
+the previous runtime's threads go to sleep first. The timed run is then a
+warm back-to-back run, as a deployment calls a model in a loop.
 Printed per runtime: median, p10..p90 and min..max of the timed runs, and
 the ratio of medians to OpenVINO's and to ONNX Runtime's; then each ratio
 taken round by round (median and p10..p90), which is steadier on a shared
@@ -322,6 +327,9 @@ def main():
     ap.add_argument("--settle", type=int, default=1,
                     help="untimed runs before each timed run of a round "
                          "(see the docstring)")
+    ap.add_argument("--gap", type=float, default=0.3,
+                    help="seconds to sleep, idle, before each runtime's "
+                         "turn in a round (see the docstring)")
     ap.add_argument("--block", type=int, default=5,
                     help="timed runs of a runtime in each round, back to "
                          "back (the round's figure for it is their median)")
@@ -339,9 +347,9 @@ def main():
                          "each in a process of its own)")
     a = ap.parse_args()
     if (a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0
-            or a.block < 1):
-        ap.error("--runs and --threads must be >= 1, --warmup and --settle "
-                 ">= 0")
+            or a.block < 1 or a.gap < 0):
+        ap.error("--runs and --threads must be >= 1, --warmup, --settle "
+                 "and --gap >= 0")
 
     import onnx
     import onnxruntime
@@ -470,14 +478,15 @@ def timing(rts, a, diffs, ok):
     for r in range(a.runs):
         k = r % len(rts)
         for rt in rts[k:] + rts[:k]:
+            time.sleep(a.gap)
             ms[rt.name].append(float(np.median(rt.timed(a.settle, a.block))))
     for rt in rts:
         rt.close()
 
     st = {n: stats(v) for n, v in ms.items()}
-    print("%d warm-up runs each, then %d interleaved rounds of %d untimed "
-          "+ %d timed runs each (a round's figure: their median; ms):"
-          % (a.warmup, a.runs, a.settle, a.block))
+    print("%d warm-up runs each, then %d interleaved rounds of %.2f s idle, "
+          "%d untimed + %d timed runs each (a round's figure: their median; "
+          "ms):" % (a.warmup, a.runs, a.gap, a.settle, a.block))
     print("%-12s %9s %19s %19s %9s %9s" % (
         "runtime", "median", "p10 .. p90", "min .. max", "/openvino",
         "/ort"))
@@ -506,7 +515,7 @@ def timing(rts, a, diffs, ok):
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "threads": a.threads,
                        "runs": a.runs, "warmup": a.warmup,
-                       "settle": a.settle, "block": a.block,
+                       "settle": a.settle, "block": a.block, "gap": a.gap,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
                        "max_abs_diff_vs_ort": diffs, "agree": ok,

@@ -5,7 +5,7 @@
 #
 # Usage: tools/bench/peers.sh FILE.onnx [--lib DIR/libkiln_model.so]
 #            [--threads 2] [--runs 50] [--warmup 10] [--input x.npy]
-#            [--seed 0] [--rtol 1e-4] [--settle 1] [--json OUT.json]
+#            [--seed 0] [--rtol 1e-4] [--settle 1] [--gap 0.3] [--json OUT.json]
 # The Python packages (numpy, onnx, onnxruntime, openvino) live in a virtual
 # environment of the benchmark's own, made on the first run and reused:
 # ${KILN_BENCH_VENV:-$HOME/.cache/kiln-bench-venv}. kiln's library runs
