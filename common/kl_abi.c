@@ -26,10 +26,3 @@ void *kl_abi_prepare(kl_abi_prepare_fn prep, int n, void *const *args,
     free(cargs);
     return block;
 }
-
-const char kl_abi_qres_decl[] = "#ifndef KL_QRES_T\n#define KL_QRES_T\n"
-                                "typedef struct {\n"
-                                "    const void *b;\n"
-                                "    float sa, sb, sy;\n"
-                                "    int za, zb, zy;\n"
-                                "} kl_qres_t;\n#endif\n";

@@ -29,19 +29,6 @@
  * per-call scratch in the block too (a Winograd kernel does); calls that
  * share one block may still run at the same time: such a kernel then
  * gives the later call buffers of its own.
- *
- * A fused residual add (optional; tensorized NCHW u8 / s8 convolutions
- * that store by tile transposes define it, kl_kernel_t.qres):
- *
- *   void ENTRY_qres(void *const *args, const kl_qres_t *r);
- *
- * is ENTRY (the same args, prepared block included) followed, on every
- * output code y, by the integer shortcut of a QDQ residual add with a
- * tensor B of the output's shape and type: in f32, fa = (y - za) * sa,
- * fb = (B - zb) * sb, q = nearbyint((fa + fb) / sy) + zy saturated to the
- * output type, each operation rounded once (no fused multiply-add), and q
- * stored instead of y: exactly the layers dequantize, dequantize, add,
- * quantize.
  */
 #ifndef KL_ABI_H
 #define KL_ABI_H
@@ -50,16 +37,6 @@
 
 /* The prepare function's name is the entry's name with this suffix. */
 #define KL_ABI_PREPARE_SUFFIX "_prepare"
-
-/* The fused residual add's suffix and numbers (declared the same way by
- * the kernel's source and its caller: kl_abi_qres_decl). */
-#define KL_ABI_QRES_SUFFIX "_qres"
-typedef struct {
-    const void *b;    /* B: the output's shape and element type */
-    float sa, sb, sy; /* scales: the kernel's output, B, the sum */
-    int za, zb, zy;   /* their zero points */
-} kl_qres_t;
-extern const char kl_abi_qres_decl[];
 
 typedef void (*kl_abi_kernel_fn)(void *const *args);
 typedef void *(*kl_abi_prepare_fn)(void *const *args);

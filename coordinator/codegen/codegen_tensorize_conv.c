@@ -41,7 +41,6 @@
 #include "cg_tz.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
-#include "kl_abi.h"
 #include "kl_util.h"
 
 #define MAXT 32 /* accumulators in a register tile, at most */
@@ -465,7 +464,7 @@ static void s_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
                 "a6), b5 = _mm_unpackhi_epi16(a4, a6), b6 = "
                 "_mm_unpacklo_epi16(a5, a7), b7 = _mm_unpackhi_epi16(a5, "
                 "a7);\n"
-                "%s    __m128i d[8] = {_mm_unpacklo_epi32(b0, b4), "
+                "%s    const __m128i d[8] = {_mm_unpacklo_epi32(b0, b4), "
                 "_mm_unpackhi_epi32(b0, b4), _mm_unpacklo_epi32(b1, b5), "
                 "_mm_unpackhi_epi32(b1, b5), _mm_unpacklo_epi32(b2, b6), "
                 "_mm_unpackhi_epi32(b2, b6), _mm_unpacklo_epi32(b3, b7), "
@@ -479,46 +478,8 @@ static void s_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
                               s_iter_of(w, &w->out.idx[d]), (long long)tt[p0]);
                 st *= Y->shape[d];
             }
-            bool u8 = Y->dtype == KL_DT_U8;
-            kl_buf_printf(b, "%s    %s *yp = t%d + %s;\n", ind,
-                          kl_dtype_ctype(Y->dtype), ot, yo.data);
-            /* the fused residual add (kl_abi.h, ENTRY_qres) on the codes
-             * of 2 channels x 8 pixels a vector, B read at the same
-             * places */
-            kl_buf_printf(
-                b,
-                "%s    if (kl_res && mk) {\n"
-                "%s        const %s *bp = (const %s *)kl_res->b + (yp - t%d);\n"
-                "%s        const __m512 sa = _mm512_set1_ps(kl_res->sa), sb = "
-                "_mm512_set1_ps(kl_res->sb), sy = _mm512_set1_ps(kl_res->sy), "
-                "zy = _mm512_set1_ps((float)kl_res->zy);\n"
-                "%s        const __m512i za = _mm512_set1_epi32(kl_res->za), "
-                "zb = _mm512_set1_epi32(kl_res->zb);\n"
-                "%s        for (int q = 0; q < 8; q++) {\n"
-                "%s            const __m128i bv = _mm_unpacklo_epi64("
-                "_mm_maskz_loadu_epi8(mk, bp + (2 * q) * %lldLL), "
-                "_mm_maskz_loadu_epi8(mk, bp + (2 * q + 1) * %lldLL));\n"
-                "%s            const __m512 fa = "
-                "_mm512_mul_ps(_mm512_cvtepi32_ps("
-                "_mm512_sub_epi32(%s(d[q]), za)), sa);\n"
-                "%s            const __m512 fb = "
-                "_mm512_mul_ps(_mm512_cvtepi32_ps("
-                "_mm512_sub_epi32(%s(bv), zb)), sb);\n"
-                "%s            __m512 v = _mm512_div_ps(_mm512_add_ps(fa, fb), "
-                "sy);\n"
-                "%s            v = _mm512_add_ps(_mm512_roundscale_ps(v, "
-                "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);\n"
-                "%s            v = _mm512_min_ps(_mm512_max_ps(v, "
-                "_mm512_set1_ps(%d.0f)), _mm512_set1_ps(%d.0f));\n"
-                "%s            d[q] = "
-                "_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v));"
-                "\n%s        }\n%s    }\n",
-                ind, ind, kl_dtype_ctype(Y->dtype), kl_dtype_ctype(Y->dtype),
-                ot, ind, ind, ind, ind, (long long)c->fst, (long long)c->fst,
-                ind, u8 ? "_mm512_cvtepu8_epi32" : "_mm512_cvtepi8_epi32", ind,
-                u8 ? "_mm512_cvtepu8_epi32" : "_mm512_cvtepi8_epi32", ind, ind,
-                ind, u8 ? 0 : -128, u8 ? 255 : 127, ind, ind, ind);
             kl_buf_printf(b,
+                          "%s    %s *yp = t%d + %s;\n"
                           "%s    if (mk)\n"
                           "%s        for (int q = 0; q < 8; q++) {\n"
                           "%s            _mm_mask_storeu_epi8(yp + (2 * q) * "
@@ -526,8 +487,9 @@ static void s_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
                           "%s            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
                           "* %lldLL, mk, _mm_srli_si128(d[q], 8));\n"
                           "%s        }\n%s}\n",
-                          ind, ind, ind, (long long)c->fst, ind,
-                          (long long)c->fst, ind, ind);
+                          ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, ind,
+                          ind, (long long)c->fst, ind, (long long)c->fst, ind,
+                          ind);
             kl_buf_free(&yo);
         }
     }
@@ -890,7 +852,6 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
             sbytes *= d == c.dc ? 1 : c.sh[d];
         sbytes = 64 + (sbytes + 63) / 64 * 64;
     }
-    int lxq = s_tr_loop(&c);
     kl_buf_t b = {0};
     kl_buf_printf(
         &b,
@@ -903,15 +864,10 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         " * weight vectors of the innermost loop on the stack,\n"
         " * reloading them per tile (a 7x7x512 layer 64%% slower). */\n"
         "#if defined(__GNUC__) && !defined(__clang__)\n"
-        "#pragma GCC optimize(\"ira-region=one\")\n%s#endif\n"
+        "#pragma GCC optimize(\"ira-region=one\")\n#endif\n"
         "#include <immintrin.h>\n"
         "#include <stdlib.h>\n#include <string.h>\n",
-        in->name, L, L, in->pragma, lxq >= 0 ? ",avx512vl" : "",
-        lxq >= 0 ? "/* the fused residual add: no multiply-add contracted "
-                   "(kl_abi.h) */\n#pragma GCC optimize(\"fp-contract=off\")\n"
-                 : "");
-    if (lxq >= 0)
-        kl_buf_puts(&b, kl_abi_qres_decl);
+        in->name, L, L, in->pragma, s_tr_loop(&c) >= 0 ? ",avx512vl" : "");
     kl_buf_puts(&b, kl_cg_int_prelude());
     kl_cg_tz_intrin_macros(&b, in->name);
     kl_buf_printf(
@@ -965,15 +921,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         (long long)ntap, (long long)C, wi.data, (long long)tz->za);
     kl_buf_free(&wi);
     /* the kernel */
-    /* With the tile-transposed store, the kernel is ENTRY_impl, called by
-     * ENTRY (kl_res NULL) and by ENTRY_qres (a fused residual add). */
-    if (lxq >= 0)
-        kl_buf_printf(&b,
-                      "static void %s_impl(void *const *args, const kl_qres_t "
-                      "*kl_res)\n{\n",
-                      entry);
-    else
-        kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
+    kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
     for (int t = 0; t < nt; t++)
         kl_buf_printf(
             &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
@@ -1037,16 +985,6 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                         "    else\n        __atomic_store_n(kl_busy, 0, "
                         "__ATOMIC_RELEASE);\n");
     kl_buf_puts(&b, "}\n");
-    if (lxq >= 0)
-        kl_buf_printf(&b,
-                      "\nvoid %s(void *const *args)\n{\n    %s_impl(args, "
-                      "0);\n}\n\n"
-                      "void %s%s(void *const *args, const kl_qres_t *r)\n{\n"
-                      "    %s_impl(args, r);\n}\n",
-                      entry, entry, entry, KL_ABI_QRES_SUFFIX, entry);
     kl_buf_free(&ek);
-    rc = kl_cg_tz_kernel(&b, entry, rc, out);
-    if (!rc)
-        out->qres = lxq >= 0;
-    return rc;
+    return kl_cg_tz_kernel(&b, entry, rc, out);
 }

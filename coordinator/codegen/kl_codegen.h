@@ -44,7 +44,6 @@ typedef struct {
     int64_t grid[3], block[3]; /* the launch; 1s for C */
     int64_t shared_bytes;      /* CUDA dynamic shared memory */
     bool prepare; /* C: the source also defines ENTRY_prepare (kl_abi.h) */
-    bool qres;    /* C: and ENTRY_qres, a fused residual add (kl_abi.h) */
 } kl_kernel_t;
 
 /* Frees the strings and zeroes k (safe on a zeroed kernel). */
