@@ -1,0 +1,55 @@
+/* cg_tz_conv.h - shared by the tensorized convolution generator's files
+ * (codegen_tensorize_conv.c: the core; codegen_tensorize_nchw.c: the NCHW
+ * repack and the tile-transposed store). Not part of the public
+ * contract. */
+#ifndef CG_TZ_CONV_H
+#define CG_TZ_CONV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cg_tz.h"
+#include "kl_intrin.h"
+
+#define MAXT 32 /* accumulators in a register tile, at most */
+
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_tensorize_t *tz;
+    const kl_intrin_t *in;
+    const kl_access_t *xa, *wa; /* X[.., c], W[taps.., c, f] */
+    int bpos, hp, tp, cp;
+    int64_t ntile;
+    /* X's channel index dc; repack when it is not the last (NCHW): X's
+     * other indices then address the padded scratch, lo[d] padding before
+     * and sh[d] points along index d, rows of cpad channels. fst: the
+     * stride of Y's output channel index (1 in NHWC, P*Q in NCHW). */
+    int dc;
+    bool repack;
+    int64_t lo[KL_IR_MAX_DIMS], sh[KL_IR_MAX_DIMS], cpad, fst;
+} conv_t;
+
+/* The iterator of access a's index d (its last with a coefficient). */
+int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
+/* Whether the epilogue has the q-op form of the AVX-512 vector epilogue. */
+bool kl_cg_tzc_vec_epi_ok(const conv_t *c);
+
+/* The tile loop over pixels of a register tile stored by transposes, or
+ * -1 (codegen_tensorize_nchw.c explains when). */
+int kl_cg_tzc_tr_loop(const conv_t *c);
+/* The transposed stores of every block of the register tile (loop lx). */
+void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind);
+/* Along X's index d, the step of the points the taps read (*off: their
+ * phase). */
+int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off);
+/* Whether the repack goes 16 channels x 16 points a step (jg: the read
+ * step along the row). */
+bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg);
+/* kl_tr16, the 16x16 byte transpose the repack calls. */
+extern const char kl_cg_tzc_tr16_src[];
+/* The per-call repack of X into the scratch at foff + 64 of the prepared
+ * block (sb bytes), behind its busy flag at foff. */
+void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb);
+
+#endif
