@@ -570,7 +570,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         &b,
         "void *%s_prepare(void *const *args)\n{\n"
         "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
-        "    if (!__builtin_cpu_supports(\"%s\"))\n        return NULL;\n"
+        "    if (!__builtin_cpu_supports(\"%s\")%s)\n        return NULL;\n"
         "    const int8_t *B = (const int8_t *)args[%d];\n"
         "    char *blk = (char *)aligned_alloc(64, %lld);\n"
         "    if (!blk)\n        return NULL;\n"
@@ -593,7 +593,10 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "                sum += B[%s];\n"
         "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * %lld);\n    }\n"
         "    return blk;\n}\n\n",
-        entry, in->builtin, tz->tb, (long long)(wbytes + cbytes + sbytes),
+        entry, in->builtin,
+        kl_cg_tzc_tr_loop(&c) >= 0 ? " || !__builtin_cpu_supports(\"avx512vl\")"
+                                   : "",
+        tz->tb, (long long)(wbytes + cbytes + sbytes),
         (long long)(wbytes + cbytes), (long long)(sbytes ? 64 : 0),
         (long long)wbytes, (long long)(np / L), (long long)ntap, (long long)cg,
         L, L, (long long)K, (long long)C, wi.data, (long long)np, (long long)K,

@@ -203,7 +203,13 @@ static void test_space_conv(void **state)
                 /* NCHW u8 / s8, register tile over pixels of a row: the
                  * codes stored by 8-pixel transposes, one masked store a
                  * channel */
-                ntr += strstr(k.source, "_mm_unpacklo_epi32(b0, b4)") != NULL;
+                bool tt = strstr(k.source, "_mm_unpacklo_epi32(b0, b4)");
+                ntr += tt;
+                /* its masked stores are AVX-512 VL: prepare refuses a CPU
+                 * without it */
+                assert_int_equal(
+                    tt, strstr(k.source,
+                               "__builtin_cpu_supports(\"avx512vl\")") != NULL);
                 /* the trace's text replays to the same source */
                 kl_trace_t *back = NULL;
                 assert_int_equal(kl_trace_from_text(text, &back, err), KL_OK);
