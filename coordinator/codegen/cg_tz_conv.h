@@ -28,18 +28,25 @@ typedef struct {
     int dc;
     bool repack;
     int64_t lo[KL_IR_MAX_DIMS], sh[KL_IR_MAX_DIMS], cpad, fst;
+    /* lx: the tile loop of a store by transposes (kl_cg_tzc_tr_loop), or
+     * -1; rp16: the repack goes 16 channels x 16 points a step
+     * (kl_cg_tzc_repack16). Both set once, read by every part. */
+    int lx;
+    bool rp16;
 } conv_t;
 
 /* The iterator of access a's index d (its last with a coefficient). */
 int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
 /* Whether the epilogue has the q-op form of the AVX-512 vector epilogue. */
 bool kl_cg_tzc_vec_epi_ok(const conv_t *c);
+/* The C expression of Y's flat offset at tile t's output point. */
+void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t);
 
 /* The tile loop over pixels of a register tile stored by transposes, or
  * -1 (codegen_tensorize_nchw.c explains when). */
 int kl_cg_tzc_tr_loop(const conv_t *c);
-/* The transposed stores of every block of the register tile (loop lx). */
-void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind);
+/* The transposed stores of every block of the register tile (c->lx). */
+void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind);
 /* Along X's index d, the step of the points the taps read (*off: their
  * phase). */
 int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off);

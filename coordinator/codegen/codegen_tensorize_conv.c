@@ -224,6 +224,19 @@ bool kl_cg_tzc_vec_epi_ok(const conv_t *c)
     return true;
 }
 
+void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    kl_buf_puts(b, "(int64_t)0");
+    int64_t st = 1;
+    for (int d = Y->ndim - 1; d >= 0; d--) {
+        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st,
+                      kl_cg_tzc_iter_of(w, &w->out.idx[d]), (long long)t);
+        st *= Y->shape[d];
+    }
+}
+
 /* The q-op epilogue of tile t on 16 lanes at once (kl_cg_tzc_vec_epi_ok),
  * exactly what the scalar epilogue computes: the bias added with int32
  * saturation (the scalar adds in int64 and requant clamps to int32 first), the
@@ -312,13 +325,7 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
                   "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
                   ind, u8 ? 0 : -128, u8 ? 255 : 127);
     kl_buf_t yo = {0};
-    kl_buf_puts(&yo, "(int64_t)0");
-    int64_t st = 1;
-    for (int d = Y->ndim - 1; d >= 0; d--) {
-        kl_buf_printf(&yo, " + %lld * v%d_%lld", (long long)st,
-                      kl_cg_tzc_iter_of(w, &w->out.idx[d]), T);
-        st *= Y->shape[d];
-    }
+    kl_cg_tzc_yoff(&yo, c, t);
     if (keep) /* stored by kl_cg_tzc_tr_store with the tile's other pixels */
         kl_buf_printf(b, "%s    kl_y%lld = _mm512_cvtepi32_epi8(x);\n%s}\n",
                       ind, T, ind);
@@ -492,6 +499,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     c.fst = 1;
     for (int d = Y->ndim - 1; d >= 0 && !w->out.idx[d].coef[tz->it_n]; d--)
         c.fst *= Y->shape[d];
+    c.lx = kl_cg_tzc_tr_loop(&c);
     int64_t K = w->iters[tz->it_n].extent, C = X->shape[c.dc];
     int64_t ntap = kl_tensor_numel(W) / (K * C);
     kl_buf_t ek = {0}, tmp = {0};
@@ -524,6 +532,9 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         c.sh[d] = c.lo[d] + X->shape[d] +
                   (mx > X->shape[d] - 1 ? mx - (X->shape[d] - 1) : 0);
     }
+    int64_t joff;
+    c.rp16 =
+        kl_cg_tzc_repack16(&c, kl_cg_tzc_read_step(&c, X->ndim - 1, &joff));
     if (c.repack) {
         sbytes = c.cpad;
         for (int d = 0; d < X->ndim; d++)
@@ -545,8 +556,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "#pragma GCC optimize(\"ira-region=one\")\n#endif\n"
         "#include <immintrin.h>\n"
         "#include <stdlib.h>\n#include <string.h>\n",
-        in->name, L, L, in->pragma,
-        kl_cg_tzc_tr_loop(&c) >= 0 ? ",avx512vl" : "");
+        in->name, L, L, in->pragma, c.lx >= 0 ? ",avx512vl" : "");
     kl_buf_puts(&b, kl_cg_int_prelude());
     kl_cg_tz_intrin_macros(&b, in->name);
     kl_buf_printf(
@@ -560,8 +570,7 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "        u |= (uint32_t)row[c0 + j] << (8 * j);\n"
         "    return (int32_t)u;\n}\n\n",
         (long long)C, C % 4 == 0 || c.repack, (long long)C, (long long)C);
-    int64_t joff;
-    if (kl_cg_tzc_repack16(&c, kl_cg_tzc_read_step(&c, X->ndim - 1, &joff)))
+    if (c.rp16)
         kl_buf_puts(&b, kl_cg_tzc_tr16_src);
     /* prepare */
     kl_buf_t wi = {0};
@@ -594,13 +603,12 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * %lld);\n    }\n"
         "    return blk;\n}\n\n",
         entry, in->builtin,
-        kl_cg_tzc_tr_loop(&c) >= 0 ? " || !__builtin_cpu_supports(\"avx512vl\")"
-                                   : "",
-        tz->tb, (long long)(wbytes + cbytes + sbytes),
-        (long long)(wbytes + cbytes), (long long)(sbytes ? 64 : 0),
-        (long long)wbytes, (long long)(np / L), (long long)ntap, (long long)cg,
-        L, L, (long long)K, (long long)C, wi.data, (long long)np, (long long)K,
-        (long long)ntap, (long long)C, wi.data, (long long)tz->za);
+        c.lx >= 0 ? " || !__builtin_cpu_supports(\"avx512vl\")" : "", tz->tb,
+        (long long)(wbytes + cbytes + sbytes), (long long)(wbytes + cbytes),
+        (long long)(sbytes ? 64 : 0), (long long)wbytes, (long long)(np / L),
+        (long long)ntap, (long long)cg, L, L, (long long)K, (long long)C,
+        wi.data, (long long)np, (long long)K, (long long)ntap, (long long)C,
+        wi.data, (long long)tz->za);
     kl_buf_free(&wi);
     /* the kernel */
     kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
@@ -648,18 +656,17 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
         s_close(&b, ind);
     int rc = KL_OK;
     bool vepi = kl_cg_tzc_vec_epi_ok(&c);
-    int lx = kl_cg_tzc_tr_loop(&c);
-    if (lx >= 0)
+    if (c.lx >= 0)
         for (int64_t t = 0; t < c.ntile; t++)
             kl_buf_printf(&b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
                           ind, (long long)t);
     for (int64_t t = 0; t < c.ntile && !rc; t++)
         if (vepi)
-            s_tile_store_vec(&b, &c, t, lx >= 0, ind);
+            s_tile_store_vec(&b, &c, t, c.lx >= 0, ind);
         else
             rc = s_tile_store(&b, &c, t, vstore, ind, err);
-    if (lx >= 0)
-        kl_cg_tzc_tr_store(&b, &c, lx, ind);
+    if (c.lx >= 0)
+        kl_cg_tzc_tr_store(&b, &c, ind);
     for (int p = c.tp - 1; p >= 0; p--)
         s_close(&b, ind);
     if (c.repack)

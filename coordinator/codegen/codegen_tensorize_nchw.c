@@ -49,31 +49,31 @@ int kl_cg_tzc_tr_loop(const conv_t *c)
 }
 
 /* Tile t's value of loop position q of the register tile. */
-static int64_t kl_cg_tzc_tile_val(const conv_t *c, int64_t t, int q)
+static int64_t s_tile_val(const conv_t *c, int64_t t, int q)
 {
     for (int p = c->hp - 1; p > q; p--)
         t /= kl_sched_loop(c->s, p)->extent;
     return t % kl_sched_loop(c->s, q)->extent;
 }
 
-void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
+void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
 {
     const kl_workload_t *w = c->w;
-    int ot = kl_workload_output(w);
+    int ot = kl_workload_output(w), lx = c->lx;
     const kl_tensor_t *Y = &w->tensors[ot];
     int64_t xi = kl_sched_loop(c->s, lx)->extent;
     for (int64_t t0 = 0; t0 < c->ntile; t0++) {
-        if (kl_cg_tzc_tile_val(c, t0, lx) != 0)
+        if (s_tile_val(c, t0, lx) != 0)
             continue; /* one group per block: its pixel-0 tile */
         /* the tiles of this block, by pixel */
         int64_t tt[MAXT];
         for (int64_t t = 0; t < c->ntile; t++) {
             bool same = true;
             for (int q = c->tp; q < c->hp; q++)
-                same = same && (q == lx || kl_cg_tzc_tile_val(c, t, q) ==
-                                               kl_cg_tzc_tile_val(c, t0, q));
+                same = same &&
+                       (q == lx || s_tile_val(c, t, q) == s_tile_val(c, t0, q));
             if (same)
-                tt[kl_cg_tzc_tile_val(c, t, lx)] = t;
+                tt[s_tile_val(c, t, lx)] = t;
         }
         for (int64_t p0 = 0; p0 < xi; p0 += 8) {
             kl_buf_printf(b, "%s{\n%s    const __mmask16 mk = (__mmask16)(0",
@@ -110,14 +110,7 @@ void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, int lx, const char *ind)
                 "_mm_unpackhi_epi32(b3, b7)};\n",
                 ind, ind, ind);
             kl_buf_t yo = {0};
-            kl_buf_puts(&yo, "(int64_t)0");
-            int64_t st = 1;
-            for (int d = Y->ndim - 1; d >= 0; d--) {
-                kl_buf_printf(&yo, " + %lld * v%d_%lld", (long long)st,
-                              kl_cg_tzc_iter_of(w, &w->out.idx[d]),
-                              (long long)tt[p0]);
-                st *= Y->shape[d];
-            }
+            kl_cg_tzc_yoff(&yo, c, tt[p0]);
             kl_buf_printf(b,
                           "%s    %s *yp = t%d + %s;\n"
                           "%s    if (mk)\n"
@@ -274,7 +267,7 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "        memset(d + %lld, %lld, %lld);\n",
         za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
         (long long)(c->sh[dl] - lo - n) * cp);
-    if (kl_cg_tzc_repack16(c, jg)) {
+    if (c->rp16) {
         /* 16 channels x 16 points a step: 16 loads along the planes'
          * rows, a 16x16 byte transpose (kl_tr16), 16 stores of a point's
          * 16 channels; the last step of a row overlaps the one before */
