@@ -348,8 +348,8 @@ def main():
     a = ap.parse_args()
     if (a.runs < 1 or a.warmup < 0 or a.threads < 1 or a.settle < 0
             or a.block < 1 or a.gap < 0):
-        ap.error("--runs and --threads must be >= 1, --warmup, --settle "
-                 "and --gap >= 0")
+        ap.error("--runs, --threads and --block must be >= 1, --warmup, "
+                 "--settle and --gap >= 0")
 
     import onnx
     import onnxruntime
