@@ -33,7 +33,17 @@ typedef struct {
      * (kl_cg_tzc_repack16). Both set once, read by every part. */
     int lx;
     bool rp16;
+    /* pfg: with packed weights of KL_TZC_PF_BYTES or more, the K blocks
+     * one register tile spans (0: no prefetch); pft[t]: tile t is the
+     * first of its K block, the one whose weights it prefetches (the
+     * block pfg further on, mod nkb, the K blocks). */
+    int pfg;
+    int64_t nkb;
+    bool pft[MAXT];
 } conv_t;
+
+/* Packed weights from this size on are prefetched a K group ahead. */
+#define KL_TZC_PF_BYTES (256 * 1024)
 
 /* The iterator of access a's index d (its last with a coefficient). */
 int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);

@@ -135,6 +135,10 @@ static const char *s_specs[] = {
     /* C = 32: the repack 16 channels x 16 points a step, rows of 20 (the
      * last step overlapping the one before) */
     "qconv2d N=1 C=32 H=5 W=20 K=16 R=3 S=3 pad=1 za=9 bias=1 relu=1",
+    /* 295 KB of packed weights (256 KiB or more): every inner step
+     * prefetches the next K group's weights */
+    "qconv2d N=1 C=256 H=3 W=3 K=128 R=3 S=3 pad=1 za=4 scale=channel "
+    "bias=1",
 };
 
 /* The first NCHW spec (index) */
@@ -193,6 +197,11 @@ static void test_space_conv(void **state)
                 assert_int_equal(strstr(k.source, "rd_ &=") != NULL,
                                  i >= NCHW0 && strstr(s_specs[i], "R=1 ") &&
                                      strstr(s_specs[i], "stride=2"));
+                /* packed weights of 256 KiB or more: the prefetch of the
+                 * next K group */
+                assert_int_equal(strstr(k.source, "__builtin_prefetch(pf_") !=
+                                     NULL,
+                                 strstr(s_specs[i], "C=256") != NULL);
                 int r =
                     s_run(w, k.source, k.entry, kl_intrin_find(s_intrins[ti]));
                 if (r == 0)
