@@ -57,6 +57,8 @@ typedef struct {
     int nprep;      /* layers whose kernel has a prepare step */
     bool qcasts;    /* quantize / dequantize layers: their helpers */
     kl_qfuse_t *qf; /* [g->n]: integer shortcuts (kl_export_qfuse_plan) */
+    unsigned char *conv; /* [g->n]: copies made in NHWC (1), NCHW (2) */
+    char oex[64];        /* the output's values, NCHW */
     bool trained;
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
@@ -74,6 +76,52 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
         s_bufexpr(c, nd->in[0], out, n);
     else
         snprintf(out, n, "b_%d", i);
+}
+
+static void s_emit(s_gen_t *c, const char *name, int task, const char *code);
+
+/* Node i's values as a reader that wants them NHWC (nhwc) or NCHW
+ * reads them (kl_model_layout.c): i's own buffer when its layout is
+ * that one or does not matter, else a copy in the other layout, made
+ * (a layer of its own, "NAME.nhwc" / "NAME.nchw") before the first reader
+ * that wants it. A view (flatten, reshape, a transpose moving dims of
+ * size 1) reads its input NCHW. */
+static void s_inexpr(s_gen_t *c, int i, bool nhwc, char *out, size_t n)
+{
+    const kl_mnode_t *nd = &c->g->nodes[i];
+    char ex[64];
+    bool have = false;
+    if (nd->op != KL_MOP_INPUT && nd->fused) {
+        s_inexpr(c, nd->owner, nhwc, out, n);
+        return;
+    }
+    if (nd->op == KL_MOP_FLATTEN || nd->op == KL_MOP_RESHAPE || c->view[i]) {
+        s_inexpr(c, nd->in[0], false, ex, sizeof ex);
+    } else {
+        s_bufexpr(c, i, ex, sizeof ex);
+        have = nd->nhwc;
+    }
+    if (have == nhwc || !kl_mgraph_layout_matters(nd)) {
+        snprintf(out, n, "%s", ex);
+        return;
+    }
+    snprintf(out, n, "%s_%d", nhwc ? "bh" : "bn", i);
+    if (c->conv[i] & (nhwc ? 1 : 2))
+        return;
+    c->conv[i] |= nhwc ? 1 : 2;
+    kl_buf_printf(&c->decl, "static %s %s[%lld]; /* %s, %s */\n",
+                  kl_dtype_ctype(nd->dt), out, (long long)s_numel(nd),
+                  nd->name, nhwc ? "NHWC" : "NCHW");
+    char name[KL_MODEL_MAX_NAME + 8];
+    snprintf(name, sizeof name, "%s.%s", nd->name, nhwc ? "nhwc" : "nchw");
+    int e = nd->dt == KL_DT_U8 || nd->dt == KL_DT_S8 ? 1 : 4;
+    char *code = kl_xasprintf(
+        "    s_to_%s(%s, %s, %lldLL, %lldLL, %lldLL, %d); /* %s */\n",
+        nhwc ? "nhwc" : "nchw", ex, out, (long long)nd->shape[0],
+        (long long)nd->shape[1], (long long)(nd->shape[2] * nd->shape[3]), e,
+        name);
+    s_emit(c, name, -1, code);
+    free(code);
 }
 
 /* A new parameter NAME.WHAT (an input when what is NULL) of the given
@@ -133,6 +181,15 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
 {
     const kl_tensor_t *t = &w->tensors[a->n < KL_IR_MAX_TENSORS ? a->n : 0];
     int pi = s_new_param(c, nd->name, what, t->ndim, t->shape, t->dtype);
+    /* an NHWC q-conv's weight: [R,S,C,K] from the model's [K,C,R,S] */
+    if (nd->nhwc && nd->op == KL_MOP_QCONV2D && !strcmp(what, "weight") &&
+        t->ndim == 4) {
+        kl_export_param_t *q = &c->params[pi];
+        q->kcrs[0] = t->shape[3];
+        q->kcrs[1] = t->shape[2];
+        q->kcrs[2] = t->shape[0];
+        q->kcrs[3] = t->shape[1];
+    }
     char ex[64];
     snprintf(ex, sizeof ex, "p[%d]", pi);
     if (a->n < KL_IR_MAX_TENSORS)
@@ -145,13 +202,13 @@ static void s_layer_args(s_gen_t *c, const kl_mnode_t *nd,
                          const kl_workload_t *w, s_args_t *a)
 {
     char ex[64];
-    s_bufexpr(c, nd->in[0], ex, sizeof ex);
+    s_inexpr(c, nd->in[0], nd->nhwc, ex, sizeof ex);
     s_push(a, ex);
     bool two = nd->nin == 2;
     bool weight = nd->op == KL_MOP_CONV2D || nd->op == KL_MOP_DEPTHWISE ||
                   nd->op == KL_MOP_DENSE || (nd->op == KL_MOP_MATMUL && !two);
     if (two) {
-        s_bufexpr(c, nd->in[1], ex, sizeof ex);
+        s_inexpr(c, nd->in[1], nd->nhwc, ex, sizeof ex);
         s_push(a, ex);
     }
     if (weight && a->n < w->ntensors - 1)
@@ -164,7 +221,7 @@ static void s_layer_args(s_gen_t *c, const kl_mnode_t *nd,
     if (nd->bias && a->n < w->ntensors - 1)
         s_push_param(c, a, nd, "bias", w);
     if (nd->res) {
-        s_bufexpr(c, nd->res_from, ex, sizeof ex);
+        s_inexpr(c, nd->res_from, nd->nhwc, ex, sizeof ex);
         s_push(a, ex);
     }
     s_bufexpr(c, (int)(nd - c->g->nodes), ex, sizeof ex);
@@ -265,7 +322,7 @@ static void s_untuned_call(s_gen_t *c, int i)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
     char in[64], out[64], ln[128] = "";
-    s_bufexpr(c, nd->in[0], in, sizeof in);
+    s_inexpr(c, nd->in[0], false, in, sizeof in);
     s_bufexpr(c, i, out, sizeof out);
     long long cols = nd->shape[nd->ndim - 1];
     long long rows = s_numel(nd) / cols;
@@ -374,7 +431,7 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
                          "moves data (kiln export copies f32 only)",
                          c->src, nd->name, kl_dtype_name(x->dt));
     char in[64];
-    s_bufexpr(c, nd->in[0], in, sizeof in);
+    s_inexpr(c, nd->in[0], false, in, sizeof in);
     kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
                   (long long)s_numel(nd), nd->name);
     kl_buf_t b = {0};
@@ -403,7 +460,7 @@ static void s_qcast_call(s_gen_t *c, int i)
 {
     const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
     char in[64], out[64];
-    s_bufexpr(c, nd->in[0], in, sizeof in);
+    s_inexpr(c, nd->in[0], nd->nhwc, in, sizeof in);
     s_bufexpr(c, i, out, sizeof out);
     bool q = nd->op == KL_MOP_QUANTIZE;
     kl_dtype t = q ? nd->qout : x->dt;
@@ -473,7 +530,8 @@ static int s_layer(s_gen_t *c, int i, char *err)
         char in[2][64], out[64];
         const char *ins[2] = {in[0], in[1]};
         for (int k = 0; k < nd->nin; k++)
-            s_bufexpr(c, c->g->nodes[nd->in[k]].in[0], in[k], sizeof in[k]);
+            s_inexpr(c, c->g->nodes[nd->in[k]].in[0], nd->nhwc, in[k],
+                     sizeof in[k]);
         s_bufexpr(c, q, out, sizeof out);
         char *code = kl_export_qfuse_call(c->g, i, &c->qf[i], ins, out);
         s_emit(c, nd->name, -1, code);
@@ -625,8 +683,7 @@ static char *s_model_c(s_gen_t *c)
 {
     const kl_mgraph_t *g = c->g;
     int out = g->nout ? g->outputs[0] : g->n - 1;
-    char oex[64];
-    s_bufexpr(c, out, oex, sizeof oex);
+    const char *oex = c->oex;
     kl_buf_t b = {0};
     kl_buf_printf(
         &b,
@@ -648,6 +705,11 @@ static char *s_model_c(s_gen_t *c)
                   kl_export_helpers_c);
     if (c->qcasts)
         s_qcast_helpers(&b);
+    for (int i = 0; i < g->n; i++)
+        if (c->conv[i]) {
+            kl_buf_puts(&b, kl_export_layout_helpers_c);
+            break;
+        }
     kl_export_qfuse_helpers(g, c->qf, &b);
     s_param_tables(c, &b);
     kl_buf_printf(&b,
@@ -708,6 +770,9 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
         if (rc)
             return rc;
     }
+    const kl_mgraph_t *g = c->g;
+    s_inexpr(c, g->nout ? g->outputs[0] : g->n - 1, false, c->oex,
+             sizeof c->oex);
     int rc = kl_export_weights_plan(c->params, c->nparams, ps, c->src,
                                     &c->trained, err);
     if (rc)
@@ -721,6 +786,7 @@ static void s_gen_free(s_gen_t *c)
     free(c->param);
     free(c->view);
     free(c->qf);
+    free(c->conv);
     kl_buf_free(&c->decl);
     kl_buf_free(&c->run);
     kl_buf_free(&c->prun);
@@ -746,6 +812,7 @@ int kl_export_write_graph(const char *text, const char *source,
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
     c.qf = kl_xcalloc((size_t)g.n, sizeof *c.qf);
+    c.conv = kl_xcalloc((size_t)g.n, 1);
     kl_export_qfuse_plan(&g, c.qf);
     char *model_c = NULL, **paths = NULL;
     int np = 0;

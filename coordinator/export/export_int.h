@@ -24,6 +24,9 @@ typedef struct {
     bool input;
     kl_dtype dt;    /* f32; a q-op's weight s8, its bias s32 */
     int64_t offset; /* bytes into the weights; -1 for an input */
+    /* An NHWC q-conv's weight, laid out [R,S,C,K] from the model's own
+     * [K,C,R,S] (these four; kcrs[0] == 0: the same order). */
+    int64_t kcrs[4];
 } kl_export_param_t;
 
 /* Lays the weights out (each at a multiple of 64 bytes, setting every
@@ -52,6 +55,11 @@ typedef struct {
     int kind;
     int q; /* KL_QF_ADD / KL_QF_MAXPOOL: the quantize node it writes */
 } kl_qfuse_t;
+
+/* Value layouts (kl_mgraph_layout): the helpers kiln_model.c's
+ * conversions call, s_to_nhwc_E / s_to_nchw_E (E: the element's bytes,
+ * 1 or 4; arguments x, y, N, C, H*W). */
+extern const char kl_export_layout_helpers_c[];
 
 /* Fills plan[g->n]; returns the number of groups. The environment
  * variable KILN_EXPORT_NO_QFUSE (any value) turns the shortcuts off. */

@@ -17,35 +17,10 @@
 #include "export_int.h"
 #include "kl_util.h"
 
-/* The one node that reads node i, or -1 (none, several, or an output). */
-static int s_sole_reader(const kl_mgraph_t *g, int i)
-{
-    if (g->nodes[i].uses != 1)
-        return -1;
-    for (int o = 0; o < g->nout; o++)
-        if (g->outputs[o] == i)
-            return -1;
-    for (int j = i + 1; j < g->n; j++)
-        for (int k = 0; k < g->nodes[j].nin; k++)
-            if (g->nodes[j].in[k] == i)
-                return j;
-    return -1;
-}
-
-/* A dequantize of a u8 / s8 tensor. */
-static bool s_deq(const kl_mgraph_t *g, int i)
-{
-    const kl_mnode_t *d = &g->nodes[i];
-    if (d->op != KL_MOP_DEQUANTIZE || d->fused)
-        return false;
-    kl_dtype t = g->nodes[d->in[0]].dt;
-    return t == KL_DT_U8 || t == KL_DT_S8;
-}
-
 /* The quantize that alone reads node i (into u8 / s8), or -1. */
 static int s_quant_after(const kl_mgraph_t *g, int i)
 {
-    int q = s_sole_reader(g, i);
+    int q = kl_mgraph_sole_reader(g, i);
     if (q < 0 || g->nodes[q].op != KL_MOP_QUANTIZE || g->nodes[q].fused)
         return -1;
     kl_dtype t = g->nodes[q].qout;
@@ -63,31 +38,24 @@ int kl_export_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
         const kl_mnode_t *nd = &g->nodes[i];
         if (nd->fused || nd->res || nd->clip || nd->relu)
             continue;
-        if (nd->op == KL_MOP_ADD && nd->nin == 2 && s_deq(g, nd->in[0]) &&
-            s_deq(g, nd->in[1])) {
+        if (nd->op == KL_MOP_ADD && nd->nin == 2 && kl_mgraph_code_deq(g, nd->in[0]) &&
+            kl_mgraph_code_deq(g, nd->in[1])) {
             int q = s_quant_after(g, i);
             if (q < 0)
                 continue;
             plan[i] = (kl_qfuse_t){.kind = KL_QF_ADD, .q = q};
             plan[q].kind = KL_QF_SKIP;
             for (int k = 0; k < 2; k++)
-                if (nd->in[0] != nd->in[1] && s_sole_reader(g, nd->in[k]) == i)
+                if (nd->in[0] != nd->in[1] && kl_mgraph_sole_reader(g, nd->in[k]) == i)
                     plan[nd->in[k]].kind = KL_QF_SKIP;
             n++;
-        } else if (nd->op == KL_MOP_MAX_POOL && s_deq(g, nd->in[0])) {
-            /* max commutes with the monotone dequantize, and quantizing
-             * a dequantized code with the same numbers gives it back
-             * (|code - zp| <= 255: k * s / s is within 2^-22 k of k). */
-            const kl_mnode_t *d = &g->nodes[nd->in[0]];
-            int q = s_quant_after(g, i);
-            if (q < 0 || (float)g->nodes[q].scale != (float)d->scale ||
-                g->nodes[q].zo != d->zo ||
-                g->nodes[q].qout != g->nodes[d->in[0]].dt ||
-                !((float)d->scale > 0))
+        } else if (nd->op == KL_MOP_MAX_POOL) {
+            int q = kl_mgraph_code_pool(g, i);
+            if (q < 0)
                 continue;
             plan[i] = (kl_qfuse_t){.kind = KL_QF_MAXPOOL, .q = q};
             plan[q].kind = KL_QF_SKIP;
-            if (s_sole_reader(g, nd->in[0]) == i)
+            if (kl_mgraph_sole_reader(g, nd->in[0]) == i)
                 plan[nd->in[0]].kind = KL_QF_SKIP;
             n++;
         }
@@ -196,6 +164,42 @@ void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
                       (long long)nd->shape[2], (long long)nd->shape[3],
                       (long long)nd->R, (long long)nd->S, (long long)nd->stride,
                       (long long)nd->pad);
+        if (nd->nhwc) {
+            /* NHWC (kl_mgraph_layout): per output pixel, the max over
+             * the window's pixels in bounds of whole rows of C codes */
+            kl_buf_printf(
+                b,
+                "static void s_qmaxpool_%d(const %s *restrict x, %s *restrict "
+                "y)\n{\n"
+                "#pragma omp parallel for collapse(2) if (N * C * P * Q >= "
+                "S_PAR) schedule(static)\n"
+                "    for (long long np = 0; np < N * P; np++)\n"
+                "        for (long long q = 0; q < Q; q++) {\n"
+                "            long long n = np / P, p = np %% P;\n"
+                "            %s *restrict yc = y + (np * Q + q) * C;\n"
+                "            for (long long c = 0; c < C; c++)\n"
+                "                yc[c] = %d;\n"
+                "            for (long long r = 0; r < R; r++) {\n"
+                "                long long h = p * st - pad + r;\n"
+                "                if (h < 0 || h >= H)\n"
+                "                    continue;\n"
+                "                for (long long s = 0; s < S; s++) {\n"
+                "                    long long w = q * st - pad + s;\n"
+                "                    if (w < 0 || w >= W)\n"
+                "                        continue;\n"
+                "                    const %s *restrict xc = x + ((n * H + h) "
+                "* W + w) * C;\n"
+                "                    for (long long c = 0; c < C; c++)\n"
+                "                        yc[c] = xc[c] > yc[c] ? xc[c] : "
+                "yc[c];\n"
+                "                }\n            }\n        }\n}\n",
+                i, ts[t].ctype, ts[t].ctype, ts[t].ctype, ts[t].lo,
+                ts[t].ctype);
+            kl_buf_puts(b, "#undef N\n#undef C\n#undef H\n#undef W\n"
+                           "#undef P\n#undef Q\n#undef R\n#undef S\n"
+                           "#undef st\n#undef pad\n\n");
+            continue;
+        }
         kl_buf_printf(
             b,
             "static void s_qmaxpool_%d(const %s *restrict x, %s *restrict y)\n"

@@ -108,6 +108,18 @@ static uint32_t s_value(const kl_export_param_t *p, const kl_model_param_t *q,
     return u;
 }
 
+/* The index in the model's own values of value k of p: k, or for a
+ * weight laid out [R,S,C,K] (an NHWC q-conv's, W[r,s,c,f]) the index of
+ * W[f,c,r,s] in the model's [K,C,R,S]. */
+static int64_t s_src(const kl_export_param_t *p, int64_t k)
+{
+    if (!p->kcrs[0])
+        return k;
+    int64_t K = p->kcrs[0], C = p->kcrs[1], R = p->kcrs[2], S = p->kcrs[3];
+    int64_t f = k % K, c = k / K % C, s = k / (K * C) % S, r = k / (K * C * S);
+    return ((f * C + c) * R + r) * S + s;
+}
+
 /* One parameter's values as little-endian bytes of its type. */
 static int s_param(FILE *f, const kl_export_param_t *p,
                    const kl_model_params_t *ps, kl_rng_t *r, const char *path,
@@ -117,17 +129,28 @@ static int s_param(FILE *f, const kl_export_param_t *p,
     size_t sz = s_size(p->dt);
     unsigned char buf[4096];
     size_t n = 0;
+    /* Random values of a permuted weight: drawn in the model's order, so
+     * that a graph exported NHWC gets the weights its NCHW export gets. */
+    uint32_t *rnd = NULL;
+    if (!q && p->kcrs[0]) {
+        rnd = kl_xcalloc((size_t)p->numel, sizeof *rnd);
+        for (int64_t k = 0; k < p->numel; k++)
+            rnd[k] = s_value(p, NULL, k, r);
+    }
     for (int64_t k = 0; k < p->numel; k++) {
-        uint32_t u = s_value(p, q, k, r);
+        uint32_t u = rnd ? rnd[s_src(p, k)] : s_value(p, q, s_src(p, k), r);
         for (size_t b = 0; b < sz; b++)
             buf[n++] = (unsigned char)(u >> (8 * b));
         if (n == sizeof buf) {
             int rc = s_fwrite(f, buf, n, path, err);
-            if (rc)
+            if (rc) {
+                free(rnd);
                 return rc;
+            }
             n = 0;
         }
     }
+    free(rnd);
     return s_fwrite(f, buf, n, path, err);
 }
 

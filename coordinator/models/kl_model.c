@@ -81,6 +81,7 @@ void kl_mgraph_fuse(kl_mgraph_t *g)
             }
         }
     }
+    kl_mgraph_layout(g);
 }
 
 /* ---- one workload per computing layer ---- */
@@ -153,6 +154,8 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
         kl_buf_printf(&b, "q%s", f);
         free(f);
         s_qspec(&b, nd);
+        if (nd->nhwc && nd->op == KL_MOP_QCONV2D)
+            kl_buf_puts(&b, " layout=NHWC");
         return kl_buf_take(&b);
     }
     switch (nd->op) {

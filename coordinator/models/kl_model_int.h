@@ -78,6 +78,9 @@ typedef struct {
     int owner;    /* node whose kernel computes this value */
     bool fused;   /* folded into owner's epilogue */
     int res_from; /* the residual operand's node, -1 when none */
+    /* Filled by kl_mgraph_layout: the value is stored NHWC (a 4-D one;
+     * else NCHW, as the graph gives its shape). */
+    bool nhwc;
 } kl_mnode_t;
 
 typedef struct {
@@ -100,6 +103,28 @@ void kl_mgraph_free(kl_mgraph_t *g);
  * and export both call it, so a graph runs exactly as its tasks were
  * extracted. */
 void kl_mgraph_fuse(kl_mgraph_t *g);
+/* Which values are stored NHWC (kl_model_layout.c): every q-conv that is
+ * not grouped and has C a multiple of 4, at least 16, computes NHWC (its
+ * spec says layout=NHWC); quantize, dequantize, relu, clip, a same-shape
+ * add and a max pool on codes (kl_mgraph_code_pool) follow their input
+ * when a reader of theirs reads NHWC; everything else is NCHW. Called by
+ * kl_mgraph_fuse, after the folds. The environment variable
+ * KILN_LAYOUT_NCHW (any value) keeps every value NCHW (both tuning and
+ * export must see it: it changes the q-convs' workloads). */
+void kl_mgraph_layout(kl_mgraph_t *g);
+/* Whether a value's layout changes its memory: 4-D with C > 1 and
+ * H * W > 1. */
+bool kl_mgraph_layout_matters(const kl_mnode_t *nd);
+/* The one node that reads node i, or -1 (none, several, or an output). */
+int kl_mgraph_sole_reader(const kl_mgraph_t *g, int i);
+/* Whether node i is a dequantize (not fused) of u8 / s8 codes. */
+bool kl_mgraph_code_deq(const kl_mgraph_t *g, int i);
+/* Max pool i as a pool over codes: a dequantize of u8 / s8 codes into it,
+ * and one quantize with the same scale, zero point and type alone reading
+ * it; returns that quantize, or -1 (also when the environment has
+ * KILN_EXPORT_NO_QFUSE). */
+int kl_mgraph_code_pool(const kl_mgraph_t *g, int i);
+
 /* The named-op spec (kl_workload_from_op form) of computing node nd after
  * fusion; heap string. */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
