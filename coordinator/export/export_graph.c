@@ -341,74 +341,6 @@ static void s_untuned_call(s_gen_t *c, int i)
     free(code);
 }
 
-int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
-{
-    const char *l = text;
-    for (int k = 1; l && k < nd->line; k++) {
-        l = strchr(l, '\n');
-        l = l ? l + 1 : NULL;
-    }
-    const char *end = l ? strchr(l, '\n') : NULL;
-    const char *p = l ? strstr(l, "perm=") : NULL;
-    if (!p || (end && p > end))
-        return kl_seterr(err, KL_ERR_INTERNAL,
-                         "line %d: layer '%s': no perm= found", nd->line,
-                         nd->name);
-    p += 5;
-    for (int k = 0; k < nd->ndim; k++) {
-        char *q;
-        long v = strtol(p, &q, 10);
-        if (q == p || v < 0 || v >= nd->ndim)
-            return kl_seterr(err, KL_ERR_INTERNAL,
-                             "line %d: layer '%s': bad perm=", nd->line,
-                             nd->name);
-        perm[k] = (int)v;
-        p = *q == ',' ? q + 1 : q;
-    }
-    return KL_OK;
-}
-
-/* The permutation perm of a tensor of nd dims shape, simplified into sh
- * and pm: the dims of size 1 dropped, then each run of x's dims that stay
- * neighbours in the output merged into one. Returns the number of dims
- * left; 0 or 1 when the transpose keeps every element where it was (a
- * view of its input). */
-static int s_perm_reduce(int nd, const int64_t *shape, const int *perm,
-                         long long *sh, int *pm)
-{
-    int map[KL_MODEL_MAX_DIMS], p[KL_MODEL_MAX_DIMS], k = 0, m = 0;
-    long long s[KL_MODEL_MAX_DIMS];
-    for (int d = 0; d < nd; d++) {
-        map[d] = shape[d] == 1 ? -1 : k;
-        if (shape[d] != 1)
-            s[k++] = shape[d];
-    }
-    for (int j = 0; j < nd; j++)
-        if (map[perm[j]] >= 0)
-            p[m++] = map[perm[j]];
-    /* Runs of the output whose x dims follow each other: run r covers
-     * x's dims first[r] .. first[r] + len[r] - 1. */
-    int first[KL_MODEL_MAX_DIMS], len[KL_MODEL_MAX_DIMS], nr = 0;
-    for (int j = 0; j < m; j++) {
-        if (j && p[j] == p[j - 1] + 1) {
-            len[nr - 1]++;
-            continue;
-        }
-        first[nr] = p[j];
-        len[nr++] = 1;
-    }
-    for (int r = 0; r < nr; r++) {
-        int rank = 0;
-        for (int q = 0; q < nr; q++)
-            rank += first[q] < first[r];
-        pm[r] = rank;
-        sh[rank] = 1;
-        for (int d = first[r]; d < first[r] + len[r]; d++)
-            sh[rank] *= s[d];
-    }
-    return nr;
-}
-
 /* A transpose: a copy through the permutation (kiln_model.c's
  * s_transpose, on the simplified permutation), or a view of its input
  * when it moves only dims of size 1. */
@@ -420,7 +352,7 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     int rc = kl_export_perm(c->text, nd, perm, err);
     if (rc)
         return rc;
-    int rd = s_perm_reduce(x->ndim, x->shape, perm, sh, pm);
+    int rd = kl_export_perm_reduce(x->ndim, x->shape, perm, sh, pm);
     if (rd <= 1) {
         c->view[i] = true;
         return KL_OK;

@@ -13,6 +13,13 @@
  * text (the parsed graph keeps only the output shape). */
 int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm,
                    char *err);
+/* The permutation perm of a tensor of nd dims shape, simplified into sh
+ * and pm: the dims of size 1 dropped, then each run of x's dims that stay
+ * neighbours in the output merged into one. Returns the number of dims
+ * left; 0 or 1 when the transpose keeps every element where it was (a
+ * view of its input). */
+int kl_export_perm_reduce(int nd, const int64_t *shape, const int *perm,
+                          long long *sh, int *pm);
 
 /* A parameter of an exported model: a graph input, or a layer's weight,
  * bias or requant scale (whose values go into kiln_model.weights). */
