@@ -43,8 +43,8 @@ static void s_table(const kl_model_t *m)
     int kernels = 0;
     for (int i = 0; i < n; i++)
         kernels += kl_model_task(m, i)->weight;
-    printf("Model %s: %d layers -> %d kernels (fused relu/add: %d, views "
-           "and untuned: %d) -> %d distinct tasks\n\n",
+    printf("Model %s: %d layers -> %d kernels (fused relu/add and integer "
+           "shortcuts: %d, views and untuned: %d) -> %d distinct tasks\n\n",
            kl_model_name(m), kl_model_nlayers(m), kernels,
            kl_model_ntuned_layers(m) - kernels,
            kl_model_nlayers(m) - kl_model_ntuned_layers(m), n);

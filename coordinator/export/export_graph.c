@@ -56,7 +56,7 @@ typedef struct {
     int nlayers;
     int nprep;      /* layers whose kernel has a prepare step */
     bool qcasts;    /* quantize / dequantize layers: their helpers */
-    kl_qfuse_t *qf; /* [g->n]: integer shortcuts (kl_export_qfuse_plan) */
+    kl_qfuse_t *qf; /* [g->n]: integer shortcuts (kl_mgraph_qfuse_plan) */
     unsigned char *conv; /* [g->n]: copies made in NHWC (1), NCHW (2) */
     char oex[64];        /* the output's values, NCHW */
     bool trained;
@@ -745,7 +745,7 @@ int kl_export_write_graph(const char *text, const char *source,
     c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
     c.qf = kl_xcalloc((size_t)g.n, sizeof *c.qf);
     c.conv = kl_xcalloc((size_t)g.n, 1);
-    kl_export_qfuse_plan(&g, c.qf);
+    kl_mgraph_qfuse_plan(&g, c.qf);
     char *model_c = NULL, **paths = NULL;
     int np = 0;
     rc = s_gen(&c, params, &model_c, err);

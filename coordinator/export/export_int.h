@@ -51,27 +51,13 @@ int kl_export_weights_write(const kl_export_param_t *params, int n,
                             const kl_model_params_t *ps, bool trained,
                             const char *dir, char ***paths, int *np, char *err);
 
-/* Integer shortcuts (export_qfuse.c): a `dequantize`, `dequantize`,
- * `add`, `quantize` group written as one loop over the codes at the add
- * (KL_QF_ADD), a `dequantize`, `max_pool2d`, `quantize` group with the
- * same scale and zero point as a max pool over the codes at the pool
- * (KL_QF_MAXPOOL); the quantize, and each dequantize read by nothing
- * else, are not emitted (KL_QF_SKIP). Bit-equal to the layers. */
-enum { KL_QF_NONE = 0, KL_QF_SKIP, KL_QF_ADD, KL_QF_MAXPOOL };
-typedef struct {
-    int kind;
-    int q; /* KL_QF_ADD / KL_QF_MAXPOOL: the quantize node it writes */
-} kl_qfuse_t;
-
 /* Value layouts (kl_mgraph_layout): the helpers kiln_model.c's
- * conversions call, s_to_nhwc_E / s_to_nchw_E (E: the element's bytes,
- * 1 or 4; arguments x, y, N, C, H*W). */
+ * conversions call, s_to_nhwc / s_to_nchw (arguments x, y, N, C, H*W and
+ * the element's bytes, 1 or 4). */
 extern const char kl_export_layout_helpers_c[];
 
-/* Fills plan[g->n]; returns the number of groups. The environment
- * variable KILN_EXPORT_NO_QFUSE (any value) turns the shortcuts off. */
-int kl_export_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan);
-/* The call of group plan[i] (in: the C expressions of the integer tensors
+/* Integer shortcuts (export_qfuse.c; the groups: kl_mgraph_qfuse_plan).
+ * The call of group plan[i] (in: the C expressions of the integer tensors
  * the dequantize layers read, out: the quantize's buffer); heap string. */
 char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
                            const char *const *in, const char *out);

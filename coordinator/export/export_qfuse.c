@@ -1,5 +1,5 @@
 /* export_qfuse.c - integer shortcuts of an exported quantized graph
- * (export_int.h, kl_export_qfuse_plan).
+ * (export_int.h; the groups: kl_mgraph_qfuse_plan, kl_model_qgroups.c).
  *
  * A QDQ model leaves the integer domain around the layers kiln has no
  * integer form of: a residual add is `dequantize a`, `dequantize b`,
@@ -16,52 +16,6 @@
 
 #include "export_int.h"
 #include "kl_util.h"
-
-/* The quantize that alone reads node i (into u8 / s8), or -1. */
-static int s_quant_after(const kl_mgraph_t *g, int i)
-{
-    int q = kl_mgraph_sole_reader(g, i);
-    if (q < 0 || g->nodes[q].op != KL_MOP_QUANTIZE || g->nodes[q].fused)
-        return -1;
-    kl_dtype t = g->nodes[q].qout;
-    return t == KL_DT_U8 || t == KL_DT_S8 ? q : -1;
-}
-
-int kl_export_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++)
-        plan[i] = (kl_qfuse_t){.kind = KL_QF_NONE, .q = -1};
-    if (getenv("KILN_EXPORT_NO_QFUSE"))
-        return 0;
-    for (int i = 0; i < g->n; i++) {
-        const kl_mnode_t *nd = &g->nodes[i];
-        if (nd->fused || nd->res || nd->clip || nd->relu)
-            continue;
-        if (nd->op == KL_MOP_ADD && nd->nin == 2 && kl_mgraph_code_deq(g, nd->in[0]) &&
-            kl_mgraph_code_deq(g, nd->in[1])) {
-            int q = s_quant_after(g, i);
-            if (q < 0)
-                continue;
-            plan[i] = (kl_qfuse_t){.kind = KL_QF_ADD, .q = q};
-            plan[q].kind = KL_QF_SKIP;
-            for (int k = 0; k < 2; k++)
-                if (nd->in[0] != nd->in[1] && kl_mgraph_sole_reader(g, nd->in[k]) == i)
-                    plan[nd->in[k]].kind = KL_QF_SKIP;
-            n++;
-        } else if (nd->op == KL_MOP_MAX_POOL) {
-            int q = kl_mgraph_code_pool(g, i);
-            if (q < 0)
-                continue;
-            plan[i] = (kl_qfuse_t){.kind = KL_QF_MAXPOOL, .q = q};
-            plan[q].kind = KL_QF_SKIP;
-            if (kl_mgraph_sole_reader(g, nd->in[0]) == i)
-                plan[nd->in[0]].kind = KL_QF_SKIP;
-            n++;
-        }
-    }
-    return n;
-}
 
 static const char *s_t(kl_dtype t)
 {

@@ -290,11 +290,16 @@ static char *s_untuned(const kl_mgraph_t *g)
 static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
 {
     kl_mgraph_fuse(g);
+    /* The add or max pool of an integer shortcut group runs as one loop
+     * over the codes in the export: no task (counted as fused). */
+    kl_qfuse_t *qf = kl_xcalloc((size_t)g->n, sizeof *qf);
+    kl_mgraph_qfuse_plan(g, qf);
     for (int i = 0; i < g->n; i++) {
         const kl_mnode_t *nd = &g->nodes[i];
         if (nd->op != KL_MOP_INPUT)
             m->nlayers++;
-        if (nd->fused) {
+        if (nd->fused || qf[i].kind == KL_QF_ADD ||
+            qf[i].kind == KL_QF_MAXPOOL) {
             m->ntuned++;
             continue;
         }
@@ -308,12 +313,14 @@ static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
         int rc = kl_workload_from_op(spec, &w, werr);
         if (rc) {
             free(spec);
+            free(qf);
             return kl_seterr(err, rc, "%s:%d: layer '%s': %s", src, nd->line,
                              nd->name, werr);
         }
         m->ntuned++;
         s_add_task(m, w, spec, nd->name);
     }
+    free(qf);
     if (m->ntasks == 0)
         return kl_seterr(err, KL_ERR_INVAL,
                          "%s: no layer computes anything kiln can tune", src);

@@ -125,6 +125,24 @@ bool kl_mgraph_code_deq(const kl_mgraph_t *g, int i);
  * KILN_EXPORT_NO_QFUSE). */
 int kl_mgraph_code_pool(const kl_mgraph_t *g, int i);
 
+/* Integer shortcuts (kl_model_qgroups.c): a `dequantize`, `dequantize`,
+ * `add`, `quantize` group as one loop over the codes at the add
+ * (KL_QF_ADD), a `dequantize`, `max_pool2d`, `quantize` group with the
+ * same scale and zero point as a max pool over the codes at the pool
+ * (KL_QF_MAXPOOL); the quantize, and each dequantize read by nothing
+ * else, are not layers of their own (KL_QF_SKIP). Bit-equal to the
+ * layers. */
+enum { KL_QF_NONE = 0, KL_QF_SKIP, KL_QF_ADD, KL_QF_MAXPOOL };
+typedef struct {
+    int kind;
+    int q; /* KL_QF_ADD / KL_QF_MAXPOOL: the quantize node it writes */
+} kl_qfuse_t;
+
+/* Fills plan[g->n]; returns the number of groups. The environment
+ * variable KILN_EXPORT_NO_QFUSE (any value) turns the shortcuts off (for
+ * tuning and export alike: the group's add and pool are then tasks). */
+int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan);
+
 /* The named-op spec (kl_workload_from_op form) of computing node nd after
  * fusion; heap string. */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);

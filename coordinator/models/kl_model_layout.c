@@ -17,49 +17,6 @@
 
 #include "kl_model_int.h"
 
-int kl_mgraph_sole_reader(const kl_mgraph_t *g, int i)
-{
-    if (g->nodes[i].uses != 1)
-        return -1;
-    for (int o = 0; o < g->nout; o++)
-        if (g->outputs[o] == i)
-            return -1;
-    for (int j = i + 1; j < g->n; j++)
-        for (int k = 0; k < g->nodes[j].nin; k++)
-            if (g->nodes[j].in[k] == i)
-                return j;
-    return -1;
-}
-
-bool kl_mgraph_code_deq(const kl_mgraph_t *g, int i)
-{
-    const kl_mnode_t *d = &g->nodes[i];
-    if (d->op != KL_MOP_DEQUANTIZE || d->fused)
-        return false;
-    kl_dtype t = g->nodes[d->in[0]].dt;
-    return t == KL_DT_U8 || t == KL_DT_S8;
-}
-
-int kl_mgraph_code_pool(const kl_mgraph_t *g, int i)
-{
-    const kl_mnode_t *nd = &g->nodes[i];
-    if (getenv("KILN_EXPORT_NO_QFUSE") || nd->op != KL_MOP_MAX_POOL ||
-        nd->fused || !kl_mgraph_code_deq(g, nd->in[0]))
-        return -1;
-    /* max commutes with the monotone dequantize, and quantizing a
-     * dequantized code with the same numbers gives it back (|code - zp|
-     * <= 255: k * s / s is within 2^-22 k of k). */
-    const kl_mnode_t *d = &g->nodes[nd->in[0]];
-    int q = kl_mgraph_sole_reader(g, i);
-    if (q < 0 || g->nodes[q].op != KL_MOP_QUANTIZE || g->nodes[q].fused)
-        return -1;
-    const kl_mnode_t *qn = &g->nodes[q];
-    if ((float)qn->scale != (float)d->scale || qn->zo != d->zo ||
-        qn->qout != g->nodes[d->in[0]].dt || !((float)d->scale > 0))
-        return -1;
-    return q;
-}
-
 bool kl_mgraph_layout_matters(const kl_mnode_t *nd)
 {
     return nd->ndim == 4 && nd->shape[1] > 1 &&

@@ -122,8 +122,21 @@ static void test_qop_text(void **state)
     kl_model_t *m = NULL;
     assert_int_equal(kl_model_load(S_DIR "residual_cnn_qop.onnx", &m, err),
                      KL_OK);
-    /* 4 qconv2d, max_pool2d, add, avg_pool2d, the pool's
-     * qdepthwise_conv2d, qdense */
+    /* 4 qconv2d, avg_pool2d, the pool's qdepthwise_conv2d, qdense; the
+     * max pool and the add on codes are integer shortcuts of the export
+     * (kl_mgraph_qfuse_plan): no task, not tuned */
+    assert_int_equal(kl_model_ntasks(m), 7);
+    for (int t = 0; t < kl_model_ntasks(m); t++) {
+        const char *nm = kl_model_task(m, t)->w->name;
+        if (!strncmp(nm, "add_", 4) || !strncmp(nm, "max_pool2d", 10))
+            fail_msg("task %d (%s) is an integer shortcut's", t, nm);
+    }
+    kl_model_destroy(&m);
+    /* without the shortcuts they are tasks again */
+    setenv("KILN_EXPORT_NO_QFUSE", "1", 1);
+    int rc = kl_model_load(S_DIR "residual_cnn_qop.onnx", &m, err);
+    unsetenv("KILN_EXPORT_NO_QFUSE");
+    assert_int_equal(rc, KL_OK);
     assert_int_equal(kl_model_ntasks(m), 9);
     kl_model_destroy(&m);
 }
