@@ -707,8 +707,9 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     kl_buf_free(&g);
     for (int64_t t = 0; t < c.ntile; t++)
         if (c.pfg && c.pft[t])
-            kl_buf_printf(&b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n",
-                          ind, (long long)t, L);
+            kl_buf_printf(
+                &b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n", ind,
+                (long long)t, L);
     for (int64_t t = 0; t < c.ntile; t++)
         kl_buf_printf(&b,
                       "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, c0), "

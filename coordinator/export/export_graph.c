@@ -54,9 +54,9 @@ typedef struct {
     int nparams, ninputs;
     s_layer_t *layers;
     int nlayers;
-    int nprep;      /* layers whose kernel has a prepare step */
-    bool qcasts;    /* quantize / dequantize layers: their helpers */
-    kl_qfuse_t *qf; /* [g->n]: integer shortcuts (kl_mgraph_qfuse_plan) */
+    int nprep;           /* layers whose kernel has a prepare step */
+    bool qcasts;         /* quantize / dequantize layers: their helpers */
+    kl_qfuse_t *qf;      /* [g->n]: integer shortcuts (kl_mgraph_qfuse_plan) */
     unsigned char *conv; /* [g->n]: copies made in NHWC (1), NCHW (2) */
     char oex[64];        /* the output's values, NCHW */
     bool trained;
@@ -110,8 +110,8 @@ static void s_inexpr(s_gen_t *c, int i, bool nhwc, char *out, size_t n)
         return;
     c->conv[i] |= nhwc ? 1 : 2;
     kl_buf_printf(&c->decl, "static %s %s[%lld]; /* %s, %s */\n",
-                  kl_dtype_ctype(nd->dt), out, (long long)s_numel(nd),
-                  nd->name, nhwc ? "NHWC" : "NCHW");
+                  kl_dtype_ctype(nd->dt), out, (long long)s_numel(nd), nd->name,
+                  nhwc ? "NHWC" : "NCHW");
     char name[KL_MODEL_MAX_NAME + 8];
     snprintf(name, sizeof name, "%s.%s", nd->name, nhwc ? "nhwc" : "nchw");
     int e = nd->dt == KL_DT_U8 || nd->dt == KL_DT_S8 ? 1 : 4;

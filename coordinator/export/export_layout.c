@@ -185,4 +185,3 @@ int kl_export_perm_reduce(int nd, const int64_t *shape, const int *perm,
     }
     return nr;
 }
-

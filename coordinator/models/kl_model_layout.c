@@ -19,8 +19,7 @@
 
 bool kl_mgraph_layout_matters(const kl_mnode_t *nd)
 {
-    return nd->ndim == 4 && nd->shape[1] > 1 &&
-           nd->shape[2] * nd->shape[3] > 1;
+    return nd->ndim == 4 && nd->shape[1] > 1 && nd->shape[2] * nd->shape[3] > 1;
 }
 
 /* A layer that computes in whichever layout its input has. */

@@ -103,4 +103,3 @@ int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
     }
     return n;
 }
-

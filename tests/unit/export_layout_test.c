@@ -199,8 +199,8 @@ static void test_layout_weights(void **state)
     fx_lib_t a, b;
     free(s_export(fx, "wa", false, &a));
     free(s_export(fx, "wb", true, &b));
-    long long (*na)(int) = (long long (*)(int))dlsym(a.h,
-                                                      "kiln_model_param_numel");
+    long long (*na)(int) =
+        (long long (*)(int))dlsym(a.h, "kiln_model_param_numel");
     const char *(*nm)(int) =
         (const char *(*)(int))dlsym(a.h, "kiln_model_param_name");
     const float *(*da)(int) =

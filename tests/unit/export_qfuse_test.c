@@ -97,8 +97,8 @@ static int teardown(void **state)
  * the shortcuts; returns kiln_model.c's text. */
 static char *s_export(fx_t *fx, const char *name, bool fuse, fx_lib_t *l)
 {
-    char *text = fx_export(fx->dir, name, s_graph, "KILN_EXPORT_NO_QFUSE",
-                           !fuse, l);
+    char *text =
+        fx_export(fx->dir, name, s_graph, "KILN_EXPORT_NO_QFUSE", !fuse, l);
     long long (*onumel)(void);
     *(void **)&onumel = dlsym(l->h, "kiln_model_output_numel");
     assert_non_null(onumel);
