@@ -107,11 +107,13 @@ static inline char *fx_export(const char *dir, const char *name,
 }
 
 /* Builds DIR/NAME's kiln_model.c with `from` replaced by `to` (its first
- * occurrence) and NAME's tasks into DIR/NAME/libvariant_K.so, and opens
- * it into l. */
-static inline void fx_variant(const char *dir, const char *name,
-                              const char *from, const char *to, int k,
-                              fx_lib_t *l)
+ * occurrence) and NAME's tasks into DIR/NAME/libvariant_TAG.so; returns
+ * the library's path (the caller's). Each variant needs its own tag: the
+ * libraries are linked -z nodelete, so dlopen of a path already opened
+ * returns the library first built there. */
+static inline char *fx_variant_lib(const char *dir, const char *name,
+                                   const char *from, const char *to,
+                                   const char *tag)
 {
     char err[KL_ERRMSG_LEN];
     char *d = kl_xasprintf("%s/%s", dir, name);
@@ -125,7 +127,7 @@ static inline void fx_variant(const char *dir, const char *name,
     kl_buf_append(&b, text, (size_t)(at - text));
     kl_buf_puts(&b, to);
     kl_buf_puts(&b, at + strlen(from));
-    char *vsrc = kl_xasprintf("%s/variant_%d.c", d, k);
+    char *vsrc = kl_xasprintf("%s/variant_%s.c", d, tag);
     assert_int_equal(kl_write_file(vsrc, b.data, b.len, err), KL_OK);
     char *srcs[32];
     int n = 0;
@@ -138,19 +140,28 @@ static inline void fx_variant(const char *dir, const char *name,
     closedir(dd);
     srcs[n++] = vsrc;
     srcs[n++] = kl_xasprintf("%s/kiln_weights.S", d);
-    char *lib = kl_xasprintf("%s/libvariant_%d.so", d, k);
+    char *lib = kl_xasprintf("%s/libvariant_%s.so", d, tag);
     if (kl_export_cc(NULL, srcs, n, lib, err))
-        fail_msg("variant: %s", err);
-    fx_open(l, lib);
+        fail_msg("variant %s: %s", tag, err);
     for (int i = 0; i < n; i++)
-        if (srcs[i] != vsrc)
-            free(srcs[i]);
-    free(vsrc);
-    free(lib);
+        free(srcs[i]);
     kl_buf_free(&b);
     free(text);
     free(src);
     free(d);
+    return lib;
+}
+
+/* fx_variant_lib's library (tag k) opened into l. */
+static inline void fx_variant(const char *dir, const char *name,
+                              const char *from, const char *to, int k,
+                              fx_lib_t *l)
+{
+    char tag[16];
+    snprintf(tag, sizeof tag, "%d", k);
+    char *lib = fx_variant_lib(dir, name, from, to, tag);
+    fx_open(l, lib);
+    free(lib);
 }
 
 #endif

@@ -191,40 +191,14 @@ static bool s_vs_ort(fx_t *fx, const lib_t *l, bool verbose)
     return within >= 0.999 * 10 && top;
 }
 
-/* kiln_model.c of dir with `from` replaced by `to` (which must be there),
- * built with the kernels into dir/NAME. */
-static void s_variant(fx_t *fx, const char *dir, const char *from,
-                      const char *to, const char *name, lib_t *l)
+/* fx->dir/naive's kiln_model.c with `from` replaced by `to` (which must be
+ * there), built with its kernels (fx_variant_lib, tag NAME), opened. */
+static void s_variant(fx_t *fx, const char *from, const char *to,
+                      const char *name, lib_t *l)
 {
-    char *src = kl_xasprintf("%s/kiln_model.c", dir), *text = NULL;
-    size_t len = 0;
-    assert_int_equal(kl_read_file(src, &text, &len, fx->err), KL_OK);
-    char *at = strstr(text, from);
-    if (!at)
-        fail_msg("'%s' is not in the generated %s", from, src);
-    kl_buf_t b = {0};
-    kl_buf_append(&b, text, (size_t)(at - text));
-    kl_buf_puts(&b, to);
-    kl_buf_puts(&b, at + strlen(from));
-    char *vsrc = kl_xasprintf("%s/variant_%s.c", dir, name);
-    assert_int_equal(kl_write_file(vsrc, b.data, b.len, fx->err), KL_OK);
-    char *srcs[8];
-    int n = 0;
-    for (int t = 0; t < 5; t++)
-        srcs[n++] = kl_xasprintf("%s/task_%02d.c", dir, t);
-    srcs[n++] = vsrc;
-    srcs[n++] = kl_xasprintf("%s/kiln_weights.S", dir);
-    char *lib = kl_xasprintf("%s/lib%s.so", dir, name);
-    int rc = kl_export_cc(NULL, srcs, n, lib, fx->err);
-    if (rc)
-        fail_msg("variant %s: %s", name, fx->err);
+    char *lib = fx_variant_lib(fx->dir, "naive", from, to, name);
     s_open(l, lib);
-    for (int i = 0; i < n; i++)
-        free(srcs[i]);
     free(lib);
-    kl_buf_free(&b);
-    free(text);
-    free(src);
 }
 
 static void test_small_cnn_int8_vs_ort(void **state)
@@ -245,7 +219,6 @@ static void test_small_cnn_int8_vs_ort(void **state)
     dlclose(l.h);
 
     /* Broken on purpose: the check must see it. */
-    char *dir = kl_xasprintf("%s/naive", fx->dir);
     static const struct {
         const char *from, *to, *name;
     } bad[] = {
@@ -253,14 +226,13 @@ static void test_small_cnn_int8_vs_ort(void **state)
         {"nearbyintf(x[i] / scale)", "truncf(x[i] / scale)", "trunc"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        s_variant(fx, dir, bad[k].from, bad[k].to, bad[k].name, &l);
+        s_variant(fx, bad[k].from, bad[k].to, bad[k].name, &l);
         printf("variant %s: ", bad[k].name);
         if (s_vs_ort(fx, &l, true))
             fail_msg("variant %s passes the check against ONNX Runtime",
                      bad[k].name);
         dlclose(l.h);
     }
-    free(dir);
 }
 
 /* Exact ties (x / 0.5 = k + 0.5), out of range values, u8 and s8. */
