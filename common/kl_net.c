@@ -295,7 +295,8 @@ int kl_net_server_new(kl_net_t **out, const char *endpoint,
                    "ROUTER_MANDATORY", err);
     if (rc == KL_OK && !sec->insecure) {
         const char *allow = sec->allow_dir ? sec->allow_dir : sec->keys_dir;
-        rc = kl_net__zap_register(allow, self->domain, err);
+        rc =
+            kl_net__zap_register(allow, sec->also_allow_dir, self->domain, err);
         if (rc == KL_OK)
             rc = s_opt(self->sock, ZMQ_ZAP_DOMAIN, self->domain,
                        strlen(self->domain), "ZAP_DOMAIN", err);

@@ -35,8 +35,11 @@
  * (dispatch keeps each agent's minor and checks kl_dreq_t.need_minor).
  * Minor 5 added DeviceInfo.features (CPU features such as "vnni"): a
  * task for a refined target ("cpu/x86_64-avx512+vnni") goes only to
- * devices listing them, so never to a 1.4 agent; the rest is unchanged. */
-#define KL_PROTO_MINOR 5
+ * devices listing them, so never to a 1.4 agent; the rest is unchanged.
+ * Minor 6 added JobResult.limit (a head's limit refused the request),
+ * StatusReply.all_jobs and DrainReply.error (operator keys of kiln serve);
+ * agents never see them. */
+#define KL_PROTO_MINOR 6
 #define KL_PROTO_MINOR_AGENT_MIN 1
 
 /* Largest frame accepted (bytes). */
@@ -69,6 +72,10 @@ typedef struct {
      * are picked up).
      * NULL means keys_dir. */
     const char *allow_dir;
+    /* Server: a second directory of allowed *.pub files, read (and
+     * rescanned) with allow_dir; may be missing (no key from it). kiln
+     * serve's KEYS/operators on its client socket. NULL: none. */
+    const char *also_allow_dir;
     /* Client: file holding the server's public key. */
     const char *server_key_file;
     /* No CURVE at all. Allowed only for loopback endpoints (tcp://127.x,
@@ -84,6 +91,13 @@ int kl_net_keygen(const char *dir, const char *name, char *err);
 /* Reads one Z85 key file into out (41 bytes, NUL-terminated). A missing
  * file, a file that is not 40 Z85 characters, is an error naming it. */
 int kl_net_read_key(const char *path, char out[41], char *err);
+
+/* Reads every DIR/\*.pub into *keys (*n Z85 strings, each and the array
+ * to be freed with kl_net_keys_free); a file that is not a key is skipped
+ * with a warning naming it. A missing DIR is KL_ERR_NOTFOUND, another
+ * failure to read it KL_ERR_IO. */
+int kl_net_read_key_dir(const char *dir, char ***keys, size_t *n, char *err);
+void kl_net_keys_free(char **keys, size_t n);
 
 typedef struct kl_net_s kl_net_t;
 

@@ -409,6 +409,7 @@ static int s_check_job_result(const Kiln__JobResult *r, char *err)
     S_TRY(s_str(r->agent, KL_NET_MAX_STRING, p, "agent", err));
     S_TRY(s_str(r->hostname, KL_NET_MAX_STRING, p, "hostname", err));
     S_TRY(s_str(r->device_name, KL_NET_MAX_STRING, p, "device_name", err));
+    S_TRY(s_str(r->limit, KL_NET_MAX_STRING, p, "limit", err));
     return s_str(r->device_target, KL_NET_MAX_STRING, p, "device_target", err);
 }
 
@@ -470,9 +471,13 @@ static int s_check_head(const Kiln__Envelope *env, char *err)
                      S_AT(NULL, "agents_query", -1), "target", err);
     case KILN__ENVELOPE__BODY_AGENTS_REPLY:
     case KILN__ENVELOPE__BODY_STATUS_QUERY:
-    case KILN__ENVELOPE__BODY_DRAIN_REPLY:
         /* Only integers inside. */
         return env->agents_reply ? KL_OK : s_fail(err, NULL, "body missing");
+    case KILN__ENVELOPE__BODY_DRAIN_REPLY:
+        if (!env->drain_reply)
+            return s_fail(err, S_AT(NULL, "drain_reply", -1), "missing");
+        return s_str(env->drain_reply->error, KL_NET_MAX_ERROR,
+                     S_AT(NULL, "drain_reply", -1), "error", err);
     case KILN__ENVELOPE__BODY_STATUS_REPLY:
         return env->status_reply
                    ? s_check_status(env->status_reply, err)

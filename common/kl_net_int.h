@@ -23,11 +23,13 @@ int kl_net__peek_version(const void *buf, size_t len, uint32_t *major,
 void *kl_net__ctx_acquire(char *err);
 void kl_net__ctx_release(void);
 
-/* Registers a CURVE server's allow-list directory with the process' ZAP
+/* Registers a CURVE server's allow-list directory (and also_dir, may be
+ * NULL or missing, whose keys are admitted too) with the process' ZAP
  * handler (started on the first registration) and writes the ZAP domain
- * the server socket must carry into domain (32 bytes). The directory is
- * scanned once now; a missing directory is KL_ERR_NOTFOUND. */
-int kl_net__zap_register(const char *allow_dir, char domain[32], char *err);
+ * the server socket must carry into domain (32 bytes). The directories
+ * are scanned once now; a missing allow_dir is KL_ERR_NOTFOUND. */
+int kl_net__zap_register(const char *allow_dir, const char *also_dir,
+                         char domain[32], char *err);
 /* Forgets the domain; the handler stops with the last one. */
 void kl_net__zap_unregister(const char *domain);
 /* Clients refused so far for this domain. */

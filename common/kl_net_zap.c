@@ -32,7 +32,8 @@
 typedef struct s_dom {
     char domain[32];
     char *allow_dir;
-    char **keys; /* Z85 public keys */
+    char *also_dir; /* NULL: none */
+    char **keys;    /* Z85 public keys of both */
     size_t nkeys;
     uint64_t denied;
     double last_scan;
@@ -84,7 +85,7 @@ void kl_net__ctx_release(void)
 
 /* ---- allow lists ------------------------------------------------------- */
 
-static void s_keys_free(char **keys, size_t n)
+void kl_net_keys_free(char **keys, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         free(keys[i]);
@@ -125,6 +126,34 @@ static int s_scan_dir(const char *dir, char ***keys, size_t *nkeys, char *err)
     return KL_OK;
 }
 
+int kl_net_read_key_dir(const char *dir, char ***keys, size_t *n, char *err)
+{
+    *keys = NULL;
+    *n = 0;
+    return s_scan_dir(dir, keys, n, err);
+}
+
+/* The keys of allow_dir and of also_dir (NULL or missing: none). */
+static int s_scan_both(const char *allow_dir, const char *also_dir,
+                       char ***keys, size_t *nkeys, char *err)
+{
+    int rc = s_scan_dir(allow_dir, keys, nkeys, err);
+    char **more = NULL, why[KL_ERRMSG_LEN];
+    size_t nmore = 0;
+    if (rc != KL_OK || !also_dir)
+        return rc;
+    int rc2 = s_scan_dir(also_dir, &more, &nmore, why);
+    if (rc2 != KL_OK && rc2 != KL_ERR_NOTFOUND)
+        kl_warn("%s", why);
+    if (nmore) {
+        *keys = kl_xrealloc(*keys, (*nkeys + nmore) * sizeof **keys);
+        memcpy(*keys + *nkeys, more, nmore * sizeof *more);
+        *nkeys += nmore;
+    }
+    free(more);
+    return KL_OK;
+}
+
 static s_dom_t *s_find(const char *domain)
 {
     for (s_dom_t *d = s_doms; d; d = d->next)
@@ -154,9 +183,10 @@ static bool s_admit(const char *domain, const char *key, const char *addr)
     /* A flood of unknown keys must not turn into a flood of directory
      * scans: at most one per S_RESCAN_S per server. */
     double now = kl_now_s();
-    char *dir = NULL;
+    char *dir = NULL, *also = NULL;
     if (d && now - d->last_scan >= S_RESCAN_S) {
         dir = kl_xstrdup(d->allow_dir);
+        also = d->also_dir ? kl_xstrdup(d->also_dir) : NULL;
         d->last_scan = now;
     } else if (d) {
         d->denied++;
@@ -167,13 +197,13 @@ static bool s_admit(const char *domain, const char *key, const char *addr)
 
     char **keys = NULL, err[KL_ERRMSG_LEN];
     size_t nkeys = 0;
-    if (s_scan_dir(dir, &keys, &nkeys, err) != KL_OK)
+    if (s_scan_both(dir, also, &keys, &nkeys, err) != KL_OK)
         kl_warn("%s", err);
     bool ok = false;
     pthread_mutex_lock(&s_lock);
     d = s_find(domain);
     if (d) {
-        s_keys_free(d->keys, d->nkeys);
+        kl_net_keys_free(d->keys, d->nkeys);
         d->keys = keys;
         d->nkeys = nkeys;
         keys = NULL;
@@ -190,8 +220,9 @@ static bool s_admit(const char *domain, const char *key, const char *addr)
         }
     }
     pthread_mutex_unlock(&s_lock);
-    s_keys_free(keys, nkeys);
+    kl_net_keys_free(keys, nkeys);
     free(dir);
+    free(also);
     return ok;
 }
 
@@ -321,11 +352,12 @@ static void s_zap_stop(void)
     s_zap_on = false;
 }
 
-int kl_net__zap_register(const char *allow_dir, char domain[32], char *err)
+int kl_net__zap_register(const char *allow_dir, const char *also_dir,
+                         char domain[32], char *err)
 {
     char **keys = NULL;
     size_t nkeys = 0;
-    int rc = s_scan_dir(allow_dir, &keys, &nkeys, err);
+    int rc = s_scan_both(allow_dir, also_dir, &keys, &nkeys, err);
     if (rc != KL_OK)
         return rc;
     pthread_mutex_lock(&s_life);
@@ -335,11 +367,12 @@ int kl_net__zap_register(const char *allow_dir, char domain[32], char *err)
         rc = s_zap_start(err);
     if (rc != KL_OK) {
         pthread_mutex_unlock(&s_life);
-        s_keys_free(keys, nkeys);
+        kl_net_keys_free(keys, nkeys);
         return rc;
     }
     s_dom_t *d = kl_xcalloc(1, sizeof *d);
     d->allow_dir = kl_xstrdup(allow_dir);
+    d->also_dir = also_dir ? kl_xstrdup(also_dir) : NULL;
     d->keys = keys;
     d->nkeys = nkeys;
     d->last_scan = kl_now_s();
@@ -371,8 +404,9 @@ void kl_net__zap_unregister(const char *domain)
     bool empty = s_doms == NULL;
     pthread_mutex_unlock(&s_lock);
     if (d) {
-        s_keys_free(d->keys, d->nkeys);
+        kl_net_keys_free(d->keys, d->nkeys);
         free(d->allow_dir);
+        free(d->also_dir);
         free(d);
     }
     if (empty && s_zap_on)
