@@ -67,6 +67,10 @@ typedef struct {
     bool term;
     Kiln__Candidate **scratch;
     size_t scratch_cap;
+    /* The last Hello refused and when it was logged: an agent refused
+     * says Hello again every interval, logged once a minute. */
+    char refused[KL_ERRMSG_LEN];
+    double refused_at;
 } s_actor_t;
 
 static int s_send_env(s_actor_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
@@ -124,7 +128,11 @@ static void s_on_hello(s_actor_t *s, const kl_peer_t *peer,
     char err[KL_ERRMSG_LEN];
     int slot = kl_dcore_hello(s->core, peer, h, now, err);
     if (slot < 0) {
-        kl_warn("dispatch: %s", err);
+        if (strcmp(err, s->refused) != 0 || now - s->refused_at > 60) {
+            kl_warn("dispatch: %s", err);
+            snprintf(s->refused, sizeof s->refused, "%s", err);
+            s->refused_at = now;
+        }
         s_goodbye(s, peer, err);
         return;
     }
@@ -166,6 +174,11 @@ static void s_on_message(s_actor_t *s, const kl_peer_t *peer,
 {
     Kiln__Envelope *e = *env;
     int slot = kl_dcore_find(s->core, peer);
+    /* The agent is the key it authenticated with, not the routing id
+     * (which a client may pick): another key is not that agent. */
+    if (slot >= 0 &&
+        strcmp(kl_dcore_agent(s->core, slot)->peer.key, peer->key) != 0)
+        slot = -1;
     if (e->body_case == KILN__ENVELOPE__BODY_HELLO &&
         e->version_minor < KL_PROTO_MINOR_AGENT_MIN) {
         char why[200];
@@ -355,6 +368,8 @@ static void *s_actor(void *arg)
     zmq_connect(s.res, api->res_ep);
     int rc = kl_dcore_new(&s.core, api->cfg.retries,
                           api->cfg.compile_allowance_s, api->cfg.margin_s, err);
+    if (rc == KL_OK)
+        kl_dcore_bind_names(s.core, api->cfg.name_hold_s);
     if (rc == KL_OK)
         rc = kl_net_server_new(&s.net, api->cfg.endpoint, &api->cfg.security,
                                err);

@@ -65,6 +65,12 @@ typedef struct {
     double margin_s;
     /* Shown to agents in Welcome; NULL: "kiln-<pid>". */
     const char *coordinator_id;
+    /* > 0: an agent name is bound to the CURVE key that registered it: a
+     * Hello with that name from another key is answered Goodbye (naming
+     * why) while an agent of the name is live and for this many seconds
+     * after the last one leaves (kiln serve: --name-hold-s). 0: names are
+     * not bound (kiln tune --listen, whose agents are one operator's). */
+    double name_hold_s;
 } kl_dispatch_config_t;
 
 /* Starts the actor and binds its ROUTER. A bind or key failure is returned

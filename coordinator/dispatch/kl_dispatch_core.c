@@ -154,9 +154,25 @@ static s_qent_t s_q_pop(s_queue_t *q)
 
 /* ---- the core ---- */
 
+/* An agent name bound to the CURVE key of the agent that registered it
+ * (kl_dcore_bind_names); gone_at is 0 while an agent of that name is
+ * live. */
+typedef struct {
+    char *name;
+    char key[41];
+    double gone_at;
+} s_bind_t;
+
+/* Names remembered at most (live ones included): past it the one gone the
+ * longest is forgotten first. */
+#define S_MAX_BINDS 65536
+
 struct kl_dcore_s {
     int retries;
     double compile_s, margin_s;
+    double hold_s; /* > 0: names bound to keys this long after */
+    s_bind_t *binds;
+    size_t n_binds, cap_binds;
     s_map_t reqs;  /* request id -> kl_dreq_t */
     s_map_t peers; /* hash of routing id -> slot + 1 */
     kl_dagent_t *agents;
@@ -235,8 +251,106 @@ void kl_dcore_destroy(kl_dcore_t **self_p)
         kl_dispatch_result_free(&c->out[i]);
     free(c->out);
     free(c->lat);
+    for (size_t i = 0; i < c->n_binds; i++)
+        free(c->binds[i].name);
+    free(c->binds);
     free(c);
     *self_p = NULL;
+}
+
+/* ---- agent names bound to keys ---- */
+
+void kl_dcore_bind_names(kl_dcore_t *self, double hold_s)
+{
+    self->hold_s = hold_s > 0 ? hold_s : 0;
+}
+
+static s_bind_t *s_bind_find(kl_dcore_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_binds; i++)
+        if (strcmp(c->binds[i].name, name) == 0)
+            return &c->binds[i];
+    return NULL;
+}
+
+static void s_bind_del(kl_dcore_t *c, size_t i)
+{
+    free(c->binds[i].name);
+    c->binds[i] = c->binds[--c->n_binds];
+}
+
+/* Forgets the names whose agents left hold_s ago or more; past
+ * S_MAX_BINDS also the one gone the longest. */
+static void s_bind_prune(kl_dcore_t *c, double now)
+{
+    for (size_t i = c->n_binds; i-- > 0;)
+        if (c->binds[i].gone_at > 0 && now - c->binds[i].gone_at >= c->hold_s)
+            s_bind_del(c, i);
+    while (c->n_binds >= S_MAX_BINDS) {
+        size_t old = c->n_binds;
+        for (size_t i = 0; i < c->n_binds; i++)
+            if (c->binds[i].gone_at > 0 &&
+                (old == c->n_binds ||
+                 c->binds[i].gone_at < c->binds[old].gone_at))
+                old = i;
+        if (old == c->n_binds)
+            break; /* every one live */
+        s_bind_del(c, old);
+    }
+}
+
+/* KL_ERR_AUTH with the reason when name is bound to another key than
+ * key: an agent of it is live, or left less than hold_s ago. */
+static int s_bind_check(kl_dcore_t *c, const char *name, const char *key,
+                        double now, char *err)
+{
+    s_bind_t *b = s_bind_find(c, name);
+    if (!b || strcmp(b->key, key) == 0)
+        return KL_OK;
+    if (b->gone_at == 0)
+        return kl_seterr(err, KL_ERR_AUTH,
+                         "agent name %.200s is taken: a live agent of another "
+                         "key holds it (an agent name is bound to the key "
+                         "that registered it)",
+                         name);
+    if (now - b->gone_at < c->hold_s)
+        return kl_seterr(err, KL_ERR_AUTH,
+                         "agent name %.200s belongs to another key: its agent "
+                         "left %.1f s ago and the name stays that key's for "
+                         "%g s after",
+                         name, now - b->gone_at, c->hold_s);
+    return KL_OK;
+}
+
+static void s_bind_set(kl_dcore_t *c, const char *name, const char *key)
+{
+    s_bind_t *b = s_bind_find(c, name);
+    if (!b) {
+        if (c->n_binds == c->cap_binds) {
+            c->cap_binds = c->cap_binds ? 2 * c->cap_binds : 64;
+            c->binds = kl_xrealloc(c->binds, c->cap_binds * sizeof *c->binds);
+        }
+        b = &c->binds[c->n_binds++];
+        b->name = kl_xstrdup(name);
+    }
+    snprintf(b->key, sizeof b->key, "%s", key);
+    b->gone_at = 0;
+}
+
+/* The agent in slot leaves: its name's hold starts unless another live
+ * agent (of the same key) still has that name. */
+static void s_bind_leave(kl_dcore_t *c, int slot, double now)
+{
+    const kl_dagent_t *a = &c->agents[slot];
+    if (c->hold_s <= 0 || !a->name)
+        return;
+    for (size_t i = 0; i < c->n_slots; i++)
+        if ((int)i != slot && c->agents[i].live &&
+            strcmp(c->agents[i].name, a->name) == 0)
+            return;
+    s_bind_t *b = s_bind_find(c, a->name);
+    if (b)
+        b->gone_at = now > 0 ? now : 1e-9;
 }
 
 static s_queue_t *s_queue_for(kl_dcore_t *c, const char *target)
@@ -376,6 +490,7 @@ void kl_dcore_agent_lost(kl_dcore_t *self, int slot, double now,
         return;
     kl_warn("agent %s (%s pid %u) lost: %s", a->name, a->hostname, a->pid, why);
     s_release_held(self, a, why, now);
+    s_bind_leave(self, slot, now);
     s_map_del(&self->peers, s_peer_key(&a->peer));
     s_agent_clear(a);
     self->n_live--;
@@ -409,11 +524,27 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
                              "Hello from %s: device %zu has no target",
                              h->agent_name, i),
                    -1;
+    const char *name =
+        h->agent_name && *h->agent_name ? h->agent_name : "(unnamed)";
     int slot = kl_dcore_find(self, peer);
+    if (slot >= 0 && strcmp(self->agents[slot].peer.key, peer->key) != 0) {
+        /* A client may pick its routing id: one that comes back with
+         * another key is not the agent that had it. */
+        kl_dcore_agent_lost(self, slot, now,
+                            "its routing id came back with another key");
+        slot = -1;
+    }
+    if (self->hold_s > 0) {
+        s_bind_prune(self, now);
+        int rc = s_bind_check(self, name, peer->key, now, err);
+        if (rc != KL_OK)
+            return -1;
+    }
     if (slot >= 0) {
         /* It says Hello again: it forgot what it held. */
         kl_dagent_t *a = &self->agents[slot];
         s_release_held(self, a, "said Hello again", now);
+        s_bind_leave(self, slot, now);
         s_map_del(&self->peers, s_peer_key(&a->peer));
         s_agent_clear(a);
         self->n_live--;
@@ -424,8 +555,9 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
     a->live = true;
     a->minor = KL_PROTO_MINOR;
     a->peer = *peer;
-    a->name = kl_xstrdup(h->agent_name && *h->agent_name ? h->agent_name
-                                                         : "(unnamed)");
+    a->name = kl_xstrdup(name);
+    if (self->hold_s > 0)
+        s_bind_set(self, name, peer->key);
     a->hostname = kl_xstrdup(h->hostname ? h->hostname : "");
     a->pid = h->pid;
     uint64_t credit = (uint64_t)h->build_slots + 1;

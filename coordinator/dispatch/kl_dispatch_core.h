@@ -110,9 +110,18 @@ void kl_dcore_destroy(kl_dcore_t **self_p);
  * req->t_submit, when not set (0), becomes now. */
 void kl_dcore_submit(kl_dcore_t *self, kl_dreq_t **req, double now);
 
+/* Binds agent names to the CURVE key that registered them (hold_s > 0;
+ * 0, the default: not bound): while an agent of a name is live, and for
+ * hold_s after the last one leaves, kl_dcore_hello refuses that name from
+ * any other key. At most 65536 names are remembered (the one gone the
+ * longest is forgotten first). */
+void kl_dcore_bind_names(kl_dcore_t *self, double hold_s);
+
 /* Registers (or re-registers: its held candidates go back to the queue) the
  * agent of a Hello. Returns its slot, or -1 with err when the Hello is not
- * usable (no device). */
+ * usable (no device; KL_ERR_AUTH: its name is bound to another key,
+ * kl_dcore_bind_names). A registered routing id that comes with another
+ * key is the old agent lost and a new one. */
 int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
                    const Kiln__Hello *hello, double now, char *err);
 /* Slot of a registered peer, or -1. */
