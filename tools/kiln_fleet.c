@@ -29,8 +29,10 @@ static const kl_opt_t s_opts[] = {
 static const char s_usage[] =
     "usage: kiln fleet (status | drain AGENT | undrain AGENT) --head EP\n"
     "                  (--keys DIR [--key NAME] | --insecure) [--json]\n"
-    "status: the head's agents and jobs. drain: the agent finishes what it\n"
-    "holds and is given no more work; undrain gives it work again.\n"
+    "status: the head's agents and jobs (only this key's jobs unless it is\n"
+    "an operator key, in the head's KEYS/operators/). drain: the agent\n"
+    "finishes what it holds and is given no more work; undrain gives it\n"
+    "work again; both need an operator key.\n"
     "Exit codes: 0 ok, 1 the head did not answer or refused, 2 usage, 3 no\n"
     "agent of that name.";
 
@@ -63,6 +65,7 @@ static void s_print_json(const Kiln__StatusReply *r)
 {
     printf("{\"head\":");
     s_json_str(r->head_id);
+    printf(",\"all_jobs\":%s", r->all_jobs ? "true" : "false");
     printf(",\"agents\":[");
     for (size_t i = 0; i < r->n_agents; i++) {
         const Kiln__AgentStatus *a = r->agents[i];
@@ -102,10 +105,15 @@ static void s_print_json(const Kiln__StatusReply *r)
     printf("]}\n");
 }
 
-static void s_print_table(const Kiln__StatusReply *r)
+/* minor: the reply's protocol minor (all_jobs came with 6). */
+static void s_print_table(const Kiln__StatusReply *r, uint32_t minor)
 {
-    printf("head %s: %zu agent(s), %zu job(s)\n\n", r->head_id, r->n_agents,
-           r->n_jobs);
+    printf("head %s: %zu agent(s), %zu job(s)%s\n\n", r->head_id, r->n_agents,
+           r->n_jobs,
+           minor >= 6 && !r->all_jobs
+               ? " of this client key (an operator key, in the head's "
+                 "KEYS/operators/, sees every job)"
+               : "");
     printf("%-16s %-16s %-24s %5s %4s %8s %8s %6s %s\n", "AGENT", "HOST",
            "TARGET", "SLOTS", "BUSY", "RESULTS", "FAILURES", "SEEN", "");
     for (size_t i = 0; i < r->n_agents; i++) {
@@ -189,7 +197,7 @@ int kiln_cmd_fleet(int argc, char **argv)
         if (rc == KL_OK && kl_opts_bool(o, "json"))
             s_print_json(env->status_reply);
         else if (rc == KL_OK)
-            s_print_table(env->status_reply);
+            s_print_table(env->status_reply, env->version_minor);
         kl_net_envelope_free(&env);
     } else if (rc == KL_OK) {
         size_t n = 0;

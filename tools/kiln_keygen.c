@@ -11,7 +11,7 @@
 #include "kl_util.h"
 
 #define S_USAGE                                                                \
-    "usage: kiln keygen DIR NAME [--client | --agent-key]\n"                   \
+    "usage: kiln keygen DIR NAME [--client | --operator | --agent-key]\n"      \
     "Writes DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), and\n" \
     "prints the public key. Never overwrites a key. The coordinator's pair\n"  \
     "is KEYS/coordinator (kiln measure --keys KEYS); give its .pub to every\n" \
@@ -20,11 +20,15 @@
     "runs). --client (--agent-key) also copies NAME.pub into DIR/clients/\n"   \
     "(DIR/agents/), the allow list of a kiln serve --keys DIR: a client key\n" \
     "submits work to the head, an agent key measures; neither can do the\n"    \
-    "other. See docs/protocol.md.\n"
+    "other. --operator copies it into DIR/operators/: a client key that may\n" \
+    "also drain agents and see every job. See docs/protocol.md.\n"
 
 static const kl_opt_t s_opts[] = {
     {"client", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "allow-list the key as a client of kiln serve (DIR/clients/NAME.pub)"},
+    {"operator", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
+     "allow-list the key as an operator of kiln serve, a client that may "
+     "drain agents and see every job (DIR/operators/NAME.pub)"},
     {"agent-key", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "allow-list the key as an agent (DIR/agents/NAME.pub)"},
     KL_OPT_END,
@@ -49,12 +53,12 @@ int kiln_cmd_keygen(int argc, char **argv)
         return 2;
     }
     const char *dir = kl_opts_pos(o, 0), *name = kl_opts_pos(o, 1);
-    bool client = kl_opts_bool(o, "client"),
+    bool client = kl_opts_bool(o, "client"), op = kl_opts_bool(o, "operator"),
          agent = kl_opts_bool(o, "agent-key");
-    if (client && agent) {
+    if (client + op + agent > 1) {
         fprintf(stderr,
-                "kiln keygen: a key is a client's or an agent's, "
-                "not both\n%s",
+                "kiln keygen: a key is a client's, an operator's or an "
+                "agent's, one of them\n%s",
                 S_USAGE);
         kl_opts_free(&o);
         return 2;
@@ -76,8 +80,9 @@ int kiln_cmd_keygen(int argc, char **argv)
                dir, name);
         printf("public key file: %s\n", pub);
     }
-    if (rc == KL_OK && (client || agent)) {
-        char *adir = kl_xasprintf("%s/%s", dir, client ? "clients" : "agents");
+    if (rc == KL_OK && (client || op || agent)) {
+        const char *sub = client ? "clients" : op ? "operators" : "agents";
+        char *adir = kl_xasprintf("%s/%s", dir, sub);
         char *copy = kl_xasprintf("%s/%s.pub", adir, name);
         char line[64];
         snprintf(line, sizeof line, "%s\n", key);
@@ -85,7 +90,10 @@ int kiln_cmd_keygen(int argc, char **argv)
         if (rc == KL_OK)
             rc = kl_write_file(copy, line, strlen(line), err);
         if (rc == KL_OK)
-            printf("allow-listed as %s: %s\n", client ? "a client" : "an agent",
+            printf("allow-listed as %s: %s\n",
+                   client ? "a client"
+                   : op   ? "an operator"
+                          : "an agent",
                    copy);
         else
             fprintf(stderr, "kiln keygen: %s\n", err);

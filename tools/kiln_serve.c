@@ -18,7 +18,8 @@ static const kl_opt_t s_opts[] = {
     {"clients", KL_OPT_STR, "tcp://0.0.0.0:7071", KL_NOBOUNDS, "EP",
      "bind here for jobs and kiln fleet (allow-list KEYS/clients)"},
     {"keys", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
-     "DIR/coordinator.key and .pub, DIR/agents/*.pub, DIR/clients/*.pub"},
+     "DIR/coordinator.key and .pub, DIR/agents/*.pub, DIR/clients/*.pub, "
+     "DIR/operators/*.pub (clients that may drain and see every job)"},
     {"insecure", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "no CURVE (loopback endpoints only)"},
     {"heartbeat-ms", KL_OPT_INT, "1000", 10, 60000, "MS",
@@ -31,17 +32,46 @@ static const kl_opt_t s_opts[] = {
     {"state", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
      "keep what an operator set across restarts: DIR/drained (the agents "
      "drained, applied as they register)"},
+    {"name-hold-s", KL_OPT_DOUBLE, KL_OPT_DEF(KL_SERVE_DEF_NAME_HOLD_S), 1, 1e7,
+     "S",
+     "a job name stays its client key's, an agent name its agent key's, "
+     "this long after its job or agent goes (another key is refused)"},
+    {"max-queued-per-job", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_QUEUED), 1,
+     1e9, "N",
+     "candidates a job's requests may hold at the head (queued or at "
+     "agents); a request past it is refused"},
+    {"max-bytes-per-job", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_BYTES), 1024,
+     1e12, "BYTES",
+     "bytes of requests (packed) a job may hold at the head; a request past "
+     "it is refused"},
+    {"max-candidate-bytes", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_CANDIDATE),
+     64, 8388608, "BYTES",
+     "one candidate's source + entry + trace; a request with a bigger one "
+     "is refused"},
+    {"max-timeout-ms", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_TIMEOUT_MS), 1,
+     86400000, "MS",
+     "a request's evaluator timeout (one candidate's run); a longer one is "
+     "refused"},
+    {"max-jobs-per-key", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_JOBS_PER_KEY),
+     1, 100000, "N", "live jobs one client key may have"},
     KL_OPT_END,
 };
 
 static const char s_usage[] =
     "usage: kiln serve [--agents EP] [--clients EP] (--keys DIR | "
     "--insecure)\n"
-    "                  [--http ADDR:PORT] [--state DIR]\n"
+    "                  [--http ADDR:PORT] [--state DIR] [--name-hold-s S]\n"
+    "                  [--max-queued-per-job N] [--max-bytes-per-job BYTES]\n"
+    "                  [--max-candidate-bytes BYTES] [--max-timeout-ms MS]\n"
+    "                  [--max-jobs-per-key N]\n"
     "The head node of a fleet that several jobs share: agents connect to\n"
     "--agents as to kiln tune --listen, jobs connect with kiln tune --fleet\n"
     "to --clients. Work is shared by weight between the jobs that want a\n"
-    "target. Stores no records; with --state DIR it keeps the agents an\n"
+    "target. A job name belongs to the client key that opened it; keys in\n"
+    "KEYS/operators/ may also drain agents and see every job, other clients\n"
+    "see their own jobs. A job's requests are held within the --max-*\n"
+    "limits; one past a limit is answered with an error naming it.\n"
+    "Stores no records; with --state DIR it keeps the agents an\n"
     "operator drained (DIR/drained). --http serves the agents and jobs as\n"
     "Prometheus metrics (/metrics) and a status page (/). Runs until\n"
     "SIGTERM or SIGINT.";
@@ -81,7 +111,13 @@ int kiln_cmd_serve(int argc, char **argv)
         .insecure = kl_opts_bool(o, "insecure"),
         .heartbeat_ms = (int)kl_opts_int(o, "heartbeat-ms"),
         .client_timeout_s = kl_opts_double(o, "client-timeout-s"),
-        .state_dir = kl_opts_str(o, "state")};
+        .state_dir = kl_opts_str(o, "state"),
+        .name_hold_s = kl_opts_double(o, "name-hold-s"),
+        .max_queued_per_job = (size_t)kl_opts_int(o, "max-queued-per-job"),
+        .max_bytes_per_job = (size_t)kl_opts_int(o, "max-bytes-per-job"),
+        .max_candidate_bytes = (size_t)kl_opts_int(o, "max-candidate-bytes"),
+        .max_timeout_ms = (uint32_t)kl_opts_int(o, "max-timeout-ms"),
+        .max_jobs_per_key = (size_t)kl_opts_int(o, "max-jobs-per-key")};
     kl_serve_t *s = NULL;
     kl_metrics_serve_t *m = NULL;
     int rc = kl_serve_new(&s, &cfg, err);

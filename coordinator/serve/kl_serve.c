@@ -30,7 +30,7 @@ void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env)
  * not fit is kept, packed, and goes first once the job reads again. */
 void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env)
 {
-    if (j->gone)
+    if (j->gone || j->unread)
         return;
     char err[KL_ERRMSG_LEN];
     if (j->n_backlog == 0) {
@@ -54,10 +54,19 @@ void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env)
     }
     env->version_major = KL_PROTO_MAJOR;
     env->version_minor = KL_PROTO_MINOR;
+    size_t len = kiln__envelope__get_packed_size(env);
+    if (j->n_backlog >= KL_SERVE_BACKLOG_MAX ||
+        j->backlog_bytes + len > s->cfg.max_bytes_per_job) {
+        /* Bounded: a job that does not read is dropped (s_tick), and
+         * nothing more is kept for it meanwhile. */
+        j->unread = true;
+        return;
+    }
     ProtobufCBinaryData *b = &j->backlog[j->backlog_head + j->n_backlog++];
-    b->len = kiln__envelope__get_packed_size(env);
+    b->len = len;
     b->data = kl_xmalloc(b->len + 1);
     kiln__envelope__pack(env, b->data);
+    j->backlog_bytes += len;
     if (j->n_backlog == 1)
         kl_info("serve: job %s does not keep up reading: holding its "
                 "messages, and new work for it, until it does",
@@ -70,7 +79,7 @@ static void s_backlog_free(kl_sjob_t *j)
         free(j->backlog[j->backlog_head + i].data);
     free(j->backlog);
     j->backlog = NULL;
-    j->backlog_head = j->n_backlog = j->cap_backlog = 0;
+    j->backlog_head = j->n_backlog = j->cap_backlog = j->backlog_bytes = 0;
 }
 
 static void s_goodbye(kl_serve_t *s, const kl_peer_t *peer, const char *why)
@@ -201,6 +210,8 @@ static size_t s_target(kl_serve_t *s, const char *target)
 
 static void s_req_remove(kl_sjob_t *j, kl_sreq_t *r)
 {
+    j->held_cands -= r->env->request->n_candidates;
+    j->held_bytes -= r->bytes;
     for (size_t i = 0; i < j->n_reqs; i++)
         if (j->reqs[i] == r) {
             memmove(&j->reqs[i], &j->reqs[i + 1],
@@ -247,8 +258,11 @@ static kl_sjob_t *s_job_by_peer(kl_serve_t *s, const kl_peer_t *p)
 {
     for (size_t i = 0; i < s->n_jobs; i++) {
         kl_sjob_t *j = s->jobs[i];
+        /* The key as well as the routing id (which a client may pick):
+         * another key on a job's old routing id is not that job. */
         if (!j->gone && j->peer.len == p->len &&
-            memcmp(j->peer.id, p->id, p->len) == 0)
+            memcmp(j->peer.id, p->id, p->len) == 0 &&
+            strcmp(j->owner_key, p->key) == 0)
             return j;
     }
     return NULL;
@@ -283,6 +297,7 @@ static void s_job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why)
 {
     kl_info("serve: job %s gone (%s): %zu request(s) dropped", j->name, why,
             j->n_reqs);
+    kl_serve__name_gone(s, j->name, kl_now_s());
     j->gone = true;
     s_backlog_free(j);
     for (size_t i = j->n_reqs; i-- > 0;) {
@@ -491,6 +506,21 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         return;
     }
     kl_sjob_t *same = j ? NULL : s_job_by_name(s, name);
+    char why[KL_ERRMSG_LEN];
+    if (same && strcmp(same->owner_key, peer->key) != 0) {
+        /* A job is the key that opened it: another key never takes it
+         * over, however long its connection has been silent. */
+        snprintf(why, sizeof why,
+                 "job %.200s is running on this head under another client "
+                 "key (a job name belongs to the key that opened it)",
+                 name);
+        char what[KL_ERRMSG_LEN];
+        snprintf(what, sizeof what, "JobHello from key %.40s refused: %.400s",
+                 peer->key, why);
+        kl_serve__log_refusal(s, peer->key, what, now);
+        s_goodbye(s, peer, why);
+        return;
+    }
     if (same && now - same->last_heard > 3 * s->cfg.heartbeat_ms / 1000.0) {
         /* Its connection changed (a reconnect gets a new routing id) and
          * the old one went silent: the job carries on from here, with its
@@ -499,8 +529,15 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         same->peer = *peer;
         j = same;
     } else if (same) {
-        char why[KL_ERRMSG_LEN];
         snprintf(why, sizeof why, "job %.200s is running on this head", name);
+        s_goodbye(s, peer, why);
+        return;
+    }
+    if (!j && kl_serve__job_refused(s, name, peer->key, now, why, sizeof why)) {
+        char what[KL_ERRMSG_LEN];
+        snprintf(what, sizeof what, "JobHello from key %.40s refused: %.400s",
+                 peer->key, why);
+        kl_serve__log_refusal(s, peer->key, what, now);
         s_goodbye(s, peer, why);
         return;
     }
@@ -519,6 +556,7 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
         s->jobs = kl_xrealloc(s->jobs, (s->n_jobs + 1) * sizeof *s->jobs);
         s->jobs[s->n_jobs++] = j;
         s->n_jobs_seen++;
+        kl_serve__name_live(s, j->name, j->owner_key);
         kl_info("serve: job %s (weight %u) from %s pid %u", j->name, j->weight,
                 h->hostname ? h->hostname : "?", h->pid);
     }
@@ -533,6 +571,32 @@ static void s_on_hello(kl_serve_t *s, const kl_peer_t *peer,
     kl_serve__send_job(s, j, &env);
 }
 
+/* Answers every candidate of m, which is not queued, STATUS_INVALID with
+ * why; limit (may be NULL) names the head's limit that refused it. */
+static void s_refuse(kl_serve_t *s, kl_sjob_t *j, const Kiln__MeasureRequest *m,
+                     const char *why, const char *limit, double now)
+{
+    for (size_t i = 0; i < m->n_candidates && !j->unread; i++) {
+        Kiln__Envelope env = KILN__ENVELOPE__INIT;
+        Kiln__JobResult jr = KILN__JOB_RESULT__INIT;
+        Kiln__MeasureResult mr = KILN__MEASURE_RESULT__INIT;
+        mr.request_id = m->request_id;
+        mr.candidate_id = m->candidates[i]->id;
+        mr.status = KILN__STATUS__STATUS_INVALID;
+        mr.error = (char *)why;
+        jr.result = &mr;
+        jr.index = (uint32_t)i;
+        jr.agent = "";
+        jr.limit = (char *)(limit ? limit : "");
+        jr.turnaround_s = kl_now_s() - now;
+        env.body_case = KILN__ENVELOPE__BODY_JOB_RESULT;
+        env.job_result = &jr;
+        kl_serve__send_job(s, j, &env);
+        j->done++;
+        s->n_forwarded++;
+    }
+}
+
 /* Takes *env (a MeasureRequest of job j). */
 static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
                          double now)
@@ -545,10 +609,30 @@ static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
         kl_net_envelope_free(env);
         return;
     }
-    if (m->n_candidates == 0 || !m->target || !*m->target) {
-        kl_warn("serve: job %s sent request %llu without %s: dropped", j->name,
-                (unsigned long long)m->request_id,
-                m->n_candidates ? "a target" : "candidates");
+    char why[KL_ERRMSG_LEN];
+    const char *limit = NULL;
+    size_t bytes = kiln__measure_request__get_packed_size(m);
+    if (m->n_candidates == 0) {
+        kl_warn("serve: job %s sent request %llu without candidates: "
+                "nothing to answer",
+                j->name, (unsigned long long)m->request_id);
+        kl_net_envelope_free(env);
+        return;
+    }
+    if (!m->target || !*m->target) {
+        snprintf(why, sizeof why, "request %llu refused: it has no target",
+                 (unsigned long long)m->request_id);
+        s_refuse(s, j, m, why, NULL, now);
+        kl_net_envelope_free(env);
+        return;
+    }
+    if (kl_serve__request_refused(s, j, m, bytes, why, sizeof why, &limit)) {
+        char what[KL_ERRMSG_LEN];
+        snprintf(what, sizeof what, "job %.100s: %.400s", j->name, why);
+        char tag[KL_ERRMSG_LEN];
+        snprintf(tag, sizeof tag, "%s %.200s", limit, j->name);
+        kl_serve__log_refusal(s, tag, what, now);
+        s_refuse(s, j, m, why, limit, now);
         kl_net_envelope_free(env);
         return;
     }
@@ -563,6 +647,9 @@ static void s_on_request(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope **env,
     *env = NULL;
     r->t_recv = now;
     r->tgt = s_target(s, m->target);
+    r->bytes = bytes;
+    j->held_cands += m->n_candidates;
+    j->held_bytes += bytes;
     j->reqs = kl_xrealloc(j->reqs, (j->n_reqs + 1) * sizeof *j->reqs);
     j->reqs[j->n_reqs++] = r;
 }
@@ -642,6 +729,17 @@ static void s_drain_clients(kl_serve_t *s, double now)
             s_goodbye(s, &peer, why);
         } else if (rc == KL_OK) {
             s_on_client(s, &peer, &env, now);
+        } else if (rc == KL_ERR_PROTO && peer.len > 0) {
+            /* Out of the protocol's bounds (docs/protocol.md section 5):
+             * answered, not dropped in silence. A job that sends one is
+             * dropped: its own kl_net_send would never have. */
+            char why[KL_ERRMSG_LEN];
+            snprintf(why, sizeof why, "frame refused: %.480s", err);
+            kl_serve__log_refusal(s, "frame", why, now);
+            kl_sjob_t *j = s_job_by_peer(s, &peer);
+            if (j)
+                s_job_gone(s, j, "sent a frame out of the protocol's bounds");
+            s_goodbye(s, &peer, why);
         } else {
             kl_warn("serve: from a client: %s", err);
         }
@@ -657,7 +755,7 @@ static void s_tick(kl_serve_t *s, double now)
         kl_sjob_t *j = s->jobs[i];
         if (!j->gone && now - j->last_heard > s->cfg.client_timeout_s)
             s_job_gone(s, j, "silent");
-        else if (!j->gone && j->n_backlog > KL_SERVE_BACKLOG_MAX)
+        else if (!j->gone && j->unread)
             s_job_gone(s, j, "not reading what the head sends");
     }
     if (now < s->next_hb)
@@ -694,6 +792,7 @@ static bool s_flush(kl_serve_t *s)
                 kl_warn("serve: send to job %s: %s", j->name,
                         env ? err : "a held message does not unpack");
             free(b->data);
+            j->backlog_bytes -= b->len;
             j->backlog_head++;
             if (--j->n_backlog == 0) {
                 j->backlog_head = 0;
@@ -745,6 +844,18 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
         s->cfg.heartbeat_ms = 1000;
     if (s->cfg.client_timeout_s <= 0)
         s->cfg.client_timeout_s = 30;
+    if (s->cfg.name_hold_s <= 0)
+        s->cfg.name_hold_s = KL_SERVE_DEF_NAME_HOLD_S;
+    if (!s->cfg.max_queued_per_job)
+        s->cfg.max_queued_per_job = KL_SERVE_DEF_MAX_QUEUED;
+    if (!s->cfg.max_bytes_per_job)
+        s->cfg.max_bytes_per_job = KL_SERVE_DEF_MAX_BYTES;
+    if (!s->cfg.max_candidate_bytes)
+        s->cfg.max_candidate_bytes = KL_SERVE_DEF_MAX_CANDIDATE;
+    if (!s->cfg.max_timeout_ms)
+        s->cfg.max_timeout_ms = KL_SERVE_DEF_MAX_TIMEOUT_MS;
+    if (!s->cfg.max_jobs_per_key)
+        s->cfg.max_jobs_per_key = KL_SERVE_DEF_MAX_JOBS_PER_KEY;
     snprintf(s->head_id, sizeof s->head_id, "%s",
              cfg->head_id ? cfg->head_id : "");
     /* Unique per start, so that a job tells a restarted head from the
@@ -762,12 +873,17 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
         sa.name = sc.name = "coordinator";
         sa.allow_dir = agents;
         sc.allow_dir = clients;
+        /* Operators are clients too: the client socket admits them. */
+        s->ops_dir = kl_xasprintf("%s/operators", cfg->keys_dir);
+        sc.also_allow_dir = s->ops_dir;
     }
     kl_dispatch_config_t dc = {.endpoint = cfg->agents_endpoint,
                                .security = sa,
                                .heartbeat_ms = s->cfg.heartbeat_ms,
                                .retries = -1,
-                               .coordinator_id = s->head_id};
+                               .coordinator_id = s->head_id,
+                               .name_hold_s = s->cfg.name_hold_s};
+    kl_serve__operators_load(s);
     int rc = kl_serve__state_load(s, err);
     if (rc == KL_OK)
         rc = kl_dispatch_new(&s->disp, &dc, err);
@@ -804,6 +920,7 @@ void kl_serve_destroy(kl_serve_t **self_p)
     free(s->tgts);
     free(s->agents);
     kl_serve__state_free(s);
+    kl_serve__tenants_free(s);
     kl_net_destroy(&s->net);
     kl_dispatch_destroy(&s->disp);
     free(s);

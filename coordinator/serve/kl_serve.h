@@ -16,6 +16,19 @@
  * a job silent for client_timeout_s, or that says Goodbye, loses its queued
  * work and its requests in flight are cancelled.
  *
+ * Tenants: a client is the CURVE key it authenticated with (never a name
+ * it claims). A job name belongs to the key that opened it, and an agent
+ * name to the agent key that registered it, while it is live and for
+ * name_hold_s after it goes: another key's JobHello (Hello) for it is
+ * answered Goodbye naming why. Operator keys (KEYS/operators/\*.pub, also
+ * admitted as clients) may drain and undrain agents and see every job in
+ * a StatusReply; any other client sees its own jobs only, and its Drain
+ * is answered DrainReply.error and changes nothing. Each job's requests
+ * are held within the limits below; a request over one is answered, for
+ * each of its candidates, STATUS_INVALID naming the limit (JobResult.limit)
+ * and is not queued. With insecure every client is one key ("") and an
+ * operator.
+ *
  * A kl_serve_t is driven by one thread: kl_serve_run loops until *stop.
  */
 #ifndef KL_SERVE_H
@@ -28,6 +41,14 @@
 #include "kl_net.h"
 
 typedef struct kl_serve_s kl_serve_t;
+
+/* The defaults of the limits below (kiln serve's options print the same). */
+#define KL_SERVE_DEF_NAME_HOLD_S 600
+#define KL_SERVE_DEF_MAX_QUEUED 65536
+#define KL_SERVE_DEF_MAX_BYTES 134217728   /* 128 MiB */
+#define KL_SERVE_DEF_MAX_CANDIDATE 1048576 /* 1 MiB */
+#define KL_SERVE_DEF_MAX_TIMEOUT_MS 600000 /* 10 min */
+#define KL_SERVE_DEF_MAX_JOBS_PER_KEY 32
 
 typedef struct {
     const char *agents_endpoint;  /* e.g. "tcp://0.0.0.0:7070" */
@@ -46,6 +67,21 @@ typedef struct {
      * of a name there is drained as it registers. NULL: kept in memory for
      * the head's life only, nothing written. */
     const char *state_dir;
+    /* Seconds a job name stays bound to the client key that opened it
+     * after the job goes (silent, Goodbye), and an agent name to its agent
+     * key after its agent leaves; while live they are bound too. 0: 600. */
+    double name_hold_s;
+    /* Per job, what its requests may hold at the head (queued, or out at
+     * agents and not answered): candidates, and bytes (each request's
+     * packed size); 0: 65536 and 128 MiB. */
+    size_t max_queued_per_job;
+    size_t max_bytes_per_job;
+    /* One candidate's source + entry + trace bytes; 0: 1 MiB. */
+    size_t max_candidate_bytes;
+    /* A request's evaluator timeout_ms (a candidate's run); 0: 600000. */
+    uint32_t max_timeout_ms;
+    /* Live jobs one client key may have; 0: 32. */
+    size_t max_jobs_per_key;
 } kl_serve_config_t;
 
 /* Binds both endpoints. A bind or key failure, or a state_dir that cannot

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kl_dispatch.h"
+#include "kl_err.h"
 #include "kl_serve.h"
 
 /* Candidates of one request handed to dispatch at a time: small, so that
@@ -21,6 +22,12 @@
  * dispatch for the fair share: only when kl_dispatch_agents_gen says it
  * changed (a StatusQuery, AgentsQuery or Drain reads it at once). */
 #define KL_SERVE_AGENTS_EVERY_S 0.05
+/* Names of jobs gone that one client key keeps bound at most (its live
+ * jobs aside): past it the one gone the longest is forgotten. */
+#define KL_SERVE_NAMES_PER_KEY 1024
+/* How often at most KEYS/operators is read again (a key added or removed
+ * counts within this). */
+#define KL_SERVE_OPERATORS_EVERY_S 1.0
 
 typedef struct kl_sjob_s kl_sjob_t;
 
@@ -33,7 +40,8 @@ typedef struct {
     size_t n_out;        /* handed to dispatch, not answered */
     size_t n_done;
     double t_recv;
-    size_t tgt; /* index in kl_serve_s.tgts of its target */
+    size_t tgt;   /* index in kl_serve_s.tgts of its target */
+    size_t bytes; /* its packed size, counted in its job's held_bytes */
 } kl_sreq_t;
 
 struct kl_sjob_s {
@@ -48,6 +56,12 @@ struct kl_sjob_s {
     double t_first;
     uint64_t done;
     bool gone; /* forgotten; kept until its chunks are answered */
+    /* What its requests hold (kl_serve_config_t's per-job limits). */
+    size_t held_cands, held_bytes;
+    /* Its backlog went past KL_SERVE_BACKLOG_MAX messages or
+     * max_bytes_per_job bytes: dropped at the next tick, nothing more
+     * kept for it. */
+    bool unread;
     kl_sreq_t **reqs;
     size_t n_reqs;
     size_t q_from; /* reqs[0 .. q_from) have nothing queued any more */
@@ -55,8 +69,16 @@ struct kl_sjob_s {
      * oldest first from backlog_head: sent before anything newer, and
      * while any is left the job is handed no new work. */
     ProtobufCBinaryData *backlog;
-    size_t backlog_head, n_backlog, cap_backlog;
+    size_t backlog_head, n_backlog, cap_backlog, backlog_bytes;
 };
+
+/* A job name bound to the client key that opened it (kl_serve_tenants.c);
+ * gone_at 0 while the job is live. */
+typedef struct {
+    char *name;
+    char key[41];
+    double gone_at;
+} kl_sname_t;
 
 /* A target some job asked for: the credit of its agents (read once per
  * refresh of the agent list) and what the head handed dispatch of it and
@@ -104,6 +126,17 @@ struct kl_serve_s {
     /* Agent names an operator drained (kl_serve_state.c). */
     char **drained;
     size_t n_drained;
+    /* Tenants (kl_serve_tenants.c): job names bound to keys, the
+     * operator keys (KEYS/operators, NULL with insecure) as last read, and
+     * the last refusal logged. */
+    kl_sname_t *names;
+    size_t n_names, cap_names;
+    char *ops_dir;
+    char **ops;
+    size_t n_ops;
+    double ops_at;
+    char refused[KL_ERRMSG_LEN];
+    double refused_at;
 };
 
 /* Sends env to a client that is not a job (kiln fleet) without waiting: a
@@ -138,5 +171,30 @@ bool kl_serve__state_has(const kl_serve_t *s, const char *name);
 bool kl_serve__state_set(kl_serve_t *s, const char *name, bool drained);
 void kl_serve__state_apply(kl_serve_t *s);
 void kl_serve__state_free(kl_serve_t *s);
+
+/* Tenants (kl_serve_tenants.c). Whether key is an operator's (insecure:
+ * every client is); KEYS/operators is read again when
+ * KL_SERVE_OPERATORS_EVERY_S old. */
+bool kl_serve__is_operator(kl_serve_t *s, const char *key, double now);
+/* Reads KEYS/operators at start and says how many keys it holds. */
+void kl_serve__operators_load(kl_serve_t *s);
+/* True, with the reason in why, when a new job name from key is refused:
+ * the name is bound to another key (its job went less than name_hold_s
+ * ago), or key has max_jobs_per_key live jobs. */
+bool kl_serve__job_refused(kl_serve_t *s, const char *name, const char *key,
+                           double now, char *why, size_t len);
+/* The job of name (opened by key) is live / went at now. */
+void kl_serve__name_live(kl_serve_t *s, const char *name, const char *key);
+void kl_serve__name_gone(kl_serve_t *s, const char *name, double now);
+/* True, with the reason in why and the limit's option name in *limit,
+ * when request m (bytes packed) of job j breaks a limit of the head. */
+bool kl_serve__request_refused(const kl_serve_t *s, const kl_sjob_t *j,
+                               const Kiln__MeasureRequest *m, size_t bytes,
+                               char *why, size_t len, const char **limit);
+/* Logs a refusal (warning); one of the same tag as the last (e.g. the
+ * limit and the key) at most once a minute, the others at debug level. */
+void kl_serve__log_refusal(kl_serve_t *s, const char *tag, const char *what,
+                           double now);
+void kl_serve__tenants_free(kl_serve_t *s);
 
 #endif

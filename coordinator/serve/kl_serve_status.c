@@ -201,7 +201,11 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
 {
     kl_serve__refresh_agents(s, now, true);
     kl_serve_snap_t *p = kl_serve_snapshot(s);
-    size_t na = p->n_agents, nj = p->n_jobs;
+    /* The agents are every client's to see (which targets the fleet
+     * serves, what is drained); the jobs only their owner's, and an
+     * operator's. */
+    bool all = kl_serve__is_operator(s, peer->key, now);
+    size_t na = p->n_agents, nj = 0;
     Kiln__AgentStatus *as = kl_xcalloc(na + 1, sizeof *as);
     Kiln__AgentStatus **asp = kl_xcalloc(na + 1, sizeof *asp);
     char **dt = kl_xcalloc(na * KL_DISPATCH_INFO_DEVICES + 1, sizeof *dt);
@@ -230,11 +234,13 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
         x->drained = a->drained;
         asp[i] = x;
     }
-    Kiln__JobStatus *js = kl_xcalloc(nj + 1, sizeof *js);
-    Kiln__JobStatus **jsp = kl_xcalloc(nj + 1, sizeof *jsp);
-    for (size_t i = 0; i < nj; i++) {
+    Kiln__JobStatus *js = kl_xcalloc(p->n_jobs + 1, sizeof *js);
+    Kiln__JobStatus **jsp = kl_xcalloc(p->n_jobs + 1, sizeof *jsp);
+    for (size_t i = 0; i < p->n_jobs; i++) {
         kl_serve_job_info_t *j = &p->jobs[i];
-        Kiln__JobStatus *x = &js[i];
+        if (!all && strcmp(j->owner_key, peer->key) != 0)
+            continue;
+        Kiln__JobStatus *x = &js[nj];
         kiln__job_status__init(x);
         x->name = j->name;
         x->owner_key = j->owner_key;
@@ -247,7 +253,7 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
         x->rate = j->rate;
         x->state = (char *)kl_serve_job_state_name(j->state);
         x->waiting_target = j->waiting_target ? j->waiting_target : "";
-        jsp[i] = x;
+        jsp[nj++] = x;
     }
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__StatusReply r = KILN__STATUS_REPLY__INIT;
@@ -257,6 +263,7 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
     r.n_agents = na;
     r.jobs = jsp;
     r.n_jobs = nj;
+    r.all_jobs = all;
     env.body_case = KILN__ENVELOPE__BODY_STATUS_REPLY;
     env.status_reply = &r;
     kl_serve__send(s, peer, &env);
@@ -272,6 +279,26 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
 void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
                         const Kiln__Drain *d)
 {
+    Kiln__Envelope env = KILN__ENVELOPE__INIT;
+    Kiln__DrainReply r = KILN__DRAIN_REPLY__INIT;
+    r.seq = d->seq;
+    env.body_case = KILN__ENVELOPE__BODY_DRAIN_REPLY;
+    env.drain_reply = &r;
+    double now = kl_now_s();
+    if (!kl_serve__is_operator(s, peer->key, now)) {
+        /* Nothing changes, nothing is written to --state. */
+        char what[KL_ERRMSG_LEN];
+        r.error = d->undrain ? "undrain needs an operator key (the head's "
+                               "KEYS/operators/): refused, nothing changed"
+                             : "drain needs an operator key (the head's "
+                               "KEYS/operators/): refused, nothing changed";
+        snprintf(what, sizeof what, "%s of agent %.200s from key %.40s: %s",
+                 d->undrain ? "undrain" : "drain", d->agent ? d->agent : "",
+                 peer->key, r.error);
+        kl_serve__log_refusal(s, "drain", what, now);
+        kl_serve__send(s, peer, &env);
+        return;
+    }
     size_t n = 0;
     if (d->agent && *d->agent &&
         kl_dispatch_drain(s->disp, d->agent, !d->undrain, &n, NULL) == KL_OK)
@@ -288,11 +315,6 @@ void kl_serve__on_drain(kl_serve_t *s, const kl_peer_t *peer,
             n = 1;
     }
     kl_serve__refresh_agents(s, kl_now_s(), true);
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    Kiln__DrainReply r = KILN__DRAIN_REPLY__INIT;
-    r.seq = d->seq;
     r.matched = (uint32_t)n;
-    env.body_case = KILN__ENVELOPE__BODY_DRAIN_REPLY;
-    env.drain_reply = &r;
     kl_serve__send(s, peer, &env);
 }

@@ -330,7 +330,10 @@ static int s_check_agents(kl_job_t *j, char *err)
 {
     size_t agents = 0;
     const char *target = kl_job_target(j);
-    kl_port_agents(j->port, target, &agents, NULL);
+    /* A port that is closed (a head that said goodbye, or refused this
+     * job's work for one of its limits) ends the job with its reason. */
+    if (kl_port_agents(j->port, target, &agents, err) == KL_ERR_CLOSED)
+        return KL_ERR_CLOSED;
     if (agents > 0) {
         j->no_agent_since = 0;
         return KL_OK;

@@ -39,6 +39,9 @@ struct kl_port_fleet_s {
     uint64_t next_req, seq, hb_seq;
     double hb_s, last_sent, last_heard;
     char closed[KL_ERRMSG_LEN]; /* the head's Goodbye, "" while open */
+    /* closed because the head refused a request for one of its limits
+     * (JobResult.limit): this side still says Goodbye at the end. */
+    bool refused;
     /* The JobHello, kept to say it again to a restarted head. */
     char *name, **targets;
     size_t n_targets;
@@ -238,6 +241,22 @@ static bool s_first_answer(kl_port_fleet_t *f, Kiln__JobResult *jr)
     return true;
 }
 
+/* The head refused a request of this job for one of its limits: the port
+ * stops (every later call fails with the reason), so that the job ends
+ * showing it, instead of recording the candidates or sending them again. */
+static void s_on_refused(kl_port_fleet_t *f, const Kiln__JobResult *jr)
+{
+    if (f->closed[0])
+        return;
+    const char *why = jr->result->error && *jr->result->error
+                          ? jr->result->error
+                          : "over a limit of the head";
+    snprintf(f->closed, sizeof f->closed,
+             "refused this job's work (%.64s): %.380s", jr->limit, why);
+    f->refused = true;
+    kl_warn("fleet: head %s %s", f->endpoint, f->closed);
+}
+
 static void s_push(kl_port_fleet_t *f, Kiln__Envelope *env)
 {
     Kiln__JobResult *jr = env->job_result;
@@ -302,7 +321,9 @@ static int s_pump(kl_port_fleet_t *f, int timeout_ms,
             f->last_heard = kl_now_s();
             switch (env->body_case) {
             case KILN__ENVELOPE__BODY_JOB_RESULT:
-                if (s_first_answer(f, env->job_result)) {
+                if (env->job_result->limit && *env->job_result->limit)
+                    s_on_refused(f, env->job_result);
+                else if (s_first_answer(f, env->job_result)) {
                     s_push(f, env);
                     env = NULL;
                 }
@@ -551,7 +572,10 @@ int kl_port_fleet_drain(kl_port_fleet_t *f, const char *agent, bool undrain,
     if (rc == KL_OK)
         rc = s_pump(f, timeout_ms, KILN__ENVELOPE__BODY_DRAIN_REPLY, d.seq,
                     &got, err);
-    if (rc == KL_OK)
+    if (rc == KL_OK && got->drain_reply->error && *got->drain_reply->error)
+        rc = kl_seterr(err, KL_ERR_AUTH, "head %s: %s", f->endpoint,
+                       got->drain_reply->error);
+    else if (rc == KL_OK)
         *matched = got->drain_reply->matched;
     kl_net_envelope_free(&got);
     return rc;
@@ -615,13 +639,13 @@ void kl_port_fleet_destroy(kl_port_fleet_t **self_p)
     if (!self_p || !*self_p)
         return;
     kl_port_fleet_t *f = *self_p;
-    if (f->job && f->net && !f->closed[0]) {
+    if (f->job && f->net && (!f->closed[0] || f->refused)) {
         Kiln__Envelope env = KILN__ENVELOPE__INIT;
         Kiln__Goodbye g = KILN__GOODBYE__INIT;
         g.reason = "job ends";
         env.body_case = KILN__ENVELOPE__BODY_GOODBYE;
         env.goodbye = &g;
-        s_send(f, &env, NULL);
+        kl_net_send(f->net, NULL, &env, NULL);
     }
     while (f->pend_n) {
         kl_dispatch_result_free(&f->pend[f->pend_head++]);

@@ -12,7 +12,11 @@
  * unanswered candidates again under a new request id and cancels the old
  * one; each candidate's result is given to the job once, with the job's
  * request id and index. A head that stays away: agents answers 0, so the
- * job's agent-wait-s ends it.
+ * job's agent-wait-s ends it. A request the head refuses for one of its
+ * limits (JobResult.limit: too many candidates or bytes held for the job,
+ * a candidate too big, an evaluator timeout too long) stops the port:
+ * its results are not given to the job, and every later call fails with
+ * KL_ERR_CLOSED and the head's reason, so the job ends showing it.
  * Heartbeats go out from every call (submit, recv, agents), so a job must
  * call into its port at least every client_timeout_s of the head (30 s by
  * default); kl_job's loop does several times a second.
@@ -68,7 +72,8 @@ kl_port_t kl_port_fleet(kl_port_fleet_t *self);
 int kl_port_fleet_status(kl_port_fleet_t *self, Kiln__Envelope **out,
                          int timeout_ms, char *err);
 /* Drains (undrain false) or undrains the agents called agent; *matched is
- * how many the head has. */
+ * how many the head has. A head that refuses it (this side's key is not an
+ * operator's) is KL_ERR_AUTH with its reason. */
 int kl_port_fleet_drain(kl_port_fleet_t *self, const char *agent, bool undrain,
                         size_t *matched, int timeout_ms, char *err);
 

@@ -677,7 +677,9 @@ int main(int argc, char **argv)
                             .keys_dir = curve ? bs_curve_dir : NULL,
                             .insecure = !curve,
                             .heartbeat_ms = hb_ms,
-                            .client_timeout_s = 30};
+                            .client_timeout_s = 30,
+                            /* Every job here is one client key. */
+                            .max_jobs_per_key = 1000};
     s_head_t head = {0};
     if (rc == KL_OK)
         rc = kl_serve_new(&head.s, &sc, err);
