@@ -7,7 +7,7 @@
 #  2. a client key cannot register as an agent, an agent key cannot submit
 #     (nor ask for status);
 #  3. a drained agent takes no work while another job runs; undrained, it
-#     does again;
+#     does again (both with an operator key, KEYS/operators/);
 #  4. a job SIGKILLed: the head drops it (status shows it gone) and its
 #     work with it;
 #  5. a job SIGSTOPped for 6 s, which the head drops as silent: resumed,
@@ -22,6 +22,7 @@ K="$T/keys"
 "$KILN" keygen "$K" coordinator >/dev/null || fail "keygen coordinator"
 for a in a0 a1; do "$KILN" keygen "$K" $a --agent-key >/dev/null || fail "keygen $a"; done
 "$KILN" keygen "$K" client --client >"$T/keygen.txt" || fail "keygen --client"
+"$KILN" keygen "$K" op --operator >/dev/null || fail "keygen --operator"
 grep -q "allow-listed as a client" "$T/keygen.txt" || fail "keygen --client: $(cat "$T/keygen.txt")"
 [ -f "$K/clients/client.pub" ] || fail "no $K/clients/client.pub"
 
@@ -61,7 +62,7 @@ grep -q "refused this side's key" "$T/intruder.log" ||
     fail "agent key as job: $(cat "$T/intruder.log")"
 
 # ---- 3. drain ----
-"$KILN" fleet drain a0 --head "$CEP" --keys "$K" >"$T/drain.txt" ||
+"$KILN" fleet drain a0 --head "$CEP" --keys "$K" --key op >"$T/drain.txt" ||
     fail "drain exited $?"
 [ "$(status | field agents a0 drained)" = True ] || fail "a0 not drained: $(status)"
 before0=$(status | field agents a0 results)
@@ -73,9 +74,9 @@ after0=$(status | field agents a0 results)
 after1=$(status | field agents a1 results)
 [ "$after0" = "$before0" ] || fail "drained a0 measured $((after0 - before0))"
 [ $((after1 - before1)) -eq 200 ] || fail "a1 measured $((after1 - before1)), not 200"
-"$KILN" fleet drain nobody --head "$CEP" --keys "$K" 2>/dev/null
+"$KILN" fleet drain nobody --head "$CEP" --keys "$K" --key op 2>/dev/null
 [ $? -eq 3 ] || fail "draining an unknown agent must exit 3"
-"$KILN" fleet undrain a0 --head "$CEP" --keys "$K" >/dev/null || fail "undrain"
+"$KILN" fleet undrain a0 --head "$CEP" --keys "$K" --key op >/dev/null || fail "undrain"
 [ "$(status | field agents a0 drained)" = False ] || fail "a0 still drained"
 
 # ---- 4. a job SIGKILLed ----
