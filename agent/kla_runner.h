@@ -119,6 +119,9 @@ typedef struct {
      * twice llc_bytes, at most KLA_FLUSH_CAP_BYTES. The buffer is mapped
      * once, shared with children. */
     uint64_t flush_bytes;
+    /* kiln-runner, the sandbox's executable; NULL: $KILN_RUNNER, else
+     * beside this process's executable, else ../libexec/kiln from it. */
+    const char *runner_path;
 } kla_runner_config_t;
 
 /* Default cap of the flush buffer (see runner.c). */

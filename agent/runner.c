@@ -1,39 +1,50 @@
-/* runner.c - inputs, reference cache, verification and timing. */
+/* runner.c - the trusted half of the candidate runner: inputs, the
+ * reference cache, the sandbox (kla_cand.h), verification and the checks
+ * of every timing claim. */
 #include "kla_runner.h"
 
-#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "kl_abi.h"
 #include "kl_err.h"
 #include "kl_eval.h"
+#include "kl_log.h"
 #include "kl_util.h"
+#include "kla_jail.h"
+#include "kla_runner_exe.h"
 #include "kla_sandbox.h"
 
-#define S_MAGIC 0x6b6c6e31u
 #define S_MAX_NUMBER (1u << 30)
+#define S_PAGE 4096u
 
-enum { S_CH_OK = 0, S_CH_WRONG = 1, S_CH_ERROR = 2 };
-
-/* What a child writes first; then n_samples doubles. */
-typedef struct {
-    uint32_t magic, status, number, n_samples;
-    double max_abs_err;
-    double child_s; /* the child's own time, from its body's start */
-    char msg[1024];
-} s_child_hdr_t;
-
-typedef kl_abi_kernel_fn s_kernel_fn;
+/* A first call may take this many times a warm one (cold caches, page
+ * faults of fresh mappings): the kernel's CPU account of everything the
+ * harness did up to the verified call, divided by this and by the CPUs,
+ * bounds from below what a sample may claim per call. */
+#define S_FIRST_CALL_FACTOR 100.0
+/* CPU seconds of the harness's own start and the dynamic loader, allowed
+ * on top of that. */
+#define S_START_CPU_S 0.005
 
 typedef struct s_ref {
     uint8_t key[16];
-    void *buf[64];  /* inputs: generated; outputs: the reference's */
+    void *buf[64];  /* outputs: the reference's, private to the agent */
     double rms[64]; /* outputs: root mean square of the reference's */
+    uint64_t off[64];
+    int in_fd, out_fd; /* sealed inputs; outputs (sealed against resize) */
+    char *out_map;     /* the agent's mapping of out_fd */
+    uint64_t in_bytes, out_bytes;
     size_t bytes;
     bool failed;
     char *error;
@@ -46,9 +57,12 @@ struct kla_runner_s {
     s_ref_t *refs;
     size_t ref_bytes;
     unsigned ref_runs;
-    _Atomic pid_t running;
-    char *flush; /* shared, populated once, inherited by every child */
+    _Atomic pid_t running; /* the sandbox's bwrap (or host) process */
+    int host;              /* our end of the host's socket; -1: none */
+    pid_t host_pid;
+    int flush_fd; /* memfd, populated once, written by every harness */
     size_t flush_n;
+    int ncpu; /* CPUs a timed harness may use */
 };
 
 void kla_eval_defaults(kla_eval_t *e)
@@ -177,6 +191,211 @@ void kla_result_stats(kla_result_t *r)
     r->spread = med > 0 ? (hi - lo) / med : 0;
 }
 
+/* ---- the sandbox's host -------------------------------------------------- */
+
+/* kiln-runner: config, $KILN_RUNNER, beside this executable, or in
+ * ../libexec/kiln from it. */
+static void s_runner_path(const kla_runner_t *r, char *out, size_t n)
+{
+    const char *env = getenv("KILN_RUNNER");
+    if (r->cfg.runner_path && *r->cfg.runner_path) {
+        snprintf(out, n, "%s", r->cfg.runner_path);
+        return;
+    }
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return;
+    }
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(out, n, "%.4000s/kiln-runner", self);
+    if (access(out, X_OK) != 0)
+        snprintf(out, n, "%.4000s/../libexec/kiln/kiln-runner", self);
+}
+
+static void s_host_stop(kla_runner_t *r)
+{
+    if (r->host >= 0)
+        close(r->host);
+    r->host = -1;
+    if (r->host_pid > 0) {
+        kill(r->host_pid, SIGKILL);
+        while (waitpid(r->host_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    r->host_pid = 0;
+    atomic_store(&r->running, 0);
+}
+
+/* The environment a kernel sees: OpenMP's settings, nothing else. */
+static void s_host_env(kla_argv_t *a)
+{
+    extern char **environ;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "OMP_", 4) != 0 && strncmp(*e, "GOMP_", 5) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq)
+            continue;
+        char *name = kl_xstrndup(*e, (size_t)(eq - *e));
+        kla_argv_add(a, "--setenv");
+        kla_argv_add(a, name);
+        kla_argv_add(a, eq + 1);
+        free(name);
+    }
+}
+
+/* Starts the sandbox and its host (kla_cand.h). */
+static int s_host_start(kla_runner_t *r, char *err)
+{
+    char path[PATH_MAX];
+    s_runner_path(r, path, sizeof path);
+    bool unsafe = kla_jail_unsafe();
+    if (!unsafe && kla_jail_probe(err) != KL_OK)
+        return KL_ERR_UNSUPPORTED;
+    int exe = open(path, O_RDONLY | O_CLOEXEC);
+    if (exe < 0)
+        return kl_seterr(err, KL_ERR_IO,
+                         "kiln-runner %s: %s (set KILN_RUNNER to its path)",
+                         path, strerror(errno));
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        close(exe);
+        return kl_seterr(err, KL_ERR_IO, "socketpair: %s", strerror(errno));
+    }
+    kla_argv_t a = {0};
+    if (unsafe) {
+        kla_argv_add(&a, path);
+        kla_argv_add(&a, "host");
+        kla_argv_add(&a, "--unsafe");
+    } else {
+        kla_jail_base(&a);
+        /* In the sandbox's own user namespace only: the warden makes a
+         * pid, mount and ipc namespace per candidate and drops it. */
+        kla_argv_add(&a, "--cap-add");
+        kla_argv_add(&a, "CAP_SYS_ADMIN");
+        s_host_env(&a);
+        kla_argv_add(&a, "--perms");
+        kla_argv_add(&a, "0555");
+        kla_argv_add(&a, "--file");
+        kla_argv_add(&a, "4");
+        kla_argv_add(&a, "/kiln-runner");
+        kla_argv_add(&a, "--");
+        kla_argv_add(&a, "/kiln-runner");
+        kla_argv_add(&a, "host");
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (dup2(sv[1], 3) != 3 || dup2(exe, 4) != 4)
+            _exit(126);
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        for (int fd = 5; fd < 1024; fd++)
+            close(fd);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        if (!unsafe && kla_jail_drop_root() != 0)
+            _exit(126);
+        execvp(a.v[0], a.v);
+        _exit(127);
+    }
+    kla_argv_free(&a);
+    close(sv[1]);
+    close(exe);
+    if (pid < 0) {
+        close(sv[0]);
+        return kl_seterr(err, KL_ERR_IO, "fork: %s", strerror(errno));
+    }
+    setpgid(pid, pid);
+    r->host = sv[0];
+    r->host_pid = pid;
+    atomic_store(&r->running, pid);
+    return KL_OK;
+}
+
+/* ---- memory the agent owns --------------------------------------------- */
+
+static int s_memfd(const char *name, uint64_t bytes)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)(bytes ? bytes : S_PAGE)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* No process may resize fd again (a shrunk mapping would fault the
+ * agent), nor change the seals; write too when writes is false. */
+static void s_seal(int fd, bool writes)
+{
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    if (!writes)
+        seals |= F_SEAL_WRITE;
+    fcntl(fd, F_ADD_SEALS, seals);
+}
+
+/* A sealed copy of the shared object at path: what the sandbox opens,
+ * whatever happens to the file afterwards. -1 with err. */
+static int s_so_memfd(const char *path, char *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    char e2[KL_ERRMSG_LEN];
+    if (kl_read_file(path, &data, &len, e2) != KL_OK) {
+        snprintf(err, KL_ERRMSG_LEN, "%s", e2);
+        return -1;
+    }
+    int fd = memfd_create("kiln-candidate.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < len;) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        done += ok ? (size_t)w : 0;
+    }
+    free(data);
+    if (!ok) {
+        snprintf(err, KL_ERRMSG_LEN, "memfd for %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    s_seal(fd, false);
+    return fd;
+}
+
+static int s_flush_fd(kla_runner_t *r)
+{
+    if (r->flush_fd >= 0 || !r->flush_n)
+        return r->flush_fd;
+    int fd = s_memfd("kiln-flush", r->flush_n);
+    if (fd < 0)
+        return -1;
+    /* Populated once, so harnesses neither allocate nor zero it. */
+    void *m = mmap(NULL, r->flush_n, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    munmap(m, r->flush_n);
+    s_seal(fd, true);
+    r->flush_fd = fd;
+    return fd;
+}
+
 int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
                    char *err)
 {
@@ -203,6 +422,14 @@ int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
                                     : (size_t)(2 * r->cfg.llc_bytes);
     if (!r->cfg.flush_bytes && r->flush_n > KLA_FLUSH_CAP_BYTES)
         r->flush_n = KLA_FLUSH_CAP_BYTES;
+    r->flush_n = (r->flush_n + S_PAGE - 1) / S_PAGE * S_PAGE;
+    r->host = -1;
+    r->flush_fd = -1;
+    kla_cores_t mine;
+    kla_cores_affinity(&mine);
+    r->ncpu = r->cfg.pin && r->pin.n > 0 ? r->pin.n : mine.n;
+    if (r->ncpu < 1)
+        r->ncpu = 1;
     atomic_init(&r->running, 0);
     *out = r;
     return KL_OK;
@@ -212,6 +439,12 @@ static void s_ref_free(s_ref_t *e)
 {
     for (int i = 0; i < 64; i++)
         free(e->buf[i]);
+    if (e->out_map)
+        munmap(e->out_map, e->out_bytes ? e->out_bytes : S_PAGE);
+    if (e->in_fd >= 0)
+        close(e->in_fd);
+    if (e->out_fd >= 0)
+        close(e->out_fd);
     free(e->error);
     free(e);
 }
@@ -221,12 +454,13 @@ void kla_runner_destroy(kla_runner_t **self_p)
     if (!self_p || !*self_p)
         return;
     kla_runner_t *r = *self_p;
+    s_host_stop(r);
     for (s_ref_t *e = r->refs, *next; e; e = next) {
         next = e->next;
         s_ref_free(e);
     }
-    if (r->flush)
-        munmap(r->flush, r->flush_n);
+    if (r->flush_fd >= 0)
+        close(r->flush_fd);
     free(r);
     *self_p = NULL;
 }
@@ -241,37 +475,7 @@ void kla_runner_abort(kla_runner_t *r)
     kla_sandbox_kill(&r->running);
 }
 
-/* ---- the child --------------------------------------------------------- */
-
-typedef struct {
-    const kla_problem_t *p;
-    const s_ref_t *ref;
-    float **shared_out; /* reference run: outputs land here */
-    const char *so, *entry;
-    char *flush; /* NULL: the child maps its own */
-    size_t flush_n;
-} s_ctx_t;
-
-static double s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* When the child's body began (a child has one thread: ours). */
-static double s_child_t0;
-
-static int s_send(int fd, s_child_hdr_t *h, const double *samples)
-{
-    h->magic = S_MAGIC;
-    h->child_s = s_now() - s_child_t0;
-    if (kla_write_all(fd, h, sizeof *h) != 0)
-        return 1;
-    if (h->n_samples && kla_write_all(fd, samples, h->n_samples * 8) != 0)
-        return 1;
-    return 0;
-}
+/* ---- verification (in the agent, on its own mapping) -------------------- */
 
 /* Bytes per element of argument a (a problem made by hand, with esize
  * left 0, is f32). */
@@ -294,306 +498,383 @@ static int64_t s_int_at(const kla_problem_t *p, int a, const void *buf,
     }
 }
 
-/* Compares the outputs with the reference; fills h on a mismatch, its
- * message starting with `when` ("" for the check of the first call). */
-static bool s_verify(const s_ctx_t *c, void *const *args, const char *when,
-                     s_child_hdr_t *h)
+/* Compares the outputs in the shared buffer with the reference; fills
+ * out on a mismatch, its message starting with `when` ("" for the check
+ * of the first call). */
+static bool s_verify(const kla_problem_t *p, const s_ref_t *ref,
+                     const char *when, kla_result_t *out)
 {
-    const kla_eval_t *e = &c->p->eval;
+    const kla_eval_t *e = &p->eval;
     size_t bad = 0, total = 0;
     double max_err = 0;
-    for (int a = 0; a < c->p->n_args; a++) {
-        if (!c->p->is_output[a])
+    char msg[1024] = "";
+    for (int a = 0; a < p->n_args; a++) {
+        if (!p->is_output[a])
             continue;
-        if (c->p->dtype[a] != KILN__DTYPE__DTYPE_F32) {
+        const void *o = ref->out_map + ref->off[a];
+        if (p->dtype[a] != KILN__DTYPE__DTYPE_F32) {
             /* Integer outputs: exactly the reference's. */
-            for (size_t i = 0; i < c->p->nelem[a]; i++, total++) {
-                int64_t o = s_int_at(c->p, a, args[a], i);
-                int64_t r = s_int_at(c->p, a, c->ref->buf[a], i);
-                double d = fabs((double)(o - r));
+            for (size_t i = 0; i < p->nelem[a]; i++, total++) {
+                int64_t v = s_int_at(p, a, o, i);
+                int64_t rv = s_int_at(p, a, ref->buf[a], i);
+                double d = fabs((double)(v - rv));
                 if (d > max_err)
                     max_err = d;
-                if (o != r && !bad++)
-                    snprintf(h->msg, sizeof h->msg,
+                if (v != rv && !bad++)
+                    snprintf(msg, sizeof msg,
                              "%soutput %d element %zu is %lld, expected %lld "
                              "(integer outputs must match exactly)",
-                             when, a, i, (long long)o, (long long)r);
+                             when, a, i, (long long)v, (long long)rv);
             }
             continue;
         }
-        const float *out = args[a], *ref = c->ref->buf[a];
-        double rms = c->ref->rms[a];
-        for (size_t i = 0; i < c->p->nelem[a]; i++, total++) {
-            double d = fabs((double)out[i] - (double)ref[i]);
+        const float *of = o, *rf = ref->buf[a];
+        double rms = ref->rms[a];
+        for (size_t i = 0; i < p->nelem[a]; i++, total++) {
+            double d = fabs((double)of[i] - (double)rf[i]);
             if (isnan(d))
                 d = INFINITY;
             if (d > max_err)
                 max_err = d;
-            if (d > e->atol + e->rtol * (fabs((double)ref[i]) + rms)) {
+            if (d > e->atol + e->rtol * (fabs((double)rf[i]) + rms)) {
                 if (!bad++)
-                    snprintf(h->msg, sizeof h->msg,
+                    snprintf(msg, sizeof msg,
                              "%soutput %d element %zu is %g, expected %g "
                              "(rtol %g of |expected| + rms %g, atol %g)",
-                             when, a, i, (double)out[i], (double)ref[i],
-                             e->rtol, rms, e->atol);
+                             when, a, i, (double)of[i], (double)rf[i], e->rtol,
+                             rms, e->atol);
             }
         }
     }
-    h->max_abs_err = max_err;
+    out->max_abs_err = max_err;
     if (!bad)
         return true;
-    size_t len = strlen(h->msg);
-    snprintf(h->msg + len, sizeof h->msg - len,
-             "; %zu of %zu elements wrong, max abs error %g", bad, total,
+    snprintf(out->error, sizeof out->error,
+             "%s; %zu of %zu elements wrong, max abs error %g", msg, bad, total,
              max_err);
-    h->status = S_CH_WRONG;
+    out->status = KILN__STATUS__STATUS_WRONG_RESULT;
     return false;
 }
 
-static double s_time_runs(s_kernel_fn fn, void *const *args, uint32_t number)
+/* Fills every output with a value no kernel writes by accident: NaN for
+ * f32, 0xa5 bytes otherwise. Before every run, so a kernel that writes
+ * nothing never finds another's results there. */
+static void s_poison(const kla_problem_t *p, s_ref_t *e)
 {
-    double t0 = s_now();
-    for (uint32_t i = 0; i < number; i++)
-        fn(args);
-    return s_now() - t0;
-}
-
-/* Grows number until `number` runs last min_repeat_ms, then takes the
- * samples, then checks the output of the last timed call: a kernel whose
- * first call was right may change between calls (state kept in a static,
- * a buffer it reuses), and every timed call writes the same outputs, so
- * one more compare, nothing recomputed, catches it. */
-static int s_timing(const s_ctx_t *c, s_kernel_fn fn, void *const *args, int fd)
-{
-    const kla_eval_t *e = &c->p->eval;
-    s_child_hdr_t h = {.status = S_CH_OK, .n_samples = e->repeat};
-    uint32_t number = e->number;
-    uint64_t calls = 1; /* the verified call */
-    double want = e->min_repeat_ms / 1000.0;
-    if (want > 0) {
-        for (;;) {
-            double t = s_time_runs(fn, args, number);
-            calls += number;
-            if (t >= want || number >= S_MAX_NUMBER)
-                break;
-            double grow = t > 0 ? want / t * 1.1 : 100;
-            grow = grow < 2 ? 2 : grow > 100 ? 100 : grow;
-            double next = ceil(number * grow);
-            number = next > S_MAX_NUMBER ? S_MAX_NUMBER : (uint32_t)next;
-        }
-    }
-    h.number = number;
-    size_t flush_n = e->flush_cache ? c->flush_n : 0;
-    char *flush = flush_n ? c->flush : NULL, *own = NULL;
-    if (flush_n && !flush) {
-        own = mmap(NULL, flush_n, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        flush = own = own == MAP_FAILED ? NULL : own;
-    }
-    double *samples = calloc(e->repeat, sizeof(double));
-    if (!samples || (flush_n && !flush)) {
-        snprintf(h.msg, sizeof h.msg,
-                 "out of memory for timing buffers (cache flush: %zu MiB, "
-                 "twice the last-level cache)",
-                 flush_n >> 20);
-        h.status = S_CH_ERROR;
-        h.n_samples = 0;
-        return s_send(fd, &h, NULL);
-    }
-    for (uint32_t r = 0; r < e->repeat; r++) {
-        if (flush) {
-            memset(flush, (int)r + 1, flush_n);
-            __asm__ volatile("" : : "r"(flush) : "memory");
-        }
-        samples[r] = s_time_runs(fn, args, number) / number;
-        calls += number;
-    }
-    char when[96];
-    snprintf(when, sizeof when,
-             "check after timing (output of call %llu; the first call's was "
-             "right): ",
-             (unsigned long long)calls);
-    s_child_hdr_t wrong = {0};
-    int rc = !e->skip_verify && !s_verify(c, args, when, &wrong)
-                 ? s_send(fd, &wrong, NULL)
-                 : s_send(fd, &h, samples);
-    free(samples);
-    if (own)
-        munmap(own, flush_n);
-    return rc;
-}
-
-/* Calls ENTRY_prepare when lib defines it (kl_abi.h): once, with only the
- * constant inputs non-NULL, before the verification run and the timing.
- * Sets *block (NULL when there is no prepare). Returns false with h filled
- * when prepare returned NULL. Both the candidate and the reference go
- * through here; the reference (the naive schedule) never defines one. */
-static bool s_prepare(const s_ctx_t *c, void *lib, void *const *args,
-                      void **block, s_child_hdr_t *h)
-{
-    *block = NULL;
-    kl_abi_prepare_fn prep = kl_abi_find_prepare(lib, c->entry);
-    if (prep &&
-        !(*block = kl_abi_prepare(prep, c->p->n_args, args, c->p->is_const))) {
-        snprintf(h->msg, sizeof h->msg,
-                 "'%s" KL_ABI_PREPARE_SUFFIX "' returned NULL (out of memory "
-                 "while preparing the constant inputs, or a tensorized "
-                 "kernel on a CPU without its intrinsic)",
-                 c->entry);
-        return false;
-    }
-    return true;
-}
-
-static int s_child(void *arg, int fd)
-{
-    const s_ctx_t *c = arg;
-    s_child_t0 = s_now();
-    s_child_hdr_t h = {.status = S_CH_ERROR};
-    void *lib = dlopen(c->so, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(h.msg, sizeof h.msg, "dlopen: %s", dlerror());
-        return s_send(fd, &h, NULL);
-    }
-    s_kernel_fn fn;
-    *(void **)&fn = dlsym(lib, c->entry);
-    if (!fn) {
-        snprintf(h.msg, sizeof h.msg,
-                 "entry symbol '%s' not found in the shared object", c->entry);
-        return s_send(fd, &h, NULL);
-    }
-    /* n_args (<= 64) tensors, then the prepared block (kl_abi.h). */
-    void *args[65] = {0};
-    for (int a = 0; a < c->p->n_args; a++) {
-        if (!c->p->is_output[a]) {
-            args[a] = c->ref->buf[a];
+    for (int a = 0; a < p->n_args; a++) {
+        if (!p->is_output[a])
             continue;
-        }
-        size_t bytes = c->p->nelem[a] * s_esize(c->p, a);
-        void *o = c->shared_out ? (void *)c->shared_out[a]
-                                : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (!o) {
-            snprintf(h.msg, sizeof h.msg, "out of memory for output %d", a);
-            return s_send(fd, &h, NULL);
-        }
-        if (c->p->dtype[a] == KILN__DTYPE__DTYPE_F32)
-            for (size_t i = 0; i < c->p->nelem[a]; i++)
+        void *o = e->out_map + e->off[a];
+        if (p->dtype[a] == KILN__DTYPE__DTYPE_F32)
+            for (size_t i = 0; i < p->nelem[a]; i++)
                 ((float *)o)[i] = NAN;
-        else /* no NaN: a pattern a kernel that writes nothing keeps */
-            memset(o, 0xa5, bytes);
-        args[a] = o;
+        else
+            memset(o, 0xa5, p->nelem[a] * s_esize(p, a));
     }
-    void *block;
-    if (!s_prepare(c, lib, args, &block, &h))
-        return s_send(fd, &h, NULL);
-    args[c->p->n_args] = block;
-    fn(args);
-    int rc;
-    if (c->shared_out) {
-        h.status = S_CH_OK;
-        rc = s_send(fd, &h, NULL);
-    } else if (!c->p->eval.skip_verify && !s_verify(c, args, "", &h)) {
-        rc = s_send(fd, &h, NULL);
-    } else {
-        rc = s_timing(c, fn, args, fd);
-    }
-    free(block);
-    return rc;
 }
 
-/* ---- the parent -------------------------------------------------------- */
+/* ---- one run in the sandbox --------------------------------------------- */
 
-/* Checks what a child wrote; fills out. Returns true when it made sense. */
-static bool s_parse(const char *buf, size_t len, uint32_t want_samples,
-                    kla_result_t *out)
+/* Text from the sandbox (the candidate may have written it): printable
+ * ASCII only. */
+static void s_clean(char *s)
 {
-    s_child_hdr_t h;
-    if (len < sizeof h)
+    for (; *s; s++)
+        if ((unsigned char)*s < 32 || (unsigned char)*s > 126)
+            *s = '?';
+}
+
+typedef struct {
+    bool called, called_ok, ended, exited;
+    kla_cand_msg_t exit;
+    double u_pre; /* CPU seconds up to the verified call (the kernel's) */
+    uint32_t n;
+    double *samples;
+    uint32_t number;
+    bool refused;
+} s_run_t;
+
+/* Checks one sample against the warden's clocks; false with out->error
+ * set when the claim is contradicted. */
+static bool s_check_sample(const kla_runner_t *r, const s_run_t *run,
+                           const kla_cand_msg_t *m, kla_result_t *out)
+{
+    double t = m->t_c, per = m->number ? t / m->number : 0;
+    if (!isfinite(t) || t < 0 || m->number < 1 || m->number > S_MAX_NUMBER ||
+        (run->n && m->number != run->number)) {
+        snprintf(out->error, sizeof out->error,
+                 "timing refused: sample %u is malformed (%g s for %u calls)",
+                 run->n + 1, t, m->number);
         return false;
-    memcpy(&h, buf, sizeof h);
-    h.msg[sizeof h.msg - 1] = '\0';
-    if (h.magic != S_MAGIC || h.status > S_CH_ERROR)
-        return false;
-    /* The child's own time, when believable; else fork to reap stays. */
-    if (isfinite(h.child_s) && h.child_s >= 0 && h.child_s <= out->run_s)
-        out->run_s = h.child_s;
-    if (h.status != S_CH_OK) {
-        if (len != sizeof h || isnan(h.max_abs_err) || h.max_abs_err < 0)
-            return false;
-        out->status = h.status == S_CH_WRONG
-                          ? KILN__STATUS__STATUS_WRONG_RESULT
-                          : KILN__STATUS__STATUS_RUNTIME_ERROR;
-        out->max_abs_err = h.max_abs_err;
-        snprintf(out->error, sizeof out->error, "%s", h.msg);
-        return true;
     }
-    if (h.n_samples != want_samples ||
-        len != sizeof h + (size_t)h.n_samples * 8)
+    if (t > m->t_w + 1e-4) {
+        snprintf(out->error, sizeof out->error,
+                 "timing refused: sample %u claims %.6f s, but the sandbox "
+                 "timed it at %.6f s",
+                 run->n + 1, t, m->t_w);
         return false;
-    if (want_samples == 0) { /* the reference run: no timing */
-        out->status = KILN__STATUS__STATUS_OK;
-        return true;
     }
-    if (h.number < 1 || h.number > S_MAX_NUMBER)
+    /* The kernel's CPU account in the sample against the claim, when the
+     * wall clock also says the claim left time unaccounted for. */
+    double slack = m->t_w - t;
+    if (slack > 1e-3 && slack > 0.1 * m->t_w &&
+        m->u > 1.1 * r->ncpu * t + 1e-3) {
+        snprintf(out->error, sizeof out->error,
+                 "timing refused: sample %u claims %.6f s for %u calls, but "
+                 "the kernel process used %.6f s of CPU time in it on %d "
+                 "CPUs (the sandbox timed it at %.6f s)",
+                 run->n + 1, t, m->number, m->u, r->ncpu, m->t_w);
         return false;
-    out->samples = kl_xcalloc(h.n_samples, sizeof(double));
-    memcpy(out->samples, buf + sizeof h, (size_t)h.n_samples * 8);
-    for (uint32_t i = 0; i < h.n_samples; i++)
-        if (!isfinite(out->samples[i]) || out->samples[i] < 0) {
-            free(out->samples);
-            out->samples = NULL;
-            return false;
-        }
-    out->n_samples = h.n_samples;
-    out->number = h.number;
-    out->status = KILN__STATUS__STATUS_OK;
-    kla_result_stats(out);
+    }
+    /* Everything up to the verified call, by the kernel's account. */
+    double floor_s =
+        (run->u_pre - S_START_CPU_S) / (S_FIRST_CALL_FACTOR * r->ncpu);
+    if (per < floor_s) {
+        snprintf(out->error, sizeof out->error,
+                 "timing refused: sample %u claims %.3g s per call, but the "
+                 "kernel process used %.6f s of CPU time up to its first "
+                 "call (a call cannot be %gx faster than that on %d CPUs)",
+                 run->n + 1, per, run->u_pre, S_FIRST_CALL_FACTOR * r->ncpu,
+                 r->ncpu);
+        return false;
+    }
     return true;
 }
 
-/* Runs a child and turns its fate into out->status / out->error. */
-static void s_run_child(kla_runner_t *r, s_ctx_t *ctx, bool timed,
-                        kla_result_t *out)
+static void s_say(int fd, kla_cand_kind kind)
 {
-    const kla_eval_t *e = &ctx->p->eval;
-    size_t cap = sizeof(s_child_hdr_t) + (size_t)e->repeat * 8;
-    char *buf = kl_xmalloc(cap);
+    kla_cand_msg_t m = {.magic = KLA_CAND_MAGIC, .kind = (uint32_t)kind};
+    kla_cand_send(fd, &m, sizeof m, NULL, 0);
+}
+
+/* How the run ended, as a status and error text in out (when nothing
+ * else set one). */
+static void s_fate(const kla_problem_t *p, bool timed, s_run_t *run,
+                   int timeout_ms, kla_result_t *out)
+{
+    const kla_cand_msg_t *x = &run->exit;
+    if (out->status != KILN__STATUS__STATUS_OK || out->error[0])
+        return;
+    if (!run->exited) {
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(out->error, sizeof out->error,
+                 "the sandbox ended without a result (killed?)");
+        return;
+    }
+    switch (x->status) {
+    case KLA_CE_TIMEOUT:
+        out->status = KILN__STATUS__STATUS_TIMEOUT;
+        snprintf(out->error, sizeof out->error,
+                 "timed out after %d ms (killed)", timeout_ms);
+        return;
+    case KLA_CE_SIGNALED:
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        if (x->code == SIGXCPU)
+            snprintf(out->error, sizeof out->error,
+                     "killed by signal %d (SIGXCPU): CPU time limit", x->code);
+        else
+            snprintf(out->error, sizeof out->error, "killed by signal %u (%s)",
+                     x->code, kla_signame((int)x->code));
+        return;
+    case KLA_CE_PROTOCOL:
+    case KLA_CE_FAILED:
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(out->error, sizeof out->error, "%s", x->msg);
+        return;
+    default:
+        break;
+    }
+    if (x->code != 0) {
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(out->error, sizeof out->error, "exited with status %u",
+                 x->code);
+        return;
+    }
+    if (!run->called || (timed && (!run->ended || run->n != p->eval.repeat))) {
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(out->error, sizeof out->error,
+                 "kernel process ended without a result (exit() inside the "
+                 "kernel?)");
+        return;
+    }
+}
+
+/* Runs so:entry on e's buffers in the sandbox: the reference run (timed
+ * false: one call, its outputs kept) or a candidate's. */
+static void s_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
+                  const char *so, const char *entry, bool timed,
+                  kla_result_t *out)
+{
+    const kla_eval_t *ev = &p->eval;
     /* The reference is the naive kernel, often 10-100x slower than the
      * candidates the timeout is meant for (a naive 1024^3 matmul takes
      * tens of seconds), and it runs once per workload: it gets ten times
      * the candidate's limit, at least 10 minutes, at most a day. */
-    uint64_t tmo = e->timeout_ms;
+    uint64_t tmo = ev->timeout_ms;
     if (!timed) {
         tmo = tmo * 10 < 600000u ? 600000u : tmo * 10;
         tmo = tmo > 86400000u ? 86400000u : tmo;
     }
-    kla_sandbox_opts_t o = {.timeout_ms = (int)tmo,
-                            .max_mem_bytes = r->cfg.max_mem_bytes,
-                            .pin = timed ? r->cfg.pin : NULL,
-                            .running = &r->running};
-    kla_sandbox_result_t sr;
-    if (timed && r->cfg.gate)
-        kla_gate_pause(r->cfg.gate);
-    kla_sandbox_run(&o, s_child, ctx, buf, cap, &sr);
-    if (timed && r->cfg.gate)
-        kla_gate_resume(r->cfg.gate);
-    out->run_s = sr.wall_s;
-    if (sr.outcome == KLA_SB_TIMEOUT) {
-        out->status = KILN__STATUS__STATUS_TIMEOUT;
-        snprintf(out->error, sizeof out->error, "%s", sr.error);
-    } else if (sr.outcome != KLA_SB_EXITED || sr.code != 0) {
+    char err[KL_ERRMSG_LEN];
+    int so_fd = s_so_memfd(so, err);
+    if (so_fd < 0) {
         out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
-        snprintf(out->error, sizeof out->error, "%s", sr.error);
-    } else if (!s_parse(buf, sr.len, timed ? e->repeat : 0, out)) {
-        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
-        snprintf(out->error, sizeof out->error,
-                 sr.len ? "kernel process sent a malformed result (%zu bytes)"
-                        : "kernel process ended without a result (%zu bytes; "
-                          "exit() inside the kernel?)",
-                 sr.len);
+        snprintf(out->error, sizeof out->error, "%s", err);
+        return;
     }
-    free(buf);
+    int flush_fd = timed && ev->flush_cache ? s_flush_fd(r) : -1;
+    kla_cand_job_t job = {.magic = KLA_CAND_MAGIC,
+                          .n_args = (uint32_t)p->n_args,
+                          .timed = timed,
+                          .number = ev->number,
+                          .repeat = timed ? ev->repeat : 0,
+                          .min_repeat_ms = ev->min_repeat_ms,
+                          .flush = flush_fd >= 0,
+                          .timeout_ms = (uint32_t)tmo,
+                          .max_mem_bytes = r->cfg.max_mem_bytes,
+                          .flush_n = flush_fd >= 0 ? r->flush_n : 0,
+                          .in_bytes = e->in_bytes,
+                          .out_bytes = e->out_bytes};
+    for (int a = 0; a < p->n_args; a++) {
+        job.off[a] = e->off[a];
+        job.bytes[a] = p->nelem[a] * s_esize(p, a);
+        job.is_output[a] = p->is_output[a];
+        job.is_const[a] = p->is_const[a];
+    }
+    if (timed && r->cfg.pin)
+        for (int i = 0; i < r->pin.n; i++)
+            job.pin[r->pin.cpu[i] / 64] |= UINT64_C(1) << (r->pin.cpu[i] % 64);
+    snprintf(job.entry, sizeof job.entry, "%s", entry);
+    s_poison(p, e);
+
+    int ws[2] = {-1, -1};
+    int rc = KL_OK;
+    if (r->host >= 0 && waitpid(r->host_pid, NULL, WNOHANG) != 0)
+        s_host_stop(r); /* the sandbox died since the last run */
+    if (r->host < 0)
+        rc = s_host_start(r, err);
+    if (rc == KL_OK &&
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ws) != 0)
+        rc = kl_seterr(err, KL_ERR_IO, "socketpair: %s", strerror(errno));
+    if (rc == KL_OK) {
+        int fds[KLA_CAND_NFDS] = {so_fd, e->in_fd, e->out_fd,
+                                  flush_fd >= 0 ? flush_fd : so_fd, ws[1]};
+        if (kla_cand_send(r->host, &job, sizeof job, fds, KLA_CAND_NFDS)) {
+            /* A host that died just now: once more with a fresh one. */
+            s_host_stop(r);
+            rc = s_host_start(r, err);
+            if (rc == KL_OK &&
+                kla_cand_send(r->host, &job, sizeof job, fds, KLA_CAND_NFDS))
+                rc = kl_seterr(err, KL_ERR_IO,
+                               "cannot hand the candidate to the sandbox");
+        }
+    }
+    close(so_fd);
+    if (ws[1] >= 0)
+        close(ws[1]);
+    if (rc != KL_OK) {
+        if (ws[0] >= 0)
+            close(ws[0]);
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(out->error, sizeof out->error, "sandbox: %s", err);
+        return;
+    }
+
+    s_run_t run = {0};
+    if (timed)
+        run.samples = kl_xcalloc(ev->repeat ? ev->repeat : 1, sizeof(double));
+    double t0 = kl_now_s();
+    double deadline = t0 + tmo / 1000.0 + 5.0;
+    bool stopped = false;
+    for (;;) {
+        double left = deadline - kl_now_s();
+        struct pollfd pf = {.fd = ws[0], .events = POLLIN};
+        int prc = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
+        if (prc < 0 && errno == EINTR)
+            continue;
+        if (prc == 0) { /* the warden did not keep its own deadline */
+            s_host_stop(r);
+            run.exited = true;
+            run.exit.status = KLA_CE_TIMEOUT;
+            break;
+        }
+        kla_cand_msg_t m;
+        if (kla_cand_recv(ws[0], &m, sizeof m, NULL, 0) != 0 ||
+            m.magic != KLA_CAND_MAGIC)
+            break; /* the warden is gone: killed, or the sandbox was */
+        m.msg[sizeof m.msg - 1] = '\0';
+        s_clean(m.msg);
+        if (m.kind == KLA_CM_EXIT) {
+            run.exited = true;
+            run.exit = m;
+            break;
+        }
+        if (stopped)
+            continue;
+        if (m.kind == KLA_CM_CALLED && !run.called) {
+            run.called = true;
+            run.u_pre = m.u;
+            if (m.status != KLA_CS_OK) {
+                out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+                snprintf(out->error, sizeof out->error, "%s", m.msg);
+                stopped = true;
+                continue;
+            }
+            run.called_ok = true;
+            if (timed && !ev->skip_verify && !s_verify(p, e, "", out)) {
+                s_say(ws[0], KLA_CM_STOP);
+                stopped = true;
+                continue;
+            }
+            if (!timed) /* the reference: its outputs are what we keep */
+                for (int a = 0; a < p->n_args; a++)
+                    if (p->is_output[a])
+                        memcpy(e->buf[a], e->out_map + e->off[a],
+                               p->nelem[a] * s_esize(p, a));
+            s_say(ws[0], KLA_CM_GO);
+        } else if (m.kind == KLA_CM_SAMPLE && timed && run.called_ok &&
+                   run.n < ev->repeat) {
+            if (!s_check_sample(r, &run, &m, out)) {
+                out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+                s_say(ws[0], KLA_CM_STOP);
+                stopped = true;
+                continue;
+            }
+            run.number = m.number;
+            run.samples[run.n++] = m.t_c / m.number;
+        } else if (m.kind == KLA_CM_END && run.called_ok) {
+            run.ended = true;
+        } else {
+            out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+            snprintf(out->error, sizeof out->error,
+                     "the sandbox sent message %u out of turn", m.kind);
+            s_say(ws[0], KLA_CM_STOP);
+            stopped = true;
+        }
+    }
+    close(ws[0]);
+    out->run_s =
+        run.exited && run.exit.wall > 0 ? run.exit.wall : kl_now_s() - t0;
+    s_fate(p, timed, &run, (int)tmo, out);
+    if (out->status == KILN__STATUS__STATUS_OK && timed && !out->error[0]) {
+        char when[96];
+        snprintf(when, sizeof when,
+                 "check after timing (output of the last of %u timed calls; "
+                 "the first call's was right): ",
+                 run.n * run.number);
+        if (ev->skip_verify || s_verify(p, e, when, out)) {
+            out->samples = run.samples;
+            run.samples = NULL;
+            out->n_samples = run.n;
+            out->number = run.number;
+            out->status = KILN__STATUS__STATUS_OK;
+            kla_result_stats(out);
+        }
+    }
+    free(run.samples);
 }
+
+/* ---- the reference cache ------------------------------------------------ */
 
 static void s_ref_key(const kla_problem_t *p, const char *ref_so,
                       const char *ref_entry, uint8_t key[16])
@@ -609,17 +890,46 @@ static void s_ref_key(const kla_problem_t *p, const char *ref_so,
     kl_buf_free(&b);
 }
 
-static void s_fill_inputs(const kla_problem_t *p, s_ref_t *e)
+/* Lays the arguments out (page-aligned, inputs and outputs in a buffer
+ * each), makes the buffers and fills the inputs. false with e->error. */
+static bool s_ref_buffers(const kla_problem_t *p, s_ref_t *e)
 {
     for (int a = 0; a < p->n_args; a++) {
-        e->buf[a] = kl_xmalloc(p->nelem[a] * s_esize(p, a) + 64);
-        e->bytes += p->nelem[a] * s_esize(p, a);
+        uint64_t n = p->nelem[a] * s_esize(p, a);
+        uint64_t *at = p->is_output[a] ? &e->out_bytes : &e->in_bytes;
+        e->off[a] = *at;
+        *at += (n + S_PAGE - 1) / S_PAGE * S_PAGE;
+        e->bytes += n;
+        if (p->is_output[a])
+            e->buf[a] = kl_xmalloc(n + 64);
+    }
+    e->in_fd = s_memfd("kiln-inputs", e->in_bytes);
+    e->out_fd = s_memfd("kiln-outputs", e->out_bytes);
+    size_t in_map = e->in_bytes ? e->in_bytes : S_PAGE;
+    char *in = e->in_fd >= 0 ? mmap(NULL, in_map, PROT_READ | PROT_WRITE,
+                                    MAP_SHARED, e->in_fd, 0)
+                             : MAP_FAILED;
+    void *om = e->out_fd >= 0
+                   ? mmap(NULL, e->out_bytes ? e->out_bytes : S_PAGE,
+                          PROT_READ | PROT_WRITE, MAP_SHARED, e->out_fd, 0)
+                   : MAP_FAILED;
+    e->out_map = om == MAP_FAILED ? NULL : om;
+    if (in == MAP_FAILED || !e->out_map) {
+        e->error =
+            kl_xasprintf("cannot make buffers of %llu + %llu bytes: %s",
+                         (unsigned long long)e->in_bytes,
+                         (unsigned long long)e->out_bytes, strerror(errno));
+        if (in != MAP_FAILED)
+            munmap(in, in_map);
+        return false;
+    }
+    for (int a = 0; a < p->n_args; a++) {
         if (p->is_output[a])
             continue;
         uint64_t seed_idx[2] = {p->eval.seed, (uint64_t)a};
         kl_rng_t rng;
         kl_rng_seed(&rng, kl_hash64(seed_idx, sizeof seed_idx));
-        void *b = e->buf[a];
+        void *b = in + e->off[a];
         for (size_t i = 0; i < p->nelem[a]; i++) {
             double u = kl_rng_double(&rng);
             switch (p->dtype[a]) {
@@ -639,47 +949,31 @@ static void s_fill_inputs(const kla_problem_t *p, s_ref_t *e)
             }
         }
     }
+    /* No writable mapping may remain for the write seal. */
+    munmap(in, in_map);
+    s_seal(e->in_fd, false);
+    s_seal(e->out_fd, true);
+    return true;
 }
 
-/* Runs the reference once into a shared mapping, then keeps a private
- * copy, so candidates (which inherit it) cannot change it. */
+/* Runs the reference once (in the sandbox, like any candidate: it is
+ * the tenant's code too) and keeps its outputs in the agent's memory. */
 static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
                       const char *ref_so, const char *ref_entry)
 {
-    float *shared[64] = {0};
-    size_t sizes[64] = {0};
-    for (int a = 0; a < p->n_args; a++) {
-        if (!p->is_output[a])
-            continue;
-        sizes[a] = p->nelem[a] * s_esize(p, a);
-        void *m = mmap(NULL, sizes[a], PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        shared[a] = m == MAP_FAILED ? NULL : m;
-        if (!shared[a]) {
-            e->failed = true;
-            e->error = kl_xasprintf("mmap of %zu bytes failed", sizes[a]);
-            goto done;
-        }
-    }
-    s_ctx_t ctx = {.p = p,
-                   .ref = e,
-                   .shared_out = shared,
-                   .so = ref_so,
-                   .entry = ref_entry};
     kla_result_t res = {0};
     r->ref_runs++;
-    s_run_child(r, &ctx, false, &res);
+    s_run(r, p, e, ref_so, ref_entry, false, &res);
     if (res.status != KILN__STATUS__STATUS_OK) {
         e->failed = true;
         e->error = kl_xstrdup(res.error);
-        goto done;
+        kla_result_clear(&res);
+        return;
     }
+    kla_result_clear(&res);
     for (int a = 0; a < p->n_args && !e->failed; a++) {
-        if (!p->is_output[a])
-            continue;
-        memcpy(e->buf[a], shared[a], sizes[a]);
-        if (p->dtype[a] != KILN__DTYPE__DTYPE_F32)
-            continue; /* compared exactly: no rms, no NaN to look for */
+        if (!p->is_output[a] || p->dtype[a] != KILN__DTYPE__DTYPE_F32)
+            continue; /* integers are compared exactly: no rms, no NaN */
         const float *rb = e->buf[a];
         double ss = 0;
         for (size_t i = 0; i < p->nelem[a]; i++) {
@@ -694,11 +988,6 @@ static void s_ref_run(kla_runner_t *r, const kla_problem_t *p, s_ref_t *e,
         }
         e->rms[a] = p->nelem[a] ? sqrt(ss / (double)p->nelem[a]) : 0;
     }
-done:
-    kla_result_clear(&res);
-    for (int a = 0; a < p->n_args; a++)
-        if (shared[a])
-            munmap(shared[a], sizes[a]);
 }
 
 /* Finds or makes the cache entry for p (most recently used first). */
@@ -716,9 +1005,12 @@ static s_ref_t *s_reference(kla_runner_t *r, const kla_problem_t *p,
             return e;
         }
     s_ref_t *e = kl_xcalloc(1, sizeof *e);
+    e->in_fd = e->out_fd = -1;
     memcpy(e->key, key, 16);
-    s_fill_inputs(p, e);
-    s_ref_run(r, p, e, ref_so, ref_entry);
+    if (!s_ref_buffers(p, e))
+        e->failed = true;
+    else
+        s_ref_run(r, p, e, ref_so, ref_entry);
     e->next = r->refs;
     r->refs = e;
     r->ref_bytes += e->bytes;
@@ -746,19 +1038,9 @@ void kla_runner_measure(kla_runner_t *r, const kla_problem_t *p,
                  ref->error);
         return;
     }
-    /* The flush buffer is mapped shared and populated once, so children
-     * neither fault it in nor copy it: they only write it. Nothing reads
-     * it, so a child scribbling on it harms no one. */
-    if (p->eval.flush_cache && !r->flush && r->flush_n) {
-        void *m = mmap(NULL, r->flush_n, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        r->flush = m == MAP_FAILED ? NULL : m;
-    }
-    s_ctx_t ctx = {.p = p,
-                   .ref = ref,
-                   .so = so,
-                   .entry = entry,
-                   .flush = r->flush,
-                   .flush_n = r->flush_n};
-    s_run_child(r, &ctx, true, out);
+    if (r->cfg.gate)
+        kla_gate_pause(r->cfg.gate);
+    s_run(r, p, ref, so, entry, true, out);
+    if (r->cfg.gate)
+        kla_gate_resume(r->cfg.gate);
 }

@@ -8,6 +8,7 @@ pkgs=(build-essential meson ninja-build pkg-config clang
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev
       libxgboost-dev libcmocka-dev libjson-c-dev libmicrohttpd-dev
       libopenblas-dev libdnnl-dev valgrind
+      bubblewrap libseccomp-dev
       libxml2-utils chromium clang-format
       curl python3
       systemd slurmctld slurmd slurm-client munge python3-yaml yamllint)

@@ -1,0 +1,20 @@
+/* kiln-runner - the agent's candidate sandbox (kla_cand.h). Started by
+ * kiln-agent only: `kiln-runner host [--unsafe]` inside a bubblewrap
+ * sandbox with the agent's socket on fd 3; the host execs itself as
+ * `kiln-runner harness` for each candidate. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kla_runner_exe.h"
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "host") == 0)
+        return kla_runner_host_main(argc >= 3 &&
+                                    strcmp(argv[2], "--unsafe") == 0);
+    if (argc == 2 && strcmp(argv[1], "harness") == 0)
+        return kla_runner_harness_main();
+    fprintf(stderr, "kiln-runner: started by kiln-agent only (kiln-runner "
+                    "host | harness)\n");
+    return 2;
+}
