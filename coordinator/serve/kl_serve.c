@@ -749,6 +749,7 @@ static void s_drain_clients(kl_serve_t *s, double now)
 
 static void s_tick(kl_serve_t *s, double now)
 {
+    kl_serve__names_save(s, now, false);
     for (size_t i = s->n_jobs; i-- > 0;) {
         if (i >= s->n_jobs)
             continue;
@@ -886,6 +887,8 @@ int kl_serve_new(kl_serve_t **out, const kl_serve_config_t *cfg, char *err)
     kl_serve__operators_load(s);
     int rc = kl_serve__state_load(s, err);
     if (rc == KL_OK)
+        rc = kl_serve__names_load(s, err);
+    if (rc == KL_OK)
         rc = kl_dispatch_new(&s->disp, &dc, err);
     if (rc == KL_OK)
         rc = kl_net_server_new(&s->net, cfg->clients_endpoint, &sc, err);
@@ -904,6 +907,9 @@ void kl_serve_destroy(kl_serve_t **self_p)
     if (!self_p || !*self_p)
         return;
     kl_serve_t *s = *self_p;
+    /* The jobs still live are written as such: a restarted head holds
+     * their names for their keys. */
+    kl_serve__names_save(s, kl_now_s(), true);
     while (s->n_jobs) {
         kl_sjob_t *j = s->jobs[s->n_jobs - 1];
         if (!j->gone && s->net)

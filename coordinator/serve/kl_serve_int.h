@@ -137,6 +137,9 @@ struct kl_serve_s {
     double ops_at;
     char refused[KL_ERRMSG_LEN];
     double refused_at;
+    /* names changed since DIR/names was written, and when it was. */
+    bool names_dirty;
+    double names_saved_at;
 };
 
 /* Sends env to a client that is not a job (kiln fleet) without waiting: a
@@ -171,6 +174,13 @@ bool kl_serve__state_has(const kl_serve_t *s, const char *name);
 bool kl_serve__state_set(kl_serve_t *s, const char *name, bool drained);
 void kl_serve__state_apply(kl_serve_t *s);
 void kl_serve__state_free(kl_serve_t *s);
+/* The job names bound to keys, kept in cfg.state_dir's DIR/names (not
+ * with insecure): read at start (a name whose hold is over is dropped, a
+ * job live when the head stopped counts as gone at the start, so its
+ * hold starts again), written back at once; then written when they
+ * changed, at most once a second (force: now, if changed). */
+int kl_serve__names_load(kl_serve_t *s, char *err);
+void kl_serve__names_save(kl_serve_t *s, double now, bool force);
 
 /* Tenants (kl_serve_tenants.c). Whether key is an operator's (insecure:
  * every client is); KEYS/operators is read again when

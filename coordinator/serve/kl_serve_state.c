@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kl_err.h"
@@ -29,16 +30,17 @@ static void s_add(kl_serve_t *s, const char *name)
     s->drained[s->n_drained++] = kl_xstrdup(name);
 }
 
-/* DIR/drained, written whole to DIR/drained.tmp, flushed, then renamed
- * over the old one: a reader (or a head restarted after a crash) sees the
- * old list or the new one, never half of one. */
-static int s_save(const kl_serve_t *s, char *err)
+/* DIR/NAME, written whole to DIR/NAME.tmp (by put(s, f)), flushed, then
+ * renamed over the old one: a reader (or a head restarted after a crash)
+ * sees the old file or the new one, never half of one. */
+static int s_write(const kl_serve_t *s, const char *name,
+                   void (*put)(const kl_serve_t *, FILE *), char *err)
 {
     const char *dir = s->cfg.state_dir;
     if (!dir)
         return KL_OK;
-    char *path = kl_xasprintf("%s/drained", dir);
-    char *tmp = kl_xasprintf("%s/drained.tmp", dir);
+    char *path = kl_xasprintf("%s/%s", dir, name);
+    char *tmp = kl_xasprintf("%s/%s.tmp", dir, name);
     int rc = KL_OK;
     FILE *f = fopen(tmp, "w");
     if (!f) {
@@ -46,8 +48,7 @@ static int s_save(const kl_serve_t *s, char *err)
                        strerror(errno));
         goto out;
     }
-    for (size_t i = 0; i < s->n_drained; i++)
-        fprintf(f, "%s\n", s->drained[i]);
+    put(s, f);
     bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = errno;
     if (fclose(f) != 0 && ok) {
@@ -63,6 +64,18 @@ out:
     free(path);
     free(tmp);
     return rc;
+}
+
+static void s_put_drained(const kl_serve_t *s, FILE *f)
+{
+    for (size_t i = 0; i < s->n_drained; i++)
+        fprintf(f, "%s\n", s->drained[i]);
+}
+
+/* DIR/drained: the names of the agents drained, one a line. */
+static int s_save(const kl_serve_t *s, char *err)
+{
+    return s_write(s, "drained", s_put_drained, err);
 }
 
 int kl_serve__state_load(kl_serve_t *s, char *err)
@@ -145,4 +158,86 @@ void kl_serve__state_free(kl_serve_t *s)
     free(s->drained);
     s->drained = NULL;
     s->n_drained = 0;
+}
+
+/* ---- job names bound to keys (kl_serve_tenants.c) ------------------------ */
+
+/* DIR/names, one "KEY GONE NAME" a line: KEY the 40 Z85 characters, GONE
+ * the wall-clock second the job went (0: live when written), NAME the
+ * rest of the line. */
+static void s_put_names(const kl_serve_t *s, FILE *f)
+{
+    double now = kl_now_s();
+    long long wall = (long long)time(NULL);
+    for (size_t i = 0; i < s->n_names; i++) {
+        const kl_sname_t *b = &s->names[i];
+        if (strlen(b->key) != 40 || strchr(b->name, '\n'))
+            continue;
+        long long gone = 0; /* live */
+        if (b->gone_at > 0) {
+            gone = wall - (long long)(now - b->gone_at);
+            gone = gone > 0 ? gone : 1;
+        }
+        fprintf(f, "%s %lld %s\n", b->key, gone, b->name);
+    }
+}
+
+int kl_serve__names_load(kl_serve_t *s, char *err)
+{
+    if (!s->cfg.state_dir || !s->ops_dir)
+        return KL_OK; /* insecure: no keys to bind names to */
+    char *path = kl_xasprintf("%s/names", s->cfg.state_dir);
+    FILE *f = fopen(path, "r");
+    if (!f && errno != ENOENT) {
+        int rc = kl_seterr(err, KL_ERR_IO, "--state: cannot read %s: %s", path,
+                           strerror(errno));
+        free(path);
+        return rc;
+    }
+    double now = kl_now_s();
+    long long wall = (long long)time(NULL);
+    size_t n = 0;
+    char line[KL_NET_MAX_STRING + 128];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char key[41], *rest = NULL;
+        long long gone = -1;
+        if (strlen(line) < 44 || line[40] != ' ')
+            continue;
+        memcpy(key, line, 40);
+        key[40] = '\0';
+        gone = strtoll(line + 41, &rest, 10);
+        if (!rest || *rest != ' ' || !rest[1] || gone < 0)
+            continue;
+        /* A job live when the head stopped went now, as far as the hold
+         * is concerned. */
+        double ago = gone == 0 ? 0 : (double)(wall - gone);
+        if (ago < 0)
+            ago = 0;
+        if (ago >= s->cfg.name_hold_s)
+            continue;
+        kl_serve__name_live(s, rest + 1, key);
+        kl_serve__name_gone(s, rest + 1, now - ago);
+        n++;
+    }
+    if (f)
+        fclose(f);
+    if (n)
+        kl_info("serve: %zu job name(s) held for their keys (%s)", n, path);
+    free(path);
+    s->names_dirty = false;
+    return s_write(s, "names", s_put_names, err);
+}
+
+void kl_serve__names_save(kl_serve_t *s, double now, bool force)
+{
+    if (!s->names_dirty || !s->ops_dir ||
+        (!force && now - s->names_saved_at < 1.0))
+        return;
+    char err[KL_ERRMSG_LEN];
+    if (s_write(s, "names", s_put_names, err) != KL_OK)
+        kl_warn("serve: %s (job names stay bound until the head restarts)",
+                err);
+    s->names_dirty = false;
+    s->names_saved_at = now;
 }

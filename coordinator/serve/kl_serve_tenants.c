@@ -81,6 +81,7 @@ static kl_sname_t *s_name_find(kl_serve_t *s, const char *name)
 
 static void s_name_del(kl_serve_t *s, size_t i)
 {
+    s->names_dirty = true;
     free(s->names[i].name);
     s->names[i] = s->names[--s->n_names];
 }
@@ -140,6 +141,8 @@ void kl_serve__name_live(kl_serve_t *s, const char *name, const char *key)
         b = &s->names[s->n_names++];
         b->name = kl_xstrdup(name);
     }
+    if (b->gone_at != 0 || strcmp(b->key, key) != 0)
+        s->names_dirty = true;
     snprintf(b->key, sizeof b->key, "%s", key);
     b->gone_at = 0;
 }
@@ -150,6 +153,7 @@ void kl_serve__name_gone(kl_serve_t *s, const char *name, double now)
     if (!b)
         return;
     b->gone_at = now > 0 ? now : 1e-9;
+    s->names_dirty = true;
     /* A key that opens and leaves names without end keeps at most
      * KL_SERVE_NAMES_PER_KEY of them bound: its own oldest go first. */
     char key[41];

@@ -943,6 +943,69 @@ static void test_job_name_bound(void **state)
     s_keys_free(&k);
 }
 
+/* With --state, the names outlive the head: alice's job, gone or still
+ * live when the head stops, keeps its name for alice's key on the head
+ * started again (DIR/names). */
+static void test_names_kept(void **state)
+{
+    (void)state;
+    s_keys_t k;
+    s_keys_make(&k);
+    char sdir[512], err[KL_ERRMSG_LEN];
+    assert_non_null(
+        kl_test_mkdtemp(sdir, sizeof sdir, "kl-serve-names-XXXXXX"));
+    s_head_t h;
+    kl_serve_config_t cfg = {.state_dir = sdir};
+    s_head_start_keys(&h, &k, cfg);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", kl_serve_clients_endpoint(h.s));
+    int rc;
+    kl_port_fleet_t *gone = s_port_as(&h, &k, "alice", "gone", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    kl_port_fleet_destroy(&gone); /* says Goodbye: gone */
+    kl_port_fleet_t *live = s_port_as(&h, &k, "alice", "live", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    usleep(100 * 1000);
+    s_head_stop(&h);
+    kl_port_fleet_destroy(&live);
+    char *names = kl_xasprintf("%s/names", sdir);
+    char *text = s_slurp(names);
+    assert_non_null(text);
+    char *alice = s_key_of(&k, "alice");
+    assert_non_null(strstr(text, alice));
+    assert_non_null(strstr(text, " gone\n"));
+    assert_non_null(strstr(text, " 0 live\n"));
+    free(text);
+    /* Started again on the same endpoint and state. */
+    kl_serve_config_t c2 = {.agents_endpoint = "tcp://127.0.0.1:*",
+                            .clients_endpoint = ep,
+                            .keys_dir = k.dir,
+                            .heartbeat_ms = 100,
+                            .client_timeout_s = 30,
+                            .state_dir = sdir};
+    s_head_start_cfg(&h, &c2);
+    kl_port_fleet_t *b = s_port_as(&h, &k, "bob", "gone", &rc, err);
+    assert_int_equal(rc, KL_ERR_CLOSED);
+    assert_null(b);
+    assert_non_null(strstr(err, "job gone belongs to another client key"));
+    b = s_port_as(&h, &k, "bob", "live", &rc, err);
+    assert_int_equal(rc, KL_ERR_CLOSED);
+    assert_null(b);
+    assert_non_null(strstr(err, "job live belongs to another client key"));
+    kl_port_fleet_t *a = s_port_as(&h, &k, "alice", "live", &rc, err);
+    assert_int_equal(rc, KL_OK);
+    kl_port_fleet_destroy(&a);
+    s_head_stop(&h);
+    free(alice);
+    unlink(names);
+    free(names);
+    char *drained = kl_xasprintf("%s/drained", sdir);
+    unlink(drained);
+    free(drained);
+    rmdir(sdir);
+    s_keys_free(&k);
+}
+
 /* A Hello of an agent called name, with one simulated CPU device. */
 static void s_agent_hello(kl_net_t *c, const char *name)
 {
@@ -1274,6 +1337,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_state),
         cmocka_unit_test(test_state_dir),
         cmocka_unit_test(test_job_name_bound),
+        cmocka_unit_test(test_names_kept),
         cmocka_unit_test(test_operators_and_agents),
         cmocka_unit_test(test_limits),
     };
