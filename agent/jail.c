@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,20 +71,22 @@ bool kla_jail_unsafe(void)
 /* The parts of the system a sandbox sees, read-only. A top-level name
  * that is a symbolic link on the host (/lib -> usr/lib on a merged-/usr
  * system) is the same link inside. */
-static const char *const s_system[] = {"/usr",  "/bin",   "/sbin",
-                                       "/lib",  "/lib32", "/lib64",
-                                       "/libx32"};
+static const char *const s_system[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                       "/lib32", "/lib64", "/libx32"};
 static const char *const s_etc[] = {"/etc/ld.so.cache", "/etc/ld.so.conf",
                                     "/etc/ld.so.conf.d", "/etc/alternatives"};
 
-void kla_jail_base(kla_argv_t *a)
+static void s_base(kla_argv_t *a, bool new_session)
 {
-    static const char *const fixed[] = {
-        "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-        "--hostname", "kiln-sandbox"};
+    static const char *const fixed[] = {"--unshare-all", "--die-with-parent",
+                                        "--clearenv", "--hostname",
+                                        "kiln-sandbox"};
     kla_argv_add(a, kla_jail_bwrap());
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
         kla_argv_add(a, fixed[i]);
+        if (i == 1 && new_session)
+            kla_argv_add(a, "--new-session");
+    }
     kla_argv_addf(a, "--uid");
     kla_argv_addf(a, "%d", KLA_JAIL_UID);
     kla_argv_addf(a, "--gid");
@@ -114,6 +117,40 @@ void kla_jail_base(kla_argv_t *a)
     kla_argv_add(a, "/dev");
     kla_argv_add(a, "--tmpfs");
     kla_argv_add(a, "/tmp");
+}
+
+void kla_jail_base(kla_argv_t *a)
+{
+    s_base(a, true);
+}
+
+void kla_jail_base_group(kla_argv_t *a)
+{
+    s_base(a, false);
+}
+
+bool kla_jail_sees(const char *path)
+{
+    if (!path || path[0] != '/' || strstr(path, "/../") || strstr(path, "/./"))
+        return false;
+    for (size_t i = 0; i < sizeof s_system / sizeof *s_system; i++) {
+        size_t n = strlen(s_system[i]);
+        if (strncmp(path, s_system[i], n) == 0 && path[n] == '/')
+            return access(s_system[i], F_OK) == 0;
+    }
+    return false;
+}
+
+int kla_jail_detach_tty(void)
+{
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENXIO || errno == ENOENT ? 0 : -1;
+    int rc = ioctl(fd, TIOCNOTTY);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
 }
 
 void kla_jail_bind(kla_argv_t *a, const char *src, const char *dst,

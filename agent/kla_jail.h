@@ -58,6 +58,21 @@ bool kla_jail_unsafe(void);
 /* Appends bwrap and the options of every sandbox (see above) to a. The
  * caller adds its own binds, then "--" and the command. */
 void kla_jail_base(kla_argv_t *a);
+/* As kla_jail_base but without --new-session: the sandbox stays in the
+ * caller's process group, so that signalling the group (the build gate's
+ * SIGSTOP / SIGCONT, a timeout's SIGKILL) reaches every process inside.
+ * The caller gives the child its own group (setpgid) and no controlling
+ * terminal (kla_jail_detach_tty), which is what --new-session guards. */
+void kla_jail_base_group(kla_argv_t *a);
+/* Whether the absolute path lies in the read-only part of the system
+ * every sandbox sees (under /usr, /bin, /lib, ...), so a program there
+ * runs inside without a bind. False for relative paths and paths with
+ * "." or ".." components. */
+bool kla_jail_sees(const char *path);
+/* In a child between fork and exec (async-signal-safe): gives up the
+ * controlling terminal, if any, so nothing it runs can open /dev/tty.
+ * 0, or -1 with errno. */
+int kla_jail_detach_tty(void);
 /* Binds the host path src at dst inside: read-only unless writable. */
 void kla_jail_bind(kla_argv_t *a, const char *src, const char *dst,
                    bool writable);
