@@ -16,6 +16,7 @@
 #include "kl_target.h"
 #include "kl_util.h"
 #include "kla_agent_int.h"
+#include "kla_jail.h"
 #include "kla_simulate.h"
 
 /* ---- sending ----------------------------------------------------------- */
@@ -44,6 +45,7 @@ void kla_agent_send_result(kla_agent_t *a, uint64_t request_id,
     m.number = r->number;
     m.spread = r->spread;
     m.overhead_s = overhead_s;
+    m.unsandboxed = kla_jail_unsafe() && !simulated;
     if (b) {
         m.compile_s = b->compile_s;
         m.cache_hit = b->cache_hit;
@@ -74,6 +76,7 @@ static void s_send_hello(kla_agent_t *a)
     h.build_slots = (uint32_t)a->build_slots;
     h.n_devices = (size_t)a->ndev;
     h.devices = devs;
+    h.unsandboxed = kla_jail_unsafe();
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_HELLO;
     env.hello = &h;

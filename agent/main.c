@@ -12,6 +12,7 @@
 #include "kl_util.h"
 #include "kla_agent.h"
 #include "kla_backend.h"
+#include "kla_jail.h"
 
 static const kl_opt_t s_opts[] = {
     {"connect", KL_OPT_STR, NULL, KL_NOBOUNDS, "EP",
@@ -52,6 +53,11 @@ static const kl_opt_t s_opts[] = {
      "MiB written between samples to flush the caches when the evaluator "
      "asks (0: twice the last-level cache, at most 128 MiB: virtual "
      "machines often report the host's whole cache)"},
+    {"unsafe-no-sandbox", KL_OPT_BOOL, "false", KL_NOBOUNDS, NULL,
+     "run candidates and compilers without the sandbox (bubblewrap: new "
+     "namespaces, read-only system, no network) where the machine cannot "
+     "make one; a candidate can then read and change what this agent's "
+     "user can. The agent's Hello and every result say so"},
     {"device", KL_OPT_STR, "cpu", KL_NOBOUNDS, "LIST",
      "devices to serve: cpu, cuda:0, cuda:0,1, cuda:all, or a mix such as "
      "cpu,cuda:0 (GPUs need the NVIDIA driver; libcuda and NVRTC are "
@@ -93,6 +99,22 @@ static int s_run(const kl_opts_t *o)
     cfg.max_mem_mb = (uint64_t)kl_opts_int(o, "max-mem-mb");
     cfg.flush_mb = (uint64_t)kl_opts_int(o, "flush-mb");
     cfg.device = kl_opts_str(o, "device");
+    bool unsafe = kl_opts_bool(o, "unsafe-no-sandbox");
+    if (unsafe) {
+        kla_jail_set_unsafe(true);
+        kl_warn("agent: --unsafe-no-sandbox: candidates run without the "
+                "sandbox; every result says so");
+    } else if (!cfg.simulate) {
+        char why[KL_ERRMSG_LEN];
+        if (kla_jail_probe(why) != KL_OK) {
+            fprintf(stderr,
+                    "kiln-agent: cannot sandbox candidates: %s\nkiln-agent: "
+                    "refusing to run tenants' code unsandboxed; start it "
+                    "with --unsafe-no-sandbox to accept that risk\n",
+                    why);
+            return 1;
+        }
+    }
 
     /* Every thread inherits this mask; only sigwait below sees them. */
     sigset_t set;

@@ -278,6 +278,9 @@ static int s_host_start(kla_runner_t *r, char *err)
          * pid, mount and ipc namespace per candidate and drops it. */
         kla_argv_add(&a, "--cap-add");
         kla_argv_add(&a, "CAP_SYS_ADMIN");
+        /* The host is pid 1 itself: no bubblewrap reaper, which would be
+         * a dumpable process a candidate could open /proc/1/mem of. */
+        kla_argv_add(&a, "--as-pid-1");
         s_host_env(&a);
         kla_argv_add(&a, "--perms");
         kla_argv_add(&a, "0555");

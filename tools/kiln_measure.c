@@ -543,6 +543,9 @@ static void s_json(s_job_t *j)
                                json_object_new_double(r->max_abs_err));
         json_object_object_add(o, "simulated",
                                json_object_new_boolean(r->simulated));
+        if (r->unsandboxed)
+            json_object_object_add(o, "unsandboxed",
+                                   json_object_new_boolean(true));
         json_object_object_add(
             o, "error", json_object_new_string(r->error ? r->error : ""));
         json_object_object_add(o, "agent", json_object_new_string(d->agent));

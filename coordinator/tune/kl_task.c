@@ -566,6 +566,7 @@ static void s_record(const kl_task_t *t, const kl_dispatch_result_t *d,
     rec->agent = (char *)d->agent;
     rec->device_name = (char *)d->device_name;
     rec->simulated = r->simulated || kl_target_is_sim(t->target);
+    rec->unsandboxed = r->unsandboxed;
     rec->trace_hash.data = (uint8_t *)p->hash;
     rec->trace_hash.len = 16;
     rec->spread = r->spread;
