@@ -31,7 +31,8 @@ static const kl_opt_t s_opts[] = {
      "and jobs; a bare PORT listens on 127.0.0.1, port 0 picks a free one"},
     {"state", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR",
      "keep what an operator set across restarts: DIR/drained (the agents "
-     "drained, applied as they register)"},
+     "drained, applied as they register), and DIR/names (the job names "
+     "bound to client keys)"},
     {"name-hold-s", KL_OPT_DOUBLE, KL_OPT_DEF(KL_SERVE_DEF_NAME_HOLD_S), 1, 1e7,
      "S",
      "a job name stays its client key's, an agent name its agent key's, "
@@ -45,7 +46,7 @@ static const kl_opt_t s_opts[] = {
      "bytes of requests (packed) a job may hold at the head; a request past "
      "it is refused"},
     {"max-candidate-bytes", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_CANDIDATE),
-     64, 8388608, "BYTES",
+     64, 1e7, "BYTES",
      "one candidate's source + entry + trace; a request with a bigger one "
      "is refused"},
     {"max-timeout-ms", KL_OPT_INT, KL_OPT_DEF(KL_SERVE_DEF_MAX_TIMEOUT_MS), 1,
@@ -72,7 +73,8 @@ static const char s_usage[] =
     "see their own jobs. A job's requests are held within the --max-*\n"
     "limits; one past a limit is answered with an error naming it.\n"
     "Stores no records; with --state DIR it keeps the agents an\n"
-    "operator drained (DIR/drained). --http serves the agents and jobs as\n"
+    "operator drained (DIR/drained) and the job names' keys (DIR/names).\n"
+    "--http serves the agents and jobs as\n"
     "Prometheus metrics (/metrics) and a status page (/). Runs until\n"
     "SIGTERM or SIGINT.";
 
