@@ -64,8 +64,13 @@ typedef struct {
     /* What an operator set, kept across restarts: DIR/drained, the names
      * of the drained agents, one a line, rewritten (a temporary file, then
      * rename) on every drain and undrain, read by kl_serve_new. An agent
-     * of a name there is drained as it registers. NULL: kept in memory for
-     * the head's life only, nothing written. */
+     * of a name there is drained as it registers. With keys, also
+     * DIR/names: the job names bound to client keys ("KEY GONE NAME" a
+     * line, GONE the wall-clock second the job went, 0 live), written at
+     * most once a second when they change and at destroy, read by
+     * kl_serve_new, so a restarted head keeps refusing them to other
+     * keys. NULL: kept in memory for the head's life only, nothing
+     * written. */
     const char *state_dir;
     /* Seconds a job name stays bound to the client key that opened it
      * after the job goes (silent, Goodbye), and an agent name to its agent
