@@ -623,6 +623,19 @@ static size_t s_loc_file(const char *l, size_t n)
     return 0;
 }
 
+/* Whether a located line is a diagnostic ("...: error: ..."), not a
+ * quoted line that looks like one. */
+static bool s_severity(const char *l, size_t n)
+{
+    static const char *const sev[] = {
+        ": error: ",       ": warning: ", ": note: ",
+        ": fatal error: ", ": Error: ",   ": Warning: "};
+    for (size_t i = 0; i < sizeof sev / sizeof *sev; i++)
+        if (memmem(l, n, sev[i], strlen(sev[i])))
+            return true;
+    return false;
+}
+
 /* Files whose messages are the candidate's too: the compiler's own
  * assembler output (cc*.s), the command line. */
 static bool s_own_other(const char *f, size_t n)
@@ -718,7 +731,7 @@ size_t kla_builder_trim(const char *raw, size_t n, const char *src_path,
             /* quoted source, caret, fix-it: the last message's */
         } else if ((f = s_loc_file(l, len)) > 0) {
             keep = s_own_other(l, f);
-            if (!keep)
+            if (!keep && s_severity(l, len))
                 dropped++;
         } else if (memmem(l, len, ": In ", 5) || memmem(l, len, ": At ", 5) ||
                    memmem(l, len, ": Assembler messages:", 21)) {
