@@ -1087,9 +1087,7 @@ static void s_status_msg(kla_builder_t *b, int status, size_t len,
     if (WIFSIGNALED(status))
         snprintf(out->log, sizeof out->log, "compiler %s killed by signal %d%s",
                  b->cc, WTERMSIG(status),
-                 WTERMSIG(status) == SIGXCPU || WTERMSIG(status) == SIGKILL
-                     ? " (CPU time limit)"
-                     : "");
+                 WTERMSIG(status) == SIGXCPU ? " (CPU time limit)" : "");
     else
         snprintf(out->log, sizeof out->log,
                  "compiler %s exited with status %d%s", b->cc,

@@ -9,7 +9,9 @@
  *   ".." component), no computed #include, #include_next, #import, #embed,
  *   no #line with a file name, no __has_include of such names, no
  *   assembler .incbin / .include / .macro / .irp in the text or its string
- *   literals. A refusal is a compile error naming the line; the compiler
+ *   literals, no trigraphs, raw strings or digit separators (on which
+ *   readers may disagree about where a comment or a string ends). A
+ *   refusal is a compile error naming the line; the compiler
  *   does not run. The check is the clear message, not the protection: a
  *   file built by token pasting inside inline assembly passes it.
  * - The compiler runs in a bubblewrap sandbox (kla_jail.h: read-only
