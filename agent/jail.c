@@ -78,9 +78,10 @@ static const char *const s_etc[] = {"/etc/ld.so.cache", "/etc/ld.so.conf",
 
 static void s_base(kla_argv_t *a, bool new_session)
 {
+    /* No --hostname: systemd's ProtectHostname= (tools/deploy/systemd)
+     * forbids sethostname even in a new UTS namespace. */
     static const char *const fixed[] = {"--unshare-all", "--die-with-parent",
-                                        "--clearenv", "--hostname",
-                                        "kiln-sandbox"};
+                                        "--clearenv"};
     kla_argv_add(a, kla_jail_bwrap());
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
         kla_argv_add(a, fixed[i]);
