@@ -46,7 +46,7 @@ WORKLOAD_SPEC = {"replicas", "selector", "template", "strategy",
 POD_SPEC = {"containers", "initContainers", "volumes", "nodeSelector",
             "tolerations", "affinity", "securityContext",
             "serviceAccountName", "terminationGracePeriodSeconds",
-            "priorityClassName", "hostNetwork", "dnsPolicy",
+            "priorityClassName", "hostNetwork", "hostUsers", "dnsPolicy",
             "restartPolicy", "runtimeClassName"}
 CONTAINER = {"name", "image", "imagePullPolicy", "command", "args", "env",
              "envFrom", "ports", "resources", "volumeMounts", "workingDir",
