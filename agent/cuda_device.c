@@ -2,9 +2,12 @@
  * generator shared with the device. */
 #include "kla_cuda.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "kl_err.h"
 #include "kl_target.h"
@@ -108,7 +111,94 @@ static int s_describe(kla_cu_t *cu, int ordinal, int drv, kla_cuda_dev_t *d,
     d->max_regs_per_block = (uint32_t)v[9];
     snprintf(d->driver_version, sizeof d->driver_version, "%d.%d", drv / 1000,
              drv % 1000 / 10);
+    /* Where it sits on the PCI bus: how a sandboxed worker finds its
+     * device node and its device (kla_cuda_dev_nodes). Unknown stays "". */
+    int dom = 0, bus = 0, slot = 0;
+    char e2[KL_ERRMSG_LEN];
+    if (s_attr(cu, dev, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, &dom, e2) == KL_OK &&
+        s_attr(cu, dev, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, &bus, e2) == KL_OK &&
+        s_attr(cu, dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, &slot, e2) == KL_OK)
+        snprintf(d->pci_bus_id, sizeof d->pci_bus_id, "%04x:%02x:%02x.0",
+                 (unsigned)dom & 0xffff, (unsigned)bus & 0xff,
+                 (unsigned)slot & 0xff);
     return KL_OK;
+}
+
+int kla_cuda_ordinal_of(const char *pci_bus_id, int *ordinal, char *err)
+{
+    kla_cu_t *cu = NULL;
+    int rc = kla_cu_open(&cu, NULL, err);
+    if (rc != KL_OK)
+        return rc;
+    int count = 0;
+    if (cu->DeviceGetCount(&count) != CUDA_SUCCESS)
+        count = 0;
+    int drv = 0;
+    cu->DriverGetVersion(&drv);
+    rc = kl_seterr(err, KL_ERR_NOTFOUND,
+                   "no GPU at PCI %s among the %d the driver shows here",
+                   pci_bus_id, count);
+    for (int i = 0; i < count; i++) {
+        kla_cuda_dev_t d;
+        char e2[KL_ERRMSG_LEN];
+        if (s_describe(cu, i, drv, &d, e2) == KL_OK &&
+            !strcasecmp(d.pci_bus_id, pci_bus_id)) {
+            *ordinal = i;
+            rc = KL_OK;
+            break;
+        }
+    }
+    kla_cu_close(&cu);
+    return rc;
+}
+
+/* The "Device Minor:" of the GPU at pci_bus_id in the driver's
+ * ROOT/proc/driver/nvidia/gpus/BUS/information; -1 when not there. */
+static int s_minor(const char *root, const char *pci_bus_id)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/proc/driver/nvidia/gpus", root);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int minor = -1;
+    struct dirent *e;
+    while (minor < 0 && (e = readdir(d))) {
+        if (strcasecmp(e->d_name, pci_bus_id) != 0)
+            continue;
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s/information", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, " Device Minor: %d", &minor) == 1)
+                break;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return minor >= 0 && minor < 256 ? minor : -1;
+}
+
+int kla_cuda_dev_nodes(const kla_cuda_dev_t *d, const char *root,
+                       char (*out)[64], int max)
+{
+    if (!root)
+        root = "";
+    int minor = d->pci_bus_id[0] ? s_minor(root, d->pci_bus_id) : -1;
+    char own[32];
+    snprintf(own, sizeof own, "/dev/nvidia%d", minor >= 0 ? minor : d->ordinal);
+    const char *const all[] = {own, "/dev/nvidiactl", "/dev/nvidia-uvm",
+                               "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof *all && n < max; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s%s", root, all[i]);
+        struct stat st;
+        if (stat(path, &st) == 0)
+            snprintf(out[n++], 64, "%s", all[i]);
+    }
+    return n;
 }
 
 int kla_cuda_query(const kla_devsel_t *sel, kla_cuda_dev_t *out, int *n,

@@ -1,17 +1,23 @@
-/* cuda_runner.c - the agent's side of a GPU: starts the worker process,
- * hands it one candidate at a time, enforces the timeout, and restarts the
- * worker after it dies (poisoned context, crash, kill). */
+/* cuda_runner.c - the agent's side of a GPU: starts the worker process
+ * in its sandbox, hands it one candidate at a time (the cubins as sealed
+ * memfds), enforces the timeout, and restarts the worker after it dies
+ * (poisoned context, crash, kill). */
 #include "kla_cuda.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,17 +25,24 @@
 #include "kl_log.h"
 #include "kl_util.h"
 #include "kla_cuda_wire.h"
+#include "kla_jail.h"
 #include "kla_sandbox.h"
+
+#define S_MAX_DIRS 8
 
 struct kla_cuda_runner_s {
     kla_cuda_dev_t dev;
     char worker_path[PATH_MAX];
+    char dirs[S_MAX_DIRS][PATH_MAX]; /* library directories bound in */
+    int n_dirs;
     double setup_s;
     pid_t pid;
     int fd;
     _Atomic pid_t running;
     _Atomic unsigned starts;
 };
+
+static void s_find_dirs(kla_cuda_runner_t *r);
 
 int kla_cuda_runner_new(kla_cuda_runner_t **out,
                         const kla_cuda_runner_config_t *cfg, char *err)
@@ -59,6 +72,7 @@ int kla_cuda_runner_new(kla_cuda_runner_t **out,
         free(r);
         return KL_ERR_IO;
     }
+    s_find_dirs(r);
     atomic_init(&r->running, 0);
     atomic_init(&r->starts, 0);
     *out = r;
@@ -161,43 +175,230 @@ static int s_write(int fd, const void *buf, size_t n)
     return 0;
 }
 
-static void s_child_exec(const kla_cuda_runner_t *r, int fd)
+/* ---- the sandbox ------------------------------------------------------ */
+
+/* Adds dir (a directory of the driver's or NVRTC's libraries) to the
+ * runner's binds when the sandbox does not see it already; "/" never. */
+static void s_add_dir(kla_cuda_runner_t *r, const char *dir)
+{
+    char real[PATH_MAX];
+    if (!dir || dir[0] != '/' || !realpath(dir, real) || !strcmp(real, "/") ||
+        kla_jail_sees(real))
+        return;
+    struct stat st;
+    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
+        return;
+    for (int i = 0; i < r->n_dirs; i++)
+        if (!strcmp(r->dirs[i], real))
+            return;
+    if (r->n_dirs < S_MAX_DIRS)
+        snprintf(r->dirs[r->n_dirs++], PATH_MAX, "%s", real);
+}
+
+/* Adds the directory of the file at path. */
+static void s_add_dir_of(kla_cuda_runner_t *r, const char *path)
+{
+    char real[PATH_MAX];
+    if (!path || path[0] != '/' || !realpath(path, real))
+        return;
+    char *slash = strrchr(real, '/');
+    if (slash && slash != real) {
+        *slash = '\0';
+        s_add_dir(r, real);
+    }
+}
+
+static int s_loaded_lib(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    const char *name = info->dlpi_name;
+    const char *base = name ? strrchr(name, '/') : NULL;
+    if (base &&
+        (!strncmp(base, "/libnvrtc", 9) || !strncmp(base, "/libcuda", 8) ||
+         !strncmp(base, "/libnvidia", 10)))
+        s_add_dir_of(arg, name);
+    return 0;
+}
+
+/* The library directories a sandboxed worker needs beyond the system the
+ * sandbox sees (kla_jail_sees): those of KILN_LIBCUDA and KILN_NVRTC, of
+ * LD_LIBRARY_PATH, and where the libcuda and libnvrtc this process loads
+ * lie. */
+static void s_find_dirs(kla_cuda_runner_t *r)
+{
+    s_add_dir_of(r, getenv("KILN_LIBCUDA"));
+    s_add_dir_of(r, getenv("KILN_NVRTC"));
+    const char *lp = getenv("LD_LIBRARY_PATH");
+    char *copy = kl_xstrdup(lp ? lp : "");
+    for (char *save = NULL, *d = strtok_r(copy, ":", &save); d;
+         d = strtok_r(NULL, ":", &save))
+        s_add_dir(r, d);
+    free(copy);
+    if (r->dev.fake)
+        return;
+    const char *lc = getenv("KILN_LIBCUDA");
+    void *dl = dlopen(lc && *lc ? lc : "libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    struct link_map *lm = NULL;
+    if (dl && dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+        s_add_dir_of(r, lm->l_name);
+    if (dl)
+        dlclose(dl);
+    dl_iterate_phdr(s_loaded_lib, r); /* NVRTC, loaded by the builder */
+}
+
+/* Whether the environment variable name (of len bytes) goes into the
+ * sandbox (--clearenv empties it): what the driver, NVRTC and the dynamic
+ * loader read, the test stand-in, logging and the sanitizers' options. */
+static bool s_keep_env(const kla_cuda_runner_t *r, const char *name, size_t len)
+{
+    static const char *const exact[] = {
+        "LD_LIBRARY_PATH",      "KILN_LIBCUDA", "KILN_NVRTC",
+        "KILN_FAKE_GPU_WORKER", "KILN_LOG",     "ASAN_OPTIONS",
+        "UBSAN_OPTIONS",        "LSAN_OPTIONS"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (strlen(exact[i]) == len && !strncmp(name, exact[i], len))
+            return true;
+    /* CUDA_VISIBLE_DEVICES names GPUs by the host's enumeration; inside,
+     * where only this GPU's node exists, the worker finds its GPU by PCI
+     * address (KILN_GPU_PCI_BUS_ID) and the indices would name none. */
+    if (len == 20 && !strncmp(name, "CUDA_VISIBLE_DEVICES", 20))
+        return !r->dev.pci_bus_id[0];
+    return (len > 5 && !strncmp(name, "CUDA_", 5)) ||
+           (len > 7 && !strncmp(name, "NVIDIA_", 7));
+}
+
+/* The command line of a worker: bwrap and its options, or (unsafe) the
+ * worker itself. */
+static void s_argv(const kla_cuda_runner_t *r, bool unsafe, kla_argv_t *a)
+{
+    char ord[16];
+    snprintf(ord, sizeof ord, "%d", r->dev.ordinal);
+    if (unsafe) {
+        kla_argv_add(a, r->worker_path);
+        kla_argv_add(a, "--gpu-worker");
+        kla_argv_add(a, ord);
+        return;
+    }
+    kla_jail_base(a);
+    /* The worker is pid 1 itself: no bubblewrap reaper, a dumpable
+     * process that could be opened from inside. */
+    kla_argv_add(a, "--as-pid-1");
+    char nodes[8][64];
+    int nn = kla_cuda_dev_nodes(&r->dev, NULL, nodes, 8);
+    for (int i = 0; i < nn; i++) {
+        kla_argv_add(a, "--dev-bind");
+        kla_argv_add(a, nodes[i]);
+        kla_argv_add(a, nodes[i]);
+    }
+    if (!r->dev.fake) {
+        /* The driver reads the GPU's PCI and NUMA facts from sysfs. */
+        static const char *const sys[] = {"/sys/bus/pci", "/sys/devices"};
+        for (size_t i = 0; i < sizeof sys / sizeof *sys; i++)
+            if (access(sys[i], F_OK) == 0)
+                kla_jail_bind(a, sys[i], sys[i], false);
+    }
+    for (int i = 0; i < r->n_dirs; i++)
+        kla_jail_bind(a, r->dirs[i], r->dirs[i], false);
+    extern char **environ;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || !s_keep_env(r, *e, (size_t)(eq - *e)))
+            continue;
+        char *name = kl_xstrndup(*e, (size_t)(eq - *e));
+        kla_argv_add(a, "--setenv");
+        kla_argv_add(a, name);
+        kla_argv_add(a, eq + 1);
+        free(name);
+    }
+    if (r->dev.pci_bus_id[0]) {
+        kla_argv_add(a, "--setenv");
+        kla_argv_add(a, "KILN_GPU_PCI_BUS_ID");
+        kla_argv_add(a, r->dev.pci_bus_id);
+    }
+    /* By descriptor: a root agent's worker is uid 65534, which may not
+     * reach the build tree or the install's directory. */
+    kla_argv_add(a, "--perms");
+    kla_argv_add(a, "0555");
+    kla_argv_add(a, "--file");
+    kla_argv_add(a, "4");
+    kla_argv_add(a, "/kiln-gpu-worker");
+    kla_argv_add(a, "--");
+    kla_argv_add(a, "/kiln-gpu-worker");
+    kla_argv_add(a, "--gpu-worker");
+    kla_argv_add(a, ord);
+}
+
+/* The child's side of the fork (async-signal-safe calls only): the socket
+ * at fd 3, the worker's executable (sandboxed) at fd 4, nothing else. */
+static void s_child_exec(char *const *argv, int sock, int exe, bool unsafe)
 {
     setpgid(0, 0);
-    if (fd == 3)
-        fcntl(fd, F_SETFD, 0);
-    else if (dup2(fd, 3) != 3)
-        _exit(127);
+    int s2 = fcntl(sock, F_DUPFD, 10);
+    int e2 = exe >= 0 ? fcntl(exe, F_DUPFD, 10) : -1;
+    if (s2 < 0 || dup2(s2, 3) != 3 ||
+        (exe >= 0 && (e2 < 0 || dup2(e2, 4) != 4)))
+        _exit(126);
     int dn = open("/dev/null", O_RDWR);
     if (dn >= 0) {
         dup2(dn, 0);
         dup2(dn, 1);
     }
-    char ord[16];
-    snprintf(ord, sizeof ord, "%d", r->dev.ordinal);
-    execl(r->worker_path, r->worker_path, "--gpu-worker", ord, (char *)NULL);
+    int first = exe >= 0 ? 5 : 4;
+    if (syscall(SYS_close_range, (unsigned)first, ~0u, 0) != 0)
+        for (int fd = first; fd < 1024; fd++)
+            close(fd);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    if (!unsafe && kla_jail_drop_root() != 0)
+        _exit(126);
+    if (unsafe)
+        execv(argv[0], argv);
+    else
+        execvp(argv[0], argv);
     _exit(127);
 }
 
 /* Starts a worker and waits for its hello. */
 static int s_start(kla_cuda_runner_t *r, char *msg, size_t n)
 {
+    bool unsafe = kla_jail_unsafe();
+    char err[KL_ERRMSG_LEN];
+    if (!unsafe && kla_jail_probe(err) != KL_OK) {
+        snprintf(msg, n, "GPU worker for cuda:%d: no sandbox: %.900s",
+                 r->dev.ordinal, err);
+        return KL_ERR_UNSUPPORTED;
+    }
+    int exe = -1;
+    if (!unsafe && (exe = open(r->worker_path, O_RDONLY | O_CLOEXEC)) < 0) {
+        snprintf(msg, n, "GPU worker %.1000s: %s", r->worker_path,
+                 strerror(errno));
+        return KL_ERR_IO;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         snprintf(msg, n, "GPU worker: socketpair: %s", strerror(errno));
+        if (exe >= 0)
+            close(exe);
         return KL_ERR_IO;
     }
+    kla_argv_t a = {0};
+    s_argv(r, unsafe, &a);
     pid_t pid = fork();
+    if (pid == 0)
+        s_child_exec(a.v, sv[1], exe, unsafe);
+    int fork_errno = errno;
+    kla_argv_free(&a);
+    close(sv[1]);
+    if (exe >= 0)
+        close(exe);
     if (pid < 0) {
-        snprintf(msg, n, "GPU worker: fork: %s", strerror(errno));
+        snprintf(msg, n, "GPU worker: fork: %s", strerror(fork_errno));
         close(sv[0]);
-        close(sv[1]);
         return KL_ERR_IO;
     }
-    if (pid == 0)
-        s_child_exec(r, sv[1]);
     setpgid(pid, pid);
-    close(sv[1]);
     r->pid = pid;
     r->fd = sv[0];
     atomic_store(&r->running, pid);
@@ -222,9 +423,8 @@ static int s_start(kla_cuda_runner_t *r, char *msg, size_t n)
 }
 
 static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
-                       const char *ref_entry, const char *cubin,
-                       const char *entry, const kla_cuda_launch_t *l,
-                       kla_cw_req_t *q)
+                       const char *ref_entry, const char *entry,
+                       const kla_cuda_launch_t *l, kla_cw_req_t *q)
 {
     memset(q, 0, sizeof *q);
     q->magic = KLA_CW_MAGIC;
@@ -248,8 +448,6 @@ static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
     q->shared_bytes = l->shared_bytes;
     snprintf(q->entry, sizeof q->entry, "%s", entry);
     snprintf(q->ref_entry, sizeof q->ref_entry, "%s", ref_entry);
-    snprintf(q->cubin, sizeof q->cubin, "%s", cubin);
-    snprintf(q->ref_cubin, sizeof q->ref_cubin, "%s", ref_cubin);
     /* The reference's identity on the device: workload, seed, shapes,
      * reference build. */
     kl_buf_t b = {0};
@@ -261,6 +459,69 @@ static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
     kl_buf_printf(&b, "|%s|%s", ref_cubin, ref_entry);
     kl_hash128(b.data, b.len, q->ref_key);
     kl_buf_free(&b);
+}
+
+/* A sealed memfd copy of the cubin at path: what the worker reads,
+ * whatever happens to the file, with no way back to the workdir. -1 with
+ * msg. */
+static int s_cubin_fd(const char *path, char *msg, size_t n)
+{
+    char *data = NULL;
+    size_t len = 0;
+    char err[KL_ERRMSG_LEN];
+    if (kl_read_file(path, &data, &len, err) != KL_OK) {
+        snprintf(msg, n, "cubin: %s", err);
+        return -1;
+    }
+    int fd = memfd_create("kiln-cubin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < len;) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        done += ok ? (size_t)w : 0;
+    }
+    free(data);
+    if (ok)
+        ok = fcntl(fd, F_ADD_SEALS,
+                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ==
+             0;
+    if (!ok) {
+        snprintf(msg, n, "cubin %.900s: memfd: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends a request with its two cubins (SCM_RIGHTS on the first bytes;
+ * the rest of a partial write as plain bytes). */
+static int s_send_req(int fd, const kla_cw_req_t *q, const int cubins[2])
+{
+    struct iovec iov = {.iov_base = (void *)q, .iov_len = sizeof *q};
+    union {
+        char b[CMSG_SPACE(sizeof(int) * KLA_CW_NFDS)];
+        struct cmsghdr align;
+    } cb;
+    memset(&cb, 0, sizeof cb);
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = cb.b,
+                       .msg_controllen = sizeof cb.b};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * KLA_CW_NFDS);
+    memcpy(CMSG_DATA(c), cubins, sizeof(int) * KLA_CW_NFDS);
+    ssize_t k;
+    do
+        k = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k <= 0)
+        return -1;
+    return s_write(fd, (const char *)q + k, sizeof *q - (size_t)k);
 }
 
 /* Turns the worker's response into out; false when it makes no sense. */
@@ -311,23 +572,37 @@ void kla_cuda_runner_measure(kla_cuda_runner_t *r, const kla_problem_t *p,
                              const kla_cuda_launch_t *l, kla_result_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->pid <= 0 && s_start(r, out->error, sizeof out->error) != KL_OK) {
+    int fds[KLA_CW_NFDS] = {-1, -1};
+    fds[KLA_CW_FD_CUBIN] = s_cubin_fd(cubin, out->error, sizeof out->error);
+    if (fds[KLA_CW_FD_CUBIN] >= 0)
+        fds[KLA_CW_FD_REF] =
+            s_cubin_fd(ref_cubin, out->error, sizeof out->error);
+    if (fds[KLA_CW_FD_REF] < 0 ||
+        (r->pid <= 0 && s_start(r, out->error, sizeof out->error) != KL_OK)) {
+        for (int i = 0; i < KLA_CW_NFDS; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
         out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
         return;
     }
     kla_cw_req_t q;
-    s_fill_req(p, ref_cubin, ref_entry, cubin, entry, l, &q);
+    s_fill_req(p, ref_cubin, ref_entry, entry, l, &q);
     double t0 = kl_now_s();
-    int wr = s_write(r->fd, &q, sizeof q);
+    int wr = s_send_req(r->fd, &q, fds);
+    bool restarted = true;
     if (wr != 0) {
         /* The worker died between candidates (killed from outside): not
          * this candidate's doing; one new worker, one more try. */
         s_stop(r, NULL, 0);
-        if (s_start(r, out->error, sizeof out->error) != KL_OK) {
-            out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
-            return;
-        }
-        wr = s_write(r->fd, &q, sizeof q);
+        restarted = s_start(r, out->error, sizeof out->error) == KL_OK;
+        if (restarted)
+            wr = s_send_req(r->fd, &q, fds);
+    }
+    for (int i = 0; i < KLA_CW_NFDS; i++)
+        close(fds[i]); /* the worker has its own now */
+    if (!restarted) {
+        out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        return;
     }
     if (wr != 0) {
         s_lost(r, out, KILN__STATUS__STATUS_RUNTIME_ERROR,

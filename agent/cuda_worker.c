@@ -3,15 +3,25 @@
  *
  * Everything the candidate touches lives on the device: inputs made by a
  * helper kernel from the seed, reference outputs cached per reference key,
- * the comparison done by a helper kernel that returns three numbers. */
+ * the comparison done by a helper kernel that returns three numbers. The
+ * worker runs in the sandbox cuda_runner.c makes and reads its cubins from
+ * the descriptors each request brings (kla_cuda_wire.h). */
 #include "kla_cuda.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kl_err.h"
@@ -22,6 +32,8 @@
 
 #define S_MAX_NUMBER (1u << 30)
 #define S_REFS 4
+/* The largest cubin the worker reads. */
+#define S_MAX_CUBIN ((size_t)1 << 30)
 
 /* Helper kernels, compiled by NVRTC for the device at start. kla_fill is
  * kla_cuda_input_value (cuda_device.c) element by element; kla_fill16
@@ -270,17 +282,49 @@ static CUresult s_compare(s_w_t *w, CUdeviceptr out, CUdeviceptr ref,
     return rc;
 }
 
-/* Loads a cubin file and finds entry. */
-static int s_load(s_w_t *w, const char *path, const char *entry, CUmodule *m,
+/* The contents of the cubin descriptor fd (a sealed memfd) into *img
+ * (malloc'd, NUL-terminated) and *len. -1 with msg. */
+static int s_read_cubin(int fd, char **img, size_t *len, char *msg, size_t n)
+{
+    *img = NULL;
+    *len = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (size_t)st.st_size > S_MAX_CUBIN) {
+        snprintf(msg, n, "cubin: not a file of 1 byte to 1 GiB");
+        return -1;
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    char *b = malloc(size + 1);
+    if (!b) {
+        snprintf(msg, n, "cubin: out of memory");
+        return -1;
+    }
+    while (got < size) {
+        ssize_t k = pread(fd, b + got, size - got, (off_t)got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            snprintf(msg, n, "cubin: read: %s", k ? strerror(errno) : "short");
+            free(b);
+            return -1;
+        }
+        got += (size_t)k;
+    }
+    b[size] = '\0';
+    *img = b;
+    *len = size;
+    return 0;
+}
+
+/* Loads the cubin of descriptor fd and finds entry. */
+static int s_load(s_w_t *w, int fd, const char *entry, CUmodule *m,
                   CUfunction *f, char *msg, size_t n)
 {
     char *img = NULL;
     size_t len = 0;
-    char err[KL_ERRMSG_LEN];
-    if (kl_read_file(path, &img, &len, err) != KL_OK) {
-        snprintf(msg, n, "cubin: %s", err);
+    if (s_read_cubin(fd, &img, &len, msg, n) != 0)
         return -1;
-    }
     CUresult rc = w->cu->ModuleLoadData(m, img);
     free(img);
     if (s_fail(w, rc, "cuModuleLoadData", msg, n))
@@ -306,7 +350,7 @@ static void s_ref_free(s_w_t *w, s_ref_t *e)
     memset(e, 0, sizeof *e);
 }
 
-static void s_ref_make(s_w_t *w, const kla_cw_req_t *q, s_ref_t *e)
+static void s_ref_make(s_w_t *w, const kla_cw_req_t *q, int ref_fd, s_ref_t *e)
 {
     memcpy(e->key, q->ref_key, 16);
     e->n_args = (int)q->n_args;
@@ -333,7 +377,7 @@ static void s_ref_make(s_w_t *w, const kla_cw_req_t *q, s_ref_t *e)
     }
     CUmodule mod;
     CUfunction f;
-    if (s_load(w, q->ref_cubin, q->ref_entry, &mod, &f, m, mn) != 0)
+    if (s_load(w, ref_fd, q->ref_entry, &mod, &f, m, mn) != 0)
         goto bad;
     kla_cuda_launch_t l;
     kla_cuda_ref_launch(nout, &l);
@@ -386,7 +430,7 @@ bad:
 }
 
 /* Finds or makes the cached reference of q (least recently used out). */
-static s_ref_t *s_reference(s_w_t *w, const kla_cw_req_t *q)
+static s_ref_t *s_reference(s_w_t *w, const kla_cw_req_t *q, int ref_fd)
 {
     s_ref_t *victim = &w->refs[0];
     for (int i = 0; i < S_REFS; i++) {
@@ -399,7 +443,7 @@ static s_ref_t *s_reference(s_w_t *w, const kla_cw_req_t *q)
             victim = e;
     }
     s_ref_free(w, victim);
-    s_ref_make(w, q, victim);
+    s_ref_make(w, q, ref_fd, victim);
     victim->used = ++w->tick;
     return victim;
 }
@@ -571,12 +615,12 @@ static int s_check(s_w_t *w, CUfunction f, const kla_cuda_launch_t *l,
 }
 
 static void s_candidate(s_w_t *w, const kla_cw_req_t *q, const s_ref_t *ref,
-                        kla_cw_res_t *h, double **samples)
+                        int fd, kla_cw_res_t *h, double **samples)
 {
     h->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
     CUmodule mod;
     CUfunction f;
-    if (s_load(w, q->cubin, q->entry, &mod, &f, h->msg, sizeof h->msg) != 0)
+    if (s_load(w, fd, q->entry, &mod, &f, h->msg, sizeof h->msg) != 0)
         return;
     kla_cuda_launch_t l;
     memcpy(l.grid, q->grid, sizeof l.grid);
@@ -621,16 +665,66 @@ done:
 
 /* ---- the loop ---------------------------------------------------------- */
 
-static int s_read_all(int fd, void *buf, size_t n)
+static void s_close_fds(int *fds)
+{
+    for (int i = 0; i < KLA_CW_NFDS; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+/* Reads one request and its descriptors (kla_cuda_wire.h) into q and
+ * fds. 0; 1 at a clean end of the stream; -1 on a short read, an error,
+ * or another number of descriptors than KLA_CW_NFDS (none kept). */
+static int s_recv_req(int fd, kla_cw_req_t *q, int *fds)
 {
     size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, (char *)buf + got, n - got);
+    int nfds = 0;
+    for (int i = 0; i < KLA_CW_NFDS; i++)
+        fds[i] = -1;
+    bool extra = false;
+    while (got < sizeof *q) {
+        struct iovec iov = {.iov_base = (char *)q + got,
+                            .iov_len = sizeof *q - got};
+        union {
+            char b[CMSG_SPACE(sizeof(int) * (KLA_CW_NFDS + 2))];
+            struct cmsghdr align;
+        } cb;
+        struct msghdr m = {.msg_iov = &iov,
+                           .msg_iovlen = 1,
+                           .msg_control = cb.b,
+                           .msg_controllen = sizeof cb.b};
+        ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
-            return -1;
+        for (struct cmsghdr *c = k >= 0 ? CMSG_FIRSTHDR(&m) : NULL; c;
+             c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            int cnt = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            int in[KLA_CW_NFDS + 2];
+            memcpy(in, CMSG_DATA(c), (size_t)cnt * sizeof(int));
+            for (int i = 0; i < cnt; i++) {
+                if (nfds < KLA_CW_NFDS) {
+                    fds[nfds++] = in[i];
+                } else {
+                    close(in[i]);
+                    extra = true;
+                }
+            }
+        }
+        if (k > 0 && (m.msg_flags & MSG_CTRUNC))
+            extra = true;
+        if (k <= 0) {
+            s_close_fds(fds);
+            return k == 0 && got == 0 ? 1 : -1;
+        }
         got += (size_t)k;
+    }
+    if (extra || nfds != KLA_CW_NFDS) {
+        s_close_fds(fds);
+        return -1;
     }
     return 0;
 }
@@ -638,7 +732,6 @@ static int s_read_all(int fd, void *buf, size_t n)
 static bool s_req_ok(kla_cw_req_t *q)
 {
     q->entry[sizeof q->entry - 1] = q->ref_entry[sizeof q->ref_entry - 1] = 0;
-    q->cubin[sizeof q->cubin - 1] = q->ref_cubin[sizeof q->ref_cubin - 1] = 0;
     if (q->magic != KLA_CW_MAGIC || q->n_args < 1 || q->n_args > 64 ||
         q->repeat < 1 || q->repeat > KLA_MAX_REPEAT)
         return false;
@@ -649,6 +742,80 @@ static bool s_req_ok(kla_cw_req_t *q)
     return true;
 }
 
+/* Whether the name of a /dev entry is one every sandbox has (bwrap's
+ * --dev: the standard character devices, pts, shm and links). */
+static bool s_std_dev(const char *name)
+{
+    static const char *const std[] = {
+        ".",       "..",     "null",   "zero", "full",    "random",
+        "urandom", "tty",    "pts",    "ptmx", "shm",     "fd",
+        "stdin",   "stdout", "stderr", "core", "console", "mqueue"};
+    for (size_t i = 0; i < sizeof std / sizeof *std; i++)
+        if (!strcmp(name, std[i]))
+            return true;
+    return false;
+}
+
+/* The stand-in's "probe" (kla_cuda.h): what this process can see and do,
+ * as "key=value" words in msg. entry is "probe[:PORT[:DIR]]": PORT a TCP
+ * port on 127.0.0.1 to connect to, DIR a directory to open. */
+static void s_probe(const char *entry, char *msg, size_t n)
+{
+    int port = 9;
+    const char *dir = NULL;
+    const char *c = strchr(entry, ':');
+    if (c) {
+        port = atoi(c + 1);
+        dir = strchr(c + 1, ':');
+        dir = dir ? dir + 1 : NULL;
+    }
+    char wd[32] = "-";
+    if (dir && *dir) {
+        int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d >= 0)
+            snprintf(wd, sizeof wd, "open");
+        else
+            snprintf(wd, sizeof wd, "no(%d)", errno);
+        if (d >= 0)
+            close(d);
+    }
+    char tcp[32];
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        snprintf(tcp, sizeof tcp, "nosocket(%d)", errno);
+    } else {
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
+            snprintf(tcp, sizeof tcp, "connected");
+        else
+            snprintf(tcp, sizeof tcp, "no(%d)", errno);
+        close(s);
+    }
+    char devs[512] = "";
+    DIR *d = opendir("/dev");
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!s_std_dev(e->d_name)) {
+            size_t k = strlen(devs);
+            snprintf(devs + k, sizeof devs - k, "%s%s", k ? "," : "",
+                     e->d_name);
+        }
+    if (d)
+        closedir(d);
+    struct rlimit rl = {0, 0};
+    getrlimit(RLIMIT_CORE, &rl);
+    snprintf(msg, n,
+             "probe: uid=%d gid=%d pid=%d dumpable=%d core=%llu workdir=%s "
+             "tcp=%s devs=%s bus=%s",
+             (int)getuid(), (int)getgid(), (int)getpid(),
+             prctl(PR_GET_DUMPABLE, 0, 0, 0, 0),
+             (unsigned long long)rl.rlim_cur, wd, tcp, *devs ? devs : "-",
+             getenv("KILN_GPU_PCI_BUS_ID") ? getenv("KILN_GPU_PCI_BUS_ID")
+                                           : "-");
+}
+
 /* The stand-in of kla_cuda.h: answers by entry name, touches no driver. */
 static int s_fake_main(int fd)
 {
@@ -656,26 +823,30 @@ static int s_fake_main(int fd)
     if (kla_write_all(fd, &hello, sizeof hello) != 0)
         return 1;
     kla_cw_req_t q;
-    while (s_read_all(fd, &q, sizeof q) == 0 && s_req_ok(&q)) {
+    int fds[KLA_CW_NFDS];
+    while (s_recv_req(fd, &q, fds) == 0 && s_req_ok(&q)) {
         kla_cw_res_t h = {.magic = KLA_CW_MAGIC,
                           .status = KILN__STATUS__STATUS_OK};
         uint32_t start = KLA_CW_START;
         char *img = NULL;
         size_t len = 0;
-        char err[KL_ERRMSG_LEN];
-        if (kl_read_file(q.cubin, &img, &len, err) != KL_OK || len < 4 ||
+        char err[256];
+        if (s_read_cubin(fds[KLA_CW_FD_CUBIN], &img, &len, err, sizeof err) !=
+                0 ||
+            len < 4 ||
             memcmp(img,
                    "\x7f"
                    "ELF",
                    4) != 0) {
             h.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
-            snprintf(h.msg, sizeof h.msg, "not a cubin: %.900s", q.cubin);
+            snprintf(h.msg, sizeof h.msg, "not a cubin");
         } else if (strstr(q.ref_entry, "badref")) {
             h.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
             snprintf(h.msg, sizeof h.msg,
                      "reference kernel failed: fake GPU worker");
         }
         free(img);
+        s_close_fds(fds);
         if (h.status == KILN__STATUS__STATUS_OK &&
             kla_write_all(fd, &start, sizeof start) != 0)
             return 1;
@@ -696,6 +867,8 @@ static int s_fake_main(int fd)
             h.max_abs_err = 1;
             snprintf(h.msg, sizeof h.msg,
                      "output 2 element 0 is 1, expected 0 [fake GPU worker]");
+        } else if (!strncmp(q.entry, "probe", 5)) {
+            s_probe(q.entry, h.msg, sizeof h.msg);
         }
         double s[KLA_MAX_REPEAT];
         if (h.status == KILN__STATUS__STATUS_OK) {
@@ -721,30 +894,46 @@ const char *kla_cuda_helpers_source(void)
 int kla_cuda_worker_main(int ordinal, int fd)
 {
     signal(SIGPIPE, SIG_IGN);
+    /* Nothing outside may read this process's memory (ptrace, /proc/PID/
+     * mem: it holds the driver's state), and it leaves no core file. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
     if (kla_cuda_fake())
         return s_fake_main(fd);
     static s_w_t w; /* large (reference table); one per process */
     w.fd = fd;
     kla_cw_hello_t hello = {.magic = KLA_CW_MAGIC,
                             .status = KILN__STATUS__STATUS_OK};
-    if (s_setup(&w, ordinal, hello.msg, sizeof hello.msg) != 0 ||
-        s_fail(&w, w.cu->EventCreate(&w.ev[0], CU_EVENT_DEFAULT),
-               "cuEventCreate", hello.msg, sizeof hello.msg) ||
-        s_fail(&w, w.cu->EventCreate(&w.ev[1], CU_EVENT_DEFAULT),
-               "cuEventCreate", hello.msg, sizeof hello.msg))
+    /* In the sandbox the driver shows this GPU alone, under an ordinal of
+     * its own: find it by its PCI address (cuda_runner.c sets it). */
+    const char *bus = getenv("KILN_GPU_PCI_BUS_ID");
+    char err[KL_ERRMSG_LEN];
+    if (bus && *bus && kla_cuda_ordinal_of(bus, &ordinal, err) != KL_OK) {
         hello.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+        snprintf(hello.msg, sizeof hello.msg, "%s", err);
+    } else if (s_setup(&w, ordinal, hello.msg, sizeof hello.msg) != 0 ||
+               s_fail(&w, w.cu->EventCreate(&w.ev[0], CU_EVENT_DEFAULT),
+                      "cuEventCreate", hello.msg, sizeof hello.msg) ||
+               s_fail(&w, w.cu->EventCreate(&w.ev[1], CU_EVENT_DEFAULT),
+                      "cuEventCreate", hello.msg, sizeof hello.msg)) {
+        hello.status = KILN__STATUS__STATUS_RUNTIME_ERROR;
+    }
     if (kla_write_all(fd, &hello, sizeof hello) != 0 || hello.status)
         return 1;
     kla_cw_req_t q;
-    while (s_read_all(fd, &q, sizeof q) == 0) {
+    int fds[KLA_CW_NFDS];
+    int got;
+    while ((got = s_recv_req(fd, &q, fds)) == 0) {
         kla_cw_res_t h = {.status = KILN__STATUS__STATUS_RUNTIME_ERROR};
         double *samples = NULL, t0 = kl_now_s();
         if (!s_req_ok(&q)) {
+            s_close_fds(fds);
             snprintf(h.msg, sizeof h.msg, "malformed request");
             s_send_res(&w, &h, NULL);
             return 1;
         }
-        s_ref_t *ref = s_reference(&w, &q);
+        s_ref_t *ref = s_reference(&w, &q, fds[KLA_CW_FD_REF]);
         uint32_t start = KLA_CW_START;
         if (ref->failed) {
             snprintf(h.msg, sizeof h.msg, "reference kernel failed: %s",
@@ -753,8 +942,9 @@ int kla_cuda_worker_main(int ordinal, int fd)
             return 1;
         } else {
             t0 = kl_now_s();
-            s_candidate(&w, &q, ref, &h, &samples);
+            s_candidate(&w, &q, ref, fds[KLA_CW_FD_CUBIN], &h, &samples);
         }
+        s_close_fds(fds);
         h.run_s = kl_now_s() - t0;
         int rc = s_send_res(&w, &h, samples);
         free(samples);
@@ -762,6 +952,12 @@ int kla_cuda_worker_main(int ordinal, int fd)
             return 1;
         if (w.poisoned)
             return 3;
+    }
+    if (got < 0) { /* a request without its cubins, or cut short */
+        kla_cw_res_t h = {.status = KILN__STATUS__STATUS_RUNTIME_ERROR};
+        snprintf(h.msg, sizeof h.msg, "malformed request");
+        s_send_res(&w, &h, NULL);
+        return 1;
     }
     return 0;
 }

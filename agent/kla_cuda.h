@@ -16,7 +16,43 @@
  *
  * Runs. A GPU's runner thread talks to its worker process (kiln-agent
  * --gpu-worker ORDINAL, exec'd, so that no CUDA state crosses a fork) over
- * a socket pair. The worker makes the deterministic inputs on the device
+ * a socket pair (fd 3). The worker runs in a bubblewrap sandbox
+ * (kla_jail.h, kla_jail_base): uid and gid 65534 (an agent started as root
+ * becomes 65534 before it runs bwrap), new user, mount, pid, ipc, uts,
+ * cgroup and network namespaces (nothing outside is reachable: TCP to
+ * 127.0.0.1 reaches only the sandbox's own loopback), a read-only /usr and
+ * system libraries, a private /proc and an empty /tmp, no /home, no
+ * workdir, death with the agent's thread (--die-with-parent), and the
+ * worker itself pid 1 (--as-pid-1: no dumpable bubblewrap reaper). Its
+ * executable comes in by descriptor (bwrap --file, as /kiln-gpu-worker),
+ * since uid 65534 may not reach the build tree. Its /dev is bwrap's
+ * minimal one plus, bound where they exist, its own GPU's node and the
+ * driver's shared ones (kla_cuda_dev_nodes: /dev/nvidiaM, M the driver's
+ * minor for the GPU's PCI address, or the ordinal when the driver does
+ * not say; /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools,
+ * /dev/nvidia-modeset), so the driver shows it that GPU alone, under an
+ * ordinal of its own: the worker finds it by PCI address
+ * (KILN_GPU_PCI_BUS_ID, kla_cuda_ordinal_of). /sys/bus/pci and
+ * /sys/devices are bound read-only for the driver (not for the stand-in);
+ * so are the directories of KILN_LIBCUDA, KILN_NVRTC, LD_LIBRARY_PATH
+ * and of the loaded libcuda / libnvrtc that lie outside the system the
+ * sandbox sees (under /usr they are visible already: /usr/local/cuda,
+ * /usr/lib/x86_64-linux-gnu). Its environment is cleared but for CUDA_*,
+ * NVIDIA_*, LD_LIBRARY_PATH, KILN_LIBCUDA, KILN_NVRTC, KILN_LOG,
+ * KILN_FAKE_GPU_WORKER and the sanitizers' *SAN_OPTIONS; not
+ * CUDA_VISIBLE_DEVICES when the GPU's PCI address is known (the agent
+ * applied it when it chose the GPU; its indices would name no GPU
+ * inside). MIG instances (/dev/nvidia-caps) are not bound: a MIG
+ * CUDA_VISIBLE_DEVICES needs --unsafe-no-sandbox. The worker makes itself
+ * non-dumpable (PR_SET_DUMPABLE 0) with RLIMIT_CORE 0. It has no seccomp
+ * filter: the driver's ioctls are many and version-bound, and no
+ * candidate host code runs in the worker, only device code through the
+ * driver. It never opens the workdir: each request brings the candidate's
+ * and the reference's cubin as sealed memfd copies (kla_cuda_wire.h),
+ * loaded with cuModuleLoadData from memory. With --unsafe-no-sandbox
+ * (kla_jail_unsafe) the worker is exec'd as is; where bwrap cannot make a
+ * sandbox otherwise, the worker does not start (RUNTIME_ERROR naming why).
+ * The worker makes the deterministic inputs on the device
  * (f32, or for f16 / bf16 inputs the same values rounded to nearest even
  * into 16-bit buffers: kla_cuda_input_bits; outputs are f32),
  * runs the reference once per (workload, seed, shapes, reference build) and
@@ -49,8 +85,12 @@
  * reports a fake device ("fake GPU", cuda/sm_90, simulated) and the worker
  * touches no driver: it answers by the candidate's entry name (containing
  * "oob": a poisoned context, RUNTIME_ERROR and exit; "crash": exits
- * without an answer; "hang": never answers; "wrong": WRONG_RESULT; else OK
- * with synthetic samples). Every result of a fake device is marked
+ * without an answer; "hang": never answers; "wrong": WRONG_RESULT;
+ * starting with "probe", as "probe[:PORT[:DIR]]": OK, its error text the
+ * facts of its sandbox as words "uid= gid= pid= dumpable= core= workdir=
+ * (DIR opened, or no(errno)) tcp= (connect to 127.0.0.1:PORT) devs= (the
+ * non-standard /dev entries) bus="; else OK with synthetic samples). Its
+ * sandbox is the real worker's. Every result of a fake device is marked
  * simulated, so it never counts as a GPU measurement.
  */
 #ifndef KLA_CUDA_H
@@ -86,6 +126,7 @@ typedef struct {
     uint32_t max_shared_optin;     /* with opt-in */
     uint32_t max_regs_per_block;
     char driver_version[32]; /* "13.0" */
+    char pci_bus_id[16];     /* "0000:3b:00.0"; "": unknown (fake) */
     bool fake;               /* KILN_FAKE_GPU_WORKER stand-in */
 } kla_cuda_dev_t;
 
@@ -98,6 +139,25 @@ bool kla_cuda_fake(void);
  * not have is KL_ERR_NOTFOUND; both with a message (kiln-agent exits 69). */
 int kla_cuda_query(const kla_devsel_t *sel, kla_cuda_dev_t *out, int *n,
                    char *err);
+
+/* The CUDA ordinal, in this process's view of the driver, of the GPU at
+ * PCI address pci_bus_id (kla_cuda_dev_t.pci_bus_id): how a sandboxed
+ * worker, which sees only its own GPU, finds it. KL_OK; KL_ERR_NOTFOUND or
+ * KL_ERR_UNSUPPORTED with a message. */
+int kla_cuda_ordinal_of(const char *pci_bus_id, int *ordinal, char *err);
+
+/* The device nodes a sandboxed worker of GPU d gets (see "Runs"), those of
+ * them that exist under root ("" or NULL: the machine's own /dev and
+ * /proc; tests pass a directory), as absolute paths without root into out
+ * (room for max); returns their count. The GPU's own node is /dev/nvidiaM,
+ * M the "Device Minor" of /proc/driver/nvidia/gpus/BUS/information for its
+ * PCI address; without that file (or an address) M is the CUDA ordinal, a
+ * guess: ordinals follow CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES,
+ * minors the driver's probe order, and they can differ. Then the shared
+ * nodes: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools,
+ * /dev/nvidia-modeset. */
+int kla_cuda_dev_nodes(const kla_cuda_dev_t *d, const char *root,
+                       char (*out)[64], int max);
 
 /* ---- launches and resources -------------------------------------------- */
 

@@ -3,7 +3,14 @@
  *
  * worker -> runner: one s_hello when the context and helpers are ready (or
  * could not be made: status != OK, then the worker exits).
- * runner -> worker: one request per candidate.
+ * runner -> worker: one request per candidate, with two descriptors by
+ * SCM_RIGHTS on its first bytes (the socket pair is SOCK_STREAM; the
+ * worker collects them with recvmsg while it reads the request):
+ * [KLA_CW_FD_CUBIN] the candidate's cubin and [KLA_CW_FD_REF] the
+ * reference's, each a sealed memfd copy (no resize, no writes) of the
+ * built file. The worker reads its modules from them and from nothing
+ * else: it sees no workdir (kla_cuda.h, "Runs"). A request with another
+ * number of descriptors is malformed.
  * worker -> runner: a START word when the candidate's own part begins (the
  * reference is ready), then one response followed by n_samples doubles.
  * The worker writes a response with poisoned = 1 and exits when the
@@ -12,11 +19,13 @@
 #ifndef KLA_CUDA_WIRE_H
 #define KLA_CUDA_WIRE_H
 
-#include <limits.h>
 #include <stdint.h>
 
 #define KLA_CW_MAGIC 0x6b6c6375u /* "klcu" */
 #define KLA_CW_START 0x6b6c7374u /* "klst" */
+
+/* The descriptors of a request, in this order. */
+enum { KLA_CW_FD_CUBIN, KLA_CW_FD_REF, KLA_CW_NFDS };
 
 typedef struct {
     uint32_t magic;
@@ -36,7 +45,6 @@ typedef struct {
     uint64_t seed;
     uint32_t grid[3], block[3], shared_bytes;
     char entry[256], ref_entry[256];
-    char cubin[PATH_MAX], ref_cubin[PATH_MAX];
 } kla_cw_req_t;
 
 typedef struct {

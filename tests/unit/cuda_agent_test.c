@@ -4,8 +4,12 @@
  * sm_90 with their resources checked, and the fault handling of the GPU
  * worker against the KILN_FAKE_GPU_WORKER stand-in (poisoned context,
  * crash, hang, wrong result), through the runner and through the whole
- * agent on loopback. Results of the stand-in are simulated: none of this
- * is a GPU pass (tests/gpu/run.sh is, on a machine with a GPU).
+ * agent on loopback; the worker's sandbox (the stand-in's "probe" reports
+ * its uid, pid, the workdir, the network and /dev as it sees them; the
+ * device nodes a GPU's worker gets). Results of the stand-in are
+ * simulated: none of this is a GPU pass (tests/gpu/run.sh is, on a
+ * machine with a GPU). Sandbox assertions are skipped where bwrap cannot
+ * make a sandbox (kla_jail_probe); the rest then runs unsandboxed.
  *
  * Needs KILN_AGENT (the kiln-agent executable, which is also the worker).
  * NVRTC-dependent tests are skipped when NVRTC cannot be loaded. */
@@ -16,8 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <errno.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -29,10 +39,12 @@
 #include "kl_util.h"
 #include "kla_agent.h"
 #include "kla_cuda.h"
+#include "kla_jail.h"
 #include "kl_target.h"
 #include "kl_test_tmp.h"
 
 static char s_dir[256];
+static bool s_jail; /* bwrap can make a sandbox here */
 
 /* An sm_90 device with an H100/H200's limits (and an A100's for sm_80). */
 static void s_dev(kla_cuda_dev_t *d, bool sm90)
@@ -482,6 +494,199 @@ static void test_runner_faults(void **state)
     kla_cuda_builder_destroy(&b);
 }
 
+/* ---- the worker's sandbox ---------------------------------------------- */
+
+static void s_touch(const char *root, const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')); p++) {
+        *p = '\0';
+        mkdir(path, 0755);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Which device nodes a GPU's worker gets: its own by the driver's minor
+ * for its PCI address, else by ordinal; the shared ones that exist. */
+static void test_dev_nodes(void **state)
+{
+    (void)state;
+    char root[300];
+    snprintf(root, sizeof root, "%s/devroot", s_dir);
+    mkdir(root, 0755);
+    const char *nodes[] = {"dev/nvidia0", "dev/nvidia1", "dev/nvidia2",
+                           "dev/nvidiactl", "dev/nvidia-uvm"};
+    for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++)
+        s_touch(root, nodes[i], "");
+    s_touch(root, "proc/driver/nvidia/gpus/0000:3b:00.0/information",
+            "Model: \t NVIDIA H200\nIRQ:   100\nDevice Minor: \t 2\n"
+            "Bus Location: \t 0000:3b:00.0\n");
+    s_touch(root, "proc/driver/nvidia/gpus/0000:5e:00.0/information",
+            "Model: \t NVIDIA H200\nDevice Minor: \t 0\n");
+    kla_cuda_dev_t d;
+    s_dev(&d, true);
+    d.ordinal = 0;
+    snprintf(d.pci_bus_id, sizeof d.pci_bus_id, "0000:3B:00.0");
+    char out[8][64];
+    int n = kla_cuda_dev_nodes(&d, root, out, 8);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[0], "/dev/nvidia2"); /* minor 2, not ordinal 0 */
+    assert_string_equal(out[1], "/dev/nvidiactl");
+    assert_string_equal(out[2], "/dev/nvidia-uvm");
+    snprintf(d.pci_bus_id, sizeof d.pci_bus_id, "0000:5e:00.0");
+    d.ordinal = 1;
+    assert_int_equal(kla_cuda_dev_nodes(&d, root, out, 8), 3);
+    assert_string_equal(out[0], "/dev/nvidia0");
+    /* No driver file for its address, or no address: the ordinal. */
+    snprintf(d.pci_bus_id, sizeof d.pci_bus_id, "0000:99:00.0");
+    assert_int_equal(kla_cuda_dev_nodes(&d, root, out, 8), 3);
+    assert_string_equal(out[0], "/dev/nvidia1");
+    d.pci_bus_id[0] = '\0';
+    d.ordinal = 7; /* no /dev/nvidia7: the shared nodes only */
+    assert_int_equal(kla_cuda_dev_nodes(&d, root, out, 8), 2);
+    assert_string_equal(out[0], "/dev/nvidiactl");
+    /* The machine's own: none here is more than the five names. */
+    n = kla_cuda_dev_nodes(&d, NULL, out, 8);
+    assert_true(n >= 0 && n <= 5);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(strncmp(out[i], "/dev/nvidia", 11), 0);
+}
+
+/* A TCP listener on 127.0.0.1; its port into *port. */
+static int s_listener(int *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(s, 8), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return s;
+}
+
+/* The value of "key=" in the probe's words, copied into out. */
+static const char *s_word(const char *msg, const char *key, char *out, size_t n)
+{
+    const char *p = strstr(msg, key);
+    assert_non_null(p);
+    p += strlen(key);
+    size_t k = strcspn(p, " ");
+    snprintf(out, n, "%.*s", (int)k, p);
+    return out;
+}
+
+/* Runs the stand-in's probe through a runner; its words into msg. */
+static void s_probe_run(kla_cuda_builder_t *b, int port, char *msg, size_t n)
+{
+    char err[KL_ERRMSG_LEN];
+    kla_devsel_t spec = {.n = 1};
+    kla_cuda_dev_t d;
+    int nd = 0;
+    assert_int_equal(kla_cuda_query(&spec, &d, &nd, err), KL_OK);
+    kla_cuda_runner_config_t c = {.dev = &d,
+                                  .worker_path = getenv("KILN_AGENT")};
+    kla_cuda_runner_t *r = NULL;
+    assert_int_equal(kla_cuda_runner_new(&r, &c, err), KL_OK);
+    kla_build_t ref, probe;
+    s_build_named(b, "ref", &ref);
+    s_build_named(b, "probe", &probe);
+    kla_problem_t p;
+    s_problem(&p, 2000);
+    kla_cuda_launch_t l = {{16, 1, 1}, {256, 1, 1}, 0};
+    char entry[400];
+    snprintf(entry, sizeof entry, "probe:%d:%s", port, s_dir);
+    assert_true(strlen(entry) < 256);
+    kla_result_t res;
+    kla_cuda_runner_measure(r, &p, ref.so_path, "ref", probe.so_path, entry, &l,
+                            &res);
+    if (res.status != KILN__STATUS__STATUS_OK)
+        fprintf(stderr, "probe: %d %s\n", res.status, res.error);
+    assert_int_equal(res.status, KILN__STATUS__STATUS_OK);
+    snprintf(msg, n, "%.1000s", res.error);
+    fprintf(stderr, "# %s\n", msg);
+    kla_result_clear(&res);
+    kla_cuda_runner_destroy(&r);
+}
+
+/* What the worker sees in its sandbox: uid 65534, pid 1 (no bubblewrap
+ * reaper), not dumpable, no core files, no workdir, no network, no device
+ * nodes but the standard ones and its GPU's; unsandboxed, the same probe
+ * sees the workdir and the listener, so it measures what it claims. */
+static void test_runner_sandbox(void **state)
+{
+    (void)state;
+    kla_cuda_builder_t *b = s_builder();
+    if (!b)
+        skip();
+    setenv("KILN_FAKE_GPU_WORKER", "1", 1);
+    int port = 0;
+    int ls = s_listener(&port);
+    char msg[1024], v[256];
+    bool was = kla_jail_unsafe();
+    kla_jail_set_unsafe(true);
+    s_probe_run(b, port, msg, sizeof msg);
+    assert_string_equal(s_word(msg, "workdir=", v, sizeof v), "open");
+    assert_string_equal(s_word(msg, "tcp=", v, sizeof v), "connected");
+    assert_int_equal(atoi(s_word(msg, "uid=", v, sizeof v)), (int)getuid());
+    assert_string_equal(s_word(msg, "dumpable=", v, sizeof v), "0");
+    assert_string_equal(s_word(msg, "core=", v, sizeof v), "0");
+    kla_jail_set_unsafe(was);
+    /* The unsandboxed probe's connection, taken off the listener. */
+    int cfd = accept(ls, NULL, NULL);
+    assert_true(cfd >= 0);
+    close(cfd);
+    fcntl(ls, F_SETFL, fcntl(ls, F_GETFL) | O_NONBLOCK);
+    if (!s_jail) {
+        close(ls);
+        unsetenv("KILN_FAKE_GPU_WORKER");
+        kla_cuda_builder_destroy(&b);
+        skip();
+    }
+    s_probe_run(b, port, msg, sizeof msg);
+    assert_string_equal(s_word(msg, "uid=", v, sizeof v), "65534");
+    assert_string_equal(s_word(msg, "gid=", v, sizeof v), "65534");
+    assert_string_equal(s_word(msg, "pid=", v, sizeof v), "1");
+    assert_string_equal(s_word(msg, "dumpable=", v, sizeof v), "0");
+    assert_string_equal(s_word(msg, "core=", v, sizeof v), "0");
+    /* The workdir is not there at all; nor a reachable loopback. */
+    assert_int_equal(strncmp(s_word(msg, "workdir=", v, sizeof v), "no(", 3),
+                     0);
+    assert_int_equal(strncmp(s_word(msg, "tcp=", v, sizeof v), "no", 2), 0);
+    assert_int_equal(accept(ls, NULL, NULL), -1); /* nothing came */
+    assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+    /* /dev: the standard entries, and at most this machine's nvidia nodes
+     * for cuda:0 (the stand-in has no PCI address: by ordinal). */
+    kla_cuda_dev_t d;
+    memset(&d, 0, sizeof d);
+    char nodes[8][64];
+    int nn = kla_cuda_dev_nodes(&d, NULL, nodes, 8);
+    s_word(msg, "devs=", v, sizeof v);
+    if (nn == 0) {
+        assert_string_equal(v, "-");
+    } else {
+        for (char *save = NULL, *t = strtok_r(v, ",", &save); t;
+             t = strtok_r(NULL, ",", &save)) {
+            bool allowed = false;
+            for (int i = 0; i < nn; i++)
+                allowed |= !strcmp(nodes[i] + 5, t);
+            if (!allowed)
+                fprintf(stderr, "unexpected /dev/%s in the sandbox\n", t);
+            assert_true(allowed);
+        }
+    }
+    close(ls);
+    unsetenv("KILN_FAKE_GPU_WORKER");
+    kla_cuda_builder_destroy(&b);
+}
+
 /* ---- the whole agent, on loopback -------------------------------------- */
 
 typedef struct {
@@ -636,8 +841,26 @@ static bool s_is_gpu_worker(pid_t pid)
     return false;
 }
 
+/* The running children (not zombies) of process pid. */
+static int s_children(pid_t pid, pid_t *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        pid_t p = (pid_t)atoi(e->d_name), ppid = 0;
+        char st = p > 0 ? s_proc_state(p, &ppid) : 0;
+        if (st && st != 'Z' && st != 'X' && ppid == pid)
+            out[n++] = p;
+    }
+    closedir(d);
+    return n;
+}
+
 /* The GPU workers this process started that are still running (not
- * zombies). */
+ * zombies): with the sandbox, their bwrap (whose command line holds the
+ * worker's). */
 static int s_gpu_workers(pid_t *out, int max)
 {
     int n = 0;
@@ -772,6 +995,27 @@ static void test_agent_fake_gpus(void **state)
         memcpy(workers, again, (size_t)m * sizeof *again);
         n = m;
     }
+    /* Sandboxed, the workers themselves are the bwraps' children, pid 1 of
+     * their namespaces, run from the copy the sandbox got. */
+    pid_t inner[16];
+    int ni = 0;
+    for (int i = 0; s_jail && i < n; i++) {
+        int k = s_children(workers[i], inner + ni, 16 - ni);
+        for (int j = 0; j < k; j++) {
+            char path[64], cmd[256] = "";
+            snprintf(path, sizeof path, "/proc/%d/cmdline", (int)inner[ni + j]);
+            FILE *f = fopen(path, "r");
+            if (f) {
+                size_t got = fread(cmd, 1, sizeof cmd - 1, f);
+                cmd[got] = '\0';
+                fclose(f);
+            }
+            if (*cmd) /* empty: it ended meanwhile (the timeout) */
+                assert_string_equal(cmd, "/kiln-gpu-worker");
+        }
+        ni += k;
+    }
+    fprintf(stderr, "# %d GPU worker(s), %d sandboxed inside\n", n, ni);
     double t0 = kl_now_s();
     kla_agent_destroy(&agent);
     assert_true(kl_now_s() - t0 < 30); /* a hang bound: the kernel hangs */
@@ -781,6 +1025,18 @@ static void test_agent_fake_gpus(void **state)
             fprintf(stderr, "worker %d still there (%c)\n", (int)workers[i],
                     st);
         assert_int_equal(st, 0); /* killed and reaped */
+    }
+    /* The worker inside dies with its bwrap (--die-with-parent); whoever
+     * inherits it reaps it. */
+    for (int i = 0; i < ni; i++) {
+        char st = s_proc_state(inner[i], NULL);
+        for (double end = kl_now_s() + 10; st && st != 'Z' && kl_now_s() < end;
+             st = s_proc_state(inner[i], NULL))
+            usleep(20000);
+        if (st && st != 'Z')
+            fprintf(stderr, "sandboxed worker %d still there (%c)\n",
+                    (int)inner[i], st);
+        assert_true(!st || st == 'Z');
     }
     kl_net_destroy(&c.server);
     unsetenv("KILN_FAKE_GPU_WORKER");
@@ -805,6 +1061,13 @@ int main(void)
                 getenv("KILN_AGENT"));
         return 1;
     }
+    char err[KL_ERRMSG_LEN];
+    s_jail = kla_jail_probe(err) == KL_OK;
+    if (!s_jail) { /* the worker's faults still run, unsandboxed */
+        fprintf(stderr, "# no sandbox here (%s): sandbox checks skipped\n",
+                err);
+        kla_jail_set_unsafe(true);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devspec),
         cmocka_unit_test(test_check_launch),
@@ -814,6 +1077,8 @@ int main(void)
         cmocka_unit_test(test_build_helpers),
         cmocka_unit_test(test_build_error),
         cmocka_unit_test(test_runner_faults),
+        cmocka_unit_test(test_dev_nodes),
+        cmocka_unit_test(test_runner_sandbox),
         cmocka_unit_test(test_agent_fake_gpus),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
