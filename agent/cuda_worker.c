@@ -804,14 +804,24 @@ static void s_probe(const char *entry, char *msg, size_t n)
         }
     if (d)
         closedir(d);
+    char fds[128] = "";
+    d = opendir("/proc/self/fd");
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) {
+            size_t k = strlen(fds);
+            snprintf(fds + k, sizeof fds - k, "%s%.12s", k ? "," : "",
+                     e->d_name);
+        }
+    if (d)
+        closedir(d);
     struct rlimit rl = {0, 0};
     getrlimit(RLIMIT_CORE, &rl);
     snprintf(msg, n,
              "probe: uid=%d gid=%d pid=%d dumpable=%d core=%llu workdir=%s "
-             "tcp=%s devs=%s bus=%s",
+             "tcp=%s devs=%s fds=%s bus=%s",
              (int)getuid(), (int)getgid(), (int)getpid(),
              prctl(PR_GET_DUMPABLE, 0, 0, 0, 0),
-             (unsigned long long)rl.rlim_cur, wd, tcp, *devs ? devs : "-",
+             (unsigned long long)rl.rlim_cur, wd, tcp, *devs ? devs : "-", fds,
              getenv("KILN_GPU_PCI_BUS_ID") ? getenv("KILN_GPU_PCI_BUS_ID")
                                            : "-");
 }

@@ -89,9 +89,9 @@
  * starting with "probe", as "probe[:PORT[:DIR]]": OK, its error text the
  * facts of its sandbox as words "uid= gid= pid= dumpable= core= workdir=
  * (DIR opened, or no(errno)) tcp= (connect to 127.0.0.1:PORT) devs= (the
- * non-standard /dev entries) bus="; else OK with synthetic samples). Its
- * sandbox is the real worker's. Every result of a fake device is marked
- * simulated, so it never counts as a GPU measurement.
+ * non-standard /dev entries) fds= (its open descriptors) bus="; else OK with
+ * synthetic samples). Its sandbox is the real worker's. Every result of a fake
+ * device is marked simulated, so it never counts as a GPU measurement.
  */
 #ifndef KLA_CUDA_H
 #define KLA_CUDA_H

@@ -638,6 +638,7 @@ static void test_runner_sandbox(void **state)
     assert_int_equal(atoi(s_word(msg, "uid=", v, sizeof v)), (int)getuid());
     assert_string_equal(s_word(msg, "dumpable=", v, sizeof v), "0");
     assert_string_equal(s_word(msg, "core=", v, sizeof v), "0");
+    assert_string_equal(s_word(msg, "fds=", v, sizeof v), "0,1,2,3");
     kla_jail_set_unsafe(was);
     /* The unsandboxed probe's connection, taken off the listener. */
     int cfd = accept(ls, NULL, NULL);
@@ -654,6 +655,9 @@ static void test_runner_sandbox(void **state)
     assert_string_equal(s_word(msg, "uid=", v, sizeof v), "65534");
     assert_string_equal(s_word(msg, "gid=", v, sizeof v), "65534");
     assert_string_equal(s_word(msg, "pid=", v, sizeof v), "1");
+    /* Its socket and stdio only: no cubin memfd kept, and not the
+     * descriptor its executable came by (bwrap --file closes it). */
+    assert_string_equal(s_word(msg, "fds=", v, sizeof v), "0,1,2,3");
     assert_string_equal(s_word(msg, "dumpable=", v, sizeof v), "0");
     assert_string_equal(s_word(msg, "core=", v, sizeof v), "0");
     /* The workdir is not there at all; nor a reachable loopback. */
