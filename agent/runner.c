@@ -287,6 +287,11 @@ static int s_host_start(kla_runner_t *r, char *err)
         kla_argv_add(&a, "--file");
         kla_argv_add(&a, "4");
         kla_argv_add(&a, "/kiln-runner");
+        /* bwrap's root is a tmpfs the sandbox's user could write, and it
+         * outlives one candidate: a file planted there (an
+         * /etc/ld.so.preload) would run in the next tenant's harness. */
+        kla_argv_add(&a, "--remount-ro");
+        kla_argv_add(&a, "/");
         kla_argv_add(&a, "--");
         kla_argv_add(&a, "/kiln-runner");
         kla_argv_add(&a, "host");

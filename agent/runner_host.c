@@ -154,6 +154,22 @@ static int s_finish(s_warden_t *w, kla_cand_end end, const char *msg)
 {
     struct rusage ru = {0};
     int status = 0;
+    if (w->pid > 0 && end == KLA_CE_EXITED && w->pidfd >= 0) {
+        /* It closed its socket, or says it is done: it has until the
+         * deadline to be gone. */
+        for (;;) {
+            double left = w->deadline - s_now();
+            struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
+            int rc = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+            if (rc < 0 && errno == EINTR)
+                continue;
+            if (rc == 0) {
+                end = KLA_CE_TIMEOUT;
+                msg = NULL;
+            }
+            break;
+        }
+    }
     if (w->pid > 0) {
         if (end != KLA_CE_EXITED)
             kill(w->pid, SIGKILL);
@@ -265,9 +281,15 @@ static int s_warden_run(s_warden_t *w)
     m.t_w = s_now() - w->t0;
     kla_cand_send(w->agent, &m, sizeof m, NULL, 0);
     if (m.status != KLA_CS_OK) {
-        /* It says it could not run the kernel: give it a moment to
-         * exit by itself, then end it. */
-        return s_finish(w, KLA_CE_EXITED, NULL);
+        /* It says it could not run the kernel: it exits by itself, or is
+         * ended after a moment. */
+        double grace = s_now() + 1.0;
+        if (grace < w->deadline)
+            w->deadline = grace;
+        while ((rc = s_wait_harness(w, &m)) == 1)
+            ;
+        return s_finish(w, rc == 0 ? KLA_CE_EXITED : KLA_CE_PROTOCOL,
+                        "the kernel process did not exit after its error");
     }
     rc = s_wait_agent(w);
     if (rc == -1)
@@ -334,11 +356,24 @@ static int s_warden(const kla_cand_job_t *j, int *fds, bool unsafe)
     w.t0 = s_now();
     w.deadline = w.t0 + j->timeout_ms / 1000.0;
     if (!unsafe) {
-        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-            mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-                  "size=64m,mode=0700") != 0) {
+        /* Nothing a candidate writes outlives it: the root is read-only
+         * (bwrap --remount-ro), /dev becomes so in this mount namespace,
+         * and /tmp and /dev/shm are fresh for each candidate. */
+        const char *what = "/";
+        int rc = mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+        if (!rc && (what = "/dev", 1))
+            rc = mount(NULL, "/dev", NULL,
+                       MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                       NULL);
+        if (!rc && (what = "/tmp", 1))
+            rc = mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+                       "size=64m,mode=0700");
+        if (!rc && access("/dev/shm", F_OK) == 0 && (what = "/dev/shm", 1))
+            rc = mount("tmpfs", "/dev/shm", "tmpfs",
+                       MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=0700");
+        if (rc != 0) {
             char msg[256];
-            snprintf(msg, sizeof msg, "warden: mount /tmp: %s",
+            snprintf(msg, sizeof msg, "warden: mount %s: %s", what,
                      strerror(errno));
             s_exit_msg(&w, KLA_CE_FAILED, 0, msg, 0);
             return 1;
