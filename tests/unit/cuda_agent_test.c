@@ -39,6 +39,7 @@
 #include "kl_util.h"
 #include "kla_agent.h"
 #include "kla_cuda.h"
+#include "kla_cuda_wire.h"
 #include "kla_jail.h"
 #include "kl_target.h"
 #include "kl_test_tmp.h"
@@ -691,6 +692,118 @@ static void test_runner_sandbox(void **state)
     kla_cuda_builder_destroy(&b);
 }
 
+/* Reads exactly n bytes; -1 at the end of the stream first. */
+static int s_read_n(int fd, void *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Starts `KILN_AGENT --gpu-worker 0` (the stand-in, unsandboxed) on one
+ * end of a socket pair at its fd 3; our end into *fd. */
+static pid_t s_raw_worker(int *fd)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(sv[1], 3);
+        const char *agent = getenv("KILN_AGENT");
+        execl(agent, agent, "--gpu-worker", "0", (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    *fd = sv[0];
+    kla_cw_hello_t h;
+    assert_int_equal(s_read_n(*fd, &h, sizeof h), 0);
+    assert_int_equal(h.magic, KLA_CW_MAGIC);
+    return pid;
+}
+
+/* A request with nfds descriptors (each the cubin at path). */
+static void s_raw_send(int fd, const char *entry, const char *path, int nfds)
+{
+    kla_cw_req_t q;
+    memset(&q, 0, sizeof q);
+    q.magic = KLA_CW_MAGIC;
+    q.n_args = 3;
+    q.is_output[2] = 1;
+    q.repeat = 1;
+    snprintf(q.entry, sizeof q.entry, "%s", entry);
+    snprintf(q.ref_entry, sizeof q.ref_entry, "ref");
+    int fds[4];
+    for (int i = 0; i < nfds; i++)
+        assert_true((fds[i] = open(path, O_RDONLY)) >= 0);
+    struct iovec iov = {.iov_base = &q, .iov_len = sizeof q};
+    union {
+        char b[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } cb;
+    memset(&cb, 0, sizeof cb);
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds) {
+        m.msg_control = cb.b;
+        m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    assert_int_equal(sendmsg(fd, &m, MSG_NOSIGNAL), (ssize_t)sizeof q);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+}
+
+/* The wire (kla_cuda_wire.h): a request brings exactly its two cubins by
+ * SCM_RIGHTS; one without them, or with more, ends the worker without an
+ * answer. */
+static void test_wire_fds(void **state)
+{
+    (void)state;
+    kla_cuda_builder_t *b = s_builder();
+    if (!b)
+        skip();
+    kla_build_t ok;
+    s_build_named(b, "ok", &ok);
+    kla_cuda_builder_destroy(&b);
+    setenv("KILN_FAKE_GPU_WORKER", "1", 1);
+    for (int nfds = 0; nfds <= 3; nfds++) {
+        int fd;
+        pid_t pid = s_raw_worker(&fd);
+        s_raw_send(fd, "ok", ok.so_path, nfds);
+        uint32_t word = 0;
+        int rc = s_read_n(fd, &word, sizeof word);
+        if (nfds == KLA_CW_NFDS) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(word, KLA_CW_START);
+            kla_cw_res_t h;
+            assert_int_equal(s_read_n(fd, &h, sizeof h), 0);
+            assert_int_equal(h.status, KILN__STATUS__STATUS_OK);
+            assert_int_equal(h.n_samples, 1);
+            double sample;
+            assert_int_equal(s_read_n(fd, &sample, sizeof sample), 0);
+            /* And a file that is not a cubin is said to be one. */
+            s_raw_send(fd, "ok", "/etc/hostname", 2);
+            assert_int_equal(s_read_n(fd, &h, sizeof h), 0);
+            assert_int_equal(h.status, KILN__STATUS__STATUS_RUNTIME_ERROR);
+            assert_non_null(strstr(h.msg, "not a cubin"));
+        } else {
+            assert_int_equal(rc, -1); /* closed, nothing said */
+        }
+        close(fd);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    unsetenv("KILN_FAKE_GPU_WORKER");
+}
+
 /* ---- the whole agent, on loopback -------------------------------------- */
 
 typedef struct {
@@ -1083,6 +1196,7 @@ int main(void)
         cmocka_unit_test(test_runner_faults),
         cmocka_unit_test(test_dev_nodes),
         cmocka_unit_test(test_runner_sandbox),
+        cmocka_unit_test(test_wire_fds),
         cmocka_unit_test(test_agent_fake_gpus),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
