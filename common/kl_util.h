@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /* Allocation that aborts (with a message on stderr) on out-of-memory, so
- * callers never check. kl_xfree is free(). */
+ * callers never check. What they return is freed with free(). */
 void *kl_xmalloc(size_t n);
 void *kl_xcalloc(size_t count, size_t n);
 void *kl_xrealloc(void *p, size_t n);

@@ -1,5 +1,5 @@
 /* kl_metrics.c - snapshots of a tuning job, collected on the tuning
- * loop's thread and published to the HTTP server (kl_metrics_http.c). */
+ * loop's thread and published to the HTTP server (kl_metrics_serve.c). */
 #include "kl_metrics.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
  * lines wider than the terminal are cut so that none wraps.
  * On anything else (a log file, a pipe) each update is one plain line,
  * and updates come at most once per `min_interval_s` (the last one, with
- * done set or from kl_live_finish, always comes).
+ * done set, always comes).
  *
  * The view only writes to its stream; it never reads from it. A view is
  * used by one thread.

@@ -147,7 +147,7 @@ struct kl_serve_s {
  * error. */
 void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env);
 /* Sends env to job j without waiting; what its full queue does not take
- * waits in j's backlog, in order (kl_serve__flush). */
+ * waits in j's backlog, in order (sent on by kl_serve.c's s_flush). */
 void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env);
 /* Reads the agent list from dispatch when it changed, at most every
  * KL_SERVE_AGENTS_EVERY_S (force: at once, changed or not). */
