@@ -2,7 +2,7 @@
  *
  * Every compiler and every candidate of kiln-agent runs inside a bwrap
  * sandbox: new user, mount, pid, ipc, uts, cgroup and network namespaces
- * (no network at all: only a loopback device, down), no capabilities, a
+ * (no network at all: only the namespace's own loopback), no capabilities, a
  * read-only view of the system (/usr and the /bin, /sbin, /lib* links or
  * directories, /etc/ld.so.cache, /etc/alternatives; nothing else of /etc,
  * no /home, no /root, no /var), a private /proc and /dev, an empty /tmp,
