@@ -242,8 +242,9 @@ static void s_print_best(const Kiln__TuningRecord *r, const Kiln__Workload *w)
     printf("workload   %s %s\n", hex, w ? w->name : "(not in the store)");
     printf("target     %s\n", r->target);
     printf("seq        %llu\n", (unsigned long long)r->seq);
-    printf("latency    %.3f us median%s", r->median_s * 1e6,
-           r->simulated ? " (simulated)" : "");
+    printf("latency    %.3f us median%s%s", r->median_s * 1e6,
+           r->simulated ? " (simulated)" : "",
+           r->unsandboxed ? " (measured unsandboxed)" : "");
     if (w && w->flop > 0 && r->median_s > 0)
         printf(", %.1f GFLOP/s", w->flop / r->median_s / 1e9);
     printf("\n");

@@ -78,10 +78,12 @@ static void s_print_json(const Kiln__StatusReply *r)
         printf(",\"devices\":");
         s_json_strs(a->device_names, a->n_device_names);
         printf(",\"build_slots\":%u,\"busy\":%u,\"results\":%llu,"
-               "\"failures\":%llu,\"last_seen_s\":%.3f,\"drained\":%s}",
+               "\"failures\":%llu,\"last_seen_s\":%.3f,\"drained\":%s,"
+               "\"unsandboxed\":%s}",
                a->build_slots, a->busy, (unsigned long long)a->results,
                (unsigned long long)a->failures, a->last_seen_s,
-               a->drained ? "true" : "false");
+               a->drained ? "true" : "false",
+               a->unsandboxed ? "true" : "false");
     }
     printf("],\"jobs\":[");
     for (size_t i = 0; i < r->n_jobs; i++) {
@@ -122,7 +124,10 @@ static void s_print_table(const Kiln__StatusReply *r, uint32_t minor)
                a->hostname, a->n_device_targets ? a->device_targets[0] : "-",
                a->build_slots, a->busy, (unsigned long long)a->results,
                (unsigned long long)a->failures, a->last_seen_s,
-               a->drained ? "drained" : "");
+               a->drained && a->unsandboxed ? "drained UNSANDBOXED"
+               : a->drained                 ? "drained"
+               : a->unsandboxed             ? "UNSANDBOXED"
+                                            : "");
     }
     printf("\n%-20s %-24s %6s %8s %9s %8s %8s %s\n", "JOB", "TARGETS", "WEIGHT",
            "QUEUED", "IN FLIGHT", "DONE", "RATE/S", "STATE");

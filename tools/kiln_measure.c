@@ -366,6 +366,7 @@ static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
             t->agent = (char *)b[i]->agent;
             t->device_name = (char *)b[i]->device_name;
             t->simulated = r->simulated || kl_target_is_sim(j->target);
+            t->unsandboxed = r->unsandboxed;
             t->evaluator = &ev;
             t->trace_hash.data = j->hash[b[i]->index];
             t->trace_hash.len = 16;

@@ -146,6 +146,11 @@ static void s_on_hello(s_actor_t *s, const kl_peer_t *peer,
     kl_info("agent %s (%s pid %u) joined: %s%s%s%s, credit %u", a->name,
             a->hostname, a->pid, a->dev_target[0], *feats ? " (features " : "",
             feats, *feats ? ")" : "", a->credit);
+    if (a->unsandboxed)
+        kl_warn("agent %s runs candidates WITHOUT its sandbox "
+                "(kiln-agent --unsafe-no-sandbox): a candidate can read and "
+                "change what its user can; its results say unsandboxed",
+                a->name);
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     Kiln__Welcome w = KILN__WELCOME__INIT;
     w.coordinator_id = s->api->id;

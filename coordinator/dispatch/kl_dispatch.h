@@ -194,6 +194,7 @@ typedef struct {
     uint64_t failures;
     double last_seen_s; /* seconds since it was last heard */
     bool drained;
+    bool unsandboxed; /* kiln-agent --unsafe-no-sandbox (its Hello) */
 } kl_dispatch_agent_info_t;
 
 /* A snapshot of the live agents: *out is a malloc'd array of *n entries

@@ -560,6 +560,7 @@ int kl_dcore_hello(kl_dcore_t *self, const kl_peer_t *peer,
         s_bind_set(self, name, peer->key);
     a->hostname = kl_xstrdup(h->hostname ? h->hostname : "");
     a->pid = h->pid;
+    a->unsandboxed = h->unsandboxed;
     uint64_t credit = (uint64_t)h->build_slots + 1;
     a->credit = credit > S_MAX_CREDIT ? S_MAX_CREDIT : (uint32_t)credit;
     a->n_dev = h->n_devices;
@@ -908,6 +909,7 @@ kl_dispatch_agent_info_t *kl_dcore_agent_list(const kl_dcore_t *self,
         i->failures = a->failures;
         i->last_seen_s = now - a->last_heard;
         i->drained = a->drained;
+        i->unsandboxed = a->unsandboxed;
     }
     return v;
 }

@@ -80,6 +80,7 @@ typedef struct {
     uint64_t answered;
     uint64_t failures; /* answers other than STATUS_OK */
     bool drained;      /* finishes what it holds, is given no more */
+    bool unsandboxed;  /* runs candidates without its sandbox (Hello) */
     /* Protocol minor of its Hello (kl_dcore_hello assumes KL_PROTO_MINOR;
      * the dispatch actor sets the envelope's): requests needing a later
      * minor (kl_dreq_t.need_minor) are not given to it. */

@@ -232,6 +232,7 @@ void kl_serve__on_status(kl_serve_t *s, const kl_peer_t *peer, uint64_t seq,
         x->failures = a->failures;
         x->last_seen_s = a->last_seen_s;
         x->drained = a->drained;
+        x->unsandboxed = a->unsandboxed;
         asp[i] = x;
     }
     Kiln__JobStatus *js = kl_xcalloc(p->n_jobs + 1, sizeof *js);
