@@ -148,7 +148,7 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
     }
     if (!rc) {
         step = "replay";
-        rc = kl_search_fix(sp, tr, &r, &ex, &s, e2);
+        rc = kl_space_fix(sp, tr, &r, &ex, &s, e2);
     }
     if (!rc) {
         step = "codegen";

@@ -133,3 +133,48 @@ int kl_space_replay(const kl_space_t *sp, const kl_trace_t *trace,
     *sched = s;
     return KL_OK;
 }
+
+/* Removes the branch taken by every `if` (recursively), so that replaying
+ * evaluates each one again. */
+static void s_strip_ifs(kl_inst_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i].op == KL_OP_IF) {
+            v[i].has_decision = false;
+            v[i].ndec = 0;
+            s_strip_ifs(v[i].then_body, v[i].nthen);
+            s_strip_ifs(v[i].else_body, v[i].nelse);
+        }
+}
+
+int kl_space_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
+                 kl_trace_t **out, kl_sched_t **sched, char *err)
+{
+    kl_trace_t *in = kl_trace_clone(t);
+    int n = kl_trace_ninsts(in);
+    if (n > 0)
+        s_strip_ifs(kl_trace_inst(in, 0), n);
+    kl_sched_t *s = NULL;
+    kl_trace_t *ex = NULL;
+    bool rej = false;
+    int rc = kl_sched_create(&s, sp->w, err);
+    if (!rc)
+        rc = kl_trace_apply(in, s, rng, &ex, &rej, err);
+    kl_trace_free(&in);
+    if (!rc && rej)
+        rc = KL_ERR_INVAL; /* err names the reject_if */
+    if (!rc)
+        rc = kl_space_postproc(sp, s, err);
+    if (rc) {
+        kl_trace_free(&ex);
+        kl_sched_destroy(&s);
+        return rc;
+    }
+    kl_trace_canonicalize(ex);
+    *out = ex;
+    if (sched)
+        *sched = s;
+    else
+        kl_sched_destroy(&s);
+    return KL_OK;
+}

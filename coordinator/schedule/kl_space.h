@@ -61,6 +61,16 @@ int kl_space_sample(const kl_space_t *sp, kl_rng_t *rng, kl_trace_t **trace,
 int kl_space_replay(const kl_space_t *sp, const kl_trace_t *trace,
                     kl_sched_t **sched, char *err);
 
+/* Replays a trace whose decisions may have been changed (a mutated one, or
+ * one from the store): every `if` is re-evaluated, sampling instructions of
+ * a branch taken for the first time draw from rng, the target's
+ * postprocessors run, and the executed trace is made canonical
+ * (kl_trace_canonicalize), so that equal schedule choices hash equally.
+ * On success *out (and *sched, optional) are the caller's; a rejected
+ * trace is KL_ERR_INVAL with the reason. */
+int kl_space_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
+                 kl_trace_t **out, kl_sched_t **sched, char *err);
+
 /* Runs the target's postprocessors on s; 0 when s can run, KL_ERR_INVAL
  * with the reason otherwise. Postprocessors may finish s (they never change
  * what it computes). */

@@ -148,6 +148,30 @@ void kl_trace_strip_decisions(kl_trace_t *t)
     s_strip(t->insts, t->n);
 }
 
+static void s_canon(kl_inst_t *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kl_inst_t *in = &v[i];
+        if (in->op != KL_OP_IF)
+            continue;
+        if (!in->has_decision || in->ndec != 1) {
+            s_strip(in->then_body, in->nthen);
+            s_strip(in->else_body, in->nelse);
+        } else if (in->dec[0]) {
+            s_canon(in->then_body, in->nthen);
+            s_strip(in->else_body, in->nelse);
+        } else {
+            s_strip(in->then_body, in->nthen);
+            s_canon(in->else_body, in->nelse);
+        }
+    }
+}
+
+void kl_trace_canonicalize(kl_trace_t *t)
+{
+    s_canon(t->insts, t->n);
+}
+
 /* ---- builders ---- */
 
 /* The body that builders append to: the root, or the open branch of the

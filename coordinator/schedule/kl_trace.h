@@ -162,6 +162,9 @@ const kl_inst_t *kl_trace_inst_c(const kl_trace_t *t, int i);
 int kl_trace_ndecisions(const kl_trace_t *t);
 /* Removes every decision (including if branches taken). */
 void kl_trace_strip_decisions(kl_trace_t *t);
+/* Removes the decisions of every untaken branch (recursively), so that
+ * traces of the same choices are equal (and hash equally). */
+void kl_trace_canonicalize(kl_trace_t *t);
 
 /* ---- building a program ----
  * Each builder appends one instruction to the innermost open body and

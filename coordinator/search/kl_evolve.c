@@ -105,7 +105,7 @@ static bool s_mutant(evo_t *e, const kl_search_cand_t *parent, pool_t *next)
         kl_sched_t *s = NULL;
         if (kl_mutate(parent->trace, m, &self->rng, &mt, NULL))
             continue;
-        int rc = kl_search_fix(self->sp, mt, &self->rng, &fixed, &s, NULL);
+        int rc = kl_space_fix(self->sp, mt, &self->rng, &fixed, &s, NULL);
         kl_trace_free(&mt);
         if (rc)
             continue;
@@ -171,7 +171,7 @@ static void s_seed_best(kl_search_t *self, pool_t *p)
         kl_sched_t *s = NULL;
         if (kl_trace_from_proto(self->m[i].trace, self->m[i].len, &mt, NULL) ==
                 KL_OK &&
-            kl_search_fix(self->sp, mt, &self->rng, &tr, &s, NULL) == KL_OK)
+            kl_space_fix(self->sp, mt, &self->rng, &tr, &s, NULL) == KL_OK)
             kl__pool_add(p, self->sp, tr, s);
         kl_trace_free(&mt);
     }

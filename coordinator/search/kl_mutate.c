@@ -1,5 +1,5 @@
-/* kl_mutate.c - mutators of traces (one decision changed) and the replay
- * that makes a mutated trace valid and canonical again. */
+/* kl_mutate.c - mutators of traces (one decision changed); kl_space_fix
+ * (kl_space.h) makes a mutated trace valid and canonical again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,86 +370,5 @@ int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
                                                : "unknown mutator");
     }
     *out = c;
-    return KL_OK;
-}
-
-/* ---- canonical replay --------------------------------------------------- */
-
-static void s_strip(kl_inst_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        v[i].has_decision = false;
-        v[i].ndec = 0;
-        s_strip(v[i].then_body, v[i].nthen);
-        s_strip(v[i].else_body, v[i].nelse);
-    }
-}
-
-static void s_strip_ifs(kl_inst_t *v, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (v[i].op == KL_OP_IF) {
-            v[i].has_decision = false;
-            v[i].ndec = 0;
-            s_strip_ifs(v[i].then_body, v[i].nthen);
-            s_strip_ifs(v[i].else_body, v[i].nelse);
-        }
-}
-
-static void s_canon(kl_inst_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        kl_inst_t *in = &v[i];
-        if (in->op != KL_OP_IF)
-            continue;
-        if (!in->has_decision || in->ndec != 1) {
-            s_strip(in->then_body, in->nthen);
-            s_strip(in->else_body, in->nelse);
-        } else if (in->dec[0]) {
-            s_canon(in->then_body, in->nthen);
-            s_strip(in->else_body, in->nelse);
-        } else {
-            s_strip(in->then_body, in->nthen);
-            s_canon(in->else_body, in->nelse);
-        }
-    }
-}
-
-void kl_trace_canonicalize(kl_trace_t *t)
-{
-    int n = kl_trace_ninsts(t);
-    if (n > 0)
-        s_canon(kl_trace_inst(t, 0), n);
-}
-
-int kl_search_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
-                  kl_trace_t **out, kl_sched_t **sched, char *err)
-{
-    kl_trace_t *in = kl_trace_clone(t);
-    int n = kl_trace_ninsts(in);
-    if (n > 0)
-        s_strip_ifs(kl_trace_inst(in, 0), n);
-    kl_sched_t *s = NULL;
-    kl_trace_t *ex = NULL;
-    bool rej = false;
-    int rc = kl_sched_create(&s, kl_space_workload(sp), err);
-    if (!rc)
-        rc = kl_trace_apply(in, s, rng, &ex, &rej, err);
-    kl_trace_free(&in);
-    if (!rc && rej)
-        rc = KL_ERR_INVAL; /* err names the reject_if */
-    if (!rc)
-        rc = kl_space_postproc(sp, s, err);
-    if (rc) {
-        kl_trace_free(&ex);
-        kl_sched_destroy(&s);
-        return rc;
-    }
-    kl_trace_canonicalize(ex);
-    *out = ex;
-    if (sched)
-        *sched = s;
-    else
-        kl_sched_destroy(&s);
     return KL_OK;
 }

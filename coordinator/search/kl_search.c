@@ -145,7 +145,7 @@ void kl_search_observe(kl_search_t *self, const kl_trace_t *t,
         kl_rng_seed(&r, 1);
         kl_sched_t *s = NULL;
         kl_trace_t *ex = NULL;
-        if (kl_search_fix(self->sp, t, &r, &ex, &s, NULL) == KL_OK) {
+        if (kl_space_fix(self->sp, t, &r, &ex, &s, NULL) == KL_OK) {
             kl_features_extract(s, kl_space_target(self->sp), f);
             features = f;
         }

@@ -80,24 +80,12 @@ const char *kl_mutator_name(kl_mutator m);
 /* Makes *out, a copy of trace t (with decisions) where mutator m changed
  * one decision of the taken path, chosen with rng. Decisions of later
  * tiles of loops whose extents follow from the changed one are dropped
- * (kl_search_fix draws them again). KL_ERR_NOTFOUND when the trace has
+ * (kl_space_fix draws them again). KL_ERR_NOTFOUND when the trace has
  * nothing this mutator can change (e.g. thread binding on a CPU trace).
- * The result is not checked: replay it with kl_search_fix. */
+ * The result is not checked: replay it with kl_space_fix
+ * (kl_space.h). */
 int kl_mutate(const kl_trace_t *t, kl_mutator m, kl_rng_t *rng,
               kl_trace_t **out, char *err);
-
-/* Replays a trace whose decisions may have been changed: every `if` is
- * re-evaluated, sampling instructions of a branch taken for the first time
- * draw from rng, the target's postprocessors run, and the executed trace
- * is made canonical (the untaken branch of every `if` holds no decision),
- * so that equal schedules choices hash equally. On success *out (and
- * *sched, optional) are the caller's; a rejected trace is KL_ERR_INVAL
- * with the reason. */
-int kl_search_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
-                  kl_trace_t **out, kl_sched_t **sched, char *err);
-
-/* Removes the decisions of every untaken branch (recursively). */
-void kl_trace_canonicalize(kl_trace_t *t);
 
 /* ---- strategies ------------------------------------------------------- */
 

@@ -138,7 +138,7 @@ static int s_replay(const kl_task_t *t, const kl_trace_t *tr, float *f,
     kl_rng_seed(&r, 1);
     kl_sched_t *s = NULL;
     kl_trace_t *ex = NULL;
-    int rc = kl_search_fix(t->sp, tr, &r, &ex, &s, err);
+    int rc = kl_space_fix(t->sp, tr, &r, &ex, &s, err);
     if (!rc) {
         kl_features_extract(s, kl_space_target(t->sp), f);
         kl_kernel_t tmp = {0};
@@ -668,7 +668,7 @@ int kl_trace_source(const char *workload, const char *target,
     if (!rc)
         rc = kl_trace_from_proto(trace, len, &tr, err);
     if (!rc)
-        rc = kl_search_fix(sp, tr, &r, &ex, &s, err);
+        rc = kl_space_fix(sp, tr, &r, &ex, &s, err);
     if (!rc)
         rc = kl_codegen_kernel(s, kl_space_target(sp), ENTRY, &k, err);
     if (!rc) {

@@ -526,7 +526,7 @@ static void test_mutate_choice(void **state)
         if (kl_mutate(t, i % 2 ? KL_MUT_CATEGORICAL : KL_MUT_UNROLL, &rng, &m,
                       err))
             continue;
-        if (kl_search_fix(sp, m, &rng, &f, &s, err)) {
+        if (kl_space_fix(sp, m, &rng, &f, &s, err)) {
             kl_trace_free(&m);
             continue; /* rejected (a reject_if) */
         }

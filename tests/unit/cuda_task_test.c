@@ -132,7 +132,7 @@ static void s_check_launches(const got_t *g, const kl_task_t *t)
         kl_rng_seed(&r, 1);
         assert_int_equal(
             kl_trace_from_proto(g->trace[i], g->trace_len[i], &tr, err), KL_OK);
-        assert_int_equal(kl_search_fix(sp, tr, &r, &ex, &s, err), KL_OK);
+        assert_int_equal(kl_space_fix(sp, tr, &r, &ex, &s, err), KL_OK);
         s_check_features(s, kl_space_target(sp), c);
         kl_kernel_t k;
         assert_int_equal(

@@ -160,7 +160,7 @@ static void test_mutators(void **state)
                 assert_int_equal(rc, KL_ERR_NOTFOUND);
                 continue;
             }
-            if (kl_search_fix(f->sp, mt, &rng, &fixed, &ms, err) == KL_OK) {
+            if (kl_space_fix(f->sp, mt, &rng, &fixed, &ms, err) == KL_OK) {
                 uint8_t h1[16];
                 kl_trace_hash(fixed, h1);
                 changed[m] += memcmp(h0, h1, 16) != 0;
@@ -227,7 +227,7 @@ static void test_thread_binding(void **state)
                          KL_OK);
         assert_int_equal(kl_mutate(t, KL_MUT_THREAD_BINDING, &rng, &m, err),
                          KL_OK);
-        if (kl_search_fix(sp, m, &rng, &f, &fs, err) == KL_OK)
+        if (kl_space_fix(sp, m, &rng, &f, &fs, err) == KL_OK)
             changed += s_threads(fs) != s_threads(s);
         kl_trace_free(&t);
         kl_trace_free(&m);
@@ -260,7 +260,7 @@ static void test_canonical(void **state)
         kl_trace_canonicalize(c);
         kl_trace_hash(c, b);
         assert_memory_equal(a, b, 16);
-        assert_int_equal(kl_search_fix(f->sp, t, NULL, &fx, NULL, err), KL_OK);
+        assert_int_equal(kl_space_fix(f->sp, t, NULL, &fx, NULL, err), KL_OK);
         kl_trace_hash(fx, d);
         assert_memory_equal(a, d, 16);
         kl_trace_free(&t);
@@ -401,7 +401,7 @@ static int s_ds_rec(const Kiln__TuningRecord *r, void *arg)
     if (!rc && !d->sp)
         rc = kl_space_for_target(kl_trace_space(t), d->w, &d->sp, err);
     if (!rc)
-        rc = kl_search_fix(d->sp, t, NULL, &fx, &s, err);
+        rc = kl_space_fix(d->sp, t, NULL, &fx, &s, err);
     if (rc) {
         fprintf(stderr, "record %llu: %s\n", (unsigned long long)r->seq, err);
         kl_trace_free(&t);
