@@ -35,6 +35,7 @@
 
 #include "kl_ir.h"
 #include "kl_sched.h"
+#include "kl_space.h"
 #include "kl_util.h"
 
 typedef struct {
@@ -65,6 +66,31 @@ int kl_codegen_reference_kernel(const kl_workload_t *w, const kl_target_t *t,
 
 /* The file extension of generated sources of a kind: "c", "cu". Static. */
 const char *kl_codegen_source_ext(kl_target_kind kind);
+
+/* ---- replay: a trace to its kernel (codegen_replay.c) ----
+ * The one way kiln turns a stored trace into source: the tuner's restored
+ * records and its best's source (kl_task.h), `kiln db best --source` and
+ * `kiln export` (kl_export.h) all come here, so the same trace gives the
+ * same bytes everywhere. */
+
+/* Replays trace on sp as the search does (kl_space_fix, drawing from an
+ * RNG seeded 1: a trace that lacks decisions always gets the same ones)
+ * and generates the kernel of the schedule, named entry (NULL: "kl_main").
+ * On success *out is the caller's (kl_kernel_free), and so is *sched
+ * (optional), the replayed schedule. *step (optional) names the step that
+ * failed: "replay" or "codegen". */
+int kl_codegen_replay(const kl_space_t *sp, const kl_trace_t *trace,
+                      const char *entry, kl_kernel_t *out, kl_sched_t **sched,
+                      const char **step, char *err);
+
+/* The same from a stored record's fields: w's design space on target
+ * (kl_space_for_target) and the trace as stored (kiln.Trace bytes,
+ * kl_trace_from_proto). *step (optional) names the step that failed:
+ * "design space", "trace", "replay" or "codegen"; err holds its reason
+ * alone. */
+int kl_codegen_replay_proto(const kl_workload_t *w, const char *target,
+                            const uint8_t *trace, size_t len, const char *entry,
+                            kl_kernel_t *out, const char **step, char *err);
 
 /* ---- the generators of each kind ---- */
 

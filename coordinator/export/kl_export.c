@@ -11,8 +11,6 @@
 
 #include "kl_codegen.h"
 #include "kl_err.h"
-#include "kl_search.h"
-#include "kl_space.h"
 #include "kl_util.h"
 
 const char *kl_export_target(const char *user_target)
@@ -134,30 +132,10 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
         return kl_seterr(err, KL_ERR_INVAL,
                          "record %llu on %s is not of workload %s",
                          (unsigned long long)rec->seq, rec->target, w->name);
-    kl_space_t *sp = NULL;
-    kl_trace_t *tr = NULL, *ex = NULL;
-    kl_sched_t *s = NULL;
-    kl_rng_t r;
-    kl_rng_seed(&r, 1);
     char e2[KL_ERRMSG_LEN];
-    const char *step = "design space";
-    int rc = kl_space_for_target(rec->target, w, &sp, e2);
-    if (!rc) {
-        step = "trace";
-        rc = kl_trace_from_proto(rec->trace.data, rec->trace.len, &tr, e2);
-    }
-    if (!rc) {
-        step = "replay";
-        rc = kl_space_fix(sp, tr, &r, &ex, &s, e2);
-    }
-    if (!rc) {
-        step = "codegen";
-        rc = kl_codegen_kernel(s, kl_space_target(sp), entry, out, e2);
-    }
-    kl_sched_destroy(&s);
-    kl_trace_free(&ex);
-    kl_trace_free(&tr);
-    kl_space_destroy(&sp);
+    const char *step = NULL;
+    int rc = kl_codegen_replay_proto(w, rec->target, rec->trace.data,
+                                     rec->trace.len, entry, out, &step, e2);
     if (rc)
         return kl_seterr(err, rc, "%s record %llu on %s: %s: %s", w->name,
                          (unsigned long long)rec->seq, rec->target, step, e2);

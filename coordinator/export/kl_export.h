@@ -76,8 +76,9 @@ int kl_export_best(kl_store_t *store, const kl_workload_t *w,
 
 /* Replays rec's trace for w on rec's target into source with function
  * name `entry`: C for CPU targets, CUDA for cuda/ targets (with launch
- * dimensions). A record of another workload is KL_ERR_INVAL; a trace that
- * does not replay is the replay's error, naming the step. *out is the
+ * dimensions), through kl_codegen_replay_proto (kl_codegen.h), as the
+ * tuner replays it. A record of another workload is KL_ERR_INVAL; a trace
+ * that does not replay is the replay's error, naming the step. *out is the
  * caller's (kl_kernel_free). */
 int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
                      const char *entry, kl_kernel_t *out, char *err);

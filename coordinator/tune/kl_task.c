@@ -134,22 +134,15 @@ static bool s_counts(const kl_task_t *t, const Kiln__TuningRecord *rec)
 static int s_replay(const kl_task_t *t, const kl_trace_t *tr, float *f,
                     uint8_t src_hash[16], kl_kernel_t *k, char *err)
 {
-    kl_rng_t r;
-    kl_rng_seed(&r, 1);
     kl_sched_t *s = NULL;
-    kl_trace_t *ex = NULL;
-    int rc = kl_space_fix(t->sp, tr, &r, &ex, &s, err);
+    kl_kernel_t tmp = {0};
+    kl_kernel_t *kk = k ? k : &tmp;
+    int rc = kl_codegen_replay(t->sp, tr, ENTRY, kk, &s, NULL, err);
     if (!rc) {
         kl_features_extract(s, kl_space_target(t->sp), f);
-        kl_kernel_t tmp = {0};
-        rc = kl_codegen_kernel(s, kl_space_target(t->sp), ENTRY, k ? k : &tmp,
-                               err);
-        if (!rc)
-            kl_hash128((k ? k : &tmp)->source, strlen((k ? k : &tmp)->source),
-                       src_hash);
-        kl_kernel_free(&tmp);
+        kl_hash128(kk->source, strlen(kk->source), src_hash);
     }
-    kl_trace_free(&ex);
+    kl_kernel_free(&tmp);
     kl_sched_destroy(&s);
     return rc;
 }
@@ -656,30 +649,16 @@ int kl_trace_source(const char *workload, const char *target,
                     const uint8_t *trace, size_t len, char **src, char *err)
 {
     kl_workload_t *w = NULL;
-    kl_space_t *sp = NULL;
-    kl_trace_t *tr = NULL, *ex = NULL;
-    kl_sched_t *s = NULL;
     kl_kernel_t k = {0};
-    kl_rng_t r;
-    kl_rng_seed(&r, 1);
     int rc = kl_workload_from_string(workload, &w, err);
     if (!rc)
-        rc = kl_space_for_target(target, w, &sp, err);
-    if (!rc)
-        rc = kl_trace_from_proto(trace, len, &tr, err);
-    if (!rc)
-        rc = kl_space_fix(sp, tr, &r, &ex, &s, err);
-    if (!rc)
-        rc = kl_codegen_kernel(s, kl_space_target(sp), ENTRY, &k, err);
+        rc = kl_codegen_replay_proto(w, target, trace, len, ENTRY, &k, NULL,
+                                     err);
     if (!rc) {
         *src = k.source;
         k.source = NULL;
     }
     kl_kernel_free(&k);
-    kl_sched_destroy(&s);
-    kl_trace_free(&ex);
-    kl_trace_free(&tr);
-    kl_space_destroy(&sp);
     kl_workload_free(&w);
     return rc;
 }

@@ -122,9 +122,9 @@ int kl_task_source(const kl_task_t *t, const kl_trace_t *trace, char **src,
 
 /* The source (entry "kl_main"; C, or CUDA C for a cuda/ target) that a
  * stored trace (kiln.Trace bytes)
- * generates for workload text on target: parses the workload, builds its
- * design space, replays the trace and generates the code. Errors name the
- * step that failed. *src is a heap string. */
+ * generates for workload text on target: parses the workload, then
+ * kl_codegen_replay_proto (kl_codegen.h: the replay of kiln export too).
+ * Errors name the step that failed. *src is a heap string. */
 int kl_trace_source(const char *workload, const char *target,
                     const uint8_t *trace, size_t len, char **src, char *err);
 
