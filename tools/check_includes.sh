@@ -62,6 +62,10 @@ for f in kl_store.h kl_store_priv.h; do
         bad=1
     fi
 done
+# export replays records through codegen (kl_codegen_replay_proto), as the
+# tuner does: nothing of the search, the conductor or dispatch.
+rule coordinator/export -- coordinator/search coordinator/tune \
+    coordinator/dispatch coordinator/tasksched
 # dispatch moves requests and results: nothing of ir, schedule, codegen,
 # search or the conductor.
 rule coordinator/dispatch -- coordinator/ir coordinator/schedule \
