@@ -32,15 +32,18 @@
  *
  * One run, agent <-> warden (fd passed through the host):
  *   warden -> agent  CALLED  the first call returned (or status/msg says
- *                            why the candidate could not be called)
+ *                            why the candidate could not be called), with
+ *                            the warden's wall time (t_w) and the
+ *                            harness's CPU seconds (u) around that call
  *   agent  -> warden GO | STOP  after the agent verified the outputs
  *   warden -> agent  SAMPLE  per timed sample: the harness's claim (t_c,
  *                            number) with the warden's wall time around it
  *                            (t_w) and the harness's CPU seconds in it (u)
  *   warden -> agent  END     the harness finished its samples
  *   warden -> agent  EXIT    how the harness ended, its CPU and wall time
- * harness <-> warden: JOB (warden -> harness), CALLED, then per sample
- * READY (after the cache flush) / GO / DONE, then END.
+ * harness <-> warden: JOB (warden -> harness), READY / GO before the
+ * first call, CALLED, then per sample READY (after the cache flush) / GO /
+ * DONE, then END.
  */
 #ifndef KLA_CAND_H
 #define KLA_CAND_H

@@ -264,7 +264,10 @@ static int s_protocol(s_warden_t *w, const char *what)
 static int s_warden_run(s_warden_t *w)
 {
     const kla_cand_job_t *j = w->job;
+    kla_cand_msg_t go = {.magic = KLA_CAND_MAGIC, .kind = KLA_CM_GO};
     kla_cand_msg_t m;
+    /* READY before the first call (or CALLED with an error: it could not
+     * load or prepare the kernel). */
     int rc = s_wait_harness(w, &m);
     if (rc == -1)
         return s_finish(w, KLA_CE_TIMEOUT, NULL);
@@ -272,13 +275,28 @@ static int s_warden_run(s_warden_t *w)
         return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
     if (rc == 0)
         return s_finish(w, KLA_CE_EXITED, NULL);
-    if (m.kind != KLA_CM_CALLED)
-        return s_protocol(w, "expected CALLED");
-    /* The kernel's account of everything the harness did so far (its
-     * start, the candidate's constructors, prepare, the first call): a
-     * bound on what one call can take, whatever the samples claim. */
-    m.u = s_cpu_s(w);
-    m.t_w = s_now() - w->t0;
+    double u0 = 0, t0 = 0;
+    if (m.kind == KLA_CM_READY) {
+        u0 = s_cpu_s(w);
+        t0 = s_now();
+        kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
+        rc = s_wait_harness(w, &m);
+        if (rc == -1)
+            return s_finish(w, KLA_CE_TIMEOUT, NULL);
+        if (rc == -2)
+            return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
+        if (rc == 0)
+            return s_finish(w, KLA_CE_EXITED, NULL);
+        if (m.kind != KLA_CM_CALLED || m.status != KLA_CS_OK)
+            return s_protocol(w, "expected CALLED");
+    } else if (m.kind != KLA_CM_CALLED || m.status == KLA_CS_OK) {
+        return s_protocol(w, "expected READY");
+    }
+    /* The kernel's account of the first call (from outside, like a
+     * sample): a bound on what one call can take, whatever the samples
+     * claim. */
+    m.u = t0 > 0 ? s_cpu_s(w) - u0 : 0;
+    m.t_w = t0 > 0 ? s_now() - t0 : 0;
     kla_cand_send(w->agent, &m, sizeof m, NULL, 0);
     if (m.status != KLA_CS_OK) {
         /* It says it could not run the kernel: it exits by itself, or is
@@ -296,7 +314,6 @@ static int s_warden_run(s_warden_t *w)
         return s_finish(w, KLA_CE_TIMEOUT, NULL);
     if (rc == 0)
         return s_finish(w, KLA_CE_PROTOCOL, "stopped by the agent");
-    kla_cand_msg_t go = {.magic = KLA_CAND_MAGIC, .kind = KLA_CM_GO};
     kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
     uint32_t samples = 0;
     for (;;) {

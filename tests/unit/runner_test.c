@@ -185,7 +185,7 @@ static void test_forged_done(void **state)
 }
 
 /* The whole harness impersonated from the first call: right outputs,
- * then samples claiming 1 us while the process burns 30 ms of CPU in
+ * then samples claiming 1 us while the process burns 250 ms of CPU in
  * each. The kernel's CPU account contradicts the claim. */
 static void test_impersonated_cpu(void **state)
 {
@@ -196,7 +196,7 @@ static void test_impersonated_cpu(void **state)
     s_run(&p,
           "void k(void *const *args) { mm(args);\n"
           "  say(1, 0); hear();\n"
-          "  for (int s = 0; s < 3; s++) { say(4, 0); hear(); burn(0.03);\n"
+          "  for (int s = 0; s < 3; s++) { say(4, 0); hear(); burn(0.25);\n"
           "    say(5, 1e-6); }\n"
           "  say(7, 0); _exit(0); }\n",
           &r);
@@ -224,9 +224,9 @@ static void test_claim_over_wall(void **state)
     kla_result_clear(&r);
 }
 
-/* Half a second of CPU before the verified call (precomputing, say),
- * then samples that claim 1 ns and take none: below the floor the first
- * call's CPU account sets. */
+/* Half a second of CPU in the verified first call, then samples that
+ * claim 1 ns and take none: below the floor the first call's CPU account
+ * sets. */
 static void test_first_call_floor(void **state)
 {
     (void)state;
@@ -240,7 +240,7 @@ static void test_first_call_floor(void **state)
           "  say(7, 0); _exit(0); }\n",
           &r);
     assert_int_equal(r.status, KILN__STATUS__STATUS_RUNTIME_ERROR);
-    assert_non_null(strstr(r.error, "up to its first call"));
+    assert_non_null(strstr(r.error, "in its first, verified call"));
     kla_result_clear(&r);
 }
 
