@@ -1,6 +1,8 @@
-/* kl_serve_int.h - the head node's tables, shared by kl_serve.c (jobs,
- * the fair share, results) and kl_serve_status.c (agents, status, drain).
- * Private to coordinator/serve. */
+/* kl_serve_int.h - the head node's tables, shared by kl_serve.c (the
+ * loop, clients' messages), kl_serve_jobs.c (jobs, their requests, sends),
+ * kl_serve_share.c (the fair share, results), kl_serve_status.c (agents,
+ * status, drain), kl_serve_state.c and kl_serve_tenants.c. Private to
+ * coordinator/serve. */
 #ifndef KL_SERVE_INT_H
 #define KL_SERVE_INT_H
 
@@ -147,8 +149,41 @@ struct kl_serve_s {
  * error. */
 void kl_serve__send(kl_serve_t *s, const kl_peer_t *peer, Kiln__Envelope *env);
 /* Sends env to job j without waiting; what its full queue does not take
- * waits in j's backlog, in order (sent on by kl_serve.c's s_flush). */
+ * waits in j's backlog, in order (sent on by kl_serve__flush). */
 void kl_serve__send_job(kl_serve_t *s, kl_sjob_t *j, Kiln__Envelope *env);
+/* Sends job j a result for candidate i of r that the head makes itself
+ * (CANCELLED, INVALID) with why. */
+void kl_serve__answer(kl_serve_t *s, kl_sreq_t *r, size_t i, Kiln__Status st,
+                      const char *why);
+/* Sends what jobs' full queues did not take, oldest first, until a queue
+ * is full again. Whether there is any left. */
+bool kl_serve__flush(kl_serve_t *s);
+
+/* Jobs (kl_serve_jobs.c). The live job of a peer (its routing id and
+ * key), of a name; a request of j by id; NULL when none. */
+kl_sjob_t *kl_serve__job_by_peer(kl_serve_t *s, const kl_peer_t *p);
+kl_sjob_t *kl_serve__job_by_name(kl_serve_t *s, const char *name);
+kl_sreq_t *kl_serve__req_find(kl_sjob_t *j, uint64_t id);
+/* Frees a request once nothing of it is queued or out, and a forgotten job
+ * once it has no request left. */
+void kl_serve__maybe_free(kl_serve_t *s, kl_sreq_t *r);
+/* Forgets a job: queued work dropped, work in flight cancelled. */
+void kl_serve__job_gone(kl_serve_t *s, kl_sjob_t *j, const char *why);
+/* Frees j, its requests and its backlog (not out of s->jobs). */
+void kl_serve__job_free(kl_sjob_t *j);
+
+/* The fair share (kl_serve_share.c). The index in s->tgts of target, added
+ * when new. */
+size_t kl_serve__target(kl_serve_t *s, const char *target);
+/* Cancels at the agents what dispatch holds of r. */
+void kl_serve__cancel_out(kl_serve_t *s, kl_sreq_t *r);
+/* Hands out work while some target has room: each time to the job of
+ * least pass among those with a ready request. */
+void kl_serve__schedule(kl_serve_t *s);
+/* The least pass of the jobs with queued work but except (-1: none). */
+double kl_serve__min_pass(const kl_serve_t *s, const kl_sjob_t *except);
+/* Sends the results dispatch has on to their jobs. */
+void kl_serve__drain_results(kl_serve_t *s);
 /* Reads the agent list from dispatch when it changed, at most every
  * KL_SERVE_AGENTS_EVERY_S (force: at once, changed or not). */
 void kl_serve__refresh_agents(kl_serve_t *s, double now, bool force);
