@@ -461,38 +461,15 @@ static void s_fill_req(const kla_problem_t *p, const char *ref_cubin,
     kl_buf_free(&b);
 }
 
-/* A sealed memfd copy of the cubin at path: what the worker reads,
- * whatever happens to the file, with no way back to the workdir. -1 with
- * msg. */
+/* A sealed memfd copy of the cubin at path (kla_jail_sealed_copy): what
+ * the worker reads, whatever happens to the file, with no way back to the
+ * workdir. -1 with msg. */
 static int s_cubin_fd(const char *path, char *msg, size_t n)
 {
-    char *data = NULL;
-    size_t len = 0;
     char err[KL_ERRMSG_LEN];
-    if (kl_read_file(path, &data, &len, err) != KL_OK) {
+    int fd = kla_jail_sealed_copy(path, "kiln-cubin", err);
+    if (fd < 0)
         snprintf(msg, n, "cubin: %s", err);
-        return -1;
-    }
-    int fd = memfd_create("kiln-cubin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    bool ok = fd >= 0;
-    for (size_t done = 0; ok && done < len;) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        ok = w > 0;
-        done += ok ? (size_t)w : 0;
-    }
-    free(data);
-    if (ok)
-        ok = fcntl(fd, F_ADD_SEALS,
-                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ==
-             0;
-    if (!ok) {
-        snprintf(msg, n, "cubin %.900s: memfd: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
     return fd;
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,6 +177,38 @@ void kla_jail_hide(kla_argv_t *a, const char *path)
             return;
         }
     }
+}
+
+int kla_jail_sealed_copy(const char *path, const char *name, char *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    char e2[KL_ERRMSG_LEN];
+    if (kl_read_file(path, &data, &len, e2) != KL_OK) {
+        snprintf(err, KL_ERRMSG_LEN, "%s", e2);
+        return -1;
+    }
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < len;) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        done += ok ? (size_t)w : 0;
+    }
+    free(data);
+    ok = ok &&
+         fcntl(fd, F_ADD_SEALS,
+               F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0;
+    if (!ok) {
+        snprintf(err, KL_ERRMSG_LEN, "%.300s: sealed copy: %s", path,
+                 strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 int kla_jail_drop_root(void)

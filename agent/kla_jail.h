@@ -81,6 +81,13 @@ void kla_jail_bind(kla_argv_t *a, const char *src, const char *dst,
  * otherwise. */
 void kla_jail_hide(kla_argv_t *a, const char *path);
 
+/* A sealed memfd copy of the file at path (no process can write, resize
+ * or unseal it), close-on-exec, named name: how a sandbox gets a file of
+ * the agent's (a candidate's library, a cubin) without a path back to it,
+ * and without seeing a later change to the file. The descriptor, or -1
+ * with err (KL_ERRMSG_LEN bytes) naming path. */
+int kla_jail_sealed_copy(const char *path, const char *name, char *err);
+
 /* In a child between fork and exec (async-signal-safe): when the
  * effective uid is 0, drops every supplementary group and becomes
  * KLA_JAIL_UID / KLA_JAIL_GID for real, effective and saved ids. 0, or -1

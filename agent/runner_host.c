@@ -260,6 +260,17 @@ static int s_protocol(s_warden_t *w, const char *what)
     return s_finish(w, KLA_CE_PROTOCOL, msg);
 }
 
+/* What the warden does when s_wait_harness returned rc other than 1: the
+ * deadline, the agent gone, or the harness ended. */
+static int s_ended(s_warden_t *w, int rc)
+{
+    if (rc == -1)
+        return s_finish(w, KLA_CE_TIMEOUT, NULL);
+    if (rc == -2)
+        return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
+    return s_finish(w, KLA_CE_EXITED, NULL);
+}
+
 /* The warden's conversation; returns its exit status. */
 static int s_warden_run(s_warden_t *w)
 {
@@ -269,24 +280,16 @@ static int s_warden_run(s_warden_t *w)
     /* READY before the first call (or CALLED with an error: it could not
      * load or prepare the kernel). */
     int rc = s_wait_harness(w, &m);
-    if (rc == -1)
-        return s_finish(w, KLA_CE_TIMEOUT, NULL);
-    if (rc == -2)
-        return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
-    if (rc == 0)
-        return s_finish(w, KLA_CE_EXITED, NULL);
+    if (rc != 1)
+        return s_ended(w, rc);
     double u0 = 0, t0 = 0;
     if (m.kind == KLA_CM_READY) {
         u0 = s_cpu_s(w);
         t0 = s_now();
         kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
         rc = s_wait_harness(w, &m);
-        if (rc == -1)
-            return s_finish(w, KLA_CE_TIMEOUT, NULL);
-        if (rc == -2)
-            return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
-        if (rc == 0)
-            return s_finish(w, KLA_CE_EXITED, NULL);
+        if (rc != 1)
+            return s_ended(w, rc);
         if (m.kind != KLA_CM_CALLED || m.status != KLA_CS_OK)
             return s_protocol(w, "expected CALLED");
     } else if (m.kind != KLA_CM_CALLED || m.status == KLA_CS_OK) {
@@ -318,12 +321,8 @@ static int s_warden_run(s_warden_t *w)
     uint32_t samples = 0;
     for (;;) {
         rc = s_wait_harness(w, &m);
-        if (rc == -1)
-            return s_finish(w, KLA_CE_TIMEOUT, NULL);
-        if (rc == -2)
-            return s_finish(w, KLA_CE_PROTOCOL, "the agent went away");
-        if (rc == 0)
-            return s_finish(w, KLA_CE_EXITED, NULL);
+        if (rc != 1)
+            return s_ended(w, rc);
         if (m.kind == KLA_CM_END) {
             if (j->timed && samples != j->repeat)
                 return s_protocol(w, "END before every sample");
@@ -336,10 +335,8 @@ static int s_warden_run(s_warden_t *w)
         kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
         rc = s_wait_harness(w, &m);
         double t1 = s_now(), u1 = s_cpu_s(w);
-        if (rc == -1)
-            return s_finish(w, KLA_CE_TIMEOUT, NULL);
         if (rc != 1)
-            return s_finish(w, KLA_CE_EXITED, NULL);
+            return s_ended(w, rc);
         if (m.kind != KLA_CM_DONE)
             return s_protocol(w, "expected DONE");
         kla_cand_msg_t s = {.magic = KLA_CAND_MAGIC,
@@ -355,14 +352,8 @@ static int s_warden_run(s_warden_t *w)
     double grace = s_now() + 2.0;
     if (grace < w->deadline)
         w->deadline = grace;
-    for (;;) {
-        rc = s_wait_harness(w, &m);
-        if (rc == 1)
-            return s_protocol(w, "a message after END");
-        if (rc == -1)
-            return s_finish(w, KLA_CE_TIMEOUT, NULL);
-        return s_finish(w, KLA_CE_EXITED, NULL);
-    }
+    rc = s_wait_harness(w, &m);
+    return rc == 1 ? s_protocol(w, "a message after END") : s_ended(w, rc);
 }
 
 /* Runs in the clone: pid 1 of a new pid namespace. */

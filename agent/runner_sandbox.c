@@ -161,37 +161,6 @@ static int s_host_start(kla_runner_t *r, char *err)
     return KL_OK;
 }
 
-/* A sealed copy of the shared object at path: what the sandbox opens,
- * whatever happens to the file afterwards. -1 with err. */
-static int s_so_memfd(const char *path, char *err)
-{
-    char *data = NULL;
-    size_t len = 0;
-    char e2[KL_ERRMSG_LEN];
-    if (kl_read_file(path, &data, &len, e2) != KL_OK) {
-        snprintf(err, KL_ERRMSG_LEN, "%s", e2);
-        return -1;
-    }
-    int fd = memfd_create("kiln-candidate.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    bool ok = fd >= 0;
-    for (size_t done = 0; ok && done < len;) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        ok = w > 0;
-        done += ok ? (size_t)w : 0;
-    }
-    free(data);
-    if (!ok) {
-        snprintf(err, KL_ERRMSG_LEN, "memfd for %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    kla_runner__seal(fd, false);
-    return fd;
-}
-
 static int s_flush_fd(kla_runner_t *r)
 {
     if (r->flush_fd >= 0 || !r->flush_n)
@@ -453,7 +422,7 @@ void kla_runner__run(kla_runner_t *r, const kla_problem_t *p,
         tmo = tmo > 86400000u ? 86400000u : tmo;
     }
     char err[KL_ERRMSG_LEN];
-    int so_fd = s_so_memfd(so, err);
+    int so_fd = kla_jail_sealed_copy(so, "kiln-candidate.so", err);
     if (so_fd < 0) {
         out->status = KILN__STATUS__STATUS_RUNTIME_ERROR;
         snprintf(out->error, sizeof out->error, "%s", err);
