@@ -61,8 +61,9 @@ struct kla_runner_s {
  * -1 with errno. */
 int kla_runner__memfd(const char *name, uint64_t bytes);
 /* No process may resize fd again (a shrunk mapping would fault the
- * agent), nor change the seals; write too when writes is false. */
-void kla_runner__seal(int fd, bool writes);
+ * agent), nor change the seals; write too when writes is false. 0, or
+ * -1 with errno (the caller must not hand fd to a sandbox then). */
+int kla_runner__seal(int fd, bool writes);
 /* Bytes per element of argument a (a problem made by hand, with esize
  * left 0, is f32). */
 size_t kla_runner__esize(const kla_problem_t *p, int a);

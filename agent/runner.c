@@ -169,12 +169,22 @@ int kla_runner__memfd(const char *name, uint64_t bytes)
 
 /* No process may resize fd again (a shrunk mapping would fault the
  * agent), nor change the seals; write too when writes is false. */
-void kla_runner__seal(int fd, bool writes)
+int kla_runner__seal(int fd, bool writes)
 {
     int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
     if (!writes)
         seals |= F_SEAL_WRITE;
-    fcntl(fd, F_ADD_SEALS, seals);
+    /* The write seal waits for pages still referenced (a just-dropped
+     * mapping, the kernel's per-CPU page batches) and can give up with
+     * EBUSY under load: try again, and never go on unsealed. */
+    for (int i = 0; i < 50; i++) {
+        if (fcntl(fd, F_ADD_SEALS, seals) == 0)
+            return 0;
+        if (errno != EBUSY)
+            return -1;
+        usleep(20 * 1000);
+    }
+    return -1;
 }
 
 int kla_runner_new(kla_runner_t **out, const kla_runner_config_t *cfg,
@@ -350,8 +360,13 @@ static bool s_ref_buffers(const kla_problem_t *p, kla_runner__ref_t *e)
     }
     /* No writable mapping may remain for the write seal. */
     munmap(in, in_map);
-    kla_runner__seal(e->in_fd, false);
-    kla_runner__seal(e->out_fd, true);
+    if (kla_runner__seal(e->in_fd, false) != 0 ||
+        kla_runner__seal(e->out_fd, true) != 0) {
+        e->error = kl_xasprintf("cannot seal the kernel's buffers: %s (a "
+                                "candidate could change them for the next)",
+                                strerror(errno));
+        return false;
+    }
     return true;
 }
 

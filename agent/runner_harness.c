@@ -224,6 +224,11 @@ int kla_runner_harness_main(void)
     if ((j.in_bytes && !in) || !out ||
         (j.timed && j.flush && j.flush_n && !flush))
         return s_fail(t0, "cannot map the kernel's buffers%s%s", "", "");
+    /* The mappings are all the kernel gets: no descriptor of the agent's
+     * buffers stays open for it to write, resize or pass on. */
+    close(S_IN);
+    close(S_OUT);
+    close(S_FLUSH);
     /* Kernels are linked without -lm (the agent's own process supplied
      * it when kernels ran in forks of it): the same symbols here. */
     dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);

@@ -176,7 +176,10 @@ static int s_flush_fd(kla_runner_t *r)
         return -1;
     }
     munmap(m, r->flush_n);
-    kla_runner__seal(fd, true);
+    if (kla_runner__seal(fd, true) != 0) {
+        close(fd);
+        return -1;
+    }
     r->flush_fd = fd;
     return fd;
 }
