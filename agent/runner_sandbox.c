@@ -82,6 +82,18 @@ static void s_host_env(kla_argv_t *a)
     }
 }
 
+/* The same environment for --unsafe-no-sandbox, where bwrap does not
+ * clear it: OpenMP's settings and a PATH, so that nothing else of the
+ * agent's (its sanitizer options, say) reaches the harness. */
+static void s_unsafe_env(kla_argv_t *env)
+{
+    extern char **environ;
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, "OMP_", 4) || !strncmp(*e, "GOMP_", 5))
+            kla_argv_add(env, *e);
+    kla_argv_add(env, "PATH=/usr/bin:/bin");
+}
+
 /* Starts the sandbox and its host (kla_cand.h). */
 static int s_host_start(kla_runner_t *r, char *err)
 {
@@ -100,8 +112,9 @@ static int s_host_start(kla_runner_t *r, char *err)
         close(exe);
         return kl_seterr(err, KL_ERR_IO, "socketpair: %s", strerror(errno));
     }
-    kla_argv_t a = {0};
+    kla_argv_t a = {0}, env = {0};
     if (unsafe) {
+        s_unsafe_env(&env);
         kla_argv_add(&a, path);
         kla_argv_add(&a, "host");
         kla_argv_add(&a, "--unsafe");
@@ -144,10 +157,14 @@ static int s_host_start(kla_runner_t *r, char *err)
         signal(SIGPIPE, SIG_DFL);
         if (!unsafe && kla_jail_drop_root() != 0)
             _exit(126);
-        execvp(a.v[0], a.v);
+        if (unsafe)
+            execve(a.v[0], a.v, env.v);
+        else
+            execvp(a.v[0], a.v);
         _exit(127);
     }
     kla_argv_free(&a);
+    kla_argv_free(&env);
     close(sv[1]);
     close(exe);
     if (pid < 0) {
