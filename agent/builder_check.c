@@ -134,17 +134,6 @@ static void s_lit_put(s_scan_t *s, char c, int line)
     kl_buf_append(&s->lits, &c, 1);
 }
 
-static int s_hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* A string (q '"') or character (q '\'') literal from its opening quote
  * at i to its closing one or the end of the line; a string's decoded
  * bytes go to s->lits. Returns the index after it. */
@@ -165,14 +154,14 @@ static size_t s_literal(s_scan_t *s, size_t i, char q)
                 c = '\t';
                 break;
             case 'x':
-                while (i + 1 < s->n && s_hexval(t[i + 1]) >= 0)
-                    v = (v * 16 + s_hexval(t[++i])) & 0xff;
+                while (i + 1 < s->n && kl_hexval(t[i + 1]) >= 0)
+                    v = (v * 16 + kl_hexval(t[++i])) & 0xff;
                 c = (char)v;
                 break;
             case 'u':
             case 'U':
                 for (k = d == 'u' ? 4 : 8;
-                     k > 0 && i + 1 < s->n && s_hexval(t[i + 1]) >= 0; k--)
+                     k > 0 && i + 1 < s->n && kl_hexval(t[i + 1]) >= 0; k--)
                     i++;
                 c = (char)0x80;
                 break;

@@ -328,36 +328,12 @@ static void s_argv(const kla_cuda_runner_t *r, bool unsafe, kla_argv_t *a)
     kla_argv_add(a, ord);
 }
 
-/* The child's side of the fork (async-signal-safe calls only): the socket
- * at fd 3, the worker's executable (sandboxed) at fd 4, nothing else. */
+/* The child's side of the fork: the socket at fd 3, the worker's
+ * executable (sandboxed) at fd 4, nothing else (kla_jail_exec). */
 static void s_child_exec(char *const *argv, int sock, int exe, bool unsafe)
 {
-    setpgid(0, 0);
-    int s2 = fcntl(sock, F_DUPFD, 10);
-    int e2 = exe >= 0 ? fcntl(exe, F_DUPFD, 10) : -1;
-    if (s2 < 0 || dup2(s2, 3) != 3 ||
-        (exe >= 0 && (e2 < 0 || dup2(e2, 4) != 4)))
-        _exit(126);
-    int dn = open("/dev/null", O_RDWR);
-    if (dn >= 0) {
-        dup2(dn, 0);
-        dup2(dn, 1);
-    }
-    int first = exe >= 0 ? 5 : 4;
-    if (syscall(SYS_close_range, (unsigned)first, ~0u, 0) != 0)
-        for (int fd = first; fd < 1024; fd++)
-            close(fd);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    if (!unsafe && kla_jail_drop_root() != 0)
-        _exit(126);
-    if (unsafe)
-        execv(argv[0], argv);
-    else
-        execvp(argv[0], argv);
-    _exit(127);
+    int fds[2] = {sock, exe};
+    kla_jail_exec(fds, exe >= 0 ? 2 : 1, argv, NULL, unsafe);
 }
 
 /* Starts a worker and waits for its hello. */

@@ -88,6 +88,16 @@ void kla_jail_hide(kla_argv_t *a, const char *path);
  * with err (KL_ERRMSG_LEN bytes) naming path. */
 int kla_jail_sealed_copy(const char *path, const char *name, char *err);
 
+/* The child's side of starting a sandbox, between fork and exec
+ * (async-signal-safe calls only): its own process group; fds[i] becomes
+ * descriptor 3 + i, stdin and stdout /dev/null, every descriptor past
+ * the given ones closed; an empty signal mask and SIGPIPE at its
+ * default; root dropped (kla_jail_drop_root) unless unsafe; then argv:
+ * sandboxed, bwrap looked up on PATH; unsafe, argv[0] a path, run with
+ * envp (NULL: this environment). Never returns (exit 126, 127). */
+void kla_jail_exec(const int *fds, int nfds, char *const *argv,
+                   char *const *envp, bool unsafe) __attribute__((noreturn));
+
 /* In a child between fork and exec (async-signal-safe): when the
  * effective uid is 0, drops every supplementary group and becomes
  * KLA_JAIL_UID / KLA_JAIL_GID for real, effective and saved ids. 0, or -1

@@ -144,24 +144,8 @@ static int s_host_start(kla_runner_t *r, char *err)
     }
     pid_t pid = fork();
     if (pid == 0) {
-        setpgid(0, 0);
-        if (dup2(sv[1], 3) != 3 || dup2(exe, 4) != 4)
-            _exit(126);
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(null, 1);
-        syscall(SYS_close_range, 5u, ~0u, 0u);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        if (!unsafe && kla_jail_drop_root() != 0)
-            _exit(126);
-        if (unsafe)
-            execve(a.v[0], a.v, env.v);
-        else
-            execvp(a.v[0], a.v);
-        _exit(127);
+        int fds[2] = {sv[1], exe};
+        kla_jail_exec(fds, 2, a.v, env.v, unsafe);
     }
     kla_argv_free(&a);
     kla_argv_free(&env);

@@ -262,7 +262,7 @@ void kl_hex128(const uint8_t key[16], char out[33])
     out[32] = '\0';
 }
 
-static int s_hexval(char c)
+int kl_hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -278,7 +278,7 @@ int kl_unhex128(const char *hex, uint8_t key[16])
     if (!hex || strlen(hex) != 32)
         return KL_ERR_INVAL;
     for (int i = 0; i < 16; i++) {
-        int hi = s_hexval(hex[2 * i]), lo = s_hexval(hex[2 * i + 1]);
+        int hi = kl_hexval(hex[2 * i]), lo = kl_hexval(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return KL_ERR_INVAL;
         key[i] = (uint8_t)(hi << 4 | lo);

@@ -40,6 +40,8 @@ void kl_buf_free(kl_buf_t *b);
 void kl_hash128(const void *data, size_t n, uint8_t out[16]);
 /* Lower-case hex of a 16-byte key into out (33 bytes, NUL-terminated). */
 void kl_hex128(const uint8_t key[16], char out[33]);
+/* The value of one hex digit (either case), -1 for anything else. */
+int kl_hexval(char c);
 /* Parses 32 hex digits into key; returns 0 or KL_ERR_INVAL. */
 int kl_unhex128(const char *hex, uint8_t key[16]);
 /* 64-bit FNV-1a, for hash tables and cache names. */
