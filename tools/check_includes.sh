@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the include rules of docs/architecture.md ("Modules and the
 # include rules") on a source tree: a module may include only the headers
-# of the modules below it. Prints each violation as FILE: includes HEADER
+# of the modules below it, and a private header (*_int.h, *_priv.h) only
+# the files of its own folder. Prints each violation as FILE: includes HEADER
 # (MODULE) and exits 1 when there is one; exits 0 with "include rules: ok".
 # Usage: tools/check_includes.sh [ROOT]     (default: the repository)
 set -uo pipefail
@@ -85,6 +86,33 @@ done
 # the scheduler only keeps the books.
 rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
     coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen
+
+# A private header (*_int.h, *_priv.h: what the files of one folder share)
+# is included only by the files of its own folder; another folder reads
+# the module's public header. The unit tests (tests/, not checked here)
+# may read a module's internals.
+private() {
+    local privs
+    privs=$(find common agent coordinator tools \( -name '*_int.h' -o \
+        -name '*_priv.h' \) -printf '%h %f\n' 2>/dev/null | sort -u)
+    [ -n "$privs" ] || return 0
+    while IFS=: read -r file line; do
+        local h dir own
+        h=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
+        h=${h##*/}
+        [ -n "$h" ] || continue
+        dir=$(dirname "$file")
+        own=$(awk -v h="$h" '$2 == h { print $1 }' <<<"$privs")
+        [ -n "$own" ] || continue
+        if ! grep -qxF "$dir" <<<"$own"; then
+            echo "$file: includes $h (private to ${own//$'\n'/ })"
+            bad=1
+        fi
+    done < <(grep -rn --include='*.c' --include='*.h' \
+        '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*_\(int\|priv\)\.h"' \
+        common agent coordinator tools 2>/dev/null | cut -d: -f1,3-)
+}
+private
 
 if [ $bad -ne 0 ]; then
     echo "include rules: violated (docs/architecture.md)"
