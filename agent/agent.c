@@ -610,8 +610,3 @@ void kla_agent_stats(kla_agent_t *a, kla_agent_stats_t *out)
     out->results = atomic_load(&a->st_results);
     out->cancelled = atomic_load(&a->st_cancelled);
 }
-
-const char *kla_agent_workdir(const kla_agent_t *a)
-{
-    return a->workdir;
-}

@@ -13,11 +13,6 @@
 
 static const char *s_names[] = {"replay", "evolutionary"};
 
-const char *kl_strategy_name(kl_strategy s)
-{
-    return (unsigned)s < 2 ? s_names[s] : "?";
-}
-
 int kl_strategy_parse(const char *name, kl_strategy *out, char *err)
 {
     for (int i = 0; i < 2; i++)
@@ -164,11 +159,6 @@ void kl_search_observe(kl_search_t *self, const kl_trace_t *t,
     self->m[self->nm].latency = ok ? latency_s : INFINITY;
     self->nm++;
     self->sorted = false;
-}
-
-int kl_search_train(kl_search_t *self, char *err)
-{
-    return kl_costmodel_train(self->model, err);
 }
 
 void kl_search_predict(kl_search_t *self, const float *features, size_t n,
