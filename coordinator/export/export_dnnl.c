@@ -598,7 +598,7 @@ static bool s_transpose(kl_dnnl_net_t *n, int i)
     int perm[KL_MODEL_MAX_DIMS], last = -1;
     bool view = true;
     char err[KL_ERRMSG_LEN];
-    if (kl_export_perm(n->text, nd, perm, err))
+    if (kl_export__perm(n->text, nd, perm, err))
         return false;
     for (int k = 0; k < nd->ndim; k++)
         if (x->shape[perm[k]] != 1) {

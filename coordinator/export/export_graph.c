@@ -50,7 +50,7 @@ typedef struct {
     kl_buf_t run;  /* body of kiln_model_run */
     kl_buf_t prun; /* body of kiln_model_run_profiled */
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
-    kl_export_param_t *params;
+    kl_export__param_t *params;
     int nparams, ninputs;
     s_layer_t *layers;
     int nlayers;
@@ -131,7 +131,7 @@ static int s_new_param(s_gen_t *c, const char *name, const char *what, int ndim,
 {
     c->params =
         kl_xrealloc(c->params, (size_t)(c->nparams + 1) * sizeof *c->params);
-    kl_export_param_t *p = &c->params[c->nparams];
+    kl_export__param_t *p = &c->params[c->nparams];
     memset(p, 0, sizeof *p);
     p->dt = dt;
     p->name = what ? kl_xasprintf("%s.%s", name, what) : kl_xstrdup(name);
@@ -184,7 +184,7 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
     /* an NHWC q-conv's weight: [R,S,C,K] from the model's [K,C,R,S] */
     if (nd->nhwc && nd->op == KL_MOP_QCONV2D && !strcmp(what, "weight") &&
         t->ndim == 4) {
-        kl_export_param_t *q = &c->params[pi];
+        kl_export__param_t *q = &c->params[pi];
         q->kcrs[0] = t->shape[3];
         q->kcrs[1] = t->shape[2];
         q->kcrs[2] = t->shape[0];
@@ -349,10 +349,10 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
     int perm[KL_MODEL_MAX_DIMS], pm[KL_MODEL_MAX_DIMS];
     long long sh[KL_MODEL_MAX_DIMS];
-    int rc = kl_export_perm(c->text, nd, perm, err);
+    int rc = kl_export__perm(c->text, nd, perm, err);
     if (rc)
         return rc;
-    int rd = kl_export_perm_reduce(x->ndim, x->shape, perm, sh, pm);
+    int rd = kl_export__perm_reduce(x->ndim, x->shape, perm, sh, pm);
     if (rd <= 1) {
         c->view[i] = true;
         return KL_OK;
@@ -465,7 +465,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
             s_inexpr(c, c->g->nodes[nd->in[k]].in[0], nd->nhwc, in[k],
                      sizeof in[k]);
         s_bufexpr(c, q, out, sizeof out);
-        char *code = kl_export_qfuse_call(c->g, i, &c->qf[i], ins, out);
+        char *code = kl_export__qfuse_call(c->g, i, &c->qf[i], ins, out);
         s_emit(c, nd->name, -1, code);
         free(code);
         return KL_OK;
@@ -634,15 +634,15 @@ static char *s_model_c(s_gen_t *c)
                           t);
     }
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "",
-                  kl_export_helpers_c);
+                  kl_export__helpers_c);
     if (c->qcasts)
         s_qcast_helpers(&b);
     for (int i = 0; i < g->n; i++)
         if (c->conv[i]) {
-            kl_buf_puts(&b, kl_export_layout_helpers_c);
+            kl_buf_puts(&b, kl_export__layout_helpers_c);
             break;
         }
-    kl_export_qfuse_helpers(g, c->qf, &b);
+    kl_export__qfuse_helpers(g, c->qf, &b);
     s_param_tables(c, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
@@ -705,8 +705,8 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
     const kl_mgraph_t *g = c->g;
     s_inexpr(c, g->nout ? g->outputs[0] : g->n - 1, false, c->oex,
              sizeof c->oex);
-    int rc = kl_export_weights_plan(c->params, c->nparams, ps, c->src,
-                                    &c->trained, err);
+    int rc = kl_export__weights_plan(c->params, c->nparams, ps, c->src,
+                                     &c->trained, err);
     if (rc)
         return rc;
     *model_c = s_model_c(c);
@@ -755,12 +755,12 @@ int kl_export_write_graph(const char *text, const char *source,
         rc = s_write(dir, name, kernels[t].source, &paths, &np, err);
     }
     if (!rc)
-        rc = s_write(dir, "kiln_model.h", kl_export_model_h, NULL, NULL, err);
+        rc = s_write(dir, "kiln_model.h", kl_export__model_h, NULL, NULL, err);
     if (!rc)
         rc = s_write(dir, "kiln_model.c", model_c, &paths, &np, err);
     if (!rc)
-        rc = kl_export_weights_write(c.params, c.nparams, params, c.trained,
-                                     dir, &paths, &np, err);
+        rc = kl_export__weights_write(c.params, c.nparams, params, c.trained,
+                                      dir, &paths, &np, err);
     if (!rc && build) {
         char *lib = kl_xasprintf("%s/libkiln_model.so", dir);
         rc = kl_export_cc(cc, paths, np, lib, err);

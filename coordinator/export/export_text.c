@@ -2,7 +2,7 @@
  * API) and the helpers at the top of kiln_model.c (export_int.h). */
 #include "export_int.h"
 
-const char kl_export_helpers_c[] =
+const char kl_export__helpers_c[] =
     "static double s_now(void)\n"
     "{\n"
     "    struct timespec ts;\n"
@@ -181,7 +181,7 @@ const char kl_export_helpers_c[] =
     "}\n"
     "\n";
 
-const char kl_export_model_h[] =
+const char kl_export__model_h[] =
     "/* kiln_model.h - the API of libkiln_model.so, written by kiln export.\n"
     " *\n"
     " * The model runs its layer graph in order. Its parameters are the\n"
