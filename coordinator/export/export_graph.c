@@ -399,36 +399,6 @@ static void s_qcast_call(s_gen_t *c, int i)
     c->qcasts = true;
 }
 
-/* kiln_model.c's quantize / dequantize helpers (ONNX QuantizeLinear and
- * DequantizeLinear, per tensor): x / scale in f32 (a division, as ONNX
- * defines it), rounded half to even by nearbyintf in the default rounding
- * mode, plus the zero point, saturated to the type (NaN to its lowest);
- * (x - zp) * scale back. */
-static void s_qcast_helpers(kl_buf_t *b)
-{
-    static const struct {
-        const char *name, *ctype;
-        int lo, hi;
-    } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
-    for (int k = 0; k < 2; k++)
-        kl_buf_printf(
-            b,
-            "static void s_quantize_%s(const float *restrict x, %s *restrict "
-            "y,\n    long long n, float scale, int zp)\n{\n"
-            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
-            "    for (long long i = 0; i < n; i++) {\n"
-            "        float v = nearbyintf(x[i] / scale) + (float)zp;\n"
-            "        y[i] = (%s)(v >= %d.0f ? (v <= %d.0f ? v : %d.0f) : "
-            "%d.0f);\n    }\n}\n\n"
-            "static void s_dequantize_%s(const %s *restrict x, float "
-            "*restrict y,\n    long long n, float scale, int zp)\n{\n"
-            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
-            "    for (long long i = 0; i < n; i++)\n"
-            "        y[i] = (float)((int)x[i] - zp) * scale;\n}\n\n",
-            ts[k].name, ts[k].ctype, ts[k].ctype, ts[k].lo, ts[k].hi, ts[k].hi,
-            ts[k].lo, ts[k].name, ts[k].ctype);
-}
-
 static int s_layer(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
@@ -629,7 +599,7 @@ static char *s_model_c(s_gen_t *c)
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "",
                   kl_export__helpers_c);
     if (c->qcasts)
-        s_qcast_helpers(&b);
+        kl_export__qcast_helpers(&b);
     for (int i = 0; i < g->n; i++)
         if (c->conv[i]) {
             kl_buf_puts(&b, kl_export__layout_helpers_c);

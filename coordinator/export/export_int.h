@@ -72,4 +72,11 @@ void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
 extern const char kl_export__model_h[];
 extern const char kl_export__helpers_c[];
 
+/* Appends kiln_model.c's quantize / dequantize helpers for u8 and s8
+ * (after S_PAR; ONNX QuantizeLinear and DequantizeLinear, per tensor):
+ * x / scale in f32 (a division, as ONNX defines it), rounded half to even
+ * by nearbyintf in the default rounding mode, plus the zero point,
+ * saturated to the type (NaN to its lowest); (x - zp) * scale back. */
+void kl_export__qcast_helpers(kl_buf_t *b);
+
 #endif
