@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "kl_ir.h"
-#include "kl_model_int.h"
+#include "kl_graph.h"
 #include "kl_util.h"
 
 /* The perm= of transpose layer nd, read again from its line of the graph

@@ -297,6 +297,12 @@ int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err);
  * rest to _parse. */
 int kl_workload_from_string(const char *s, kl_workload_t **out, char *err);
 
+/* The named operators kl_workload_from_op builds, for a list or a help
+ * text: the name of operator i (0, 1, ...) and, when params is not NULL,
+ * its parameters as above ("M N K [bias=0 ...]"); NULL past the last.
+ * The strings are static. */
+const char *kl_workload_op(int i, const char **params);
+
 void kl_workload_free(kl_workload_t **self_p);
 kl_workload_t *kl_workload_clone(const kl_workload_t *w);
 
