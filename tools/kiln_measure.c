@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fleet_coord.h"
+#include "kl_fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"

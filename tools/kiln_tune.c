@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet_coord.h"
+#include "kl_fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kl_codegen.h"
 #include "kl_err.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_job.h"
