@@ -109,18 +109,6 @@ typedef struct {
 
 /* ---- printing ------------------------------------------------------------ */
 
-static void s_fmt_time(double s, char *buf, size_t n)
-{
-    if (s < 0 || !isfinite(s))
-        snprintf(buf, n, "?");
-    else if (s < 120)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 7200)
-        snprintf(buf, n, "%.0fm%02.0fs", floor(s / 60), fmod(s, 60));
-    else
-        snprintf(buf, n, "%.1fh", s / 3600);
-}
-
 /* --op: the progress of the task, at most once a second (and at the end).
  * On a terminal it is one block redrawn in place (kl_live.h). */
 static void s_op_progress(cmd_t *c, bool done)
@@ -140,8 +128,8 @@ static void s_op_progress(cmd_t *c, bool done)
         return;
     }
     char el[32], eta[32], best[64] = "no valid candidate yet";
-    s_fmt_time(p.elapsed_s, el, sizeof el);
-    s_fmt_time(p.eta_s, eta, sizeof eta);
+    kl_live_time(p.elapsed_s, el, sizeof el);
+    kl_live_time(p.eta_s, eta, sizeof eta);
     if (isfinite(p.best_s))
         snprintf(best, sizeof best, "best %.2f GFLOP/s (%.2f us)", p.gflops,
                  p.best_s * 1e6);
