@@ -144,7 +144,7 @@ static void s_op_progress(cmd_t *c, bool done)
 /* --model: the task table, to f and to --summary-json. */
 static void s_summary(cmd_t *c, FILE *f)
 {
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     int n = kl_job_ntasks(c->job);
     kl_ts_row_t *rows = kl_xcalloc((size_t)n, sizeof(kl_ts_row_t));
     kl_ts_rows(ts, rows);
@@ -167,7 +167,7 @@ static void s_model_round(cmd_t *c, int round, int i)
     if (kl_opts_bool(c->o, "quiet"))
         return;
     const char *name = kl_task_workload(kl_job_task(c->job, i))->name;
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     if (!c->live)
         c->live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
     if (!kl_live_is_block(c->live)) {
@@ -271,7 +271,7 @@ static int s_op_report(cmd_t *c, char *err)
 
 static void s_warn_unreached(cmd_t *c)
 {
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     int k = kl_ts_unreached(ts, NULL, 0);
     if (k == 0)
         return;
@@ -487,7 +487,7 @@ int kiln_cmd_tune(int argc, char **argv)
                 "already in the store\n",
                 kl_model_name(c.model), kl_job_ntasks(c.job),
                 kl_opts_str(c.o, "scheduler"),
-                (long long)kl_ts_total_trials(kl_job_sched(c.job)));
+                (long long)kl_ts_total_trials(kl_job_tasksched(c.job)));
         s_warn_unreached(&c);
     } else if (!rc && kl_task_restored(kl_job_task(c.job, 0)) > 0) {
         fprintf(stderr,

@@ -43,8 +43,8 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     kl_task_cfg_default(&cfg->task);
-    kl_ts_cfg_default(&cfg->sched);
-    cfg->sched.depth = 0;
+    kl_ts_cfg_default(&cfg->ts);
+    cfg->ts.depth = 0;
 }
 
 int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
@@ -56,11 +56,11 @@ int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
     kl_eval_from_opts(o, &c->task.evaluator);
     int rc = kl_search_cfg_from_opts(o, &c->task.search, err);
     if (!rc)
-        rc = kl_ts_cfg_from_opts(o, &c->sched, err);
-    c->sched.trials_per_iter = kl_opts_int(o, "trials-per-iter");
-    c->sched.max_trials_global = max_trials_global;
-    c->sched.max_trials_per_task = max_trials_per_task;
-    c->sched.seed = c->task.search.seed + 1;
+        rc = kl_ts_cfg_from_opts(o, &c->ts, err);
+    c->ts.trials_per_iter = kl_opts_int(o, "trials-per-iter");
+    c->ts.max_trials_global = max_trials_global;
+    c->ts.max_trials_per_task = max_trials_per_task;
+    c->ts.seed = c->task.search.seed + 1;
     return rc;
 }
 
@@ -80,7 +80,7 @@ int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
     int rc = KL_OK;
     for (int i = 0; i < n && !rc; i++)
         rc = kl_task_new(&j->tasks[i], tasks[i].spec, &cfg->task, store, err);
-    kl_ts_cfg_t sc = cfg->sched;
+    kl_ts_cfg_t sc = cfg->ts;
     if (sc.depth == 0)
         sc.depth = n == 1 ? 2 : 1;
     if (!rc) {
@@ -135,7 +135,7 @@ kl_task_t *kl_job_task(const kl_job_t *j, int i)
     return j->tasks[i];
 }
 
-const kl_ts_t *kl_job_sched(const kl_job_t *j)
+const kl_ts_t *kl_job_tasksched(const kl_job_t *j)
 {
     return j->ts;
 }
@@ -153,8 +153,8 @@ kl_store_t *kl_job_store(const kl_job_t *j)
 int64_t kl_job_task_cap(const kl_job_t *j, int i)
 {
     (void)i;
-    int64_t per = j->cfg.sched.max_trials_per_task;
-    int64_t all = j->cfg.sched.max_trials_global;
+    int64_t per = j->cfg.ts.max_trials_per_task;
+    int64_t all = j->cfg.ts.max_trials_global;
     return per && per < all ? per : all;
 }
 

@@ -53,9 +53,9 @@ typedef struct {
 typedef struct {
     /* Every task's target, search, evaluator and the records' "job". */
     kl_task_cfg_t task;
-    /* Caps, batch size, scheduler. depth 0: 2 for a job of one task, 1
-     * otherwise. */
-    kl_ts_cfg_t sched;
+    /* The task scheduler's: caps, batch size, kind. depth 0: 2 for a job
+     * of one task, 1 otherwise. */
+    kl_ts_cfg_t ts;
 } kl_job_cfg_t;
 
 /* kl_task_cfg_default and kl_ts_cfg_default, with depth 0 (automatic). */
@@ -100,7 +100,8 @@ void kl_job_destroy(kl_job_t **self_p);
 
 int kl_job_ntasks(const kl_job_t *j);
 kl_task_t *kl_job_task(const kl_job_t *j, int i);
-const kl_ts_t *kl_job_sched(const kl_job_t *j);
+/* The job's task scheduler (kl_tasksched.h; borrowed, the job's). */
+const kl_ts_t *kl_job_tasksched(const kl_job_t *j);
 const char *kl_job_target(const kl_job_t *j);
 kl_store_t *kl_job_store(const kl_job_t *j);
 /* The trial cap of task i: the per-task cap, else the global one. */
