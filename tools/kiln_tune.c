@@ -47,7 +47,7 @@ static const kl_opt_t s_opts[] = {
      "--model: hard cap on the trials of the whole job, records already in "
      "--db included (default: " KL_OPT_DEF(
          DEF_TRIALS_PER_TASK) " x the number of tasks)"},
-    KL_JOB_OPTS KL_SEARCH_OPTS KL_SCHED_OPTS KL_EVAL_OPTS{
+    KL_JOB_OPTS KL_SEARCH_OPTS KL_TS_OPTS KL_EVAL_OPTS{
         "source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
         "--op: write the best kernel's source here (default: "
         "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db; .cu for "

@@ -81,7 +81,7 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg);
 /* clang-format on */
 
 /* Sets cfg from a command's options: KL_JOB_OPTS, KL_SEARCH_OPTS,
- * KL_SCHED_OPTS and KL_EVAL_OPTS (all in o's table), and the caps given.
+ * KL_TS_OPTS and KL_EVAL_OPTS (all in o's table), and the caps given.
  * The scheduler's seed is the search seed + 1. KL_ERR_INVAL names a bad
  * strategy or scheduler. */
 int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
