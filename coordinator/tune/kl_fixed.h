@@ -84,7 +84,8 @@ const kl_dispatch_result_t *kl_fixed_result(const kl_fixed_t *f, int i);
 
 /* A job of this one task (kl_job_new_proposer) whose caps are the
  * sources to measure, in one round: kl_job_run sends them, waits for the
- * agents and records every result. The task must outlive the job. */
+ * agents and records every result. The task must outlive the job.
+ * KL_ERR_INVAL (the scheduler's message) when there is none to measure. */
 int kl_fixed_job(kl_fixed_t *f, kl_job_t **out, char *err);
 
 #endif
