@@ -83,6 +83,15 @@ for f in kl_store.h kl_store_priv.h; do
         bad=1
     fi
 done
+# fleet starts local agents and binds a job's side of its fleet (a dispatch
+# or a head node's port): nothing of the compiler, the search, the
+# scheduler's books or what lies above the conductor; and only tools (and
+# tests) start a fleet: no module of the coordinator includes it.
+rule coordinator/fleet -- coordinator/ir coordinator/schedule \
+    coordinator/codegen coordinator/search coordinator/tasksched \
+    coordinator/models coordinator/export coordinator/report \
+    coordinator/metrics coordinator/serve
+rule $(grep -vx coordinator/fleet <<<"$coord") -- coordinator/fleet
 # the scheduler only keeps the books.
 rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
     coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen

@@ -91,7 +91,7 @@ typedef struct {
     int depth;                   /* rounds out at once, [1, KL_TS_MAX_DEPTH] */
 } kl_ts_cfg_t;
 
-/* The defaults, written once: kl_ts_cfg_default and KL_SCHED_OPTS. */
+/* The defaults, written once: kl_ts_cfg_default and KL_TS_OPTS. */
 #define KL_TS_DEF_TRIALS_PER_ITER 64
 #define KL_TS_DEF_ALPHA 0.2
 #define KL_TS_DEF_BETA 2
@@ -107,7 +107,7 @@ void kl_ts_cfg_default(kl_ts_cfg_t *cfg);
  * a job of several tasks (kiln tune --model): scheduler, alpha, beta,
  * window, sched-eps, early-stop-rounds. */
 /* clang-format off */
-#define KL_SCHED_OPTS \
+#define KL_TS_OPTS \
     {"scheduler", KL_OPT_STR, "gradient", KL_NOBOUNDS, "NAME", \
      "task scheduler: gradient (Ansor's) or round-robin"}, \
     {"alpha", KL_OPT_DOUBLE, KL_OPT_DEF(KL_TS_DEF_ALPHA), 0, 1, "A", \
@@ -124,7 +124,7 @@ void kl_ts_cfg_default(kl_ts_cfg_t *cfg);
      "never)"},
 /* clang-format on */
 
-/* Reads the KL_SCHED_OPTS rows of o (which must be in its table) into cfg;
+/* Reads the KL_TS_OPTS rows of o (which must be in its table) into cfg;
  * the other fields are left as they are. KL_ERR_INVAL names an unknown
  * scheduler. */
 int kl_ts_cfg_from_opts(const kl_opts_t *o, kl_ts_cfg_t *cfg, char *err);

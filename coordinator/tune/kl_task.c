@@ -66,10 +66,6 @@ const char *kl_task_target(const kl_task_t *t)
 {
     return t->target;
 }
-kl_search_t *kl_task_search(kl_task_t *t)
-{
-    return t->search;
-}
 int64_t kl_task_trials(const kl_task_t *t)
 {
     return t->trials;

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_job.h"
@@ -372,7 +372,7 @@ typedef struct {
 static void s_on_event(void *ctx, kl_job_t *job, const kl_job_event_t *ev)
 {
     ev_t *e = ctx;
-    int out = kl_ts_outstanding(kl_job_sched(job));
+    int out = kl_ts_outstanding(kl_job_tasksched(job));
     if (out > e->max_out)
         e->max_out = out;
     if (ev->kind == KL_JOB_RESULTS) {
@@ -413,9 +413,9 @@ static kl_job_cfg_t s_cfg(int64_t global, int64_t per_task, int64_t batch)
     cfg.task.target = "sim/cpu"; /* the simulated agents' target */
     cfg.task.search.strategy = KL_STRATEGY_REPLAY;
     cfg.task.search.seed = 3;
-    cfg.sched.max_trials_global = global;
-    cfg.sched.max_trials_per_task = per_task;
-    cfg.sched.trials_per_iter = batch;
+    cfg.ts.max_trials_global = global;
+    cfg.ts.max_trials_per_task = per_task;
+    cfg.ts.trials_per_iter = batch;
     return cfg;
 }
 
@@ -434,7 +434,7 @@ static void test_job_op(void **state)
     ev_t e = {0};
     assert_int_equal(s_run(job, f, &e, err), KL_OK);
     assert_int_equal(kl_task_trials(kl_job_task(job, 0)), 40);
-    assert_int_equal(kl_ts_total_trials(kl_job_sched(job)), 40);
+    assert_int_equal(kl_ts_total_trials(kl_job_tasksched(job)), 40);
     assert_true(kl_job_finished(job));
     assert_int_equal(e.rounds, 5);
     assert_int_equal(e.spent, 40);
@@ -478,7 +478,7 @@ static void test_job_model(void **state)
                              {"dense N=1 I=64 O=32 bias=1", 2},
                              {"matmul M=32 N=48 K=16", 1}};
     kl_job_cfg_t cfg = s_cfg(30, 12, 5);
-    cfg.sched.kind = KL_TS_ROUND_ROBIN;
+    cfg.ts.kind = KL_TS_ROUND_ROBIN;
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, tasks, 3, &cfg, f->st, err), KL_OK);
     ev_t e = {0};
@@ -487,7 +487,7 @@ static void test_job_model(void **state)
     for (int i = 0; i < 3; i++) {
         int64_t n = kl_task_trials(kl_job_task(job, i));
         assert_true(n >= 5 && n <= 12);
-        assert_int_equal(n, kl_ts_trials(kl_job_sched(job), i));
+        assert_int_equal(n, kl_ts_trials(kl_job_tasksched(job), i));
         assert_int_equal(kl_job_task_cap(job, i), 12);
         sum += n;
     }
@@ -538,7 +538,7 @@ static void test_job_errors(void **state)
     kl_job_task_t bad = {"matmul M=64 N=64", 1};
     assert_int_equal(kl_job_new(&job, &bad, 1, &cfg, f->st, err), KL_ERR_INVAL);
     assert_null(job);
-    cfg.sched.trials_per_iter = 0;
+    cfg.ts.trials_per_iter = 0;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err),
                      KL_ERR_INVAL);
     assert_non_null(strstr(err, "trials-per-iter"));

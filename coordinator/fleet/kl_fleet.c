@@ -1,5 +1,5 @@
-/* fleet.c - local kiln-agent child processes; see fleet.h. */
-#include "fleet.h"
+/* kl_fleet.c - local kiln-agent child processes; see kl_fleet.h. */
+#include "kl_fleet.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* fleet_coord.h - the coordinator side of a job's fleet, shared by kiln
+/* kl_fleet_coord.h - the coordinator side of a job's fleet, shared by kiln
  * measure and kiln tune (--op and --model): binds the dispatch and, when
  * asked, starts local agents, from the fleet options every such command
  * declares: listen, insecure, local-agents, heartbeat-ms, keys,
@@ -13,12 +13,12 @@
  * has) is cuda/... run with --device cuda:all; when they exit 69 (no GPU,
  * no driver), kl_fleet_exit_code says so.
  */
-#ifndef KILN_FLEET_COORD_H
-#define KILN_FLEET_COORD_H
+#ifndef KL_FLEET_COORD_H
+#define KL_FLEET_COORD_H
 
 #include <stdbool.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_dispatch.h"
 #include "kl_opt.h"
 #include "kl_port_fleet.h"

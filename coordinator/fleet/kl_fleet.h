@@ -1,4 +1,4 @@
-/* fleet.h - a local fleet of kiln-agent processes for `kiln measure`,
+/* kl_fleet.h - a local fleet of kiln-agent processes for `kiln measure`,
  * `kiln tune` and the benchmarks: the agents run as child processes that
  * connect to the coordinator over loopback.
  *

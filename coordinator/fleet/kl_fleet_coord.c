@@ -1,4 +1,6 @@
-#include "fleet_coord.h"
+/* kl_fleet_coord.c - the coordinator side of a job's fleet; see
+ * kl_fleet_coord.h. */
+#include "kl_fleet_coord.h"
 
 #include <stdio.h>
 #include <stdlib.h>
