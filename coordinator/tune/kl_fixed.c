@@ -188,10 +188,10 @@ static int s_commit(kl_fixed_t *f, kl_dispatch_result_t **b, size_t n,
         t->simulated = r->simulated || kl_target_is_sim(target);
         t->unsandboxed = r->unsandboxed;
         t->evaluator = &ev;
-        /* index is the candidate's position in the batch, which is the
-         * source's only when no source before it was skipped (as before
-         * this task joined the job; candidate_id is the source's). */
-        t->trace_hash.data = f->hash[b[i]->index];
+        /* The candidate's id is its source's index (s_submit); its
+         * position in the batch is not, once a source before it was
+         * skipped as measured already. */
+        t->trace_hash.data = f->hash[b[i]->candidate_id];
         t->trace_hash.len = 16;
         t->spread = r->spread;
         t->job = "measure";
@@ -207,6 +207,11 @@ static int s_commit(kl_fixed_t *f, kl_dispatch_result_t **b, size_t n,
 static int s_feed(void *ctx, kl_dispatch_result_t **b, size_t n, char *err)
 {
     kl_fixed_t *f = ctx;
+    for (size_t i = 0; i < n; i++)
+        if (b[i]->candidate_id >= (uint64_t)f->cfg.n)
+            return kl_seterr(err, KL_ERR_PROTO,
+                             "measure: a result for candidate %llu of %d",
+                             (unsigned long long)b[i]->candidate_id, f->cfg.n);
     if (f->store) {
         int rc = s_commit(f, b, n, err);
         if (rc != KL_OK)
@@ -221,7 +226,7 @@ static int s_feed(void *ctx, kl_dispatch_result_t **b, size_t n, char *err)
             if (m < f->best_s)
                 f->best_s = m;
         }
-        size_t at = b[i]->index;
+        size_t at = (size_t)b[i]->candidate_id;
         kl_dispatch_result_free(&f->res[at]);
         f->res[at] = b[i];
         b[i] = NULL;
