@@ -15,20 +15,12 @@
 #include "kl_util.h"
 #include "kla_agent.h"
 #include "kla_device.h"
+#include "coord_fx.h"
 
 /* Heartbeat of the agents that build and run (3 s of silence make a
  * peer dead: room for a loaded machine), and of those that only talk. */
 #define HB_SLOW_MS 1000
 #define HB_MS 200
-
-typedef struct {
-    kl_net_t *server;
-    kl_peer_t peer;
-    double next_hb;
-    int hb_ms;
-    char target[64];    /* the device's, from Hello: what requests name */
-    double welcomed_at; /* just before the Welcome went out */
-} coord_t;
 
 static const char *s_ref =
     "void ref(void *const *args) {\n"
@@ -57,58 +49,14 @@ static char *s_cand(const char *pre, const char *post)
         pre, post);
 }
 
-static void s_send(coord_t *c, Kiln__Envelope *env)
-{
-    char err[KL_ERRMSG_LEN];
-    int rc = kl_net_send(c->server, &c->peer, env, err);
-    if (rc != KL_OK)
-        fprintf(stderr, "send: %s\n", err);
-    assert_int_equal(rc, KL_OK);
-}
-
-static void s_heartbeat(coord_t *c)
-{
-    if (c->peer.len == 0 || kl_now_s() < c->next_hb)
-        return;
-    Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
-    Kiln__Envelope env = KILN__ENVELOPE__INIT;
-    env.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    char err[KL_ERRMSG_LEN]; /* the agent may be gone (s_stop) */
-    (void)kl_net_send(c->server, &c->peer, &env, err);
-    c->next_hb = kl_now_s() + c->hb_ms / 4000.0;
-}
-
-/* Waits (heartbeating) for a message of kind `want`; NULL on timeout. */
-static Kiln__Envelope *s_expect(coord_t *c, int want, double timeout_s)
-{
-    double end = kl_now_s() + timeout_s;
-    while (kl_now_s() < end) {
-        s_heartbeat(c);
-        Kiln__Envelope *env = NULL;
-        kl_peer_t from;
-        char err[KL_ERRMSG_LEN];
-        if (kl_net_recv(c->server, &from, &env, 50, err) != KL_OK)
-            continue;
-        c->peer = from;
-        if ((int)env->body_case == want)
-            return env;
-        kl_net_envelope_free(&env);
-    }
-    return NULL;
-}
-
-static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
+static void s_start_cores(fx_coord_t *c, kla_agent_t **agent, bool simulate,
                           const char *measure, const char *build)
 {
-    memset(c, 0, sizeof *c);
-    c->hb_ms = simulate ? HB_MS : HB_SLOW_MS;
     char err[KL_ERRMSG_LEN];
-    kl_net_security_t sec = {.insecure = true};
-    assert_int_equal(
-        kl_net_server_new(&c->server, "tcp://127.0.0.1:*", &sec, err), KL_OK);
-    kla_agent_config_t cfg = {.endpoint = kl_net_endpoint(c->server),
-                              .sec = sec,
+    assert_int_equal(fx_coord_new(c, simulate ? HB_MS : HB_SLOW_MS, err),
+                     KL_OK);
+    kla_agent_config_t cfg = {.endpoint = fx_coord_endpoint(c),
+                              .sec = {.insecure = true},
                               .name = "test-agent",
                               .build_slots = 2,
                               .cflags = "-O2",
@@ -118,7 +66,7 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
                               .build_cores = build,
                               .max_mem_mb = 2048};
     assert_int_equal(kla_agent_new(agent, &cfg, err), KL_OK);
-    Kiln__Envelope *env = s_expect(c, KILN__ENVELOPE__BODY_HELLO, 10);
+    Kiln__Envelope *env = fx_coord_expect(c, KILN__ENVELOPE__BODY_HELLO, 10);
     assert_non_null(env);
     Kiln__Hello *h = env->hello;
     assert_string_equal(h->agent_name, "test-agent");
@@ -142,34 +90,27 @@ static void s_start_cores(coord_t *c, kla_agent_t **agent, bool simulate,
             assert_int_equal(h->devices[0]->measure_cores[i], m.cpu[i]);
     }
     kl_net_envelope_free(&env);
-    Kiln__Welcome w = KILN__WELCOME__INIT;
-    w.coordinator_id = "test";
-    w.heartbeat_ms = (uint32_t)c->hb_ms;
-    Kiln__Envelope out = KILN__ENVELOPE__INIT;
-    out.body_case = KILN__ENVELOPE__BODY_WELCOME;
-    out.welcome = &w;
-    c->welcomed_at = kl_now_s();
-    s_send(c, &out);
+    assert_int_equal(fx_coord_welcome(c, "test"), KL_OK);
 }
 
-static void s_start(coord_t *c, kla_agent_t **agent, bool simulate)
+static void s_start(fx_coord_t *c, kla_agent_t **agent, bool simulate)
 {
     s_start_cores(c, agent, simulate, NULL, NULL);
 }
 
-static void s_stop(coord_t *c, kla_agent_t **agent)
+static void s_stop(fx_coord_t *c, kla_agent_t **agent)
 {
     kla_agent_destroy(agent);
     assert_null(*agent);
     /* The agent said Goodbye on its way out. */
-    Kiln__Envelope *env = s_expect(c, KILN__ENVELOPE__BODY_GOODBYE, 5);
+    Kiln__Envelope *env = fx_coord_expect(c, KILN__ENVELOPE__BODY_GOODBYE, 5);
     assert_non_null(env);
     kl_net_envelope_free(&env);
-    kl_net_destroy(&c->server);
+    fx_coord_destroy(c);
 }
 
 /* Sends a 64x64 matmul request with n candidates (sources given). */
-static void s_request(coord_t *c, uint64_t id, char **srcs, int n)
+static void s_request(fx_coord_t *c, uint64_t id, char **srcs, int n)
 {
     int64_t shape[2] = {64, 64};
     Kiln__KernelArg a = KILN__KERNEL_ARG__INIT, b, o;
@@ -211,13 +152,13 @@ static void s_request(coord_t *c, uint64_t id, char **srcs, int n)
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_REQUEST;
     env.request = &m;
-    s_send(c, &env);
+    assert_int_equal(fx_coord_send(c, &env), KL_OK);
 }
 
 static void test_hello_request_three_results(void **state)
 {
     (void)state;
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start(&c, &agent, false);
     char *srcs[3] = {s_cand("", ""), s_cand("*(volatile int *)0 = 1;", ""),
@@ -228,7 +169,8 @@ static void test_hello_request_three_results(void **state)
                             KILN__STATUS__STATUS_WRONG_RESULT};
     bool seen[3] = {false};
     for (int i = 0; i < 3; i++) {
-        Kiln__Envelope *env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        Kiln__Envelope *env =
+            fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
         assert_non_null(env);
         Kiln__MeasureResult *r = env->result;
         assert_int_equal(r->request_id, 42);
@@ -276,13 +218,14 @@ static void test_disjoint_cores(void **state)
     char m[16], b[16];
     snprintf(m, sizeof m, "%d", all.cpu[0]);
     snprintf(b, sizeof b, "%d", all.cpu[1]);
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start_cores(&c, &agent, false, m, b);
     char *srcs[2] = {s_cand("", ""), s_cand("/* second */", "")};
     s_request(&c, 11, srcs, 2);
     for (int i = 0; i < 2; i++) {
-        Kiln__Envelope *env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        Kiln__Envelope *env =
+            fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
         assert_non_null(env);
         assert_int_equal(env->result->status, KILN__STATUS__STATUS_OK);
         kl_net_envelope_free(&env);
@@ -295,7 +238,7 @@ static void test_disjoint_cores(void **state)
 static void test_cancel_and_goodbye(void **state)
 {
     (void)state;
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start(&c, &agent, false);
     char *srcs[8];
@@ -313,10 +256,11 @@ static void test_cancel_and_goodbye(void **state)
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_CANCEL;
     env.cancel = &cancel;
-    s_send(&c, &env);
+    assert_int_equal(fx_coord_send(&c, &env), KL_OK);
     int cancelled = 0, done = 0;
     for (int i = 0; i < 8; i++) {
-        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        Kiln__Envelope *r =
+            fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
         assert_non_null(r);
         if (r->result->status == KILN__STATUS__STATUS_CANCELLED)
             cancelled++;
@@ -335,8 +279,8 @@ static void test_cancel_and_goodbye(void **state)
     Kiln__Envelope ge = KILN__ENVELOPE__INIT;
     ge.body_case = KILN__ENVELOPE__BODY_GOODBYE;
     ge.goodbye = &g;
-    s_send(&c, &ge);
-    Kiln__Envelope *h = s_expect(&c, KILN__ENVELOPE__BODY_HELLO, 5);
+    assert_int_equal(fx_coord_send(&c, &ge), KL_OK);
+    Kiln__Envelope *h = fx_coord_expect(&c, KILN__ENVELOPE__BODY_HELLO, 5);
     assert_non_null(h);
     kl_net_envelope_free(&h);
     for (int i = 0; i < 8; i++)
@@ -347,7 +291,7 @@ static void test_cancel_and_goodbye(void **state)
 static void test_silence_means_hello(void **state)
 {
     (void)state;
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start(&c, &agent, true);
     /* Say nothing for more than 3 intervals: the welcomed agent heartbeats,
@@ -377,7 +321,7 @@ static void test_silence_means_hello(void **state)
 static void test_simulate_fast(void **state)
 {
     (void)state;
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start(&c, &agent, true);
     char *srcs[16];
@@ -387,7 +331,8 @@ static void test_simulate_fast(void **state)
     s_request(&c, 5, srcs, 16);
     int ok = 0, fail = 0;
     for (int i = 0; i < 16; i++) {
-        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
+        Kiln__Envelope *r =
+            fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 30);
         assert_non_null(r);
         assert_true(r->result->simulated);
         if (r->result->status == KILN__STATUS__STATUS_OK) {
@@ -407,7 +352,8 @@ static void test_simulate_fast(void **state)
     assert_int_equal(st.results, 16);
     assert_int_equal(st.cancelled, 0);
     /* Welcomed: it heartbeats every HB_MS. */
-    Kiln__Envelope *hb = s_expect(&c, KILN__ENVELOPE__BODY_HEARTBEAT, 1.0);
+    Kiln__Envelope *hb =
+        fx_coord_expect(&c, KILN__ENVELOPE__BODY_HEARTBEAT, 1.0);
     assert_non_null(hb);
     kl_net_envelope_free(&hb);
     for (int i = 0; i < 16; i++)
@@ -420,7 +366,7 @@ static void test_simulate_fast(void **state)
 static void test_simulate_refuses_real_target(void **state)
 {
     (void)state;
-    coord_t c;
+    fx_coord_t c;
     kla_agent_t *agent = NULL;
     s_start(&c, &agent, true);
     snprintf(c.target, sizeof c.target, "%s", kla_device_target());
@@ -428,7 +374,7 @@ static void test_simulate_refuses_real_target(void **state)
                      kl_xstrdup("void mm(void *const *a) { (void)a; } ")};
     s_request(&c, 6, srcs, 2);
     for (int i = 0; i < 2; i++) {
-        Kiln__Envelope *r = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 5);
+        Kiln__Envelope *r = fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 5);
         assert_non_null(r);
         assert_int_equal(r->result->status, KILN__STATUS__STATUS_INVALID);
         assert_int_equal(r->result->n_samples, 0);
