@@ -1,8 +1,8 @@
 /* cpu_agent_fx.h - the fixture of the CPU agent's builder and runner tests
  * (builder_gate_test.c, runner_measure_test.c): a work directory, a gate,
  * a builder and a runner that share it, and the naive 64x64 matmul
- * reference built once (fx_cpu.ref), for a group's setup and teardown:
- * cmocka_run_group_tests(tests, fx_cpu_setup, fx_cpu_teardown). */
+ * reference (mm_fx.h) built once (fx_cpu.ref), for a group's setup and
+ * teardown: cmocka_run_group_tests(tests, fx_cpu_setup, fx_cpu_teardown). */
 #ifndef CPU_AGENT_FX_H
 #define CPU_AGENT_FX_H
 
@@ -28,36 +28,7 @@
 #include "kla_runner.h"
 #include "kla_simulate.h"
 #include "kl_test_tmp.h"
-
-/* The naive reference: i, k, j order, accumulating into C. */
-static const char *fx_ref_src =
-    "void ref(void *const *args) {\n"
-    "  const float *A = args[0], *B = args[1]; float *C = args[2];\n"
-    "  for (int i = 0; i < 64 * 64; i++) C[i] = 0;\n"
-    "  for (int i = 0; i < 64; i++)\n"
-    "    for (int k = 0; k < 64; k++)\n"
-    "      for (int j = 0; j < 64; j++)\n"
-    "        C[i * 64 + j] += A[i * 64 + k] * B[k * 64 + j];\n"
-    "}\n";
-
-/* A candidate: the same product in i, j, k order, plus `extra`. */
-static inline char *s_mm(const char *extra)
-{
-    return kl_xasprintf("#include <stdlib.h>\n"
-                        "void mm(void *const *args) {\n"
-                        "  const float *A = args[0], *B = args[1];\n"
-                        "  float *C = args[2];\n"
-                        "  %s\n"
-                        "  for (int i = 0; i < 64; i++)\n"
-                        "    for (int j = 0; j < 64; j++) {\n"
-                        "      float s = 0;\n"
-                        "      for (int k = 0; k < 64; k++)\n"
-                        "        s += A[i * 64 + k] * B[k * 64 + j];\n"
-                        "      C[i * 64 + j] = s WRONG;\n"
-                        "    }\n"
-                        "}\n",
-                        extra);
-}
+#include "mm_fx.h"
 
 typedef struct {
     char dir[256];

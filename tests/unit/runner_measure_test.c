@@ -38,6 +38,25 @@
 #endif
 #endif
 
+/* A candidate: the same product in i, j, k order, plus `extra`. */
+static char *s_mm(const char *extra)
+{
+    return kl_xasprintf("#include <stdlib.h>\n"
+                        "void mm(void *const *args) {\n"
+                        "  const float *A = args[0], *B = args[1];\n"
+                        "  float *C = args[2];\n"
+                        "  %s\n"
+                        "  for (int i = 0; i < 64; i++)\n"
+                        "    for (int j = 0; j < 64; j++) {\n"
+                        "      float s = 0;\n"
+                        "      for (int k = 0; k < 64; k++)\n"
+                        "        s += A[i * 64 + k] * B[k * 64 + j];\n"
+                        "      C[i * 64 + j] = s WRONG;\n"
+                        "    }\n"
+                        "}\n",
+                        extra);
+}
+
 /* A 64x64x64 matmul problem with a quick evaluator. */
 static void s_problem(kla_problem_t *p)
 {
