@@ -1,7 +1,7 @@
 /* coord_fx.h - a fake coordinator for a real kiln-agent on loopback: the
  * server socket an agent connects to, the agent's peer once it spoke, and
  * heartbeats sent while the test waits for a message. What the agent
- * tests (agent_net_test.c, cuda_agent_test.c) and tools/bench/bench_agent.c
+ * tests (agent_test.c, cuda_agent_test.c) and tools/bench/bench_agent.c
  * share; it asserts nothing (no cmocka), so that a benchmark can use it.
  *
  * Usage: fx_coord_new, start the agent on fx_coord_endpoint, expect its

@@ -1,6 +1,8 @@
-/* The kiln-agent actor against a real kl_net ROUTER in this process
- * (insecure, tcp://127.0.0.1:*): Hello/Welcome, a request of three
- * candidates (good, segfault, wrong), cancel, goodbye and --simulate. */
+/* Unit tests of the kiln-agent actor (agent/agent.c, kla_agent.h) against
+ * a fake coordinator, a real kl_net ROUTER in this process (insecure,
+ * tcp://127.0.0.1:*; tests/support/coord_fx.h): Hello/Welcome, a request
+ * of three candidates (good, segfault, wrong), cancel, goodbye and
+ * --simulate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
