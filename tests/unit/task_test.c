@@ -1,11 +1,10 @@
-/* Unit tests of coordinator/tune: a task against a real dispatch and a
- * real store with made-up results (what counts as a trial, resume), and
- * the conductor (kl_job) running jobs on real kiln-agent processes in
- * --simulate mode (synthetic latencies, a real fleet and wire): caps are
- * hard and counted once, rounds of one task overlap (depth 2), a resumed
- * job continues to its cap, a job of several tasks shares the global cap,
- * a stop keeps every committed record, and a job without agents fails
- * with the target named. */
+/* Unit tests of coordinator/tune's task (kl_task.h) against a real
+ * dispatch and a real store with made-up results: what counts as a trial,
+ * resume (a second task restores the records and never proposes a
+ * measured trace), only the records of the task's own condition restored
+ * (not simulated, not unverified), and a simulated result recorded under
+ * the simulated target, never valid nor best. The conductor is
+ * job_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,47 +23,7 @@
 #include "kl_task.h"
 #include "kl_test_tmp.h"
 #include "kl_util.h"
-
-typedef struct {
-    char dir[512];
-    kl_store_t *st;
-    kl_fleet_t *fleet;
-    kl_dispatch_t *d;
-    kl_port_t port;
-} fx_t;
-
-/* A store in a temp dir, a dispatch and n_agents simulated kiln-agents
- * (0: none; candidates then wait in the dispatch's queue). */
-static fx_t *s_fx(int n_agents)
-{
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = kl_xcalloc(1, sizeof *f);
-    assert_non_null(
-        kl_test_mkdtemp(f->dir, sizeof f->dir, "kiln-tune-test-XXXXXX"));
-    assert_int_equal(kl_store_open(&f->st, f->dir, KL_STORE_NOSYNC, err),
-                     KL_OK);
-    kl_fleet_config_t fc = {.n_agents = n_agents, .simulate = true};
-    assert_int_equal(kl_fleet_new(&f->fleet, &fc, err), KL_OK);
-    kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*",
-                               .security = *kl_fleet_security(f->fleet)};
-    assert_int_equal(kl_dispatch_new(&f->d, &dc, err), KL_OK);
-    if (n_agents > 0)
-        assert_int_equal(
-            kl_fleet_start(f->fleet, kl_dispatch_endpoint(f->d), err), KL_OK);
-    f->port = kl_port_dispatch(f->d);
-    return f;
-}
-
-static void s_fx_free(fx_t *f)
-{
-    kl_dispatch_destroy(&f->d);
-    kl_fleet_destroy(&f->fleet);
-    kl_store_close(&f->st);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
-    free(f);
-}
+#include "tune_fx.h"
 
 /* Results for the n candidates of request req (ids first..first+n-1):
  * status st, latency from the id. */
@@ -108,31 +67,15 @@ static void s_feed(kl_task_t *t, uint64_t req, uint64_t first, size_t n,
     s_feed_sim(t, req, first, n, st, error, expect, false);
 }
 
-typedef struct {
-    kl_hashset_t h;
-    size_t n, dups, ok;
-} recs_t;
-
-static int s_rec_hash(const Kiln__TuningRecord *r, void *arg)
-{
-    recs_t *c = arg;
-    assert_int_equal(r->trace_hash.len, 16);
-    assert_true(r->trace.len > 0);
-    c->dups += !kl_hashset_add(&c->h, r->trace_hash.data);
-    c->ok += r->status == KILN__STATUS__STATUS_OK;
-    c->n++;
-    return 0;
-}
-
 /* Tasks against a real dispatch (no agents: candidates wait in its queue)
- * and a real store (s_fx(0)), results made up: failures count, cancelled and
- * reference failures do not, a second task restores the records and
- * never proposes a measured trace. (Caps are the job's: test_job_*.) */
+ * and a real store (fx_tune_new(0)), results made up: failures count, cancelled
+ * and reference failures do not, a second task restores the records and never
+ * proposes a measured trace. (Caps are the job's: test_job_*.) */
 static void test_task_store(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(0);
+    fx_tune_t *f = fx_tune_new(0);
     kl_store_t *st = f->st;
     kl_port_t port = f->port;
     kl_task_cfg_t cfg;
@@ -188,14 +131,14 @@ static void test_task_store(void **state)
     s_feed(t, req, 9, n, KILN__STATUS__STATUS_OK, "", KL_OK);
     assert_int_equal(kl_task_trials(t), 36);
     kl_task_destroy(&t);
-    recs_t c = {0};
+    fx_recs_t c = {0};
     assert_int_equal(
-        kl_store_foreach_record(st, NULL, NULL, s_rec_hash, &c, err), KL_OK);
+        kl_store_foreach_record(st, NULL, NULL, fx_rec_hash, &c, err), KL_OK);
     assert_int_equal(c.n, 36);
     assert_int_equal(c.dups, 0);
     assert_int_equal(c.ok, 27);
     kl_hashset_free(&c.h);
-    s_fx_free(f);
+    fx_tune_free(f);
 }
 
 /* One JSON line of a record of w on target: a trace sampled with seed,
@@ -250,7 +193,7 @@ static void test_task_restore_own_condition(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(0);
+    fx_tune_t *f = fx_tune_new(0);
     kl_store_t *st = f->st;
     const char *op = "matmul M=64 N=64 K=64";
     const char *tg = "cpu/x86_64-avx512";
@@ -298,7 +241,7 @@ static void test_task_restore_own_condition(void **state)
     kl_task_destroy(&t);
 
     kl_workload_free(&w);
-    s_fx_free(f);
+    fx_tune_free(f);
 }
 
 typedef struct {
@@ -323,7 +266,7 @@ static void test_task_simulated_result(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(0);
+    fx_tune_t *f = fx_tune_new(0);
     kl_store_t *st = f->st;
     kl_port_t port = f->port;
     kl_task_cfg_t cfg;
@@ -357,199 +300,7 @@ static void test_task_simulated_result(void **state)
     assert_int_equal(kl_task_new(&t, op, &cfg, st, err), KL_OK);
     assert_int_equal(kl_task_restored(t), 0);
     kl_task_destroy(&t);
-    s_fx_free(f);
-}
-
-/* ---- the conductor on a real fleet of simulated agents ------------------ */
-
-typedef struct {
-    int results, rounds, ends, max_out;
-    int64_t spent;
-    volatile sig_atomic_t stop;
-    bool stop_at_first;
-} ev_t;
-
-static void s_on_event(void *ctx, kl_job_t *job, const kl_job_event_t *ev)
-{
-    ev_t *e = ctx;
-    int out = kl_ts_outstanding(kl_job_tasksched(job));
-    if (out > e->max_out)
-        e->max_out = out;
-    if (ev->kind == KL_JOB_RESULTS) {
-        e->results++;
-        if (e->stop_at_first)
-            e->stop = 1;
-    } else if (ev->kind == KL_JOB_ROUND) {
-        e->rounds++;
-        e->spent += ev->spent;
-        assert_int_equal(ev->round, e->rounds);
-    } else {
-        e->ends++;
-    }
-}
-
-static int s_run(kl_job_t *job, fx_t *f, ev_t *e, char *err)
-{
-    kl_job_run_cfg_t rc = {
-        .agent_wait_s = 30, .stop = &e->stop, .event = s_on_event, .ctx = e};
-    return kl_job_run(job, &f->port, &rc, err);
-}
-
-static size_t s_records(kl_store_t *st, size_t *dups)
-{
-    char err[KL_ERRMSG_LEN];
-    recs_t c = {0};
-    assert_int_equal(
-        kl_store_foreach_record(st, NULL, NULL, s_rec_hash, &c, err), KL_OK);
-    kl_hashset_free(&c.h);
-    *dups = c.dups;
-    return c.n;
-}
-
-static kl_job_cfg_t s_cfg(int64_t global, int64_t per_task, int64_t batch)
-{
-    kl_job_cfg_t cfg;
-    kl_job_cfg_default(&cfg);
-    cfg.task.target = "sim/cpu"; /* the simulated agents' target */
-    cfg.task.search.strategy = KL_STRATEGY_REPLAY;
-    cfg.task.search.seed = 3;
-    cfg.ts.max_trials_global = global;
-    cfg.ts.max_trials_per_task = per_task;
-    cfg.ts.trials_per_iter = batch;
-    return cfg;
-}
-
-/* One task: exactly its cap, two rounds out at once; resumed with a larger
- * cap it continues; at its cap a third job is finished before it starts. */
-static void test_job_op(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(2);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
-    kl_job_cfg_t cfg = s_cfg(40, 0, 8);
-    kl_job_t *job = NULL;
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
-    assert_false(kl_job_finished(job));
-    ev_t e = {0};
-    assert_int_equal(s_run(job, f, &e, err), KL_OK);
-    assert_int_equal(kl_task_trials(kl_job_task(job, 0)), 40);
-    assert_int_equal(kl_ts_total_trials(kl_job_tasksched(job)), 40);
-    assert_true(kl_job_finished(job));
-    assert_int_equal(e.rounds, 5);
-    assert_int_equal(e.spent, 40);
-    assert_int_equal(e.ends, 1);
-    assert_int_equal(e.max_out, 2); /* the next round went out early */
-    kl_job_progress_t p;
-    kl_job_progress(job, 0, &p);
-    assert_int_equal(p.trials, 40);
-    assert_int_equal(p.cap, 40);
-    assert_true(p.done);
-    kl_job_destroy(&job);
-    size_t dups = 0;
-    assert_int_equal(s_records(f->st, &dups), 40);
-    assert_int_equal(dups, 0);
-
-    cfg = s_cfg(56, 0, 8);
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
-    assert_int_equal(kl_task_restored(kl_job_task(job, 0)), 40);
-    e = (ev_t){0};
-    assert_int_equal(s_run(job, f, &e, err), KL_OK);
-    assert_int_equal(kl_task_trials(kl_job_task(job, 0)), 56);
-    assert_int_equal(e.spent, 16);
-    kl_job_destroy(&job);
-    assert_int_equal(s_records(f->st, &dups), 56);
-    assert_int_equal(dups, 0);
-
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
-    assert_true(kl_job_finished(job));
-    kl_job_destroy(&job);
-    s_fx_free(f);
-}
-
-/* Three tasks, round-robin, one round at a time: the global cap is shared,
- * no task passes its own cap, every trial is one record. */
-static void test_job_model(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(2);
-    kl_job_task_t tasks[] = {{"matmul M=64 N=64 K=64", 1},
-                             {"dense N=1 I=64 O=32 bias=1", 2},
-                             {"matmul M=32 N=48 K=16", 1}};
-    kl_job_cfg_t cfg = s_cfg(30, 12, 5);
-    cfg.ts.kind = KL_TS_ROUND_ROBIN;
-    kl_job_t *job = NULL;
-    assert_int_equal(kl_job_new(&job, tasks, 3, &cfg, f->st, err), KL_OK);
-    ev_t e = {0};
-    assert_int_equal(s_run(job, f, &e, err), KL_OK);
-    int64_t sum = 0;
-    for (int i = 0; i < 3; i++) {
-        int64_t n = kl_task_trials(kl_job_task(job, i));
-        assert_true(n >= 5 && n <= 12);
-        assert_int_equal(n, kl_ts_trials(kl_job_tasksched(job), i));
-        assert_int_equal(kl_job_task_cap(job, i), 12);
-        sum += n;
-    }
-    assert_int_equal(sum, 30);
-    assert_int_equal(e.max_out, 1);
-    assert_int_equal(e.spent, 30);
-    kl_job_destroy(&job);
-    size_t dups = 0;
-    assert_int_equal(s_records(f->st, &dups), 30);
-    assert_int_equal(dups, 0);
-    s_fx_free(f);
-}
-
-/* A stop after the first results: KL_ERR_CLOSED, and the store holds
- * exactly the trials the task counted (nothing committed is lost). */
-static void test_job_stop(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(1);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
-    kl_job_cfg_t cfg = s_cfg(400, 0, 16);
-    kl_job_t *job = NULL;
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
-    ev_t e = {.stop_at_first = true};
-    assert_int_equal(s_run(job, f, &e, err), KL_ERR_CLOSED);
-    assert_non_null(strstr(err, "interrupted"));
-    int64_t n = kl_task_trials(kl_job_task(job, 0));
-    assert_true(n >= 1 && n < 400);
-    kl_job_destroy(&job);
-    size_t dups = 0;
-    assert_int_equal(s_records(f->st, &dups), (size_t)n);
-    s_fx_free(f);
-}
-
-/* No agent of the target: KL_ERR_TIMEOUT naming the target and where the
- * job waited; bad jobs are refused at creation. */
-static void test_job_errors(void **state)
-{
-    (void)state;
-    char err[KL_ERRMSG_LEN];
-    fx_t *f = s_fx(0);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
-    kl_job_cfg_t cfg = s_cfg(8, 0, 8);
-    kl_job_t *job = NULL;
-    assert_int_equal(kl_job_new(&job, &task, 0, &cfg, f->st, err),
-                     KL_ERR_INVAL);
-    kl_job_task_t bad = {"matmul M=64 N=64", 1};
-    assert_int_equal(kl_job_new(&job, &bad, 1, &cfg, f->st, err), KL_ERR_INVAL);
-    assert_null(job);
-    cfg.ts.trials_per_iter = 0;
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err),
-                     KL_ERR_INVAL);
-    assert_non_null(strstr(err, "trials-per-iter"));
-    cfg = s_cfg(8, 0, 8);
-    assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
-    kl_job_run_cfg_t rc = {.agent_wait_s = 0.3};
-    assert_int_equal(kl_job_run(job, &f->port, &rc, err), KL_ERR_TIMEOUT);
-    assert_non_null(strstr(err, kl_job_target(job)));
-    assert_non_null(strstr(err, "tcp://127.0.0.1:"));
-    kl_job_destroy(&job);
-    s_fx_free(f);
+    fx_tune_free(f);
 }
 
 int main(void)
@@ -558,10 +309,6 @@ int main(void)
         cmocka_unit_test(test_task_store),
         cmocka_unit_test(test_task_restore_own_condition),
         cmocka_unit_test(test_task_simulated_result),
-        cmocka_unit_test(test_job_op),
-        cmocka_unit_test(test_job_model),
-        cmocka_unit_test(test_job_stop),
-        cmocka_unit_test(test_job_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
