@@ -45,12 +45,35 @@ rule() {
 coord=$(find coordinator -mindepth 1 -maxdepth 1 -type d | sort)
 # common/ and agent/ include nothing of coordinator/.
 rule common agent -- $coord
-# The compiler half (ir, schedule, codegen) knows nothing of the network,
-# the store's users or the search.
-rule coordinator/ir coordinator/schedule coordinator/codegen -- \
+# The compiler half (ir, schedule, space, codegen) knows nothing of the
+# network, the store's users or the search.
+rule coordinator/ir coordinator/schedule coordinator/space \
+    coordinator/codegen -- \
     coordinator/dispatch coordinator/search coordinator/tune \
     coordinator/tasksched coordinator/models coordinator/export \
     coordinator/report coordinator/metrics
+# schedule (the schedule state, its primitives, traces) knows nothing of
+# the design spaces above it (space: rules, postprocessors).
+rule coordinator/schedule -- coordinator/space
+# A folder's private headers (*_priv.h, *_int.h) are read inside that
+# folder only; another folder gets a public header.
+private() { # DIR...
+    local d h f
+    for d in "$@"; do
+        [ -d "$d" ] || continue
+        for h in $(find "$d" -maxdepth 1 \( -name '*_priv.h' -o -name '*_int.h' \) -printf '%f\n'); do
+            for f in $(grep -rl --include='*.c' --include='*.h' \
+                "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$h\"" \
+                common agent coordinator tools 2>/dev/null); do
+                if [ "$(dirname "$f")" != "$d" ]; then
+                    echo "$f: includes $h (private to $d)"
+                    bad=1
+                fi
+            done
+        done
+    done
+}
+private coordinator/schedule coordinator/space agent agent/cpu agent/cuda
 # search proposes and observes: nothing of dispatch, the store or the
 # conductor.
 rule coordinator/search -- coordinator/dispatch coordinator/tune \
@@ -69,11 +92,11 @@ rule coordinator/export -- coordinator/search coordinator/tune \
 # dispatch moves requests and results: nothing of ir, schedule, codegen,
 # search or the conductor.
 rule coordinator/dispatch -- coordinator/ir coordinator/schedule \
-    coordinator/codegen coordinator/search coordinator/tune
+    coordinator/space coordinator/codegen coordinator/search coordinator/tune
 # the head node (kiln serve) routes batches between jobs and a dispatch: it
 # never proposes, compiles or records anything.
 rule coordinator/serve -- coordinator/ir coordinator/schedule \
-    coordinator/codegen coordinator/search coordinator/tune \
+    coordinator/space coordinator/codegen coordinator/search coordinator/tune \
     coordinator/tasksched coordinator/models coordinator/export
 for f in kl_store.h kl_store_priv.h; do
     if grep -rln --include='*.c' --include='*.h' "#include \"$f\"" \
@@ -84,7 +107,8 @@ for f in kl_store.h kl_store_priv.h; do
 done
 # the scheduler only keeps the books.
 rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
-    coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen
+    coordinator/tune coordinator/ir coordinator/schedule coordinator/space \
+    coordinator/codegen
 
 if [ $bad -ne 0 ]; then
     echo "include rules: violated (docs/architecture.md)"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The include rules hold on this tree (tools/check_includes.sh), and the
 # checker catches a violation: a copy of the tree where search includes
-# the store, dispatch includes the IR, export includes the search and the
-# agent includes a coordinator header must fail, naming each.
+# the store, dispatch includes the IR, export includes the search, the
+# agent includes a coordinator header, schedule includes the design spaces
+# and a design space reads schedule's private header must fail, naming
+# each.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 check="$src/tools/check_includes.sh"
@@ -15,6 +17,8 @@ echo '#include "kl_store.h"' >>"$T/coordinator/search/kl_mutate.c"
 echo '#include "kl_ir.h"' >>"$T/coordinator/dispatch/kl_dispatch.c"
 echo '#include "kl_job.h"' >>"$T/agent/work.c"
 echo '#include "kl_search.h"' >>"$T/coordinator/export/kl_export.c"
+echo '#include "kl_space.h"' >>"$T/coordinator/schedule/kl_trace.c"
+echo '#include "kl_sched_priv.h"' >>"$T/coordinator/space/rules_cpu.c"
 out=$("$check" "$T")
 rc=$?
 [ $rc -eq 1 ] || fail "an injected violation passed (exit $rc)"
@@ -26,4 +30,8 @@ grep -q "coordinator/export/kl_export.c: includes kl_search.h" <<<"$out" ||
     fail "export -> search not named: $out"
 grep -q "agent/work.c: includes kl_job.h" <<<"$out" ||
     fail "agent -> coordinator not named: $out"
+grep -q "coordinator/schedule/kl_trace.c: includes kl_space.h" <<<"$out" ||
+    fail "schedule -> space not named: $out"
+grep -q "coordinator/space/rules_cpu.c: includes kl_sched_priv.h" <<<"$out" ||
+    fail "space -> schedule's private header not named: $out"
 echo PASS
