@@ -9,9 +9,8 @@
 
 #include "kla_agent.h"
 #include "kla_backend.h"
-#include "kla_builder.h"
 #include "kla_device.h"
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 /* One MeasureRequest's shared part; immutable once queued, so build and
  * run threads read it freely. refs is touched by the actor only. */

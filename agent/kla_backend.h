@@ -29,9 +29,8 @@
 
 #include "kiln.pb-c.h"
 #include "kl_target.h"
-#include "kla_builder.h"
 #include "kla_device.h"
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 /* Devices one agent serves, all kinds together. */
 #define KLA_MAX_DEVICES 32

@@ -16,8 +16,8 @@ headers() { # DIR...
 }
 
 bad=0
-# rule SRC_DIRS... -- FORBIDDEN_DIRS...: no file under a source folder
-# includes a header that lives in a forbidden folder.
+# rule SRCS... -- FORBIDDEN_DIRS...: no file under a source folder (or
+# source file) includes a header that lives in a forbidden folder.
 rule() {
     local src=() forb=() seen=0
     for a in "$@"; do
@@ -28,7 +28,7 @@ rule() {
     hs=$(headers "${forb[@]}" | sort -u)
     [ -n "$hs" ] || return 0
     for d in "${src[@]}"; do
-        [ -d "$d" ] || continue
+        [ -e "$d" ] || continue
         while IFS=: read -r file line; do
             local h
             h=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
@@ -38,13 +38,19 @@ rule() {
                 echo "$file: includes $h (of ${forb[*]})"
                 bad=1
             fi
-        done < <(grep -rn --include='*.c' --include='*.h' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$d" | cut -d: -f1,3-)
+        done < <(grep -Hrn --include='*.c' --include='*.h' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$d" | cut -d: -f1,3-)
     done
 }
 
 coord=$(find coordinator -mindepth 1 -maxdepth 1 -type d | sort)
 # common/ and agent/ include nothing of coordinator/.
 rule common agent -- $coord
+# The agent's core (agent/: the actor, its work, the registry of backends,
+# the sandboxes, the measurement's vocabulary) knows its backends only
+# through kla_backend.h; one backend includes nothing of another.
+rule $(find agent -maxdepth 1 -name '*.[ch]' | sort) -- agent/cpu agent/cuda
+rule agent/cpu -- agent/cuda
+rule agent/cuda -- agent/cpu
 # The compiler half (ir, schedule, space, codegen) knows nothing of the
 # network, the store's users or the search.
 rule coordinator/ir coordinator/schedule coordinator/space \

@@ -1,6 +1,6 @@
 /* kla_runner_exe.h - the parts of kiln-runner (runner_main.c) and what the
  * agent's runner shares with them: the framing of kla_cand.h messages on
- * SOCK_SEQPACKET sockets. Private to agent/. */
+ * SOCK_SEQPACKET sockets. Private to agent/cpu/. */
 #ifndef KLA_RUNNER_EXE_H
 #define KLA_RUNNER_EXE_H
 

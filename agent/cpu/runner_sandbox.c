@@ -303,8 +303,7 @@ static bool s_check_sample(const kla_runner_t *r, const s_run_t *run,
                            const kla_cand_msg_t *m, kla_result_t *out)
 {
     double t = m->t_c, per = m->number ? t / m->number : 0;
-    if (!isfinite(t) || t < 0 || m->number < 1 ||
-        m->number > KLA_RUNNER__MAX_NUMBER ||
+    if (!isfinite(t) || t < 0 || m->number < 1 || m->number > KLA_MAX_NUMBER ||
         (run->n && m->number != run->number)) {
         snprintf(out->error, sizeof out->error,
                  "timing refused: sample %u is malformed (%g s for %u calls)",

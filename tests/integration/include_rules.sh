@@ -3,7 +3,8 @@
 # checker catches a violation: a copy of the tree where search includes
 # the store, dispatch includes the IR, export includes the search, the
 # agent includes a coordinator header, schedule includes the design spaces
-# and a design space reads schedule's private header must fail, naming
+# a design space reads schedule's private header, the agent's core
+# includes a backend's header and one backend another's must fail, naming
 # each.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,6 +20,8 @@ echo '#include "kl_job.h"' >>"$T/agent/work.c"
 echo '#include "kl_search.h"' >>"$T/coordinator/export/kl_export.c"
 echo '#include "kl_space.h"' >>"$T/coordinator/schedule/kl_trace.c"
 echo '#include "kl_sched_priv.h"' >>"$T/coordinator/space/rules_cpu.c"
+echo '#include "kla_runner.h"' >>"$T/agent/agent.c"
+echo '#include "kla_builder.h"' >>"$T/agent/cuda/cuda_build.c"
 out=$("$check" "$T")
 rc=$?
 [ $rc -eq 1 ] || fail "an injected violation passed (exit $rc)"
@@ -34,4 +37,8 @@ grep -q "coordinator/schedule/kl_trace.c: includes kl_space.h" <<<"$out" ||
     fail "schedule -> space not named: $out"
 grep -q "coordinator/space/rules_cpu.c: includes kl_sched_priv.h" <<<"$out" ||
     fail "space -> schedule's private header not named: $out"
+grep -q "agent/agent.c: includes kla_runner.h" <<<"$out" ||
+    fail "agent core -> cpu backend not named: $out"
+grep -q "agent/cuda/cuda_build.c: includes kla_builder.h" <<<"$out" ||
+    fail "cuda backend -> cpu backend not named: $out"
 echo PASS
