@@ -16,7 +16,7 @@
 
 #define ENTRY "kl_main"
 /* How an agent says that the reference kernel, not the candidate, failed
- * (agent/runner.c, agent/work.c). */
+ * (agent/cpu/runner.c, agent/work.c). */
 #define REF_FAILED "reference kernel failed: "
 
 typedef struct {

@@ -1,5 +1,5 @@
 /* Unit tests of the runner's trusted half and kiln-runner's sandbox
- * (agent/runner.c, agent/runner_host.c, agent/runner_harness.c): hostile
+ * (agent/cpu/runner.c, runner_host.c, runner_harness.c): hostile
  * candidates that forge the harness's messages, impersonate it, close its
  * channel, write their inputs, try forbidden system calls, or write
  * nothing after a right answer. Real compiler, real sandbox, a 64x64

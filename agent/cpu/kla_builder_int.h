@@ -1,5 +1,5 @@
 /* kla_builder_int.h - what builder.c (the gate, the cache, the build)
- * and builder_run.c (the compiler's run) share. Private to agent/. */
+ * and builder_run.c (the compiler's run) share. Private to agent/cpu/. */
 #ifndef KLA_BUILDER_INT_H
 #define KLA_BUILDER_INT_H
 

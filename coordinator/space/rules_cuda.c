@@ -31,7 +31,7 @@
 
 #include "kl_cuda_plan.h"
 #include "kl_err.h"
-#include "kl_space.h"
+#include "kl_space_priv.h"
 
 #define S_LEVELS 5
 #define R_LEVELS 3
@@ -319,8 +319,8 @@ static int s_simt_tiling(kl_trace_t *t, const kl_workload_t *w,
     return rc;
 }
 
-int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *tg,
-                          kl_trace_t **out, char *err)
+int kl_space__rules_cuda(const kl_workload_t *w, const kl_target_t *tg,
+                         kl_trace_t **out, char *err)
 {
     *out = NULL;
     const kl_tensor_t *o = &w->tensors[kl_workload_output(w)];

@@ -121,7 +121,7 @@ static const int s_allowed[] = {
     SCMP_SYS(getcpu),
 };
 
-int kla_harness_seccomp(char *err)
+int kla_runner__harness_seccomp(char *err)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx) {
@@ -165,7 +165,7 @@ static void s_send(kla_cand_msg_t *m, double t0)
 {
     m->magic = KLA_CAND_MAGIC;
     m->child_s = s_now() - t0;
-    kla_cand_send(S_PEER, m, sizeof *m, NULL, 0);
+    kla_runner__cand_send(S_PEER, m, sizeof *m, NULL, 0);
 }
 
 static int s_fail(double t0, const char *fmt, const char *a, const char *b)
@@ -180,7 +180,7 @@ static int s_fail(double t0, const char *fmt, const char *a, const char *b)
 static bool s_go(void)
 {
     kla_cand_msg_t m;
-    return kla_cand_recv(S_PEER, &m, sizeof m, NULL, 0) == 0 &&
+    return kla_runner__cand_recv(S_PEER, &m, sizeof m, NULL, 0) == 0 &&
            m.magic == KLA_CAND_MAGIC && m.kind == KLA_CM_GO;
 }
 
@@ -200,7 +200,7 @@ static void *s_map(int fd, uint64_t n, int prot, int flags)
     return p == MAP_FAILED ? NULL : p;
 }
 
-int kla_runner_harness_main(void)
+int kla_runner__harness_main(void)
 {
     double t0 = s_now();
     /* Nothing else in the sandbox may open this process's memory. */
@@ -211,8 +211,8 @@ int kla_runner_harness_main(void)
     for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
         signal(fatal[i], SIG_DFL);
     kla_cand_job_t j;
-    if (kla_cand_recv(S_PEER, &j, sizeof j, NULL, 0) != 0 ||
-        !kla_cand_job_ok(&j))
+    if (kla_runner__cand_recv(S_PEER, &j, sizeof j, NULL, 0) != 0 ||
+        !kla_runner__cand_job_ok(&j))
         return 2;
     /* Inputs: a private copy-on-write view of the sealed buffer. */
     char *in = s_map(S_IN, j.in_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE);
@@ -233,7 +233,7 @@ int kla_runner_harness_main(void)
      * it when kernels ran in forks of it): the same symbols here. */
     dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);
     char err[256];
-    if (kla_harness_seccomp(err) != 0)
+    if (kla_runner__harness_seccomp(err) != 0)
         return s_fail(t0, "sandbox: %s%s", err, "");
     /* From here on the candidate's code runs: its constructors first. */
     void *lib = dlopen("/proc/self/fd/3", RTLD_NOW | RTLD_LOCAL);

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-int kla_cand_recv(int fd, void *buf, size_t len, int *fds, int nfds)
+int kla_runner__cand_recv(int fd, void *buf, size_t len, int *fds, int nfds)
 {
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     union {
@@ -50,7 +50,8 @@ int kla_cand_recv(int fd, void *buf, size_t len, int *fds, int nfds)
     return 0;
 }
 
-int kla_cand_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+int kla_runner__cand_send(int fd, const void *buf, size_t len, const int *fds,
+                          int nfds)
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     union {
@@ -75,7 +76,7 @@ int kla_cand_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
     return n == (ssize_t)len ? 0 : -1;
 }
 
-bool kla_cand_job_ok(const kla_cand_job_t *j)
+bool kla_runner__cand_job_ok(const kla_cand_job_t *j)
 {
     if (j->magic != KLA_CAND_MAGIC || j->n_args < 1 ||
         j->n_args > KLA_CAND_MAX_ARGS || j->repeat > 100000 ||

@@ -72,8 +72,7 @@
 #include <stddef.h>
 
 #include "kla_device.h"
-
-#define KLA_BUILD_LOG_MAX 4096
+#include "kla_measure.h"
 
 /* ---- gate: pauses builds while a measurement runs -------------------- */
 
@@ -124,17 +123,6 @@ typedef struct kla_builder_s kla_builder_t;
 int kla_builder_new(kla_builder_t **out, const kla_builder_config_t *cfg,
                     char *err);
 void kla_builder_destroy(kla_builder_t **self_p);
-
-typedef struct {
-    bool ok;          /* true: so_path holds the shared object */
-    bool cache_hit;   /* the compiler did not run for this call */
-    double compile_s; /* compiler time, without time spent paused */
-    double paused_s;  /* time this call waited at the gate or stopped */
-    char so_path[PATH_MAX];
-    /* When !ok: the compiler's stderr (bounded), or why it did not run,
-     * e.g. "compiler killed after 60 s". NUL-terminated. */
-    char log[KLA_BUILD_LOG_MAX + 1];
-} kla_build_t;
 
 /* Builds source (len bytes, NUL not required) or finds it in the cache.
  * Fills *out and returns KL_OK, or KL_ERR_COMPILE when the source was

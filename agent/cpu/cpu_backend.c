@@ -10,6 +10,8 @@
 #include "kl_err.h"
 #include "kl_target.h"
 #include "kl_util.h"
+#include "kla_builder.h"
+#include "kla_runner.h"
 
 typedef struct {
     kla_device_t dev;

@@ -318,7 +318,7 @@ static void s_ref_make(kla_cw__worker_t *w, const kla_cw_req_t *q, int ref_fd,
                  (unsigned long long)st[0], (unsigned long long)st[1]);
         goto bad;
     }
-    /* The scale the comparison allows rounding against (kla_runner.h). */
+    /* The scale the comparison allows rounding against (cpu/kla_runner.h). */
     for (uint32_t a = 0; a < q->n_args; a++) {
         if (!q->is_output[a] || !q->nelem[a])
             continue;

@@ -303,8 +303,7 @@ static bool s_check_sample(const kla_runner_t *r, const s_run_t *run,
                            const kla_cand_msg_t *m, kla_result_t *out)
 {
     double t = m->t_c, per = m->number ? t / m->number : 0;
-    if (!isfinite(t) || t < 0 || m->number < 1 ||
-        m->number > KLA_RUNNER__MAX_NUMBER ||
+    if (!isfinite(t) || t < 0 || m->number < 1 || m->number > KLA_MAX_NUMBER ||
         (run->n && m->number != run->number)) {
         snprintf(out->error, sizeof out->error,
                  "timing refused: sample %u is malformed (%g s for %u calls)",
@@ -354,7 +353,7 @@ static bool s_check_sample(const kla_runner_t *r, const s_run_t *run,
 static void s_say(int fd, kla_cand_kind kind)
 {
     kla_cand_msg_t m = {.magic = KLA_CAND_MAGIC, .kind = (uint32_t)kind};
-    kla_cand_send(fd, &m, sizeof m, NULL, 0);
+    kla_runner__cand_send(fd, &m, sizeof m, NULL, 0);
 }
 
 /* How the run ended, as a status and error text in out (when nothing
@@ -469,12 +468,13 @@ void kla_runner__run(kla_runner_t *r, const kla_problem_t *p,
     if (rc == KL_OK) {
         int fds[KLA_CAND_NFDS] = {so_fd, e->in_fd, e->out_fd,
                                   flush_fd >= 0 ? flush_fd : so_fd, ws[1]};
-        if (kla_cand_send(r->host, &job, sizeof job, fds, KLA_CAND_NFDS)) {
+        if (kla_runner__cand_send(r->host, &job, sizeof job, fds,
+                                  KLA_CAND_NFDS)) {
             /* A host that died just now: once more with a fresh one. */
             kla_runner__host_stop(r);
             rc = s_host_start(r, err);
-            if (rc == KL_OK &&
-                kla_cand_send(r->host, &job, sizeof job, fds, KLA_CAND_NFDS))
+            if (rc == KL_OK && kla_runner__cand_send(r->host, &job, sizeof job,
+                                                     fds, KLA_CAND_NFDS))
                 rc = kl_seterr(err, KL_ERR_IO,
                                "cannot hand the candidate to the sandbox");
         }
@@ -509,7 +509,7 @@ void kla_runner__run(kla_runner_t *r, const kla_problem_t *p,
             break;
         }
         kla_cand_msg_t m;
-        if (kla_cand_recv(ws[0], &m, sizeof m, NULL, 0) != 0 ||
+        if (kla_runner__cand_recv(ws[0], &m, sizeof m, NULL, 0) != 0 ||
             m.magic != KLA_CAND_MAGIC)
             break; /* the warden is gone: killed, or the sandbox was */
         m.msg[sizeof m.msg - 1] = '\0';

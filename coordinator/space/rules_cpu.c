@@ -64,7 +64,7 @@
 #include <string.h>
 
 #include "kl_err.h"
-#include "kl_space.h"
+#include "kl_space_priv.h"
 #include "kl_wino.h"
 
 #define MAXL KL_SCHED_MAX_LOOPS
@@ -642,13 +642,13 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
     return rc ? kl_seterr(err, rc, "cpu rules: %s", r.err) : KL_OK;
 }
 
-int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
-                         kl_trace_t **out, char *err)
+int kl_space__rules_cpu(const kl_workload_t *w, const kl_target_t *t,
+                        kl_trace_t **out, char *err)
 {
     *out = NULL;
     for (int i = 0; i < w->ntensors; i++)
         if (kl_dtype_is_int(w->tensors[i].dtype))
-            return kl_rules_cpu_program_int(w, t, out, err);
+            return kl_space__rules_cpu_int(w, t, out, err);
     kl_trace_t *tr = kl_trace_new(t->name);
     /* A 3x3 convolution: directly (0), or as the Winograd product with
      * output tiles ms[i] (i + 1), each branch nested in the last one's

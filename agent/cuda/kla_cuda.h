@@ -103,8 +103,7 @@
 
 #include "kl_nvrtc.h"
 #include "kla_backend.h"
-#include "kla_builder.h"
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 #define KLA_MAX_GPUS 16
 #define KLA_CUDA_REF_BLOCK 256

@@ -1,7 +1,6 @@
-/* kla_runner_int.h - what runner.c (the problem, the runner, the
- * reference cache) and runner_sandbox.c (one run in the candidate
- * sandbox: its host, the checks of every claim) share. Private to
- * agent/. */
+/* kla_runner_int.h - what runner.c (the runner, the reference cache) and
+ * runner_sandbox.c (one run in the candidate sandbox: its host, the checks of
+ * every claim) share. Private to agent/cpu/. */
 #ifndef KLA_RUNNER_INT_H
 #define KLA_RUNNER_INT_H
 
@@ -12,7 +11,6 @@
 
 #include "kla_runner.h"
 
-#define KLA_RUNNER__MAX_NUMBER (1u << 30)
 #define KLA_RUNNER__PAGE 4096u
 
 /* A first call may take this many times a warm one (cold caches, page

@@ -76,26 +76,19 @@ int kl_space_fix(const kl_space_t *sp, const kl_trace_t *t, kl_rng_t *rng,
  * what it computes). */
 int kl_space_postproc(const kl_space_t *sp, kl_sched_t *s, char *err);
 
-/* ---- rules and postprocessors per kind of target ---- */
+/* ---- postprocessors per kind of target ---- */
 
-/* The CPU rule program for w (see above); *out is the caller's. */
-int kl_rules_cpu_program(const kl_workload_t *w, const kl_target_t *t,
-                         kl_trace_t **out, char *err);
-/* Its integer part (rules_cpu_int.c): products and NHWC convolutions
- * tensorized with the target's int8 intrinsic; other integer workloads
- * are refused with the reason. */
-int kl_rules_cpu_program_int(const kl_workload_t *w, const kl_target_t *t,
-                             kl_trace_t **out, char *err);
+/* The rule programs of each kind are the module's own (kl_space_priv.h),
+ * reached through kl_space_for_target. */
+
 /* CPU postprocessors: one parallel loop at most, outermost, spatial; the
  * vectorized loop innermost, spatial, stride 1; a local write cache whose
  * spatial loops below are unrolled or vectorized and whose accumulators fit
  * (at most 2 x vec_regs vectors); packed buffers at most 8 MiB each. */
 int kl_postproc_cpu(const kl_target_t *t, kl_sched_t *s, char *err);
 
-/* The CUDA design space (rules_cuda.c, postproc_cuda.c). Same contracts
- * as the CPU pair. */
-int kl_rules_cuda_program(const kl_workload_t *w, const kl_target_t *t,
-                          kl_trace_t **out, char *err);
+/* CUDA postprocessors (postproc_cuda.c): the launch plan of kl_cuda_plan.h
+ * and its limits. Same contract as the CPU's. */
 int kl_postproc_cuda(const kl_target_t *t, kl_sched_t *s, char *err);
 
 #endif

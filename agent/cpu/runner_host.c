@@ -145,7 +145,7 @@ static void s_exit_msg(s_warden_t *w, kla_cand_end end, int code,
                         .wall = s_now() - w->t0};
     if (msg)
         snprintf(m.msg, sizeof m.msg, "%s", msg);
-    kla_cand_send(w->agent, &m, sizeof m, NULL, 0);
+    kla_runner__cand_send(w->agent, &m, sizeof m, NULL, 0);
 }
 
 /* Kills the harness (once more: everything in the namespace dies with
@@ -286,7 +286,7 @@ static int s_warden_run(s_warden_t *w)
     if (m.kind == KLA_CM_READY) {
         u0 = s_cpu_s(w);
         t0 = s_now();
-        kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
+        kla_runner__cand_send(w->harness, &go, sizeof go, NULL, 0);
         rc = s_wait_harness(w, &m);
         if (rc != 1)
             return s_ended(w, rc);
@@ -300,7 +300,7 @@ static int s_warden_run(s_warden_t *w)
      * claim. */
     m.u = t0 > 0 ? s_cpu_s(w) - u0 : 0;
     m.t_w = t0 > 0 ? s_now() - t0 : 0;
-    kla_cand_send(w->agent, &m, sizeof m, NULL, 0);
+    kla_runner__cand_send(w->agent, &m, sizeof m, NULL, 0);
     if (m.status != KLA_CS_OK) {
         /* It says it could not run the kernel: it exits by itself, or is
          * ended after a moment. */
@@ -317,7 +317,7 @@ static int s_warden_run(s_warden_t *w)
         return s_finish(w, KLA_CE_TIMEOUT, NULL);
     if (rc == 0)
         return s_finish(w, KLA_CE_PROTOCOL, "stopped by the agent");
-    kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
+    kla_runner__cand_send(w->harness, &go, sizeof go, NULL, 0);
     uint32_t samples = 0;
     for (;;) {
         rc = s_wait_harness(w, &m);
@@ -326,13 +326,13 @@ static int s_warden_run(s_warden_t *w)
         if (m.kind == KLA_CM_END) {
             if (j->timed && samples != j->repeat)
                 return s_protocol(w, "END before every sample");
-            kla_cand_send(w->agent, &m, sizeof m, NULL, 0);
+            kla_runner__cand_send(w->agent, &m, sizeof m, NULL, 0);
             break;
         }
         if (m.kind != KLA_CM_READY || !j->timed || samples >= j->repeat)
             return s_protocol(w, "expected READY");
         double u0 = s_cpu_s(w), t0 = s_now();
-        kla_cand_send(w->harness, &go, sizeof go, NULL, 0);
+        kla_runner__cand_send(w->harness, &go, sizeof go, NULL, 0);
         rc = s_wait_harness(w, &m);
         double t1 = s_now(), u1 = s_cpu_s(w);
         if (rc != 1)
@@ -345,7 +345,7 @@ static int s_warden_run(s_warden_t *w)
                             .t_c = m.t_c,
                             .t_w = t1 - t0,
                             .u = u1 - u0};
-        kla_cand_send(w->agent, &s, sizeof s, NULL, 0);
+        kla_runner__cand_send(w->agent, &s, sizeof s, NULL, 0);
         samples++;
     }
     /* After END the harness exits by itself. */
@@ -404,7 +404,7 @@ static int s_warden(const kla_cand_job_t *j, int *fds, bool unsafe)
     w.pidfd = (int)syscall(SYS_pidfd_open, w.pid, 0);
     w.has_cpu = clock_getcpuclockid(w.pid, &w.cpu) == 0;
     kla_cand_job_t copy = *j;
-    if (kla_cand_send(w.harness, &copy, sizeof copy, NULL, 0) != 0) {
+    if (kla_runner__cand_send(w.harness, &copy, sizeof copy, NULL, 0) != 0) {
         s_finish(&w, KLA_CE_EXITED, NULL);
         return 0;
     }
@@ -413,7 +413,7 @@ static int s_warden(const kla_cand_job_t *j, int *fds, bool unsafe)
 
 /* ---- the host ---------------------------------------------------------- */
 
-int kla_runner_host_main(bool unsafe)
+int kla_runner__host_main(bool unsafe)
 {
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -421,7 +421,8 @@ int kla_runner_host_main(bool unsafe)
     for (;;) {
         kla_cand_job_t job;
         int fds[KLA_CAND_NFDS];
-        if (kla_cand_recv(3, &job, sizeof job, fds, KLA_CAND_NFDS) != 0) {
+        if (kla_runner__cand_recv(3, &job, sizeof job, fds, KLA_CAND_NFDS) !=
+            0) {
             /* EOF (the agent closed the sandbox) or a malformed job. */
             char probe;
             if (recv(3, &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0 ||
@@ -429,7 +430,7 @@ int kla_runner_host_main(bool unsafe)
                 return 0;
             continue;
         }
-        if (!kla_cand_job_ok(&job)) {
+        if (!kla_runner__cand_job_ok(&job)) {
             for (int i = 0; i < KLA_CAND_NFDS; i++)
                 close(fds[i]);
             continue;
@@ -445,7 +446,7 @@ int kla_runner_host_main(bool unsafe)
                                 .kind = KLA_CM_EXIT,
                                 .status = KLA_CE_FAILED};
             snprintf(m.msg, sizeof m.msg, "host: clone: %s", strerror(errno));
-            kla_cand_send(fds[KLA_CAND_FD_PEER], &m, sizeof m, NULL, 0);
+            kla_runner__cand_send(fds[KLA_CAND_FD_PEER], &m, sizeof m, NULL, 0);
         }
         for (int i = 0; i < KLA_CAND_NFDS; i++)
             close(fds[i]);

@@ -27,7 +27,7 @@
 
 #include "kl_err.h"
 #include "kl_intrin.h"
-#include "kl_space.h"
+#include "kl_space_priv.h"
 
 /* Try the program on the naive nest: refuse now with tensorize's reason
  * rather than at every sample. Takes tr. */
@@ -317,8 +317,8 @@ static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
     return s_try(w, t, tr, out, err);
 }
 
-int kl_rules_cpu_program_int(const kl_workload_t *w, const kl_target_t *t,
-                             kl_trace_t **out, char *err)
+int kl_space__rules_cpu_int(const kl_workload_t *w, const kl_target_t *t,
+                            kl_trace_t **out, char *err)
 {
     *out = NULL;
     const kl_intrin_t *in = s_target_intrin(t);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kl_err.h"
-#include "kl_space.h"
+#include "kl_space_priv.h"
 #include "kl_target.h"
 
 /* The design space of each kind of target. */
@@ -14,8 +14,8 @@ static const struct {
                  char *err);
     int (*postproc)(const kl_target_t *t, kl_sched_t *s, char *err);
 } s_kinds[] = {
-    [KL_TARGET_CPU] = {kl_rules_cpu_program, kl_postproc_cpu},
-    [KL_TARGET_CUDA] = {kl_rules_cuda_program, kl_postproc_cuda},
+    [KL_TARGET_CPU] = {kl_space__rules_cpu, kl_postproc_cpu},
+    [KL_TARGET_CUDA] = {kl_space__rules_cuda, kl_postproc_cuda},
 };
 _Static_assert(sizeof s_kinds / sizeof s_kinds[0] == KL_TARGET__KINDS,
                "a design space per kind of target");

@@ -22,10 +22,10 @@ const char *__asan_default_options(void)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "host") == 0)
-        return kla_runner_host_main(argc >= 3 &&
-                                    strcmp(argv[2], "--unsafe") == 0);
+        return kla_runner__host_main(argc >= 3 &&
+                                     strcmp(argv[2], "--unsafe") == 0);
     if (argc == 2 && strcmp(argv[1], "harness") == 0)
-        return kla_runner_harness_main();
+        return kla_runner__harness_main();
     fprintf(stderr, "kiln-runner: started by kiln-agent only (kiln-runner "
                     "host | harness)\n");
     return 2;
