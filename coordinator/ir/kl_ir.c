@@ -151,6 +151,16 @@ bool kl_workload_is_int(const kl_workload_t *w)
            kl_dtype_is_int(w->tensors[kl_workload_output(w)].dtype);
 }
 
+bool kl_workload_is_bf16(const kl_workload_t *w)
+{
+    if (kl_workload_is_int(w))
+        return false;
+    for (int i = 0; i < w->ntensors; i++)
+        if (w->tensors[i].dtype == KL_DT_BF16)
+            return true;
+    return false;
+}
+
 uint16_t kl_dtype_bits(kl_dtype dt, float v)
 {
     uint32_t x;

@@ -324,6 +324,10 @@ bool kl_dtype_is_int(kl_dtype dt); /* u8, s8, s32 */
 bool kl_dtype_parse(const char *name, kl_dtype *out);
 /* An integer workload: its output is u8, s8 or s32 (see above). */
 bool kl_workload_is_int(const kl_workload_t *w);
+/* A bf16 workload: an input is bf16 (in=bf16: the multiplied inputs),
+ * its output is not an integer. On the CPU its tensors are stored as f32
+ * and each read of a bf16 one means the value rounded to bf16. */
+bool kl_workload_is_bf16(const kl_workload_t *w);
 /* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
  * overflows to infinity, keeps subnormals), and the float those bits hold.
  * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */

@@ -207,6 +207,17 @@ static void test_parse_forms(void **state)
     assert_int_equal(kl_dtype_size(KL_DT_BF16), 2);
     assert_string_equal(kl_dtype_name(KL_DT_BF16), "bf16");
     char err[KL_ERRMSG_LEN];
+    /* bf16 workloads: bf16 inputs, a float output; not f32, not int8. */
+    const char *kinds[][2] = {{"matmul M=4 N=4 K=4 in=bf16", "1"},
+                              {"matmul M=4 N=4 K=4", "0"},
+                              {"matmul M=4 N=4 K=4 in=f16", "0"},
+                              {"qmatmul M=4 N=4 K=4", "0"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        kl_workload_t *k;
+        assert_int_equal(kl_workload_from_string(kinds[i][0], &k, err), KL_OK);
+        assert_int_equal(kl_workload_is_bf16(k), kinds[i][1][0] == '1');
+        kl_workload_free(&k);
+    }
     kl_workload_t *back;
     assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
     assert_string_equal(back->canonical, w->canonical);
