@@ -1,5 +1,13 @@
-/* cg_priv.h - the C code generator's insides, shared by codegen_c.c and
- * codegen_expr.c (not part of the public contract).
+/* cg_priv.h - the C code generator's insides, shared by its files (not
+ * part of the public contract). Calls go down only, from the top:
+ *   codegen_cpu.c          kl_codegen_c, kl_codegen_reference (entries)
+ *   codegen_wino.c         Winograd kernels around a nested product
+ *   codegen_c.c            the scheduled nest (cg_emit_function)
+ *   codegen_pack.c         the loops that fill packed buffers, prepare
+ *   codegen_expr.c         tensor reads, the body, guards, epilogues
+ *   codegen_pack_layout.c  packed buffers' layouts and indices
+ *   codegen_lin.c          linear forms and symbol states
+ *   cg_emit.c              lines, failures, templates (cg_emit.h)
  *
  * Every loop part is a *symbol*; iterator values, tensor indices and
  * guards are linear forms over symbols. While the generator walks the nest
@@ -9,9 +17,11 @@
 #ifndef CG_PRIV_H
 #define CG_PRIV_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cg_emit.h"
 #include "kl_codegen.h"
 #include "kl_util.h"
 
@@ -82,12 +92,29 @@ typedef struct {
     char *err;
 } cg_t;
 
-void cg_line(cg_t *g, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int cg_fail(cg_t *g, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* One line of source at g's indentation (kl_codegen__line). */
+__attribute__((format(printf, 2, 3))) static inline void
+cg_line(cg_t *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kl_codegen__vline(&g->b, g->ind, fmt, ap);
+    va_end(ap);
+}
 
-/* Linear forms. */
+/* Records g's first failure (kl_codegen__fail) and returns its code. */
+__attribute__((format(printf, 3, 4))) static inline int
+cg_fail(cg_t *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = kl_codegen__vfail(&g->rc, g->err, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Linear forms and symbols (codegen_lin.c). */
+
 void cg_lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult);
 /* The C text of f + lane * (coefficient of the vector symbol), folded. */
 void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out);
@@ -95,12 +122,13 @@ void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out);
 void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi);
 /* Coefficient of the vector symbol in f (0 without a vector loop). */
 int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f);
-/* The value of the loop at position pos as a linear form. */
-void cg_loop_lin(const cg_t *g, int pos, cg_lin_t *out);
+/* Symbols of the loop at pos: constants for value v, or unset. */
+void cg_set_loop_const(cg_t *g, int pos, int64_t v);
+void cg_unset_loop(cg_t *g, int pos);
 
-/* Expressions: the body's value at the current point as a C expression of
- * vector type (lanes > 1 and vec) or float. *valid (MAX reductions) gets
- * the validity condition text, or "" when always valid. */
+/* Expressions (codegen_expr.c): the body's value at the current point as a C
+ * expression of vector type (lanes > 1 and vec) or float. *valid (MAX
+ * reductions) gets the validity condition text, or "" when always valid. */
 void cg_body_value(cg_t *g, bool vec, kl_buf_t *out);
 /* Scalar value at one lane with the validity test folded in (invalid
  * reads give 0; for MAX reductions an invalid point gives -INFINITY). */
@@ -129,12 +157,8 @@ void cg_epilogue(cg_t *g, const char *var, int lane);
 void cg_epilogue_op(cg_t *g, const kl_workload_t *w, const kl_epilogue_t *ep,
                     const char *var, const char *idx);
 
-/* Symbols of the loop at pos: constants for value v, or unset. */
-void cg_set_loop_const(cg_t *g, int pos, int64_t v);
-void cg_unset_loop(cg_t *g, int pos);
-
-/* Packed buffers (codegen_pack.c). The body's read of tensor t: the first
- * one found; *count grows for each different one. */
+/* Packed buffers' layouts (codegen_pack_layout.c). The body's read of tensor t:
+ * the first one found; *count grows for each different one. */
 const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
                                   const kl_access_t *first);
 /* Checks each packed tensor (read once, with one index) and chooses its
@@ -144,6 +168,13 @@ int cg_pack_setup(cg_t *g);
 int64_t cg_pack_elems(const cg_t *g, int t);
 /* Index into the packed buffer of read a at the current point. */
 void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
+/* Whether symbol si is a dimension of t's loop layout. */
+bool cg_pack_layout_sym(const cg_t *g, int t, int si);
+/* Index d of read a split at the attach point pa: the part over the
+ * symbols of loops below it (*in, no constant) and the rest (*out). */
+void cg_pack_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
+                       cg_lin_t *in, cg_lin_t *out);
+/* The loops that fill packed buffers (codegen_pack.c). */
 /* The loops that fill the packed buffers attached at pos (-1: root). */
 void cg_emit_packs_at(cg_t *g, int pos);
 /* Prefetches for the "prefetch" annotation of the loop at pos (dist

@@ -8,62 +8,14 @@
 #include "cg_priv.h"
 #include "kl_err.h"
 
-static void s_indent(cg_t *g)
-{
-    static const char sp[] = "                                        ";
-    for (int n = 4 * g->ind; n > 0; n -= 40)
-        kl_buf_append(&g->b, sp, (size_t)(n < 40 ? n : 40));
-}
-
-void cg_line(cg_t *g, const char *fmt, ...)
-{
-    s_indent(g);
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        abort();
-    if ((size_t)n < sizeof small) {
-        kl_buf_append(&g->b, small, (size_t)n);
-    } else {
-        char *s = NULL;
-        va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-            abort();
-        va_end(ap);
-        kl_buf_puts(&g->b, s);
-        free(s);
-    }
-    kl_buf_append(&g->b, "\n", 1);
-}
-
 /* A line made of the given pieces (NULL-terminated): the statements are
  * the generator's hot path, and printf copies long strings slowly. */
 static void s_put(cg_t *g, ...)
 {
-    s_indent(g);
     va_list ap;
     va_start(ap, g);
-    for (const char *p = va_arg(ap, const char *); p;
-         p = va_arg(ap, const char *))
-        kl_buf_puts(&g->b, p);
+    kl_codegen__vpieces(&g->b, g->ind, ap);
     va_end(ap);
-    kl_buf_append(&g->b, "\n", 1);
-}
-
-int cg_fail(cg_t *g, int code, const char *fmt, ...)
-{
-    if (g->rc)
-        return g->rc;
-    char m[KL_ERRMSG_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    g->rc = code;
-    return kl_seterr(g->err, code, "codegen: %s", m);
 }
 
 static const char *s_ident(const cg_t *g)
@@ -74,92 +26,6 @@ static const char *s_ident(const cg_t *g)
 static bool s_max(const cg_t *g)
 {
     return g->w->reduce == KL_RED_MAX;
-}
-
-/* ---- setup ---- */
-
-static int s_setup(cg_t *g)
-{
-    g->n = kl_sched_nloops(g->s);
-    g->vpos = -1;
-    g->wc_pos = -2;
-    g->lanes = 1;
-    g->lanes_on = true;
-    for (int t = 0; t < KL_IR_MAX_TENSORS; t++)
-        g->pack_pos[t] = -2;
-    for (int p = 0; p < g->n; p++) {
-        const kl_loop_t *l = kl_sched_loop(g->s, p);
-        g->L[p] = l;
-        g->symbase[p] = g->nsym;
-        if (l->kind >= KL_LOOP_BLOCK_X)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "loop %d is bound to %s (a GPU schedule)", l->id,
-                           kl_loop_kind_name(l->kind));
-        if (l->kind == KL_LOOP_PARALLEL && p != 0)
-            return cg_fail(g, KL_ERR_INVAL,
-                           "parallel loop %d is not the outermost", l->id);
-        if (l->kind == KL_LOOP_VECTORIZE) {
-            if (p != g->n - 1 || l->nparts != 1)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "vectorized loop %d is not innermost", l->id);
-            g->vpos = p;
-        }
-        int64_t inner = 1;
-        for (int q = l->nparts - 1; q >= 0; q--) {
-            if (g->nsym + l->nparts > CG_MAXSYM)
-                return cg_fail(g, KL_ERR_UNSUPPORTED, "too many loop parts");
-            cg_sym_t *s = &g->sym[g->nsym + q];
-            s->pos = p;
-            s->part = q;
-            s->iter = l->parts[q].iter;
-            s->stride = l->parts[q].stride;
-            s->extent = l->parts[q].extent;
-            s->inner = inner;
-            inner *= s->extent;
-            g->it[s->iter].k[g->nsym + q] += s->stride;
-        }
-        g->nsym += l->nparts;
-    }
-    for (int i = 0; i < kl_sched_nguards(g->s); i++)
-        g->it_guarded[kl_sched_guard(g->s, i)->iter] = true;
-    if (g->vpos >= 0) {
-        const kl_loop_t *v = g->L[g->vpos];
-        if (!g->it_guarded[v->parts[0].iter]) {
-            for (int W = g->t->vec_lanes; W >= 4; W /= 2)
-                if (v->extent % W == 0) {
-                    g->lanes = W;
-                    break;
-                }
-        }
-    }
-    for (int i = 0; i < kl_sched_nstages(g->s); i++) {
-        const kl_stage_t *st = kl_sched_stage(g->s, i);
-        int ap = kl_sched_stage_attach_pos(g->s, st);
-        if (st->attach != KL_ATTACH_ROOT && ap < 0)
-            return cg_fail(g, KL_ERR_INVAL, "stage %d: attach loop is gone",
-                           st->id);
-        if (st->scope == KL_SCOPE_SHARED)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "stage %d: shared memory is GPU only", st->id);
-        if (st->kind == KL_STAGE_WRITE)
-            g->wc_pos = ap;
-        else
-            g->pack_pos[st->tensor] = ap;
-    }
-    if (g->wc_pos != -2) {
-        for (int p = g->wc_pos + 1; p < g->n; p++) {
-            if (g->L[p]->reduce)
-                continue;
-            if (g->L[p]->kind != KL_LOOP_UNROLL &&
-                g->L[p]->kind != KL_LOOP_VECTORIZE)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "write cache: spatial loop %d below it is "
-                               "not unrolled or vectorized",
-                               g->L[p]->id);
-            g->acc_pos[g->nacc_pos++] = p;
-        }
-    }
-    return KL_OK;
 }
 
 /* ---- symbols ---- */
@@ -175,23 +41,6 @@ static void s_set_loop_var(cg_t *g, int pos, const char *var)
         else
             snprintf(s->name, sizeof s->name, "%s_%d", var, q);
     }
-}
-
-void cg_set_loop_const(cg_t *g, int pos, int64_t v)
-{
-    const kl_loop_t *l = g->L[pos];
-    for (int q = 0; q < l->nparts; q++) {
-        cg_sym_t *s = &g->sym[g->symbase[pos] + q];
-        s->st = SYM_CONST;
-        s->value = (v / s->inner) % s->extent;
-    }
-}
-
-void cg_unset_loop(cg_t *g, int pos)
-{
-    const kl_loop_t *l = g->L[pos];
-    for (int q = 0; q < l->nparts; q++)
-        g->sym[g->symbase[pos] + q].st = SYM_UNSET;
 }
 
 /* ---- accumulators ---- */
@@ -685,88 +534,4 @@ void cg_emit_function(cg_t *g, const char *entry)
     if (g->wc_pos == -2 && (w->nepi > 0 || s_max(g)))
         s_emit_postpass(g);
     kl_buf_puts(&g->b, "}\n");
-}
-
-void kl_kernel_free(kl_kernel_t *k)
-{
-    if (!k)
-        return;
-    free(k->source);
-    free(k->entry);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
-                 kl_kernel_t *out, char *err)
-{
-    memset(out, 0, sizeof *out);
-    if (t && t->kind != KL_TARGET_CPU)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "codegen: target %s is not a CPU target", t->name);
-    kl_target_t def;
-    if (!t) {
-        if (kl_target_parse("cpu", &def, err))
-            return KL_ERR_INTERNAL;
-        t = &def;
-    }
-    const kl_workload_t *sw = kl_sched_workload(s);
-    kl_tensorize_t tz;
-    int trc = kl_sched_tensorized(s, &tz, err);
-    if (trc != KL_ERR_NOTFOUND)
-        return trc ? trc : kl_codegen_tensorized(s, entry, out, err);
-    if (kl_workload_is_int(sw))
-        return kl_seterr(
-            err, KL_ERR_UNSUPPORTED,
-            "codegen: %s has %s output %s: scheduled C is f32 "
-            "only (integer workloads have a reference kernel; "
-            "integer schedules are tensorized: kl_sched_tensorize)",
-            sw->name ? sw->name : "?",
-            kl_dtype_name(sw->tensors[kl_workload_output(sw)].dtype),
-            sw->tensors[kl_workload_output(sw)].name);
-    cg_t *g = kl_xcalloc(1, sizeof *g);
-    g->s = s;
-    g->w = kl_sched_workload(s);
-    g->t = t;
-    g->err = err;
-    g->lin_ok = true;
-    int rc = s_setup(g);
-    if (!rc)
-        rc = cg_pack_setup(g);
-    if (!rc) {
-        if (kl_sched_winograd_m(s))
-            rc = cg_emit_winograd(g, entry ? entry : "kl_main");
-        else
-            cg_emit_function(g, entry ? entry : "kl_main");
-        if (!g->lin_ok)
-            rc = cg_fail(g, KL_ERR_INTERNAL,
-                         "an index used a loop outside its scope");
-    }
-    if (rc) {
-        kl_buf_free(&g->b);
-        free(g);
-        return rc;
-    }
-    out->source = kl_buf_take(&g->b);
-    out->entry = kl_xstrdup(entry ? entry : "kl_main");
-    out->prepare = g->prep_elems > 0 || kl_sched_winograd_m(s) > 0;
-    for (int i = 0; i < 3; i++)
-        out->grid[i] = out->block[i] = 1;
-    free(g);
-    return KL_OK;
-}
-
-int kl_codegen_reference(const kl_workload_t *w, const char *entry,
-                         kl_kernel_t *out, char *err)
-{
-    if (kl_workload_is_int(w))
-        return kl_codegen_reference_int(w, entry, out, err);
-    kl_sched_t *s = NULL;
-    int rc = kl_sched_create(&s, w, err);
-    if (rc)
-        return rc;
-    kl_target_t t;
-    kl_target_parse("cpu/generic", &t, NULL);
-    rc = kl_codegen_c(s, &t, entry ? entry : "kl_ref", out, err);
-    kl_sched_destroy(&s);
-    return rc;
 }
