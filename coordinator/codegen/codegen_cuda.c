@@ -2,7 +2,6 @@
  * kl_codegen_cuda.h). The mapping of loops onto the launch is decided by
  * kl_cuda_plan (coordinator/schedule/kl_cuda_plan.h); this file prints it. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,43 +12,9 @@
 #include "kl_err.h"
 #include "kl_util.h"
 
-void kl_cgc_line(g_t *g, const char *fmt, ...)
-{
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *tmp = kl_xmalloc((size_t)n + 1);
-    vsnprintf(tmp, (size_t)n + 1, fmt, ap2);
-    va_end(ap2);
-    kl_buf_printf(&g->b, "%*s%s\n", 4 * g->ind, "", tmp);
-    free(tmp);
-}
-
 static const kl_loop_t *s_L(const g_t *g, int pos)
 {
     return kl_sched_loop(g->s, pos);
-}
-
-/* The value of part q of the loop at pos, as C text. */
-void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q)
-{
-    const kl_loop_t *l = s_L(g, pos);
-    if (l->nparts == 1) {
-        kl_buf_printf(b, "l%d", l->id);
-        return;
-    }
-    int64_t inner = 1;
-    for (int r = q + 1; r < l->nparts; r++)
-        inner *= l->parts[r].extent;
-    if (q == 0)
-        kl_buf_printf(b, "(l%d / %" PRId64 ")", l->id, inner);
-    else if (inner == 1)
-        kl_buf_printf(b, "(l%d %% %" PRId64 ")", l->id, l->parts[q].extent);
-    else
-        kl_buf_printf(b, "(l%d / %" PRId64 " %% %" PRId64 ")", l->id, inner,
-                      l->parts[q].extent);
 }
 
 static void s_lin_print(const g_t *g, kl_buf_t *b, const lin_t *f)
@@ -193,14 +158,6 @@ static void s_smem_index(const g_t *g, const kl_cuda_smem_t *sm,
     kl_buf_printf(b, "kl_smem[%" PRId64 " + ", sm->offset);
     s_lin_print(g, b, &tot);
     kl_buf_puts(b, "]");
-}
-
-void kl_cgc_num(kl_buf_t *b, double v)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.9g", v);
-    bool frac = strpbrk(tmp, ".eEn") != NULL;
-    kl_buf_printf(b, "%s%sf", tmp, frac ? "" : ".0");
 }
 
 /* A read of global tensor t at offset off, as float: f16 / bf16 tensors
@@ -348,12 +305,6 @@ static void s_open_loop(g_t *g, int pos, bool force_unroll)
     kl_cgc_line(g, "for (%s l%d = 0; l%d < %" PRId64 "; ++l%d) {", g->ity,
                 l->id, l->id, l->extent, l->id);
     g->ind++;
-}
-
-void kl_cgc_close(g_t *g)
-{
-    g->ind--;
-    kl_cgc_line(g, "}");
 }
 
 /* The body's (one) index map of the tensor a shared box caches. */
@@ -537,34 +488,6 @@ static void s_emit_statement(g_t *g)
     kl_buf_free(&cond);
     kl_buf_free(&guard);
     kl_buf_free(&idx);
-}
-
-void kl_cgc_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
-{
-    kl_buf_t x = {0}, y = {0};
-    switch (ep->kind) {
-    case KL_EPI_ADD_TENSOR:
-    case KL_EPI_MUL_TENSOR:
-        kl_cgc_line(g, "v = v %s %s;",
-                    ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", value);
-        break;
-    case KL_EPI_ADD_CONST:
-    case KL_EPI_MUL_CONST:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_CONST ? "+" : "*",
-                    x.data);
-        break;
-    case KL_EPI_RELU:
-        kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
-        break;
-    case KL_EPI_CLIP:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_num(&y, ep->hi);
-        kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
-        break;
-    }
-    kl_buf_free(&x);
-    kl_buf_free(&y);
 }
 
 static void s_emit_epilogue(g_t *g)
