@@ -1,6 +1,7 @@
 /* cg_tz.h - helpers shared by the tensorized C generators
- * (codegen_tensorize.c: products; codegen_tensorize_conv.c: convolutions).
- * Not part of the public contract. */
+ * (codegen_tensorize.c: products; codegen_tensorize_conv.c: convolutions),
+ * defined below both in codegen_tensorize_base.c. Not part of the public
+ * contract. */
 #ifndef CG_TZ_H
 #define CG_TZ_H
 

@@ -1,7 +1,7 @@
 /* cg_tz_conv.h - shared by the tensorized convolution generator's files
  * (codegen_tensorize_conv.c: the core; codegen_tensorize_nchw.c: the NCHW
- * repack and the tile-transposed store). Not part of the public
- * contract. */
+ * repack and the tile-transposed store; codegen_tensorize_base.c: what
+ * both use). Not part of the public contract. */
 #ifndef CG_TZ_CONV_H
 #define CG_TZ_CONV_H
 
@@ -45,7 +45,8 @@ typedef struct {
 /* Packed weights from this size on are prefetched a K group ahead. */
 #define KL_TZC_PF_BYTES (256 * 1024)
 
-/* The iterator of access a's index d (its last with a coefficient). */
+/* Shared by the core and the NCHW parts (codegen_tensorize_base.c). The
+ * iterator of access a's index d (its last with a coefficient). */
 int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
 /* Whether the epilogue has the q-op form of the AVX-512 vector epilogue. */
 bool kl_cg_tzc_vec_epi_ok(const conv_t *c);

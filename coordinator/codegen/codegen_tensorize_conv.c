@@ -44,16 +44,6 @@
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-/* The iterator of access a's index d (its last with a coefficient). */
-int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a)
-{
-    int it = -1;
-    for (int k = 0; k < w->niters; k++)
-        if (a->coef[k])
-            it = k;
-    return it;
-}
-
 /* The access of tensor t in the body (a load). */
 static const kl_access_t *s_find_access(const kl_expr_t *e, int t)
 {
@@ -238,61 +228,6 @@ static void s_prefetch_plan(conv_t *c, int64_t wbytes)
         hi = kb > hi ? kb : hi;
     }
     c->pfg = (int)(hi - lo + 1);
-}
-
-/* Whether access a reads a 1-D tensor at the output channel f alone. */
-static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
-{
-    if (w->tensors[a->tensor].ndim != 1 || a->idx[0].offset ||
-        a->idx[0].div != 1)
-        return false;
-    for (int i = 0; i < w->niters; i++)
-        if (a->idx[0].coef[i] != (i == f))
-            return false;
-    return true;
-}
-
-/* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
- * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
- * with a u8 / s8 output. */
-bool kl_cg_tzc_vec_epi_ok(const conv_t *c)
-{
-    const kl_workload_t *w = c->w;
-    kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
-    if (c->in->lanes != 16 || (odt != KL_DT_U8 && odt != KL_DT_S8))
-        return false;
-    int i = 0, f = c->tz->it_n;
-    if (i < w->nepi && w->epi[i].kind == KL_EPI_ADD_TENSOR) {
-        if (!s_at_f(w, &w->epi[i].access, f) ||
-            w->tensors[w->epi[i].access.tensor].dtype != KL_DT_S32)
-            return false;
-        i++;
-    }
-    if (i >= w->nepi ||
-        !(w->epi[i].kind == KL_EPI_REQUANT ||
-          (w->epi[i].kind == KL_EPI_REQUANT_TENSOR &&
-           s_at_f(w, &w->epi[i].access, f) &&
-           w->tensors[w->epi[i].access.tensor].dtype == KL_DT_F32)))
-        return false;
-    if (w->epi[i].zp < -255 || w->epi[i].zp > 255)
-        return false;
-    for (i++; i < w->nepi; i++)
-        if (w->epi[i].kind != KL_EPI_CLIP && w->epi[i].kind != KL_EPI_RELU)
-            return false;
-    return true;
-}
-
-void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
-{
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
-    kl_buf_puts(b, "(int64_t)0");
-    int64_t st = 1;
-    for (int d = Y->ndim - 1; d >= 0; d--) {
-        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st,
-                      kl_cg_tzc_iter_of(w, &w->out.idx[d]), (long long)t);
-        st *= Y->shape[d];
-    }
 }
 
 /* The q-op epilogue of tile t on 16 lanes at once (kl_cg_tzc_vec_epi_ok),
