@@ -5,6 +5,7 @@
 #ifndef CG_TZ_H
 #define CG_TZ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kl_codegen.h"
@@ -24,6 +25,14 @@ void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
  * (position bpos) sits in loops [lo, hi); the block's loops count as 0. */
 void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos,
                      kl_buf_t *b);
+/* A loop above the block: `omp parallel for` on the first parallel loop
+ * (*par records it), `GCC unroll` on unrolled loops; ind (256 bytes)
+ * grows by 4 spaces. kl_cg_tz_close ends it, ind shrinks back. */
+void kl_cg_tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par);
+void kl_cg_tz_close(kl_buf_t *b, char *ind);
+/* The kernel's tensor arguments, t<i> for tensor i (the output not
+ * const). */
+void kl_cg_tz_tensor_args(kl_buf_t *b, const kl_workload_t *w);
 /* The C of a tensorized convolution (codegen_tensorize_conv.c). */
 int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                                const char *entry, kl_kernel_t *out, char *err);

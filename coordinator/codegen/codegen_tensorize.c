@@ -215,17 +215,8 @@ static void s_emit_prepare(tzp_t *p)
 /* The kernel's signature, its tensors, the prepared block and acc. */
 static void s_emit_kernel_open(tzp_t *p)
 {
-    const kl_workload_t *w = p->w;
     kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
-    for (int t = 0; t < p->nt; t++) {
-        const kl_codegen__kv_t kv[] = {
-            KL_CG_S("c", t == p->ot ? "" : "const "),
-            KL_CG_S("ty", kl_dtype_ctype(w->tensors[t].dtype)), KL_CG_I("t", t),
-            KL_CG_END};
-        kl_codegen__template(
-            &p->b, "    ${c}${ty} *restrict t${t} = (${c}${ty} *)args[${t}];\n",
-            kv);
-    }
+    kl_cg_tz_tensor_args(&p->b, p->w);
     char *alloc =
         p->fused ? NULL
         : p->full
@@ -295,22 +286,6 @@ static void s_emit_tile(tzp_t *p)
                              kv);
     }
     kl_buf_free(&g);
-}
-
-/* A loop above the block (the first parallel loop gets `omp parallel
- * for`, unrolled loops `GCC unroll`); indents what follows. */
-static void s_emit_open(tzp_t *p, const kl_loop_t *l)
-{
-    if (l->kind == KL_LOOP_PARALLEL && !p->par) {
-        kl_buf_printf(&p->b, "%s#pragma omp parallel for\n", p->ind);
-        p->par = true;
-    } else if (l->kind == KL_LOOP_UNROLL) {
-        kl_buf_printf(&p->b, "%s#pragma GCC unroll %lld\n", p->ind,
-                      (long long)l->extent);
-    }
-    kl_buf_printf(&p->b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n",
-                  p->ind, l->id, l->id, (long long)l->extent, l->id);
-    strcat(p->ind, "    ");
 }
 
 /* The block: one intrinsic call per accumulator (through acc when no
@@ -435,15 +410,13 @@ static int s_emit_nest(tzp_t *p, char *err)
             s_emit_tile(p);
         if (q >= p->tp && q < p->hp && tiled)
             continue; /* the tile: unrolled above */
-        s_emit_open(p, kl_sched_loop(p->s, q));
+        kl_cg_tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
     }
     s_emit_block(p);
     int rc = KL_OK;
     for (int q = p->bpos - 1; q >= 0; q--) {
-        if (!(q >= p->tp && q < p->hp && tiled)) {
-            p->ind[strlen(p->ind) - 4] = '\0';
-            kl_buf_printf(&p->b, "%s}\n", p->ind);
-        }
+        if (!(q >= p->tp && q < p->hp && tiled))
+            kl_cg_tz_close(&p->b, p->ind);
         if (q == p->tp && tiled)
             rc = s_emit_tile_store(p, err);
     }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cg_emit.h"
 #include "cg_tz.h"
 #include "cg_tz_conv.h"
 #include "kl_err.h"
@@ -143,6 +144,40 @@ void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
                           (long long)l->parts[gd->terms[t].part].extent);
         }
         kl_buf_printf(b, " < %lld)", (long long)gd->bound);
+    }
+}
+
+void kl_cg_tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
+{
+    if (l->kind == KL_LOOP_PARALLEL && !*par) {
+        kl_buf_printf(b, "%s#pragma omp parallel for\n", ind);
+        *par = true;
+    } else if (l->kind == KL_LOOP_UNROLL) {
+        kl_buf_printf(b, "%s#pragma GCC unroll %lld\n", ind,
+                      (long long)l->extent);
+    }
+    kl_buf_printf(b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n", ind,
+                  l->id, l->id, (long long)l->extent, l->id);
+    strcat(ind, "    ");
+}
+
+void kl_cg_tz_close(kl_buf_t *b, char *ind)
+{
+    ind[strlen(ind) - 4] = '\0';
+    kl_buf_printf(b, "%s}\n", ind);
+}
+
+void kl_cg_tz_tensor_args(kl_buf_t *b, const kl_workload_t *w)
+{
+    int ot = kl_workload_output(w);
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_codegen__kv_t kv[] = {
+            KL_CG_S("c", t == ot ? "" : "const "),
+            KL_CG_S("ty", kl_dtype_ctype(w->tensors[t].dtype)), KL_CG_I("t", t),
+            KL_CG_END};
+        kl_codegen__template(
+            b, "    ${c}${ty} *restrict t${t} = (${c}${ty} *)args[${t}];\n",
+            kv);
     }
 }
 
