@@ -95,21 +95,13 @@ static void s_mma_epilogue(g_t *g, char names[][24])
     }
 }
 
-static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
+/* The device functions the kernel calls: kl_mma_ENTRY, and kl_ldsm_ENTRY
+ * with ldmatrix. */
+static void s_mma_device_fns(g_t *g, const kl_cuda_mma_plan_t *p,
+                             const char *entry)
 {
-    const kl_workload_t *w = g->w;
     const kl_cuda_mma_match_t *mm = &p->mm;
     const char *dt = mm->in == KL_DT_BF16 ? "bf16" : "f16";
-    kl_buf_printf(&g->b,
-                  "/* kiln cuda kernel: %s; grid (%" PRId64
-                  ", 1, 1), block (%" PRId64 ", 1, 1), %" PRId64
-                  " bytes shared; tensor cores: mma.sync m16n8k16 %s x %s -> "
-                  "f32, block tile %" PRId64 "x%" PRId64 "x%" PRId64
-                  ", %" PRId64 "x%" PRId64 " warps of %" PRId64 "x%" PRId64
-                  " tiles */\n",
-                  w->name ? w->name : w->op_kind, p->grid, p->threads,
-                  p->smem_bytes, dt, dt, p->bm, p->bn, p->bk, p->warps_m,
-                  p->warps_n, p->tiles_m, p->tiles_n);
     /* One warp-wide m16n8k16: d (this lane's C/D fragment, c0..c3) +=
      * A (a0..a7 in 4 registers) * B (b0..b3 in 2). The CPU emulation of
      * the tests (KL_CUDA_EMU) runs the same fragments through a C model
@@ -156,6 +148,16 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
             "\"r\"(a));\n"
             "#endif\n}\n",
             entry);
+}
+
+/* The signature, the thread's ids, the block's origin, the shared tiles
+ * and the accumulators at 0. */
+static void s_mma_prologue(g_t *g, const kl_cuda_mma_plan_t *p,
+                           const char *entry, char names[][24])
+{
+    const kl_workload_t *w = g->w;
+    const kl_cuda_mma_match_t *mm = &p->mm;
+    const char *dt = mm->in == KL_DT_BF16 ? "bf16" : "f16";
     kl_buf_printf(&g->b,
                   "extern \"C\" __global__ void __launch_bounds__(%" PRId64
                   ")\n%s(",
@@ -168,9 +170,6 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
     }
     kl_buf_puts(&g->b, ")\n{\n");
     g->ind = 1;
-    char names[KL_IR_MAX_ITERS][24];
-    for (int k = 0; k < w->niters; k++)
-        snprintf(names[k], sizeof names[k], "kl_i%d", k);
     kl_cgc_line(g, "/* %s, %s: %s bits; lane = 4 * group + t */",
                 w->tensors[mm->a].name, w->tensors[mm->b].name, dt);
     kl_cgc_line(g, "const int kl_tid = threadIdx.x, kl_lane = kl_tid %% 32, "
@@ -206,19 +205,11 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
     kl_cgc_line(g, "for (int i = 0; i < %" PRId64 "; ++i)",
                 p->tiles_m * p->tiles_n * 4);
     kl_cgc_line(g, "    (&acc[0][0][0])[i] = 0.0f;");
-    kl_cgc_line(g, "for (int k0 = 0; k0 < %" PRId64 "; ++k0) {", p->kouter);
-    g->ind++;
-    kl_cgc_line(g, "__syncthreads();");
-    kl_cgc_line(g, "/* %s: rows m, columns k; %s: rows n, columns k */",
-                w->tensors[mm->a].name, w->tensors[mm->b].name);
-    s_mma_copy(g, p, mm->a, mm->m, p->bm, "kl_sa", names);
-    s_mma_copy(g, p, mm->b, mm->n, p->bn, "kl_sb", names);
-    kl_cgc_line(g, "__syncthreads();");
-    kl_cgc_line(g, "#pragma unroll");
-    kl_cgc_line(g, "for (int k1 = 0; k1 < %" PRId64 "; ++k1) {", p->ksteps);
-    g->ind++;
-    kl_cgc_line(g, "unsigned fa[%" PRId64 "][4], fb[%" PRId64 "][2];",
-                p->tiles_m, p->tiles_n);
+}
+
+/* A's fragments of step k1 for the warp's m tiles. */
+static void s_mma_frag_a(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
+{
     kl_cgc_line(g, "#pragma unroll");
     kl_cgc_line(g, "for (int mt = 0; mt < %" PRId64 "; ++mt) {", p->tiles_m);
     g->ind++;
@@ -248,6 +239,11 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
             8 * p->pitch + 8, 8 * p->pitch + 9);
     }
     kl_cgc_close(g);
+}
+
+/* B's fragments of step k1 for the warp's n tiles. */
+static void s_mma_frag_b(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
+{
     kl_cgc_line(g, "#pragma unroll");
     kl_cgc_line(g, "for (int nt = 0; nt < %" PRId64 "; ++nt) {", p->tiles_n);
     g->ind++;
@@ -270,6 +266,30 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
         kl_cgc_line(g, "fb[nt][1] = s[8] | (unsigned)s[9] << 16;");
     }
     kl_cgc_close(g);
+}
+
+/* The reduction: per k0 the shared tiles copied, per k1 the fragments
+ * loaded and every (m tile, n tile) multiplied. */
+static void s_mma_kloop(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry,
+                        char names[][24])
+{
+    const kl_workload_t *w = g->w;
+    const kl_cuda_mma_match_t *mm = &p->mm;
+    kl_cgc_line(g, "for (int k0 = 0; k0 < %" PRId64 "; ++k0) {", p->kouter);
+    g->ind++;
+    kl_cgc_line(g, "__syncthreads();");
+    kl_cgc_line(g, "/* %s: rows m, columns k; %s: rows n, columns k */",
+                w->tensors[mm->a].name, w->tensors[mm->b].name);
+    s_mma_copy(g, p, mm->a, mm->m, p->bm, "kl_sa", names);
+    s_mma_copy(g, p, mm->b, mm->n, p->bn, "kl_sb", names);
+    kl_cgc_line(g, "__syncthreads();");
+    kl_cgc_line(g, "#pragma unroll");
+    kl_cgc_line(g, "for (int k1 = 0; k1 < %" PRId64 "; ++k1) {", p->ksteps);
+    g->ind++;
+    kl_cgc_line(g, "unsigned fa[%" PRId64 "][4], fb[%" PRId64 "][2];",
+                p->tiles_m, p->tiles_n);
+    s_mma_frag_a(g, p, entry);
+    s_mma_frag_b(g, p, entry);
     kl_cgc_line(g, "#pragma unroll");
     kl_cgc_line(g, "for (int mt = 0; mt < %" PRId64 "; ++mt)", p->tiles_m);
     kl_cgc_line(g, "#pragma unroll");
@@ -277,6 +297,13 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
     kl_cgc_line(g, "        kl_mma_%s(acc[mt][nt], fa[mt], fb[nt]);", entry);
     kl_cgc_close(g);
     kl_cgc_close(g);
+}
+
+/* Each accumulator through the epilogue into the output, in bounds. */
+static void s_mma_store(g_t *g, const kl_cuda_mma_plan_t *p, char names[][24])
+{
+    const kl_workload_t *w = g->w;
+    const kl_cuda_mma_match_t *mm = &p->mm;
     kl_cgc_line(g, "/* C/D 16x8: c0,c1 (g, 2t..2t+1) c2,c3 (g+8, 2t..) */");
     kl_cgc_line(g, "#pragma unroll");
     kl_cgc_line(g, "for (int mt = 0; mt < %" PRId64 "; ++mt)", p->tiles_m);
@@ -307,6 +334,41 @@ static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
     kl_cgc_close(g);
     kl_cgc_close(g);
     kl_buf_puts(&g->b, "}\n");
+}
+
+static void s_emit_mma(g_t *g, const kl_cuda_mma_plan_t *p, const char *entry)
+{
+    const kl_workload_t *w = g->w;
+    const kl_cuda_mma_match_t *mm = &p->mm;
+    const char *dt = mm->in == KL_DT_BF16 ? "bf16" : "f16";
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("name", w->name ? w->name : w->op_kind),
+        KL_CG_I("grid", p->grid),
+        KL_CG_I("threads", p->threads),
+        KL_CG_I("smem", p->smem_bytes),
+        KL_CG_S("dt", dt),
+        KL_CG_I("bm", p->bm),
+        KL_CG_I("bn", p->bn),
+        KL_CG_I("bk", p->bk),
+        KL_CG_I("wm", p->warps_m),
+        KL_CG_I("wn", p->warps_n),
+        KL_CG_I("tm", p->tiles_m),
+        KL_CG_I("tn", p->tiles_n),
+        KL_CG_END};
+    kl_codegen__template(
+        &g->b,
+        "/* kiln cuda kernel: ${name}; grid (${grid}, 1, 1), block "
+        "(${threads}, 1, 1), ${smem} bytes shared; tensor cores: mma.sync "
+        "m16n8k16 ${dt} x ${dt} -> f32, block tile ${bm}x${bn}x${bk}, "
+        "${wm}x${wn} warps of ${tm}x${tn} tiles */\n",
+        kv);
+    s_mma_device_fns(g, p, entry);
+    char names[KL_IR_MAX_ITERS][24];
+    for (int k = 0; k < w->niters; k++)
+        snprintf(names[k], sizeof names[k], "kl_i%d", k);
+    s_mma_prologue(g, p, entry, names);
+    s_mma_kloop(g, p, entry, names);
+    s_mma_store(g, p, names);
 }
 
 /* Generates a tensor-core schedule; KL_ERR_NOTFOUND when s is not one. */
