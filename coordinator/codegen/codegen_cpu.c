@@ -10,7 +10,7 @@
 #include "kl_err.h"
 
 /* The loops, symbols, stages and packed tensors of s, checked for a C
- * kernel: 0, or the cg_fail code. */
+ * kernel: 0, or the kl_codegen__c_fail code. */
 static int s_setup(cg_t *g)
 {
     g->n = kl_sched_nloops(g->s);
@@ -25,22 +25,25 @@ static int s_setup(cg_t *g)
         g->L[p] = l;
         g->symbase[p] = g->nsym;
         if (l->kind >= KL_LOOP_BLOCK_X)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "loop %d is bound to %s (a GPU schedule)", l->id,
-                           kl_loop_kind_name(l->kind));
+            return kl_codegen__c_fail(g, KL_ERR_UNSUPPORTED,
+                                      "loop %d is bound to %s (a GPU schedule)",
+                                      l->id, kl_loop_kind_name(l->kind));
         if (l->kind == KL_LOOP_PARALLEL && p != 0)
-            return cg_fail(g, KL_ERR_INVAL,
-                           "parallel loop %d is not the outermost", l->id);
+            return kl_codegen__c_fail(g, KL_ERR_INVAL,
+                                      "parallel loop %d is not the outermost",
+                                      l->id);
         if (l->kind == KL_LOOP_VECTORIZE) {
             if (p != g->n - 1 || l->nparts != 1)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "vectorized loop %d is not innermost", l->id);
+                return kl_codegen__c_fail(g, KL_ERR_INVAL,
+                                          "vectorized loop %d is not innermost",
+                                          l->id);
             g->vpos = p;
         }
         int64_t inner = 1;
         for (int q = l->nparts - 1; q >= 0; q--) {
             if (g->nsym + l->nparts > CG_MAXSYM)
-                return cg_fail(g, KL_ERR_UNSUPPORTED, "too many loop parts");
+                return kl_codegen__c_fail(g, KL_ERR_UNSUPPORTED,
+                                          "too many loop parts");
             cg_sym_t *s = &g->sym[g->nsym + q];
             s->pos = p;
             s->part = q;
@@ -69,11 +72,12 @@ static int s_setup(cg_t *g)
         const kl_stage_t *st = kl_sched_stage(g->s, i);
         int ap = kl_sched_stage_attach_pos(g->s, st);
         if (st->attach != KL_ATTACH_ROOT && ap < 0)
-            return cg_fail(g, KL_ERR_INVAL, "stage %d: attach loop is gone",
-                           st->id);
+            return kl_codegen__c_fail(g, KL_ERR_INVAL,
+                                      "stage %d: attach loop is gone", st->id);
         if (st->scope == KL_SCOPE_SHARED)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "stage %d: shared memory is GPU only", st->id);
+            return kl_codegen__c_fail(g, KL_ERR_UNSUPPORTED,
+                                      "stage %d: shared memory is GPU only",
+                                      st->id);
         if (st->kind == KL_STAGE_WRITE)
             g->wc_pos = ap;
         else
@@ -85,10 +89,11 @@ static int s_setup(cg_t *g)
                 continue;
             if (g->L[p]->kind != KL_LOOP_UNROLL &&
                 g->L[p]->kind != KL_LOOP_VECTORIZE)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "write cache: spatial loop %d below it is "
-                               "not unrolled or vectorized",
-                               g->L[p]->id);
+                return kl_codegen__c_fail(
+                    g, KL_ERR_INVAL,
+                    "write cache: spatial loop %d below it is "
+                    "not unrolled or vectorized",
+                    g->L[p]->id);
             g->acc_pos[g->nacc_pos++] = p;
         }
     }
@@ -139,15 +144,15 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     g->lin_ok = true;
     int rc = s_setup(g);
     if (!rc)
-        rc = cg_pack_setup(g);
+        rc = kl_codegen__pack_setup(g);
     if (!rc) {
         if (kl_sched_winograd_m(s))
-            rc = cg_emit_winograd(g, entry ? entry : "kl_main");
+            rc = kl_codegen__emit_winograd(g, entry ? entry : "kl_main");
         else
-            cg_emit_function(g, entry ? entry : "kl_main");
+            kl_codegen__emit_function(g, entry ? entry : "kl_main");
         if (!g->lin_ok)
-            rc = cg_fail(g, KL_ERR_INTERNAL,
-                         "an index used a loop outside its scope");
+            rc = kl_codegen__c_fail(g, KL_ERR_INTERNAL,
+                                    "an index used a loop outside its scope");
     }
     if (rc) {
         kl_buf_free(&g->b);

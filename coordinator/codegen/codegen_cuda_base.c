@@ -9,7 +9,7 @@
 #include "cg_cuda_priv.h"
 
 /* The value of part q of the loop at pos, as C text. */
-void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q)
+void kl_codegen__cuda_part(const g_t *g, kl_buf_t *b, int pos, int q)
 {
     const kl_loop_t *l = kl_sched_loop(g->s, pos);
     if (l->nparts == 1) {
@@ -28,7 +28,7 @@ void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q)
                       l->parts[q].extent);
 }
 
-void kl_cgc_num(kl_buf_t *b, double v)
+void kl_codegen__cuda_num(kl_buf_t *b, double v)
 {
     char tmp[64];
     snprintf(tmp, sizeof tmp, "%.9g", v);
@@ -36,28 +36,29 @@ void kl_cgc_num(kl_buf_t *b, double v)
     kl_buf_printf(b, "%s%sf", tmp, frac ? "" : ".0");
 }
 
-void kl_cgc_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
+void kl_codegen__cuda_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
 {
     kl_buf_t x = {0}, y = {0};
     switch (ep->kind) {
     case KL_EPI_ADD_TENSOR:
     case KL_EPI_MUL_TENSOR:
-        kl_cgc_line(g, "v = v %s %s;",
-                    ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", value);
+        kl_codegen__cuda_line(g, "v = v %s %s;",
+                              ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", value);
         break;
     case KL_EPI_ADD_CONST:
     case KL_EPI_MUL_CONST:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_CONST ? "+" : "*",
-                    x.data);
+        kl_codegen__cuda_num(&x, ep->lo);
+        kl_codegen__cuda_line(g, "v = v %s %s;",
+                              ep->kind == KL_EPI_ADD_CONST ? "+" : "*", x.data);
         break;
     case KL_EPI_RELU:
-        kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
+        kl_codegen__cuda_line(g, "v = fmaxf(v, 0.0f);");
         break;
     case KL_EPI_CLIP:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_num(&y, ep->hi);
-        kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
+        kl_codegen__cuda_num(&x, ep->lo);
+        kl_codegen__cuda_num(&y, ep->hi);
+        kl_codegen__cuda_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data,
+                              y.data);
         break;
     }
     kl_buf_free(&x);

@@ -8,6 +8,7 @@
  * (codegen_tensorize.c), which shares the epilogue below. */
 #include <string.h>
 
+#include "cg_int.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_util.h"
@@ -126,8 +127,8 @@ static void s_expr(kl_buf_t *b, const kl_expr_t *e, int *id)
 /* The epilogue and the saturating store of the int64_t x at the spatial
  * point named by the variables i<iterator> (shared with the tensorized C,
  * codegen_tensorize.c). */
-int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
-                       char *err)
+int kl_codegen__int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
+                             char *err)
 {
     int ot = kl_workload_output(w);
     for (int i = 0; i < w->nepi; i++) {
@@ -180,7 +181,7 @@ int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
     return KL_OK;
 }
 
-const char *kl_cg_int_prelude(void)
+const char *kl_codegen__int_prelude(void)
 {
     return s_prelude;
 }
@@ -258,7 +259,7 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
         kl_buf_printf(&b, "%s}\n", ind);
     }
     kl_buf_printf(&b, "%sint64_t x = acc;\n", ind);
-    int rc = kl_cg_int_epilogue(&b, w, ind, err);
+    int rc = kl_codegen__int_epilogue(&b, w, ind, err);
     if (rc) {
         kl_buf_free(&b);
         return rc;

@@ -6,7 +6,7 @@
 
 #include "cg_priv.h"
 
-void cg_lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult)
+void kl_codegen__lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult)
 {
     dst->c += src->c * mult;
     for (int i = 0; i < CG_MAXSYM; i++)
@@ -36,7 +36,8 @@ static void s_put_i64(kl_buf_t *b, int64_t v)
     kl_buf_append(b, r, (size_t)n);
 }
 
-void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out)
+void kl_codegen__lin_print(const cg_t *g, const cg_lin_t *f, int lane,
+                           kl_buf_t *out)
 {
     int64_t c = f->c;
     int nterms = 0;
@@ -74,7 +75,8 @@ void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out)
     }
 }
 
-void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi)
+void kl_codegen__lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo,
+                           int64_t *hi)
 {
     int64_t a = f->c, b = f->c;
     for (int i = 0; i < g->nsym; i++) {
@@ -98,7 +100,7 @@ void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi)
     *hi = b;
 }
 
-int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f)
+int64_t kl_codegen__lin_vcoef(const cg_t *g, const cg_lin_t *f)
 {
     if (g->vpos < 0 || !g->lanes_on)
         return 0;
@@ -107,7 +109,7 @@ int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f)
 
 /* ---- symbols ---- */
 
-void cg_set_loop_const(cg_t *g, int pos, int64_t v)
+void kl_codegen__set_loop_const(cg_t *g, int pos, int64_t v)
 {
     const kl_loop_t *l = g->L[pos];
     for (int q = 0; q < l->nparts; q++) {
@@ -117,7 +119,7 @@ void cg_set_loop_const(cg_t *g, int pos, int64_t v)
     }
 }
 
-void cg_unset_loop(cg_t *g, int pos)
+void kl_codegen__unset_loop(cg_t *g, int pos)
 {
     const kl_loop_t *l = g->L[pos];
     for (int q = 0; q < l->nparts; q++)

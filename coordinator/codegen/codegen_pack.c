@@ -17,7 +17,7 @@ static void s_root_pragma(cg_t *g, int t)
 {
     if (g->pack_pos[t] == -1 && !g->in_prep && g->n > 0 &&
         g->L[0]->kind == KL_LOOP_PARALLEL)
-        cg_line(g, "#pragma omp parallel for schedule(static)");
+        kl_codegen__c_line(g, "#pragma omp parallel for schedule(static)");
 }
 
 /* The window layout: one loop per tensor dimension over the box, the
@@ -30,21 +30,21 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
     int bd = e > 1 ? g->pk_blk_dim[t] : -1;
     bool saved_lanes = g->lanes_on;
     g->lanes_on = false;
-    cg_line(g, "/* pack %s (window%s) */", T->name,
-            bd >= 0 ? ", channel blocks innermost" : "");
+    kl_codegen__c_line(g, "/* pack %s (window%s) */", T->name,
+                       bd >= 0 ? ", channel blocks innermost" : "");
     kl_buf_t cond = {0}, src = {0}, dst = {0};
     int64_t tstride = 1, pstride = e;
     if (bd >= 0)
         kl_buf_puts(&dst, "qb");
     for (int d = T->ndim - 1; d >= 0; d--) {
         cg_lin_t in, out;
-        cg_pack_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
+        kl_codegen__pack_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
         out.c += ilo[d];
         int64_t lo, hi, pext = d == bd ? ext[d] / e : ext[d];
-        cg_lin_range(g, &out, &lo, &hi);
+        kl_codegen__lin_range(g, &out, &lo, &hi);
         hi += ext[d] - 1;
         kl_buf_t x = {0};
-        cg_lin_print(g, &out, 0, &x);
+        kl_codegen__lin_print(g, &out, 0, &x);
         if (d == bd && pext > 1)
             kl_buf_printf(&x, " + q%d * %lld + qb", d, (long long)e);
         else if (d == bd)
@@ -74,22 +74,24 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
         if (!open)
             s_root_pragma(g, t);
         if (d == T->ndim)
-            cg_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {", (long long)n);
+            kl_codegen__c_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {",
+                               (long long)n);
         else
-            cg_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {", d, d,
-                    (long long)n, d);
+            kl_codegen__c_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {",
+                               d, d, (long long)n, d);
         g->ind++;
         open++;
     }
     if (cond.len)
-        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
-                dst.len ? dst.data : "0", cond.data, T->name, src.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
+                           dst.len ? dst.data : "0", cond.data, T->name,
+                           src.data);
     else
-        cg_line(g, "pk_%s[%s] = %s[%s];", T->name, dst.len ? dst.data : "0",
-                T->name, src.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = %s[%s];", T->name,
+                           dst.len ? dst.data : "0", T->name, src.data);
     while (open--) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     g->lanes_on = saved_lanes;
     kl_buf_free(&cond);
@@ -106,13 +108,13 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
     g->lanes_on = false;
     g->in_acc = false;
-    cg_line(g, "/* pack %s */", w->tensors[t].name);
+    kl_codegen__c_line(g, "/* pack %s */", w->tensors[t].name);
     int open = 0;
     for (int p = pa + 1; p < g->n; p++)
         for (int q = 0; q < g->L[p]->nparts; q++) {
             int si = g->symbase[p] + q;
             cg_sym_t *s = &g->sym[si];
-            if (!cg_pack_layout_sym(g, t, si)) {
+            if (!kl_codegen__pack_layout_sym(g, t, si)) {
                 s->st = SYM_CONST;
                 s->value = 0;
                 continue;
@@ -121,8 +123,8 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
             s->st = SYM_VAR;
             if (!open)
                 s_root_pragma(g, t);
-            cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", s->name,
-                    s->name, (long long)s->extent, s->name);
+            kl_codegen__c_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {",
+                               s->name, s->name, (long long)s->extent, s->name);
             g->ind++;
             open++;
         }
@@ -132,33 +134,34 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
         for (int d = 0; d < w->tensors[t].ndim; d++)
             used = used || a->idx[d].coef[it];
         int64_t lo, hi;
-        cg_lin_range(g, &g->it[it], &lo, &hi);
+        kl_codegen__lin_range(g, &g->it[it], &lo, &hi);
         if (!used || hi < w->iters[it].extent)
             continue;
         if (cond.len)
             kl_buf_puts(&cond, " && ");
-        cg_lin_print(g, &g->it[it], 0, &cond);
+        kl_codegen__lin_print(g, &g->it[it], 0, &cond);
         kl_buf_printf(&cond, " < %lld", (long long)w->iters[it].extent);
     }
-    cg_access_check(g, a, 0, false, &chk);
+    kl_codegen__access_check(g, a, 0, false, &chk);
     if (chk.len)
         kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
-    cg_access_index(g, a, 0, false, &idx);
+    kl_codegen__access_index(g, a, 0, false, &idx);
     cg_lin_t pl;
-    cg_pack_lin(g, a, &pl);
-    cg_lin_print(g, &pl, 0, &pidx);
+    kl_codegen__pack_lin(g, a, &pl);
+    kl_codegen__lin_print(g, &pl, 0, &pidx);
     if (cond.len)
-        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
-                pidx.data, cond.data, w->tensors[t].name, idx.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;",
+                           w->tensors[t].name, pidx.data, cond.data,
+                           w->tensors[t].name, idx.data);
     else
-        cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
-                w->tensors[t].name, idx.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name,
+                           pidx.data, w->tensors[t].name, idx.data);
     while (open--) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     for (int p = pa + 1; p < g->n; p++)
-        cg_unset_loop(g, p);
+        kl_codegen__unset_loop(g, p);
     g->lanes_on = saved_lanes;
     g->in_acc = saved_acc;
     kl_buf_free(&cond);
@@ -167,7 +170,7 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     kl_buf_free(&pidx);
 }
 
-void cg_emit_packs_at(cg_t *g, int pos)
+void kl_codegen__emit_packs_at(cg_t *g, int pos)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
         if (g->pack_pos[t] != pos || pos == -2 ||
@@ -183,7 +186,7 @@ void cg_emit_packs_at(cg_t *g, int pos)
 
 /* ENTRY_prepare (kl_abi.h): packs the constant tensors whose pack sits
  * before the parallel loop into one block, once. */
-void cg_emit_prepare(cg_t *g, const char *entry)
+void kl_codegen__emit_prepare(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     if (g->nested) /* the Winograd product's: the caller owns the block */
@@ -204,27 +207,28 @@ void cg_emit_prepare(cg_t *g, const char *entry)
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
-            cg_line(g, "const float *restrict %s = (const float *)args[%d];",
-                    w->tensors[t].name, t);
+            kl_codegen__c_line(
+                g, "const float *restrict %s = (const float *)args[%d];",
+                w->tensors[t].name, t);
     if (!g->nested) {
-        cg_line(g, "float *kl_pre = kl_alloc_block(%lld);",
-                (long long)(g->prep_elems * 4));
-        cg_line(g, "if (!kl_pre)");
-        cg_line(g, "    return NULL;");
+        kl_codegen__c_line(g, "float *kl_pre = kl_alloc_block(%lld);",
+                           (long long)(g->prep_elems * 4));
+        kl_codegen__c_line(g, "if (!kl_pre)");
+        kl_codegen__c_line(g, "    return NULL;");
     }
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
-            cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
-                    (long long)g->pk_off[t]);
+            kl_codegen__c_line(g, "float *pk_%s = kl_pre + %lld;",
+                               w->tensors[t].name, (long long)g->pk_off[t]);
     g->in_prep = true;
-    cg_emit_packs_at(g, -1);
+    kl_codegen__emit_packs_at(g, -1);
     g->in_prep = false;
     if (!g->nested)
-        cg_line(g, "return kl_pre;");
+        kl_codegen__c_line(g, "return kl_pre;");
     kl_buf_puts(&g->b, "}\n");
 }
 
-bool cg_has_inner_packs(const cg_t *g)
+bool kl_codegen__has_inner_packs(const cg_t *g)
 {
     for (int t = 0; t < g->w->ntensors; t++)
         if (g->pack_pos[t] >= 0)
@@ -238,30 +242,31 @@ bool cg_has_inner_packs(const cg_t *g)
  * one iteration reads there (a register tile's panel step; a buffer read
  * over more than 8 lines per iteration is left alone). A prefetch is a
  * hint: an address past the buffer's end does not fault. */
-void cg_emit_prefetch(cg_t *g, int pos, int64_t dist)
+void kl_codegen__emit_prefetch(cg_t *g, int pos, int64_t dist)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
         if (g->pack_pos[t] == -2 || g->pack_pos[t] >= pos || !g->pk_access[t])
             continue;
         cg_lin_t f, below;
-        cg_pack_lin(g, g->pk_access[t], &f);
+        kl_codegen__pack_lin(g, g->pk_access[t], &f);
         memset(&below, 0, sizeof below);
         for (int p = pos + 1; p < g->n; p++)
             for (int q = 0; q < g->L[p]->nparts; q++)
                 below.k[g->symbase[p] + q] = f.k[g->symbase[p] + q];
         int64_t lo, hi;
-        cg_lin_range(g, &below, &lo, &hi);
+        kl_codegen__lin_range(g, &below, &lo, &hi);
         if (hi - lo >= 128)
             continue;
         for (int p = pos + 1; p < g->n; p++)
-            cg_set_loop_const(g, p, 0);
+            kl_codegen__set_loop_const(g, p, 0);
         kl_buf_t base = {0};
-        cg_lin_print(g, &f, 0, &base);
+        kl_codegen__lin_print(g, &f, 0, &base);
         for (int p = pos + 1; p < g->n; p++)
-            cg_unset_loop(g, p);
+            kl_codegen__unset_loop(g, p);
         for (int64_t off = lo; off <= hi; off += 16)
-            cg_line(g, "__builtin_prefetch(pk_%s + (%s) + %lld, 0, 3);",
-                    g->w->tensors[t].name, base.data, (long long)(dist + off));
+            kl_codegen__c_line(
+                g, "__builtin_prefetch(pk_%s + (%s) + %lld, 0, 3);",
+                g->w->tensors[t].name, base.data, (long long)(dist + off));
         kl_buf_free(&base);
     }
 }

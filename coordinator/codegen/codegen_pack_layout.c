@@ -27,8 +27,8 @@
 #include "kl_abi.h"
 #include "kl_err.h"
 
-const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
-                                  const kl_access_t *first)
+const kl_access_t *kl_codegen__find_access(const kl_expr_t *e, int t,
+                                           int *count, const kl_access_t *first)
 {
     if (!e)
         return first;
@@ -38,14 +38,14 @@ const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
         else if (memcmp(first, &e->access, sizeof *first))
             (*count)++;
     }
-    first = cg_find_access(e->a, t, count, first);
-    return cg_find_access(e->b, t, count, first);
+    first = kl_codegen__find_access(e->a, t, count, first);
+    return kl_codegen__find_access(e->b, t, count, first);
 }
 
 /* Whether symbol si is a dimension of t's loop layout: a part of a loop
  * below the attach point that feeds an iterator t's read uses (a fused
  * loop's other parts do not multiply the layout). */
-bool cg_pack_layout_sym(const cg_t *g, int t, int si)
+bool kl_codegen__pack_layout_sym(const cg_t *g, int t, int si)
 {
     const cg_sym_t *s = &g->sym[si];
     const kl_access_t *a = g->pk_access[t];
@@ -61,7 +61,7 @@ static int64_t s_loop_elems(const cg_t *g, int t)
 {
     int64_t n = 1;
     for (int si = 0; si < g->nsym; si++)
-        if (cg_pack_layout_sym(g, t, si))
+        if (kl_codegen__pack_layout_sym(g, t, si))
             n *= g->sym[si].extent;
     return n;
 }
@@ -69,8 +69,8 @@ static int64_t s_loop_elems(const cg_t *g, int t)
 /* Dimension d of a split at the attach point pa: the part over the
  * symbols of loops below it (*in, no constant) and the rest (*out, with
  * the offset). */
-void cg_pack_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
-                       cg_lin_t *in, cg_lin_t *out)
+void kl_codegen__pack_dim_parts(const cg_t *g, const kl_access_t *a, int d,
+                                int pa, cg_lin_t *in, cg_lin_t *out)
 {
     const kl_affine_t *af = &a->idx[d];
     memset(in, 0, sizeof *in);
@@ -78,7 +78,7 @@ void cg_pack_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
     out->c = af->offset;
     for (int it = 0; it < g->w->niters; it++)
         if (af->coef[it])
-            cg_lin_add(out, &g->it[it], af->coef[it]);
+            kl_codegen__lin_add(out, &g->it[it], af->coef[it]);
     for (int i = 0; i < g->nsym; i++)
         if (g->sym[i].pos > pa) {
             in->k[i] = out->k[i];
@@ -102,7 +102,7 @@ static bool s_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
     int64_t elems = 1;
     for (int d = 0; d < t->ndim; d++) {
         cg_lin_t in, out;
-        cg_pack_dim_parts(g, a, d, pa, &in, &out);
+        kl_codegen__pack_dim_parts(g, a, d, pa, &in, &out);
         int64_t lo = 0, hi = 0;
         for (int i = 0; i < g->nsym; i++) {
             int64_t k = in.k[i], e = g->sym[i].extent - 1;
@@ -152,20 +152,23 @@ static void s_window_block(cg_t *g, int t)
     g->pk_blk_sym[t] = si;
 }
 
-int cg_pack_setup(cg_t *g)
+int kl_codegen__pack_setup(cg_t *g)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
         int cnt = 0;
         if (g->pack_pos[t] == -2)
             continue;
-        const kl_access_t *a = cg_find_access(g->w->body, t, &cnt, NULL);
+        const kl_access_t *a =
+            kl_codegen__find_access(g->w->body, t, &cnt, NULL);
         if (!a)
-            return cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
-                           g->w->tensors[t].name);
+            return kl_codegen__c_fail(g, KL_ERR_INVAL,
+                                      "packed tensor %s is not read",
+                                      g->w->tensors[t].name);
         if (cnt)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "packed tensor %s is read with different indices",
-                           g->w->tensors[t].name);
+            return kl_codegen__c_fail(
+                g, KL_ERR_UNSUPPORTED,
+                "packed tensor %s is read with different indices",
+                g->w->tensors[t].name);
         g->pk_access[t] = a;
         g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
         g->pk_blk_n[t] = 1;
@@ -174,13 +177,13 @@ int cg_pack_setup(cg_t *g)
         if (g->pack_pos[t] == -1 && g->w->tensors[t].is_const) {
             g->pk_prep[t] = true;
             g->pk_off[t] = g->prep_elems;
-            g->prep_elems += (cg_pack_elems(g, t) + 15) / 16 * 16;
+            g->prep_elems += (kl_codegen__pack_elems(g, t) + 15) / 16 * 16;
         }
     }
     return KL_OK;
 }
 
-int64_t cg_pack_elems(const cg_t *g, int t)
+int64_t kl_codegen__pack_elems(const cg_t *g, int t)
 {
     if (!g->pk_window[t])
         return s_loop_elems(g, t);
@@ -190,7 +193,7 @@ int64_t cg_pack_elems(const cg_t *g, int t)
     return n;
 }
 
-void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
+void kl_codegen__pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
 {
     int t = a->tensor;
     int64_t stride = 1;
@@ -204,7 +207,7 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
         }
         for (int d = g->w->tensors[t].ndim - 1; d >= 0; d--) {
             cg_lin_t in, rest;
-            cg_pack_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
+            kl_codegen__pack_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
             in.c = -g->pk_ilo[t][d];
             if (d == bd) { /* the block's outer part: (index - c) / e */
                 in.k[g->pk_blk_sym[t]] = 0;
@@ -212,13 +215,13 @@ void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
                 for (int i = 0; i < g->nsym; i++)
                     in.k[i] /= e;
             }
-            cg_lin_add(out, &in, stride);
+            kl_codegen__lin_add(out, &in, stride);
             stride *= d == bd ? g->pk_ext[t][d] / e : g->pk_ext[t][d];
         }
         return;
     }
     for (int si = g->nsym - 1; si >= 0; si--)
-        if (cg_pack_layout_sym(g, t, si)) {
+        if (kl_codegen__pack_layout_sym(g, t, si)) {
             out->k[si] += stride;
             stride *= g->sym[si].extent;
         }

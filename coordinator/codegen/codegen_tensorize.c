@@ -98,9 +98,9 @@ static void s_plan(tzp_t *p)
     while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
         p->hp--;
     int64_t mmax, nmax, kmax;
-    kl_cg_tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
-    kl_cg_tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
-    kl_cg_tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
+    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
+    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
+    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
     p->full = true;
     for (int q = 0; q < p->hp; q++)
         if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
@@ -142,8 +142,8 @@ static void s_emit_head(tzp_t *p)
         "#pragma GCC target(\"${pragma}\")\n#include <immintrin.h>\n"
         "#include <stdlib.h>\n#include <string.h>\n",
         kv);
-    kl_buf_puts(&p->b, kl_cg_int_prelude());
-    kl_cg_tz_intrin_macros(&p->b, in->name);
+    kl_buf_puts(&p->b, kl_codegen__int_prelude());
+    kl_codegen__tz_intrin_macros(&p->b, in->name);
     kl_codegen__template(
         &p->b,
         "/* 4 activations from k0 on, zeros past the end (${K}). */\n"
@@ -216,7 +216,7 @@ static void s_emit_prepare(tzp_t *p)
 static void s_emit_kernel_open(tzp_t *p)
 {
     kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
-    kl_cg_tz_tensor_args(&p->b, p->w);
+    kl_codegen__tz_tensor_args(&p->b, p->w);
     char *alloc =
         p->fused ? NULL
         : p->full
@@ -243,7 +243,7 @@ static void s_emit_kernel_open(tzp_t *p)
 static void s_emit_tile(tzp_t *p)
 {
     kl_buf_t g = {0};
-    kl_cg_tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
     for (int64_t t = 0; t < p->ntile; t++) {
         const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
                                        KL_CG_I("t", t),
@@ -293,9 +293,9 @@ static void s_emit_tile(tzp_t *p)
 static void s_emit_block(tzp_t *p)
 {
     kl_buf_t g = {0};
-    kl_cg_tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
+    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
     if (p->hp == p->bpos)
-        kl_cg_tz_guards(p->s, 0, p->hp, p->bpos, &g);
+        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
     const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
                                    KL_CG_S("em", p->em.data),
                                    KL_CG_S("en", p->en.data),
@@ -375,7 +375,7 @@ static int s_emit_store_epi(tzp_t *p, int64_t t, char *err)
         kv);
     char ind2[300];
     snprintf(ind2, sizeof ind2, "%s        ", p->ind);
-    int rc = kl_cg_int_epilogue(&p->b, p->w, ind2, err);
+    int rc = kl_codegen__int_epilogue(&p->b, p->w, ind2, err);
     kl_buf_printf(&p->b, "%s    }\n%s}\n", p->ind, p->ind);
     return rc;
 }
@@ -410,13 +410,13 @@ static int s_emit_nest(tzp_t *p, char *err)
             s_emit_tile(p);
         if (q >= p->tp && q < p->hp && tiled)
             continue; /* the tile: unrolled above */
-        kl_cg_tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
+        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
     }
     s_emit_block(p);
     int rc = KL_OK;
     for (int q = p->bpos - 1; q >= 0; q--) {
         if (!(q >= p->tp && q < p->hp && tiled))
-            kl_cg_tz_close(&p->b, p->ind);
+            kl_codegen__tz_close(&p->b, p->ind);
         if (q == p->tp && tiled)
             rc = s_emit_tile_store(p, err);
     }
@@ -440,7 +440,7 @@ static int s_emit_epilogue_pass(tzp_t *p, char *err)
         "i${in}] - (uint32_t)comp[i${in}]);\n",
         kv);
     strcpy(p->ind, "            ");
-    int rc = kl_cg_int_epilogue(&p->b, p->w, p->ind, err);
+    int rc = kl_codegen__int_epilogue(&p->b, p->w, p->ind, err);
     kl_buf_puts(&p->b, "        }\n    free(acc);\n}\n");
     return rc;
 }
@@ -479,5 +479,5 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     kl_buf_t b = p->b;
     const char *e = p->entry;
     free(p);
-    return kl_cg_tz_kernel(&b, e, rc, out);
+    return kl_codegen__tz_kernel(&b, e, rc, out);
 }

@@ -15,7 +15,8 @@
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-int kl_cg_tz_kernel(kl_buf_t *b, const char *entry, int rc, kl_kernel_t *out)
+int kl_codegen__tz_kernel(kl_buf_t *b, const char *entry, int rc,
+                          kl_kernel_t *out)
 {
     if (rc) {
         kl_buf_free(b);
@@ -30,7 +31,7 @@ int kl_cg_tz_kernel(kl_buf_t *b, const char *entry, int rc, kl_kernel_t *out)
 }
 
 /* The intrinsic's C: kl_vacc_t, KL_VLOAD/KL_VSTORE/KL_VZERO and kl_dot. */
-void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name)
+void kl_codegen__tz_intrin_macros(kl_buf_t *b, const char *name)
 {
     if (!strcmp(name, "avx512_vnni")) {
         kl_buf_puts(
@@ -91,8 +92,8 @@ void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name)
 
 /* sum over the parts feeding iterator it of loops [0, upto) of the part's
  * value times its stride, as C; the max of that sum into *max. */
-void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
-                        int64_t *max)
+void kl_codegen__tz_iter_expr(const kl_sched_t *s, int it, int upto,
+                              kl_buf_t *b, int64_t *max)
 {
     *max = 0;
     kl_buf_puts(b, "(int64_t)0");
@@ -118,7 +119,8 @@ void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
 
 /* Guards whose every term sits in loops [lo, hi) or the block (at 0) and
  * at least one in [lo, hi): "&& (... < bound)". */
-void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
+void kl_codegen__tz_guards(const kl_sched_t *s, int lo, int hi, int bpos,
+                           kl_buf_t *b)
 {
     for (int g = 0; g < kl_sched_nguards(s); g++) {
         const kl_guard_t *gd = kl_sched_guard(s, g);
@@ -147,7 +149,7 @@ void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
     }
 }
 
-void kl_cg_tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
+void kl_codegen__tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
 {
     if (l->kind == KL_LOOP_PARALLEL && !*par) {
         kl_buf_printf(b, "%s#pragma omp parallel for\n", ind);
@@ -161,13 +163,13 @@ void kl_cg_tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
     strcat(ind, "    ");
 }
 
-void kl_cg_tz_close(kl_buf_t *b, char *ind)
+void kl_codegen__tz_close(kl_buf_t *b, char *ind)
 {
     ind[strlen(ind) - 4] = '\0';
     kl_buf_printf(b, "%s}\n", ind);
 }
 
-void kl_cg_tz_tensor_args(kl_buf_t *b, const kl_workload_t *w)
+void kl_codegen__tz_tensor_args(kl_buf_t *b, const kl_workload_t *w)
 {
     int ot = kl_workload_output(w);
     for (int t = 0; t < w->ntensors; t++) {
@@ -184,7 +186,7 @@ void kl_cg_tz_tensor_args(kl_buf_t *b, const kl_workload_t *w)
 /* ---- convolutions ---- */
 
 /* The iterator of access a's index d (its last with a coefficient). */
-int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a)
+int kl_codegen__tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a)
 {
     int it = -1;
     for (int k = 0; k < w->niters; k++)
@@ -208,7 +210,7 @@ static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
 /* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
  * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
  * with a u8 / s8 output. */
-bool kl_cg_tzc_vec_epi_ok(const conv_t *c)
+bool kl_codegen__tzc_vec_epi_ok(const conv_t *c)
 {
     const kl_workload_t *w = c->w;
     kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
@@ -235,7 +237,7 @@ bool kl_cg_tzc_vec_epi_ok(const conv_t *c)
     return true;
 }
 
-void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
+void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
 {
     const kl_workload_t *w = c->w;
     const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
@@ -243,7 +245,7 @@ void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
     int64_t st = 1;
     for (int d = Y->ndim - 1; d >= 0; d--) {
         kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st,
-                      kl_cg_tzc_iter_of(w, &w->out.idx[d]), (long long)t);
+                      kl_codegen__tzc_iter_of(w, &w->out.idx[d]), (long long)t);
         st *= Y->shape[d];
     }
 }

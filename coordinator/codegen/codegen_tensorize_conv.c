@@ -78,13 +78,13 @@ static void s_tile_setup(kl_buf_t *b, const conv_t *c, int64_t t,
             continue;
         kl_buf_t e = {0};
         int64_t mx;
-        kl_cg_tz_iter_expr(c->s, it, c->hp, &e, &mx);
+        kl_codegen__tz_iter_expr(c->s, it, c->hp, &e, &mx);
         kl_buf_printf(b, "%s    v%d_%lld = %s;\n", ind, it, (long long)t,
                       e.data);
         kl_buf_free(&e);
     }
     kl_buf_t g = {0};
-    kl_cg_tz_guards(c->s, 0, c->hp, c->bpos, &g);
+    kl_codegen__tz_guards(c->s, 0, c->hp, c->bpos, &g);
     kl_buf_printf(b, "%s    ok_%lld = 1%s;\n%s}\n", ind, (long long)t,
                   g.data ? g.data : "", ind);
     kl_buf_free(&g);
@@ -121,7 +121,7 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
             continue;
         kl_buf_t e = {0};
         int64_t mx;
-        kl_cg_tz_iter_expr(c->s, it, c->bpos, &e, &mx);
+        kl_codegen__tz_iter_expr(c->s, it, c->bpos, &e, &mx);
         kl_buf_printf(b, "%sconst int64_t rv%d = %s;\n", ind, it, e.data);
         kl_buf_free(&e);
     }
@@ -129,7 +129,7 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
     kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
     int64_t st = 1;
     for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_cg_tzc_iter_of(w, &c->wa->idx[d]);
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
         if (it == c->tz->it_k || it == c->tz->it_n)
             continue;
         kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
@@ -231,7 +231,7 @@ static void s_prefetch_plan(conv_t *c, int64_t wbytes)
     c->pfg = (int)(hi - lo + 1);
 }
 
-/* The q-op epilogue of tile t on 16 lanes at once (kl_cg_tzc_vec_epi_ok),
+/* The q-op epilogue of tile t on 16 lanes at once (kl_codegen__tzc_vec_epi_ok),
  * exactly what the scalar epilogue computes: the bias added with int32
  * saturation (the scalar adds in int64 and requant clamps to int32 first), the
  * int32 converted to f32 and multiplied by the scale, rounded to nearest even
@@ -319,8 +319,9 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
                   "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
                   ind, u8 ? 0 : -128, u8 ? 255 : 127);
     kl_buf_t yo = {0};
-    kl_cg_tzc_yoff(&yo, c, t);
-    if (keep) /* stored by kl_cg_tzc_tr_store with the tile's other pixels */
+    kl_codegen__tzc_yoff(&yo, c, t);
+    if (keep) /* stored by kl_codegen__tzc_tr_store with the tile's other pixels
+               */
         kl_buf_printf(b, "%s    kl_y%lld = _mm512_cvtepi32_epi8(x);\n%s}\n",
                       ind, T, ind);
     else if (c->fst == 1)
@@ -402,7 +403,7 @@ static int s_tile_store(kl_buf_t *b, const conv_t *c, int64_t t, bool vstore,
                   ind, f);
     char ind2[300];
     snprintf(ind2, sizeof ind2, "%s        ", ind);
-    int rc = kl_cg_int_epilogue(b, w, ind2, err);
+    int rc = kl_codegen__int_epilogue(b, w, ind2, err);
     kl_buf_printf(b, "%s    }\n%s}\n", ind, ind);
     return rc;
 }
@@ -416,7 +417,7 @@ static void s_widx(kl_buf_t *b, const conv_t *c)
     int64_t tst = 1, wst = 1;
     kl_buf_puts(b, "(int64_t)0");
     for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_cg_tzc_iter_of(w, &c->wa->idx[d]);
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
         if (it == c->tz->it_n)
             kl_buf_printf(b, " + f * %lldLL", (long long)wst);
         else if (it == c->tz->it_k)
@@ -501,7 +502,8 @@ static void s_plan_scratch(cgen_t *q)
                    (mx > X->shape[d] - 1 ? mx - (X->shape[d] - 1) : 0);
     }
     int64_t joff;
-    c->rp16 = kl_cg_tzc_repack16(c, kl_cg_tzc_read_step(c, X->ndim - 1, &joff));
+    c->rp16 = kl_codegen__tzc_repack16(
+        c, kl_codegen__tzc_read_step(c, X->ndim - 1, &joff));
     if (c->repack) {
         q->sbytes = c->cpad;
         for (int d = 0; d < X->ndim; d++)
@@ -529,14 +531,14 @@ static void s_plan(cgen_t *q)
     c->fst = 1;
     for (int d = Y->ndim - 1; d >= 0 && !w->out.idx[d].coef[tz->it_n]; d--)
         c->fst *= Y->shape[d];
-    c->lx = kl_cg_tzc_tr_loop(c);
+    c->lx = kl_codegen__tzc_tr_loop(c);
     q->K = w->iters[tz->it_n].extent;
     q->C = X->shape[c->dc];
     q->ntap = kl_tensor_numel(W) / (q->K * q->C);
     kl_buf_t tmp = {0};
     int64_t fmax, cmax;
-    kl_cg_tz_iter_expr(c->s, tz->it_n, c->bpos, &tmp, &fmax);
-    kl_cg_tz_iter_expr(c->s, tz->it_k, c->bpos, &q->ek, &cmax);
+    kl_codegen__tz_iter_expr(c->s, tz->it_n, c->bpos, &tmp, &fmax);
+    kl_codegen__tz_iter_expr(c->s, tz->it_k, c->bpos, &q->ek, &cmax);
     kl_buf_free(&tmp);
     q->np = (fmax / L + 1) * L;
     q->cg = cmax / 4 + 1;
@@ -576,8 +578,8 @@ static void s_emit_head(cgen_t *q)
         "#include <immintrin.h>\n"
         "#include <stdlib.h>\n#include <string.h>\n",
         kv);
-    kl_buf_puts(&q->b, kl_cg_int_prelude());
-    kl_cg_tz_intrin_macros(&q->b, c->in->name);
+    kl_buf_puts(&q->b, kl_codegen__int_prelude());
+    kl_codegen__tz_intrin_macros(&q->b, c->in->name);
     kl_codegen__template(
         &q->b,
         "/* 4 input channels from c0 on, zeros past the last (${C}). */\n"
@@ -590,7 +592,7 @@ static void s_emit_head(cgen_t *q)
         "    return (int32_t)u;\n}\n\n",
         kv);
     if (c->rp16)
-        kl_buf_puts(&q->b, kl_cg_tzc_tr16_src);
+        kl_buf_puts(&q->b, kl_codegen__tzc_tr16_src);
 }
 
 /* ENTRY_prepare: the weights packed, the compensation, the busy flag. */
@@ -658,7 +660,7 @@ static void s_emit_kernel_open(cgen_t *q)
 {
     const conv_t *c = &q->c;
     kl_buf_printf(&q->b, "void %s(void *const *args)\n{\n", q->entry);
-    kl_cg_tz_tensor_args(&q->b, c->w);
+    kl_codegen__tz_tensor_args(&q->b, c->w);
     const kl_codegen__kv_t kv[] = {
         KL_CG_I("nt", c->w->ntensors), KL_CG_I("wbytes", q->wbytes),
         KL_CG_I("row", q->cg * 4), KL_CG_I("za", c->tz->za), KL_CG_END};
@@ -671,7 +673,7 @@ static void s_emit_kernel_open(cgen_t *q)
                          "    memset(kl_zrow, ${za}, sizeof kl_zrow);\n",
                          kv);
     if (c->repack)
-        kl_cg_tzc_repack(&q->b, c, q->wbytes + q->cbytes, q->sbytes - 64);
+        kl_codegen__tzc_repack(&q->b, c, q->wbytes + q->cbytes, q->sbytes - 64);
 }
 
 /* The block: the weight prefetches, one intrinsic call per accumulator. */
@@ -680,7 +682,7 @@ static void s_emit_block(cgen_t *q, const char *ind)
     const conv_t *c = &q->c;
     int L = c->in->lanes;
     kl_buf_t g = {0};
-    kl_cg_tz_guards(c->s, c->hp, c->bpos, c->bpos, &g);
+    kl_codegen__tz_guards(c->s, c->hp, c->bpos, c->bpos, &g);
     kl_buf_printf(&q->b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind,
                   q->ek.data, ind, g.data ? g.data : "");
     kl_buf_free(&g);
@@ -708,7 +710,7 @@ static int s_emit_stores(cgen_t *q, const char *ind, char *err)
                   w->tensors[kl_workload_output(w)].dtype == KL_DT_S32 &&
                   c->fst == 1;
     int rc = KL_OK;
-    bool vepi = kl_cg_tzc_vec_epi_ok(c);
+    bool vepi = kl_codegen__tzc_vec_epi_ok(c);
     if (c->lx >= 0)
         for (int64_t t = 0; t < c->ntile; t++)
             kl_buf_printf(&q->b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
@@ -719,7 +721,7 @@ static int s_emit_stores(cgen_t *q, const char *ind, char *err)
         else
             rc = s_tile_store(&q->b, c, t, vstore, ind, err);
     if (c->lx >= 0)
-        kl_cg_tzc_tr_store(&q->b, c, ind);
+        kl_codegen__tzc_tr_store(&q->b, c, ind);
     return rc;
 }
 
@@ -731,20 +733,20 @@ static int s_emit_nest(cgen_t *q, char *err)
     char ind[256] = "    ";
     bool par = false;
     for (int p = 0; p < c->tp; p++)
-        kl_cg_tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
     for (int64_t t = 0; t < c->ntile; t++)
         s_tile_setup(&q->b, c, t, ind);
     for (int p = c->hp; p < c->cp; p++)
-        kl_cg_tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
     s_tap_setup(&q->b, c, q->ntap, q->cg, ind);
     for (int p = c->cp; p < c->bpos; p++)
-        kl_cg_tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
     s_emit_block(q, ind);
     for (int p = c->bpos - 1; p >= c->hp; p--)
-        kl_cg_tz_close(&q->b, ind);
+        kl_codegen__tz_close(&q->b, ind);
     int rc = s_emit_stores(q, ind, err);
     for (int p = c->tp - 1; p >= 0; p--)
-        kl_cg_tz_close(&q->b, ind);
+        kl_codegen__tz_close(&q->b, ind);
     return rc;
 }
 
@@ -773,5 +775,5 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     kl_buf_free(&q->ek);
     kl_buf_t b = q->b;
     free(q);
-    return kl_cg_tz_kernel(&b, entry, rc, out);
+    return kl_codegen__tz_kernel(&b, entry, rc, out);
 }

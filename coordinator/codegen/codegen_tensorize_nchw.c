@@ -16,20 +16,20 @@
  * along the output row (one tile loop over Y's last index, step 1) by
  * channel blocks (the other tile loops feed f alone) and the blocks are
  * whole, the vector epilogue keeps each pixel's 16 codes (kl_y<t>) and
- * kl_cg_tzc_tr_store transposes every 8 pixels of a block (unpacks of 8, 16 and
- * 32 bits: 16 channels x 8 codes) and writes each channel's codes along
+ * kl_codegen__tzc_tr_store transposes every 8 pixels of a block (unpacks of 8,
+ * 16 and 32 bits: 16 channels x 8 codes) and writes each channel's codes along
  * the row with one masked store (the pixels whose ok_ holds).
  * Returns the tile loop's position over the pixels, or -1. */
-int kl_cg_tzc_tr_loop(const conv_t *c)
+int kl_codegen__tzc_tr_loop(const conv_t *c)
 {
     const kl_workload_t *w = c->w;
     const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
     int64_t K = w->iters[c->tz->it_n].extent;
     if (!c->repack || c->fst == 1 || K % 16 || c->in->lanes != 16 ||
-        !kl_cg_tzc_vec_epi_ok(c))
+        !kl_codegen__tzc_vec_epi_ok(c))
         return -1;
     const kl_affine_t *ya = &w->out.idx[Y->ndim - 1];
-    int itx = kl_cg_tzc_iter_of(w, ya);
+    int itx = kl_codegen__tzc_iter_of(w, ya);
     if (itx < 0 || ya->coef[itx] != 1 || ya->div > 1)
         return -1;
     for (int it = 0; it < w->niters; it++)
@@ -56,7 +56,7 @@ static int64_t s_tile_val(const conv_t *c, int64_t t, int q)
     return t % kl_sched_loop(c->s, q)->extent;
 }
 
-void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
+void kl_codegen__tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
 {
     const kl_workload_t *w = c->w;
     int ot = kl_workload_output(w), lx = c->lx;
@@ -110,7 +110,7 @@ void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
                 "_mm_unpackhi_epi32(b3, b7)};\n",
                 ind, ind, ind);
             kl_buf_t yo = {0};
-            kl_cg_tzc_yoff(&yo, c, tt[p0]);
+            kl_codegen__tzc_yoff(&yo, c, tt[p0]);
             kl_buf_printf(b,
                           "%s    %s *yp = t%d + %s;\n"
                           "%s    if (mk)\n"
@@ -141,7 +141,7 @@ void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
  * multiple of the returned step: the gcd of the index's coefficients (of
  * iterators with more than one value). 1x1 stride 2: every other row and
  * column, which the repack then skips (they are never read). */
-int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off)
+int64_t kl_codegen__tzc_read_step(const conv_t *c, int d, int64_t *off)
 {
     const kl_workload_t *w = c->w;
     const kl_affine_t *a = &c->xa->idx[d];
@@ -167,7 +167,7 @@ int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off)
  * and rows of 16 points or more (ResNet-18's 14- and 7-point rows measured
  * 0-4% slower that way, through a zero-filled copy, than 4 channels a
  * store). */
-bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg)
+bool kl_codegen__tzc_repack16(const conv_t *c, int64_t jg)
 {
     const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
     return c->repack && jg == 1 && X->shape[c->dc] % 16 == 0 &&
@@ -176,7 +176,7 @@ bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg)
 
 /* A 16x16 byte transpose: r[k] (16 points of channel k) becomes r[p] (the
  * 16 channels of point p). Unpacks of 8, 16, 32 and 64 bits. */
-const char kl_cg_tzc_tr16_src[] =
+const char kl_codegen__tzc_tr16_src[] =
     "static inline void kl_tr16(__m128i r[16])\n"
     "{\n"
     "    __m128i s1[16], s2[16], s3[16];\n"
@@ -204,7 +204,8 @@ const char kl_cg_tzc_tr16_src[] =
     "    }\n"
     "}\n\n";
 
-void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
+void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
+                            int64_t sb)
 {
     const kl_workload_t *w = c->w;
     const kl_tensor_t *X = &w->tensors[c->xa->tensor];
@@ -240,7 +241,7 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
     for (int d = dl - 1; d >= 0; d--) {
         if (d == c->dc)
             continue;
-        int64_t off, g = kl_cg_tzc_read_step(c, d, &off);
+        int64_t off, g = kl_codegen__tzc_read_step(c, d, &off);
         kl_buf_printf(b,
                       "        { int64_t i = rem %% %lld - %lld; rem /= %lld; "
                       "in_ &= i >= 0 && i < %lld; xo += i * %lldLL;",
@@ -256,7 +257,7 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
     }
     if (skip)
         kl_buf_puts(b, "        if (!rd_)\n            continue;\n");
-    int64_t joff, jg = kl_cg_tzc_read_step(c, dl, &joff);
+    int64_t joff, jg = kl_codegen__tzc_read_step(c, dl, &joff);
     long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
     long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
     kl_buf_printf(
