@@ -146,6 +146,72 @@ static void s_store_acc(cg_t *g, int64_t k, bool epi)
 
 static void s_emit_loop(cg_t *g, int pos);
 
+/* Accumulator k loaded from the output (a reduction resumed: not its
+ * first iteration), behind the spatial guards. */
+static void s_acc_load(cg_t *g, int64_t k, const char *on)
+{
+    kl_buf_t gd = {0}, idx = {0};
+    kl_codegen__guards(g, true, false, &gd);
+    kl_codegen__access_index(g, &g->w->out, 0, false, &idx);
+    cg_lin_t ol;
+    bool lin = kl_codegen__access_lin(g, &g->w->out, false, &ol);
+    if (gd.len) {
+        kl_codegen__c_line(g, "if (%s) {", gd.data);
+        g->ind++;
+    }
+    if (g->lanes > 1 && lin && kl_codegen__lin_vcoef(g, &ol) == 1)
+        kl_codegen__c_line(g, "acc%lld = kl_ld%d(&%s[%s]);", (long long)k,
+                           g->lanes, on, idx.data);
+    else if (g->lanes == 1)
+        kl_codegen__c_line(g, "acc%lld = %s[%s];", (long long)k, on, idx.data);
+    else
+        for (int e = 0; e < g->lanes; e++) {
+            kl_buf_t ie = {0};
+            kl_codegen__access_index(g, &g->w->out, e, false, &ie);
+            kl_codegen__c_line(g, "acc%lld[%d] = %s[%s];", (long long)k, e, on,
+                               ie.data);
+            kl_buf_free(&ie);
+        }
+    if (gd.len) {
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    }
+    kl_buf_free(&gd);
+    kl_buf_free(&idx);
+}
+
+/* Accumulator k stored behind the spatial guards, through the epilogue
+ * when epi and the reduction is at its last iteration (last). */
+static void s_acc_store(cg_t *g, int64_t k, bool epi, const kl_buf_t *last)
+{
+    kl_buf_t gd = {0};
+    kl_codegen__guards(g, true, false, &gd);
+    if (gd.len) {
+        kl_codegen__c_line(g, "if (%s) {", gd.data);
+        g->ind++;
+    }
+    if (epi && last->len) {
+        kl_codegen__c_line(g, "if (%s) {", last->data);
+        g->ind++;
+        s_store_acc(g, k, true);
+        g->ind--;
+        kl_codegen__c_line(g, "} else {");
+        g->ind++;
+        s_store_acc(g, k, false);
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    } else {
+        s_store_acc(g, k, epi);
+    }
+    if (gd.len) {
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    }
+    kl_buf_free(&gd);
+}
+
+/* The write cache at pos: its accumulators set to the identity (or loaded
+ * when the reduction resumes), the loops below, then the stores. */
 static void s_emit_acc_region(cg_t *g, int pos)
 {
     char vt[16];
@@ -168,37 +234,8 @@ static void s_emit_acc_region(cg_t *g, int pos)
         g->ind++;
         memset(st, 0, sizeof st);
         for (int64_t k = s_acc_combo(g, st, true); k >= 0;
-             k = s_acc_combo(g, st, false)) {
-            kl_buf_t gd = {0}, idx = {0};
-            kl_codegen__guards(g, true, false, &gd);
-            kl_codegen__access_index(g, &g->w->out, 0, false, &idx);
-            cg_lin_t ol;
-            bool lin = kl_codegen__access_lin(g, &g->w->out, false, &ol);
-            if (gd.len) {
-                kl_codegen__c_line(g, "if (%s) {", gd.data);
-                g->ind++;
-            }
-            if (g->lanes > 1 && lin && kl_codegen__lin_vcoef(g, &ol) == 1)
-                kl_codegen__c_line(g, "acc%lld = kl_ld%d(&%s[%s]);",
-                                   (long long)k, g->lanes, on, idx.data);
-            else if (g->lanes == 1)
-                kl_codegen__c_line(g, "acc%lld = %s[%s];", (long long)k, on,
-                                   idx.data);
-            else
-                for (int e = 0; e < g->lanes; e++) {
-                    kl_buf_t ie = {0};
-                    kl_codegen__access_index(g, &g->w->out, e, false, &ie);
-                    kl_codegen__c_line(g, "acc%lld[%d] = %s[%s];", (long long)k,
-                                       e, on, ie.data);
-                    kl_buf_free(&ie);
-                }
-            if (gd.len) {
-                g->ind--;
-                kl_codegen__c_line(g, "}");
-            }
-            kl_buf_free(&gd);
-            kl_buf_free(&idx);
-        }
+             k = s_acc_combo(g, st, false))
+            s_acc_load(g, k, on);
         g->ind--;
         kl_codegen__c_line(g, "}");
     }
@@ -210,32 +247,8 @@ static void s_emit_acc_region(cg_t *g, int pos)
     memset(st, 0, sizeof st);
     bool epi = g->w->nepi > 0 || s_max(g);
     for (int64_t k = s_acc_combo(g, st, true); k >= 0;
-         k = s_acc_combo(g, st, false)) {
-        kl_buf_t gd = {0};
-        kl_codegen__guards(g, true, false, &gd);
-        if (gd.len) {
-            kl_codegen__c_line(g, "if (%s) {", gd.data);
-            g->ind++;
-        }
-        if (epi && last.len) {
-            kl_codegen__c_line(g, "if (%s) {", last.data);
-            g->ind++;
-            s_store_acc(g, k, true);
-            g->ind--;
-            kl_codegen__c_line(g, "} else {");
-            g->ind++;
-            s_store_acc(g, k, false);
-            g->ind--;
-            kl_codegen__c_line(g, "}");
-        } else {
-            s_store_acc(g, k, epi);
-        }
-        if (gd.len) {
-            g->ind--;
-            kl_codegen__c_line(g, "}");
-        }
-        kl_buf_free(&gd);
-    }
+         k = s_acc_combo(g, st, false))
+        s_acc_store(g, k, epi, &last);
     for (int i = 0; i < g->nacc_pos; i++)
         kl_codegen__unset_loop(g, g->acc_pos[i]);
     kl_buf_free(&first);

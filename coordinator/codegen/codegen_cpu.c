@@ -9,17 +9,9 @@
 #include "cg_priv.h"
 #include "kl_err.h"
 
-/* The loops, symbols, stages and packed tensors of s, checked for a C
- * kernel: 0, or the kl_codegen__c_fail code. */
-static int s_setup(cg_t *g)
+/* The loops as symbols (checked for a CPU nest): 0, or the failure. */
+static int s_setup_loops(cg_t *g)
 {
-    g->n = kl_sched_nloops(g->s);
-    g->vpos = -1;
-    g->wc_pos = -2;
-    g->lanes = 1;
-    g->lanes_on = true;
-    for (int t = 0; t < KL_IR_MAX_TENSORS; t++)
-        g->pack_pos[t] = -2;
     for (int p = 0; p < g->n; p++) {
         const kl_loop_t *l = kl_sched_loop(g->s, p);
         g->L[p] = l;
@@ -56,18 +48,13 @@ static int s_setup(cg_t *g)
         }
         g->nsym += l->nparts;
     }
-    for (int i = 0; i < kl_sched_nguards(g->s); i++)
-        g->it_guarded[kl_sched_guard(g->s, i)->iter] = true;
-    if (g->vpos >= 0) {
-        const kl_loop_t *v = g->L[g->vpos];
-        if (!g->it_guarded[v->parts[0].iter]) {
-            for (int W = g->t->vec_lanes; W >= 4; W /= 2)
-                if (v->extent % W == 0) {
-                    g->lanes = W;
-                    break;
-                }
-        }
-    }
+    return KL_OK;
+}
+
+/* The stages: the write cache's position and the spatial loops below it,
+ * each packed tensor's attach position. 0, or the failure. */
+static int s_setup_stages(cg_t *g)
+{
     for (int i = 0; i < kl_sched_nstages(g->s); i++) {
         const kl_stage_t *st = kl_sched_stage(g->s, i);
         int ap = kl_sched_stage_attach_pos(g->s, st);
@@ -98,6 +85,35 @@ static int s_setup(cg_t *g)
         }
     }
     return KL_OK;
+}
+
+/* The loops, symbols, stages and packed tensors of s, checked for a C
+ * kernel: 0, or the kl_codegen__c_fail code. */
+static int s_setup(cg_t *g)
+{
+    g->n = kl_sched_nloops(g->s);
+    g->vpos = -1;
+    g->wc_pos = -2;
+    g->lanes = 1;
+    g->lanes_on = true;
+    for (int t = 0; t < KL_IR_MAX_TENSORS; t++)
+        g->pack_pos[t] = -2;
+    int rc = s_setup_loops(g);
+    if (rc)
+        return rc;
+    for (int i = 0; i < kl_sched_nguards(g->s); i++)
+        g->it_guarded[kl_sched_guard(g->s, i)->iter] = true;
+    if (g->vpos >= 0) {
+        const kl_loop_t *v = g->L[g->vpos];
+        if (!g->it_guarded[v->parts[0].iter]) {
+            for (int W = g->t->vec_lanes; W >= 4; W /= 2)
+                if (v->extent % W == 0) {
+                    g->lanes = W;
+                    break;
+                }
+        }
+    }
+    return s_setup_stages(g);
 }
 
 void kl_kernel_free(kl_kernel_t *k)

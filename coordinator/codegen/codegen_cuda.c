@@ -688,6 +688,7 @@ static void s_finish(g_t *g, const char *entry, kl_kernel_t *out)
     }
     out->shared_bytes = g->p.smem_dynamic ? g->p.smem_bytes : 0;
 }
+
 int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
                     const char *entry, kl_kernel_t *out, char *err)
 {

@@ -271,6 +271,53 @@ static const char *s_binop(kl_expr_kind k)
     }
 }
 
+/* A read of the body at lane (lane < 0: the whole vector, when it is
+ * one); true when the text is a vector. */
+static bool s_load(cg_t *g, const kl_access_t *a, int lane, kl_buf_t *out)
+{
+    if (lane >= 0) {
+        s_load_scalar(g, a, lane, out);
+        return false;
+    }
+    bool contig, edge;
+    if (!s_load_shape(g, a, &contig, &edge)) {
+        s_load_scalar(g, a, 0, out);
+        return false;
+    }
+    const char *name = g->w->tensors[a->tensor].name;
+    kl_buf_t idx = {0}, chk = {0};
+    if (s_packed(g, a->tensor)) {
+        cg_lin_t l;
+        kl_codegen__pack_lin(g, a, &l);
+        kl_codegen__lin_print(g, &l, 0, &idx);
+        kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
+    } else if (edge) {
+        kl_buf_t last = {0};
+        kl_codegen__access_index(g, a, 0, g->in_acc, &idx);
+        kl_codegen__access_check(g, a, 0, g->in_acc, &chk);
+        kl_codegen__access_check(g, a, g->lanes - 1, g->in_acc, &last);
+        kl_buf_printf(out, "((%s && %s) ? kl_ld%d(&%s[%s]) : (kl_v%d){",
+                      chk.data, last.data, g->lanes, name, idx.data, g->lanes);
+        for (int l = 0; l < g->lanes; l++) {
+            kl_buf_puts(out, l ? ", " : "");
+            s_load_scalar(g, a, l, out);
+        }
+        kl_buf_puts(out, "})");
+        kl_buf_free(&last);
+    } else {
+        kl_codegen__access_index(g, a, 0, g->in_acc, &idx);
+        kl_codegen__access_check(g, a, 0, g->in_acc, &chk);
+        if (chk.len)
+            kl_buf_printf(out, "(%s ? kl_ld%d(&%s[%s]) : kl_bc%d(0.0f))",
+                          chk.data, g->lanes, name, idx.data, g->lanes);
+        else
+            kl_buf_printf(out, "kl_ld%d(&%s[%s])", g->lanes, name, idx.data);
+    }
+    kl_buf_free(&idx);
+    kl_buf_free(&chk);
+    return true;
+}
+
 /* Emits e; returns whether the text is a vector. lane >= 0: scalar at that
  * lane; lane < 0: vector mode. */
 static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
@@ -279,52 +326,8 @@ static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
     case KL_EX_CONST:
         kl_buf_printf(out, "((float)%.17g)", e->value);
         return false;
-    case KL_EX_LOAD: {
-        if (lane >= 0) {
-            s_load_scalar(g, &e->access, lane, out);
-            return false;
-        }
-        bool contig, edge;
-        if (!s_load_shape(g, &e->access, &contig, &edge)) {
-            s_load_scalar(g, &e->access, 0, out);
-            return false;
-        }
-        const char *name = g->w->tensors[e->access.tensor].name;
-        kl_buf_t idx = {0}, chk = {0};
-        if (s_packed(g, e->access.tensor)) {
-            cg_lin_t l;
-            kl_codegen__pack_lin(g, &e->access, &l);
-            kl_codegen__lin_print(g, &l, 0, &idx);
-            kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
-        } else if (edge) {
-            kl_buf_t last = {0};
-            kl_codegen__access_index(g, &e->access, 0, g->in_acc, &idx);
-            kl_codegen__access_check(g, &e->access, 0, g->in_acc, &chk);
-            kl_codegen__access_check(g, &e->access, g->lanes - 1, g->in_acc,
-                                     &last);
-            kl_buf_printf(out, "((%s && %s) ? kl_ld%d(&%s[%s]) : (kl_v%d){",
-                          chk.data, last.data, g->lanes, name, idx.data,
-                          g->lanes);
-            for (int l = 0; l < g->lanes; l++) {
-                kl_buf_puts(out, l ? ", " : "");
-                s_load_scalar(g, &e->access, l, out);
-            }
-            kl_buf_puts(out, "})");
-            kl_buf_free(&last);
-        } else {
-            kl_codegen__access_index(g, &e->access, 0, g->in_acc, &idx);
-            kl_codegen__access_check(g, &e->access, 0, g->in_acc, &chk);
-            if (chk.len)
-                kl_buf_printf(out, "(%s ? kl_ld%d(&%s[%s]) : kl_bc%d(0.0f))",
-                              chk.data, g->lanes, name, idx.data, g->lanes);
-            else
-                kl_buf_printf(out, "kl_ld%d(&%s[%s])", g->lanes, name,
-                              idx.data);
-        }
-        kl_buf_free(&idx);
-        kl_buf_free(&chk);
-        return true;
-    }
+    case KL_EX_LOAD:
+        return s_load(g, &e->access, lane, out);
     case KL_EX_NEG: {
         kl_buf_puts(out, "(-");
         bool v = s_expr(g, e->a, lane, out);

@@ -231,97 +231,79 @@ static void s_prefetch_plan(conv_t *c, int64_t wbytes)
     c->pfg = (int)(hi - lo + 1);
 }
 
-/* The q-op epilogue of tile t on 16 lanes at once (kl_codegen__tzc_vec_epi_ok),
- * exactly what the scalar epilogue computes: the bias added with int32
- * saturation (the scalar adds in int64 and requant clamps to int32 first), the
- * int32 converted to f32 and multiplied by the scale, rounded to nearest even
- * (nearbyintf), clamped to +-65536 (beyond that, whatever the zero point in
- * -255..255 and the clips, the u8 / s8 store saturates the same way), the
- * zero point added, the clips, the output range, and a masked byte store
- * (vpmovdb) of the lanes below K. */
-static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
-                             const char *ind)
+/* One operation of the vector epilogue on x (the lanes of mask m). */
+static void s_vec_epi_op(kl_buf_t *b, const conv_t *c, const kl_epilogue_t *ep,
+                         int64_t t, const char *ind)
+{
+    int f = c->tz->it_n;
+    long long T = (long long)t;
+    switch ((int)ep->kind) {
+    case KL_EPI_ADD_TENSOR:
+        kl_buf_printf(
+            b,
+            "%s    {\n%s        const __m512i bv = "
+            "_mm512_maskz_loadu_epi32(m, t%d + v%d_%lld);\n"
+            "%s        const __m512i s = _mm512_add_epi32(x, bv);\n"
+            "%s        const __mmask16 o = _mm512_cmplt_epi32_mask("
+            "_mm512_and_si512(_mm512_xor_si512(x, s), "
+            "_mm512_xor_si512(bv, s)), _mm512_setzero_si512());\n"
+            "%s        x = _mm512_mask_mov_epi32(s, o, _mm512_xor_si512("
+            "_mm512_srai_epi32(x, 31), _mm512_set1_epi32(INT32_MAX)));"
+            "\n%s    }\n",
+            ind, ind, ep->access.tensor, f, T, ind, ind, ind, ind);
+        break;
+    case KL_EPI_REQUANT:
+    case KL_EPI_REQUANT_TENSOR:
+        kl_buf_printf(b, "%s    {\n%s        const __m512 sv = ", ind, ind);
+        if (ep->kind == KL_EPI_REQUANT)
+            kl_buf_printf(b, "_mm512_set1_ps((float)%.17g);\n", ep->lo);
+        else
+            kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + v%d_%lld);\n",
+                          ep->access.tensor, f, T);
+        kl_buf_printf(
+            b,
+            "%s        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(x), "
+            "sv);\n"
+            "%s        r = _mm512_roundscale_ps(r, "
+            "_MM_FROUND_TO_NEAREST_INT "
+            "| _MM_FROUND_NO_EXC);\n"
+            "%s        r = _mm512_min_ps(_mm512_max_ps(r, "
+            "_mm512_set1_ps(-65536.0f)), _mm512_set1_ps(65536.0f));\n"
+            "%s        x = _mm512_add_epi32(_mm512_cvttps_epi32(r), "
+            "_mm512_set1_epi32(%lld));\n%s    }\n",
+            ind, ind, ind, ind, (long long)ep->zp, ind);
+        break;
+    case KL_EPI_RELU:
+        kl_buf_printf(b,
+                      "%s    x = _mm512_max_epi32(x, "
+                      "_mm512_setzero_si512());\n",
+                      ind);
+        break;
+    default: /* KL_EPI_CLIP */
+        kl_buf_printf(b,
+                      "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                      "_mm512_set1_epi32(%lld)), _mm512_set1_epi32(%lld));"
+                      "\n",
+                      ind, (long long)ep->lo, (long long)ep->hi);
+        break;
+    }
+}
+
+/* x stored into Y: kept for the transposed store, or a masked byte store
+ * (NHWC), or the lanes at the channel stride (NCHW). */
+static void s_vec_store(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
+                        const char *ind)
 {
     const kl_workload_t *w = c->w;
     int ot = kl_workload_output(w), f = c->tz->it_n;
     const kl_tensor_t *Y = &w->tensors[ot];
     int64_t K = w->iters[f].extent;
     long long T = (long long)t;
-    kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, T);
-    if (K % 16)
-        kl_buf_printf(b,
-                      "%s    const __mmask16 m = v%d_%lld + 16 <= %lld ? "
-                      "(__mmask16)0xffff : (__mmask16)((1u << (%lld - "
-                      "v%d_%lld)) - 1u);\n",
-                      ind, f, T, (long long)K, (long long)K, f, T);
-    else
-        kl_buf_printf(b, "%s    const __mmask16 m = (__mmask16)0xffff;\n", ind);
-    kl_buf_printf(b,
-                  "%s    __m512i x = _mm512_sub_epi32(c_%lld, "
-                  "_mm512_maskz_loadu_epi32(m, comp + v%d_%lld));\n",
-                  ind, T, f, T);
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
-        switch ((int)ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-            kl_buf_printf(
-                b,
-                "%s    {\n%s        const __m512i bv = "
-                "_mm512_maskz_loadu_epi32(m, t%d + v%d_%lld);\n"
-                "%s        const __m512i s = _mm512_add_epi32(x, bv);\n"
-                "%s        const __mmask16 o = _mm512_cmplt_epi32_mask("
-                "_mm512_and_si512(_mm512_xor_si512(x, s), "
-                "_mm512_xor_si512(bv, s)), _mm512_setzero_si512());\n"
-                "%s        x = _mm512_mask_mov_epi32(s, o, _mm512_xor_si512("
-                "_mm512_srai_epi32(x, 31), _mm512_set1_epi32(INT32_MAX)));"
-                "\n%s    }\n",
-                ind, ind, ep->access.tensor, f, T, ind, ind, ind, ind);
-            break;
-        case KL_EPI_REQUANT:
-        case KL_EPI_REQUANT_TENSOR:
-            kl_buf_printf(b, "%s    {\n%s        const __m512 sv = ", ind, ind);
-            if (ep->kind == KL_EPI_REQUANT)
-                kl_buf_printf(b, "_mm512_set1_ps((float)%.17g);\n", ep->lo);
-            else
-                kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + v%d_%lld);\n",
-                              ep->access.tensor, f, T);
-            kl_buf_printf(
-                b,
-                "%s        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(x), "
-                "sv);\n"
-                "%s        r = _mm512_roundscale_ps(r, "
-                "_MM_FROUND_TO_NEAREST_INT "
-                "| _MM_FROUND_NO_EXC);\n"
-                "%s        r = _mm512_min_ps(_mm512_max_ps(r, "
-                "_mm512_set1_ps(-65536.0f)), _mm512_set1_ps(65536.0f));\n"
-                "%s        x = _mm512_add_epi32(_mm512_cvttps_epi32(r), "
-                "_mm512_set1_epi32(%lld));\n%s    }\n",
-                ind, ind, ind, ind, (long long)ep->zp, ind);
-            break;
-        case KL_EPI_RELU:
-            kl_buf_printf(b,
-                          "%s    x = _mm512_max_epi32(x, "
-                          "_mm512_setzero_si512());\n",
-                          ind);
-            break;
-        default: /* KL_EPI_CLIP */
-            kl_buf_printf(b,
-                          "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
-                          "_mm512_set1_epi32(%lld)), _mm512_set1_epi32(%lld));"
-                          "\n",
-                          ind, (long long)ep->lo, (long long)ep->hi);
-            break;
-        }
-    }
-    bool u8 = Y->dtype == KL_DT_U8;
-    kl_buf_printf(b,
-                  "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
-                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
-                  ind, u8 ? 0 : -128, u8 ? 255 : 127);
     kl_buf_t yo = {0};
     kl_codegen__tzc_yoff(&yo, c, t);
-    if (keep) /* stored by kl_codegen__tzc_tr_store with the tile's other pixels
-               */
+    /* keep: stored by kl_codegen__tzc_tr_store with the tile's other
+     * pixels. */
+    if (keep)
         kl_buf_printf(b, "%s    kl_y%lld = _mm512_cvtepi32_epi8(x);\n%s}\n",
                       ind, T, ind);
     else if (c->fst == 1)
@@ -352,6 +334,45 @@ static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
             (long long)K, ind, (long long)c->fst, kl_dtype_ctype(Y->dtype),
             ind);
     kl_buf_free(&yo);
+}
+
+/* The q-op epilogue of tile t on 16 lanes at once (kl_codegen__tzc_vec_epi_ok),
+ * exactly what the scalar epilogue computes: the bias added with int32
+ * saturation (the scalar adds in int64 and requant clamps to int32 first), the
+ * int32 converted to f32 and multiplied by the scale, rounded to nearest even
+ * (nearbyintf), clamped to +-65536 (beyond that, whatever the zero point in
+ * -255..255 and the clips, the u8 / s8 store saturates the same way), the
+ * zero point added, the clips, the output range, and a masked byte store
+ * (vpmovdb) of the lanes below K. */
+static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
+                             const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    int ot = kl_workload_output(w), f = c->tz->it_n;
+    const kl_tensor_t *Y = &w->tensors[ot];
+    int64_t K = w->iters[f].extent;
+    long long T = (long long)t;
+    kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, T);
+    if (K % 16)
+        kl_buf_printf(b,
+                      "%s    const __mmask16 m = v%d_%lld + 16 <= %lld ? "
+                      "(__mmask16)0xffff : (__mmask16)((1u << (%lld - "
+                      "v%d_%lld)) - 1u);\n",
+                      ind, f, T, (long long)K, (long long)K, f, T);
+    else
+        kl_buf_printf(b, "%s    const __mmask16 m = (__mmask16)0xffff;\n", ind);
+    kl_buf_printf(b,
+                  "%s    __m512i x = _mm512_sub_epi32(c_%lld, "
+                  "_mm512_maskz_loadu_epi32(m, comp + v%d_%lld));\n",
+                  ind, T, f, T);
+    for (int i = 0; i < w->nepi; i++)
+        s_vec_epi_op(b, c, &w->epi[i], t, ind);
+    bool u8 = Y->dtype == KL_DT_U8;
+    kl_buf_printf(b,
+                  "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
+                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
+                  ind, u8 ? 0 : -128, u8 ? 255 : 127);
+    s_vec_store(b, c, t, keep, ind);
 }
 
 /* The finished accumulator of tile t: one vector store of acc - comp when

@@ -204,19 +204,15 @@ const char kl_codegen__tzc_tr16_src[] =
     "    }\n"
     "}\n\n";
 
-void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
-                            int64_t sb)
+/* The scratch claimed (its busy flag, or a fresh allocation when another
+ * call holds it), the za line, and the parallel loop over its rows. */
+static void s_repack_open(kl_buf_t *b, const conv_t *c, int64_t foff,
+                          int64_t sb)
 {
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *X = &w->tensors[c->xa->tensor];
-    int dl = X->ndim - 1, xt = c->xa->tensor;
-    long long za = (long long)c->tz->za, cp = (long long)c->cpad;
-    int64_t xst[KL_IR_MAX_DIMS], rows = 1;
-    int64_t st = 1;
-    for (int d = X->ndim - 1; d >= 0; d--) {
-        xst[d] = st;
-        st *= X->shape[d];
-    }
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    long long za = (long long)c->tz->za;
+    int64_t rows = 1;
     for (int d = 0; d < dl; d++)
         rows *= d == c->dc ? 1 : c->sh[d];
     kl_buf_printf(
@@ -234,9 +230,18 @@ void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
         "        uint8_t *d = kl_scr + row * %lldLL;\n"
         "        int64_t rem = row, xo = 0;\n        int in_ = 1, rd_ = 1;\n"
         "        (void)rd_;\n",
-        w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
+        c->w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
         (long long)X->shape[dl], za, (long long)rows,
         (long long)(c->sh[dl] * c->cpad));
+}
+
+/* The row's point in X from its index in the scratch (in_: inside X;
+ * rd_: read by some tap), then its padding, or all za outside X. */
+static void s_repack_row(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    long long za = (long long)c->tz->za, cp = (long long)c->cpad;
     bool skip = false;
     for (int d = dl - 1; d >= 0; d--) {
         if (d == c->dc)
@@ -257,9 +262,7 @@ void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
     }
     if (skip)
         kl_buf_puts(b, "        if (!rd_)\n            continue;\n");
-    int64_t joff, jg = kl_codegen__tzc_read_step(c, dl, &joff);
     long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
-    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
     kl_buf_printf(
         b,
         "        if (!in_) {\n"
@@ -268,31 +271,49 @@ void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
         "        memset(d + %lld, %lld, %lld);\n",
         za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
         (long long)(c->sh[dl] - lo - n) * cp);
-    if (c->rp16) {
-        /* 16 channels x 16 points a step: 16 loads along the planes'
-         * rows, a 16x16 byte transpose (kl_tr16), 16 stores of a point's
-         * 16 channels; the last step of a row overlaps the one before */
-        kl_buf_printf(
-            b,
-            "        for (int64_t c16 = 0; c16 < %lld; c16++) {\n"
-            "            const uint8_t *src = t%d + xo + c16 * %lldLL;\n"
-            "            uint8_t *dst = d + %lld + c16 * 16;\n"
-            "            for (int64_t j0 = 0; j0 < %lld; j0 += 16) {\n"
-            "                const int64_t j = j0 + 16 <= %lld ? j0 : %lld;\n"
-            "                __m128i r[16];\n"
-            "                for (int k = 0; k < 16; k++)\n"
-            "                    r[k] = _mm_loadu_si128((const __m128i *)(src "
-            "+ k * %lldLL + j));\n"
-            "                kl_tr16(r);\n"
-            "                for (int64_t p = 0; p < 16; p++)\n"
-            "                    _mm_storeu_si128((__m128i *)(dst + (j + p) * "
-            "%lldLL), r[p]);\n"
-            "            }\n        }\n    }\n",
-            C / 16, xt, 16 * cst, lo * cp, n, n, n - 16, cst, cp);
-        return;
-    }
-    /* 4 channels a store: a group's 4 planes read along the row, one
-     * 32-bit store per point (channels past C read the za line) */
+}
+
+/* 16 channels x 16 points a step: 16 loads along the planes' rows, a
+ * 16x16 byte transpose (kl_tr16), 16 stores of a point's 16 channels;
+ * the last step of a row overlaps the one before. */
+static void s_repack_copy16(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    int xt = c->xa->tensor;
+    long long cp = (long long)c->cpad;
+    long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
+    kl_buf_printf(
+        b,
+        "        for (int64_t c16 = 0; c16 < %lld; c16++) {\n"
+        "            const uint8_t *src = t%d + xo + c16 * %lldLL;\n"
+        "            uint8_t *dst = d + %lld + c16 * 16;\n"
+        "            for (int64_t j0 = 0; j0 < %lld; j0 += 16) {\n"
+        "                const int64_t j = j0 + 16 <= %lld ? j0 : %lld;\n"
+        "                __m128i r[16];\n"
+        "                for (int k = 0; k < 16; k++)\n"
+        "                    r[k] = _mm_loadu_si128((const __m128i *)(src "
+        "+ k * %lldLL + j));\n"
+        "                kl_tr16(r);\n"
+        "                for (int64_t p = 0; p < 16; p++)\n"
+        "                    _mm_storeu_si128((__m128i *)(dst + (j + p) * "
+        "%lldLL), r[p]);\n"
+        "            }\n        }\n    }\n",
+        C / 16, xt, 16 * cst, lo * cp, n, n, n - 16, cst, cp);
+}
+
+/* 4 channels a store: a group's 4 planes read along the row, one 32-bit
+ * store per point (channels past C read the za line). */
+static void s_repack_copy4(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    int xt = c->xa->tensor;
+    long long cp = (long long)c->cpad;
+    long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
+    int64_t joff, jg = kl_codegen__tzc_read_step(c, dl, &joff);
     kl_buf_printf(
         b,
         "        for (int64_t g = 0; g < %lld; g++) {\n"
@@ -306,4 +327,21 @@ void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
         "<< 8 | (uint32_t)s[2][j] << 16 | (uint32_t)s[3][j] << 24;\n"
         "        }\n    }\n",
         cp / 4, C, xt, cst, lo * cp, (long long)joff, n, (long long)jg, cp / 4);
+}
+
+void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
+                            int64_t sb)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int64_t xst[KL_IR_MAX_DIMS], st = 1;
+    for (int d = X->ndim - 1; d >= 0; d--) {
+        xst[d] = st;
+        st *= X->shape[d];
+    }
+    s_repack_open(b, c, foff, sb);
+    s_repack_row(b, c, xst);
+    if (c->rp16)
+        s_repack_copy16(b, c, xst);
+    else
+        s_repack_copy4(b, c, xst);
 }

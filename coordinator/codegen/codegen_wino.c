@@ -462,6 +462,48 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     kl_codegen__c_line(g, "}");
 }
 
+/* One row of output tiles into Y: per row of Y and 16 points, a 16x16
+ * transpose, then the epilogue per point (opens 4 blocks it closes). */
+static void s_output_store(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
+{
+    const kl_tensor_t *Y = &w->tensors[z->y];
+    long long K = z->k, m = z->m, P = z->p, Q = z->q;
+    kl_codegen__c_line(g, "for (int a = 0; a < %lld; ++a) {", m);
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t y = %lld * ty + a;", m);
+    if (P % m) {
+        kl_codegen__c_line(g, "if (y >= %lld)", P);
+        kl_codegen__c_line(g, "    break;");
+    }
+    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
+    g->ind++;
+    kl_codegen__c_line(g, "float tr[16][16] __attribute__((aligned(64)));");
+    kl_codegen__c_line(g, "kl_v16 v[16];");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
+    kl_codegen__c_line(g, "    v[l] = yt[a][x0 + l];");
+    kl_codegen__c_line(g, "kl_tr16(v);");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
+    kl_codegen__c_line(g, "    kl_st16(tr[l], v[l]);");
+    kl_codegen__c_line(g, "int64_t nx = %lld - x0 < 16 ? %lld - x0 : 16;", Q,
+                       Q);
+    kl_codegen__c_line(g, "for (int64_t l = 0; l < 16 && k0 + l < %lld; ++l) {",
+                       K);
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t k = k0 + l;");
+    kl_codegen__c_line(
+        g, "float *out = %s + ((n * %lld + k) * %lld + y) * %lld + x0;",
+        Y->name, (long long)Y->shape[1], (long long)Y->shape[2],
+        (long long)Y->shape[3]);
+    kl_codegen__c_line(g, "for (int64_t xi = 0; xi < nx; ++xi) {");
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t x = x0 + xi;");
+    kl_codegen__c_line(g, "float o = tr[l][xi];");
+    s_epilogue(g, w, z);
+    kl_codegen__c_line(g, "(void)x;");
+    kl_codegen__c_line(g, "out[xi] = o;");
+    s_close(g, 4);
+}
+
 /* Y = A^T M A per output tile, with the epilogue: an iteration per block
  * of 16 output channels and row of tiles; its m output rows are
  * transposed back to rows of pixels 16 at a time and stored with the
@@ -469,11 +511,10 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
  * not a multiple of m are not stored). */
 static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
-    const kl_tensor_t *Y = &w->tensors[z->y];
     const wmat_t *mt = s_mat(z);
     long long K = z->k, TP = z->tiles, th = z->th, tw = z->tw, m = z->m,
               al = z->alpha, KB = (z->k + 15) / 16,
-              XW = (m * z->tw + 15) / 16 * 16, P = z->p, Q = z->q;
+              XW = (m * z->tw + 15) / 16 * 16;
     kl_buf_t x = {0};
     kl_codegen__c_line(g, "#pragma omp parallel for");
     kl_codegen__c_line(g, "for (int64_t it = 0; it < %lld; ++it) {",
@@ -518,40 +559,8 @@ static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     }
     s_close(g, 2);
     kl_buf_free(&x);
-    kl_codegen__c_line(g, "for (int a = 0; a < %lld; ++a) {", m);
-    g->ind++;
-    kl_codegen__c_line(g, "int64_t y = %lld * ty + a;", m);
-    if (P % m) {
-        kl_codegen__c_line(g, "if (y >= %lld)", P);
-        kl_codegen__c_line(g, "    break;");
-    }
-    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
-    g->ind++;
-    kl_codegen__c_line(g, "float tr[16][16] __attribute__((aligned(64)));");
-    kl_codegen__c_line(g, "kl_v16 v[16];");
-    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
-    kl_codegen__c_line(g, "    v[l] = yt[a][x0 + l];");
-    kl_codegen__c_line(g, "kl_tr16(v);");
-    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
-    kl_codegen__c_line(g, "    kl_st16(tr[l], v[l]);");
-    kl_codegen__c_line(g, "int64_t nx = %lld - x0 < 16 ? %lld - x0 : 16;", Q,
-                       Q);
-    kl_codegen__c_line(g, "for (int64_t l = 0; l < 16 && k0 + l < %lld; ++l) {",
-                       K);
-    g->ind++;
-    kl_codegen__c_line(g, "int64_t k = k0 + l;");
-    kl_codegen__c_line(
-        g, "float *out = %s + ((n * %lld + k) * %lld + y) * %lld + x0;",
-        Y->name, (long long)Y->shape[1], (long long)Y->shape[2],
-        (long long)Y->shape[3]);
-    kl_codegen__c_line(g, "for (int64_t xi = 0; xi < nx; ++xi) {");
-    g->ind++;
-    kl_codegen__c_line(g, "int64_t x = x0 + xi;");
-    kl_codegen__c_line(g, "float o = tr[l][xi];");
-    s_epilogue(g, w, z);
-    kl_codegen__c_line(g, "(void)x;");
-    kl_codegen__c_line(g, "out[xi] = o;");
-    s_close(g, 5);
+    s_output_store(g, w, z);
+    s_close(g, 1);
 }
 
 int kl_codegen__emit_winograd(cg_t *g, const char *entry)
