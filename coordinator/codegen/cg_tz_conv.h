@@ -1,7 +1,8 @@
 /* cg_tz_conv.h - shared by the tensorized convolution generator's files
  * (codegen_tensorize_conv.c: the core; codegen_tensorize_nchw.c: the NCHW
- * repack and the tile-transposed store; codegen_tensorize_base.c: what
- * both use). Not part of the public contract. */
+ * repack and the tile-transposed store; codegen_tensorize_store.c: the
+ * register tile's stores; codegen_tensorize_base.c: what all use). Not part of
+ * the public contract. */
 #ifndef CG_TZ_CONV_H
 #define CG_TZ_CONV_H
 
@@ -52,6 +53,16 @@ int kl_codegen__tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
 bool kl_codegen__tzc_vec_epi_ok(const conv_t *c);
 /* The C expression of Y's flat offset at tile t's output point. */
 void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t);
+
+/* The stores of tile t's finished accumulator (codegen_tensorize_store.c):
+ * the AVX-512 q-op epilogue on 16 lanes at once (kl_codegen__tzc_vec_epi_ok;
+ * keep: left in kl_y<t> for the store by transposes), or one vector of
+ * acc - comp (vstore) / the workload's epilogue lane by lane; 0, or the
+ * epilogue's error. */
+void kl_codegen__tzc_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
+                                    bool keep, const char *ind);
+int kl_codegen__tzc_tile_store(kl_buf_t *b, const conv_t *c, int64_t t,
+                               bool vstore, const char *ind, char *err);
 
 /* The tile loop over pixels of a register tile stored by transposes, or
  * -1 (codegen_tensorize_nchw.c explains when). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_emit.h"
 #include "cg_tz_conv.h"
 #include "kl_util.h"
 
@@ -111,18 +112,20 @@ void kl_codegen__tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
                 ind, ind, ind);
             kl_buf_t yo = {0};
             kl_codegen__tzc_yoff(&yo, c, tt[p0]);
-            kl_buf_printf(b,
-                          "%s    %s *yp = t%d + %s;\n"
-                          "%s    if (mk)\n"
-                          "%s        for (int q = 0; q < 8; q++) {\n"
-                          "%s            _mm_mask_storeu_epi8(yp + (2 * q) * "
-                          "%lldLL, mk, d[q]);\n"
-                          "%s            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
-                          "* %lldLL, mk, _mm_srli_si128(d[q], 8));\n"
-                          "%s        }\n%s}\n",
-                          ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, ind,
-                          ind, (long long)c->fst, ind, (long long)c->fst, ind,
-                          ind);
+            kl_codegen__template(
+                b,
+                "${i}    ${ty} *yp = t${ot} + ${yo};\n"
+                "${i}    if (mk)\n"
+                "${i}        for (int q = 0; q < 8; q++) {\n"
+                "${i}            _mm_mask_storeu_epi8(yp + (2 * q) * "
+                "${fst}LL, mk, d[q]);\n"
+                "${i}            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
+                "* ${fst}LL, mk, _mm_srli_si128(d[q], 8));\n"
+                "${i}        }\n${i}}\n",
+                (const kl_codegen__kv_t[]){
+                    KL_CG_S("i", ind), KL_CG_S("ty", kl_dtype_ctype(Y->dtype)),
+                    KL_CG_I("ot", ot), KL_CG_S("yo", yo.data),
+                    KL_CG_I("fst", c->fst), KL_CG_END});
             kl_buf_free(&yo);
         }
     }
