@@ -1,5 +1,13 @@
-/* cg_priv.h - the C code generator's insides, shared by codegen_c.c and
- * codegen_expr.c (not part of the public contract).
+/* cg_priv.h - the C code generator's insides, shared by its files (not
+ * part of the public contract). Calls go down only, from the top:
+ *   codegen_cpu.c          kl_codegen_c, kl_codegen_reference (entries)
+ *   codegen_wino.c         Winograd kernels around a nested product
+ *   codegen_c.c            the scheduled nest (kl_codegen__emit_function)
+ *   codegen_pack.c         the loops that fill packed buffers, prepare
+ *   codegen_expr.c         tensor reads, the body, guards, epilogues
+ *   codegen_pack_layout.c  packed buffers' layouts and indices
+ *   codegen_lin.c          linear forms and symbol states
+ *   cg_emit.c              lines, failures, templates (cg_emit.h)
  *
  * Every loop part is a *symbol*; iterator values, tensor indices and
  * guards are linear forms over symbols. While the generator walks the nest
@@ -9,9 +17,11 @@
 #ifndef CG_PRIV_H
 #define CG_PRIV_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cg_emit.h"
 #include "kl_codegen.h"
 #include "kl_util.h"
 
@@ -57,8 +67,8 @@ typedef struct {
     int acc_pos[KL_SCHED_MAX_LOOPS]; /* spatial positions below wc */
     int nacc_pos;
     int pack_pos[KL_IR_MAX_TENSORS]; /* attach position, -2: none */
-    /* Packed tensors (cg_pack_setup): the read, and the window layout's
-     * box when pk_window. */
+    /* Packed tensors (kl_codegen__pack_setup): the read, and the window
+     * layout's box when pk_window. */
     const kl_access_t *pk_access[KL_IR_MAX_TENSORS];
     bool pk_window[KL_IR_MAX_TENSORS];
     int64_t pk_ilo[KL_IR_MAX_TENSORS][KL_IR_MAX_DIMS];
@@ -82,87 +92,112 @@ typedef struct {
     char *err;
 } cg_t;
 
-void cg_line(cg_t *g, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int cg_fail(cg_t *g, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* One line of source at g's indentation (kl_codegen__line). */
+__attribute__((format(printf, 2, 3))) static inline void
+kl_codegen__c_line(cg_t *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kl_codegen__vline(&g->b, g->ind, fmt, ap);
+    va_end(ap);
+}
 
-/* Linear forms. */
-void cg_lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult);
+/* Records g's first failure (kl_codegen__fail) and returns its code. */
+__attribute__((format(printf, 3, 4))) static inline int
+kl_codegen__c_fail(cg_t *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = kl_codegen__vfail(&g->rc, g->err, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Linear forms and symbols (codegen_lin.c): dst += mult * src. */
+void kl_codegen__lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult);
 /* The C text of f + lane * (coefficient of the vector symbol), folded. */
-void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out);
+void kl_codegen__lin_print(const cg_t *g, const cg_lin_t *f, int lane,
+                           kl_buf_t *out);
 /* Range of f over the current symbol states (lanes included). */
-void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi);
+void kl_codegen__lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo,
+                           int64_t *hi);
 /* Coefficient of the vector symbol in f (0 without a vector loop). */
-int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f);
-/* The value of the loop at position pos as a linear form. */
-void cg_loop_lin(const cg_t *g, int pos, cg_lin_t *out);
+int64_t kl_codegen__lin_vcoef(const cg_t *g, const cg_lin_t *f);
+/* Symbols of the loop at pos: constants for value v, or unset. */
+void kl_codegen__set_loop_const(cg_t *g, int pos, int64_t v);
+void kl_codegen__unset_loop(cg_t *g, int pos);
 
-/* Expressions: the body's value at the current point as a C expression of
- * vector type (lanes > 1 and vec) or float. *valid (MAX reductions) gets
- * the validity condition text, or "" when always valid. */
-void cg_body_value(cg_t *g, bool vec, kl_buf_t *out);
+/* Expressions (codegen_expr.c): the body's value at the current point as a C
+ * expression of vector type (lanes > 1 and vec) or float. *valid (MAX
+ * reductions) gets the validity condition text, or "" when always valid. */
+void kl_codegen__body_value(cg_t *g, bool vec, kl_buf_t *out);
 /* Scalar value at one lane with the validity test folded in (invalid
  * reads give 0; for MAX reductions an invalid point gives -INFINITY). */
-void cg_body_lane(cg_t *g, int lane, kl_buf_t *out);
+void kl_codegen__body_lane(cg_t *g, int lane, kl_buf_t *out);
 /* Whether the body can be evaluated as whole vectors (every read
  * contiguous or broadcast along the vector symbol, without per-lane
  * bounds tests, and not a MAX reduction with padding). */
-bool cg_body_vectorizable(cg_t *g);
+bool kl_codegen__body_vectorizable(cg_t *g);
 /* Flat index of an access as a linear form; false when a dimension
  * divides (strided gather) or an iterator needs clamping. */
-bool cg_access_lin(cg_t *g, const kl_access_t *a, bool clamp, cg_lin_t *out);
+bool kl_codegen__access_lin(cg_t *g, const kl_access_t *a, bool clamp,
+                            cg_lin_t *out);
 /* Flat index of an access at the current point and lane, as text.
  * Iterators that may exceed their extent are clamped when clamp. */
-void cg_access_index(cg_t *g, const kl_access_t *a, int lane, bool clamp,
-                     kl_buf_t *out);
+void kl_codegen__access_index(cg_t *g, const kl_access_t *a, int lane,
+                              bool clamp, kl_buf_t *out);
 /* Condition that the access is inside its tensor ("" when always). */
-void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
-                     kl_buf_t *out);
+void kl_codegen__access_check(cg_t *g, const kl_access_t *a, int lane,
+                              bool clamp, kl_buf_t *out);
 /* Guards that can fail at this point, joined with &&, "" when none.
  * spatial / reduce select which guards to include. */
-void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
+void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
 /* Scalar epilogue applied to variable `var` at output lane `lane`. */
-void cg_epilogue(cg_t *g, const char *var, int lane);
+void kl_codegen__epilogue(cg_t *g, const char *var, int lane);
 /* One epilogue operation of w on var; idx is the flat index text of its
  * tensor read (*_TENSOR kinds). */
-void cg_epilogue_op(cg_t *g, const kl_workload_t *w, const kl_epilogue_t *ep,
-                    const char *var, const char *idx);
+void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,
+                             const kl_epilogue_t *ep, const char *var,
+                             const char *idx);
 
-/* Symbols of the loop at pos: constants for value v, or unset. */
-void cg_set_loop_const(cg_t *g, int pos, int64_t v);
-void cg_unset_loop(cg_t *g, int pos);
-
-/* Packed buffers (codegen_pack.c). The body's read of tensor t: the first
- * one found; *count grows for each different one. */
-const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
-                                  const kl_access_t *first);
+/* Packed buffers' layouts (codegen_pack_layout.c). The body's read of tensor t:
+ * the first one found; *count grows for each different one. */
+const kl_access_t *kl_codegen__find_access(const kl_expr_t *e, int t,
+                                           int *count,
+                                           const kl_access_t *first);
 /* Checks each packed tensor (read once, with one index) and chooses its
- * layout; 0, or the cg_fail code. Call once pack_pos is set. */
-int cg_pack_setup(cg_t *g);
+ * layout; 0, or the kl_codegen__c_fail code. Call once pack_pos is set. */
+int kl_codegen__pack_setup(cg_t *g);
 /* Elements of tensor t's packed buffer. */
-int64_t cg_pack_elems(const cg_t *g, int t);
+int64_t kl_codegen__pack_elems(const cg_t *g, int t);
 /* Index into the packed buffer of read a at the current point. */
-void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
+void kl_codegen__pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out);
+/* Whether symbol si is a dimension of t's loop layout. */
+bool kl_codegen__pack_layout_sym(const cg_t *g, int t, int si);
+/* Index d of read a split at the attach point pa: the part over the
+ * symbols of loops below it (*in, no constant) and the rest (*out). */
+void kl_codegen__pack_dim_parts(const cg_t *g, const kl_access_t *a, int d,
+                                int pa, cg_lin_t *in, cg_lin_t *out);
+/* The loops that fill packed buffers (codegen_pack.c). */
 /* The loops that fill the packed buffers attached at pos (-1: root). */
-void cg_emit_packs_at(cg_t *g, int pos);
+void kl_codegen__emit_packs_at(cg_t *g, int pos);
 /* Prefetches for the "prefetch" annotation of the loop at pos (dist
  * floats ahead in each packed buffer read below it). */
-void cg_emit_prefetch(cg_t *g, int pos, int64_t dist);
+void kl_codegen__emit_prefetch(cg_t *g, int pos, int64_t dist);
 /* Whether some buffer is packed below the root (per thread). */
-bool cg_has_inner_packs(const cg_t *g);
+bool kl_codegen__has_inner_packs(const cg_t *g);
 
 /* Emits ENTRY_prepare (kl_abi.h): the constant tensors packed before the
  * parallel loop, packed once into one block. Call when prep_elems > 0. */
-void cg_emit_prepare(cg_t *g, const char *entry);
+void kl_codegen__emit_prepare(cg_t *g, const char *entry);
 
 /* The prelude every C kernel starts with (codegen_prelude.c). */
-extern const char cg_prelude[];
+extern const char kl_codegen__prelude[];
 /* The scheduled nest as `void entry(void *const *args)` (static when
  * g->nested), after its prepare step when it has one. */
-void cg_emit_function(cg_t *g, const char *entry);
+void kl_codegen__emit_function(cg_t *g, const char *entry);
 /* A Winograd kernel (codegen_wino.c): the derived product's nest as
  * ENTRY_gemm, wrapped in the transforms as ENTRY and ENTRY_prepare. */
-int cg_emit_winograd(cg_t *g, const char *entry);
+int kl_codegen__emit_winograd(cg_t *g, const char *entry);
 
 #endif

@@ -1,7 +1,8 @@
 /* cg_tz_conv.h - shared by the tensorized convolution generator's files
  * (codegen_tensorize_conv.c: the core; codegen_tensorize_nchw.c: the NCHW
- * repack and the tile-transposed store). Not part of the public
- * contract. */
+ * repack and the tile-transposed store; codegen_tensorize_store.c: the
+ * register tile's stores; codegen_tensorize_base.c: what all use). Not part of
+ * the public contract. */
 #ifndef CG_TZ_CONV_H
 #define CG_TZ_CONV_H
 
@@ -28,9 +29,9 @@ typedef struct {
     int dc;
     bool repack;
     int64_t lo[KL_IR_MAX_DIMS], sh[KL_IR_MAX_DIMS], cpad, fst;
-    /* lx: the tile loop of a store by transposes (kl_cg_tzc_tr_loop), or
+    /* lx: the tile loop of a store by transposes (kl_codegen__tzc_tr_loop), or
      * -1; rp16: the repack goes 16 channels x 16 points a step
-     * (kl_cg_tzc_repack16). Both set once, read by every part. */
+     * (kl_codegen__tzc_repack16). Both set once, read by every part. */
     int lx;
     bool rp16;
     /* pfg: with packed weights of KL_TZC_PF_BYTES or more, the K blocks
@@ -45,28 +46,40 @@ typedef struct {
 /* Packed weights from this size on are prefetched a K group ahead. */
 #define KL_TZC_PF_BYTES (256 * 1024)
 
-/* The iterator of access a's index d (its last with a coefficient). */
-int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
+/* Shared by the core and the NCHW parts (codegen_tensorize_base.c). The
+ * iterator of access a's index d (its last with a coefficient). */
+int kl_codegen__tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
 /* Whether the epilogue has the q-op form of the AVX-512 vector epilogue. */
-bool kl_cg_tzc_vec_epi_ok(const conv_t *c);
+bool kl_codegen__tzc_vec_epi_ok(const conv_t *c);
 /* The C expression of Y's flat offset at tile t's output point. */
-void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t);
+void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t);
+
+/* The stores of tile t's finished accumulator (codegen_tensorize_store.c):
+ * the AVX-512 q-op epilogue on 16 lanes at once (kl_codegen__tzc_vec_epi_ok;
+ * keep: left in kl_y<t> for the store by transposes), or one vector of
+ * acc - comp (vstore) / the workload's epilogue lane by lane; 0, or the
+ * epilogue's error. */
+void kl_codegen__tzc_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t,
+                                    bool keep, const char *ind);
+int kl_codegen__tzc_tile_store(kl_buf_t *b, const conv_t *c, int64_t t,
+                               bool vstore, const char *ind, char *err);
 
 /* The tile loop over pixels of a register tile stored by transposes, or
  * -1 (codegen_tensorize_nchw.c explains when). */
-int kl_cg_tzc_tr_loop(const conv_t *c);
+int kl_codegen__tzc_tr_loop(const conv_t *c);
 /* The transposed stores of every block of the register tile (c->lx). */
-void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind);
+void kl_codegen__tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind);
 /* Along X's index d, the step of the points the taps read (*off: their
  * phase). */
-int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off);
+int64_t kl_codegen__tzc_read_step(const conv_t *c, int d, int64_t *off);
 /* Whether the repack goes 16 channels x 16 points a step (jg: the read
  * step along the row). */
-bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg);
+bool kl_codegen__tzc_repack16(const conv_t *c, int64_t jg);
 /* kl_tr16, the 16x16 byte transpose the repack calls. */
-extern const char kl_cg_tzc_tr16_src[];
+extern const char kl_codegen__tzc_tr16_src[];
 /* The per-call repack of X into the scratch at foff + 64 of the prepared
  * block (sb bytes), behind its busy flag at foff. */
-void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb);
+void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
+                            int64_t sb);
 
 #endif

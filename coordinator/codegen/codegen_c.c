@@ -8,62 +8,14 @@
 #include "cg_priv.h"
 #include "kl_err.h"
 
-static void s_indent(cg_t *g)
-{
-    static const char sp[] = "                                        ";
-    for (int n = 4 * g->ind; n > 0; n -= 40)
-        kl_buf_append(&g->b, sp, (size_t)(n < 40 ? n : 40));
-}
-
-void cg_line(cg_t *g, const char *fmt, ...)
-{
-    s_indent(g);
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        abort();
-    if ((size_t)n < sizeof small) {
-        kl_buf_append(&g->b, small, (size_t)n);
-    } else {
-        char *s = NULL;
-        va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-            abort();
-        va_end(ap);
-        kl_buf_puts(&g->b, s);
-        free(s);
-    }
-    kl_buf_append(&g->b, "\n", 1);
-}
-
 /* A line made of the given pieces (NULL-terminated): the statements are
  * the generator's hot path, and printf copies long strings slowly. */
 static void s_put(cg_t *g, ...)
 {
-    s_indent(g);
     va_list ap;
     va_start(ap, g);
-    for (const char *p = va_arg(ap, const char *); p;
-         p = va_arg(ap, const char *))
-        kl_buf_puts(&g->b, p);
+    kl_codegen__vpieces(&g->b, g->ind, ap);
     va_end(ap);
-    kl_buf_append(&g->b, "\n", 1);
-}
-
-int cg_fail(cg_t *g, int code, const char *fmt, ...)
-{
-    if (g->rc)
-        return g->rc;
-    char m[KL_ERRMSG_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    g->rc = code;
-    return kl_seterr(g->err, code, "codegen: %s", m);
 }
 
 static const char *s_ident(const cg_t *g)
@@ -74,92 +26,6 @@ static const char *s_ident(const cg_t *g)
 static bool s_max(const cg_t *g)
 {
     return g->w->reduce == KL_RED_MAX;
-}
-
-/* ---- setup ---- */
-
-static int s_setup(cg_t *g)
-{
-    g->n = kl_sched_nloops(g->s);
-    g->vpos = -1;
-    g->wc_pos = -2;
-    g->lanes = 1;
-    g->lanes_on = true;
-    for (int t = 0; t < KL_IR_MAX_TENSORS; t++)
-        g->pack_pos[t] = -2;
-    for (int p = 0; p < g->n; p++) {
-        const kl_loop_t *l = kl_sched_loop(g->s, p);
-        g->L[p] = l;
-        g->symbase[p] = g->nsym;
-        if (l->kind >= KL_LOOP_BLOCK_X)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "loop %d is bound to %s (a GPU schedule)", l->id,
-                           kl_loop_kind_name(l->kind));
-        if (l->kind == KL_LOOP_PARALLEL && p != 0)
-            return cg_fail(g, KL_ERR_INVAL,
-                           "parallel loop %d is not the outermost", l->id);
-        if (l->kind == KL_LOOP_VECTORIZE) {
-            if (p != g->n - 1 || l->nparts != 1)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "vectorized loop %d is not innermost", l->id);
-            g->vpos = p;
-        }
-        int64_t inner = 1;
-        for (int q = l->nparts - 1; q >= 0; q--) {
-            if (g->nsym + l->nparts > CG_MAXSYM)
-                return cg_fail(g, KL_ERR_UNSUPPORTED, "too many loop parts");
-            cg_sym_t *s = &g->sym[g->nsym + q];
-            s->pos = p;
-            s->part = q;
-            s->iter = l->parts[q].iter;
-            s->stride = l->parts[q].stride;
-            s->extent = l->parts[q].extent;
-            s->inner = inner;
-            inner *= s->extent;
-            g->it[s->iter].k[g->nsym + q] += s->stride;
-        }
-        g->nsym += l->nparts;
-    }
-    for (int i = 0; i < kl_sched_nguards(g->s); i++)
-        g->it_guarded[kl_sched_guard(g->s, i)->iter] = true;
-    if (g->vpos >= 0) {
-        const kl_loop_t *v = g->L[g->vpos];
-        if (!g->it_guarded[v->parts[0].iter]) {
-            for (int W = g->t->vec_lanes; W >= 4; W /= 2)
-                if (v->extent % W == 0) {
-                    g->lanes = W;
-                    break;
-                }
-        }
-    }
-    for (int i = 0; i < kl_sched_nstages(g->s); i++) {
-        const kl_stage_t *st = kl_sched_stage(g->s, i);
-        int ap = kl_sched_stage_attach_pos(g->s, st);
-        if (st->attach != KL_ATTACH_ROOT && ap < 0)
-            return cg_fail(g, KL_ERR_INVAL, "stage %d: attach loop is gone",
-                           st->id);
-        if (st->scope == KL_SCOPE_SHARED)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "stage %d: shared memory is GPU only", st->id);
-        if (st->kind == KL_STAGE_WRITE)
-            g->wc_pos = ap;
-        else
-            g->pack_pos[st->tensor] = ap;
-    }
-    if (g->wc_pos != -2) {
-        for (int p = g->wc_pos + 1; p < g->n; p++) {
-            if (g->L[p]->reduce)
-                continue;
-            if (g->L[p]->kind != KL_LOOP_UNROLL &&
-                g->L[p]->kind != KL_LOOP_VECTORIZE)
-                return cg_fail(g, KL_ERR_INVAL,
-                               "write cache: spatial loop %d below it is "
-                               "not unrolled or vectorized",
-                               g->L[p]->id);
-            g->acc_pos[g->nacc_pos++] = p;
-        }
-    }
-    return KL_OK;
 }
 
 /* ---- symbols ---- */
@@ -175,23 +41,6 @@ static void s_set_loop_var(cg_t *g, int pos, const char *var)
         else
             snprintf(s->name, sizeof s->name, "%s_%d", var, q);
     }
-}
-
-void cg_set_loop_const(cg_t *g, int pos, int64_t v)
-{
-    const kl_loop_t *l = g->L[pos];
-    for (int q = 0; q < l->nparts; q++) {
-        cg_sym_t *s = &g->sym[g->symbase[pos] + q];
-        s->st = SYM_CONST;
-        s->value = (v / s->inner) % s->extent;
-    }
-}
-
-void cg_unset_loop(cg_t *g, int pos)
-{
-    const kl_loop_t *l = g->L[pos];
-    for (int q = 0; q < l->nparts; q++)
-        g->sym[g->symbase[pos] + q].st = SYM_UNSET;
 }
 
 /* ---- accumulators ---- */
@@ -220,7 +69,8 @@ static int64_t s_acc_combo(cg_t *g, int64_t *state, bool first)
         int64_t ext =
             p == g->vpos ? g->L[p]->extent / g->lanes : g->L[p]->extent;
         flat = flat * ext + state[i];
-        cg_set_loop_const(g, p, p == g->vpos ? state[i] * g->lanes : state[i]);
+        kl_codegen__set_loop_const(
+            g, p, p == g->vpos ? state[i] * g->lanes : state[i]);
     }
     return flat;
 }
@@ -255,23 +105,23 @@ static void s_store_lanes(cg_t *g, int64_t k, bool epi)
     const char *on = g->w->tensors[kl_workload_output(g->w)].name;
     for (int e = 0; e < g->lanes; e++) {
         kl_buf_t idx = {0};
-        cg_access_index(g, o, e, false, &idx);
+        kl_codegen__access_index(g, o, e, false, &idx);
         if (g->lanes > 1)
             snprintf(x, sizeof x, "acc%lld[%d]", (long long)k, e);
         else
             snprintf(x, sizeof x, "acc%lld", (long long)k);
         if (!epi) {
-            cg_line(g, "%s[%s] = %s;", on, idx.data, x);
+            kl_codegen__c_line(g, "%s[%s] = %s;", on, idx.data, x);
         } else {
-            cg_line(g, "{");
+            kl_codegen__c_line(g, "{");
             g->ind++;
-            cg_line(g, "float x = %s;", x);
+            kl_codegen__c_line(g, "float x = %s;", x);
             if (s_max(g))
-                cg_line(g, "x = x == -INFINITY ? 0.0f : x;");
-            cg_epilogue(g, "x", e);
-            cg_line(g, "%s[%s] = x;", on, idx.data);
+                kl_codegen__c_line(g, "x = x == -INFINITY ? 0.0f : x;");
+            kl_codegen__epilogue(g, "x", e);
+            kl_codegen__c_line(g, "%s[%s] = x;", on, idx.data);
             g->ind--;
-            cg_line(g, "}");
+            kl_codegen__c_line(g, "}");
         }
         kl_buf_free(&idx);
     }
@@ -281,21 +131,87 @@ static void s_store_acc(cg_t *g, int64_t k, bool epi)
 {
     const kl_access_t *o = &g->w->out;
     cg_lin_t ol;
-    bool lin = cg_access_lin(g, o, false, &ol);
-    if (epi || g->lanes == 1 || !lin || cg_lin_vcoef(g, &ol) != 1) {
+    bool lin = kl_codegen__access_lin(g, o, false, &ol);
+    if (epi || g->lanes == 1 || !lin || kl_codegen__lin_vcoef(g, &ol) != 1) {
         s_store_lanes(g, k, epi);
         return;
     }
     kl_buf_t idx = {0};
-    cg_access_index(g, o, 0, false, &idx);
-    cg_line(g, "kl_st%d(&%s[%s], acc%lld);", g->lanes,
-            g->w->tensors[kl_workload_output(g->w)].name, idx.data,
-            (long long)k);
+    kl_codegen__access_index(g, o, 0, false, &idx);
+    kl_codegen__c_line(g, "kl_st%d(&%s[%s], acc%lld);", g->lanes,
+                       g->w->tensors[kl_workload_output(g->w)].name, idx.data,
+                       (long long)k);
     kl_buf_free(&idx);
 }
 
 static void s_emit_loop(cg_t *g, int pos);
 
+/* Accumulator k loaded from the output (a reduction resumed: not its
+ * first iteration), behind the spatial guards. */
+static void s_acc_load(cg_t *g, int64_t k, const char *on)
+{
+    kl_buf_t gd = {0}, idx = {0};
+    kl_codegen__guards(g, true, false, &gd);
+    kl_codegen__access_index(g, &g->w->out, 0, false, &idx);
+    cg_lin_t ol;
+    bool lin = kl_codegen__access_lin(g, &g->w->out, false, &ol);
+    if (gd.len) {
+        kl_codegen__c_line(g, "if (%s) {", gd.data);
+        g->ind++;
+    }
+    if (g->lanes > 1 && lin && kl_codegen__lin_vcoef(g, &ol) == 1)
+        kl_codegen__c_line(g, "acc%lld = kl_ld%d(&%s[%s]);", (long long)k,
+                           g->lanes, on, idx.data);
+    else if (g->lanes == 1)
+        kl_codegen__c_line(g, "acc%lld = %s[%s];", (long long)k, on, idx.data);
+    else
+        for (int e = 0; e < g->lanes; e++) {
+            kl_buf_t ie = {0};
+            kl_codegen__access_index(g, &g->w->out, e, false, &ie);
+            kl_codegen__c_line(g, "acc%lld[%d] = %s[%s];", (long long)k, e, on,
+                               ie.data);
+            kl_buf_free(&ie);
+        }
+    if (gd.len) {
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    }
+    kl_buf_free(&gd);
+    kl_buf_free(&idx);
+}
+
+/* Accumulator k stored behind the spatial guards, through the epilogue
+ * when epi and the reduction is at its last iteration (last). */
+static void s_acc_store(cg_t *g, int64_t k, bool epi, const kl_buf_t *last)
+{
+    kl_buf_t gd = {0};
+    kl_codegen__guards(g, true, false, &gd);
+    if (gd.len) {
+        kl_codegen__c_line(g, "if (%s) {", gd.data);
+        g->ind++;
+    }
+    if (epi && last->len) {
+        kl_codegen__c_line(g, "if (%s) {", last->data);
+        g->ind++;
+        s_store_acc(g, k, true);
+        g->ind--;
+        kl_codegen__c_line(g, "} else {");
+        g->ind++;
+        s_store_acc(g, k, false);
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    } else {
+        s_store_acc(g, k, epi);
+    }
+    if (gd.len) {
+        g->ind--;
+        kl_codegen__c_line(g, "}");
+    }
+    kl_buf_free(&gd);
+}
+
+/* The write cache at pos: its accumulators set to the identity (or loaded
+ * when the reduction resumes), the loops below, then the stores. */
 static void s_emit_acc_region(cg_t *g, int pos)
 {
     char vt[16];
@@ -312,81 +228,29 @@ static void s_emit_acc_region(cg_t *g, int pos)
         snprintf(init, sizeof init, "%s", s_ident(g));
     for (int64_t k = s_acc_combo(g, st, true); k >= 0;
          k = s_acc_combo(g, st, false))
-        cg_line(g, "%s acc%lld = %s;", vt, (long long)k, init);
+        kl_codegen__c_line(g, "%s acc%lld = %s;", vt, (long long)k, init);
     if (first.len) {
-        cg_line(g, "if (!(%s)) {", first.data);
+        kl_codegen__c_line(g, "if (!(%s)) {", first.data);
         g->ind++;
         memset(st, 0, sizeof st);
         for (int64_t k = s_acc_combo(g, st, true); k >= 0;
-             k = s_acc_combo(g, st, false)) {
-            kl_buf_t gd = {0}, idx = {0};
-            cg_guards(g, true, false, &gd);
-            cg_access_index(g, &g->w->out, 0, false, &idx);
-            cg_lin_t ol;
-            bool lin = cg_access_lin(g, &g->w->out, false, &ol);
-            if (gd.len) {
-                cg_line(g, "if (%s) {", gd.data);
-                g->ind++;
-            }
-            if (g->lanes > 1 && lin && cg_lin_vcoef(g, &ol) == 1)
-                cg_line(g, "acc%lld = kl_ld%d(&%s[%s]);", (long long)k,
-                        g->lanes, on, idx.data);
-            else if (g->lanes == 1)
-                cg_line(g, "acc%lld = %s[%s];", (long long)k, on, idx.data);
-            else
-                for (int e = 0; e < g->lanes; e++) {
-                    kl_buf_t ie = {0};
-                    cg_access_index(g, &g->w->out, e, false, &ie);
-                    cg_line(g, "acc%lld[%d] = %s[%s];", (long long)k, e, on,
-                            ie.data);
-                    kl_buf_free(&ie);
-                }
-            if (gd.len) {
-                g->ind--;
-                cg_line(g, "}");
-            }
-            kl_buf_free(&gd);
-            kl_buf_free(&idx);
-        }
+             k = s_acc_combo(g, st, false))
+            s_acc_load(g, k, on);
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     for (int i = 0; i < g->nacc_pos; i++)
-        cg_unset_loop(g, g->acc_pos[i]);
+        kl_codegen__unset_loop(g, g->acc_pos[i]);
     g->in_acc = true;
     s_emit_loop(g, pos + 1);
     g->in_acc = false;
     memset(st, 0, sizeof st);
     bool epi = g->w->nepi > 0 || s_max(g);
     for (int64_t k = s_acc_combo(g, st, true); k >= 0;
-         k = s_acc_combo(g, st, false)) {
-        kl_buf_t gd = {0};
-        cg_guards(g, true, false, &gd);
-        if (gd.len) {
-            cg_line(g, "if (%s) {", gd.data);
-            g->ind++;
-        }
-        if (epi && last.len) {
-            cg_line(g, "if (%s) {", last.data);
-            g->ind++;
-            s_store_acc(g, k, true);
-            g->ind--;
-            cg_line(g, "} else {");
-            g->ind++;
-            s_store_acc(g, k, false);
-            g->ind--;
-            cg_line(g, "}");
-        } else {
-            s_store_acc(g, k, epi);
-        }
-        if (gd.len) {
-            g->ind--;
-            cg_line(g, "}");
-        }
-        kl_buf_free(&gd);
-    }
+         k = s_acc_combo(g, st, false))
+        s_acc_store(g, k, epi, &last);
     for (int i = 0; i < g->nacc_pos; i++)
-        cg_unset_loop(g, g->acc_pos[i]);
+        kl_codegen__unset_loop(g, g->acc_pos[i]);
     kl_buf_free(&first);
     kl_buf_free(&last);
 }
@@ -416,22 +280,23 @@ static void s_emit_stmt(cg_t *g)
 {
     bool vec = g->vpos >= 0 && g->lanes > 1;
     kl_buf_t gd = {0}, val = {0};
-    cg_guards(g, !g->in_acc, true, &gd);
+    kl_codegen__guards(g, !g->in_acc, true, &gd);
     if (gd.len) {
-        cg_line(g, "if (%s) {", gd.data);
+        kl_codegen__c_line(g, "if (%s) {", gd.data);
         g->ind++;
     }
-    cg_body_value(g, vec, &val);
+    kl_codegen__body_value(g, vec, &val);
     const char *upd = s_max(g) ? "max" : NULL;
     if (g->in_acc) {
         int64_t k = s_acc_index(g);
         if (upd)
-            cg_line(g, "acc%lld = kl_max%s(acc%lld, %s);", (long long)k,
-                    vec ? (g->lanes == 16  ? "16"
-                           : g->lanes == 8 ? "8"
-                                           : "4")
-                        : "f",
-                    (long long)k, val.data);
+            kl_codegen__c_line(g, "acc%lld = kl_max%s(acc%lld, %s);",
+                               (long long)k,
+                               vec ? (g->lanes == 16  ? "16"
+                                      : g->lanes == 8 ? "8"
+                                                      : "4")
+                                   : "f",
+                               (long long)k, val.data);
         else {
             char a[32];
             snprintf(a, sizeof a, "acc%lld += ", (long long)k);
@@ -440,46 +305,48 @@ static void s_emit_stmt(cg_t *g)
     } else {
         const char *on = g->w->tensors[kl_workload_output(g->w)].name;
         cg_lin_t ol;
-        bool lin = cg_access_lin(g, &g->w->out, false, &ol);
+        bool lin = kl_codegen__access_lin(g, &g->w->out, false, &ol);
         kl_buf_t idx = {0};
-        cg_access_index(g, &g->w->out, 0, false, &idx);
+        kl_codegen__access_index(g, &g->w->out, 0, false, &idx);
         if (!vec) {
             if (upd)
-                cg_line(g, "%s[%s] = kl_maxf(%s[%s], %s);", on, idx.data, on,
-                        idx.data, val.data);
+                kl_codegen__c_line(g, "%s[%s] = kl_maxf(%s[%s], %s);", on,
+                                   idx.data, on, idx.data, val.data);
             else
                 s_put(g, on, "[", idx.data, "] += ", val.data, ";",
                       (const char *)NULL);
-        } else if (lin && cg_lin_vcoef(g, &ol) == 1) {
+        } else if (lin && kl_codegen__lin_vcoef(g, &ol) == 1) {
             if (upd)
-                cg_line(g, "kl_st%d(&%s[%s], kl_max%d(kl_ld%d(&%s[%s]), %s));",
-                        g->lanes, on, idx.data, g->lanes, g->lanes, on,
-                        idx.data, val.data);
+                kl_codegen__c_line(
+                    g, "kl_st%d(&%s[%s], kl_max%d(kl_ld%d(&%s[%s]), %s));",
+                    g->lanes, on, idx.data, g->lanes, g->lanes, on, idx.data,
+                    val.data);
             else
-                cg_line(g, "kl_st%d(&%s[%s], kl_ld%d(&%s[%s]) + %s);", g->lanes,
-                        on, idx.data, g->lanes, on, idx.data, val.data);
+                kl_codegen__c_line(
+                    g, "kl_st%d(&%s[%s], kl_ld%d(&%s[%s]) + %s);", g->lanes, on,
+                    idx.data, g->lanes, on, idx.data, val.data);
         } else {
-            cg_line(g, "{");
+            kl_codegen__c_line(g, "{");
             g->ind++;
-            cg_line(g, "kl_v%d v = %s;", g->lanes, val.data);
+            kl_codegen__c_line(g, "kl_v%d v = %s;", g->lanes, val.data);
             for (int e = 0; e < g->lanes; e++) {
                 kl_buf_t ie = {0};
-                cg_access_index(g, &g->w->out, e, false, &ie);
+                kl_codegen__access_index(g, &g->w->out, e, false, &ie);
                 if (upd)
-                    cg_line(g, "%s[%s] = kl_maxf(%s[%s], v[%d]);", on, ie.data,
-                            on, ie.data, e);
+                    kl_codegen__c_line(g, "%s[%s] = kl_maxf(%s[%s], v[%d]);",
+                                       on, ie.data, on, ie.data, e);
                 else
-                    cg_line(g, "%s[%s] += v[%d];", on, ie.data, e);
+                    kl_codegen__c_line(g, "%s[%s] += v[%d];", on, ie.data, e);
                 kl_buf_free(&ie);
             }
             g->ind--;
-            cg_line(g, "}");
+            kl_codegen__c_line(g, "}");
         }
         kl_buf_free(&idx);
     }
     if (gd.len) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     kl_buf_free(&gd);
     kl_buf_free(&val);
@@ -489,7 +356,7 @@ static void s_emit_stmt(cg_t *g)
 
 static void s_emit_body(cg_t *g, int pos)
 {
-    cg_emit_packs_at(g, pos);
+    kl_codegen__emit_packs_at(g, pos);
     if (g->wc_pos == pos)
         s_emit_acc_region(g, pos);
     else
@@ -518,55 +385,57 @@ static void s_emit_loop(cg_t *g, int pos)
         int64_t W = g->lanes, chunks = l->extent / W;
         if (acc_here || chunks == 1) {
             for (int64_t c = 0; c < chunks; c++) {
-                cg_set_loop_const(g, pos, c * W);
+                kl_codegen__set_loop_const(g, pos, c * W);
                 s_emit_body(g, pos);
             }
-            cg_unset_loop(g, pos);
+            kl_codegen__unset_loop(g, pos);
             return;
         }
-        cg_line(g, "for (int64_t %s = 0; %s < %lld; %s += %lld) {", var, var,
-                (long long)l->extent, var, (long long)W);
+        kl_codegen__c_line(g, "for (int64_t %s = 0; %s < %lld; %s += %lld) {",
+                           var, var, (long long)l->extent, var, (long long)W);
         g->ind++;
         s_set_loop_var(g, pos, var);
         s_emit_body(g, pos);
-        cg_unset_loop(g, pos);
+        kl_codegen__unset_loop(g, pos);
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
         return;
     }
     if ((l->kind == KL_LOOP_UNROLL && acc_here && !l->reduce) ||
         (l->extent == 1 && l->kind != KL_LOOP_PARALLEL)) {
         for (int64_t c = 0; c < l->extent; c++) {
-            cg_set_loop_const(g, pos, c);
+            kl_codegen__set_loop_const(g, pos, c);
             s_emit_body(g, pos);
         }
-        cg_unset_loop(g, pos);
+        kl_codegen__unset_loop(g, pos);
         return;
     }
     if (l->kind == KL_LOOP_PARALLEL)
-        cg_line(g, "#pragma omp %s schedule(static)",
-                cg_has_inner_packs(g) ? "for" : "parallel for");
+        kl_codegen__c_line(g, "#pragma omp %s schedule(static)",
+                           kl_codegen__has_inner_packs(g) ? "for"
+                                                          : "parallel for");
     else if (l->kind == KL_LOOP_UNROLL)
-        cg_line(g, "#pragma GCC unroll %lld", (long long)l->extent);
+        kl_codegen__c_line(g, "#pragma GCC unroll %lld", (long long)l->extent);
     else if (s_annot(l, "unroll_max_step") > 0)
-        cg_line(g, "#pragma GCC unroll %lld",
-                (long long)s_annot(l, "unroll_max_step"));
-    cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", var, var,
-            (long long)l->extent, var);
+        kl_codegen__c_line(g, "#pragma GCC unroll %lld",
+                           (long long)s_annot(l, "unroll_max_step"));
+    kl_codegen__c_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", var, var,
+                       (long long)l->extent, var);
     g->ind++;
     s_set_loop_var(g, pos, var);
     if (l->nparts > 1)
         for (int q = 0; q < l->nparts; q++) {
             const cg_sym_t *s = &g->sym[g->symbase[pos] + q];
-            cg_line(g, "const int64_t %s = %s / %lld %% %lld;", s->name, var,
-                    (long long)s->inner, (long long)s->extent);
+            kl_codegen__c_line(g, "const int64_t %s = %s / %lld %% %lld;",
+                               s->name, var, (long long)s->inner,
+                               (long long)s->extent);
         }
     if (s_annot(l, "prefetch") > 0)
-        cg_emit_prefetch(g, pos, s_annot(l, "prefetch"));
+        kl_codegen__emit_prefetch(g, pos, s_annot(l, "prefetch"));
     s_emit_body(g, pos);
-    cg_unset_loop(g, pos);
+    kl_codegen__unset_loop(g, pos);
     g->ind--;
-    cg_line(g, "}");
+    kl_codegen__c_line(g, "}");
 }
 
 /* ---- whole function ---- */
@@ -576,9 +445,9 @@ static void s_emit_prepass(cg_t *g)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
-    cg_line(g, "for (int64_t i = 0; i < %lld; ++i)",
-            (long long)kl_tensor_numel(&w->tensors[o]));
-    cg_line(g, "    %s[i] = %s;", w->tensors[o].name, s_ident(g));
+    kl_codegen__c_line(g, "for (int64_t i = 0; i < %lld; ++i)",
+                       (long long)kl_tensor_numel(&w->tensors[o]));
+    kl_codegen__c_line(g, "    %s[i] = %s;", w->tensors[o].name, s_ident(g));
 }
 
 /* Epilogue (and the MAX fix-up) over the output (no write cache): a naive
@@ -607,65 +476,68 @@ static void s_emit_postpass(cg_t *g)
         s->st = SYM_VAR;
         snprintf(s->name, sizeof s->name, "e%d", it);
         h->it[it].k[h->nsym++] = 1;
-        cg_line(h, "for (int64_t e%d = 0; e%d < %lld; ++e%d) {", it, it,
-                (long long)w->iters[it].extent, it);
+        kl_codegen__c_line(h, "for (int64_t e%d = 0; e%d < %lld; ++e%d) {", it,
+                           it, (long long)w->iters[it].extent, it);
         h->ind++;
         opened++;
     }
     kl_buf_t idx = {0};
-    cg_access_index(h, &w->out, 0, false, &idx);
+    kl_codegen__access_index(h, &w->out, 0, false, &idx);
     const char *on = w->tensors[kl_workload_output(w)].name;
-    cg_line(h, "float x = %s[%s];", on, idx.data);
+    kl_codegen__c_line(h, "float x = %s[%s];", on, idx.data);
     if (s_max(h))
-        cg_line(h, "x = x == -INFINITY ? 0.0f : x;");
-    cg_epilogue(h, "x", 0);
-    cg_line(h, "%s[%s] = x;", on, idx.data);
+        kl_codegen__c_line(h, "x = x == -INFINITY ? 0.0f : x;");
+    kl_codegen__epilogue(h, "x", 0);
+    kl_codegen__c_line(h, "%s[%s] = x;", on, idx.data);
     kl_buf_free(&idx);
     for (int i = 0; i < opened; i++) {
         h->ind--;
-        cg_line(h, "}");
+        kl_codegen__c_line(h, "}");
     }
     kl_buf_puts(&g->b, h->b.data);
     kl_buf_free(&h->b);
     free(h);
 }
 
-void cg_emit_function(cg_t *g, const char *entry)
+void kl_codegen__emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
     if (!g->nested)
-        kl_buf_puts(&g->b, cg_prelude);
+        kl_buf_puts(&g->b, kl_codegen__prelude);
     if (g->prep_elems)
-        cg_emit_prepare(g, entry);
+        kl_codegen__emit_prepare(g, entry);
     kl_buf_printf(&g->b, "\n%svoid %s(void *const *args)\n{\n",
                   g->nested ? "static " : "", entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
-        cg_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
-                t == o ? "" : "const ", w->tensors[t].name,
-                t == o ? "" : "const ", t);
+        kl_codegen__c_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
+                           t == o ? "" : "const ", w->tensors[t].name,
+                           t == o ? "" : "const ", t);
     if (g->wc_pos == -2)
         s_emit_prepass(g);
     bool par = g->n > 0 && g->L[0]->kind == KL_LOOP_PARALLEL;
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t]) {
-            cg_line(g, "(void)%s;", w->tensors[t].name);
-            cg_line(g, "float *pk_%s = (float *)args[%d] + %lld;",
-                    w->tensors[t].name, w->ntensors, (long long)g->pk_off[t]);
+            kl_codegen__c_line(g, "(void)%s;", w->tensors[t].name);
+            kl_codegen__c_line(g, "float *pk_%s = (float *)args[%d] + %lld;",
+                               w->tensors[t].name, w->ntensors,
+                               (long long)g->pk_off[t]);
         } else if (g->pack_pos[t] != -2 && (g->pack_pos[t] == -1 || !par))
-            cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
-                    (long long)cg_pack_elems(g, t));
-    cg_emit_packs_at(g, -1);
-    bool region = par && cg_has_inner_packs(g);
+            kl_codegen__c_line(g, "float *pk_%s = kl_alloc(%lld);",
+                               w->tensors[t].name,
+                               (long long)kl_codegen__pack_elems(g, t));
+    kl_codegen__emit_packs_at(g, -1);
+    bool region = par && kl_codegen__has_inner_packs(g);
     if (region) {
-        cg_line(g, "#pragma omp parallel");
-        cg_line(g, "{");
+        kl_codegen__c_line(g, "#pragma omp parallel");
+        kl_codegen__c_line(g, "{");
         g->ind++;
         for (int t = 0; t < w->ntensors; t++)
             if (g->pack_pos[t] >= 0)
-                cg_line(g, "float *pk_%s = kl_alloc(%lld);", w->tensors[t].name,
-                        (long long)cg_pack_elems(g, t));
+                kl_codegen__c_line(g, "float *pk_%s = kl_alloc(%lld);",
+                                   w->tensors[t].name,
+                                   (long long)kl_codegen__pack_elems(g, t));
     }
     if (g->wc_pos == -1)
         s_emit_acc_region(g, -1);
@@ -674,99 +546,15 @@ void cg_emit_function(cg_t *g, const char *entry)
     if (region) {
         for (int t = 0; t < w->ntensors; t++)
             if (g->pack_pos[t] >= 0)
-                cg_line(g, "free(pk_%s);", w->tensors[t].name);
+                kl_codegen__c_line(g, "free(pk_%s);", w->tensors[t].name);
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     for (int t = 0; t < w->ntensors; t++)
         if (!g->pk_prep[t] && g->pack_pos[t] != -2 &&
             (g->pack_pos[t] == -1 || !par))
-            cg_line(g, "free(pk_%s);", w->tensors[t].name);
+            kl_codegen__c_line(g, "free(pk_%s);", w->tensors[t].name);
     if (g->wc_pos == -2 && (w->nepi > 0 || s_max(g)))
         s_emit_postpass(g);
     kl_buf_puts(&g->b, "}\n");
-}
-
-void kl_kernel_free(kl_kernel_t *k)
-{
-    if (!k)
-        return;
-    free(k->source);
-    free(k->entry);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
-                 kl_kernel_t *out, char *err)
-{
-    memset(out, 0, sizeof *out);
-    if (t && t->kind != KL_TARGET_CPU)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "codegen: target %s is not a CPU target", t->name);
-    kl_target_t def;
-    if (!t) {
-        if (kl_target_parse("cpu", &def, err))
-            return KL_ERR_INTERNAL;
-        t = &def;
-    }
-    const kl_workload_t *sw = kl_sched_workload(s);
-    kl_tensorize_t tz;
-    int trc = kl_sched_tensorized(s, &tz, err);
-    if (trc != KL_ERR_NOTFOUND)
-        return trc ? trc : kl_codegen_tensorized(s, entry, out, err);
-    if (kl_workload_is_int(sw))
-        return kl_seterr(
-            err, KL_ERR_UNSUPPORTED,
-            "codegen: %s has %s output %s: scheduled C is f32 "
-            "only (integer workloads have a reference kernel; "
-            "integer schedules are tensorized: kl_sched_tensorize)",
-            sw->name ? sw->name : "?",
-            kl_dtype_name(sw->tensors[kl_workload_output(sw)].dtype),
-            sw->tensors[kl_workload_output(sw)].name);
-    cg_t *g = kl_xcalloc(1, sizeof *g);
-    g->s = s;
-    g->w = kl_sched_workload(s);
-    g->t = t;
-    g->err = err;
-    g->lin_ok = true;
-    int rc = s_setup(g);
-    if (!rc)
-        rc = cg_pack_setup(g);
-    if (!rc) {
-        if (kl_sched_winograd_m(s))
-            rc = cg_emit_winograd(g, entry ? entry : "kl_main");
-        else
-            cg_emit_function(g, entry ? entry : "kl_main");
-        if (!g->lin_ok)
-            rc = cg_fail(g, KL_ERR_INTERNAL,
-                         "an index used a loop outside its scope");
-    }
-    if (rc) {
-        kl_buf_free(&g->b);
-        free(g);
-        return rc;
-    }
-    out->source = kl_buf_take(&g->b);
-    out->entry = kl_xstrdup(entry ? entry : "kl_main");
-    out->prepare = g->prep_elems > 0 || kl_sched_winograd_m(s) > 0;
-    for (int i = 0; i < 3; i++)
-        out->grid[i] = out->block[i] = 1;
-    free(g);
-    return KL_OK;
-}
-
-int kl_codegen_reference(const kl_workload_t *w, const char *entry,
-                         kl_kernel_t *out, char *err)
-{
-    if (kl_workload_is_int(w))
-        return kl_codegen_reference_int(w, entry, out, err);
-    kl_sched_t *s = NULL;
-    int rc = kl_sched_create(&s, w, err);
-    if (rc)
-        return rc;
-    kl_target_t t;
-    kl_target_parse("cpu/generic", &t, NULL);
-    rc = kl_codegen_c(s, &t, entry ? entry : "kl_ref", out, err);
-    kl_sched_destroy(&s);
-    return rc;
 }

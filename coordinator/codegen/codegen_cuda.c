@@ -2,7 +2,6 @@
  * kl_codegen_cuda.h). The mapping of loops onto the launch is decided by
  * kl_cuda_plan (coordinator/space/kl_cuda_plan.h); this file prints it. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,43 +12,9 @@
 #include "kl_err.h"
 #include "kl_util.h"
 
-void kl_cgc_line(g_t *g, const char *fmt, ...)
-{
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *tmp = kl_xmalloc((size_t)n + 1);
-    vsnprintf(tmp, (size_t)n + 1, fmt, ap2);
-    va_end(ap2);
-    kl_buf_printf(&g->b, "%*s%s\n", 4 * g->ind, "", tmp);
-    free(tmp);
-}
-
 static const kl_loop_t *s_L(const g_t *g, int pos)
 {
     return kl_sched_loop(g->s, pos);
-}
-
-/* The value of part q of the loop at pos, as C text. */
-void kl_cgc_part(const g_t *g, kl_buf_t *b, int pos, int q)
-{
-    const kl_loop_t *l = s_L(g, pos);
-    if (l->nparts == 1) {
-        kl_buf_printf(b, "l%d", l->id);
-        return;
-    }
-    int64_t inner = 1;
-    for (int r = q + 1; r < l->nparts; r++)
-        inner *= l->parts[r].extent;
-    if (q == 0)
-        kl_buf_printf(b, "(l%d / %" PRId64 ")", l->id, inner);
-    else if (inner == 1)
-        kl_buf_printf(b, "(l%d %% %" PRId64 ")", l->id, l->parts[q].extent);
-    else
-        kl_buf_printf(b, "(l%d / %" PRId64 " %% %" PRId64 ")", l->id, inner,
-                      l->parts[q].extent);
 }
 
 static void s_lin_print(const g_t *g, kl_buf_t *b, const lin_t *f)
@@ -68,7 +33,7 @@ static void s_lin_print(const g_t *g, kl_buf_t *b, const lin_t *f)
             int64_t a = c < 0 ? -c : c;
             if (a != 1)
                 kl_buf_printf(b, "%" PRId64 " * ", a);
-            kl_cgc_part(g, b, pos, q);
+            kl_codegen__cuda_part(g, b, pos, q);
             any = true;
         }
     if (f->c || !any)
@@ -195,14 +160,6 @@ static void s_smem_index(const g_t *g, const kl_cuda_smem_t *sm,
     kl_buf_puts(b, "]");
 }
 
-void kl_cgc_num(kl_buf_t *b, double v)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.9g", v);
-    bool frac = strpbrk(tmp, ".eEn") != NULL;
-    kl_buf_printf(b, "%s%sf", tmp, frac ? "" : ".0");
-}
-
 /* A read of global tensor t at offset off, as float: f16 / bf16 tensors
  * are passed as their 16 bits and converted (kl_f16, kl_bf16). */
 static void s_gread(const g_t *g, kl_buf_t *b, int t, const char *off)
@@ -225,7 +182,7 @@ static void s_expr(const g_t *g, const kl_expr_t *e, kl_buf_t *b,
                                 [KL_EX_DIV] = " / "};
     switch (e->kind) {
     case KL_EX_CONST:
-        kl_cgc_num(b, e->value);
+        kl_codegen__cuda_num(b, e->value);
         return;
     case KL_EX_LOAD: {
         kl_buf_t off = {0}, c = {0};
@@ -344,16 +301,10 @@ static void s_open_loop(g_t *g, int pos, bool force_unroll)
     if (force_unroll || l->kind == KL_LOOP_UNROLL ||
         l->kind == KL_LOOP_VECTORIZE ||
         (!holds_copy && inner <= s_unroll_budget(g, pos) && inner > 1))
-        kl_cgc_line(g, "#pragma unroll");
-    kl_cgc_line(g, "for (%s l%d = 0; l%d < %" PRId64 "; ++l%d) {", g->ity,
-                l->id, l->id, l->extent, l->id);
+        kl_codegen__cuda_line(g, "#pragma unroll");
+    kl_codegen__cuda_line(g, "for (%s l%d = 0; l%d < %" PRId64 "; ++l%d) {",
+                          g->ity, l->id, l->id, l->extent, l->id);
     g->ind++;
-}
-
-void kl_cgc_close(g_t *g)
-{
-    g->ind--;
-    kl_cgc_line(g, "}");
 }
 
 /* The body's (one) index map of the tensor a shared box caches. */
@@ -422,11 +373,11 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
     const kl_tensor_t *t = &g->w->tensors[sm->tensor];
     const kl_access_t *a = s_read_of(g, sm->tensor);
     int vw = s_copy_vec4(g, sm, a, pos) ? 4 : 1;
-    kl_cgc_line(g, "/* %s: %" PRId64 " floats%s */", t->name, sm->size,
-                vw == 4 ? ", 16 bytes per access" : "");
-    kl_cgc_line(g,
-                "for (%s f = kl_tid * %d; f < %" PRId64 "; f += %" PRId64 ") {",
-                g->ity, vw, sm->size, g->p.threads * vw);
+    kl_codegen__cuda_line(g, "/* %s: %" PRId64 " floats%s */", t->name,
+                          sm->size, vw == 4 ? ", 16 bytes per access" : "");
+    kl_codegen__cuda_line(
+        g, "for (%s f = kl_tid * %d; f < %" PRId64 "; f += %" PRId64 ") {",
+        g->ity, vw, sm->size, g->p.threads * vw);
     g->ind++;
     kl_buf_t off = {0}, cond = {0};
     int64_t st[KL_IR_MAX_DIMS], tst = 1;
@@ -445,8 +396,9 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
             inner *= sm->ext[e];
         kl_buf_t x = {0};
         s_lin_print(g, &x, &f);
-        kl_cgc_line(g, "const %s c%d = %s + (f / %" PRId64 ") %% %" PRId64 ";",
-                    g->ity, d, x.data, inner, sm->ext[d]);
+        kl_codegen__cuda_line(
+            g, "const %s c%d = %s + (f / %" PRId64 ") %% %" PRId64 ";", g->ity,
+            d, x.data, inner, sm->ext[d]);
         kl_buf_free(&x);
         kl_buf_printf(&off, "%sc%d * %" PRId64, d ? " + " : "", d, st[d]);
         const char *sep = cond.len ? " && " : "";
@@ -466,7 +418,7 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
                  "%" PRId64 " + f / %" PRId64 " * %" PRId64 " + f %% %" PRId64,
                  sm->offset, row, sm->pitch, row);
     if (vw == 4)
-        kl_cgc_line(
+        kl_codegen__cuda_line(
             g, "*(float4 *)&kl_smem[%s] = %s%s%s*(const float4 *)&a%d[%s]%s;",
             dst, cond.len ? "(" : "", cond.len ? cond.data : "",
             cond.len ? ") ? " : "", sm->tensor, off.data,
@@ -475,15 +427,15 @@ static void s_emit_copy(g_t *g, const kl_cuda_smem_t *sm, int pos)
         kl_buf_t rd = {0};
         s_gread(g, &rd, sm->tensor, off.data);
         if (cond.len)
-            kl_cgc_line(g, "kl_smem[%s] = (%s) ? %s : 0.0f;", dst, cond.data,
-                        rd.data);
+            kl_codegen__cuda_line(g, "kl_smem[%s] = (%s) ? %s : 0.0f;", dst,
+                                  cond.data, rd.data);
         else
-            kl_cgc_line(g, "kl_smem[%s] = %s;", dst, rd.data);
+            kl_codegen__cuda_line(g, "kl_smem[%s] = %s;", dst, rd.data);
         kl_buf_free(&rd);
     }
     kl_buf_free(&off);
     kl_buf_free(&cond);
-    kl_cgc_close(g);
+    kl_codegen__cuda_close(g);
 }
 
 /* Cooperative copies of the shared stages attached at pos, between
@@ -496,12 +448,12 @@ static void s_emit_copies(g_t *g, int pos, bool in_loop)
         if (g->p.smem[i].attach != pos)
             continue;
         if (!any && in_loop)
-            kl_cgc_line(g, "__syncthreads();");
+            kl_codegen__cuda_line(g, "__syncthreads();");
         any = true;
         s_emit_copy(g, &g->p.smem[i], pos);
     }
     if (any)
-        kl_cgc_line(g, "__syncthreads();");
+        kl_codegen__cuda_line(g, "__syncthreads();");
 }
 
 static void s_emit_statement(g_t *g)
@@ -511,60 +463,32 @@ static void s_emit_statement(g_t *g)
     s_guards(g, false, &guard);
     s_acc_index(g, &idx);
     if (guard.len) {
-        kl_cgc_line(g, "if (%s) {", guard.data);
+        kl_codegen__cuda_line(g, "if (%s) {", guard.data);
         g->ind++;
     }
     switch (g->w->reduce) {
     case KL_RED_SUM:
-        kl_cgc_line(g, "acc[%s] += %s;", idx.data, v.data);
+        kl_codegen__cuda_line(g, "acc[%s] += %s;", idx.data, v.data);
         break;
     case KL_RED_MAX:
         /* Out-of-range points do not take part (-inf padding). */
         if (cond.len)
-            kl_cgc_line(g, "if (%s) acc[%s] = fmaxf(acc[%s], %s);", cond.data,
-                        idx.data, idx.data, v.data);
+            kl_codegen__cuda_line(g, "if (%s) acc[%s] = fmaxf(acc[%s], %s);",
+                                  cond.data, idx.data, idx.data, v.data);
         else
-            kl_cgc_line(g, "acc[%s] = fmaxf(acc[%s], %s);", idx.data, idx.data,
-                        v.data);
+            kl_codegen__cuda_line(g, "acc[%s] = fmaxf(acc[%s], %s);", idx.data,
+                                  idx.data, v.data);
         break;
     default:
-        kl_cgc_line(g, "acc[%s] = %s;", idx.data, v.data);
+        kl_codegen__cuda_line(g, "acc[%s] = %s;", idx.data, v.data);
         break;
     }
     if (guard.len)
-        kl_cgc_close(g);
+        kl_codegen__cuda_close(g);
     kl_buf_free(&v);
     kl_buf_free(&cond);
     kl_buf_free(&guard);
     kl_buf_free(&idx);
-}
-
-void kl_cgc_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
-{
-    kl_buf_t x = {0}, y = {0};
-    switch (ep->kind) {
-    case KL_EPI_ADD_TENSOR:
-    case KL_EPI_MUL_TENSOR:
-        kl_cgc_line(g, "v = v %s %s;",
-                    ep->kind == KL_EPI_ADD_TENSOR ? "+" : "*", value);
-        break;
-    case KL_EPI_ADD_CONST:
-    case KL_EPI_MUL_CONST:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_line(g, "v = v %s %s;", ep->kind == KL_EPI_ADD_CONST ? "+" : "*",
-                    x.data);
-        break;
-    case KL_EPI_RELU:
-        kl_cgc_line(g, "v = fmaxf(v, 0.0f);");
-        break;
-    case KL_EPI_CLIP:
-        kl_cgc_num(&x, ep->lo);
-        kl_cgc_num(&y, ep->hi);
-        kl_cgc_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data, y.data);
-        break;
-    }
-    kl_buf_free(&x);
-    kl_buf_free(&y);
 }
 
 static void s_emit_epilogue(g_t *g)
@@ -580,7 +504,7 @@ static void s_emit_epilogue(g_t *g)
             if (cond.len)
                 kl_buf_puts(&x, " : 0.0f)");
         }
-        kl_cgc_epi(g, ep, x.data);
+        kl_codegen__cuda_epi(g, ep, x.data);
         kl_buf_free(&x);
         kl_buf_free(&off);
         kl_buf_free(&cond);
@@ -597,19 +521,20 @@ static void s_emit_writeback(g_t *g)
     if (cond.len)
         kl_buf_printf(&guard, "%s%s", guard.len ? " && " : "", cond.data);
     if (guard.len) {
-        kl_cgc_line(g, "if (%s) {", guard.data);
+        kl_codegen__cuda_line(g, "if (%s) {", guard.data);
         g->ind++;
     }
     s_acc_index(g, &idx);
-    kl_cgc_line(g, "float v = acc[%s];", idx.data);
+    kl_codegen__cuda_line(g, "float v = acc[%s];", idx.data);
     if (g->w->reduce == KL_RED_MAX)
-        kl_cgc_line(g, "if (v == -__int_as_float(0x7f800000)) v = 0.0f;");
+        kl_codegen__cuda_line(
+            g, "if (v == -__int_as_float(0x7f800000)) v = 0.0f;");
     s_emit_epilogue(g);
-    kl_cgc_line(g, "a%d[%s] = v;", g->out, off.data);
+    kl_codegen__cuda_line(g, "a%d[%s] = v;", g->out, off.data);
     if (guard.len)
-        kl_cgc_close(g);
+        kl_codegen__cuda_close(g);
     for (int i = 0; i < g->p.nacc_loops; i++)
-        kl_cgc_close(g);
+        kl_codegen__cuda_close(g);
     kl_buf_free(&guard);
     kl_buf_free(&idx);
     kl_buf_free(&off);
@@ -677,35 +602,37 @@ static void s_emit_indices(g_t *g)
         int64_t total = 1;
         for (int pos = 0; pos < g->p.nflat; pos++)
             total *= s_L(g, pos)->extent;
-        kl_cgc_line(
+        kl_codegen__cuda_line(
             g, "const %s kl_gid = (%s)blockIdx.x * %" PRId64 " + threadIdx.x;",
             g->ity, g->ity, g->p.block[0]);
-        kl_cgc_line(g, "if (kl_gid >= %" PRId64 ") return;", total);
+        kl_codegen__cuda_line(g, "if (kl_gid >= %" PRId64 ") return;", total);
         int64_t inner = 1;
         for (int pos = g->p.nflat - 1; pos >= 0; pos--) {
             const kl_loop_t *l = s_L(g, pos);
-            kl_cgc_line(g,
-                        "const %s l%d = kl_gid / %" PRId64 " %% %" PRId64 ";",
-                        g->ity, l->id, inner, l->extent);
+            kl_codegen__cuda_line(
+                g, "const %s l%d = kl_gid / %" PRId64 " %% %" PRId64 ";",
+                g->ity, l->id, inner, l->extent);
             inner *= l->extent;
         }
         return;
     }
-    kl_cgc_line(g,
-                "const int kl_tid = threadIdx.x + %" PRId64
-                " * (threadIdx.y + %" PRId64 " * threadIdx.z);",
-                g->p.block[0], g->p.block[1]);
+    kl_codegen__cuda_line(g,
+                          "const int kl_tid = threadIdx.x + %" PRId64
+                          " * (threadIdx.y + %" PRId64 " * threadIdx.z);",
+                          g->p.block[0], g->p.block[1]);
     for (int pos = 0; pos < g->p.prefix; pos++) {
         const kl_loop_t *l = s_L(g, pos);
         if (l->kind != KL_LOOP_VTHREAD)
-            kl_cgc_line(g, "const %s l%d = %s;", g->ity, l->id,
-                        names[l->kind - KL_LOOP_BLOCK_X]);
+            kl_codegen__cuda_line(g, "const %s l%d = %s;", g->ity, l->id,
+                                  names[l->kind - KL_LOOP_BLOCK_X]);
     }
     if (g->p.nsmem && g->p.smem_dynamic)
-        kl_cgc_line(g, "extern __shared__ __align__(16) float kl_smem[];");
+        kl_codegen__cuda_line(
+            g, "extern __shared__ __align__(16) float kl_smem[];");
     else if (g->p.nsmem)
-        kl_cgc_line(g, "__shared__ __align__(16) float kl_smem[%" PRId64 "];",
-                    g->p.smem_bytes / 4);
+        kl_codegen__cuda_line(
+            g, "__shared__ __align__(16) float kl_smem[%" PRId64 "];",
+            g->p.smem_bytes / 4);
 }
 
 static void s_emit_body(g_t *g)
@@ -718,12 +645,13 @@ static void s_emit_body(g_t *g)
         s_emit_copies(g, pos, true);
         opened++;
     }
-    kl_cgc_line(g, "float acc[%" PRId64 "];", g->p.nacc);
-    kl_cgc_line(g, "#pragma unroll");
-    kl_cgc_line(g, "for (int i = 0; i < %" PRId64 "; ++i)", g->p.nacc);
-    kl_cgc_line(g, "    acc[i] = %s;",
-                g->w->reduce == KL_RED_MAX ? "-__int_as_float(0x7f800000)"
-                                           : "0.0f");
+    kl_codegen__cuda_line(g, "float acc[%" PRId64 "];", g->p.nacc);
+    kl_codegen__cuda_line(g, "#pragma unroll");
+    kl_codegen__cuda_line(g, "for (int i = 0; i < %" PRId64 "; ++i)",
+                          g->p.nacc);
+    kl_codegen__cuda_line(
+        g, "    acc[i] = %s;",
+        g->w->reduce == KL_RED_MAX ? "-__int_as_float(0x7f800000)" : "0.0f");
     int inner = 0;
     for (int pos = g->p.wc_attach + 1; pos < g->p.nloops; pos++) {
         s_open_loop(g, pos, s_is_acc(g, pos));
@@ -737,10 +665,10 @@ static void s_emit_body(g_t *g)
         }
     s_emit_statement(g);
     while (inner--)
-        kl_cgc_close(g);
+        kl_codegen__cuda_close(g);
     s_emit_writeback(g);
     while (opened--)
-        kl_cgc_close(g);
+        kl_codegen__cuda_close(g);
 }
 
 /* The kernel's text and launch from a planned g. */
@@ -760,11 +688,12 @@ static void s_finish(g_t *g, const char *entry, kl_kernel_t *out)
     }
     out->shared_bytes = g->p.smem_dynamic ? g->p.smem_bytes : 0;
 }
+
 int kl_codegen_cuda(const kl_sched_t *s, const kl_target_t *t,
                     const char *entry, kl_kernel_t *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    int mrc = kl_cgc_mma(s, t, entry ? entry : "kl_main", out, err);
+    int mrc = kl_codegen__cuda_mma(s, t, entry ? entry : "kl_main", out, err);
     if (mrc != KL_ERR_NOTFOUND)
         return mrc;
     memset(out, 0, sizeof *out);

@@ -8,120 +8,11 @@
 #include "cg_priv.h"
 #include "kl_err.h"
 
-void cg_lin_add(cg_lin_t *dst, const cg_lin_t *src, int64_t mult)
-{
-    dst->c += src->c * mult;
-    for (int i = 0; i < CG_MAXSYM; i++)
-        dst->k[i] += src->k[i] * mult;
-}
-
-static bool s_is_vsym(const cg_t *g, int i)
-{
-    return g->lanes_on && g->vpos >= 0 && g->sym[i].pos == g->vpos;
-}
-
-/* Appends the decimal text of v (printf is the generator's hot spot). */
-static void s_put_i64(kl_buf_t *b, int64_t v)
-{
-    char t[24];
-    int n = 0;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        t[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        t[n++] = '-';
-    char r[24];
-    for (int i = 0; i < n; i++)
-        r[i] = t[n - 1 - i];
-    kl_buf_append(b, r, (size_t)n);
-}
-
-void cg_lin_print(const cg_t *g, const cg_lin_t *f, int lane, kl_buf_t *out)
-{
-    int64_t c = f->c;
-    int nterms = 0;
-    for (int i = 0; i < g->nsym; i++) {
-        int64_t k = f->k[i];
-        if (!k)
-            continue;
-        const cg_sym_t *s = &g->sym[i];
-        if (s_is_vsym(g, i) && lane > 0)
-            c += k * lane;
-        if (s->st == SYM_CONST) {
-            c += k * s->value;
-        } else if (s->st == SYM_VAR) {
-            if (nterms++)
-                kl_buf_append(out, " + ", 3);
-            else
-                kl_buf_append(out, "(", 1);
-            kl_buf_puts(out, s->name);
-            if (k != 1) {
-                kl_buf_append(out, " * ", 3);
-                s_put_i64(out, k);
-            }
-        } else {
-            ((cg_t *)g)->lin_ok = false;
-        }
-    }
-    if (!nterms) {
-        s_put_i64(out, c);
-    } else {
-        if (c) {
-            kl_buf_append(out, " + ", 3);
-            s_put_i64(out, c);
-        }
-        kl_buf_append(out, ")", 1);
-    }
-}
-
-void cg_lin_range(const cg_t *g, const cg_lin_t *f, int64_t *lo, int64_t *hi)
-{
-    int64_t a = f->c, b = f->c;
-    for (int i = 0; i < g->nsym; i++) {
-        int64_t k = f->k[i];
-        if (!k)
-            continue;
-        const cg_sym_t *s = &g->sym[i];
-        int64_t slo, shi;
-        if (s->st == SYM_CONST) {
-            slo = shi = s->value;
-            if (s_is_vsym(g, i))
-                shi += g->lanes - 1;
-        } else {
-            slo = 0;
-            shi = s->extent - 1;
-        }
-        a += k > 0 ? k * slo : k * shi;
-        b += k > 0 ? k * shi : k * slo;
-    }
-    *lo = a;
-    *hi = b;
-}
-
-int64_t cg_lin_vcoef(const cg_t *g, const cg_lin_t *f)
-{
-    if (g->vpos < 0 || !g->lanes_on)
-        return 0;
-    return f->k[g->symbase[g->vpos]];
-}
-
-void cg_loop_lin(const cg_t *g, int pos, cg_lin_t *out)
-{
-    memset(out, 0, sizeof *out);
-    const kl_loop_t *l = g->L[pos];
-    for (int p = 0; p < l->nparts; p++) {
-        int si = g->symbase[pos] + p;
-        out->k[si] = g->sym[si].inner;
-    }
-}
-
 /* Range of iterator it, trimmed to its extent (guards or clamps keep it
  * there wherever a read happens). */
 static void s_iter_range(const cg_t *g, int it, int64_t *lo, int64_t *hi)
 {
-    cg_lin_range(g, &g->it[it], lo, hi);
+    kl_codegen__lin_range(g, &g->it[it], lo, hi);
     int64_t ext = g->w->iters[it].extent;
     if (*hi > ext - 1)
         *hi = ext - 1;
@@ -130,7 +21,7 @@ static void s_iter_range(const cg_t *g, int it, int64_t *lo, int64_t *hi)
 static bool s_needs_clamp(const cg_t *g, int it)
 {
     int64_t lo, hi;
-    cg_lin_range(g, &g->it[it], &lo, &hi);
+    kl_codegen__lin_range(g, &g->it[it], &lo, &hi);
     return hi >= g->w->iters[it].extent;
 }
 
@@ -147,11 +38,11 @@ static void s_dim(cg_t *g, const kl_access_t *a, int d, bool clamp,
             continue;
         if (clamp && s_needs_clamp(g, it)) {
             kl_buf_printf(extra, " + %lld * kl_mini(", (long long)af->coef[it]);
-            cg_lin_print(g, &g->it[it], lane, extra);
+            kl_codegen__lin_print(g, &g->it[it], lane, extra);
             kl_buf_printf(extra, ", %lld)",
                           (long long)g->w->iters[it].extent - 1);
         } else {
-            cg_lin_add(lin, &g->it[it], af->coef[it]);
+            kl_codegen__lin_add(lin, &g->it[it], af->coef[it]);
         }
     }
 }
@@ -171,7 +62,8 @@ static void s_dim_range(cg_t *g, const kl_access_t *a, int d, int64_t *lo,
     }
 }
 
-bool cg_access_lin(cg_t *g, const kl_access_t *a, bool clamp, cg_lin_t *out)
+bool kl_codegen__access_lin(cg_t *g, const kl_access_t *a, bool clamp,
+                            cg_lin_t *out)
 {
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
     memset(out, 0, sizeof *out);
@@ -184,14 +76,14 @@ bool cg_access_lin(cg_t *g, const kl_access_t *a, bool clamp, cg_lin_t *out)
         if (extra.len || a->idx[d].div != 1)
             ok = false;
         kl_buf_free(&extra);
-        cg_lin_add(out, &lin, stride);
+        kl_codegen__lin_add(out, &lin, stride);
         stride *= t->shape[d];
     }
     return ok;
 }
 
-void cg_access_index(cg_t *g, const kl_access_t *a, int lane, bool clamp,
-                     kl_buf_t *out)
+void kl_codegen__access_index(cg_t *g, const kl_access_t *a, int lane,
+                              bool clamp, kl_buf_t *out)
 {
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
     cg_lin_t flat;
@@ -204,11 +96,11 @@ void cg_access_index(cg_t *g, const kl_access_t *a, int lane, bool clamp,
         s_dim(g, a, d, clamp, &lin, &ex, lane);
         if (a->idx[d].div != 1) {
             kl_buf_printf(&extra, " + %lld * ((", (long long)stride);
-            cg_lin_print(g, &lin, lane, &extra);
+            kl_codegen__lin_print(g, &lin, lane, &extra);
             kl_buf_printf(&extra, "%s) / %lld)", ex.data ? ex.data : "",
                           (long long)a->idx[d].div);
         } else {
-            cg_lin_add(&flat, &lin, stride);
+            kl_codegen__lin_add(&flat, &lin, stride);
             if (ex.len)
                 kl_buf_printf(&extra, " + %lld * (0%s)", (long long)stride,
                               ex.data);
@@ -216,14 +108,14 @@ void cg_access_index(cg_t *g, const kl_access_t *a, int lane, bool clamp,
         kl_buf_free(&ex);
         stride *= t->shape[d];
     }
-    cg_lin_print(g, &flat, lane, out);
+    kl_codegen__lin_print(g, &flat, lane, out);
     if (extra.len)
         kl_buf_puts(out, extra.data);
     kl_buf_free(&extra);
 }
 
-void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
-                     kl_buf_t *out)
+void kl_codegen__access_check(cg_t *g, const kl_access_t *a, int lane,
+                              bool clamp, kl_buf_t *out)
 {
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
     int n = 0;
@@ -235,7 +127,7 @@ void cg_access_check(cg_t *g, const kl_access_t *a, int lane, bool clamp,
         cg_lin_t lin;
         kl_buf_t ex = {0}, num = {0};
         s_dim(g, a, d, clamp, &lin, &ex, lane);
-        cg_lin_print(g, &lin, lane, &num);
+        kl_codegen__lin_print(g, &lin, lane, &num);
         if (ex.len)
             kl_buf_puts(&num, ex.data);
         if (n++)
@@ -266,15 +158,15 @@ static void s_load_scalar(cg_t *g, const kl_access_t *a, int lane,
     const char *name = g->w->tensors[a->tensor].name;
     if (s_packed(g, a->tensor)) {
         cg_lin_t l;
-        cg_pack_lin(g, a, &l);
+        kl_codegen__pack_lin(g, a, &l);
         kl_buf_printf(out, "pk_%s[", name);
-        cg_lin_print(g, &l, lane, out);
+        kl_codegen__lin_print(g, &l, lane, out);
         kl_buf_puts(out, "]");
         return;
     }
     kl_buf_t chk = {0}, idx = {0};
-    cg_access_check(g, a, lane, g->in_acc, &chk);
-    cg_access_index(g, a, lane, g->in_acc, &idx);
+    kl_codegen__access_check(g, a, lane, g->in_acc, &chk);
+    kl_codegen__access_index(g, a, lane, g->in_acc, &idx);
     if (chk.len)
         kl_buf_printf(out, "(%s ? %s[%s] : 0.0f)", chk.data, name, idx.data);
     else
@@ -293,13 +185,13 @@ static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig,
     if (edge)
         *edge = false;
     if (s_packed(g, a->tensor)) {
-        cg_pack_lin(g, a, &l);
-        int64_t vc = cg_lin_vcoef(g, &l);
+        kl_codegen__pack_lin(g, a, &l);
+        int64_t vc = kl_codegen__lin_vcoef(g, &l);
         *contig = vc == 1;
         return vc != 0;
     }
-    bool lin = cg_access_lin(g, a, g->in_acc, &l);
-    int64_t vc = cg_lin_vcoef(g, &l);
+    bool lin = kl_codegen__access_lin(g, a, g->in_acc, &l);
+    int64_t vc = kl_codegen__lin_vcoef(g, &l);
     if (!vc)
         return false;
     if (!lin || vc != 1)
@@ -316,7 +208,7 @@ static bool s_load_shape(cg_t *g, const kl_access_t *a, bool *contig,
         kl_buf_t ex = {0};
         s_dim(g, a, d, false, &dl, &ex, 0);
         kl_buf_free(&ex);
-        int64_t vc = cg_lin_vcoef(g, &dl);
+        int64_t vc = kl_codegen__lin_vcoef(g, &dl);
         if (!vc)
             continue;
         int64_t lo, hi;
@@ -341,7 +233,7 @@ static bool s_expr_vec_ok(cg_t *g, const kl_expr_t *e, bool *any_check)
         bool dep = s_load_shape(g, &e->access, &contig, NULL);
         if (!s_packed(g, e->access.tensor)) {
             kl_buf_t chk = {0};
-            cg_access_check(g, &e->access, 0, g->in_acc, &chk);
+            kl_codegen__access_check(g, &e->access, 0, g->in_acc, &chk);
             if (chk.len)
                 *any_check = true;
             kl_buf_free(&chk);
@@ -352,7 +244,7 @@ static bool s_expr_vec_ok(cg_t *g, const kl_expr_t *e, bool *any_check)
            s_expr_vec_ok(g, e->b, any_check);
 }
 
-bool cg_body_vectorizable(cg_t *g)
+bool kl_codegen__body_vectorizable(cg_t *g)
 {
     if (g->lanes <= 1)
         return false;
@@ -379,6 +271,53 @@ static const char *s_binop(kl_expr_kind k)
     }
 }
 
+/* A read of the body at lane (lane < 0: the whole vector, when it is
+ * one); true when the text is a vector. */
+static bool s_load(cg_t *g, const kl_access_t *a, int lane, kl_buf_t *out)
+{
+    if (lane >= 0) {
+        s_load_scalar(g, a, lane, out);
+        return false;
+    }
+    bool contig, edge;
+    if (!s_load_shape(g, a, &contig, &edge)) {
+        s_load_scalar(g, a, 0, out);
+        return false;
+    }
+    const char *name = g->w->tensors[a->tensor].name;
+    kl_buf_t idx = {0}, chk = {0};
+    if (s_packed(g, a->tensor)) {
+        cg_lin_t l;
+        kl_codegen__pack_lin(g, a, &l);
+        kl_codegen__lin_print(g, &l, 0, &idx);
+        kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
+    } else if (edge) {
+        kl_buf_t last = {0};
+        kl_codegen__access_index(g, a, 0, g->in_acc, &idx);
+        kl_codegen__access_check(g, a, 0, g->in_acc, &chk);
+        kl_codegen__access_check(g, a, g->lanes - 1, g->in_acc, &last);
+        kl_buf_printf(out, "((%s && %s) ? kl_ld%d(&%s[%s]) : (kl_v%d){",
+                      chk.data, last.data, g->lanes, name, idx.data, g->lanes);
+        for (int l = 0; l < g->lanes; l++) {
+            kl_buf_puts(out, l ? ", " : "");
+            s_load_scalar(g, a, l, out);
+        }
+        kl_buf_puts(out, "})");
+        kl_buf_free(&last);
+    } else {
+        kl_codegen__access_index(g, a, 0, g->in_acc, &idx);
+        kl_codegen__access_check(g, a, 0, g->in_acc, &chk);
+        if (chk.len)
+            kl_buf_printf(out, "(%s ? kl_ld%d(&%s[%s]) : kl_bc%d(0.0f))",
+                          chk.data, g->lanes, name, idx.data, g->lanes);
+        else
+            kl_buf_printf(out, "kl_ld%d(&%s[%s])", g->lanes, name, idx.data);
+    }
+    kl_buf_free(&idx);
+    kl_buf_free(&chk);
+    return true;
+}
+
 /* Emits e; returns whether the text is a vector. lane >= 0: scalar at that
  * lane; lane < 0: vector mode. */
 static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
@@ -387,51 +326,8 @@ static bool s_expr(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
     case KL_EX_CONST:
         kl_buf_printf(out, "((float)%.17g)", e->value);
         return false;
-    case KL_EX_LOAD: {
-        if (lane >= 0) {
-            s_load_scalar(g, &e->access, lane, out);
-            return false;
-        }
-        bool contig, edge;
-        if (!s_load_shape(g, &e->access, &contig, &edge)) {
-            s_load_scalar(g, &e->access, 0, out);
-            return false;
-        }
-        const char *name = g->w->tensors[e->access.tensor].name;
-        kl_buf_t idx = {0}, chk = {0};
-        if (s_packed(g, e->access.tensor)) {
-            cg_lin_t l;
-            cg_pack_lin(g, &e->access, &l);
-            cg_lin_print(g, &l, 0, &idx);
-            kl_buf_printf(out, "kl_ld%d(&pk_%s[%s])", g->lanes, name, idx.data);
-        } else if (edge) {
-            kl_buf_t last = {0};
-            cg_access_index(g, &e->access, 0, g->in_acc, &idx);
-            cg_access_check(g, &e->access, 0, g->in_acc, &chk);
-            cg_access_check(g, &e->access, g->lanes - 1, g->in_acc, &last);
-            kl_buf_printf(out, "((%s && %s) ? kl_ld%d(&%s[%s]) : (kl_v%d){",
-                          chk.data, last.data, g->lanes, name, idx.data,
-                          g->lanes);
-            for (int l = 0; l < g->lanes; l++) {
-                kl_buf_puts(out, l ? ", " : "");
-                s_load_scalar(g, &e->access, l, out);
-            }
-            kl_buf_puts(out, "})");
-            kl_buf_free(&last);
-        } else {
-            cg_access_index(g, &e->access, 0, g->in_acc, &idx);
-            cg_access_check(g, &e->access, 0, g->in_acc, &chk);
-            if (chk.len)
-                kl_buf_printf(out, "(%s ? kl_ld%d(&%s[%s]) : kl_bc%d(0.0f))",
-                              chk.data, g->lanes, name, idx.data, g->lanes);
-            else
-                kl_buf_printf(out, "kl_ld%d(&%s[%s])", g->lanes, name,
-                              idx.data);
-        }
-        kl_buf_free(&idx);
-        kl_buf_free(&chk);
-        return true;
-    }
+    case KL_EX_LOAD:
+        return s_load(g, &e->access, lane, out);
     case KL_EX_NEG: {
         kl_buf_puts(out, "(-");
         bool v = s_expr(g, e->a, lane, out);
@@ -475,7 +371,7 @@ static void s_checks(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
         return;
     if (e->kind == KL_EX_LOAD && !s_packed(g, e->access.tensor)) {
         kl_buf_t c = {0};
-        cg_access_check(g, &e->access, lane, g->in_acc, &c);
+        kl_codegen__access_check(g, &e->access, lane, g->in_acc, &c);
         if (c.len)
             kl_buf_printf(out, "%s%s", out->len ? " && " : "", c.data);
         kl_buf_free(&c);
@@ -484,7 +380,7 @@ static void s_checks(cg_t *g, const kl_expr_t *e, int lane, kl_buf_t *out)
     s_checks(g, e->b, lane, out);
 }
 
-void cg_body_lane(cg_t *g, int lane, kl_buf_t *out)
+void kl_codegen__body_lane(cg_t *g, int lane, kl_buf_t *out)
 {
     kl_buf_t v = {0};
     s_expr(g, g->w->body, lane, &v);
@@ -502,13 +398,13 @@ void cg_body_lane(cg_t *g, int lane, kl_buf_t *out)
     kl_buf_free(&v);
 }
 
-void cg_body_value(cg_t *g, bool vec, kl_buf_t *out)
+void kl_codegen__body_value(cg_t *g, bool vec, kl_buf_t *out)
 {
     if (!vec) {
-        cg_body_lane(g, 0, out);
+        kl_codegen__body_lane(g, 0, out);
         return;
     }
-    if (cg_body_vectorizable(g)) {
+    if (kl_codegen__body_vectorizable(g)) {
         kl_buf_t v = {0};
         bool isv = s_expr(g, g->w->body, -1, &v);
         if (isv)
@@ -521,12 +417,12 @@ void cg_body_value(cg_t *g, bool vec, kl_buf_t *out)
     kl_buf_printf(out, "((kl_v%d){", g->lanes);
     for (int e = 0; e < g->lanes; e++) {
         kl_buf_puts(out, e ? ", " : "");
-        cg_body_lane(g, e, out);
+        kl_codegen__body_lane(g, e, out);
     }
     kl_buf_puts(out, "})");
 }
 
-void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
+void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
 {
     for (int i = 0; i < kl_sched_nguards(g->s); i++) {
         const kl_guard_t *gd = kl_sched_guard(g->s, i);
@@ -540,50 +436,52 @@ void cg_guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
             l.k[g->symbase[pos] + gd->terms[k].part] += gd->terms[k].coef;
         }
         int64_t lo, hi;
-        cg_lin_range(g, &l, &lo, &hi);
+        kl_codegen__lin_range(g, &l, &lo, &hi);
         if (hi < gd->bound)
             continue;
         if (out->len)
             kl_buf_puts(out, " && ");
-        cg_lin_print(g, &l, 0, out);
+        kl_codegen__lin_print(g, &l, 0, out);
         kl_buf_printf(out, " < %lld", (long long)gd->bound);
     }
 }
 
-void cg_epilogue(cg_t *g, const char *var, int lane)
+void kl_codegen__epilogue(cg_t *g, const char *var, int lane)
 {
     for (int i = 0; i < g->w->nepi; i++) {
         kl_buf_t idx = {0};
         const kl_epilogue_t *ep = &g->w->epi[i];
         if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
-            cg_access_index(g, &ep->access, lane, false, &idx);
-        cg_epilogue_op(g, g->w, ep, var, idx.data);
+            kl_codegen__access_index(g, &ep->access, lane, false, &idx);
+        kl_codegen__epilogue_op(g, g->w, ep, var, idx.data);
         kl_buf_free(&idx);
     }
 }
 
-void cg_epilogue_op(cg_t *g, const kl_workload_t *w, const kl_epilogue_t *ep,
-                    const char *var, const char *idx)
+void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,
+                             const kl_epilogue_t *ep, const char *var,
+                             const char *idx)
 {
     switch (ep->kind) {
     case KL_EPI_ADD_TENSOR:
     case KL_EPI_MUL_TENSOR:
-        cg_line(g, "%s = %s %c %s[%s];", var, var,
-                ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
-                w->tensors[ep->access.tensor].name, idx);
+        kl_codegen__c_line(g, "%s = %s %c %s[%s];", var, var,
+                           ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
+                           w->tensors[ep->access.tensor].name, idx);
         break;
     case KL_EPI_ADD_CONST:
-        cg_line(g, "%s = %s + (float)%.17g;", var, var, ep->lo);
+        kl_codegen__c_line(g, "%s = %s + (float)%.17g;", var, var, ep->lo);
         break;
     case KL_EPI_MUL_CONST:
-        cg_line(g, "%s = %s * (float)%.17g;", var, var, ep->lo);
+        kl_codegen__c_line(g, "%s = %s * (float)%.17g;", var, var, ep->lo);
         break;
     case KL_EPI_RELU:
-        cg_line(g, "%s = %s > 0.0f ? %s : 0.0f;", var, var, var);
+        kl_codegen__c_line(g, "%s = %s > 0.0f ? %s : 0.0f;", var, var, var);
         break;
     case KL_EPI_CLIP:
-        cg_line(g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);",
-                var, var, ep->lo, ep->hi);
+        kl_codegen__c_line(
+            g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);", var,
+            var, ep->lo, ep->hi);
         break;
     }
 }

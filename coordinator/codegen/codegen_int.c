@@ -8,6 +8,7 @@
  * (codegen_tensorize.c), which shares the epilogue below. */
 #include <string.h>
 
+#include "cg_int.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_util.h"
@@ -126,8 +127,8 @@ static void s_expr(kl_buf_t *b, const kl_expr_t *e, int *id)
 /* The epilogue and the saturating store of the int64_t x at the spatial
  * point named by the variables i<iterator> (shared with the tensorized C,
  * codegen_tensorize.c). */
-int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
-                       char *err)
+int kl_codegen__int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
+                             char *err)
 {
     int ot = kl_workload_output(w);
     for (int i = 0; i < w->nepi; i++) {
@@ -180,9 +181,61 @@ int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
     return KL_OK;
 }
 
-const char *kl_cg_int_prelude(void)
+const char *kl_codegen__int_prelude(void)
 {
     return s_prelude;
+}
+
+/* The loops over the spatial (reduce false) or the reduction iterators,
+ * ind growing; returns how many it opened. */
+static int s_ref_loops(kl_buf_t *b, const kl_workload_t *w, bool reduce,
+                       char *ind)
+{
+    int n = 0;
+    for (int k = 0; k < w->niters; k++) {
+        if ((bool)w->iters[k].reduce != reduce)
+            continue;
+        kl_buf_printf(b, "%sfor (int64_t i%d = 0; i%d < %lld; ++i%d) {\n", ind,
+                      k, k, (long long)w->iters[k].extent, k);
+        strcat(ind, "    ");
+        n++;
+    }
+    return n;
+}
+
+/* One point of the nest: the loads, then the body's value into acc
+ * (behind the loads' padding tests when it reduces). */
+static void s_ref_point(kl_buf_t *b, const kl_workload_t *w, char *ind)
+{
+    int id = 0;
+    kl_buf_printf(b, "%s{\n", ind);
+    strcat(ind, "    ");
+    s_loads(b, w, w->body, &id, ind);
+    int nloads = id;
+    if (w->reduce != KL_RED_NONE) {
+        /* Zero-point padding: a point with a padding read adds nothing. */
+        kl_buf_printf(b, "%sif (1", ind);
+        for (int i = 0; i < nloads; i++)
+            kl_buf_printf(b, " && ok%d", i);
+        kl_buf_puts(b, ") {\n");
+    } else {
+        kl_buf_printf(b, "%s{\n", ind);
+    }
+    kl_buf_printf(b, "%s    int64_t v = ", ind);
+    id = 0;
+    s_expr(b, w->body, &id);
+    kl_buf_puts(b, ";\n");
+    if (w->reduce == KL_RED_SUM)
+        kl_buf_printf(b, "%s    acc += v;\n", ind);
+    else if (w->reduce == KL_RED_MAX)
+        kl_buf_printf(b,
+                      "%s    if (!any || v > acc) acc = v;\n%s    any = 1;\n",
+                      ind, ind);
+    else
+        kl_buf_printf(b, "%s    acc = v;\n", ind);
+    kl_buf_printf(b, "%s}\n", ind);
+    ind[strlen(ind) - 4] = '\0';
+    kl_buf_printf(b, "%s}\n", ind);
 }
 
 int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
@@ -204,61 +257,17 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
             t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
             t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
     char ind[4 * KL_IR_MAX_ITERS + 8] = "    ";
-    int nsp = 0;
-    for (int k = 0; k < w->niters; k++) {
-        if (w->iters[k].reduce)
-            continue;
-        kl_buf_printf(&b, "%sfor (int64_t i%d = 0; i%d < %lld; ++i%d) {\n", ind,
-                      k, k, (long long)w->iters[k].extent, k);
-        strcat(ind, "    ");
-        nsp++;
-    }
+    int nsp = s_ref_loops(&b, w, false, ind);
     kl_buf_printf(&b, "%sint64_t acc = 0;\n%sint any = 0;\n%s(void)any;\n", ind,
                   ind, ind);
-    int nrd = 0;
-    for (int k = 0; k < w->niters; k++) {
-        if (!w->iters[k].reduce)
-            continue;
-        kl_buf_printf(&b, "%sfor (int64_t i%d = 0; i%d < %lld; ++i%d) {\n", ind,
-                      k, k, (long long)w->iters[k].extent, k);
-        strcat(ind, "    ");
-        nrd++;
-    }
-    int id = 0;
-    kl_buf_printf(&b, "%s{\n", ind);
-    strcat(ind, "    ");
-    s_loads(&b, w, w->body, &id, ind);
-    int nloads = id;
-    if (w->reduce != KL_RED_NONE) {
-        /* Zero-point padding: a point with a padding read adds nothing. */
-        kl_buf_printf(&b, "%sif (1", ind);
-        for (int i = 0; i < nloads; i++)
-            kl_buf_printf(&b, " && ok%d", i);
-        kl_buf_puts(&b, ") {\n");
-    } else {
-        kl_buf_printf(&b, "%s{\n", ind);
-    }
-    kl_buf_printf(&b, "%s    int64_t v = ", ind);
-    id = 0;
-    s_expr(&b, w->body, &id);
-    kl_buf_puts(&b, ";\n");
-    if (w->reduce == KL_RED_SUM)
-        kl_buf_printf(&b, "%s    acc += v;\n", ind);
-    else if (w->reduce == KL_RED_MAX)
-        kl_buf_printf(&b,
-                      "%s    if (!any || v > acc) acc = v;\n%s    any = 1;\n",
-                      ind, ind);
-    else
-        kl_buf_printf(&b, "%s    acc = v;\n", ind);
-    kl_buf_printf(&b, "%s}\n", ind);
-    ind[strlen(ind) - 4] = '\0';
-    kl_buf_printf(&b, "%s}\n", ind);
+    int nrd = s_ref_loops(&b, w, true, ind);
+    s_ref_point(&b, w, ind);
     for (int i = 0; i < nrd; i++) {
         ind[strlen(ind) - 4] = '\0';
         kl_buf_printf(&b, "%s}\n", ind);
     }
     kl_buf_printf(&b, "%sint64_t x = acc;\n", ind);
-    int rc = kl_cg_int_epilogue(&b, w, ind, err);
+    int rc = kl_codegen__int_epilogue(&b, w, ind, err);
     if (rc) {
         kl_buf_free(&b);
         return rc;

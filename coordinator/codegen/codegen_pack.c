@@ -1,227 +1,14 @@
-/* codegen_pack.c - packed buffers of the C code generator: their layout,
- * their size, the index a read uses and the loops that fill them.
- *
- * A packed input is copied, where its stage is attached, into a buffer
- * private to the thread. Two layouts:
- *  - the loop layout: one dimension per loop part below the attach point
- *    that feeds an index of the tensor, in nest order, so that the
- *    register tile walks it contiguously (matmul panels, conv2d weights
- *    with K innermost); the parts of a fused loop that the tensor does not
- *    depend on (conv2d's row tiles, for the weights) add no copies;
- *  - the window layout, for a tensor read through a window (a dimension
- *    indexed by two iterators or more, conv2d's h + r): the tensor's own
- *    dimensions over the box of indices the loops below read, zero
- *    outside the tensor. The loop layout would copy each input element
- *    R x S times (an im2col); this one copies it once and removes the
- *    padding tests from the body. Used when the box is not larger than
- *    the loop layout.
- * A constant tensor (kl_ir.h) packed before the parallel loop is packed
- * once, by ENTRY_prepare (kl_abi.h), into the block the caller then passes
- * to every call: a deployed model lays its weights out once, at load.
- */
+/* codegen_pack.c - the loops that fill the C code generator's packed
+ * buffers where their stages are attached, ENTRY_prepare for the
+ * constant tensors packed once (kl_abi.h), and prefetches into packed
+ * buffers. Their layouts and the indices a read uses are chosen below,
+ * in codegen_pack_layout.c. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cg_priv.h"
 #include "kl_abi.h"
 #include "kl_err.h"
-
-const kl_access_t *cg_find_access(const kl_expr_t *e, int t, int *count,
-                                  const kl_access_t *first)
-{
-    if (!e)
-        return first;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t) {
-        if (!first)
-            first = &e->access;
-        else if (memcmp(first, &e->access, sizeof *first))
-            (*count)++;
-    }
-    first = cg_find_access(e->a, t, count, first);
-    return cg_find_access(e->b, t, count, first);
-}
-
-/* Whether symbol si is a dimension of t's loop layout: a part of a loop
- * below the attach point that feeds an iterator t's read uses (a fused
- * loop's other parts do not multiply the layout). */
-static bool s_layout_sym(const cg_t *g, int t, int si)
-{
-    const cg_sym_t *s = &g->sym[si];
-    const kl_access_t *a = g->pk_access[t];
-    if (s->pos <= g->pack_pos[t] || s->extent < 2)
-        return false;
-    for (int d = 0; d < g->w->tensors[t].ndim; d++)
-        if (a->idx[d].coef[s->iter])
-            return true;
-    return false;
-}
-
-static int64_t s_loop_elems(const cg_t *g, int t)
-{
-    int64_t n = 1;
-    for (int si = 0; si < g->nsym; si++)
-        if (s_layout_sym(g, t, si))
-            n *= g->sym[si].extent;
-    return n;
-}
-
-/* Dimension d of a split at the attach point pa: the part over the
- * symbols of loops below it (*in, no constant) and the rest (*out, with
- * the offset). */
-static void s_dim_parts(const cg_t *g, const kl_access_t *a, int d, int pa,
-                        cg_lin_t *in, cg_lin_t *out)
-{
-    const kl_affine_t *af = &a->idx[d];
-    memset(in, 0, sizeof *in);
-    memset(out, 0, sizeof *out);
-    out->c = af->offset;
-    for (int it = 0; it < g->w->niters; it++)
-        if (af->coef[it])
-            cg_lin_add(out, &g->it[it], af->coef[it]);
-    for (int i = 0; i < g->nsym; i++)
-        if (g->sym[i].pos > pa) {
-            in->k[i] = out->k[i];
-            out->k[i] = 0;
-        }
-}
-
-/* Whether a's packed buffer takes the window layout; fills, per tensor
- * dimension, the lowest index the loops below the attach point add and
- * the extent of the box. */
-static bool s_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
-                     int64_t *ext)
-{
-    const kl_tensor_t *t = &g->w->tensors[a->tensor];
-    if (!kl_access_is_window(g->w, a))
-        return false;
-    for (int d = 0; d < t->ndim; d++)
-        if (a->idx[d].div != 1)
-            return false;
-    int pa = g->pack_pos[a->tensor];
-    int64_t elems = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        cg_lin_t in, out;
-        s_dim_parts(g, a, d, pa, &in, &out);
-        int64_t lo = 0, hi = 0;
-        for (int i = 0; i < g->nsym; i++) {
-            int64_t k = in.k[i], e = g->sym[i].extent - 1;
-            lo += k < 0 ? k * e : 0;
-            hi += k > 0 ? k * e : 0;
-        }
-        ilo[d] = lo;
-        ext[d] = hi - lo + 1;
-        elems *= ext[d];
-    }
-    return elems <= s_loop_elems(g, a->tensor);
-}
-
-/* The channel block of t's window layout: the innermost reduction loop,
- * when it walks, with stride 1, a dimension that only its iterator indexes
- * (conv2d's input channels) and its extent divides the box there. */
-static void s_window_block(cg_t *g, int t)
-{
-    int p = g->n - 1;
-    while (p > g->pack_pos[t] && !g->L[p]->reduce)
-        p--;
-    if (p <= g->pack_pos[t] || g->L[p]->nparts != 1)
-        return;
-    int si = g->symbase[p], it = g->sym[si].iter, d = -1;
-    int64_t e = g->sym[si].extent;
-    const kl_access_t *a = g->pk_access[t];
-    if (g->sym[si].stride != 1 || e < 2)
-        return;
-    for (int dd = 0; dd < g->w->tensors[t].ndim; dd++)
-        if (a->idx[dd].coef[it]) {
-            if (d >= 0)
-                return;
-            d = dd;
-        }
-    if (d < 0 || a->idx[d].coef[it] != 1 || g->pk_ext[t][d] % e ||
-        g->pk_ilo[t][d] % e)
-        return;
-    for (int j = 0; j < g->w->niters; j++)
-        if (j != it && a->idx[d].coef[j])
-            return;
-    for (int j = 0; j < g->nsym; j++)
-        if (j != si && g->sym[j].iter == it && g->sym[j].pos > g->pack_pos[t] &&
-            g->sym[j].stride % e)
-            return;
-    g->pk_blk_n[t] = e;
-    g->pk_blk_dim[t] = d;
-    g->pk_blk_sym[t] = si;
-}
-
-int cg_pack_setup(cg_t *g)
-{
-    for (int t = 0; t < g->w->ntensors; t++) {
-        int cnt = 0;
-        if (g->pack_pos[t] == -2)
-            continue;
-        const kl_access_t *a = cg_find_access(g->w->body, t, &cnt, NULL);
-        if (!a)
-            return cg_fail(g, KL_ERR_INVAL, "packed tensor %s is not read",
-                           g->w->tensors[t].name);
-        if (cnt)
-            return cg_fail(g, KL_ERR_UNSUPPORTED,
-                           "packed tensor %s is read with different indices",
-                           g->w->tensors[t].name);
-        g->pk_access[t] = a;
-        g->pk_window[t] = s_window(g, a, g->pk_ilo[t], g->pk_ext[t]);
-        g->pk_blk_n[t] = 1;
-        if (g->pk_window[t])
-            s_window_block(g, t);
-        if (g->pack_pos[t] == -1 && g->w->tensors[t].is_const) {
-            g->pk_prep[t] = true;
-            g->pk_off[t] = g->prep_elems;
-            g->prep_elems += (cg_pack_elems(g, t) + 15) / 16 * 16;
-        }
-    }
-    return KL_OK;
-}
-
-int64_t cg_pack_elems(const cg_t *g, int t)
-{
-    if (!g->pk_window[t])
-        return s_loop_elems(g, t);
-    int64_t n = 1;
-    for (int d = 0; d < g->w->tensors[t].ndim; d++)
-        n *= g->pk_ext[t][d];
-    return n;
-}
-
-void cg_pack_lin(const cg_t *g, const kl_access_t *a, cg_lin_t *out)
-{
-    int t = a->tensor;
-    int64_t stride = 1;
-    memset(out, 0, sizeof *out);
-    if (g->pk_window[t]) {
-        int64_t e = g->pk_blk_n[t];
-        int bd = e > 1 ? g->pk_blk_dim[t] : -1;
-        if (bd >= 0) {
-            out->k[g->pk_blk_sym[t]] = 1;
-            stride = e;
-        }
-        for (int d = g->w->tensors[t].ndim - 1; d >= 0; d--) {
-            cg_lin_t in, rest;
-            s_dim_parts(g, a, d, g->pack_pos[t], &in, &rest);
-            in.c = -g->pk_ilo[t][d];
-            if (d == bd) { /* the block's outer part: (index - c) / e */
-                in.k[g->pk_blk_sym[t]] = 0;
-                in.c /= e;
-                for (int i = 0; i < g->nsym; i++)
-                    in.k[i] /= e;
-            }
-            cg_lin_add(out, &in, stride);
-            stride *= d == bd ? g->pk_ext[t][d] / e : g->pk_ext[t][d];
-        }
-        return;
-    }
-    for (int si = g->nsym - 1; si >= 0; si--)
-        if (s_layout_sym(g, t, si)) {
-            out->k[si] += stride;
-            stride *= g->sym[si].extent;
-        }
-}
 
 /* A pack before the parallel loop of a parallel kernel is itself shared
  * out over the threads (its outermost loop), in the kernel, not in
@@ -230,7 +17,7 @@ static void s_root_pragma(cg_t *g, int t)
 {
     if (g->pack_pos[t] == -1 && !g->in_prep && g->n > 0 &&
         g->L[0]->kind == KL_LOOP_PARALLEL)
-        cg_line(g, "#pragma omp parallel for schedule(static)");
+        kl_codegen__c_line(g, "#pragma omp parallel for schedule(static)");
 }
 
 /* The window layout: one loop per tensor dimension over the box, the
@@ -243,21 +30,21 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
     int bd = e > 1 ? g->pk_blk_dim[t] : -1;
     bool saved_lanes = g->lanes_on;
     g->lanes_on = false;
-    cg_line(g, "/* pack %s (window%s) */", T->name,
-            bd >= 0 ? ", channel blocks innermost" : "");
+    kl_codegen__c_line(g, "/* pack %s (window%s) */", T->name,
+                       bd >= 0 ? ", channel blocks innermost" : "");
     kl_buf_t cond = {0}, src = {0}, dst = {0};
     int64_t tstride = 1, pstride = e;
     if (bd >= 0)
         kl_buf_puts(&dst, "qb");
     for (int d = T->ndim - 1; d >= 0; d--) {
         cg_lin_t in, out;
-        s_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
+        kl_codegen__pack_dim_parts(g, a, d, g->pack_pos[t], &in, &out);
         out.c += ilo[d];
         int64_t lo, hi, pext = d == bd ? ext[d] / e : ext[d];
-        cg_lin_range(g, &out, &lo, &hi);
+        kl_codegen__lin_range(g, &out, &lo, &hi);
         hi += ext[d] - 1;
         kl_buf_t x = {0};
-        cg_lin_print(g, &out, 0, &x);
+        kl_codegen__lin_print(g, &out, 0, &x);
         if (d == bd && pext > 1)
             kl_buf_printf(&x, " + q%d * %lld + qb", d, (long long)e);
         else if (d == bd)
@@ -287,22 +74,24 @@ static void s_emit_window_pack(cg_t *g, int t, const kl_access_t *a,
         if (!open)
             s_root_pragma(g, t);
         if (d == T->ndim)
-            cg_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {", (long long)n);
+            kl_codegen__c_line(g, "for (int64_t qb = 0; qb < %lld; ++qb) {",
+                               (long long)n);
         else
-            cg_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {", d, d,
-                    (long long)n, d);
+            kl_codegen__c_line(g, "for (int64_t q%d = 0; q%d < %lld; ++q%d) {",
+                               d, d, (long long)n, d);
         g->ind++;
         open++;
     }
     if (cond.len)
-        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
-                dst.len ? dst.data : "0", cond.data, T->name, src.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", T->name,
+                           dst.len ? dst.data : "0", cond.data, T->name,
+                           src.data);
     else
-        cg_line(g, "pk_%s[%s] = %s[%s];", T->name, dst.len ? dst.data : "0",
-                T->name, src.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = %s[%s];", T->name,
+                           dst.len ? dst.data : "0", T->name, src.data);
     while (open--) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     g->lanes_on = saved_lanes;
     kl_buf_free(&cond);
@@ -319,13 +108,13 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     bool saved_lanes = g->lanes_on, saved_acc = g->in_acc;
     g->lanes_on = false;
     g->in_acc = false;
-    cg_line(g, "/* pack %s */", w->tensors[t].name);
+    kl_codegen__c_line(g, "/* pack %s */", w->tensors[t].name);
     int open = 0;
     for (int p = pa + 1; p < g->n; p++)
         for (int q = 0; q < g->L[p]->nparts; q++) {
             int si = g->symbase[p] + q;
             cg_sym_t *s = &g->sym[si];
-            if (!s_layout_sym(g, t, si)) {
+            if (!kl_codegen__pack_layout_sym(g, t, si)) {
                 s->st = SYM_CONST;
                 s->value = 0;
                 continue;
@@ -334,8 +123,8 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
             s->st = SYM_VAR;
             if (!open)
                 s_root_pragma(g, t);
-            cg_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", s->name,
-                    s->name, (long long)s->extent, s->name);
+            kl_codegen__c_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {",
+                               s->name, s->name, (long long)s->extent, s->name);
             g->ind++;
             open++;
         }
@@ -345,33 +134,34 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
         for (int d = 0; d < w->tensors[t].ndim; d++)
             used = used || a->idx[d].coef[it];
         int64_t lo, hi;
-        cg_lin_range(g, &g->it[it], &lo, &hi);
+        kl_codegen__lin_range(g, &g->it[it], &lo, &hi);
         if (!used || hi < w->iters[it].extent)
             continue;
         if (cond.len)
             kl_buf_puts(&cond, " && ");
-        cg_lin_print(g, &g->it[it], 0, &cond);
+        kl_codegen__lin_print(g, &g->it[it], 0, &cond);
         kl_buf_printf(&cond, " < %lld", (long long)w->iters[it].extent);
     }
-    cg_access_check(g, a, 0, false, &chk);
+    kl_codegen__access_check(g, a, 0, false, &chk);
     if (chk.len)
         kl_buf_printf(&cond, "%s%s", cond.len ? " && " : "", chk.data);
-    cg_access_index(g, a, 0, false, &idx);
+    kl_codegen__access_index(g, a, 0, false, &idx);
     cg_lin_t pl;
-    cg_pack_lin(g, a, &pl);
-    cg_lin_print(g, &pl, 0, &pidx);
+    kl_codegen__pack_lin(g, a, &pl);
+    kl_codegen__lin_print(g, &pl, 0, &pidx);
     if (cond.len)
-        cg_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;", w->tensors[t].name,
-                pidx.data, cond.data, w->tensors[t].name, idx.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = (%s) ? %s[%s] : 0.0f;",
+                           w->tensors[t].name, pidx.data, cond.data,
+                           w->tensors[t].name, idx.data);
     else
-        cg_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name, pidx.data,
-                w->tensors[t].name, idx.data);
+        kl_codegen__c_line(g, "pk_%s[%s] = %s[%s];", w->tensors[t].name,
+                           pidx.data, w->tensors[t].name, idx.data);
     while (open--) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
     for (int p = pa + 1; p < g->n; p++)
-        cg_unset_loop(g, p);
+        kl_codegen__unset_loop(g, p);
     g->lanes_on = saved_lanes;
     g->in_acc = saved_acc;
     kl_buf_free(&cond);
@@ -380,7 +170,7 @@ static void s_emit_loop_pack(cg_t *g, int t, const kl_access_t *a)
     kl_buf_free(&pidx);
 }
 
-void cg_emit_packs_at(cg_t *g, int pos)
+void kl_codegen__emit_packs_at(cg_t *g, int pos)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
         if (g->pack_pos[t] != pos || pos == -2 ||
@@ -396,7 +186,7 @@ void cg_emit_packs_at(cg_t *g, int pos)
 
 /* ENTRY_prepare (kl_abi.h): packs the constant tensors whose pack sits
  * before the parallel loop into one block, once. */
-void cg_emit_prepare(cg_t *g, const char *entry)
+void kl_codegen__emit_prepare(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     if (g->nested) /* the Winograd product's: the caller owns the block */
@@ -417,27 +207,28 @@ void cg_emit_prepare(cg_t *g, const char *entry)
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
-            cg_line(g, "const float *restrict %s = (const float *)args[%d];",
-                    w->tensors[t].name, t);
+            kl_codegen__c_line(
+                g, "const float *restrict %s = (const float *)args[%d];",
+                w->tensors[t].name, t);
     if (!g->nested) {
-        cg_line(g, "float *kl_pre = kl_alloc_block(%lld);",
-                (long long)(g->prep_elems * 4));
-        cg_line(g, "if (!kl_pre)");
-        cg_line(g, "    return NULL;");
+        kl_codegen__c_line(g, "float *kl_pre = kl_alloc_block(%lld);",
+                           (long long)(g->prep_elems * 4));
+        kl_codegen__c_line(g, "if (!kl_pre)");
+        kl_codegen__c_line(g, "    return NULL;");
     }
     for (int t = 0; t < w->ntensors; t++)
         if (g->pk_prep[t])
-            cg_line(g, "float *pk_%s = kl_pre + %lld;", w->tensors[t].name,
-                    (long long)g->pk_off[t]);
+            kl_codegen__c_line(g, "float *pk_%s = kl_pre + %lld;",
+                               w->tensors[t].name, (long long)g->pk_off[t]);
     g->in_prep = true;
-    cg_emit_packs_at(g, -1);
+    kl_codegen__emit_packs_at(g, -1);
     g->in_prep = false;
     if (!g->nested)
-        cg_line(g, "return kl_pre;");
+        kl_codegen__c_line(g, "return kl_pre;");
     kl_buf_puts(&g->b, "}\n");
 }
 
-bool cg_has_inner_packs(const cg_t *g)
+bool kl_codegen__has_inner_packs(const cg_t *g)
 {
     for (int t = 0; t < g->w->ntensors; t++)
         if (g->pack_pos[t] >= 0)
@@ -451,30 +242,31 @@ bool cg_has_inner_packs(const cg_t *g)
  * one iteration reads there (a register tile's panel step; a buffer read
  * over more than 8 lines per iteration is left alone). A prefetch is a
  * hint: an address past the buffer's end does not fault. */
-void cg_emit_prefetch(cg_t *g, int pos, int64_t dist)
+void kl_codegen__emit_prefetch(cg_t *g, int pos, int64_t dist)
 {
     for (int t = 0; t < g->w->ntensors; t++) {
         if (g->pack_pos[t] == -2 || g->pack_pos[t] >= pos || !g->pk_access[t])
             continue;
         cg_lin_t f, below;
-        cg_pack_lin(g, g->pk_access[t], &f);
+        kl_codegen__pack_lin(g, g->pk_access[t], &f);
         memset(&below, 0, sizeof below);
         for (int p = pos + 1; p < g->n; p++)
             for (int q = 0; q < g->L[p]->nparts; q++)
                 below.k[g->symbase[p] + q] = f.k[g->symbase[p] + q];
         int64_t lo, hi;
-        cg_lin_range(g, &below, &lo, &hi);
+        kl_codegen__lin_range(g, &below, &lo, &hi);
         if (hi - lo >= 128)
             continue;
         for (int p = pos + 1; p < g->n; p++)
-            cg_set_loop_const(g, p, 0);
+            kl_codegen__set_loop_const(g, p, 0);
         kl_buf_t base = {0};
-        cg_lin_print(g, &f, 0, &base);
+        kl_codegen__lin_print(g, &f, 0, &base);
         for (int p = pos + 1; p < g->n; p++)
-            cg_unset_loop(g, p);
+            kl_codegen__unset_loop(g, p);
         for (int64_t off = lo; off <= hi; off += 16)
-            cg_line(g, "__builtin_prefetch(pk_%s + (%s) + %lld, 0, 3);",
-                    g->w->tensors[t].name, base.data, (long long)(dist + off));
+            kl_codegen__c_line(
+                g, "__builtin_prefetch(pk_%s + (%s) + %lld, 0, 3);",
+                g->w->tensors[t].name, base.data, (long long)(dist + off));
         kl_buf_free(&base);
     }
 }

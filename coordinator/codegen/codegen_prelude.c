@@ -3,7 +3,7 @@
  * per-call scratch (kl_alloc) and prepared blocks (kl_alloc_block). */
 #include "cg_priv.h"
 
-const char cg_prelude[] =
+const char kl_codegen__prelude[] =
     "#ifndef KL_PRELUDE_H\n"
     "#define KL_PRELUDE_H\n"
     "#include <math.h>\n"

@@ -27,146 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_emit.h"
 #include "cg_tz.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_util.h"
-
-int kl_cg_tz_kernel(kl_buf_t *b, const char *entry, int rc, kl_kernel_t *out)
-{
-    if (rc) {
-        kl_buf_free(b);
-        return rc;
-    }
-    out->source = kl_buf_take(b);
-    out->entry = kl_xstrdup(entry);
-    out->prepare = true;
-    for (int i = 0; i < 3; i++)
-        out->grid[i] = out->block[i] = 1;
-    return KL_OK;
-}
-
-/* The intrinsic's C: kl_vacc_t, KL_VLOAD/KL_VSTORE/KL_VZERO and kl_dot. */
-void kl_cg_tz_intrin_macros(kl_buf_t *b, const char *name)
-{
-    if (!strcmp(name, "avx512_vnni")) {
-        kl_buf_puts(
-            b, "typedef __m512i kl_vacc_t;\n"
-               "#define KL_VLOAD(p) _mm512_loadu_si512((const void *)(p))\n"
-               "#define KL_VSTORE(p, v) _mm512_storeu_si512((void *)(p), v)\n"
-               "#define KL_VZERO() _mm512_setzero_si512()\n"
-               "#define KL_VSUB(a, b) _mm512_sub_epi32(a, b)\n"
-               "/* vpdpbusd as asm with the accumulator tied (\"+v\"):\n"
-               " * the intrinsic makes GCC copy every accumulator of a\n"
-               " * register tile to another register (and spill some)\n"
-               " * at every step of k. Same instruction, same result. */\n"
-               "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
-               "                               const int8_t *w)\n"
-               "{\n"
-               "    __m512i a = _mm512_set1_epi32(a4), wv = KL_VLOAD(w);\n"
-               "    __asm__(\"vpdpbusd %2, %1, %0\" : \"+v\"(c) : \"v\"(a), "
-               "\"v\"(wv));\n"
-               "    return c;\n"
-               "}\n");
-        return;
-    }
-    kl_buf_puts(b,
-                "typedef __m256i kl_vacc_t;\n"
-                "#define KL_VLOAD(p) _mm256_loadu_si256((const __m256i *)(p))\n"
-                "#define KL_VSTORE(p, v) _mm256_storeu_si256((__m256i *)(p), "
-                "v)\n"
-                "#define KL_VZERO() _mm256_setzero_si256()\n"
-                "#define KL_VSUB(a, b) _mm256_sub_epi32(a, b)\n");
-    if (!strcmp(name, "avx_vnni")) {
-        kl_buf_puts(b, "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t "
-                       "a4,\n                               const int8_t *w)\n"
-                       "{ return _mm256_dpbusd_avx_epi32(c, "
-                       "_mm256_set1_epi32(a4),\n"
-                       "                                 KL_VLOAD(w)); }\n");
-        return;
-    }
-    /* avx2_i8: exact. Each 32-bit lane of w holds s8 b0..b3; the 16-bit
-     * halves sign-extended give (b0, b2) and (b1, b3); activations as
-     * int16 (a0, a2) and (a1, a3); vpmaddwd sums each pair in int32 with
-     * no saturation (|b * a| <= 128 * 255). */
-    kl_buf_puts(
-        b, "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
-           "                               const int8_t *w)\n"
-           "{\n"
-           "    __m256i wv = KL_VLOAD(w);\n"
-           "    __m256i we = _mm256_srai_epi16(_mm256_slli_epi16(wv, 8), 8);\n"
-           "    __m256i wo = _mm256_srai_epi16(wv, 8);\n"
-           "    uint32_t u = (uint32_t)a4;\n"
-           "    __m256i ae = _mm256_set1_epi32((int32_t)((u & 0xffu) |\n"
-           "                                   (((u >> 16) & 0xffu) << 16)));\n"
-           "    __m256i ao = _mm256_set1_epi32((int32_t)(((u >> 8) & 0xffu) |\n"
-           "                                   (((u >> 24) & 0xffu) << 16)));\n"
-           "    return _mm256_add_epi32(c, _mm256_add_epi32(\n"
-           "        _mm256_madd_epi16(we, ae), _mm256_madd_epi16(wo, ao)));\n"
-           "}\n");
-}
-
-/* sum over the parts feeding iterator it of loops [0, upto) of the part's
- * value times its stride, as C; the max of that sum into *max. */
-void kl_cg_tz_iter_expr(const kl_sched_t *s, int it, int upto, kl_buf_t *b,
-                        int64_t *max)
-{
-    bool any = false;
-    *max = 0;
-    kl_buf_puts(b, "(int64_t)0");
-    for (int p = 0; p < upto; p++) {
-        const kl_loop_t *l = kl_sched_loop(s, p);
-        int64_t inner = 1;
-        for (int q = l->nparts - 1; q >= 0; q--) {
-            const kl_loop_part_t *pt = &l->parts[q];
-            if (pt->iter == it) {
-                if (l->nparts == 1)
-                    kl_buf_printf(b, " + %lld * l%d", (long long)pt->stride,
-                                  l->id);
-                else
-                    kl_buf_printf(b, " + %lld * ((l%d / %lld) %% %lld)",
-                                  (long long)pt->stride, l->id,
-                                  (long long)inner, (long long)pt->extent);
-                *max += (pt->extent - 1) * pt->stride;
-                any = true;
-            }
-            inner *= pt->extent;
-        }
-    }
-    (void)any;
-}
-
-/* Guards whose every term sits in loops [lo, hi) or the block (at 0) and
- * at least one in [lo, hi): "&& (... < bound)". */
-void kl_cg_tz_guards(const kl_sched_t *s, int lo, int hi, int bpos, kl_buf_t *b)
-{
-    for (int g = 0; g < kl_sched_nguards(s); g++) {
-        const kl_guard_t *gd = kl_sched_guard(s, g);
-        int maxpos = -1;
-        for (int t = 0; t < gd->nterms; t++) {
-            int pos = kl_sched_loop_pos(s, gd->terms[t].loop);
-            if (pos < bpos && pos > maxpos)
-                maxpos = pos;
-        }
-        if (maxpos < lo || maxpos >= hi)
-            continue;
-        kl_buf_puts(b, " && ((int64_t)0");
-        for (int t = 0; t < gd->nterms; t++) {
-            int pos = kl_sched_loop_pos(s, gd->terms[t].loop);
-            if (pos >= bpos)
-                continue;
-            const kl_loop_t *l = kl_sched_loop(s, pos);
-            int64_t inner = 1;
-            for (int q = gd->terms[t].part + 1; q < l->nparts; q++)
-                inner *= l->parts[q].extent;
-            kl_buf_printf(b, " + %lld * ((l%d / %lld) %% %lld)",
-                          (long long)gd->terms[t].coef, l->id, (long long)inner,
-                          (long long)l->parts[gd->terms[t].part].extent);
-        }
-        kl_buf_printf(b, " < %lld)", (long long)gd->bound);
-    }
-}
 
 /* Whether the output is a plain s32 Y[m][n] ([M][N], row-major, index m
  * and n themselves) with no epilogue: then a finished accumulator vector
@@ -191,6 +57,394 @@ static bool s_plain_s32_out(const kl_workload_t *w, int itm, int itn, int64_t M,
     return true;
 }
 
+/* One product's generation: its plan (s_plan) and the text so far. */
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_tensorize_t *tz;
+    const kl_intrin_t *in;
+    const char *entry;
+    /* The block's position; hp: the first of the reduction loops right
+     * above it; tp: the register tile's loops [tp, hp) (tp = hp: one
+     * tile), ntile accumulators. */
+    int bpos, hp, tp;
+    int64_t ntile;
+    int nt, ot;
+    int64_t M, N, K;
+    /* acc's rows and padded columns, the weights' K groups, the packed
+     * weights' and the compensation's bytes in the prepared block. */
+    int64_t rows, np, kg, wbytes, cbytes;
+    bool full;   /* the run [hp, bpos) covers the whole reduction */
+    bool fused;  /* the epilogue runs at the tile's store: no acc buffer */
+    bool vstore; /* ... as one vector store per accumulator */
+    bool par;    /* a loop got `omp parallel for` */
+    kl_buf_t em, en, ek; /* m, n0 and k0 over the loops above the block */
+    char ind[256];       /* the current indentation */
+    kl_buf_t b;
+} tzp_t;
+
+static void s_plan(tzp_t *p)
+{
+    const kl_sched_t *s = p->s;
+    const kl_workload_t *w = p->w;
+    const kl_tensorize_t *tz = p->tz;
+    p->bpos = kl_sched_loop_pos(s, tz->loop);
+    p->nt = w->ntensors;
+    p->ot = kl_workload_output(w);
+    p->M = w->iters[tz->it_m].extent;
+    p->N = w->iters[tz->it_n].extent;
+    p->K = w->iters[tz->it_k].extent;
+    p->hp = p->bpos;
+    while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
+        p->hp--;
+    int64_t mmax, nmax, kmax;
+    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
+    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
+    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
+    p->full = true;
+    for (int q = 0; q < p->hp; q++)
+        if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
+            p->full = false;
+    p->rows = mmax + 1;
+    p->np = nmax + p->in->lanes;
+    p->kg = kmax / p->in->red + 1;
+    p->wbytes = (p->kg * p->np * p->in->red + 63) / 64 * 64;
+    p->cbytes = (p->np * 4 + 63) / 64 * 64;
+    /* Fused: the accumulators hold whole sums when stored, so the
+     * epilogue runs right there and no acc buffer is needed. */
+    p->fused = p->full && p->hp < p->bpos;
+    p->vstore = p->fused && s_plain_s32_out(w, tz->it_m, tz->it_n, p->M, p->N);
+    /* The register tile: unrolled spatial loops right above the reduction
+     * run, up to 32 accumulators. */
+    p->tp = p->hp;
+    p->ntile = 1;
+    while (p->hp < p->bpos && p->tp > 0 &&
+           kl_sched_loop(s, p->tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, p->tp - 1)->reduce &&
+           p->ntile * kl_sched_loop(s, p->tp - 1)->extent <= 32) {
+        p->tp--;
+        p->ntile *= kl_sched_loop(s, p->tp)->extent;
+    }
+}
+
+/* The file's head: includes, the intrinsic and kl_a4. */
+static void s_emit_head(tzp_t *p)
+{
+    const kl_intrin_t *in = p->in;
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("name", in->name),     KL_CG_S("layout", in->layout),
+        KL_CG_S("pragma", in->pragma), KL_CG_I("K", p->K),
+        KL_CG_I("k4", p->K % 4 == 0),  KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "/* Tensorized with ${name}: the weights packed once, in prepare, as "
+        "column panels in the ${layout} layout. */\n"
+        "#pragma GCC target(\"${pragma}\")\n#include <immintrin.h>\n"
+        "#include <stdlib.h>\n#include <string.h>\n",
+        kv);
+    kl_buf_puts(&p->b, kl_codegen__int_prelude());
+    kl_codegen__tz_intrin_macros(&p->b, in->name);
+    kl_codegen__template(
+        &p->b,
+        "/* 4 activations from k0 on, zeros past the end (${K}). */\n"
+        "static inline int32_t kl_a4(const uint8_t *row, int64_t k0)\n"
+        "{\n    int32_t v = 0;\n    if (${k4} || k0 + 4 <= ${K}) {\n"
+        "        memcpy(&v, row + k0, 4);\n        return v;\n    }\n"
+        "    uint32_t u = 0;\n"
+        "    for (int64_t j = 0; k0 + j < ${K}; j++)\n"
+        "        u |= (uint32_t)row[k0 + j] << (8 * j);\n"
+        "    return (int32_t)u;\n}\n\n",
+        kv);
+}
+
+/* ENTRY_prepare. The packed weights: column panels of `lanes` columns,
+ * each over all of K in the intrinsic's [K/4][lanes][4] layout, so that
+ * one panel is read contiguously as k advances (KL_WOFF: the offset of
+ * (k0, n0), both multiples of the block); then comp[n]. */
+static void s_emit_prepare(tzp_t *p)
+{
+    const kl_intrin_t *in = p->in;
+    const char *bidx = p->tz->b_nk ? "n * K_ + k" : "k * N_ + n";
+    const kl_codegen__kv_t kv[] = {KL_CG_S("entry", p->entry),
+                                   KL_CG_S("builtin", in->builtin),
+                                   KL_CG_I("tb", p->tz->tb),
+                                   KL_CG_I("blk_bytes", p->wbytes + p->cbytes),
+                                   KL_CG_I("wbytes", p->wbytes),
+                                   KL_CG_I("kg", p->kg),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_I("red", in->red),
+                                   KL_CG_I("lanes", in->lanes),
+                                   KL_CG_I("panel", in->lanes * in->red),
+                                   KL_CG_I("K", p->K),
+                                   KL_CG_I("N", p->N),
+                                   KL_CG_S("bidx", bidx),
+                                   KL_CG_I("za", p->tz->za),
+                                   KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "#define K_ ${K}LL\n#define N_ ${N}LL\n"
+        "#define KL_WOFF(k0, n0) ((((n0) / ${lanes}) * ${kg}LL + (k0) / "
+        "${red}) * ${panel})\n"
+        "void *${entry}_prepare(void *const *args)\n{\n"
+        "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
+        "    if (!__builtin_cpu_supports(\"${builtin}\"))\n"
+        "        return NULL;\n"
+        "    const int8_t *B = (const int8_t *)args[${tb}];\n"
+        "    char *blk = (char *)aligned_alloc(64, ${blk_bytes});\n"
+        "    if (!blk)\n        return NULL;\n"
+        "    int8_t *wp = (int8_t *)blk;\n"
+        "    int32_t *comp = (int32_t *)(blk + ${wbytes});\n"
+        "    for (int64_t g = 0; g < ${kg}; g++)\n"
+        "        for (int64_t n = 0; n < ${np}; n++)\n"
+        "            for (int64_t j = 0; j < ${red}; j++) {\n"
+        "                int64_t k = g * ${red} + j;\n"
+        "                wp[KL_WOFF(g * ${red}, n - n % ${lanes}) + n % "
+        "${lanes} * ${red} + j] =\n"
+        "                    k < ${K} && n < ${N} ? B[${bidx}] : 0;\n"
+        "            }\n"
+        "    for (int64_t n = 0; n < ${np}; n++) {\n"
+        "        int64_t sum = 0;\n"
+        "        for (int64_t k = 0; n < ${N} && k < ${K}; k++)\n"
+        "            sum += B[${bidx}];\n"
+        "        comp[n] = (int32_t)(uint32_t)(uint64_t)(sum * ${za});\n"
+        "    }\n"
+        "    return blk;\n}\n\n",
+        kv);
+}
+
+/* The kernel's signature, its tensors, the prepared block and acc. */
+static void s_emit_kernel_open(tzp_t *p)
+{
+    kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
+    kl_codegen__tz_tensor_args(&p->b, p->w);
+    char *alloc =
+        p->fused ? NULL
+        : p->full
+            ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
+            : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_I("nt", p->nt), KL_CG_I("wbytes", p->wbytes),
+        KL_CG_S("alloc", alloc ? alloc : ""), KL_CG_END};
+    kl_codegen__template(&p->b,
+                         "    const int8_t *wp = (const int8_t *)args[${nt}];\n"
+                         "    const int32_t *comp = (const int32_t *)((const "
+                         "char *)args[${nt}] + ${wbytes});\n",
+                         kv);
+    if (alloc)
+        kl_codegen__template(&p->b,
+                             "    int32_t *acc = (int32_t *)${alloc};\n"
+                             "    if (!acc)\n        return;\n",
+                             kv);
+    free(alloc);
+}
+
+/* The register tile's accumulators, each with its m, n0, guard, start
+ * value and activation row, the tile's loops unrolled at their values. */
+static void s_emit_tile(tzp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    for (int64_t t = 0; t < p->ntile; t++) {
+        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                       KL_CG_I("t", t),
+                                       KL_CG_S("em", p->em.data),
+                                       KL_CG_S("en", p->en.data),
+                                       KL_CG_S("g", g.data ? g.data : ""),
+                                       KL_CG_I("np", p->np),
+                                       KL_CG_I("ta", p->tz->ta),
+                                       KL_CG_I("M", p->M),
+                                       KL_CG_I("M1", p->M - 1),
+                                       KL_CG_I("K", p->K),
+                                       KL_CG_END};
+        kl_codegen__template(&p->b,
+                             "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n"
+                             "${i}{\n",
+                             kv);
+        int64_t rem = t;
+        for (int q = p->hp - 1; q >= p->tp; q--) {
+            const kl_loop_t *lq = kl_sched_loop(p->s, q);
+            kl_buf_printf(&p->b, "%s    const int64_t l%d = %lld;\n", p->ind,
+                          lq->id, (long long)(rem % lq->extent));
+            rem /= lq->extent;
+        }
+        kl_codegen__template(
+            &p->b,
+            "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
+            "${i}    ok_${t} = 1${g};\n${i}}\n",
+            kv);
+        kl_codegen__template(
+            &p->b,
+            p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
+                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
+                      "* ${np} + n0_${t}) : KL_VZERO();\n",
+            kv);
+        /* Rows past M (an imperfect split) read row M-1: their sums are
+         * never stored (ok_t is 0). */
+        kl_codegen__template(&p->b,
+                             "${i}const uint8_t *a_${t} = t${ta} + (m_${t} < "
+                             "${M} ? m_${t} : ${M1}) * ${K};\n",
+                             kv);
+    }
+    kl_buf_free(&g);
+}
+
+/* The block: one intrinsic call per accumulator (through acc when no
+ * reduction loop runs right above it). */
+static void s_emit_block(tzp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
+    if (p->hp == p->bpos)
+        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                   KL_CG_S("em", p->em.data),
+                                   KL_CG_S("en", p->en.data),
+                                   KL_CG_S("ek", p->ek.data),
+                                   KL_CG_S("g", g.data ? g.data : ""),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_I("ta", p->tz->ta),
+                                   KL_CG_I("K", p->K),
+                                   KL_CG_END};
+    if (p->hp == p->bpos) {
+        kl_codegen__template(
+            &p->b,
+            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
+            "${i}if (1${g}) {\n"
+            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
+            "${i}    c = kl_dot(c, kl_a4(t${ta} + m * ${K}, k0), wp + "
+            "KL_WOFF(k0, n0));\n"
+            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
+            kv);
+    } else {
+        kl_codegen__template(
+            &p->b, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", kv);
+        for (int64_t t = 0; t < p->ntile; t++)
+            kl_buf_printf(&p->b,
+                          "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, "
+                          "k0), wp + KL_WOFF(k0, n0_%lld));\n",
+                          p->ind, (long long)t, (long long)t, (long long)t,
+                          (long long)t);
+        kl_buf_printf(&p->b, "%s}\n", p->ind);
+    }
+    kl_buf_free(&g);
+}
+
+/* Accumulator t stored as acc - comp, one vector store (lanes past N,
+ * an imperfect last block, take the scalar path). */
+static void s_emit_store_vec(tzp_t *p, int64_t t)
+{
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("i", p->ind), KL_CG_I("t", t),      KL_CG_I("L", p->in->lanes),
+        KL_CG_I("N", p->N),   KL_CG_I("ot", p->ot), KL_CG_END};
+    kl_codegen__template(&p->b,
+                         "${i}if (ok_${t} && n0_${t} + ${L} <= ${N})\n"
+                         "${i}    KL_VSTORE(t${ot} + m_${t} * ${N} + n0_${t}, "
+                         "KL_VSUB(c_${t}, KL_VLOAD(comp + n0_${t})));\n",
+                         kv);
+    if (p->N % p->in->lanes)
+        kl_codegen__template(
+            &p->b,
+            "${i}else if (ok_${t}) {\n${i}    int32_t lane[${L}];\n"
+            "${i}    KL_VSTORE(lane, c_${t});\n"
+            "${i}    for (int64_t q = 0; n0_${t} + q < ${N}; q++)\n"
+            "${i}        t${ot}[m_${t} * ${N} + n0_${t} + q] = "
+            "(int32_t)((uint32_t)lane[q] - (uint32_t)comp[n0_${t} + q]);\n"
+            "${i}}\n",
+            kv);
+}
+
+/* Accumulator t's lanes through the scalar epilogue (ok_t implies
+ * m_t < M: the guards of m's splits). */
+static int s_emit_store_epi(tzp_t *p, int64_t t, char *err)
+{
+    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                   KL_CG_I("t", t),
+                                   KL_CG_I("L", p->in->lanes),
+                                   KL_CG_I("N", p->N),
+                                   KL_CG_I("im", p->tz->it_m),
+                                   KL_CG_I("in", p->tz->it_n),
+                                   KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "${i}if (ok_${t}) {\n${i}    int32_t lane[${L}];\n"
+        "${i}    KL_VSTORE(lane, c_${t});\n"
+        "${i}    for (int64_t q = 0; q < ${L} && n0_${t} + q < ${N}; q++) {\n"
+        "${i}        const int64_t i${im} = m_${t}, i${in} = n0_${t} + q;\n"
+        "${i}        int64_t x = (int32_t)((uint32_t)lane[q] - "
+        "(uint32_t)comp[i${in}]);\n",
+        kv);
+    char ind2[300];
+    snprintf(ind2, sizeof ind2, "%s        ", p->ind);
+    int rc = kl_codegen__int_epilogue(&p->b, p->w, ind2, err);
+    kl_buf_printf(&p->b, "%s    }\n%s}\n", p->ind, p->ind);
+    return rc;
+}
+
+/* The register tile's stores, after its reduction run: the output
+ * (fused) or acc. */
+static int s_emit_tile_store(tzp_t *p, char *err)
+{
+    int rc = KL_OK;
+    for (int64_t t = 0; t < p->ntile && !rc; t++) {
+        if (p->fused && p->vstore)
+            s_emit_store_vec(p, t);
+        else if (p->fused)
+            rc = s_emit_store_epi(p, t, err);
+        else
+            kl_buf_printf(&p->b,
+                          "%sif (ok_%lld)\n%s    KL_VSTORE(acc + m_%lld * "
+                          "%lld + n0_%lld, c_%lld);\n",
+                          p->ind, (long long)t, p->ind, (long long)t,
+                          (long long)p->np, (long long)t, (long long)t);
+    }
+    return rc;
+}
+
+/* The loops above the block, the tile unrolled at tp, the block, and the
+ * loops closed with the tile's stores where the tile was opened. */
+static int s_emit_nest(tzp_t *p, char *err)
+{
+    bool tiled = p->hp < p->bpos;
+    for (int q = 0; q < p->bpos; q++) {
+        if (q == p->tp && tiled)
+            s_emit_tile(p);
+        if (q >= p->tp && q < p->hp && tiled)
+            continue; /* the tile: unrolled above */
+        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
+    }
+    s_emit_block(p);
+    int rc = KL_OK;
+    for (int q = p->bpos - 1; q >= 0; q--) {
+        if (!(q >= p->tp && q < p->hp && tiled))
+            kl_codegen__tz_close(&p->b, p->ind);
+        if (q == p->tp && tiled)
+            rc = s_emit_tile_store(p, err);
+    }
+    return rc;
+}
+
+/* Not fused: every output point from acc, through the epilogue. */
+static int s_emit_epilogue_pass(tzp_t *p, char *err)
+{
+    if (p->par)
+        kl_buf_puts(&p->b, "    #pragma omp parallel for\n");
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_I("im", p->tz->it_m), KL_CG_I("in", p->tz->it_n),
+        KL_CG_I("M", p->M),         KL_CG_I("N", p->N),
+        KL_CG_I("np", p->np),       KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "    for (int64_t i${im} = 0; i${im} < ${M}; ++i${im})\n"
+        "        for (int64_t i${in} = 0; i${in} < ${N}; ++i${in}) {\n"
+        "            int64_t x = (int32_t)((uint32_t)acc[i${im} * ${np} + "
+        "i${in}] - (uint32_t)comp[i${in}]);\n",
+        kv);
+    strcpy(p->ind, "            ");
+    int rc = kl_codegen__int_epilogue(&p->b, p->w, p->ind, err);
+    kl_buf_puts(&p->b, "        }\n    free(acc);\n}\n");
+    return rc;
+}
+
 int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                           kl_kernel_t *out, char *err)
 {
@@ -203,296 +457,27 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         return rc;
     if (tz.conv)
         return kl_codegen_tensorized_conv(s, &tz, entry, out, err);
-    const kl_intrin_t *in = kl_intrin_find(tz.intrin);
-    const kl_workload_t *w = kl_sched_workload(s);
-    entry = entry ? entry : "kl_main";
-    int bpos = kl_sched_loop_pos(s, tz.loop);
-    int nt = w->ntensors, ot = kl_workload_output(w);
-    int64_t M = w->iters[tz.it_m].extent, N = w->iters[tz.it_n].extent,
-            K = w->iters[tz.it_k].extent;
-    /* hp: the first of the reduction loops right above the block. */
-    int hp = bpos;
-    while (hp > 0 && kl_sched_loop(s, hp - 1)->reduce)
-        hp--;
-    kl_buf_t em = {0}, en = {0}, ek = {0};
-    int64_t mmax, nmax, kmax, kmax_run;
-    kl_cg_tz_iter_expr(s, tz.it_m, bpos, &em, &mmax);
-    kl_cg_tz_iter_expr(s, tz.it_n, bpos, &en, &nmax);
-    kl_cg_tz_iter_expr(s, tz.it_k, bpos, &ek, &kmax);
-    /* Whether the run [hp, bpos) covers the whole reduction. */
-    bool full = true;
-    for (int p = 0; p < hp; p++)
-        if (kl_sched_loop(s, p)->reduce && kl_sched_loop(s, p)->extent > 1)
-            full = false;
-    (void)kmax_run;
-    int64_t rows = mmax + 1, np = nmax + in->lanes, kg = kmax / in->red + 1;
-    int64_t wbytes = (kg * np * in->red + 63) / 64 * 64;
-    int64_t cbytes = (np * 4 + 63) / 64 * 64;
-    int ta = tz.ta, tb = tz.tb;
-    kl_buf_t b = {0};
-    kl_buf_printf(&b,
-                  "/* Tensorized with %s: the weights packed once, in "
-                  "prepare, as column panels in the %s layout. */\n"
-                  "#pragma GCC target(\"%s\")\n#include <immintrin.h>\n"
-                  "#include <stdlib.h>\n#include <string.h>\n",
-                  in->name, in->layout, in->pragma);
-    kl_buf_puts(&b, kl_cg_int_prelude());
-    kl_cg_tz_intrin_macros(&b, in->name);
-    kl_buf_printf(
-        &b,
-        "/* 4 activations from k0 on, zeros past the end (%lld). */\n"
-        "static inline int32_t kl_a4(const uint8_t *row, int64_t k0)\n"
-        "{\n    int32_t v = 0;\n    if (%d || k0 + 4 <= %lld) {\n"
-        "        memcpy(&v, row + k0, 4);\n        return v;\n    }\n"
-        "    uint32_t u = 0;\n"
-        "    for (int64_t j = 0; k0 + j < %lld; j++)\n"
-        "        u |= (uint32_t)row[k0 + j] << (8 * j);\n"
-        "    return (int32_t)u;\n}\n\n",
-        (long long)K, K % 4 == 0, (long long)K, (long long)K);
-    /* prepare */
-    kl_buf_printf(&b, "#define K_ %lldLL\n#define N_ %lldLL\n", (long long)K,
-                  (long long)N);
-    /* The packed weights: column panels of `lanes` columns, each over all
-     * of K in the intrinsic's [K/4][lanes][4] layout, so that one panel
-     * is read contiguously as k advances. Offset of (k0, n0), both
-     * multiples of the block. */
-    kl_buf_printf(&b,
-                  "#define KL_WOFF(k0, n0) ((((n0) / %d) * %lldLL + (k0) / "
-                  "%d) * %d)\n",
-                  in->lanes, (long long)kg, in->red, in->lanes * in->red);
-    kl_buf_printf(&b,
-                  "void *%s_prepare(void *const *args)\n{\n"
-                  "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
-                  "    if (!__builtin_cpu_supports(\"%s\"))\n"
-                  "        return NULL;\n"
-                  "    const int8_t *B = (const int8_t *)args[%d];\n"
-                  "    char *blk = (char *)aligned_alloc(64, %lld);\n"
-                  "    if (!blk)\n        return NULL;\n"
-                  "    int8_t *wp = (int8_t *)blk;\n"
-                  "    int32_t *comp = (int32_t *)(blk + %lld);\n"
-                  "    for (int64_t g = 0; g < %lld; g++)\n"
-                  "        for (int64_t n = 0; n < %lld; n++)\n"
-                  "            for (int64_t j = 0; j < %d; j++) {\n"
-                  "                int64_t k = g * %d + j;\n"
-                  "                wp[KL_WOFF(g * %d, n - n %% %d) + n %% %d * "
-                  "%d + j] =\n"
-                  "                    k < %lld && n < %lld ? B[%s] : 0;\n"
-                  "            }\n"
-                  "    for (int64_t n = 0; n < %lld; n++) {\n"
-                  "        int64_t sum = 0;\n"
-                  "        for (int64_t k = 0; n < %lld && k < %lld; k++)\n"
-                  "            sum += B[%s];\n"
-                  "        comp[n] = (int32_t)(uint32_t)(uint64_t)(sum * "
-                  "%lld);\n    }\n"
-                  "    return blk;\n}\n\n",
-                  entry, in->builtin, tb, (long long)(wbytes + cbytes),
-                  (long long)wbytes, (long long)kg, (long long)np, in->red,
-                  in->red, in->red, in->lanes, in->lanes, in->red, (long long)K,
-                  (long long)N, tz.b_nk ? "n * K_ + k" : "k * N_ + n",
-                  (long long)np, (long long)N, (long long)K,
-                  tz.b_nk ? "n * K_ + k" : "k * N_ + n", (long long)tz.za);
-    /* the kernel */
-    kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
-    for (int t = 0; t < nt; t++)
-        kl_buf_printf(
-            &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
-            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
-    /* Fused: the accumulators hold whole sums when stored, so the
-     * epilogue runs right there and no acc buffer is needed. */
-    bool fused = full && hp < bpos;
-    bool vstore = fused && s_plain_s32_out(w, tz.it_m, tz.it_n, M, N);
-    char *alloc = fused ? NULL
-                  : full
-                      ? kl_xasprintf("malloc(%lld)", (long long)(rows * np * 4))
-                      : kl_xasprintf("calloc(%lld, 4)", (long long)(rows * np));
-    kl_buf_printf(&b,
-                  "    const int8_t *wp = (const int8_t *)args[%d];\n"
-                  "    const int32_t *comp = (const int32_t *)((const char "
-                  "*)args[%d] + %lld);\n",
-                  nt, nt, (long long)wbytes);
-    if (alloc)
-        kl_buf_printf(&b,
-                      "    int32_t *acc = (int32_t *)%s;\n"
-                      "    if (!acc)\n        return;\n",
-                      alloc);
-    free(alloc);
-    char ind[256] = "    ";
-    bool par = false;
-    /* The register tile: unrolled spatial loops right above the reduction
-     * run, up to 32 accumulators; tp..hp-1 (none: tp = hp, one tile). */
-    int tp = hp;
-    int64_t ntile = 1;
-    while (hp < bpos && tp > 0 &&
-           kl_sched_loop(s, tp - 1)->kind == KL_LOOP_UNROLL &&
-           !kl_sched_loop(s, tp - 1)->reduce &&
-           ntile * kl_sched_loop(s, tp - 1)->extent <= 32) {
-        tp--;
-        ntile *= kl_sched_loop(s, tp)->extent;
-    }
-    for (int p = 0; p < bpos; p++) {
-        const kl_loop_t *l = kl_sched_loop(s, p);
-        if (p == tp && hp < bpos) {
-            kl_buf_t g = {0};
-            kl_cg_tz_guards(s, 0, hp, bpos, &g);
-            for (int64_t t = 0; t < ntile; t++) {
-                kl_buf_printf(
-                    &b, "%sint64_t m_%lld, n0_%lld;\n%sint ok_%lld;\n", ind,
-                    (long long)t, (long long)t, ind, (long long)t);
-                kl_buf_printf(&b, "%s{\n", ind);
-                int64_t rem = t;
-                for (int q = hp - 1; q >= tp; q--) {
-                    const kl_loop_t *lq = kl_sched_loop(s, q);
-                    kl_buf_printf(&b, "%s    const int64_t l%d = %lld;\n", ind,
-                                  lq->id, (long long)(rem % lq->extent));
-                    rem /= lq->extent;
-                }
-                kl_buf_printf(&b,
-                              "%s    m_%lld = %s;\n%s    n0_%lld = %s;\n"
-                              "%s    ok_%lld = 1%s;\n%s}\n",
-                              ind, (long long)t, em.data, ind, (long long)t,
-                              en.data, ind, (long long)t, g.data ? g.data : "",
-                              ind);
-                if (full)
-                    kl_buf_printf(&b, "%skl_vacc_t c_%lld = KL_VZERO();\n", ind,
-                                  (long long)t);
-                else
-                    kl_buf_printf(&b,
-                                  "%skl_vacc_t c_%lld = ok_%lld ? KL_VLOAD(acc "
-                                  "+ m_%lld * %lld + n0_%lld) : KL_VZERO();\n",
-                                  ind, (long long)t, (long long)t, (long long)t,
-                                  (long long)np, (long long)t);
-                /* Rows past M (an imperfect split) read row M-1: their
-                 * sums are never stored (ok_t is 0). */
-                kl_buf_printf(&b,
-                              "%sconst uint8_t *a_%lld = t%d + (m_%lld < %lld "
-                              "? m_%lld : %lld) * %lld;\n",
-                              ind, (long long)t, ta, (long long)t, (long long)M,
-                              (long long)t, (long long)(M - 1), (long long)K);
-            }
-            kl_buf_free(&g);
-        }
-        if (p >= tp && p < hp && hp < bpos)
-            continue; /* the tile: unrolled above */
-        if (l->kind == KL_LOOP_PARALLEL && !par) {
-            kl_buf_printf(&b, "%s#pragma omp parallel for\n", ind);
-            par = true;
-        } else if (l->kind == KL_LOOP_UNROLL) {
-            kl_buf_printf(&b, "%s#pragma GCC unroll %lld\n", ind,
-                          (long long)l->extent);
-        }
-        kl_buf_printf(&b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n", ind,
-                      l->id, l->id, (long long)l->extent, l->id);
-        strcat(ind, "    ");
-    }
-    {
-        kl_buf_t g = {0};
-        kl_cg_tz_guards(s, hp, bpos, bpos, &g);
-        if (hp == bpos) {
-            kl_cg_tz_guards(s, 0, hp, bpos, &g);
-            kl_buf_printf(&b,
-                          "%sconst int64_t m = %s, n0 = %s, k0 = %s;\n"
-                          "%sif (1%s) {\n"
-                          "%s    kl_vacc_t c = KL_VLOAD(acc + m * %lld + n0);\n"
-                          "%s    c = kl_dot(c, kl_a4(t%d + m * %lld, k0), wp + "
-                          "KL_WOFF(k0, n0));\n"
-                          "%s    KL_VSTORE(acc + m * %lld + n0, c);\n%s}\n",
-                          ind, em.data, en.data, ek.data, ind,
-                          g.data ? g.data : "", ind, (long long)np, ind, ta,
-                          (long long)K, ind, (long long)np, ind);
-        } else {
-            kl_buf_printf(&b, "%sconst int64_t k0 = %s;\n%sif (1%s) {\n", ind,
-                          ek.data, ind, g.data ? g.data : "");
-            for (int64_t t = 0; t < ntile; t++)
-                kl_buf_printf(&b,
-                              "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, "
-                              "k0), wp + KL_WOFF(k0, n0_%lld));\n",
-                              ind, (long long)t, (long long)t, (long long)t,
-                              (long long)t);
-            kl_buf_printf(&b, "%s}\n", ind);
-        }
-        kl_buf_free(&g);
-    }
-    for (int p = bpos - 1; p >= 0; p--) {
-        if (!(p >= tp && p < hp && hp < bpos)) {
-            ind[strlen(ind) - 4] = '\0';
-            kl_buf_printf(&b, "%s}\n", ind);
-        }
-        if (p == tp && hp < bpos && fused && vstore) {
-            /* One vector store per accumulator; lanes past N (an
-             * imperfect last block) take the scalar path. */
-            for (int64_t t = 0; t < ntile; t++) {
-                kl_buf_printf(&b,
-                              "%sif (ok_%lld && n0_%lld + %d <= %lld)\n"
-                              "%s    KL_VSTORE(t%d + m_%lld * %lld + n0_%lld, "
-                              "KL_VSUB(c_%lld, KL_VLOAD(comp + n0_%lld)));\n",
-                              ind, (long long)t, (long long)t, in->lanes,
-                              (long long)N, ind, ot, (long long)t, (long long)N,
-                              (long long)t, (long long)t, (long long)t);
-                if (N % in->lanes)
-                    kl_buf_printf(
-                        &b,
-                        "%selse if (ok_%lld) {\n%s    int32_t lane[%d];\n"
-                        "%s    KL_VSTORE(lane, c_%lld);\n"
-                        "%s    for (int64_t q = 0; n0_%lld + q < %lld; q++)\n"
-                        "%s        t%d[m_%lld * %lld + n0_%lld + q] = "
-                        "(int32_t)((uint32_t)lane[q] - (uint32_t)comp[n0_%lld "
-                        "+ q]);\n%s}\n",
-                        ind, (long long)t, ind, in->lanes, ind, (long long)t,
-                        ind, (long long)t, (long long)N, ind, ot, (long long)t,
-                        (long long)N, (long long)t, (long long)t, ind);
-            }
-        } else if (p == tp && hp < bpos && fused) {
-            /* ok_t implies m_t < M (the guards of m's splits). */
-            for (int64_t t = 0; t < ntile && !rc; t++) {
-                kl_buf_printf(
-                    &b,
-                    "%sif (ok_%lld) {\n%s    int32_t lane[%d];\n"
-                    "%s    KL_VSTORE(lane, c_%lld);\n"
-                    "%s    for (int64_t q = 0; q < %d && n0_%lld + q "
-                    "< %lld; q++) {\n"
-                    "%s        const int64_t i%d = m_%lld, i%d = "
-                    "n0_%lld + q;\n"
-                    "%s        int64_t x = (int32_t)((uint32_t)lane[q] "
-                    "- (uint32_t)comp[i%d]);\n",
-                    ind, (long long)t, ind, in->lanes, ind, (long long)t, ind,
-                    in->lanes, (long long)t, (long long)N, ind, tz.it_m,
-                    (long long)t, tz.it_n, (long long)t, ind, tz.it_n);
-                char ind2[300];
-                snprintf(ind2, sizeof ind2, "%s        ", ind);
-                rc = kl_cg_int_epilogue(&b, w, ind2, err);
-                kl_buf_printf(&b, "%s    }\n%s}\n", ind, ind);
-            }
-        } else if (p == tp && hp < bpos) {
-            for (int64_t t = 0; t < ntile; t++)
-                kl_buf_printf(&b,
-                              "%sif (ok_%lld)\n%s    KL_VSTORE(acc + m_%lld * "
-                              "%lld + n0_%lld, c_%lld);\n",
-                              ind, (long long)t, ind, (long long)t,
-                              (long long)np, (long long)t, (long long)t);
-        }
-    }
-    /* the epilogue */
-    if (fused) {
-        kl_buf_puts(&b, "}\n");
-        goto done;
-    }
-    if (par)
-        kl_buf_puts(&b, "    #pragma omp parallel for\n");
-    kl_buf_printf(
-        &b,
-        "    for (int64_t i%d = 0; i%d < %lld; ++i%d)\n"
-        "        for (int64_t i%d = 0; i%d < %lld; ++i%d) {\n"
-        "            int64_t x = (int32_t)((uint32_t)acc[i%d * %lld + "
-        "i%d] - (uint32_t)comp[i%d]);\n",
-        tz.it_m, tz.it_m, (long long)M, tz.it_m, tz.it_n, tz.it_n, (long long)N,
-        tz.it_n, tz.it_m, (long long)np, tz.it_n, tz.it_n);
-    strcpy(ind, "            ");
-    rc = kl_cg_int_epilogue(&b, w, ind, err);
-    kl_buf_puts(&b, "        }\n    free(acc);\n}\n");
-done:
-    kl_buf_free(&em);
-    kl_buf_free(&en);
-    kl_buf_free(&ek);
-    return kl_cg_tz_kernel(&b, entry, rc, out);
+    tzp_t *p = kl_xcalloc(1, sizeof *p);
+    p->s = s;
+    p->w = kl_sched_workload(s);
+    p->tz = &tz;
+    p->in = kl_intrin_find(tz.intrin);
+    p->entry = entry ? entry : "kl_main";
+    s_plan(p);
+    s_emit_head(p);
+    s_emit_prepare(p);
+    s_emit_kernel_open(p);
+    strcpy(p->ind, "    ");
+    rc = s_emit_nest(p, err);
+    if (p->fused)
+        kl_buf_puts(&p->b, "}\n");
+    else
+        rc = s_emit_epilogue_pass(p, err);
+    kl_buf_free(&p->em);
+    kl_buf_free(&p->en);
+    kl_buf_free(&p->ek);
+    kl_buf_t b = p->b;
+    const char *e = p->entry;
+    free(p);
+    return kl_codegen__tz_kernel(&b, e, rc, out);
 }

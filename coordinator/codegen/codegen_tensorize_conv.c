@@ -38,21 +38,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_emit.h"
 #include "cg_tz.h"
 #include "cg_tz_conv.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_util.h"
-
-/* The iterator of access a's index d (its last with a coefficient). */
-int kl_cg_tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a)
-{
-    int it = -1;
-    for (int k = 0; k < w->niters; k++)
-        if (a->coef[k])
-            it = k;
-    return it;
-}
 
 /* The access of tensor t in the body (a load). */
 static const kl_access_t *s_find_access(const kl_expr_t *e, int t)
@@ -87,13 +78,13 @@ static void s_tile_setup(kl_buf_t *b, const conv_t *c, int64_t t,
             continue;
         kl_buf_t e = {0};
         int64_t mx;
-        kl_cg_tz_iter_expr(c->s, it, c->hp, &e, &mx);
+        kl_codegen__tz_iter_expr(c->s, it, c->hp, &e, &mx);
         kl_buf_printf(b, "%s    v%d_%lld = %s;\n", ind, it, (long long)t,
                       e.data);
         kl_buf_free(&e);
     }
     kl_buf_t g = {0};
-    kl_cg_tz_guards(c->s, 0, c->hp, c->bpos, &g);
+    kl_codegen__tz_guards(c->s, 0, c->hp, c->bpos, &g);
     kl_buf_printf(b, "%s    ok_%lld = 1%s;\n%s}\n", ind, (long long)t,
                   g.data ? g.data : "", ind);
     kl_buf_free(&g);
@@ -130,7 +121,7 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
             continue;
         kl_buf_t e = {0};
         int64_t mx;
-        kl_cg_tz_iter_expr(c->s, it, c->bpos, &e, &mx);
+        kl_codegen__tz_iter_expr(c->s, it, c->bpos, &e, &mx);
         kl_buf_printf(b, "%sconst int64_t rv%d = %s;\n", ind, it, e.data);
         kl_buf_free(&e);
     }
@@ -138,7 +129,7 @@ static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
     kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
     int64_t st = 1;
     for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_cg_tzc_iter_of(w, &c->wa->idx[d]);
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
         if (it == c->tz->it_k || it == c->tz->it_n)
             continue;
         kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
@@ -240,257 +231,6 @@ static void s_prefetch_plan(conv_t *c, int64_t wbytes)
     c->pfg = (int)(hi - lo + 1);
 }
 
-/* Whether access a reads a 1-D tensor at the output channel f alone. */
-static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
-{
-    if (w->tensors[a->tensor].ndim != 1 || a->idx[0].offset ||
-        a->idx[0].div != 1)
-        return false;
-    for (int i = 0; i < w->niters; i++)
-        if (a->idx[0].coef[i] != (i == f))
-            return false;
-    return true;
-}
-
-/* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
- * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
- * with a u8 / s8 output. */
-bool kl_cg_tzc_vec_epi_ok(const conv_t *c)
-{
-    const kl_workload_t *w = c->w;
-    kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
-    if (c->in->lanes != 16 || (odt != KL_DT_U8 && odt != KL_DT_S8))
-        return false;
-    int i = 0, f = c->tz->it_n;
-    if (i < w->nepi && w->epi[i].kind == KL_EPI_ADD_TENSOR) {
-        if (!s_at_f(w, &w->epi[i].access, f) ||
-            w->tensors[w->epi[i].access.tensor].dtype != KL_DT_S32)
-            return false;
-        i++;
-    }
-    if (i >= w->nepi ||
-        !(w->epi[i].kind == KL_EPI_REQUANT ||
-          (w->epi[i].kind == KL_EPI_REQUANT_TENSOR &&
-           s_at_f(w, &w->epi[i].access, f) &&
-           w->tensors[w->epi[i].access.tensor].dtype == KL_DT_F32)))
-        return false;
-    if (w->epi[i].zp < -255 || w->epi[i].zp > 255)
-        return false;
-    for (i++; i < w->nepi; i++)
-        if (w->epi[i].kind != KL_EPI_CLIP && w->epi[i].kind != KL_EPI_RELU)
-            return false;
-    return true;
-}
-
-void kl_cg_tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
-{
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
-    kl_buf_puts(b, "(int64_t)0");
-    int64_t st = 1;
-    for (int d = Y->ndim - 1; d >= 0; d--) {
-        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st,
-                      kl_cg_tzc_iter_of(w, &w->out.idx[d]), (long long)t);
-        st *= Y->shape[d];
-    }
-}
-
-/* The q-op epilogue of tile t on 16 lanes at once (kl_cg_tzc_vec_epi_ok),
- * exactly what the scalar epilogue computes: the bias added with int32
- * saturation (the scalar adds in int64 and requant clamps to int32 first), the
- * int32 converted to f32 and multiplied by the scale, rounded to nearest even
- * (nearbyintf), clamped to +-65536 (beyond that, whatever the zero point in
- * -255..255 and the clips, the u8 / s8 store saturates the same way), the
- * zero point added, the clips, the output range, and a masked byte store
- * (vpmovdb) of the lanes below K. */
-static void s_tile_store_vec(kl_buf_t *b, const conv_t *c, int64_t t, bool keep,
-                             const char *ind)
-{
-    const kl_workload_t *w = c->w;
-    int ot = kl_workload_output(w), f = c->tz->it_n;
-    const kl_tensor_t *Y = &w->tensors[ot];
-    int64_t K = w->iters[f].extent;
-    long long T = (long long)t;
-    kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, T);
-    if (K % 16)
-        kl_buf_printf(b,
-                      "%s    const __mmask16 m = v%d_%lld + 16 <= %lld ? "
-                      "(__mmask16)0xffff : (__mmask16)((1u << (%lld - "
-                      "v%d_%lld)) - 1u);\n",
-                      ind, f, T, (long long)K, (long long)K, f, T);
-    else
-        kl_buf_printf(b, "%s    const __mmask16 m = (__mmask16)0xffff;\n", ind);
-    kl_buf_printf(b,
-                  "%s    __m512i x = _mm512_sub_epi32(c_%lld, "
-                  "_mm512_maskz_loadu_epi32(m, comp + v%d_%lld));\n",
-                  ind, T, f, T);
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
-        switch ((int)ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-            kl_buf_printf(
-                b,
-                "%s    {\n%s        const __m512i bv = "
-                "_mm512_maskz_loadu_epi32(m, t%d + v%d_%lld);\n"
-                "%s        const __m512i s = _mm512_add_epi32(x, bv);\n"
-                "%s        const __mmask16 o = _mm512_cmplt_epi32_mask("
-                "_mm512_and_si512(_mm512_xor_si512(x, s), "
-                "_mm512_xor_si512(bv, s)), _mm512_setzero_si512());\n"
-                "%s        x = _mm512_mask_mov_epi32(s, o, _mm512_xor_si512("
-                "_mm512_srai_epi32(x, 31), _mm512_set1_epi32(INT32_MAX)));"
-                "\n%s    }\n",
-                ind, ind, ep->access.tensor, f, T, ind, ind, ind, ind);
-            break;
-        case KL_EPI_REQUANT:
-        case KL_EPI_REQUANT_TENSOR:
-            kl_buf_printf(b, "%s    {\n%s        const __m512 sv = ", ind, ind);
-            if (ep->kind == KL_EPI_REQUANT)
-                kl_buf_printf(b, "_mm512_set1_ps((float)%.17g);\n", ep->lo);
-            else
-                kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + v%d_%lld);\n",
-                              ep->access.tensor, f, T);
-            kl_buf_printf(
-                b,
-                "%s        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(x), "
-                "sv);\n"
-                "%s        r = _mm512_roundscale_ps(r, "
-                "_MM_FROUND_TO_NEAREST_INT "
-                "| _MM_FROUND_NO_EXC);\n"
-                "%s        r = _mm512_min_ps(_mm512_max_ps(r, "
-                "_mm512_set1_ps(-65536.0f)), _mm512_set1_ps(65536.0f));\n"
-                "%s        x = _mm512_add_epi32(_mm512_cvttps_epi32(r), "
-                "_mm512_set1_epi32(%lld));\n%s    }\n",
-                ind, ind, ind, ind, (long long)ep->zp, ind);
-            break;
-        case KL_EPI_RELU:
-            kl_buf_printf(b,
-                          "%s    x = _mm512_max_epi32(x, "
-                          "_mm512_setzero_si512());\n",
-                          ind);
-            break;
-        default: /* KL_EPI_CLIP */
-            kl_buf_printf(b,
-                          "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
-                          "_mm512_set1_epi32(%lld)), _mm512_set1_epi32(%lld));"
-                          "\n",
-                          ind, (long long)ep->lo, (long long)ep->hi);
-            break;
-        }
-    }
-    bool u8 = Y->dtype == KL_DT_U8;
-    kl_buf_printf(b,
-                  "%s    x = _mm512_min_epi32(_mm512_max_epi32(x, "
-                  "_mm512_set1_epi32(%d)), _mm512_set1_epi32(%d));\n",
-                  ind, u8 ? 0 : -128, u8 ? 255 : 127);
-    kl_buf_t yo = {0};
-    kl_cg_tzc_yoff(&yo, c, t);
-    if (keep) /* stored by kl_cg_tzc_tr_store with the tile's other pixels */
-        kl_buf_printf(b, "%s    kl_y%lld = _mm512_cvtepi32_epi8(x);\n%s}\n",
-                      ind, T, ind);
-    else if (c->fst == 1)
-        kl_buf_printf(b,
-                      "%s    _mm512_mask_cvtepi32_storeu_epi8(t%d + %s, m, "
-                      "x);\n%s}\n",
-                      ind, ot, yo.data, ind);
-    else if (K % 16 == 0) { /* NCHW, whole blocks: 16 stores unrolled */
-        kl_buf_printf(
-            b,
-            "%s    uint8_t yb[16];\n"
-            "%s    _mm_storeu_si128((__m128i *)yb, _mm512_cvtepi32_epi8(x));"
-            "\n%s    %s *yp = t%d + %s;\n",
-            ind, ind, ind, kl_dtype_ctype(Y->dtype), ot, yo.data);
-        for (int q = 0; q < 16; q++)
-            kl_buf_printf(b, "%s    yp[%lldLL] = (%s)yb[%d];\n", ind,
-                          (long long)(q * c->fst), kl_dtype_ctype(Y->dtype), q);
-        kl_buf_printf(b, "%s}\n", ind);
-    } else /* NCHW: the lanes' bytes at the channel stride */
-        kl_buf_printf(
-            b,
-            "%s    uint8_t yb[16];\n"
-            "%s    _mm_storeu_si128((__m128i *)yb, _mm512_cvtepi32_epi8(x));"
-            "\n%s    %s *yp = t%d + %s;\n"
-            "%s    for (int64_t q = 0; q < 16 && v%d_%lld + q < %lld; q++)\n"
-            "%s        yp[q * %lldLL] = (%s)yb[q];\n%s}\n",
-            ind, ind, ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, f, T,
-            (long long)K, ind, (long long)c->fst, kl_dtype_ctype(Y->dtype),
-            ind);
-    kl_buf_free(&yo);
-}
-
-/* The finished accumulator of tile t: one vector store of acc - comp when
- * the output is a plain s32 with no epilogue and the block is whole, the
- * workload's epilogue lane by lane otherwise. */
-static int s_tile_store(kl_buf_t *b, const conv_t *c, int64_t t, bool vstore,
-                        const char *ind, char *err)
-{
-    const kl_workload_t *w = c->w;
-    int ot = kl_workload_output(w), f = c->tz->it_n, L = c->in->lanes;
-    const kl_tensor_t *Y = &w->tensors[ot];
-    int64_t K = w->iters[f].extent;
-    if (vstore) {
-        kl_buf_printf(b, "%sif (ok_%lld && v%d_%lld + %d <= %lld)\n", ind,
-                      (long long)t, f, (long long)t, L, (long long)K);
-        kl_buf_printf(b, "%s    KL_VSTORE(t%d + (int64_t)0", ind, ot);
-        int64_t st = 1;
-        for (int d = Y->ndim - 1; d >= 0; d--) {
-            int it = -1;
-            for (int k = 0; k < w->niters; k++)
-                if (w->out.idx[d].coef[k])
-                    it = k;
-            kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st, it,
-                          (long long)t);
-            st *= Y->shape[d];
-        }
-        kl_buf_printf(b, ", KL_VSUB(c_%lld, KL_VLOAD(comp + v%d_%lld)));\n",
-                      (long long)t, f, (long long)t);
-        if (K % L == 0)
-            return KL_OK;
-        kl_buf_printf(b, "%selse ", ind);
-    } else {
-        kl_buf_puts(b, ind);
-    }
-    kl_buf_printf(b,
-                  "if (ok_%lld) {\n%s    int32_t lane[%d];\n"
-                  "%s    KL_VSTORE(lane, c_%lld);\n"
-                  "%s    for (int64_t q = 0; q < %d && v%d_%lld + q < %lld; "
-                  "q++) {\n",
-                  (long long)t, ind, L, ind, (long long)t, ind, L, f,
-                  (long long)t, (long long)K);
-    for (int it = 0; it < w->niters; it++)
-        if (!w->iters[it].reduce)
-            kl_buf_printf(b, "%s        const int64_t i%d = v%d_%lld%s;\n", ind,
-                          it, it, (long long)t, it == f ? " + q" : "");
-    kl_buf_printf(b,
-                  "%s        int64_t x = (int32_t)((uint32_t)lane[q] - "
-                  "(uint32_t)comp[i%d]);\n",
-                  ind, f);
-    char ind2[300];
-    snprintf(ind2, sizeof ind2, "%s        ", ind);
-    int rc = kl_cg_int_epilogue(b, w, ind2, err);
-    kl_buf_printf(b, "%s    }\n%s}\n", ind, ind);
-    return rc;
-}
-
-static void s_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
-{
-    if (l->kind == KL_LOOP_PARALLEL && !*par) {
-        kl_buf_printf(b, "%s#pragma omp parallel for\n", ind);
-        *par = true;
-    } else if (l->kind == KL_LOOP_UNROLL) {
-        kl_buf_printf(b, "%s#pragma GCC unroll %lld\n", ind,
-                      (long long)l->extent);
-    }
-    kl_buf_printf(b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n", ind,
-                  l->id, l->id, (long long)l->extent, l->id);
-    strcat(ind, "    ");
-}
-
-static void s_close(kl_buf_t *b, char *ind)
-{
-    ind[strlen(ind) - 4] = '\0';
-    kl_buf_printf(b, "%s}\n", ind);
-}
-
 /* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
  * over W's tap dimensions. */
 static void s_widx(kl_buf_t *b, const conv_t *c)
@@ -500,7 +240,7 @@ static void s_widx(kl_buf_t *b, const conv_t *c)
     int64_t tst = 1, wst = 1;
     kl_buf_puts(b, "(int64_t)0");
     for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_cg_tzc_iter_of(w, &c->wa->idx[d]);
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
         if (it == c->tz->it_n)
             kl_buf_printf(b, " + f * %lldLL", (long long)wst);
         else if (it == c->tz->it_k)
@@ -514,231 +254,349 @@ static void s_widx(kl_buf_t *b, const conv_t *c)
     }
 }
 
-int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
-                               const char *entry, kl_kernel_t *out, char *err)
+/* One convolution's generation: the plan shared with the NCHW parts (c),
+ * the sizes of the packed weights and the prepared block, and the text. */
+typedef struct {
+    conv_t c;
+    const char *entry;
+    int64_t K, C;   /* output and input channels */
+    int64_t ntap;   /* taps per output channel */
+    int64_t np, cg; /* output channels padded to lanes; channel groups */
+    int64_t wbytes; /* packed weights */
+    int64_t cbytes; /* the compensation */
+    int64_t sbytes; /* NCHW: busy flag and scratch (0: none) */
+    kl_buf_t ek;    /* c0 over the loops above the block */
+    kl_buf_t b;
+} cgen_t;
+
+/* The block's loops: hp, the reduction run; cp, the innermost loops that
+ * run the channels only; [tp, hp) the register tile. */
+static void s_plan_loops(conv_t *c)
 {
-    conv_t c = {.s = s, .w = kl_sched_workload(s), .tz = tz};
-    const kl_workload_t *w = c.w;
-    c.in = kl_intrin_find(tz->intrin);
-    c.xa = s_find_access(w->body, tz->ta);
-    c.wa = s_find_access(w->body, tz->tb);
-    const kl_intrin_t *in = c.in;
-    int L = in->lanes, nt = w->ntensors, ot = kl_workload_output(w);
-    c.bpos = kl_sched_loop_pos(s, tz->loop);
-    c.hp = c.bpos;
-    while (c.hp > 0 && kl_sched_loop(s, c.hp - 1)->reduce)
-        c.hp--;
-    c.cp = c.bpos;
-    while (c.cp > c.hp) {
-        const kl_loop_t *l = kl_sched_loop(s, c.cp - 1);
+    const kl_sched_t *s = c->s;
+    c->bpos = kl_sched_loop_pos(s, c->tz->loop);
+    c->hp = c->bpos;
+    while (c->hp > 0 && kl_sched_loop(s, c->hp - 1)->reduce)
+        c->hp--;
+    c->cp = c->bpos;
+    while (c->cp > c->hp) {
+        const kl_loop_t *l = kl_sched_loop(s, c->cp - 1);
         bool only_c = true;
         for (int p = 0; p < l->nparts; p++)
-            only_c = only_c && l->parts[p].iter == tz->it_k;
+            only_c = only_c && l->parts[p].iter == c->tz->it_k;
         if (!only_c)
             break;
-        c.cp--;
+        c->cp--;
     }
     /* The register tile: unrolled spatial loops right above hp. */
-    c.tp = c.hp;
-    c.ntile = 1;
-    while (c.tp > 0 && kl_sched_loop(s, c.tp - 1)->kind == KL_LOOP_UNROLL &&
-           !kl_sched_loop(s, c.tp - 1)->reduce &&
-           c.ntile * kl_sched_loop(s, c.tp - 1)->extent <= MAXT) {
-        c.tp--;
-        c.ntile *= kl_sched_loop(s, c.tp)->extent;
+    c->tp = c->hp;
+    c->ntile = 1;
+    while (c->tp > 0 && kl_sched_loop(s, c->tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, c->tp - 1)->reduce &&
+           c->ntile * kl_sched_loop(s, c->tp - 1)->extent <= MAXT) {
+        c->tp--;
+        c->ntile *= kl_sched_loop(s, c->tp)->extent;
     }
-    const kl_tensor_t *X = &w->tensors[tz->ta], *W = &w->tensors[tz->tb];
-    c.dc = X->ndim - 1;
-    for (int d = X->ndim - 1; d >= 0; d--)
-        if (c.xa->idx[d].coef[tz->it_k]) /* the match: c's index alone */
-            c.dc = d;
-    c.repack = c.dc != X->ndim - 1;
-    const kl_tensor_t *Y = &w->tensors[ot];
-    c.fst = 1;
-    for (int d = Y->ndim - 1; d >= 0 && !w->out.idx[d].coef[tz->it_n]; d--)
-        c.fst *= Y->shape[d];
-    c.lx = kl_cg_tzc_tr_loop(&c);
-    int64_t K = w->iters[tz->it_n].extent, C = X->shape[c.dc];
-    int64_t ntap = kl_tensor_numel(W) / (K * C);
-    kl_buf_t ek = {0}, tmp = {0};
-    int64_t fmax, cmax;
-    kl_cg_tz_iter_expr(s, tz->it_n, c.bpos, &tmp, &fmax);
-    kl_cg_tz_iter_expr(s, tz->it_k, c.bpos, &ek, &cmax);
-    kl_buf_free(&tmp);
-    int64_t np = (fmax / L + 1) * L, cg = cmax / 4 + 1;
-    if (cg < (C + 3) / 4)
-        cg = (C + 3) / 4;
-    int64_t wbytes = (np * ntap * cg * 4 + 63) / 64 * 64;
-    int64_t cbytes = (np * 4 + 63) / 64 * 64;
-    c.nkb = np / L;
-    s_prefetch_plan(&c, wbytes);
-    /* NCHW: the padded scratch's shape (every point a tap reads in
-     * bounds) and bytes, after a 64-byte busy flag */
-    int64_t sbytes = 0;
-    c.cpad = cg * 4;
+}
+
+/* NCHW: the padded scratch's shape (every point a tap reads in bounds)
+ * and bytes, after a 64-byte busy flag; how the repack steps. */
+static void s_plan_scratch(cgen_t *q)
+{
+    conv_t *c = &q->c;
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *X = &w->tensors[c->tz->ta];
+    q->sbytes = 0;
+    c->cpad = q->cg * 4;
     for (int d = 0; d < X->ndim; d++) {
-        c.lo[d] = 0;
-        c.sh[d] = X->shape[d];
-        if (!c.repack || d == c.dc)
+        c->lo[d] = 0;
+        c->sh[d] = X->shape[d];
+        if (!c->repack || d == c->dc)
             continue;
-        const kl_affine_t *a = &c.xa->idx[d];
+        const kl_affine_t *a = &c->xa->idx[d];
         int64_t mn = a->offset, mx = a->offset;
         for (int it = 0; it < w->niters; it++) {
             int64_t v = a->coef[it] * (w->iters[it].extent - 1);
             mn += v < 0 ? v : 0;
             mx += v > 0 ? v : 0;
         }
-        c.lo[d] = mn < 0 ? -mn : 0;
-        c.sh[d] = c.lo[d] + X->shape[d] +
-                  (mx > X->shape[d] - 1 ? mx - (X->shape[d] - 1) : 0);
+        c->lo[d] = mn < 0 ? -mn : 0;
+        c->sh[d] = c->lo[d] + X->shape[d] +
+                   (mx > X->shape[d] - 1 ? mx - (X->shape[d] - 1) : 0);
     }
     int64_t joff;
-    c.rp16 =
-        kl_cg_tzc_repack16(&c, kl_cg_tzc_read_step(&c, X->ndim - 1, &joff));
-    if (c.repack) {
-        sbytes = c.cpad;
+    c->rp16 = kl_codegen__tzc_repack16(
+        c, kl_codegen__tzc_read_step(c, X->ndim - 1, &joff));
+    if (c->repack) {
+        q->sbytes = c->cpad;
         for (int d = 0; d < X->ndim; d++)
-            sbytes *= d == c.dc ? 1 : c.sh[d];
-        sbytes = 64 + (sbytes + 63) / 64 * 64;
+            q->sbytes *= d == c->dc ? 1 : c->sh[d];
+        q->sbytes = 64 + (q->sbytes + 63) / 64 * 64;
     }
-    kl_buf_t b = {0};
-    kl_buf_printf(
-        &b,
-        "/* Tensorized convolution with %s: the weights packed "
-        "once, in prepare, as [K/%d][taps][C/4][%d][4]. */\n"
-        "#pragma GCC target(\"%s%s\")\n"
+}
+
+/* The layouts: X's channel index, Y's channel stride, the store by
+ * transposes, the packed weights' sizes, the prefetch and the scratch. */
+static void s_plan(cgen_t *q)
+{
+    conv_t *c = &q->c;
+    const kl_workload_t *w = c->w;
+    const kl_tensorize_t *tz = c->tz;
+    int L = c->in->lanes;
+    s_plan_loops(c);
+    const kl_tensor_t *X = &w->tensors[tz->ta], *W = &w->tensors[tz->tb];
+    c->dc = X->ndim - 1;
+    for (int d = X->ndim - 1; d >= 0; d--)
+        if (c->xa->idx[d].coef[tz->it_k]) /* the match: c's index alone */
+            c->dc = d;
+    c->repack = c->dc != X->ndim - 1;
+    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    c->fst = 1;
+    for (int d = Y->ndim - 1; d >= 0 && !w->out.idx[d].coef[tz->it_n]; d--)
+        c->fst *= Y->shape[d];
+    c->lx = kl_codegen__tzc_tr_loop(c);
+    q->K = w->iters[tz->it_n].extent;
+    q->C = X->shape[c->dc];
+    q->ntap = kl_tensor_numel(W) / (q->K * q->C);
+    kl_buf_t tmp = {0};
+    int64_t fmax, cmax;
+    kl_codegen__tz_iter_expr(c->s, tz->it_n, c->bpos, &tmp, &fmax);
+    kl_codegen__tz_iter_expr(c->s, tz->it_k, c->bpos, &q->ek, &cmax);
+    kl_buf_free(&tmp);
+    q->np = (fmax / L + 1) * L;
+    q->cg = cmax / 4 + 1;
+    if (q->cg < (q->C + 3) / 4)
+        q->cg = (q->C + 3) / 4;
+    q->wbytes = (q->np * q->ntap * q->cg * 4 + 63) / 64 * 64;
+    q->cbytes = (q->np * 4 + 63) / 64 * 64;
+    c->nkb = q->np / L;
+    s_prefetch_plan(c, q->wbytes);
+    s_plan_scratch(q);
+}
+
+/* The file's head: the target, includes, the intrinsic, kl_a4 and the
+ * repack's transpose. */
+static void s_emit_head(cgen_t *q)
+{
+    const conv_t *c = &q->c;
+    const kl_codegen__kv_t kv[] = {KL_CG_S("name", c->in->name),
+                                   KL_CG_I("L", c->in->lanes),
+                                   KL_CG_S("pragma", c->in->pragma),
+                                   KL_CG_S("vl", c->lx >= 0 ? ",avx512vl" : ""),
+                                   KL_CG_I("C", q->C),
+                                   KL_CG_I("c4", q->C % 4 == 0 || c->repack),
+                                   KL_CG_END};
+    kl_codegen__template(
+        &q->b,
+        "/* Tensorized convolution with ${name}: the weights packed "
+        "once, in prepare, as [K/${L}][taps][C/4][${L}][4]. */\n"
+        "#pragma GCC target(\"${pragma}${vl}\")\n"
         "/* One allocation region for the whole kernel: with GCC's\n"
         " * default regions, small changes around the register\n"
         " * tile (the epilogue's kept codes) made it keep the\n"
         " * weight vectors of the innermost loop on the stack,\n"
-        " * reloading them per tile (a 7x7x512 layer 64%% slower). */\n"
+        " * reloading them per tile (a 7x7x512 layer 64% slower). */\n"
         "#if defined(__GNUC__) && !defined(__clang__)\n"
         "#pragma GCC optimize(\"ira-region=one\")\n#endif\n"
         "#include <immintrin.h>\n"
         "#include <stdlib.h>\n#include <string.h>\n",
-        in->name, L, L, in->pragma, c.lx >= 0 ? ",avx512vl" : "");
-    kl_buf_puts(&b, kl_cg_int_prelude());
-    kl_cg_tz_intrin_macros(&b, in->name);
-    kl_buf_printf(
-        &b,
-        "/* 4 input channels from c0 on, zeros past the last (%lld). */\n"
+        kv);
+    kl_buf_puts(&q->b, kl_codegen__int_prelude());
+    kl_codegen__tz_intrin_macros(&q->b, c->in->name);
+    kl_codegen__template(
+        &q->b,
+        "/* 4 input channels from c0 on, zeros past the last (${C}). */\n"
         "static inline int32_t kl_a4(const uint8_t *row, int64_t c0)\n"
-        "{\n    int32_t v = 0;\n    if (%d || c0 + 4 <= %lld) {\n"
+        "{\n    int32_t v = 0;\n    if (${c4} || c0 + 4 <= ${C}) {\n"
         "        memcpy(&v, row + c0, 4);\n        return v;\n    }\n"
         "    uint32_t u = 0;\n"
-        "    for (int64_t j = 0; c0 + j < %lld; j++)\n"
+        "    for (int64_t j = 0; c0 + j < ${C}; j++)\n"
         "        u |= (uint32_t)row[c0 + j] << (8 * j);\n"
         "    return (int32_t)u;\n}\n\n",
-        (long long)C, C % 4 == 0 || c.repack, (long long)C, (long long)C);
-    if (c.rp16)
-        kl_buf_puts(&b, kl_cg_tzc_tr16_src);
-    /* prepare */
+        kv);
+    if (c->rp16)
+        kl_buf_puts(&q->b, kl_codegen__tzc_tr16_src);
+}
+
+/* ENTRY_prepare: the weights packed, the compensation, the busy flag. */
+static void s_emit_prepare(cgen_t *q)
+{
+    const conv_t *c = &q->c;
     kl_buf_t wi = {0};
-    s_widx(&wi, &c);
-    kl_buf_printf(
-        &b,
-        "void *%s_prepare(void *const *args)\n{\n"
+    s_widx(&wi, c);
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("entry", q->entry),
+        KL_CG_S("builtin", c->in->builtin),
+        KL_CG_S("vl",
+                c->lx >= 0 ? " || !__builtin_cpu_supports(\"avx512vl\")" : ""),
+        KL_CG_I("tb", c->tz->tb),
+        KL_CG_I("blk", q->wbytes + q->cbytes + q->sbytes),
+        KL_CG_I("flag", q->wbytes + q->cbytes),
+        KL_CG_I("nflag", q->sbytes ? 64 : 0),
+        KL_CG_I("wbytes", q->wbytes),
+        KL_CG_I("nfo", q->np / c->in->lanes),
+        KL_CG_I("ntap", q->ntap),
+        KL_CG_I("cg", q->cg),
+        KL_CG_I("L", c->in->lanes),
+        KL_CG_I("K", q->K),
+        KL_CG_I("C", q->C),
+        KL_CG_S("wi", wi.data),
+        KL_CG_I("np", q->np),
+        KL_CG_I("za", c->tz->za),
+        KL_CG_END};
+    kl_codegen__template(
+        &q->b,
+        "void *${entry}_prepare(void *const *args)\n{\n"
         "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
-        "    if (!__builtin_cpu_supports(\"%s\")%s)\n        return NULL;\n"
-        "    const int8_t *B = (const int8_t *)args[%d];\n"
-        "    char *blk = (char *)aligned_alloc(64, %lld);\n"
+        "    if (!__builtin_cpu_supports(\"${builtin}\")${vl})\n"
+        "        return NULL;\n"
+        "    const int8_t *B = (const int8_t *)args[${tb}];\n"
+        "    char *blk = (char *)aligned_alloc(64, ${blk});\n"
         "    if (!blk)\n        return NULL;\n"
-        "    memset(blk + %lld, 0, %lld); /* the busy flag */\n"
+        "    memset(blk + ${flag}, 0, ${nflag}); /* the busy flag */\n"
         "    int8_t *wp = (int8_t *)blk;\n"
-        "    int32_t *comp = (int32_t *)(blk + %lld);\n"
+        "    int32_t *comp = (int32_t *)(blk + ${wbytes});\n"
         "    int64_t o = 0;\n"
-        "    for (int64_t fo = 0; fo < %lld; fo++)\n"
-        "        for (int64_t tap = 0; tap < %lld; tap++)\n"
-        "            for (int64_t g = 0; g < %lld; g++)\n"
-        "                for (int64_t l = 0; l < %d; l++)\n"
+        "    for (int64_t fo = 0; fo < ${nfo}; fo++)\n"
+        "        for (int64_t tap = 0; tap < ${ntap}; tap++)\n"
+        "            for (int64_t g = 0; g < ${cg}; g++)\n"
+        "                for (int64_t l = 0; l < ${L}; l++)\n"
         "                    for (int64_t j = 0; j < 4; j++, o++) {\n"
-        "                        int64_t f = fo * %d + l, c = g * 4 + j;\n"
-        "                        wp[o] = f < %lld && c < %lld ? B[%s] : 0;\n"
+        "                        int64_t f = fo * ${L} + l, c = g * 4 + j;\n"
+        "                        wp[o] = f < ${K} && c < ${C} ? B[${wi}] : 0;\n"
         "                    }\n"
-        "    for (int64_t f = 0; f < %lld; f++) {\n"
+        "    for (int64_t f = 0; f < ${np}; f++) {\n"
         "        int64_t sum = 0;\n"
-        "        for (int64_t tap = 0; f < %lld && tap < %lld; tap++)\n"
-        "            for (int64_t c = 0; c < %lld; c++)\n"
-        "                sum += B[%s];\n"
-        "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * %lld);\n    }\n"
+        "        for (int64_t tap = 0; f < ${K} && tap < ${ntap}; tap++)\n"
+        "            for (int64_t c = 0; c < ${C}; c++)\n"
+        "                sum += B[${wi}];\n"
+        "        comp[f] = (int32_t)(uint32_t)(uint64_t)(sum * ${za});\n"
+        "    }\n"
         "    return blk;\n}\n\n",
-        entry, in->builtin,
-        c.lx >= 0 ? " || !__builtin_cpu_supports(\"avx512vl\")" : "", tz->tb,
-        (long long)(wbytes + cbytes + sbytes), (long long)(wbytes + cbytes),
-        (long long)(sbytes ? 64 : 0), (long long)wbytes, (long long)(np / L),
-        (long long)ntap, (long long)cg, L, L, (long long)K, (long long)C,
-        wi.data, (long long)np, (long long)K, (long long)ntap, (long long)C,
-        wi.data, (long long)tz->za);
+        kv);
     kl_buf_free(&wi);
-    /* the kernel */
-    kl_buf_printf(&b, "void %s(void *const *args)\n{\n", entry);
-    for (int t = 0; t < nt; t++)
-        kl_buf_printf(
-            &b, "    %s%s *restrict t%d = (%s%s *)args[%d];\n",
-            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t,
-            t == ot ? "" : "const ", kl_dtype_ctype(w->tensors[t].dtype), t);
-    kl_buf_printf(&b,
-                  "    const int8_t *wp = (const int8_t *)args[%d];\n"
-                  "    const int32_t *comp = (const int32_t *)((const char "
-                  "*)args[%d] + %lld);\n"
-                  "    /* The padding row: za in every channel. */\n"
-                  "    uint8_t kl_zrow[%lld];\n"
-                  "    memset(kl_zrow, %lld, sizeof kl_zrow);\n",
-                  nt, nt, (long long)wbytes, (long long)(cg * 4),
-                  (long long)tz->za);
-    if (c.repack)
-        kl_cg_tzc_repack(&b, &c, wbytes + cbytes, sbytes - 64);
-    bool vstore = !w->nepi && w->tensors[ot].dtype == KL_DT_S32 && c.fst == 1;
-    char ind[256] = "    ";
-    bool par = false;
-    for (int p = 0; p < c.tp; p++)
-        s_open(&b, kl_sched_loop(s, p), ind, &par);
-    for (int64_t t = 0; t < c.ntile; t++)
-        s_tile_setup(&b, &c, t, ind);
-    for (int p = c.hp; p < c.cp; p++)
-        s_open(&b, kl_sched_loop(s, p), ind, &par);
-    s_tap_setup(&b, &c, ntap, cg, ind);
-    for (int p = c.cp; p < c.bpos; p++)
-        s_open(&b, kl_sched_loop(s, p), ind, &par);
+}
+
+/* The kernel's signature, its tensors, the prepared block, the padding
+ * row and (NCHW) the repack. */
+static void s_emit_kernel_open(cgen_t *q)
+{
+    const conv_t *c = &q->c;
+    kl_buf_printf(&q->b, "void %s(void *const *args)\n{\n", q->entry);
+    kl_codegen__tz_tensor_args(&q->b, c->w);
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_I("nt", c->w->ntensors), KL_CG_I("wbytes", q->wbytes),
+        KL_CG_I("row", q->cg * 4), KL_CG_I("za", c->tz->za), KL_CG_END};
+    kl_codegen__template(&q->b,
+                         "    const int8_t *wp = (const int8_t *)args[${nt}];\n"
+                         "    const int32_t *comp = (const int32_t *)((const "
+                         "char *)args[${nt}] + ${wbytes});\n"
+                         "    /* The padding row: za in every channel. */\n"
+                         "    uint8_t kl_zrow[${row}];\n"
+                         "    memset(kl_zrow, ${za}, sizeof kl_zrow);\n",
+                         kv);
+    if (c->repack)
+        kl_codegen__tzc_repack(&q->b, c, q->wbytes + q->cbytes, q->sbytes - 64);
+}
+
+/* The block: the weight prefetches, one intrinsic call per accumulator. */
+static void s_emit_block(cgen_t *q, const char *ind)
+{
+    const conv_t *c = &q->c;
+    int L = c->in->lanes;
     kl_buf_t g = {0};
-    kl_cg_tz_guards(s, c.hp, c.bpos, c.bpos, &g);
-    kl_buf_printf(&b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind, ek.data,
-                  ind, g.data ? g.data : "");
+    kl_codegen__tz_guards(c->s, c->hp, c->bpos, c->bpos, &g);
+    kl_buf_printf(&q->b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind,
+                  q->ek.data, ind, g.data ? g.data : "");
     kl_buf_free(&g);
-    for (int64_t t = 0; t < c.ntile; t++)
-        if (c.pfg && c.pft[t])
+    for (int64_t t = 0; t < c->ntile; t++)
+        if (c->pfg && c->pft[t])
             kl_buf_printf(
-                &b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n", ind,
-                (long long)t, L);
-    for (int64_t t = 0; t < c.ntile; t++)
-        kl_buf_printf(&b,
+                &q->b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n",
+                ind, (long long)t, L);
+    for (int64_t t = 0; t < c->ntile; t++)
+        kl_buf_printf(&q->b,
                       "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, c0), "
                       "w_%lld + c0 * %d);\n",
                       ind, (long long)t, (long long)t, (long long)t,
                       (long long)t, L);
-    kl_buf_printf(&b, "%s}\n", ind);
-    for (int p = c.bpos - 1; p >= c.hp; p--)
-        s_close(&b, ind);
+    kl_buf_printf(&q->b, "%s}\n", ind);
+}
+
+/* The register tile's stores (vector epilogue, scalar epilogue or plain
+ * s32 vectors; by transposes when c->lx). */
+static int s_emit_stores(cgen_t *q, const char *ind, char *err)
+{
+    const conv_t *c = &q->c;
+    const kl_workload_t *w = c->w;
+    bool vstore = !w->nepi &&
+                  w->tensors[kl_workload_output(w)].dtype == KL_DT_S32 &&
+                  c->fst == 1;
     int rc = KL_OK;
-    bool vepi = kl_cg_tzc_vec_epi_ok(&c);
-    if (c.lx >= 0)
-        for (int64_t t = 0; t < c.ntile; t++)
-            kl_buf_printf(&b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
+    bool vepi = kl_codegen__tzc_vec_epi_ok(c);
+    if (c->lx >= 0)
+        for (int64_t t = 0; t < c->ntile; t++)
+            kl_buf_printf(&q->b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
                           ind, (long long)t);
-    for (int64_t t = 0; t < c.ntile && !rc; t++)
+    for (int64_t t = 0; t < c->ntile && !rc; t++)
         if (vepi)
-            s_tile_store_vec(&b, &c, t, c.lx >= 0, ind);
+            kl_codegen__tzc_tile_store_vec(&q->b, c, t, c->lx >= 0, ind);
         else
-            rc = s_tile_store(&b, &c, t, vstore, ind, err);
-    if (c.lx >= 0)
-        kl_cg_tzc_tr_store(&b, &c, ind);
-    for (int p = c.tp - 1; p >= 0; p--)
-        s_close(&b, ind);
-    if (c.repack)
-        kl_buf_puts(&b, "    if (kl_own)\n        free(kl_scr);\n"
-                        "    else\n        __atomic_store_n(kl_busy, 0, "
-                        "__ATOMIC_RELEASE);\n");
-    kl_buf_puts(&b, "}\n");
-    kl_buf_free(&ek);
-    return kl_cg_tz_kernel(&b, entry, rc, out);
+            rc = kl_codegen__tzc_tile_store(&q->b, c, t, vstore, ind, err);
+    if (c->lx >= 0)
+        kl_codegen__tzc_tr_store(&q->b, c, ind);
+    return rc;
+}
+
+/* The loops: above the tile, the tile's setup, the reduction run with the
+ * taps' rows, the block, then the stores where the tile ends. */
+static int s_emit_nest(cgen_t *q, char *err)
+{
+    const conv_t *c = &q->c;
+    char ind[256] = "    ";
+    bool par = false;
+    for (int p = 0; p < c->tp; p++)
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+    for (int64_t t = 0; t < c->ntile; t++)
+        s_tile_setup(&q->b, c, t, ind);
+    for (int p = c->hp; p < c->cp; p++)
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+    s_tap_setup(&q->b, c, q->ntap, q->cg, ind);
+    for (int p = c->cp; p < c->bpos; p++)
+        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
+    s_emit_block(q, ind);
+    for (int p = c->bpos - 1; p >= c->hp; p--)
+        kl_codegen__tz_close(&q->b, ind);
+    int rc = s_emit_stores(q, ind, err);
+    for (int p = c->tp - 1; p >= 0; p--)
+        kl_codegen__tz_close(&q->b, ind);
+    return rc;
+}
+
+int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
+                               const char *entry, kl_kernel_t *out, char *err)
+{
+    cgen_t *q = kl_xcalloc(1, sizeof *q);
+    conv_t *c = &q->c;
+    c->s = s;
+    c->w = kl_sched_workload(s);
+    c->tz = tz;
+    c->in = kl_intrin_find(tz->intrin);
+    c->xa = s_find_access(c->w->body, tz->ta);
+    c->wa = s_find_access(c->w->body, tz->tb);
+    q->entry = entry;
+    s_plan(q);
+    s_emit_head(q);
+    s_emit_prepare(q);
+    s_emit_kernel_open(q);
+    int rc = s_emit_nest(q, err);
+    if (c->repack)
+        kl_buf_puts(&q->b, "    if (kl_own)\n        free(kl_scr);\n"
+                           "    else\n        __atomic_store_n(kl_busy, 0, "
+                           "__ATOMIC_RELEASE);\n");
+    kl_buf_puts(&q->b, "}\n");
+    kl_buf_free(&q->ek);
+    kl_buf_t b = q->b;
+    free(q);
+    return kl_codegen__tz_kernel(&b, entry, rc, out);
 }

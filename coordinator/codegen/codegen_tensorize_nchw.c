@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_emit.h"
 #include "cg_tz_conv.h"
 #include "kl_util.h"
 
@@ -16,20 +17,20 @@
  * along the output row (one tile loop over Y's last index, step 1) by
  * channel blocks (the other tile loops feed f alone) and the blocks are
  * whole, the vector epilogue keeps each pixel's 16 codes (kl_y<t>) and
- * kl_cg_tzc_tr_store transposes every 8 pixels of a block (unpacks of 8, 16 and
- * 32 bits: 16 channels x 8 codes) and writes each channel's codes along
+ * kl_codegen__tzc_tr_store transposes every 8 pixels of a block (unpacks of 8,
+ * 16 and 32 bits: 16 channels x 8 codes) and writes each channel's codes along
  * the row with one masked store (the pixels whose ok_ holds).
  * Returns the tile loop's position over the pixels, or -1. */
-int kl_cg_tzc_tr_loop(const conv_t *c)
+int kl_codegen__tzc_tr_loop(const conv_t *c)
 {
     const kl_workload_t *w = c->w;
     const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
     int64_t K = w->iters[c->tz->it_n].extent;
     if (!c->repack || c->fst == 1 || K % 16 || c->in->lanes != 16 ||
-        !kl_cg_tzc_vec_epi_ok(c))
+        !kl_codegen__tzc_vec_epi_ok(c))
         return -1;
     const kl_affine_t *ya = &w->out.idx[Y->ndim - 1];
-    int itx = kl_cg_tzc_iter_of(w, ya);
+    int itx = kl_codegen__tzc_iter_of(w, ya);
     if (itx < 0 || ya->coef[itx] != 1 || ya->div > 1)
         return -1;
     for (int it = 0; it < w->niters; it++)
@@ -56,7 +57,7 @@ static int64_t s_tile_val(const conv_t *c, int64_t t, int q)
     return t % kl_sched_loop(c->s, q)->extent;
 }
 
-void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
+void kl_codegen__tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
 {
     const kl_workload_t *w = c->w;
     int ot = kl_workload_output(w), lx = c->lx;
@@ -110,19 +111,21 @@ void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
                 "_mm_unpackhi_epi32(b3, b7)};\n",
                 ind, ind, ind);
             kl_buf_t yo = {0};
-            kl_cg_tzc_yoff(&yo, c, tt[p0]);
-            kl_buf_printf(b,
-                          "%s    %s *yp = t%d + %s;\n"
-                          "%s    if (mk)\n"
-                          "%s        for (int q = 0; q < 8; q++) {\n"
-                          "%s            _mm_mask_storeu_epi8(yp + (2 * q) * "
-                          "%lldLL, mk, d[q]);\n"
-                          "%s            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
-                          "* %lldLL, mk, _mm_srli_si128(d[q], 8));\n"
-                          "%s        }\n%s}\n",
-                          ind, kl_dtype_ctype(Y->dtype), ot, yo.data, ind, ind,
-                          ind, (long long)c->fst, ind, (long long)c->fst, ind,
-                          ind);
+            kl_codegen__tzc_yoff(&yo, c, tt[p0]);
+            kl_codegen__template(
+                b,
+                "${i}    ${ty} *yp = t${ot} + ${yo};\n"
+                "${i}    if (mk)\n"
+                "${i}        for (int q = 0; q < 8; q++) {\n"
+                "${i}            _mm_mask_storeu_epi8(yp + (2 * q) * "
+                "${fst}LL, mk, d[q]);\n"
+                "${i}            _mm_mask_storeu_epi8(yp + (2 * q + 1) "
+                "* ${fst}LL, mk, _mm_srli_si128(d[q], 8));\n"
+                "${i}        }\n${i}}\n",
+                (const kl_codegen__kv_t[]){
+                    KL_CG_S("i", ind), KL_CG_S("ty", kl_dtype_ctype(Y->dtype)),
+                    KL_CG_I("ot", ot), KL_CG_S("yo", yo.data),
+                    KL_CG_I("fst", c->fst), KL_CG_END});
             kl_buf_free(&yo);
         }
     }
@@ -141,7 +144,7 @@ void kl_cg_tzc_tr_store(kl_buf_t *b, const conv_t *c, const char *ind)
  * multiple of the returned step: the gcd of the index's coefficients (of
  * iterators with more than one value). 1x1 stride 2: every other row and
  * column, which the repack then skips (they are never read). */
-int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off)
+int64_t kl_codegen__tzc_read_step(const conv_t *c, int d, int64_t *off)
 {
     const kl_workload_t *w = c->w;
     const kl_affine_t *a = &c->xa->idx[d];
@@ -167,7 +170,7 @@ int64_t kl_cg_tzc_read_step(const conv_t *c, int d, int64_t *off)
  * and rows of 16 points or more (ResNet-18's 14- and 7-point rows measured
  * 0-4% slower that way, through a zero-filled copy, than 4 channels a
  * store). */
-bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg)
+bool kl_codegen__tzc_repack16(const conv_t *c, int64_t jg)
 {
     const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
     return c->repack && jg == 1 && X->shape[c->dc] % 16 == 0 &&
@@ -176,7 +179,7 @@ bool kl_cg_tzc_repack16(const conv_t *c, int64_t jg)
 
 /* A 16x16 byte transpose: r[k] (16 points of channel k) becomes r[p] (the
  * 16 channels of point p). Unpacks of 8, 16, 32 and 64 bits. */
-const char kl_cg_tzc_tr16_src[] =
+const char kl_codegen__tzc_tr16_src[] =
     "static inline void kl_tr16(__m128i r[16])\n"
     "{\n"
     "    __m128i s1[16], s2[16], s3[16];\n"
@@ -204,18 +207,15 @@ const char kl_cg_tzc_tr16_src[] =
     "    }\n"
     "}\n\n";
 
-void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
+/* The scratch claimed (its busy flag, or a fresh allocation when another
+ * call holds it), the za line, and the parallel loop over its rows. */
+static void s_repack_open(kl_buf_t *b, const conv_t *c, int64_t foff,
+                          int64_t sb)
 {
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *X = &w->tensors[c->xa->tensor];
-    int dl = X->ndim - 1, xt = c->xa->tensor;
-    long long za = (long long)c->tz->za, cp = (long long)c->cpad;
-    int64_t xst[KL_IR_MAX_DIMS], rows = 1;
-    int64_t st = 1;
-    for (int d = X->ndim - 1; d >= 0; d--) {
-        xst[d] = st;
-        st *= X->shape[d];
-    }
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    long long za = (long long)c->tz->za;
+    int64_t rows = 1;
     for (int d = 0; d < dl; d++)
         rows *= d == c->dc ? 1 : c->sh[d];
     kl_buf_printf(
@@ -233,14 +233,23 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "        uint8_t *d = kl_scr + row * %lldLL;\n"
         "        int64_t rem = row, xo = 0;\n        int in_ = 1, rd_ = 1;\n"
         "        (void)rd_;\n",
-        w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
+        c->w->ntensors, (long long)foff, (long long)sb, (long long)(foff + 64),
         (long long)X->shape[dl], za, (long long)rows,
         (long long)(c->sh[dl] * c->cpad));
+}
+
+/* The row's point in X from its index in the scratch (in_: inside X;
+ * rd_: read by some tap), then its padding, or all za outside X. */
+static void s_repack_row(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    long long za = (long long)c->tz->za, cp = (long long)c->cpad;
     bool skip = false;
     for (int d = dl - 1; d >= 0; d--) {
         if (d == c->dc)
             continue;
-        int64_t off, g = kl_cg_tzc_read_step(c, d, &off);
+        int64_t off, g = kl_codegen__tzc_read_step(c, d, &off);
         kl_buf_printf(b,
                       "        { int64_t i = rem %% %lld - %lld; rem /= %lld; "
                       "in_ &= i >= 0 && i < %lld; xo += i * %lldLL;",
@@ -256,9 +265,7 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
     }
     if (skip)
         kl_buf_puts(b, "        if (!rd_)\n            continue;\n");
-    int64_t joff, jg = kl_cg_tzc_read_step(c, dl, &joff);
     long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
-    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
     kl_buf_printf(
         b,
         "        if (!in_) {\n"
@@ -267,31 +274,49 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "        memset(d + %lld, %lld, %lld);\n",
         za, (long long)(c->sh[dl] * c->cpad), za, lo * cp, (lo + n) * cp, za,
         (long long)(c->sh[dl] - lo - n) * cp);
-    if (c->rp16) {
-        /* 16 channels x 16 points a step: 16 loads along the planes'
-         * rows, a 16x16 byte transpose (kl_tr16), 16 stores of a point's
-         * 16 channels; the last step of a row overlaps the one before */
-        kl_buf_printf(
-            b,
-            "        for (int64_t c16 = 0; c16 < %lld; c16++) {\n"
-            "            const uint8_t *src = t%d + xo + c16 * %lldLL;\n"
-            "            uint8_t *dst = d + %lld + c16 * 16;\n"
-            "            for (int64_t j0 = 0; j0 < %lld; j0 += 16) {\n"
-            "                const int64_t j = j0 + 16 <= %lld ? j0 : %lld;\n"
-            "                __m128i r[16];\n"
-            "                for (int k = 0; k < 16; k++)\n"
-            "                    r[k] = _mm_loadu_si128((const __m128i *)(src "
-            "+ k * %lldLL + j));\n"
-            "                kl_tr16(r);\n"
-            "                for (int64_t p = 0; p < 16; p++)\n"
-            "                    _mm_storeu_si128((__m128i *)(dst + (j + p) * "
-            "%lldLL), r[p]);\n"
-            "            }\n        }\n    }\n",
-            C / 16, xt, 16 * cst, lo * cp, n, n, n - 16, cst, cp);
-        return;
-    }
-    /* 4 channels a store: a group's 4 planes read along the row, one
-     * 32-bit store per point (channels past C read the za line) */
+}
+
+/* 16 channels x 16 points a step: 16 loads along the planes' rows, a
+ * 16x16 byte transpose (kl_tr16), 16 stores of a point's 16 channels;
+ * the last step of a row overlaps the one before. */
+static void s_repack_copy16(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    int xt = c->xa->tensor;
+    long long cp = (long long)c->cpad;
+    long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
+    kl_buf_printf(
+        b,
+        "        for (int64_t c16 = 0; c16 < %lld; c16++) {\n"
+        "            const uint8_t *src = t%d + xo + c16 * %lldLL;\n"
+        "            uint8_t *dst = d + %lld + c16 * 16;\n"
+        "            for (int64_t j0 = 0; j0 < %lld; j0 += 16) {\n"
+        "                const int64_t j = j0 + 16 <= %lld ? j0 : %lld;\n"
+        "                __m128i r[16];\n"
+        "                for (int k = 0; k < 16; k++)\n"
+        "                    r[k] = _mm_loadu_si128((const __m128i *)(src "
+        "+ k * %lldLL + j));\n"
+        "                kl_tr16(r);\n"
+        "                for (int64_t p = 0; p < 16; p++)\n"
+        "                    _mm_storeu_si128((__m128i *)(dst + (j + p) * "
+        "%lldLL), r[p]);\n"
+        "            }\n        }\n    }\n",
+        C / 16, xt, 16 * cst, lo * cp, n, n, n - 16, cst, cp);
+}
+
+/* 4 channels a store: a group's 4 planes read along the row, one 32-bit
+ * store per point (channels past C read the za line). */
+static void s_repack_copy4(kl_buf_t *b, const conv_t *c, const int64_t *xst)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int dl = X->ndim - 1;
+    int xt = c->xa->tensor;
+    long long cp = (long long)c->cpad;
+    long long lo = (long long)c->lo[dl], n = (long long)X->shape[dl];
+    long long C = (long long)X->shape[c->dc], cst = (long long)xst[c->dc];
+    int64_t joff, jg = kl_codegen__tzc_read_step(c, dl, &joff);
     kl_buf_printf(
         b,
         "        for (int64_t g = 0; g < %lld; g++) {\n"
@@ -305,4 +330,21 @@ void kl_cg_tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff, int64_t sb)
         "<< 8 | (uint32_t)s[2][j] << 16 | (uint32_t)s[3][j] << 24;\n"
         "        }\n    }\n",
         cp / 4, C, xt, cst, lo * cp, (long long)joff, n, (long long)jg, cp / 4);
+}
+
+void kl_codegen__tzc_repack(kl_buf_t *b, const conv_t *c, int64_t foff,
+                            int64_t sb)
+{
+    const kl_tensor_t *X = &c->w->tensors[c->xa->tensor];
+    int64_t xst[KL_IR_MAX_DIMS], st = 1;
+    for (int d = X->ndim - 1; d >= 0; d--) {
+        xst[d] = st;
+        st *= X->shape[d];
+    }
+    s_repack_open(b, c, foff, sb);
+    s_repack_row(b, c, xst);
+    if (c->rp16)
+        s_repack_copy16(b, c, xst);
+    else
+        s_repack_copy4(b, c, xst);
 }

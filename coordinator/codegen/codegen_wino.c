@@ -45,7 +45,7 @@ static void s_close(cg_t *g, int n)
 {
     while (n-- > 0) {
         g->ind--;
-        cg_line(g, "}");
+        kl_codegen__c_line(g, "}");
     }
 }
 
@@ -107,7 +107,7 @@ static void s_rows(cg_t *g, const char *const *rows, int n, const char *in)
     kl_buf_t x = {0};
     for (int i = 0; i < n; i++) {
         s_apply(&x, rows[i], in);
-        cg_line(g, "t[%d][j] = %s;", i, x.data);
+        kl_codegen__c_line(g, "t[%d][j] = %s;", i, x.data);
     }
     kl_buf_free(&x);
 }
@@ -144,7 +144,7 @@ static void s_epilogue(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
         const kl_epilogue_t *ep = &w->epi[i];
         if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
             s_epi_index(w, z, &ep->access, &idx);
-        cg_epilogue_op(g, w, ep, "o", idx.data ? idx.data : "");
+        kl_codegen__epilogue_op(g, w, ep, "o", idx.data ? idx.data : "");
         kl_buf_free(&idx);
     }
 }
@@ -216,41 +216,43 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
                   "*%s" KL_ABI_PREPARE_SUFFIX "(void *const *args)\n{\n",
                   entry);
     g->ind = 1;
-    cg_line(g, "const float *restrict %s = (const float *)args[%d];", W->name,
-            z->wt);
-    cg_line(g, "float *kl_pre = kl_alloc_block(%lld);", (long long)bytes);
-    cg_line(g, "if (!kl_pre)");
-    cg_line(g, "    return NULL;");
-    cg_line(g, "*(int *)(kl_pre + %lld) = 0;", (long long)lay->flag);
-    cg_line(g, "#pragma omp parallel for");
-    cg_line(g, "for (int64_t c = 0; c < %lld; ++c)", C);
-    cg_line(g, "    for (int64_t k = 0; k < %lld; ++k) {", K);
+    kl_codegen__c_line(g, "const float *restrict %s = (const float *)args[%d];",
+                       W->name, z->wt);
+    kl_codegen__c_line(g, "float *kl_pre = kl_alloc_block(%lld);",
+                       (long long)bytes);
+    kl_codegen__c_line(g, "if (!kl_pre)");
+    kl_codegen__c_line(g, "    return NULL;");
+    kl_codegen__c_line(g, "*(int *)(kl_pre + %lld) = 0;", (long long)lay->flag);
+    kl_codegen__c_line(g, "#pragma omp parallel for");
+    kl_codegen__c_line(g, "for (int64_t c = 0; c < %lld; ++c)", C);
+    kl_codegen__c_line(g, "    for (int64_t k = 0; k < %lld; ++k) {", K);
     g->ind = 3;
-    cg_line(g, "const float *w = %s + (k * %lld + c) * %lld;", W->name, s1,
-            s2 * s3);
-    cg_line(g, "double t[%lld][3];", al);
-    cg_line(g, "for (int j = 0; j < 3; ++j) {");
+    kl_codegen__c_line(g, "const float *w = %s + (k * %lld + c) * %lld;",
+                       W->name, s1, s2 * s3);
+    kl_codegen__c_line(g, "double t[%lld][3];", al);
+    kl_codegen__c_line(g, "for (int j = 0; j < 3; ++j) {");
     g->ind++;
-    cg_line(g, "double g0 = w[j], g1 = w[%lld + j], g2 = w[%lld + j];", s3,
-            2 * s3);
+    kl_codegen__c_line(
+        g, "double g0 = w[j], g1 = w[%lld + j], g2 = w[%lld + j];", s3, 2 * s3);
     s_rows(g, mt->g, z->alpha, "g%d");
     s_close(g, 1);
-    cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
+    kl_codegen__c_line(g, "for (int i = 0; i < %lld; ++i) {", al);
     g->ind++;
-    cg_line(g, "float *u = kl_pre + (i * %lld + c) * %lld + k;", al * C, K);
+    kl_codegen__c_line(g, "float *u = kl_pre + (i * %lld + c) * %lld + k;",
+                       al * C, K);
     for (int j = 0; j < z->alpha; j++) {
         s_apply(&x, mt->g[j], "t[i][%d]");
-        cg_line(g, "u[%lld] = (float)(%s);", j * ck, x.data);
+        kl_codegen__c_line(g, "u[%lld] = (float)(%s);", j * ck, x.data);
     }
     s_close(g, 2);
     kl_buf_free(&x);
     g->ind = 1;
     if (g->prep_elems) {
-        cg_line(g, "void *kl_ga[4] = {NULL, kl_pre, NULL, NULL};");
-        cg_line(g, "%s_gemm_prepare_into(kl_ga, kl_pre + %lld);", entry,
-                (long long)lay->pk);
+        kl_codegen__c_line(g, "void *kl_ga[4] = {NULL, kl_pre, NULL, NULL};");
+        kl_codegen__c_line(g, "%s_gemm_prepare_into(kl_ga, kl_pre + %lld);",
+                           entry, (long long)lay->pk);
     }
-    cg_line(g, "return kl_pre;");
+    kl_codegen__c_line(g, "return kl_pre;");
     kl_buf_puts(&g->b, "}\n");
 }
 
@@ -306,55 +308,66 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     long long C = z->c, H = z->h, W = z->w, HP = s_xt_rows(z),
               WP = s_xt_cols(z), CS = s_xt_stride(z), CB = (z->c + 15) / 16,
               ph = z->ph, pw = z->pw, end = z->n * z->c * z->h * z->w;
-    cg_line(g, "#pragma omp for");
-    cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * CB * HP);
+    kl_codegen__c_line(g, "#pragma omp for");
+    kl_codegen__c_line(g, "for (int64_t it = 0; it < %lld; ++it) {",
+                       z->n * CB * HP);
     g->ind++;
-    cg_line(g,
-            "int64_t n = it / %lld, c0 = it / %lld %% %lld * 16, r = it %% "
-            "%lld, y = r - %lld;",
-            CB * HP, HP, CB, HP, ph);
-    cg_line(g, "float *row = kl_xt + (n * %lld + r) * %lld + c0;", HP, WP * CS);
-    cg_line(g, "if (y < 0 || y >= %lld) {", H);
-    cg_line(g, "    for (int64_t q = 0; q < %lld; ++q)", WP);
-    cg_line(g, "        kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
-    cg_line(g, "    continue;");
-    cg_line(g, "}");
+    kl_codegen__c_line(
+        g,
+        "int64_t n = it / %lld, c0 = it / %lld %% %lld * 16, r = it %% "
+        "%lld, y = r - %lld;",
+        CB * HP, HP, CB, HP, ph);
+    kl_codegen__c_line(g, "float *row = kl_xt + (n * %lld + r) * %lld + c0;",
+                       HP, WP * CS);
+    kl_codegen__c_line(g, "if (y < 0 || y >= %lld) {", H);
+    kl_codegen__c_line(g, "    for (int64_t q = 0; q < %lld; ++q)", WP);
+    kl_codegen__c_line(g, "        kl_st16(row + q * %lld, kl_bc16(0.0f));",
+                       CS);
+    kl_codegen__c_line(g, "    continue;");
+    kl_codegen__c_line(g, "}");
     if (pw) {
-        cg_line(g, "for (int64_t q = 0; q < %lld; ++q)", pw);
-        cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+        kl_codegen__c_line(g, "for (int64_t q = 0; q < %lld; ++q)", pw);
+        kl_codegen__c_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));",
+                           CS);
     }
     if (WP > pw + W) {
-        cg_line(g, "for (int64_t q = %lld; q < %lld; ++q)", pw + W, WP);
-        cg_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));", CS);
+        kl_codegen__c_line(g, "for (int64_t q = %lld; q < %lld; ++q)", pw + W,
+                           WP);
+        kl_codegen__c_line(g, "    kl_st16(row + q * %lld, kl_bc16(0.0f));",
+                           CS);
     }
-    cg_line(g, "const float *src = %s + ((n * %lld + c0) * %lld + y) * %lld;",
-            X->name, C, H, W);
-    cg_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", W);
+    kl_codegen__c_line(
+        g, "const float *src = %s + ((n * %lld + c0) * %lld + y) * %lld;",
+        X->name, C, H, W);
+    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", W);
     g->ind++;
-    cg_line(g, "kl_v16 v[16];");
-    cg_line(g, "for (int l = 0; l < 16; ++l) {");
+    kl_codegen__c_line(g, "kl_v16 v[16];");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l) {");
     g->ind++;
     if (C % 16) {
-        cg_line(g, "v[l] = kl_bc16(0.0f);");
-        cg_line(g, "if (c0 + l >= %lld)", C);
-        cg_line(g, "    continue;");
+        kl_codegen__c_line(g, "v[l] = kl_bc16(0.0f);");
+        kl_codegen__c_line(g, "if (c0 + l >= %lld)", C);
+        kl_codegen__c_line(g, "    continue;");
     }
     /* A whole vector unless it would read past the end of X (the last
      * row of the last channel): the lanes past the row are never
      * stored. */
-    cg_line(g, "const float *s = src + l * %lld + x0;", H * W);
-    cg_line(g, "if (s + 16 <= %s + %lld) {", X->name, end);
-    cg_line(g, "    v[l] = kl_ld16(s);");
-    cg_line(g, "} else {");
-    cg_line(g, "    kl_v16 t = kl_bc16(0.0f);");
-    cg_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);", X->name, end);
-    cg_line(g, "    v[l] = t;");
-    cg_line(g, "}");
+    kl_codegen__c_line(g, "const float *s = src + l * %lld + x0;", H * W);
+    kl_codegen__c_line(g, "if (s + 16 <= %s + %lld) {", X->name, end);
+    kl_codegen__c_line(g, "    v[l] = kl_ld16(s);");
+    kl_codegen__c_line(g, "} else {");
+    kl_codegen__c_line(g, "    kl_v16 t = kl_bc16(0.0f);");
+    kl_codegen__c_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);",
+                       X->name, end);
+    kl_codegen__c_line(g, "    v[l] = t;");
+    kl_codegen__c_line(g, "}");
     g->ind--;
-    cg_line(g, "}");
-    cg_line(g, "kl_tr16(v);");
-    cg_line(g, "for (int64_t j = 0; j < 16 && x0 + j < %lld; ++j)", W);
-    cg_line(g, "    kl_st16(row + (x0 + j + %lld) * %lld, v[j]);", pw, CS);
+    kl_codegen__c_line(g, "}");
+    kl_codegen__c_line(g, "kl_tr16(v);");
+    kl_codegen__c_line(g, "for (int64_t j = 0; j < 16 && x0 + j < %lld; ++j)",
+                       W);
+    kl_codegen__c_line(g, "    kl_st16(row + (x0 + j + %lld) * %lld, v[j]);",
+                       pw, CS);
     s_close(g, 2);
 }
 
@@ -363,10 +376,10 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 static void s_store(cg_t *g, const char *dst, const char *val, int64_t n)
 {
     if (n >= 16)
-        cg_line(g, "kl_st16(%s, %s);", dst, val);
+        kl_codegen__c_line(g, "kl_st16(%s, %s);", dst, val);
     else
-        cg_line(g, "{ kl_v16 kl_s = %s; memcpy(%s, &kl_s, %lld); }", val, dst,
-                (long long)n * 4);
+        kl_codegen__c_line(g, "{ kl_v16 kl_s = %s; memcpy(%s, &kl_s, %lld); }",
+                           val, dst, (long long)n * 4);
 }
 
 /* The body of phase 2 for the n channels (16, or the last block's
@@ -378,17 +391,19 @@ static void s_tile_block(cg_t *g, const kl_wino_t *z, int64_t n)
     long long C = z->c, TP = z->tiles, WP = s_xt_cols(z), CS = s_xt_stride(z),
               al = z->alpha;
     kl_buf_t x = {0};
-    cg_line(g, "kl_v16 t[%lld][%lld];", al, al);
-    cg_line(g, "for (int j = 0; j < %lld; ++j) {", al);
+    kl_codegen__c_line(g, "kl_v16 t[%lld][%lld];", al, al);
+    kl_codegen__c_line(g, "for (int j = 0; j < %lld; ++j) {", al);
     g->ind++;
     for (int i = 0; i < z->alpha; i++)
-        cg_line(g, "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + c0);", i,
-                i, WP, CS);
+        kl_codegen__c_line(
+            g, "kl_v16 d%d = kl_ld16(dp + (%d * %lld + j) * %lld + c0);", i, i,
+            WP, CS);
     s_rows(g, mt->bt, z->alpha, "d%d");
     s_close(g, 1);
-    cg_line(g, "for (int i = 0; i < %lld; ++i) {", al);
+    kl_codegen__c_line(g, "for (int i = 0; i < %lld; ++i) {", al);
     g->ind++;
-    cg_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;", al * TP, C);
+    kl_codegen__c_line(g, "float *v = kl_wv + (i * %lld + p) * %lld + c0;",
+                       al * TP, C);
     for (int j = 0; j < z->alpha; j++) {
         char dst[64];
         snprintf(dst, sizeof dst, "v + %lld", j * TP * C);
@@ -406,25 +421,29 @@ static void s_input_tiles(cg_t *g, const kl_wino_t *z)
 {
     long long th = z->th, tw = z->tw, HP = s_xt_rows(z), WP = s_xt_cols(z),
               full = z->c / 16 * 16, m = z->m;
-    cg_line(g, "#pragma omp for");
-    cg_line(g, "for (int64_t p = 0; p < %lld; ++p) {", (long long)z->tiles);
+    kl_codegen__c_line(g, "#pragma omp for");
+    kl_codegen__c_line(g, "for (int64_t p = 0; p < %lld; ++p) {",
+                       (long long)z->tiles);
     g->ind++;
-    cg_line(g, "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
-            th * tw, tw, th, tw);
-    cg_line(g,
-            "const float *dp = kl_xt + ((n * %lld + %lld * ty) * %lld + %lld "
-            "* tx) * %lld;",
-            HP, m, WP, m, (long long)s_xt_stride(z));
+    kl_codegen__c_line(
+        g, "int64_t n = p / %lld, ty = p / %lld %% %lld, tx = p %% %lld;",
+        th * tw, tw, th, tw);
+    kl_codegen__c_line(
+        g,
+        "const float *dp = kl_xt + ((n * %lld + %lld * ty) * %lld + %lld "
+        "* tx) * %lld;",
+        HP, m, WP, m, (long long)s_xt_stride(z));
     if (full) {
-        cg_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {", full);
+        kl_codegen__c_line(g, "for (int64_t c0 = 0; c0 < %lld; c0 += 16) {",
+                           full);
         g->ind++;
         s_tile_block(g, z, 16);
         s_close(g, 1);
     }
     if (z->c > full) {
-        cg_line(g, "{");
+        kl_codegen__c_line(g, "{");
         g->ind++;
-        cg_line(g, "const int64_t c0 = %lld;", full);
+        kl_codegen__c_line(g, "const int64_t c0 = %lld;", full);
         s_tile_block(g, z, z->c - full);
         s_close(g, 1);
     }
@@ -434,13 +453,55 @@ static void s_input_tiles(cg_t *g, const kl_wino_t *z)
 /* V from X: one parallel region, the copy then the tiles. */
 static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
-    cg_line(g, "#pragma omp parallel");
-    cg_line(g, "{");
+    kl_codegen__c_line(g, "#pragma omp parallel");
+    kl_codegen__c_line(g, "{");
     g->ind++;
     s_input_copy(g, w, z);
     s_input_tiles(g, z);
     g->ind--;
-    cg_line(g, "}");
+    kl_codegen__c_line(g, "}");
+}
+
+/* One row of output tiles into Y: per row of Y and 16 points, a 16x16
+ * transpose, then the epilogue per point (opens 4 blocks it closes). */
+static void s_output_store(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
+{
+    const kl_tensor_t *Y = &w->tensors[z->y];
+    long long K = z->k, m = z->m, P = z->p, Q = z->q;
+    kl_codegen__c_line(g, "for (int a = 0; a < %lld; ++a) {", m);
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t y = %lld * ty + a;", m);
+    if (P % m) {
+        kl_codegen__c_line(g, "if (y >= %lld)", P);
+        kl_codegen__c_line(g, "    break;");
+    }
+    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
+    g->ind++;
+    kl_codegen__c_line(g, "float tr[16][16] __attribute__((aligned(64)));");
+    kl_codegen__c_line(g, "kl_v16 v[16];");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
+    kl_codegen__c_line(g, "    v[l] = yt[a][x0 + l];");
+    kl_codegen__c_line(g, "kl_tr16(v);");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
+    kl_codegen__c_line(g, "    kl_st16(tr[l], v[l]);");
+    kl_codegen__c_line(g, "int64_t nx = %lld - x0 < 16 ? %lld - x0 : 16;", Q,
+                       Q);
+    kl_codegen__c_line(g, "for (int64_t l = 0; l < 16 && k0 + l < %lld; ++l) {",
+                       K);
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t k = k0 + l;");
+    kl_codegen__c_line(
+        g, "float *out = %s + ((n * %lld + k) * %lld + y) * %lld + x0;",
+        Y->name, (long long)Y->shape[1], (long long)Y->shape[2],
+        (long long)Y->shape[3]);
+    kl_codegen__c_line(g, "for (int64_t xi = 0; xi < nx; ++xi) {");
+    g->ind++;
+    kl_codegen__c_line(g, "int64_t x = x0 + xi;");
+    kl_codegen__c_line(g, "float o = tr[l][xi];");
+    s_epilogue(g, w, z);
+    kl_codegen__c_line(g, "(void)x;");
+    kl_codegen__c_line(g, "out[xi] = o;");
+    s_close(g, 4);
 }
 
 /* Y = A^T M A per output tile, with the epilogue: an iteration per block
@@ -450,91 +511,66 @@ static void s_input(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
  * not a multiple of m are not stored). */
 static void s_output(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
 {
-    const kl_tensor_t *Y = &w->tensors[z->y];
     const wmat_t *mt = s_mat(z);
     long long K = z->k, TP = z->tiles, th = z->th, tw = z->tw, m = z->m,
               al = z->alpha, KB = (z->k + 15) / 16,
-              XW = (m * z->tw + 15) / 16 * 16, P = z->p, Q = z->q;
+              XW = (m * z->tw + 15) / 16 * 16;
     kl_buf_t x = {0};
-    cg_line(g, "#pragma omp parallel for");
-    cg_line(g, "for (int64_t it = 0; it < %lld; ++it) {", z->n * KB * th);
+    kl_codegen__c_line(g, "#pragma omp parallel for");
+    kl_codegen__c_line(g, "for (int64_t it = 0; it < %lld; ++it) {",
+                       z->n * KB * th);
     g->ind++;
-    cg_line(g,
-            "int64_t n = it / %lld, k0 = it / %lld %% %lld * 16, ty = it "
-            "%% %lld;",
-            KB * th, th, KB, th);
-    cg_line(g, "kl_v16 yt[%lld][%lld];", m, XW);
+    kl_codegen__c_line(
+        g,
+        "int64_t n = it / %lld, k0 = it / %lld %% %lld * 16, ty = it "
+        "%% %lld;",
+        KB * th, th, KB, th);
+    kl_codegen__c_line(g, "kl_v16 yt[%lld][%lld];", m, XW);
     if (XW > m * tw) {
-        cg_line(g, "for (int a = 0; a < %lld; ++a)", m);
-        cg_line(g, "    for (int64_t q = %lld; q < %lld; ++q)", m * tw, XW);
-        cg_line(g, "        yt[a][q] = kl_bc16(0.0f);");
+        kl_codegen__c_line(g, "for (int a = 0; a < %lld; ++a)", m);
+        kl_codegen__c_line(g, "    for (int64_t q = %lld; q < %lld; ++q)",
+                           m * tw, XW);
+        kl_codegen__c_line(g, "        yt[a][q] = kl_bc16(0.0f);");
     }
-    cg_line(g, "for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
+    kl_codegen__c_line(g, "for (int64_t tx = 0; tx < %lld; ++tx) {", tw);
     g->ind++;
-    cg_line(g,
-            "const float *s = kl_wm + ((n * %lld + ty) * %lld + tx) * "
-            "%lld + k0;",
-            th, tw, K);
-    cg_line(g, "kl_v16 m[%lld][%lld], t[%lld][%lld];", al, al, m, al);
-    cg_line(g, "for (int e = 0; e < %lld; ++e)", al * al);
-    cg_line(g, "    m[e / %lld][e %% %lld] = kl_ld16(s + e * %lld);", al, al,
-            TP * K);
-    cg_line(g, "for (int j = 0; j < %lld; ++j) {", al);
+    kl_codegen__c_line(
+        g,
+        "const float *s = kl_wm + ((n * %lld + ty) * %lld + tx) * "
+        "%lld + k0;",
+        th, tw, K);
+    kl_codegen__c_line(g, "kl_v16 m[%lld][%lld], t[%lld][%lld];", al, al, m,
+                       al);
+    kl_codegen__c_line(g, "for (int e = 0; e < %lld; ++e)", al * al);
+    kl_codegen__c_line(g, "    m[e / %lld][e %% %lld] = kl_ld16(s + e * %lld);",
+                       al, al, TP * K);
+    kl_codegen__c_line(g, "for (int j = 0; j < %lld; ++j) {", al);
     g->ind++;
     s_rows(g, mt->at, z->m, "m[%d][j]");
     s_close(g, 1);
-    cg_line(g, "for (int a = 0; a < %lld; ++a) {", m);
+    kl_codegen__c_line(g, "for (int a = 0; a < %lld; ++a) {", m);
     g->ind++;
     for (int b = 0; b < z->m; b++) {
         s_apply(&x, mt->at[b], "t[a][%d]");
         if (b)
-            cg_line(g, "yt[a][%lld * tx + %d] = %s;", m, b, x.data);
+            kl_codegen__c_line(g, "yt[a][%lld * tx + %d] = %s;", m, b, x.data);
         else
-            cg_line(g, "yt[a][%lld * tx] = %s;", m, x.data);
+            kl_codegen__c_line(g, "yt[a][%lld * tx] = %s;", m, x.data);
     }
     s_close(g, 2);
     kl_buf_free(&x);
-    cg_line(g, "for (int a = 0; a < %lld; ++a) {", m);
-    g->ind++;
-    cg_line(g, "int64_t y = %lld * ty + a;", m);
-    if (P % m) {
-        cg_line(g, "if (y >= %lld)", P);
-        cg_line(g, "    break;");
-    }
-    cg_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
-    g->ind++;
-    cg_line(g, "float tr[16][16] __attribute__((aligned(64)));");
-    cg_line(g, "kl_v16 v[16];");
-    cg_line(g, "for (int l = 0; l < 16; ++l)");
-    cg_line(g, "    v[l] = yt[a][x0 + l];");
-    cg_line(g, "kl_tr16(v);");
-    cg_line(g, "for (int l = 0; l < 16; ++l)");
-    cg_line(g, "    kl_st16(tr[l], v[l]);");
-    cg_line(g, "int64_t nx = %lld - x0 < 16 ? %lld - x0 : 16;", Q, Q);
-    cg_line(g, "for (int64_t l = 0; l < 16 && k0 + l < %lld; ++l) {", K);
-    g->ind++;
-    cg_line(g, "int64_t k = k0 + l;");
-    cg_line(g, "float *out = %s + ((n * %lld + k) * %lld + y) * %lld + x0;",
-            Y->name, (long long)Y->shape[1], (long long)Y->shape[2],
-            (long long)Y->shape[3]);
-    cg_line(g, "for (int64_t xi = 0; xi < nx; ++xi) {");
-    g->ind++;
-    cg_line(g, "int64_t x = x0 + xi;");
-    cg_line(g, "float o = tr[l][xi];");
-    s_epilogue(g, w, z);
-    cg_line(g, "(void)x;");
-    cg_line(g, "out[xi] = o;");
-    s_close(g, 5);
+    s_output_store(g, w, z);
+    s_close(g, 1);
 }
 
-int cg_emit_winograd(cg_t *g, const char *entry)
+int kl_codegen__emit_winograd(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = kl_sched_origin(g->s);
     kl_wino_t z;
     char e[KL_ERRMSG_LEN];
     if (kl_workload_winograd(w, kl_sched_winograd_m(g->s), NULL, &z, e))
-        return cg_fail(g, KL_ERR_INVAL, "%s", e);
-    kl_buf_puts(&g->b, cg_prelude);
+        return kl_codegen__c_fail(g, KL_ERR_INVAL, "%s", e);
+    kl_buf_puts(&g->b, kl_codegen__prelude);
     kl_buf_printf(&g->b,
                   "\n/* Winograd F(%dx%d,3x3) of %s: the product M[e] = V[e] "
                   "U[e] of\n * the %d transformed tiles (its schedule), "
@@ -544,40 +580,45 @@ int cg_emit_winograd(cg_t *g, const char *entry)
     s_transpose_fn(g);
     char *gemm = kl_xasprintf("%s_gemm", entry);
     g->nested = true;
-    cg_emit_function(g, gemm);
+    kl_codegen__emit_function(g, gemm);
     free(gemm);
     wlay_t lay = s_layout(g, &z);
     s_prepare(g, w, &z, entry, &lay);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
     g->ind = 1;
     for (int t = 0; t < w->ntensors; t++)
-        cg_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
-                t == z.y ? "" : "const ", w->tensors[t].name,
-                t == z.y ? "" : "const ", t);
-    cg_line(g, "(void)%s;", w->tensors[z.wt].name);
-    cg_line(g, "float *kl_pre = (float *)args[%d];", w->ntensors);
-    cg_line(g, "int *kl_busy = (int *)(kl_pre + %lld);", (long long)lay.flag);
-    cg_line(g, "int kl_own = __atomic_exchange_n(kl_busy, 1, "
-               "__ATOMIC_ACQUIRE);");
-    cg_line(g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)(z.alpha * z.alpha * z.tiles * z.c), (long long)lay.v);
-    cg_line(g, "float *kl_wm = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)(z.alpha * z.alpha * z.tiles * z.k + 16),
-            (long long)lay.m);
-    cg_line(g, "float *kl_xt = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
-            (long long)s_xt_elems(&z), (long long)lay.xt);
+        kl_codegen__c_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
+                           t == z.y ? "" : "const ", w->tensors[t].name,
+                           t == z.y ? "" : "const ", t);
+    kl_codegen__c_line(g, "(void)%s;", w->tensors[z.wt].name);
+    kl_codegen__c_line(g, "float *kl_pre = (float *)args[%d];", w->ntensors);
+    kl_codegen__c_line(g, "int *kl_busy = (int *)(kl_pre + %lld);",
+                       (long long)lay.flag);
+    kl_codegen__c_line(g, "int kl_own = __atomic_exchange_n(kl_busy, 1, "
+                          "__ATOMIC_ACQUIRE);");
+    kl_codegen__c_line(
+        g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
+        (long long)(z.alpha * z.alpha * z.tiles * z.c), (long long)lay.v);
+    kl_codegen__c_line(
+        g, "float *kl_wm = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
+        (long long)(z.alpha * z.alpha * z.tiles * z.k + 16), (long long)lay.m);
+    kl_codegen__c_line(
+        g, "float *kl_xt = kl_own ? kl_alloc(%lld) : kl_pre + %lld;",
+        (long long)s_xt_elems(&z), (long long)lay.xt);
     s_input(g, w, &z);
-    cg_line(g, "void *kl_ga[4] = {kl_wv, kl_pre, kl_wm, kl_pre + %lld};",
-            (long long)lay.pk);
-    cg_line(g, "%s_gemm(kl_ga);", entry);
+    kl_codegen__c_line(
+        g, "void *kl_ga[4] = {kl_wv, kl_pre, kl_wm, kl_pre + %lld};",
+        (long long)lay.pk);
+    kl_codegen__c_line(g, "%s_gemm(kl_ga);", entry);
     s_output(g, w, &z);
-    cg_line(g, "if (kl_own) {");
-    cg_line(g, "    free(kl_wv);");
-    cg_line(g, "    free(kl_wm);");
-    cg_line(g, "    free(kl_xt);");
-    cg_line(g, "} else {");
-    cg_line(g, "    __atomic_store_n(kl_busy, 0, __ATOMIC_RELEASE);");
-    cg_line(g, "}");
+    kl_codegen__c_line(g, "if (kl_own) {");
+    kl_codegen__c_line(g, "    free(kl_wv);");
+    kl_codegen__c_line(g, "    free(kl_wm);");
+    kl_codegen__c_line(g, "    free(kl_xt);");
+    kl_codegen__c_line(g, "} else {");
+    kl_codegen__c_line(g,
+                       "    __atomic_store_n(kl_busy, 0, __ATOMIC_RELEASE);");
+    kl_codegen__c_line(g, "}");
     kl_buf_puts(&g->b, "}\n");
     return KL_OK;
 }

@@ -126,11 +126,4 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
 int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                           kl_kernel_t *out, char *err);
 
-/* Shared by codegen_int.c and codegen_tensorize.c: the integer prelude
- * (kl_requant, kl_clampi...) and the epilogue + saturating store of the
- * int64_t x at the point named by the variables i<iterator>. */
-const char *kl_cg_int_prelude(void);
-int kl_cg_int_epilogue(kl_buf_t *b, const kl_workload_t *w, char *ind,
-                       char *err);
-
 #endif

@@ -1,0 +1,251 @@
+/* codegen_tensorize_base.c - what the tensorized C generators share
+ * (cg_tz.h, cg_tz_conv.h): the kernel's hand-over, the intrinsic's macros,
+ * iterator and guard expressions over the loops above the block, and the
+ * convolution's output offsets and vector-epilogue test. Below the
+ * product generator (codegen_tensorize.c), the convolution core
+ * (codegen_tensorize_conv.c) and its NCHW parts (codegen_tensorize_nchw.c),
+ * so that calls go down only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cg_emit.h"
+#include "cg_tz.h"
+#include "cg_tz_conv.h"
+#include "kl_err.h"
+#include "kl_intrin.h"
+#include "kl_util.h"
+
+int kl_codegen__tz_kernel(kl_buf_t *b, const char *entry, int rc,
+                          kl_kernel_t *out)
+{
+    if (rc) {
+        kl_buf_free(b);
+        return rc;
+    }
+    out->source = kl_buf_take(b);
+    out->entry = kl_xstrdup(entry);
+    out->prepare = true;
+    for (int i = 0; i < 3; i++)
+        out->grid[i] = out->block[i] = 1;
+    return KL_OK;
+}
+
+/* The intrinsic's C: kl_vacc_t, KL_VLOAD/KL_VSTORE/KL_VZERO and kl_dot. */
+void kl_codegen__tz_intrin_macros(kl_buf_t *b, const char *name)
+{
+    if (!strcmp(name, "avx512_vnni")) {
+        kl_buf_puts(
+            b, "typedef __m512i kl_vacc_t;\n"
+               "#define KL_VLOAD(p) _mm512_loadu_si512((const void *)(p))\n"
+               "#define KL_VSTORE(p, v) _mm512_storeu_si512((void *)(p), v)\n"
+               "#define KL_VZERO() _mm512_setzero_si512()\n"
+               "#define KL_VSUB(a, b) _mm512_sub_epi32(a, b)\n"
+               "/* vpdpbusd as asm with the accumulator tied (\"+v\"):\n"
+               " * the intrinsic makes GCC copy every accumulator of a\n"
+               " * register tile to another register (and spill some)\n"
+               " * at every step of k. Same instruction, same result. */\n"
+               "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
+               "                               const int8_t *w)\n"
+               "{\n"
+               "    __m512i a = _mm512_set1_epi32(a4), wv = KL_VLOAD(w);\n"
+               "    __asm__(\"vpdpbusd %2, %1, %0\" : \"+v\"(c) : \"v\"(a), "
+               "\"v\"(wv));\n"
+               "    return c;\n"
+               "}\n");
+        return;
+    }
+    kl_buf_puts(b,
+                "typedef __m256i kl_vacc_t;\n"
+                "#define KL_VLOAD(p) _mm256_loadu_si256((const __m256i *)(p))\n"
+                "#define KL_VSTORE(p, v) _mm256_storeu_si256((__m256i *)(p), "
+                "v)\n"
+                "#define KL_VZERO() _mm256_setzero_si256()\n"
+                "#define KL_VSUB(a, b) _mm256_sub_epi32(a, b)\n");
+    if (!strcmp(name, "avx_vnni")) {
+        kl_buf_puts(b, "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t "
+                       "a4,\n                               const int8_t *w)\n"
+                       "{ return _mm256_dpbusd_avx_epi32(c, "
+                       "_mm256_set1_epi32(a4),\n"
+                       "                                 KL_VLOAD(w)); }\n");
+        return;
+    }
+    /* avx2_i8: exact. Each 32-bit lane of w holds s8 b0..b3; the 16-bit
+     * halves sign-extended give (b0, b2) and (b1, b3); activations as
+     * int16 (a0, a2) and (a1, a3); vpmaddwd sums each pair in int32 with
+     * no saturation (|b * a| <= 128 * 255). */
+    kl_buf_puts(
+        b, "static inline kl_vacc_t kl_dot(kl_vacc_t c, int32_t a4,\n"
+           "                               const int8_t *w)\n"
+           "{\n"
+           "    __m256i wv = KL_VLOAD(w);\n"
+           "    __m256i we = _mm256_srai_epi16(_mm256_slli_epi16(wv, 8), 8);\n"
+           "    __m256i wo = _mm256_srai_epi16(wv, 8);\n"
+           "    uint32_t u = (uint32_t)a4;\n"
+           "    __m256i ae = _mm256_set1_epi32((int32_t)((u & 0xffu) |\n"
+           "                                   (((u >> 16) & 0xffu) << 16)));\n"
+           "    __m256i ao = _mm256_set1_epi32((int32_t)(((u >> 8) & 0xffu) |\n"
+           "                                   (((u >> 24) & 0xffu) << 16)));\n"
+           "    return _mm256_add_epi32(c, _mm256_add_epi32(\n"
+           "        _mm256_madd_epi16(we, ae), _mm256_madd_epi16(wo, ao)));\n"
+           "}\n");
+}
+
+/* sum over the parts feeding iterator it of loops [0, upto) of the part's
+ * value times its stride, as C; the max of that sum into *max. */
+void kl_codegen__tz_iter_expr(const kl_sched_t *s, int it, int upto,
+                              kl_buf_t *b, int64_t *max)
+{
+    *max = 0;
+    kl_buf_puts(b, "(int64_t)0");
+    for (int p = 0; p < upto; p++) {
+        const kl_loop_t *l = kl_sched_loop(s, p);
+        int64_t inner = 1;
+        for (int q = l->nparts - 1; q >= 0; q--) {
+            const kl_loop_part_t *pt = &l->parts[q];
+            if (pt->iter == it) {
+                if (l->nparts == 1)
+                    kl_buf_printf(b, " + %lld * l%d", (long long)pt->stride,
+                                  l->id);
+                else
+                    kl_buf_printf(b, " + %lld * ((l%d / %lld) %% %lld)",
+                                  (long long)pt->stride, l->id,
+                                  (long long)inner, (long long)pt->extent);
+                *max += (pt->extent - 1) * pt->stride;
+            }
+            inner *= pt->extent;
+        }
+    }
+}
+
+/* Guards whose every term sits in loops [lo, hi) or the block (at 0) and
+ * at least one in [lo, hi): "&& (... < bound)". */
+void kl_codegen__tz_guards(const kl_sched_t *s, int lo, int hi, int bpos,
+                           kl_buf_t *b)
+{
+    for (int g = 0; g < kl_sched_nguards(s); g++) {
+        const kl_guard_t *gd = kl_sched_guard(s, g);
+        int maxpos = -1;
+        for (int t = 0; t < gd->nterms; t++) {
+            int pos = kl_sched_loop_pos(s, gd->terms[t].loop);
+            if (pos < bpos && pos > maxpos)
+                maxpos = pos;
+        }
+        if (maxpos < lo || maxpos >= hi)
+            continue;
+        kl_buf_puts(b, " && ((int64_t)0");
+        for (int t = 0; t < gd->nterms; t++) {
+            int pos = kl_sched_loop_pos(s, gd->terms[t].loop);
+            if (pos >= bpos)
+                continue;
+            const kl_loop_t *l = kl_sched_loop(s, pos);
+            int64_t inner = 1;
+            for (int q = gd->terms[t].part + 1; q < l->nparts; q++)
+                inner *= l->parts[q].extent;
+            kl_buf_printf(b, " + %lld * ((l%d / %lld) %% %lld)",
+                          (long long)gd->terms[t].coef, l->id, (long long)inner,
+                          (long long)l->parts[gd->terms[t].part].extent);
+        }
+        kl_buf_printf(b, " < %lld)", (long long)gd->bound);
+    }
+}
+
+void kl_codegen__tz_open(kl_buf_t *b, const kl_loop_t *l, char *ind, bool *par)
+{
+    if (l->kind == KL_LOOP_PARALLEL && !*par) {
+        kl_buf_printf(b, "%s#pragma omp parallel for\n", ind);
+        *par = true;
+    } else if (l->kind == KL_LOOP_UNROLL) {
+        kl_buf_printf(b, "%s#pragma GCC unroll %lld\n", ind,
+                      (long long)l->extent);
+    }
+    kl_buf_printf(b, "%sfor (int64_t l%d = 0; l%d < %lld; ++l%d) {\n", ind,
+                  l->id, l->id, (long long)l->extent, l->id);
+    strcat(ind, "    ");
+}
+
+void kl_codegen__tz_close(kl_buf_t *b, char *ind)
+{
+    ind[strlen(ind) - 4] = '\0';
+    kl_buf_printf(b, "%s}\n", ind);
+}
+
+void kl_codegen__tz_tensor_args(kl_buf_t *b, const kl_workload_t *w)
+{
+    int ot = kl_workload_output(w);
+    for (int t = 0; t < w->ntensors; t++) {
+        const kl_codegen__kv_t kv[] = {
+            KL_CG_S("c", t == ot ? "" : "const "),
+            KL_CG_S("ty", kl_dtype_ctype(w->tensors[t].dtype)), KL_CG_I("t", t),
+            KL_CG_END};
+        kl_codegen__template(
+            b, "    ${c}${ty} *restrict t${t} = (${c}${ty} *)args[${t}];\n",
+            kv);
+    }
+}
+
+/* ---- convolutions ---- */
+
+/* The iterator of access a's index d (its last with a coefficient). */
+int kl_codegen__tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a)
+{
+    int it = -1;
+    for (int k = 0; k < w->niters; k++)
+        if (a->coef[k])
+            it = k;
+    return it;
+}
+
+/* Whether access a reads a 1-D tensor at the output channel f alone. */
+static bool s_at_f(const kl_workload_t *w, const kl_access_t *a, int f)
+{
+    if (w->tensors[a->tensor].ndim != 1 || a->idx[0].offset ||
+        a->idx[0].div != 1)
+        return false;
+    for (int i = 0; i < w->niters; i++)
+        if (a->idx[0].coef[i] != (i == f))
+            return false;
+    return true;
+}
+
+/* Whether the epilogue has the q-op form that the AVX-512 vector epilogue
+ * computes exactly: [+ bias[f]] requant(S or scale[f], zp) (clip | relu)*
+ * with a u8 / s8 output. */
+bool kl_codegen__tzc_vec_epi_ok(const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    kl_dtype odt = w->tensors[kl_workload_output(w)].dtype;
+    if (c->in->lanes != 16 || (odt != KL_DT_U8 && odt != KL_DT_S8))
+        return false;
+    int i = 0, f = c->tz->it_n;
+    if (i < w->nepi && w->epi[i].kind == KL_EPI_ADD_TENSOR) {
+        if (!s_at_f(w, &w->epi[i].access, f) ||
+            w->tensors[w->epi[i].access.tensor].dtype != KL_DT_S32)
+            return false;
+        i++;
+    }
+    if (i >= w->nepi ||
+        !(w->epi[i].kind == KL_EPI_REQUANT ||
+          (w->epi[i].kind == KL_EPI_REQUANT_TENSOR &&
+           s_at_f(w, &w->epi[i].access, f) &&
+           w->tensors[w->epi[i].access.tensor].dtype == KL_DT_F32)))
+        return false;
+    if (w->epi[i].zp < -255 || w->epi[i].zp > 255)
+        return false;
+    for (i++; i < w->nepi; i++)
+        if (w->epi[i].kind != KL_EPI_CLIP && w->epi[i].kind != KL_EPI_RELU)
+            return false;
+    return true;
+}
+
+void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    kl_buf_puts(b, "(int64_t)0");
+    int64_t st = 1;
+    for (int d = Y->ndim - 1; d >= 0; d--) {
+        kl_buf_printf(b, " + %lld * v%d_%lld", (long long)st,
+                      kl_codegen__tzc_iter_of(w, &w->out.idx[d]), (long long)t);
+        st *= Y->shape[d];
+    }
+}
