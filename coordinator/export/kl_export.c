@@ -90,9 +90,9 @@ int kl_export_best(kl_store_t *store, const kl_workload_t *w,
                    char *err)
 {
     *out = NULL;
-    /* An integer workload's "cpu" carries this CPU's features
+    /* An integer or bf16 workload's "cpu" carries this CPU's features
      * ("cpu/x86_64-avx512+vnni"), as kiln tune keys its records. */
-    const char *t = kl_target_resolve_for(target, kl_workload_is_int(w));
+    const char *t = kl_target_resolve_for(target, kl_workload_cpu_feats(w));
     if (kl_target_is_sim(t))
         return kl_seterr(err, KL_ERR_INVAL,
                          "target %s is a simulated device: its latencies are "
