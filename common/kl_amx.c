@@ -36,6 +36,12 @@ static bool s_cpu_has(const char *what)
     return false;
 }
 
+bool kl_amx_cpu(void)
+{
+    return s_cpu_has("amx-tile") && s_cpu_has("amx-bf16") &&
+           s_cpu_has("amx-int8");
+}
+
 static void s_request(void)
 {
 #ifdef S_LINUX_X86
@@ -95,8 +101,7 @@ static void s_offer(void)
 #ifdef S_LINUX_X86
     unsigned long supp = 0;
     s_offered =
-        s_cpu_has("amx-tile") && s_cpu_has("amx-bf16") &&
-        s_cpu_has("amx-int8") &&
+        kl_amx_cpu() &&
         syscall(SYS_arch_prctl, KL_AMX_ARCH_GET_XCOMP_SUPP, &supp) == 0 &&
         (supp & S_XTILEDATA);
 #endif

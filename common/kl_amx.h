@@ -38,6 +38,10 @@
  * for another system. Thread-safe. */
 int kl_amx_request(char *err);
 
+/* Whether this CPU has AMX: amx-tile, amx-bf16 and amx-int8, whatever
+ * Linux offers. */
+bool kl_amx_cpu(void);
+
 /* Whether this machine can run AMX code once a process asks: the CPU has
  * amx-tile, amx-bf16 and amx-int8 and Linux offers the tile data state
  * (ARCH_GET_XCOMP_SUPP lists it). Asks for nothing; cached. */
