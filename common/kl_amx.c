@@ -9,6 +9,7 @@
 #include "kl_err.h"
 
 #if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define S_LINUX_X86 1
@@ -20,32 +21,31 @@ static int s_rc;
 static char s_msg[KL_ERRMSG_LEN];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-static bool s_cpu_has(const char *what)
+/* CPUID leaf 7, subleaf 0, EDX: the AMX bits (AMX-BF16 22, AMX-TILE 24,
+ * AMX-INT8 25). Read directly: not every compiler's
+ * __builtin_cpu_supports knows "amx-tile". */
+#define S_AMX_TILE (1u << 24)
+#define S_AMX_ALL ((1u << 22) | (1u << 24) | (1u << 25))
+
+static unsigned s_cpuid7_edx(void)
 {
-#if defined(S_LINUX_X86) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    /* __builtin_cpu_supports takes a literal. */
-    if (!strcmp(what, "amx-tile"))
-        return __builtin_cpu_supports("amx-tile");
-    if (!strcmp(what, "amx-bf16"))
-        return __builtin_cpu_supports("amx-bf16");
-    if (!strcmp(what, "amx-int8"))
-        return __builtin_cpu_supports("amx-int8");
+#ifdef S_LINUX_X86
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return d;
 #endif
-    (void)what;
-    return false;
+    return 0;
 }
 
 bool kl_amx_cpu(void)
 {
-    return s_cpu_has("amx-tile") && s_cpu_has("amx-bf16") &&
-           s_cpu_has("amx-int8");
+    return (s_cpuid7_edx() & S_AMX_ALL) == S_AMX_ALL;
 }
 
 static void s_request(void)
 {
 #ifdef S_LINUX_X86
-    if (!s_cpu_has("amx-tile")) {
+    if (!(s_cpuid7_edx() & S_AMX_TILE)) {
         s_rc = kl_seterr(s_msg, KL_ERR_UNSUPPORTED,
                          "this CPU has no AMX (amx_tile not in /proc/cpuinfo)");
         return;
