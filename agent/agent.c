@@ -171,6 +171,8 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
                        m->device_index, d->target);
     if (rc == KL_OK && d->backend->check_request)
         rc = d->backend->check_request(d, m, err);
+    if (rc == KL_OK && d->backend->bf16_as_f32)
+        rc = kla_problem_bf16_as_f32(&p, max_bytes, err);
     if (rc == KL_OK && (!*m->reference_source || !*m->reference_entry))
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "request has no reference kernel (source and entry)");

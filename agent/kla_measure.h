@@ -41,7 +41,8 @@ void kla_eval_from_proto(kla_eval_t *e, const Kiln__Evaluator *pe);
 /* What a kernel is run on: arguments in ABI order, f32 or (integer
  * workloads) u8 / s8 / s32, or f16 / bf16 (esize 2; inputs of a CUDA
  * device only, whose worker fills them: kla_cuda.h; the CPU backend
- * refuses them in its check_request). A constant argument (ROLE_CONSTANT) is an
+ * refuses f16 in its check_request and holds bf16 as f32,
+ * kla_problem_bf16_as_f32). A constant argument (ROLE_CONSTANT) is an
  * input in every respect, and the only kind that ENTRY_prepare sees.
  * Inputs are seeded random: f32 uniform in [-1, 1), but when any argument
  * is an integer, f32 inputs are quantization scales uniform in
@@ -67,6 +68,13 @@ typedef struct {
 int kla_problem_from_request(kla_problem_t *out,
                              const Kiln__MeasureRequest *req,
                              uint64_t max_bytes, char *err);
+
+/* For a device that holds bf16 as f32 (kla_backend_t's bf16_as_f32):
+ * every bf16 argument of p becomes an f32 one of 4-byte elements, filled
+ * and compared as f32 (its kernels round what they read, as the
+ * reference does). KL_ERR_INVAL when the buffers then pass max_bytes (0:
+ * no bound). */
+int kla_problem_bf16_as_f32(kla_problem_t *p, uint64_t max_bytes, char *err);
 
 typedef struct {
     Kiln__Status status;

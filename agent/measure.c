@@ -116,6 +116,25 @@ int kla_problem_from_request(kla_problem_t *p, const Kiln__MeasureRequest *req,
     return KL_OK;
 }
 
+int kla_problem_bf16_as_f32(kla_problem_t *p, uint64_t max_bytes, char *err)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < p->n_args; i++) {
+        if (p->dtype[i] == KILN__DTYPE__DTYPE_BF16) {
+            p->dtype[i] = KILN__DTYPE__DTYPE_F32;
+            p->esize[i] = sizeof(float);
+        }
+        total += (uint64_t)p->nelem[i] * p->esize[i];
+    }
+    if (max_bytes && total > max_bytes)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "arguments need %llu MiB (bf16 held as f32), more "
+                         "than the %llu MiB memory limit",
+                         (unsigned long long)(total >> 20),
+                         (unsigned long long)(max_bytes >> 20));
+    return KL_OK;
+}
+
 void kla_result_clear(kla_result_t *r)
 {
     free(r->samples);

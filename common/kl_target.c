@@ -1,11 +1,13 @@
 /* kl_target.c - the kind table and target strings; see kl_target.h. */
 #include "kl_target.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kl_amx.h"
 #include "kl_err.h"
 
 /* This machine's CPU target, or its simulated twin: literals, so that
@@ -63,9 +65,9 @@ static bool s_cpu_supports(size_t i)
     case KL_CPU_FEAT_BF16:
         return __builtin_cpu_supports("avx512bf16");
     case KL_CPU_FEAT_AMX:
-        return __builtin_cpu_supports("amx-tile") &&
-               __builtin_cpu_supports("amx-bf16") &&
-               __builtin_cpu_supports("amx-int8");
+        /* The tiles, and Linux offering their state to processes (5.16
+         * on): on an older kernel a tile instruction is SIGILL. */
+        return kl_amx_offered();
     }
 #endif
     (void)i;
@@ -135,24 +137,43 @@ static void s_suffix(const char *isa, unsigned bits, char *buf, size_t len)
             n += (size_t)snprintf(buf + n, len - n, "+%s", s_feats[i].name);
 }
 
-/* This machine's CPU target refined by its features, or its simulated
- * twin: literals, so that all are static strings. */
-static const char *s_cpu_int(bool sim)
+/* This machine's CPU target refined by each set of its features, and the
+ * simulated twins, made once: resolving must give static strings, and
+ * the name of a set of bits depends only on the machine's ISA (which
+ * features refine it), never on KILN_CPU_FEATURES, which only picks the
+ * row. Indexed [sim][bits]. */
+#define S_NSETS 16u
+_Static_assert(KL_CPU_FEAT_VNNI < S_NSETS && KL_CPU_FEAT_AVXVNNI < S_NSETS &&
+                   KL_CPU_FEAT_BF16 < S_NSETS && KL_CPU_FEAT_AMX < S_NSETS,
+               "every feature bit indexes the table of refined names");
+static char s_refined[2][S_NSETS][128];
+static pthread_once_t s_refined_once = PTHREAD_ONCE_INIT;
+
+static void s_refined_init(void)
 {
-    const char *t = s_cpu(sim);
-    unsigned f = kl_cpu_features();
-    if (!strcmp(kl_target_base(t), "cpu/x86_64-avx512") &&
-        (f & KL_CPU_FEAT_VNNI))
-        return S_CPU(sim, "cpu/x86_64-avx512+vnni");
-    if (!strcmp(kl_target_base(t), "cpu/x86_64-avx2") &&
-        (f & KL_CPU_FEAT_AVXVNNI))
-        return S_CPU(sim, "cpu/x86_64-avx2+avxvnni");
-    return t;
+    for (int sim = 0; sim < 2; sim++) {
+        const char *t = s_cpu(sim);
+        const char *slash = strchr(kl_target_base(t), '/');
+        for (unsigned bits = 0; bits < S_NSETS; bits++) {
+            char suffix[48];
+            s_suffix(slash ? slash + 1 : "", bits, suffix, sizeof suffix);
+            snprintf(s_refined[sim][bits], sizeof s_refined[sim][bits], "%s%s",
+                     t, suffix);
+        }
+    }
 }
 
-const char *kl_cpu_target_int(void)
+/* This machine's CPU target (sim: its twin) refined by the features of
+ * the CPU in feats. */
+static const char *s_cpu_for(bool sim, unsigned feats)
 {
-    return s_cpu_int(false);
+    pthread_once(&s_refined_once, s_refined_init);
+    return s_refined[sim][kl_cpu_features() & feats & (S_NSETS - 1)];
+}
+
+const char *kl_cpu_target_for(unsigned feats)
+{
+    return s_cpu_for(false, feats);
 }
 
 /* ---- the kinds ----------------------------------------------------------- */
@@ -293,14 +314,12 @@ int kl_target_parse(const char *text, kl_target_t *out, char *err)
     return KL_OK;
 }
 
-const char *kl_target_resolve_for(const char *user_target, bool integer)
+const char *kl_target_resolve_for(const char *user_target, unsigned feats)
 {
-    if (!integer)
-        return kl_target_resolve(user_target);
     if (!user_target || !strcmp(user_target, "cpu"))
-        return s_cpu_int(false);
+        return s_cpu_for(false, feats);
     if (!strcmp(user_target, KL_TARGET_SIM "cpu"))
-        return s_cpu_int(true);
+        return s_cpu_for(true, feats);
     return kl_target_resolve(user_target);
 }
 
@@ -340,12 +359,13 @@ const char *kl_target_base(const char *target)
 
 char *kl_target_sim(const char *target, char *buf, size_t len)
 {
-    return kl_target_sim_for(target, false, buf, len);
+    return kl_target_sim_for(target, 0, buf, len);
 }
 
-char *kl_target_sim_for(const char *target, bool integer, char *buf, size_t len)
+char *kl_target_sim_for(const char *target, unsigned feats, char *buf,
+                        size_t len)
 {
-    const char *t = kl_target_resolve_for(target, integer);
+    const char *t = kl_target_resolve_for(target, feats);
     snprintf(buf, len, "%s%s", kl_target_is_sim(t) ? "" : KL_TARGET_SIM, t);
     return buf;
 }

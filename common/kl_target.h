@@ -24,14 +24,17 @@
  * measurements of the real target. Code for a simulated target is built
  * for the target it stands in for (kl_target_base).
  *
- * A CPU target may be refined by ISA features after a '+':
- * "cpu/x86_64-avx512+vnni" (AVX-512 VNNI), "cpu/x86_64-avx2+avxvnni"
- * (AVX-VNNI). Float work never uses them: its targets, records and stores
- * are the unrefined names. An integer workload's "cpu" resolves to the
- * refined target of this machine (kl_target_resolve_for), so its records
- * are keyed apart from those of a CPU without the feature; a device serves
- * a refined task only when it reports every feature (DeviceInfo.features,
- * kl_target_features_match), and the CPU design space picks the int8
+ * A CPU target may be refined by ISA features after a '+', in the order
+ * +vnni+bf16+amx: "cpu/x86_64-avx512+vnni" (AVX-512 VNNI),
+ * "cpu/x86_64-avx512+bf16" (AVX512-BF16), "cpu/x86_64-avx512+vnni+amx"
+ * (AMX tiles), "cpu/x86_64-avx2+avxvnni" (AVX-VNNI). A workload's "cpu"
+ * resolves to this machine's ISA refined by the features its kernels may
+ * use that the CPU has (kl_target_resolve_for): int8 work the VNNI ones
+ * and AMX, bf16 work BF16 and AMX, float work none (its targets, records
+ * and stores are the unrefined names). Its records are thereby keyed
+ * apart from those of a CPU without the feature; a device serves a
+ * refined task only when it reports every feature (DeviceInfo.features,
+ * kl_target_features_match), and the CPU design space picks the
  * intrinsic from them (docs/architecture.md, "The tensorize primitive").
  */
 #ifndef KL_TARGET_H
@@ -130,21 +133,32 @@ unsigned kl_cpu_feature_bit(int i);
  * into buf; returns buf. */
 char *kl_cpu_features_text(unsigned bits, char *buf, size_t len);
 
-/* kl_cpu_target() refined by the features of this machine that refine
- * it: "cpu/x86_64-avx512+vnni" on a CPU with AVX-512 VNNI,
- * "cpu/x86_64-avx2+avxvnni" on an AVX2 CPU with AVX-VNNI, else
+/* kl_cpu_target() refined by the features of this machine's CPU that are
+ * in feats (KL_CPU_FEAT_* bits: those a workload's kernels may use) and
+ * refine its ISA, in the canonical order +vnni+bf16+amx:
+ * kl_cpu_target_for(KL_CPU_FEAT_VNNI) is "cpu/x86_64-avx512+vnni" on a
+ * CPU with AVX-512 VNNI, kl_cpu_target_for(KL_CPU_FEAT_BF16 |
+ * KL_CPU_FEAT_AMX) "cpu/x86_64-avx512+bf16+amx" on a CPU with both,
+ * "cpu/x86_64-avx512+bf16" on one without AMX; feats 0 is
  * kl_cpu_target(). Static string. */
-const char *kl_cpu_target_int(void);
+const char *kl_cpu_target_for(unsigned feats);
 
 /* The target a user means: NULL or "cpu" is kl_cpu_target(), "sim/cpu" is
  * "sim/" + kl_cpu_target(), anything else is itself. Static or borrowed
  * string. */
 const char *kl_target_resolve(const char *user_target);
 
-/* kl_target_resolve for a workload: for an integer one (integer true),
- * NULL / "cpu" is kl_cpu_target_int() and "sim/cpu" its simulated twin;
- * anything else as kl_target_resolve. */
-const char *kl_target_resolve_for(const char *user_target, bool integer);
+/* kl_target_resolve for a workload whose kernels may use the CPU
+ * features feats (KL_CPU_FEAT_* bits; kl_workload_cpu_feats in
+ * coordinator/ir tells them: int8 VNNI | AVXVNNI | AMX, bf16 BF16 | AMX,
+ * float 0): NULL / "cpu" is kl_cpu_target_for(feats) and "sim/cpu" its
+ * simulated twin; anything else as kl_target_resolve (an explicit target
+ * is never refined). On an AMD EPYC with AVX512-BF16 and VNNI an int8
+ * workload's "cpu" is "cpu/x86_64-avx512+vnni" and a bf16 one's
+ * "cpu/x86_64-avx512+bf16"; on a Xeon with AMX "cpu/x86_64-avx512+vnni+amx"
+ * and "cpu/x86_64-avx512+bf16+amx"; a float workload's is unrefined
+ * everywhere. Static or borrowed string. */
+const char *kl_target_resolve_for(const char *user_target, unsigned feats);
 
 /* Whether a device reporting features dev_features (names separated by
  * ',' or '+', NULL or "" for none) has every feature that task_target's
@@ -170,8 +184,8 @@ const char *kl_target_base(const char *target);
  * "cpu" -> "sim/cpu/x86_64-avx512"; a simulated target stays itself) into
  * buf (len bytes, cut to fit) and returns buf. */
 char *kl_target_sim(const char *target, char *buf, size_t len);
-/* The same with kl_target_resolve_for(target, integer). */
-char *kl_target_sim_for(const char *target, bool integer, char *buf,
+/* The same with kl_target_resolve_for(target, feats). */
+char *kl_target_sim_for(const char *target, unsigned feats, char *buf,
                         size_t len);
 
 #endif

@@ -356,17 +356,18 @@ static int s_resolve_key(kl_store_t *st, const kl_opts_t *o, uint8_t key[16],
     return 0;
 }
 
-/* Whether the stored workload w (NULL: unknown) is an integer one, whose
- * "cpu" carries the CPU's features (kl_target_resolve_for). */
-static bool s_is_int(const Kiln__Workload *w)
+/* The CPU features the kernels of the stored workload w (NULL: unknown)
+ * may use, which its "cpu" carries (kl_target_resolve_for): an integer or
+ * bf16 one's. */
+static unsigned s_cpu_feats(const Kiln__Workload *w)
 {
     kl_workload_t *x = NULL;
     char e2[KL_ERRMSG_LEN];
     if (!w || !w->text || kl_workload_from_string(w->text, &x, e2))
-        return false;
-    bool is_int = kl_workload_is_int(x);
+        return 0;
+    unsigned feats = kl_workload_cpu_feats(x);
     kl_workload_free(&x);
-    return is_int;
+    return feats;
 }
 
 static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
@@ -387,8 +388,8 @@ static int s_best(kl_store_t *st, const kl_opts_t *o, char *err)
     if (kl_store_get_workload(st, key, &w, err) == KL_ERR_CORRUPT)
         fprintf(stderr, "kiln db best: %s\n", err);
     const char *target = kl_opts_str(o, "target");
-    if (target) /* "cpu" is this machine's exact target, for an integer */
-        target = kl_target_resolve_for(target, s_is_int(w)); /* +features */
+    if (target) /* "cpu" is this machine's exact target, +features */
+        target = kl_target_resolve_for(target, s_cpu_feats(w));
     if (target)
         s_targets(&(Kiln__TuningRecord){.target = (char *)target}, &ts);
     else if (kl_store_foreach_record(st, key, NULL, s_targets, &ts, err)) {

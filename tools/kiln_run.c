@@ -92,6 +92,9 @@ typedef struct {
     /* The output's element type (0 f32; 3, 4, 5: integer codes written
      * as floats); libraries exported before quantized models lack it. */
     int (*odtype)(void);
+    /* Only in a library with an AMX kernel: why Linux did not grant the
+     * tile state (NULL: granted); its entries then return 3. */
+    const char *(*amx_error)(void);
 } s_lib_t;
 
 static int s_open(s_lib_t *l, const char *path, char *err)
@@ -120,6 +123,7 @@ static int s_open(s_lib_t *l, const char *path, char *err)
     *(void **)&l->lname = dlsym(l->h, "kiln_model_layer_name");
     *(void **)&l->ltask = dlsym(l->h, "kiln_model_layer_task");
     *(void **)&l->odtype = dlsym(l->h, "kiln_model_output_dtype");
+    *(void **)&l->amx_error = dlsym(l->h, "kiln_model_amx_error");
     if (!l->pdata || !l->trained)
         l->pdata = NULL, l->trained = NULL;
     if (!l->run_profiled || !l->nlayers || !l->lname || !l->ltask)
@@ -260,6 +264,11 @@ static int s_prepare(const s_lib_t *l, float *const *p, char *err)
     double t0 = kl_now_s();
     int rc = l->prepare((const float *const *)p);
     double dt = kl_now_s() - t0;
+    if (rc == 3 && l->amx_error && l->amx_error())
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "kiln_model_prepare returned 3: the library's "
+                         "kernels use AMX tiles and %s",
+                         l->amx_error());
     if (rc)
         return kl_seterr(err, KL_ERR_NOMEM,
                          "kiln_model_prepare returned %d: a layer's prepare "

@@ -170,11 +170,11 @@ int kiln_cmd_space(int argc, char **argv)
     kl_space_t *sp = NULL;
     json_object *list = json_object_new_array();
     int rc = kl_workload_from_string(op, &w, err);
-    /* An integer workload's "cpu" carries this CPU's features, as kiln
-     * tune resolves it ("cpu/x86_64-avx512+vnni": the VNNI intrinsic). */
+    /* An integer or bf16 workload's "cpu" carries this CPU's features, as
+     * kiln tune resolves it ("cpu/x86_64-avx512+vnni": the VNNI intrinsic). */
     const char *target = kl_opts_str(o, "target");
-    if (!rc && kl_workload_is_int(w))
-        target = kl_target_resolve_for(target, true);
+    if (!rc && kl_workload_cpu_feats(w))
+        target = kl_target_resolve_for(target, kl_workload_cpu_feats(w));
     if (!rc)
         rc = kl_space_for_target(target, w, &sp, err);
     if (!rc && dir)

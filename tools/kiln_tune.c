@@ -307,7 +307,7 @@ static bool s_tunable(cmd_t *c, int i, const char *target)
     const kl_model_task_t *mt = kl_model_task(c->model, i);
     char err[KL_ERRMSG_LEN];
     kl_space_t *sp = NULL;
-    const char *t = kl_target_resolve_for(target, kl_workload_is_int(mt->w));
+    const char *t = kl_target_resolve_for(target, kl_workload_cpu_feats(mt->w));
     int rc = kl_space_for_target(t, mt->w, &sp, err);
     kl_space_destroy(&sp);
     if (rc != KL_ERR_UNSUPPORTED)

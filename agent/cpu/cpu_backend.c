@@ -124,22 +124,21 @@ static void s_measure(kla_dev_t *d, const kla_problem_t *p, const char *ref_so,
                        entry, out);
 }
 
-/* The CPU runner fills and compares f32, u8, s8 and s32 buffers; f16 and
- * bf16 arguments are measured on GPUs only (the CPU codegen has none). */
+/* The CPU runner fills and compares f32, u8, s8 and s32 buffers; bf16
+ * arguments are held as f32 (bf16_as_f32: the CPU's C ABI for them),
+ * f16 ones are measured on GPUs only (the CPU codegen has none). */
 static int s_check_request(const kla_dev_t *d, const Kiln__MeasureRequest *m,
                            char *err)
 {
     (void)d;
     for (size_t i = 0; i < m->n_args; i++) {
         const Kiln__KernelArg *a = m->args[i];
-        if (a->dtype == KILN__DTYPE__DTYPE_F16 ||
-            a->dtype == KILN__DTYPE__DTYPE_BF16)
+        if (a->dtype == KILN__DTYPE__DTYPE_F16)
             return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "argument %zu '%s' has dtype %s: the CPU agent "
-                             "runs f32, u8, s8 and s32 arguments only",
-                             i, a->name && *a->name ? a->name : "?",
-                             a->dtype == KILN__DTYPE__DTYPE_F16 ? "f16"
-                                                                : "bf16");
+                             "argument %zu '%s' has dtype f16: the CPU agent "
+                             "runs f32, bf16 (held as f32), u8, s8 and s32 "
+                             "arguments only",
+                             i, a->name && *a->name ? a->name : "?");
     }
     return KL_OK;
 }
@@ -160,6 +159,7 @@ const kla_backend_t kla_backend_cpu = {
     .forms = "cpu",
     .unit = NULL,
     .max_devices = 1,
+    .bf16_as_f32 = true,
     .check = NULL,
     .probe = s_probe,
     .open = s_open,

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "kl_abi.h"
+#include "kl_amx.h"
+#include "kl_err.h"
 
 #define S_MAX_NUMBER (1u << 30)
 
@@ -232,6 +234,16 @@ int kla_runner__harness_main(void)
     /* Kernels are linked without -lm (the agent's own process supplied
      * it when kernels ran in forks of it): the same symbols here. */
     dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);
+    /* AMX kernels need the tile state, which Linux grants a process on
+     * request only (kl_amx.h): asked here, on a CPU with AMX, before the
+     * filter and before any thread starts (the grant is the process's,
+     * OpenMP's threads included). A refusal does not stop the harness:
+     * a kernel using the tiles checks the grant in its prepare step and
+     * returns NULL without it, reported below with the refusal's reason,
+     * instead of dying of SIGILL at its first tile instruction. */
+    char amx[KL_ERRMSG_LEN + 8] = "";
+    if (kl_amx_cpu() && kl_amx_request(amx + 7) != KL_OK)
+        memcpy(amx, "; AMX: ", 7);
     char err[256];
     if (kla_runner__harness_seccomp(err) != 0)
         return s_fail(t0, "sandbox: %s%s", err, "");
@@ -258,7 +270,7 @@ int kla_runner__harness_main(void)
                       "' returned NULL (out of memory while preparing the "
                       "constant inputs, or a tensorized kernel on a CPU "
                       "without its intrinsic)%s",
-                      j.entry, "");
+                      j.entry, amx);
     args[j.n_args] = block;
     /* The first call, timed by the warden from outside like a sample. */
     kla_cand_msg_t r0 = {.kind = KLA_CM_READY};

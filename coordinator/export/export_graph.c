@@ -53,6 +53,7 @@ typedef struct {
     unsigned char *conv; /* [g->n]: copies made in NHWC (1), NCHW (2) */
     char oex[64];        /* the output's values, NCHW */
     bool trained;
+    bool amx; /* a kernel uses AMX tiles: ask for their state (s_amx) */
     const char *src;
     const char *text; /* the graph text (transpose's perm=) */
 } s_gen_t;
@@ -447,11 +448,17 @@ static int s_layer(s_gen_t *c, int i, char *err)
     return s_task_call(c, i, err);
 }
 
+/* What kiln_model_run, kiln_model_run_profiled and s_prepare start with:
+ * with an AMX kernel, the tile state or 3 (kiln_model.h, "AMX"). */
+#define S_AMX_CHECK(c) ((c)->amx ? "    if (s_amx())\n        return 3;\n" : "")
+
 /* The prepared blocks (kiln_model.h, "Constant inputs"): s_prepared
  * makes one layer's block unless it is there and was made from the same
  * constant pointers; s_prepare runs it for every such layer. */
 static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
 {
+    if (c->amx)
+        kl_buf_puts(b, kl_export__amx_c);
     kl_buf_printf(b,
                   "typedef struct {\n    void *block;\n    const void "
                   "*from[%d];\n} s_prep_t;\n\nstatic s_prep_t s_prep[%d];\n\n",
@@ -471,7 +478,7 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
             "    return 0;\n}\n\n");
     kl_buf_printf(b,
                   "static int s_prepare(const float *const *p)\n"
-                  "{\n    (void)p;\n%s    return 0;\n}\n\n"
+                  "{\n    (void)p;\n%s%s    return 0;\n}\n\n"
                   "int kiln_model_nprepare(void)\n{\n    return %d;\n}\n\n"
                   "void kiln_model_release(void)\n{\n"
                   "    for (int i = 0; i < %d; i++) {\n"
@@ -483,7 +490,8 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
                   "    return s_prepare(params);\n}\n\n"
                   "__attribute__((destructor)) static void s_unload(void)\n"
                   "{\n    kiln_model_release();\n}\n\n",
-                  c->prep.data ? c->prep.data : "", c->nprep, c->nprep);
+                  S_AMX_CHECK(c), c->prep.data ? c->prep.data : "", c->nprep,
+                  c->nprep);
 }
 
 /* The tables of the parameters: names, sizes, shapes, offsets. */
@@ -629,15 +637,15 @@ static char *s_model_c(s_gen_t *c)
                            on, oex);
     kl_buf_printf(&b,
                   "int kiln_model_run(const float *const *p, float *output)"
-                  "\n{\n    if (s_prepare(p))\n        return 1;\n%s%s"
+                  "\n{\n%s    if (s_prepare(p))\n        return 1;\n%s%s"
                   "    return 0;\n}\n\n",
-                  c->run.data ? c->run.data : "", ocopy);
+                  S_AMX_CHECK(c), c->run.data ? c->run.data : "", ocopy);
     kl_buf_printf(&b,
                   "int kiln_model_run_profiled(const float *const *p, float "
                   "*output,\n                            double *layer_s)\n"
-                  "{\n    double t;\n    if (s_prepare(p))\n        return "
+                  "{\n    double t;\n%s    if (s_prepare(p))\n        return "
                   "1;\n%s%s    return 0;\n}\n\n",
-                  c->prun.data ? c->prun.data : "", ocopy);
+                  S_AMX_CHECK(c), c->prun.data ? c->prun.data : "", ocopy);
     free(ocopy);
     s_api_code(c, &g->nodes[out], &b);
     return kl_buf_take(&b);
@@ -655,6 +663,21 @@ static int s_write(const char *dir, const char *name, const char *text,
     *paths = kl_xrealloc(*paths, (size_t)(*n + 1) * sizeof(char *));
     (*paths)[(*n)++] = p;
     return KL_OK;
+}
+
+/* kiln_model.h: the fixed text, with the "AMX" paragraph before its
+ * #endif for a library with an AMX kernel. */
+static int s_write_header(const char *dir, bool amx, char *err)
+{
+    if (!amx)
+        return s_write(dir, "kiln_model.h", kl_export__model_h, NULL, NULL,
+                       err);
+    size_t n = strlen(kl_export__model_h) - strlen("#endif\n");
+    char *h = kl_xasprintf("%.*s%s#endif\n", (int)n, kl_export__model_h,
+                           kl_export__amx_h);
+    int rc = s_write(dir, "kiln_model.h", h, NULL, NULL, err);
+    free(h);
+    return rc;
 }
 
 static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
@@ -694,16 +717,21 @@ static void s_gen_free(s_gen_t *c)
 
 int kl_export_write_graph(const char *text, const char *source,
                           const kl_model_t *m, const kl_kernel_t *kernels,
-                          const kl_model_params_t *params, const char *dir,
-                          bool build, const char *cc, char *err)
+                          bool amx, const kl_model_params_t *params,
+                          const char *dir, bool build, const char *cc,
+                          char *err)
 {
     kl_mgraph_t g;
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
     kl_mgraph_fuse(&g);
-    s_gen_t c = {
-        .g = &g, .m = m, .kernels = kernels, .src = source, .text = text};
+    s_gen_t c = {.g = &g,
+                 .m = m,
+                 .kernels = kernels,
+                 .amx = amx,
+                 .src = source,
+                 .text = text};
     c.param = kl_xcalloc((size_t)g.n, sizeof(int));
     c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
     c.qf = kl_xcalloc((size_t)g.n, sizeof *c.qf);
@@ -718,7 +746,7 @@ int kl_export_write_graph(const char *text, const char *source,
         rc = s_write(dir, name, kernels[t].source, &paths, &np, err);
     }
     if (!rc)
-        rc = s_write(dir, "kiln_model.h", kl_export__model_h, NULL, NULL, err);
+        rc = s_write_header(dir, amx, err);
     if (!rc)
         rc = s_write(dir, "kiln_model.c", model_c, &paths, &np, err);
     if (!rc)

@@ -71,6 +71,13 @@ void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
  * untuned layers); export_text.c. */
 extern const char kl_export__model_h[];
 extern const char kl_export__helpers_c[];
+/* For a library with an AMX kernel only: kiln_model.h's "AMX" paragraph
+ * and kiln_model_amx_error (before its #endif), and kiln_model.c's s_amx,
+ * which asks Linux for the tile state once (the arch_prctl calls of
+ * common/kl_amx.c, inline: the library needs none of kiln's) and returns
+ * 0, or 3 with the reason in kiln_model_amx_error. */
+extern const char kl_export__amx_h[];
+extern const char kl_export__amx_c[];
 
 /* Appends kiln_model.c's quantize / dequantize helpers for u8 and s8
  * (after S_PAR; ONNX QuantizeLinear and DequantizeLinear, per tensor):

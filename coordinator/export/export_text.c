@@ -1,6 +1,6 @@
 /* export_text.c - the fixed text of an exported model: kiln_model.h (its
  * API) and the helpers at the top of kiln_model.c (export_int.h), the
- * quantize / dequantize ones included. */
+ * quantize / dequantize ones and the AMX tile state's request included. */
 #include "export_int.h"
 
 const char kl_export__helpers_c[] =
@@ -179,6 +179,68 @@ const char kl_export__helpers_c[] =
     "            }\n"
     "        }\n"
     "    }\n"
+    "}\n"
+    "\n";
+
+const char kl_export__amx_h[] =
+    "/* AMX. Kernels of this library use the CPU's AMX tiles, whose state\n"
+    " * Linux grants a process on request only (arch_prctl\n"
+    " * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA; Linux 5.16 on). The library\n"
+    " * asks once, before its first prepare step. Where the CPU has no AMX or\n"
+    " * Linux refuses, kiln_model_prepare, kiln_model_run,\n"
+    " * kiln_model_run_profiled, kiln_model_infer and kiln_model_infer_n\n"
+    " * return 3 without running a tile instruction (output not written) and\n"
+    " * kiln_model_amx_error says why; it is NULL when the state is granted.\n"
+    " * The grant is the whole process's and lasts until it exits. */\n"
+    "const char *kiln_model_amx_error(void);\n\n";
+
+const char kl_export__amx_c[] =
+    "/* The AMX tile state (kiln_model.h, \"AMX\"), asked for once. */\n"
+    "#include <errno.h>\n"
+    "#include <stdio.h>\n"
+    "#if defined(__x86_64__) && defined(__linux__)\n"
+    "#include <cpuid.h>\n"
+    "#include <sys/syscall.h>\n"
+    "long syscall(long number, ...);\n"
+    "#endif\n"
+    "\n"
+    "static int s_amx_done, s_amx_rc;\n"
+    "static char s_amx_msg[256];\n"
+    "\n"
+    "static int s_amx(void)\n"
+    "{\n"
+    "    if (s_amx_done)\n"
+    "        return s_amx_rc;\n"
+    "    s_amx_done = 1;\n"
+    "    s_amx_rc = 3;\n"
+    "#if defined(__x86_64__) && defined(__linux__)\n"
+    "    unsigned long perm = 0;\n"
+    "    unsigned a, b, c, d;\n"
+    "    /* CPUID leaf 7: EDX bit 24 is AMX-TILE. */\n"
+    "    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)))\n"
+    "        snprintf(s_amx_msg, sizeof s_amx_msg, \"this CPU has no AMX \"\n"
+    "                 \"(amx_tile not in /proc/cpuinfo)\");\n"
+    "    else if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,\n"
+    "                     18 /* XFEATURE_XTILEDATA */) != 0)\n"
+    "        snprintf(s_amx_msg, sizeof s_amx_msg, \"Linux refused the AMX \"\n"
+    "                 \"tile state (arch_prctl ARCH_REQ_XCOMP_PERM: %s)\",\n"
+    "                 strerror(errno));\n"
+    "    else if (syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */,\n"
+    "                     &perm) != 0 || !(perm & (1ul << 18)))\n"
+    "        snprintf(s_amx_msg, sizeof s_amx_msg, \"Linux did not grant the "
+    "\"\n"
+    "                 \"AMX tile state (arch_prctl ARCH_GET_XCOMP_PERM)\");\n"
+    "    else\n"
+    "        s_amx_rc = 0;\n"
+    "#else\n"
+    "    snprintf(s_amx_msg, sizeof s_amx_msg, \"AMX needs x86_64 Linux\");\n"
+    "#endif\n"
+    "    return s_amx_rc;\n"
+    "}\n"
+    "\n"
+    "const char *kiln_model_amx_error(void)\n"
+    "{\n"
+    "    return s_amx() ? s_amx_msg : 0;\n"
     "}\n"
     "\n";
 

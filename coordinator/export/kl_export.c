@@ -90,9 +90,9 @@ int kl_export_best(kl_store_t *store, const kl_workload_t *w,
                    char *err)
 {
     *out = NULL;
-    /* An integer workload's "cpu" carries this CPU's features
+    /* An integer or bf16 workload's "cpu" carries this CPU's features
      * ("cpu/x86_64-avx512+vnni"), as kiln tune keys its records. */
-    const char *t = kl_target_resolve_for(target, kl_workload_is_int(w));
+    const char *t = kl_target_resolve_for(target, kl_workload_cpu_feats(w));
     if (kl_target_is_sim(t))
         return kl_seterr(err, KL_ERR_INVAL,
                          "target %s is a simulated device: its latencies are "
@@ -330,6 +330,15 @@ static int s_write_sources(const kl_export_cfg_t *cfg, const char *text,
     return KL_OK;
 }
 
+/* Whether target carries the "+amx" feature. */
+static bool s_has_amx(const char *target)
+{
+    kl_target_t t;
+    char e2[KL_ERRMSG_LEN];
+    return target && !kl_target_parse(target, &t, e2) &&
+           (t.features & KL_CPU_FEAT_AMX);
+}
+
 /* The layer graph's code and, with cfg->build, libkiln_model.so. */
 static int s_write_graph(const kl_export_cfg_t *cfg, const char *text,
                          const kl_model_params_t *ps, const kl_model_t *m,
@@ -339,7 +348,12 @@ static int s_write_graph(const kl_export_cfg_t *cfg, const char *text,
     (void)kind;
     res->trained = ps->n > 0;
     res->nmodel_params = ps->n;
-    int rc = kl_export_write_graph(text, cfg->model, m, ts->kernels, ps,
+    /* A kernel tuned for an AMX target uses the tiles, whose state the
+     * library must ask Linux for (kl_amx.h). */
+    bool amx = false;
+    for (int i = 0; i < kl_model_ntasks(m); i++)
+        amx = amx || (ts->recs[i] && s_has_amx(ts->recs[i]->target));
+    int rc = kl_export_write_graph(text, cfg->model, m, ts->kernels, amx, ps,
                                    cfg->out_dir, cfg->build, cfg->cc, err);
     if (!rc && cfg->build)
         res->lib_path = kl_xasprintf("%s/libkiln_model.so", cfg->out_dir);
@@ -461,7 +475,8 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
         rc = kl_codegen_reference(kl_model_task(m, i)->w, entry, &ks[i], err);
     }
     if (!rc)
-        rc = kl_export_write_graph(text, model, m, ks, &ps, dir, true, cc, err);
+        rc = kl_export_write_graph(text, model, m, ks, false, &ps, dir, true,
+                                   cc, err);
     kl_model_params_free(&ps);
     for (int i = 0; i < n; i++)
         kl_kernel_free(&ks[i]);

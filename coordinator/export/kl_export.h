@@ -157,11 +157,15 @@ int kl_export_naive(const char *model, const char *dir, const char *cc,
  * kiln_task_NN_prepare (kl_abi.h): every layer of its task keeps a block of its
  * own, prepared from its weight and bias (which must be parameters of the
  * model, else KL_ERR_INTERNAL) and passed after its tensors (kiln_model.h,
- * "Constant inputs"). */
+ * "Constant inputs"). amx: a kernel uses the CPU's AMX tiles (its record's
+ * target has "+amx"): the library asks Linux for the tile state before
+ * its first prepare step and refuses to run without it (kiln_model.h,
+ * "AMX", written only then, with kiln_model_amx_error). */
 int kl_export_write_graph(const char *text, const char *source,
                           const kl_model_t *m, const kl_kernel_t *kernels,
-                          const kl_model_params_t *params, const char *dir,
-                          bool build, const char *cc, char *err);
+                          bool amx, const kl_model_params_t *params,
+                          const char *dir, bool build, const char *cc,
+                          char *err);
 
 /* Compiles sources (paths) into the shared library `lib` with cc -O3
  * -march=native -fopenmp -shared -fPIC -Wl,-z,nodelete (dlclose leaves it

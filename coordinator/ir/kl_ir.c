@@ -5,6 +5,7 @@
 #include "kl_ir_int.h"
 
 #include "kl_err.h"
+#include "kl_target.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -159,6 +160,15 @@ bool kl_workload_is_bf16(const kl_workload_t *w)
         if (w->tensors[i].dtype == KL_DT_BF16)
             return true;
     return false;
+}
+
+unsigned kl_workload_cpu_feats(const kl_workload_t *w)
+{
+    if (kl_workload_is_int(w))
+        return KL_CPU_FEAT_VNNI | KL_CPU_FEAT_AVXVNNI | KL_CPU_FEAT_AMX;
+    if (kl_workload_is_bf16(w))
+        return KL_CPU_FEAT_BF16 | KL_CPU_FEAT_AMX;
+    return 0;
 }
 
 uint16_t kl_dtype_bits(kl_dtype dt, float v)

@@ -328,6 +328,11 @@ bool kl_workload_is_int(const kl_workload_t *w);
  * its output is not an integer. On the CPU its tensors are stored as f32
  * and each read of a bf16 one means the value rounded to bf16. */
 bool kl_workload_is_bf16(const kl_workload_t *w);
+/* The CPU features (KL_CPU_FEAT_* of common/kl_target.h) a kernel of w
+ * may use, which refine its "cpu" target (kl_target_resolve_for): an
+ * integer workload VNNI | AVXVNNI | AMX, a bf16 one BF16 | AMX, any other
+ * 0. */
+unsigned kl_workload_cpu_feats(const kl_workload_t *w);
 /* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
  * overflows to infinity, keeps subnormals), and the float those bits hold.
  * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */

@@ -76,16 +76,17 @@ static int s_load_records(kl_report_t *r, kl_store_t *store, char *err)
     return KL_OK;
 }
 
-/* An integer workload's "cpu" is this CPU's refined target
+/* An integer or bf16 workload's "cpu" is this CPU's refined target
  * (kl_target_resolve_for), as kiln tune keys its records. */
 static char *s_task_target(const char *user, const char *text)
 {
     kl_workload_t *w = NULL;
     char e2[KL_ERRMSG_LEN];
-    bool is_int =
-        text && !kl_workload_from_string(text, &w, e2) && kl_workload_is_int(w);
+    unsigned feats = text && !kl_workload_from_string(text, &w, e2)
+                         ? kl_workload_cpu_feats(w)
+                         : 0;
     kl_workload_free(&w);
-    return kl_xstrdup(kl_target_resolve_for(user, is_int));
+    return kl_xstrdup(kl_target_resolve_for(user, feats));
 }
 
 static int s_from_model(kl_report_t *r, const char *name, const char *user,
@@ -100,8 +101,8 @@ static int s_from_model(kl_report_t *r, const char *name, const char *user,
         const kl_model_task_t *mt = kl_model_task(m, i);
         krep_task_t *t = s_add_task(r);
         t->name = kl_xstrdup(mt->w->name);
-        t->target =
-            kl_xstrdup(kl_target_resolve_for(user, kl_workload_is_int(mt->w)));
+        t->target = kl_xstrdup(
+            kl_target_resolve_for(user, kl_workload_cpu_feats(mt->w)));
         memcpy(t->key, mt->w->key, 16);
         t->flop = mt->w->flop;
         t->weight = mt->weight;

@@ -218,10 +218,10 @@ int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
     int rc = kl_workload_from_string(workload, &t->w, err);
     /* "cpu" means this machine's exact target: records are keyed by the
      * exact target, so a record is never used on another ISA; for an
-     * integer workload the target carries the CPU features its intrinsic
-     * needs ("cpu/x86_64-avx512+vnni", kl_target.h). */
-    t->target = kl_xstrdup(
-        kl_target_resolve_for(cfg->target, !rc && kl_workload_is_int(t->w)));
+     * integer or bf16 workload the target carries the CPU features its
+     * intrinsics may use ("cpu/x86_64-avx512+vnni", kl_target.h). */
+    t->target = kl_xstrdup(kl_target_resolve_for(
+        cfg->target, rc ? 0 : kl_workload_cpu_feats(t->w)));
     if (!rc)
         rc = kl_target_check_exact(t->target, err);
     if (!rc)
@@ -574,7 +574,7 @@ int kl_task_feed(kl_task_t *t, kl_dispatch_result_t *const *res, size_t n,
     pend_t **ps = kl_xcalloc(n ? n : 1, sizeof *ps);
     uint8_t **tbs = kl_xcalloc(n ? n : 1, sizeof *tbs);
     char ref_err[400] = "", sim_target[160];
-    kl_target_sim_for(t->target, kl_workload_is_int(t->w), sim_target,
+    kl_target_sim_for(t->target, kl_workload_cpu_feats(t->w), sim_target,
                       sizeof sim_target);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {

@@ -3,7 +3,9 @@
 # real kiln-agent, real compiles and timings): the sources build into
 # libkiln_model.so, which runs and matches the naive build; a faster record
 # committed under another target string is never used; a task without a
-# record exits 3 and is named; --fallback naive warns once per such task.
+# record exits 3 and is named; --fallback naive warns once per such task;
+# a record under an AMX target makes a library that asks for the tile
+# state and, where it is refused, says so.
 . "$(dirname "$0")/lib.sh"
 TEVAL=(--repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush)
 
@@ -323,4 +325,39 @@ grep -q "defines kl_main_prepare" "$T/op3.out" &&
     fail "export --op of an untuned operator: not exit 3 naming it"
 "$KILN" export --db "$T/db" --out "$T/x" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "no --model nor --op does not exit 2"
+
+# A record of the dense task under an AMX target (a copy of a real one):
+# the library asks Linux for the tile state before its first prepare
+# step; where it is not granted (a CPU without AMX) kiln run says why
+# instead of dying of SIGILL. A library without an AMX kernel never asks.
+if [ "$TGT" = cpu/x86_64-avx512 ]; then
+    AMX=$TGT+bf16+amx
+    "$KILN" db export --db "$T/db" | grep "\"type\":\"record\",\"workload_key\":\"$dkey\"" |
+        grep "\"target\":\"$TGT\"" | head -1 |
+        sed -e "s#\"target\":\"$TGT\"#\"target\":\"$AMX\"#" -e 's/"seq":[0-9]*/"seq":0/' \
+        >"$T/amx.jsonl"
+    grep -q "\"target\":\"$AMX\"" "$T/amx.jsonl" || fail "could not make the AMX record"
+    "$KILN" db import --db "$T/db" "$T/amx.jsonl" >"$T/import3.log" 2>&1 ||
+        fail "import of the AMX record exited $?"
+    "$KILN" export --db "$T/db" --model "$T/tiny.graph" --target "$AMX" \
+        --fallback naive --out "$T/amx" >/dev/null 2>"$T/amx.log" ||
+        fail "export on $AMX exited $?: $(cat "$T/amx.log")"
+    grep -q "ARCH_REQ_XCOMP_PERM" "$T/amx/kiln_model.c" ||
+        fail "the AMX library does not ask for the tile state"
+    grep -q "kiln_model_amx_error" "$T/amx/kiln_model.h" ||
+        fail "the AMX library's header has no kiln_model_amx_error"
+    grep -q "s_amx\|XCOMP\|amx_error" "$T/out/kiln_model.c" "$T/out/kiln_model.h" &&
+        fail "a library without an AMX kernel asks for the tile state"
+    "$KILN" run --lib "$T/amx/libkiln_model.so" --model "$T/tiny.graph" \
+        --repeat 3 --no-dnnl >"$T/amx.out" 2>"$T/amxrun.log"
+    rc=$?
+    if grep -q '^flags.* amx_tile' /proc/cpuinfo; then
+        [ $rc -eq 0 ] || fail "kiln run of the AMX library exited $rc: $(cat "$T/amxrun.log")"
+    else
+        [ $rc -eq 1 ] &&
+            grep -q "kernels use AMX tiles and this CPU has no AMX" "$T/amxrun.log" ||
+            fail "kiln run of the AMX library here (no AMX): exit $rc, $(cat "$T/amxrun.log")"
+        echo "kiln run of the AMX library here: $(tail -1 "$T/amxrun.log")"
+    fi
+fi
 echo PASS

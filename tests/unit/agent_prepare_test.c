@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kl_amx.h"
 #include "kl_err.h"
 #include "kl_util.h"
 #include "kla_builder.h"
@@ -109,18 +110,84 @@ static void s_problem(kla_problem_t *p)
     p->eval.seed = 11;
 }
 
-/* Measures the candidate with prep_first in its prepare. */
-static void s_measure(const char *prep_first, kla_result_t *res)
+/* Measures the candidate with prefix before it and prep_first in its
+ * prepare. */
+static void s_measure_with(const char *prefix, const char *prep_first,
+                           kla_result_t *res)
 {
     kla_build_t ref, cand;
     s_build(fx_ref_src, &ref);
-    char *src = kl_xasprintf(s_cand_fmt, prep_first);
+    char *body = kl_xasprintf(s_cand_fmt, prep_first);
+    char *src = kl_xasprintf("%s%s", prefix, body);
+    free(body);
     s_build(src, &cand);
     free(src);
     kla_problem_t p;
     s_problem(&p);
     kla_runner_measure(F.runner, &p, ref.so_path, "ref", cand.so_path, "mm",
                        res);
+}
+
+static void s_measure(const char *prep_first, kla_result_t *res)
+{
+    s_measure_with("", prep_first, res);
+}
+
+/* What an AMX kernel does in its prepare step (kl_amx.h): it checks that
+ * the process holds the tile state (ARCH_GET_XCOMP_PERM) and returns NULL
+ * without it; with it, it runs tile instructions (configure, zero, store,
+ * release) under the harness's seccomp filter. */
+static const char *s_amx_prefix =
+    "#include <immintrin.h>\n#include <string.h>\n#include <unistd.h>\n"
+    "#include <sys/syscall.h>\n"
+    "__attribute__((target(\"amx-tile\"))) static int amx_ok(void) {\n"
+    "  unsigned long perm = 0;\n"
+    "  if (syscall(SYS_arch_prctl, 0x1022, &perm) || !(perm & (1ul << 18)))\n"
+    "    return 0;\n"
+    "  unsigned char cfg[64] = {1};\n" /* palette 1 */
+    "  cfg[16] = 64; cfg[48] = 16;\n"  /* tile 0: 16 rows x 64 bytes */
+    "  _tile_loadconfig(cfg);\n"
+    "  float t[16][16]; memset(t, 0xff, sizeof t);\n"
+    "  _tile_zero(0); _tile_stored(0, t, 64); _tile_release();\n"
+    "  for (int i = 0; i < 16; i++) for (int j = 0; j < 16; j++)\n"
+    "    if (t[i][j] != 0) return 0;\n"
+    "  return 1;\n"
+    "}\n";
+
+/* Where Linux does not grant the tile state (no AMX on this CPU, or a
+ * kernel that refuses), an AMX kernel fails in its prepare step, never
+ * of SIGILL; on a CPU with AMX the harness's refusal is in the message. */
+static void test_amx_refused(void **state)
+{
+    (void)state;
+    if (kl_amx_offered())
+        skip(); /* granted here: test_amx_granted */
+    kla_result_t r;
+    s_measure_with(s_amx_prefix, "if (!amx_ok()) return NULL;", &r);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_RUNTIME_ERROR);
+    assert_non_null(strstr(r.error, "'mm_prepare' returned NULL"));
+    assert_null(strstr(r.error, "signal"));
+    if (kl_amx_cpu())
+        assert_non_null(strstr(r.error, "; AMX: Linux"));
+    else
+        assert_null(strstr(r.error, "AMX"));
+    kla_result_clear(&r);
+}
+
+/* On a CPU with AMX the harness holds the tile state before its seccomp
+ * filter: the kernel's tile instructions run and its result is right. */
+static void test_amx_granted(void **state)
+{
+    (void)state;
+    if (!kl_amx_offered())
+        skip(); /* no AMX here (amx_tile not in /proc/cpuinfo) */
+    kla_result_t r;
+    s_measure_with(s_amx_prefix, "if (!amx_ok()) return NULL;", &r);
+    if (r.status != KILN__STATUS__STATUS_OK)
+        fprintf(stderr, "error: %s\n", r.error);
+    assert_int_equal(r.status, KILN__STATUS__STATUS_OK);
+    assert_true(r.max_abs_err < 1e-3);
+    kla_result_clear(&r);
 }
 
 /* Prepared once, passed as args[3] to every call, verified. */
@@ -272,6 +339,8 @@ int main(void)
         cmocka_unit_test(test_prepare_sees_only_constants),
         cmocka_unit_test(test_const_without_prepare),
         cmocka_unit_test(test_prepare_64_args),
+        cmocka_unit_test(test_amx_refused),
+        cmocka_unit_test(test_amx_granted),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

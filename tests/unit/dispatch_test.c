@@ -236,6 +236,22 @@ static void test_feature_match(void **state)
                                           "cpu/x86_64-avx512", "vnni"));
     assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni",
                                           "sim/cpu/x86_64-avx512", "vnni"));
+    /* The matrix units: a device without bf16 never serves a +bf16 task,
+     * one without AMX never a +amx one (bf16 or int8). */
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512+bf16",
+                                         "cpu/x86_64-avx512", "vnni,bf16"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+bf16",
+                                          "cpu/x86_64-avx512", "vnni"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+bf16+amx",
+                                          "cpu/x86_64-avx512", "vnni,bf16"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512+bf16+amx",
+                                         "cpu/x86_64-avx512", "vnni,bf16,amx"));
+    assert_false(kl_dispatch_device_match("cpu/x86_64-avx512+vnni+amx",
+                                          "cpu/x86_64-avx512", "vnni,bf16"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512+vnni+amx",
+                                         "cpu/x86_64-avx512", "vnni,bf16,amx"));
+    assert_true(kl_dispatch_device_match("cpu/x86_64-avx512",
+                                         "cpu/x86_64-avx512", "bf16,amx"));
 
     kl_dcore_t *core;
     char err[KL_ERRMSG_LEN];

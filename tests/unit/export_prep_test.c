@@ -8,7 +8,9 @@
  *    kiln_model_prepare, and out of memory is a return value;
  *  - end to end: a record whose trace packs a dense layer's constant weight
  *    before the parallel loop, stored as that task's best, exported through
- *    the generator, and the library's output checked. */
+ *    the generator, and the library's output checked;
+ *  - AMX: a record under a "+amx" target makes the library ask for the
+ *    tile state first, and refuse cleanly where it is not granted. */
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "kl_amx.h"
 #include "kl_err.h"
 #include "kl_export.h"
 #include "kl_space.h"
@@ -229,8 +232,8 @@ static void test_graph_code_prepares_per_layer(void **state)
     char *out = kl_xasprintf("%s/hand", fx->dir);
     char *nvd = kl_xasprintf("%s/naive", fx->dir);
     assert_int_equal(kl_mkdirs(out, fx->err), KL_OK);
-    assert_int_equal(kl_export_write_graph(s_graph, fx->gpath, m, ks, NULL, out,
-                                           true, NULL, fx->err),
+    assert_int_equal(kl_export_write_graph(s_graph, fx->gpath, m, ks, false,
+                                           NULL, out, true, NULL, fx->err),
                      KL_OK);
     assert_int_equal(kl_export_naive(fx->gpath, nvd, NULL, fx->err), KL_OK);
     char *mc = s_read(fx, out, "kiln_model.c");
@@ -393,6 +396,99 @@ static void test_packed_weight_exported(void **state)
     free(db);
 }
 
+/* A record under an AMX target ("+amx"): the library asks Linux for the
+ * tile state before its first prepare step (kiln_model.h, "AMX"). Where
+ * the CPU has no AMX every entry returns 3 without touching the output
+ * and kiln_model_amx_error says why; where it has AMX the model runs. A
+ * library without an AMX kernel has none of it. */
+static void test_amx_export(void **state)
+{
+    fx_t *fx = *state;
+    if (strcmp(kl_cpu_target(), "cpu/x86_64-avx512") != 0)
+        skip(); /* the AMX target's kernels are AVX-512 code */
+    const char *tgt = "cpu/x86_64-avx512+bf16+amx";
+    kl_workload_t *w = NULL;
+    assert_int_equal(
+        kl_workload_from_op("dense N=2 I=16 O=16 bias=1", &w, fx->err), KL_OK);
+    kl_trace_t *tr = s_packed_trace(tgt);
+    char *db = kl_xasprintf("%s/db", fx->dir);
+    kl_store_t *st = NULL;
+    assert_int_equal(kl_store_open(&st, db, 0, fx->err), KL_OK);
+    s_commit_rec(st, w, tgt, tr, 1e-6, false, NULL, fx->err);
+    char *out = kl_xasprintf("%s/amx", fx->dir);
+    kl_export_cfg_t cfg = {.model = fx->gpath,
+                           .target = tgt,
+                           .out_dir = out,
+                           .fallback_naive = true,
+                           .build = true};
+    kl_export_result_t res;
+    if (kl_export_model(st, &cfg, &res, fx->err))
+        fail_msg("export: %s", fx->err);
+    kl_export_result_free(&res);
+    char *mc = s_read(fx, out, "kiln_model.c");
+    assert_non_null(strstr(mc,
+                           "ARCH_REQ_XCOMP_PERM */,\n"
+                           "                     18 /* XFEATURE_XTILEDATA"));
+    assert_non_null(strstr(mc, "ARCH_GET_XCOMP_PERM"));
+    assert_non_null(strstr(mc, "static int s_prepare(const float *const *p)\n"
+                               "{\n    (void)p;\n    if (s_amx())\n"
+                               "        return 3;\n"));
+    assert_non_null(strstr(mc, "float *output)\n{\n    if (s_amx())\n"
+                               "        return 3;\n    if (s_prepare(p))"));
+    free(mc);
+    char *h = s_read(fx, out, "kiln_model.h");
+    assert_non_null(strstr(h, "const char *kiln_model_amx_error(void);\n\n"
+                              "#endif\n"));
+    free(h);
+
+    lib_t lib;
+    s_open(&lib, out);
+    const char *(*amx_error)(void) = NULL;
+    *(void **)&amx_error = dlsym(lib.h, "kiln_model_amx_error");
+    assert_non_null(amx_error);
+    float **p = s_params(&lib, 5);
+    float *o = kl_xmalloc((size_t)lib.onumel() * sizeof *o);
+    o[0] = 12345.0f;
+    if (kl_amx_offered()) {
+        assert_null(amx_error());
+        assert_int_equal(lib.prepare((const float *const *)p), 0);
+        assert_int_equal(lib.run((const float *const *)p, o), 0);
+        assert_true(o[0] != 12345.0f);
+    } else {
+        assert_int_equal(lib.prepare((const float *const *)p), 3);
+        assert_int_equal(lib.run((const float *const *)p, o), 3);
+        assert_true(o[0] == 12345.0f); /* nothing ran */
+        assert_non_null(amx_error());
+        assert_non_null(strstr(amx_error(), "AMX"));
+        printf("AMX library here: %s\n", amx_error());
+    }
+    free(o);
+    s_free_params(&lib, p);
+    lib.release();
+    dlclose(lib.h);
+
+    /* The same model on the unrefined target: no AMX code at all. */
+    char *out2 = kl_xasprintf("%s/plain", fx->dir);
+    cfg.target = "cpu/x86_64-avx512";
+    cfg.out_dir = out2;
+    cfg.build = false;
+    if (kl_export_model(st, &cfg, &res, fx->err))
+        fail_msg("export: %s", fx->err);
+    kl_export_result_free(&res);
+    mc = s_read(fx, out2, "kiln_model.c");
+    assert_null(strstr(mc, "s_amx"));
+    free(mc);
+    h = s_read(fx, out2, "kiln_model.h");
+    assert_null(strstr(h, "amx"));
+    free(h);
+    kl_store_close(&st);
+    kl_trace_free(&tr);
+    kl_workload_free(&w);
+    free(out);
+    free(out2);
+    free(db);
+}
+
 int main(void)
 {
     if (kl_target_parse(kl_cpu_target(), &(kl_target_t){0}, NULL) != KL_OK) {
@@ -408,6 +504,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_packed_weight_exported, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_amx_export, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -302,7 +302,7 @@ static void test_tuned_qdense(void **state)
     assert_non_null(w);
     /* A sample of the int8 design space on this CPU's refined target, as
      * kiln tune keys it. */
-    const char *target = kl_target_resolve_for("cpu", true);
+    const char *target = kl_target_resolve_for("cpu", kl_workload_cpu_feats(w));
     kl_space_t *sp = NULL;
     int rc = kl_space_for_target(target, w, &sp, fx->err);
     if (rc == KL_ERR_UNSUPPORTED || rc == KL_ERR_INVAL) {

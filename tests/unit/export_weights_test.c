@@ -106,8 +106,8 @@ static int s_export(fx_t *fx, const char *text, const char *sub,
     }
     char *dir = kl_xasprintf("%s/%s", fx->dir, sub);
     assert_int_equal(kl_mkdirs(dir, fx->err), KL_OK);
-    int rc = kl_export_write_graph(text, "test.graph", m, ks, ps, dir, build,
-                                   NULL, fx->err);
+    int rc = kl_export_write_graph(text, "test.graph", m, ks, false, ps, dir,
+                                   build, NULL, fx->err);
     for (int t = 0; t < n; t++)
         kl_kernel_free(&ks[t]);
     free(ks);

@@ -14,6 +14,7 @@
 
 #include "kl_err.h"
 #include "kl_ir.h"
+#include "kl_target.h"
 #include "kl_util.h"
 
 static kl_workload_t *s_op(const char *spec)
@@ -207,17 +208,38 @@ static void test_parse_forms(void **state)
     assert_int_equal(kl_dtype_size(KL_DT_BF16), 2);
     assert_string_equal(kl_dtype_name(KL_DT_BF16), "bf16");
     char err[KL_ERRMSG_LEN];
-    /* bf16 workloads: bf16 inputs, a float output; not f32, not int8. */
-    const char *kinds[][2] = {{"matmul M=4 N=4 K=4 in=bf16", "1"},
-                              {"matmul M=4 N=4 K=4", "0"},
-                              {"matmul M=4 N=4 K=4 in=f16", "0"},
-                              {"qmatmul M=4 N=4 K=4", "0"}};
+    /* bf16 workloads: bf16 inputs, a float output; not f32, not int8.
+     * The CPU features their kernels may use, and what "cpu" resolves to
+     * for them on a CPU with every feature (KILN_CPU_FEATURES plays it). */
+    const unsigned int8 =
+        KL_CPU_FEAT_VNNI | KL_CPU_FEAT_AVXVNNI | KL_CPU_FEAT_AMX;
+    const struct {
+        const char *op;
+        bool bf16;
+        unsigned feats;
+        const char *suffix;
+    } kinds[] = {
+        {"matmul M=4 N=4 K=4 in=bf16", true, KL_CPU_FEAT_BF16 | KL_CPU_FEAT_AMX,
+         "+bf16+amx"},
+        {"matmul M=4 N=4 K=4", false, 0, ""},
+        {"matmul M=4 N=4 K=4 in=f16", false, 0, ""},
+        {"qmatmul M=4 N=4 K=4", false, int8, "+vnni+amx"},
+    };
+    bool avx512 = !strcmp(kl_cpu_target(), "cpu/x86_64-avx512");
+    setenv("KILN_CPU_FEATURES", "vnni,bf16,amx", 1);
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         kl_workload_t *k;
-        assert_int_equal(kl_workload_from_string(kinds[i][0], &k, err), KL_OK);
-        assert_int_equal(kl_workload_is_bf16(k), kinds[i][1][0] == '1');
+        assert_int_equal(kl_workload_from_string(kinds[i].op, &k, err), KL_OK);
+        assert_int_equal(kl_workload_is_bf16(k), kinds[i].bf16);
+        assert_int_equal(kl_workload_cpu_feats(k), kinds[i].feats);
+        char want[64];
+        snprintf(want, sizeof want, "cpu/x86_64-avx512%s", kinds[i].suffix);
+        if (avx512)
+            assert_string_equal(
+                kl_target_resolve_for("cpu", kl_workload_cpu_feats(k)), want);
         kl_workload_free(&k);
     }
+    unsetenv("KILN_CPU_FEATURES");
     kl_workload_t *back;
     assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
     assert_string_equal(back->canonical, w->canonical);

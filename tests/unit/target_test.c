@@ -12,6 +12,11 @@
 #include "kl_err.h"
 #include "kl_target.h"
 
+/* The features the kernels of an int8 and of a bf16 workload may use
+ * (coordinator/ir's kl_workload_cpu_feats, which common/ cannot call). */
+#define S_INT8 (KL_CPU_FEAT_VNNI | KL_CPU_FEAT_AVXVNNI | KL_CPU_FEAT_AMX)
+#define S_BF16 (KL_CPU_FEAT_BF16 | KL_CPU_FEAT_AMX)
+
 static void test_kinds(void **state)
 {
     (void)state;
@@ -165,35 +170,100 @@ static void test_features(void **state)
     const char *want = avx512 ? "cpu/x86_64-avx512+vnni"
                        : avx2 ? "cpu/x86_64-avx2+avxvnni"
                               : here;
-    assert_string_equal(kl_cpu_target_int(), want);
-    assert_string_equal(kl_target_resolve_for("cpu", true), want);
-    assert_string_equal(kl_target_resolve_for(NULL, true), want);
-    assert_string_equal(kl_target_resolve_for("cpu", false), here);
-    assert_string_equal(kl_target_resolve_for("cpu/x86_64-avx2", true),
+    assert_string_equal(kl_cpu_target_for(S_INT8), want);
+    assert_string_equal(kl_target_resolve_for("cpu", S_INT8), want);
+    assert_string_equal(kl_target_resolve_for(NULL, S_INT8), want);
+    assert_string_equal(kl_target_resolve_for("cpu", 0), here);
+    assert_string_equal(kl_target_resolve_for(NULL, 0), here);
+    assert_string_equal(kl_target_resolve_for("cpu/x86_64-avx2", S_INT8),
                         "cpu/x86_64-avx2");
     snprintf(buf, sizeof buf, "sim/%s", want);
-    assert_string_equal(kl_target_resolve_for("sim/cpu", true), buf);
+    assert_string_equal(kl_target_resolve_for("sim/cpu", S_INT8), buf);
     char sim[80];
-    assert_string_equal(kl_target_sim_for("cpu", true, sim, sizeof sim), buf);
+    assert_string_equal(kl_target_sim_for("cpu", S_INT8, sim, sizeof sim), buf);
     snprintf(buf, sizeof buf, "sim/%s", here);
     assert_string_equal(kl_target_sim("cpu", sim, sizeof sim), buf);
+    assert_string_equal(kl_target_sim_for("cpu", 0, sim, sizeof sim), buf);
     setenv("KILN_CPU_FEATURES", "", 1);
     assert_int_equal(kl_cpu_features(), 0);
-    assert_string_equal(kl_target_resolve_for("cpu", true), here);
+    assert_string_equal(kl_target_resolve_for("cpu", S_INT8), here);
     setenv("KILN_CPU_FEATURES", "avxvnni", 1);
     assert_int_equal(kl_cpu_features(), KL_CPU_FEAT_AVXVNNI);
-    assert_string_equal(kl_target_resolve_for("cpu", true),
+    assert_string_equal(kl_target_resolve_for("cpu", S_INT8),
                         avx2 ? "cpu/x86_64-avx2+avxvnni" : here);
     unsetenv("KILN_CPU_FEATURES");
+}
+
+/* What "cpu" resolves to for float, int8 and bf16 work (the features each
+ * one's kernels may use) on the CPUs KILN_CPU_FEATURES plays: this
+ * machine's ISA refined by the features it has of those, in the order
+ * +vnni+bf16+amx; an explicit target stays itself. */
+static void test_refine(void **state)
+{
+    (void)state;
+    if (strcmp(kl_cpu_target(), "cpu/x86_64-avx512") != 0)
+        skip(); /* the features refine x86_64-avx512 only */
+    static const struct {
+        const char *cpu, *f32, *int8, *bf16;
+    } rows[] = {
+        {"", "", "", ""},
+        {"vnni", "", "+vnni", ""},
+        {"vnni,bf16", "", "+vnni", "+bf16"},
+        {"bf16", "", "", "+bf16"},
+        {"vnni,bf16,amx", "", "+vnni+amx", "+bf16+amx"},
+        {"amx,bf16,vnni", "", "+vnni+amx", "+bf16+amx"},
+        {"vnni,avxvnni", "", "+vnni", ""},
+    };
+    const unsigned masks[3] = {0, S_INT8, S_BF16};
+    char want[64], sim[96], got[96];
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        setenv("KILN_CPU_FEATURES", rows[i].cpu, 1);
+        const char *suffix[3] = {rows[i].f32, rows[i].int8, rows[i].bf16};
+        for (int k = 0; k < 3; k++) {
+            snprintf(want, sizeof want, "cpu/x86_64-avx512%s", suffix[k]);
+            assert_string_equal(kl_target_resolve_for("cpu", masks[k]), want);
+            assert_string_equal(kl_target_resolve_for(NULL, masks[k]), want);
+            assert_string_equal(kl_cpu_target_for(masks[k]), want);
+            snprintf(sim, sizeof sim, "sim/%s", want);
+            assert_string_equal(kl_target_resolve_for("sim/cpu", masks[k]),
+                                sim);
+            assert_string_equal(
+                kl_target_sim_for("cpu", masks[k], got, sizeof got), sim);
+            /* What it resolves to parses back to itself. */
+            kl_target_t t;
+            char err[KL_ERRMSG_LEN];
+            assert_int_equal(kl_target_parse(want, &t, err), KL_OK);
+            assert_string_equal(t.name, want);
+            assert_string_equal(
+                kl_target_resolve_for("cpu/x86_64-avx512", masks[k]),
+                "cpu/x86_64-avx512");
+            assert_string_equal(kl_target_resolve_for("cuda/sm_90", masks[k]),
+                                "cuda/sm_90");
+        }
+    }
+    unsetenv("KILN_CPU_FEATURES");
+    /* Only a device with every feature of a task's target serves it. */
+    assert_true(
+        kl_target_features_match("cpu/x86_64-avx512+bf16", "vnni,bf16"));
+    assert_false(kl_target_features_match("cpu/x86_64-avx512+bf16", "vnni"));
+    assert_false(kl_target_features_match("cpu/x86_64-avx512+bf16", NULL));
+    assert_false(
+        kl_target_features_match("cpu/x86_64-avx512+bf16+amx", "vnni,bf16"));
+    assert_true(kl_target_features_match("cpu/x86_64-avx512+bf16+amx",
+                                         "vnni,bf16,amx"));
+    assert_false(
+        kl_target_features_match("cpu/x86_64-avx512+vnni+amx", "vnni,bf16"));
+    assert_true(
+        kl_target_features_match("cpu/x86_64-avx512+vnni+amx", "amx,vnni"));
+    assert_true(kl_target_features_match("cpu/x86_64-avx512", "bf16"));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds),
-        cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_resolve),
-        cmocka_unit_test(test_features),
+        cmocka_unit_test(test_kinds),   cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_resolve), cmocka_unit_test(test_features),
+        cmocka_unit_test(test_refine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
