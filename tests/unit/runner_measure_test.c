@@ -377,7 +377,8 @@ static void test_problem_from_request(void **state)
     assert_int_equal(p.nelem[1], 4096);
     assert_true(p.is_output[1] && !p.is_output[0]);
     /* f16 / bf16: two bytes an element, for the backend to accept (CUDA
-     * inputs) or refuse (the CPU agent). */
+     * inputs; the CPU agent's bf16 inputs, stored as f32) or refuse (the
+     * CPU agent's f16, and a bf16 output). */
     a.dtype = KILN__DTYPE__DTYPE_F16;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
     assert_int_equal(p.esize[0], 2);
@@ -386,9 +387,12 @@ static void test_problem_from_request(void **state)
                      KL_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "'A' has dtype f16"));
     a.dtype = KILN__DTYPE__DTYPE_BF16;
+    assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err), KL_OK);
+    a.role = KILN__ARG_ROLE__ROLE_OUTPUT;
     assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err),
                      KL_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "'A' has dtype bf16"));
+    a.role = KILN__ARG_ROLE__ROLE_INPUT;
     a.dtype = (Kiln__DType)9;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err),
                      KL_ERR_UNSUPPORTED);
