@@ -20,6 +20,7 @@ struct kl_model_s {
     int nlayers, ntuned;
     double flop;
     char *untuned;
+    kl_dtype prec; /* KL_DT_F32 or KL_DT_BF16 */
 };
 
 /* ---- fusion ---- */
@@ -389,6 +390,7 @@ int kl_model_parse_prec(const char *text, const char *source, kl_dtype prec,
     kl_mgraph_set_precision(&g, prec);
     kl_model_t *m = kl_xcalloc(1, sizeof(*m));
     m->name = kl_xstrdup(g.name ? g.name : src);
+    m->prec = prec;
     rc = s_extract(m, &g, src, err);
     kl_mgraph_free(&g);
     if (rc) {
@@ -508,6 +510,11 @@ int kl_model_load_prec(const char *name_or_path, kl_dtype prec,
 const char *kl_model_name(const kl_model_t *m)
 {
     return m->name;
+}
+
+kl_dtype kl_model_prec(const kl_model_t *m)
+{
+    return m->prec;
 }
 
 int kl_model_ntasks(const kl_model_t *m)

@@ -193,6 +193,8 @@ const char *kl_model_builtin_text(const char *name);
 
 /* The model's name ("model" line, else the source). */
 const char *kl_model_name(const kl_model_t *m);
+/* The precision it was loaded in (KL_DT_F32 or KL_DT_BF16). */
+kl_dtype kl_model_prec(const kl_model_t *m);
 int kl_model_ntasks(const kl_model_t *m);
 /* Task i, borrowed until kl_model_destroy. */
 const kl_model_task_t *kl_model_task(const kl_model_t *m, int i);
