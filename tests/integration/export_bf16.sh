@@ -9,7 +9,8 @@
 # value, so each product within 2^-8, over the graph's three multiplying
 # layers in a row, with a margin); the same for ResNet-18 exported with
 # --fallback naive (its reference kernels read the f32 values as they
-# are). An unknown precision is a usage error naming f32 and bf16.
+# are). kiln run takes that tolerance from the manifest unless --rtol is
+# given. An unknown precision is a usage error naming f32 and bf16.
 . "$(dirname "$0")/lib.sh"
 TEVAL=(--repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush)
 command -v "${CC:-cc}" >/dev/null || { echo "SKIP: no C compiler"; exit 77; }
@@ -55,10 +56,13 @@ grep -q "conv2d_1_8_16_16_8_3_3_s1_p1_bias_relu_bf16" "$T/miss.log" || fail "the
 grep -q "4 tasks, 4 tuned, 0 naive" "$T/export.out" || { cat "$T/export.out"; fail "not every task tuned"; }
 grep -q '"precision":"bf16"' "$T/out/manifest.json" || fail "the manifest does not say bf16"
 [ "$(grep -c '"name":"[a-z0-9_]*_bf16"' "$T/out/manifest.json")" = 3 ] || fail "the manifest has not 3 bf16 tasks"
+# kiln run takes the bf16 tolerance from the manifest by itself.
 "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" --repeat 2 \
-    --no-dnnl --rtol "$BTOL" >"$T/run.out" 2>"$T/run.log" ||
+    --no-dnnl >"$T/run.out" 2>"$T/run.log" ||
     { cat "$T/run.out" "$T/run.log"; fail "kiln run of the bf16 library exited $?"; }
-grep "^output matches the naive build" "$T/run.out" || fail "kiln run: no match line"
+grep -q "^precision bf16 (manifest.json): rtol 0.016" "$T/run.out" ||
+    fail "kiln run: no bf16 tolerance from the manifest: $(cat "$T/run.out")"
+grep "^output matches the naive build.*rtol 0.016)" "$T/run.out" || fail "kiln run: no match line"
 
 NPY="python3 $(dirname "$0")/npy_tool.py"
 $NPY write "$T/x.npy" '<f4' 1x8x16x16 || fail "cannot write x.npy"
