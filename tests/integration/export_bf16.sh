@@ -7,7 +7,9 @@
 # output and agrees with the f32 naive build within rtol 1.6e-2 of the
 # largest output (4 x 2^-8: each bf16 operand is within 2^-9 of its f32
 # value, so each product within 2^-8, over the graph's three multiplying
-# layers in a row, with a margin); the same for ResNet-18 exported with
+# layers in a row, with a margin), and so does a build whose reads of bf16
+# tensors are rounded to bf16 (real bf16 arithmetic, not 0 off); the same
+# for ResNet-18 exported with
 # --fallback naive (its reference kernels read the f32 values as they
 # are). kiln run takes that tolerance from the manifest unless --rtol is
 # given. An unknown precision is a usage error naming f32 and bf16.
@@ -47,6 +49,40 @@ grep -q "unknown precision 'f16' (expected f32 or bf16)" "$T/bad.out" || fail "t
 [ $? = 3 ] || { cat "$T/miss.log"; fail "bf16 export without bf16 records did not exit 3"; }
 grep -q "3 of 4 tasks have no valid record" "$T/miss.log" || { cat "$T/miss.log"; fail "missing tasks not counted"; }
 grep -q "conv2d_1_8_16_16_8_3_3_s1_p1_bias_relu_bf16" "$T/miss.log" || fail "the missing bf16 conv is not named"
+
+# The tolerance against bf16 arithmetic itself: the naive bf16 build with
+# every read of a bf16 tensor (X, W of the _bf16 tasks) rounded to bf16
+# (nearest even) in its C (all 3 are naive: the store has f32 records
+# only yet), rebuilt as kiln export builds it, differs from
+# the f32 naive build (not 0) and stays within the manifest's rtol.
+"$KILN" export --db "$T/db" --model "$T/tiny.graph" --precision bf16 --fallback naive \
+    --out "$T/emu" >"$T/emu.out" 2>"$T/emu.log" || fail "naive bf16 export exited $?"
+python3 - "$T/emu" <<'P' || fail "could not round the bf16 reads"
+import json, re, sys
+d = sys.argv[1]
+rnd = ("static inline float kl_bf16r(float v)\n{ uint32_t u; memcpy(&u, &v, 4); "
+       "u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; memcpy(&v, &u, 4); return v; }\n")
+n = 0
+for i, t in enumerate(json.load(open(d + "/manifest.json"))["tasks"]):
+    if not t["name"].endswith("_bf16"):
+        continue
+    p = "%s/task_%02d.c" % (d, i)
+    s = open(p).read()
+    k = s.index("void kiln_task_%02d(" % i)
+    s = s[:k] + rnd + re.sub(r"(?<![A-Za-z0-9_])([XW])\[([^\]]*)\]", r"kl_bf16r(\1[\2])", s[k:])
+    open(p, "w").write(s)
+    n += 1
+sys.exit(n != 3)
+P
+(cd "$T/emu" && "${CC:-cc}" -O3 -march=native -fopenmp -shared -fPIC -Wl,-Bsymbolic \
+    -Wl,-z,nodelete -o libkiln_model.so task_*.c kiln_model.c kiln_weights.S -lm) \
+    >"$T/emucc.log" 2>&1 || fail "the rounded build does not compile: $(tail "$T/emucc.log")"
+"$KILN" run --lib "$T/emu/libkiln_model.so" --model "$T/tiny.graph" --repeat 1 \
+    --no-dnnl >"$T/emurun.out" 2>"$T/emurun.log" ||
+    { cat "$T/emurun.out"; fail "bf16 arithmetic is not within the bf16 tolerance"; }
+grep "^output matches the naive build" "$T/emurun.out" || fail "rounded build: no match line"
+grep -q "^output matches the naive build: 32 elements, largest difference 0 " "$T/emurun.out" &&
+    fail "the rounded build computes f32: the check proves nothing"
 
 "$KILN" tune --model "$T/tiny.graph" --precision bf16 --max-trials-per-task 3 \
     --trials-per-iter 3 --db "$T/db" --strategy replay --quiet "${TEVAL[@]}" \
