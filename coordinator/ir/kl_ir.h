@@ -250,7 +250,9 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  * (the tensor-core form, docs/architecture.md). The name ends "_f16" /
  * "_bf16"; in=f32 is the default and changes nothing.
  *   conv2d N C H W K R S [stride=1 pad=0 dilation=1 groups=1
- *          layout=NCHW|NHWC bias=0 relu=0 residual=0]
+ *          layout=NCHW|NHWC bias=0 relu=0 residual=0 in=f32]
+ *          (in=bf16 / f16: X and W of that dtype, as above; bias,
+ *          residual and output f32)
  *   depthwise_conv2d N C H W R S [stride pad dilation multiplier=1 ...]
  *   conv2d_transpose N C H W K R S [stride pad output_pad=0]
  *          (the gradient of conv2d w.r.t. its input: C input channels of
