@@ -103,8 +103,8 @@ struct kla_backend_s {
     const char *unit;
     int max_devices; /* numbers a selection may hold */
     /* bf16 arguments are held as f32 (the CPU: kl_ir.h, the C ABI stays
-     * float * and a kernel rounds each read of one to bf16), so a
-     * problem's bf16 arguments are f32 buffers (kla_problem_bf16_as_f32).
+     * float *), so a problem's bf16 arguments are f32 buffers holding
+     * bf16 values (kla_problem_bf16_as_f32).
      * false: 2-byte elements, as the device's worker fills them. */
     bool bf16_as_f32;
 

@@ -70,10 +70,11 @@ int kla_problem_from_request(kla_problem_t *out,
                              uint64_t max_bytes, char *err);
 
 /* For a device that holds bf16 as f32 (kla_backend_t's bf16_as_f32):
- * every bf16 argument of p becomes an f32 one of 4-byte elements, filled
- * and compared as f32 (its kernels round what they read, as the
- * reference does). KL_ERR_INVAL when the buffers then pass max_bytes (0:
- * no bound). */
+ * every bf16 argument of p gets 4-byte elements (its dtype stays bf16:
+ * the runner fills it with f32 values a bf16 holds, rounded to nearest
+ * even, so a kernel's conversion of them to bf16 is exact and a plain f32
+ * kernel computes the products the reference does). KL_ERR_INVAL when the
+ * buffers then pass max_bytes (0: no bound). */
 int kla_problem_bf16_as_f32(kla_problem_t *p, uint64_t max_bytes, char *err);
 
 typedef struct {

@@ -120,10 +120,8 @@ int kla_problem_bf16_as_f32(kla_problem_t *p, uint64_t max_bytes, char *err)
 {
     uint64_t total = 0;
     for (int i = 0; i < p->n_args; i++) {
-        if (p->dtype[i] == KILN__DTYPE__DTYPE_BF16) {
-            p->dtype[i] = KILN__DTYPE__DTYPE_F32;
-            p->esize[i] = sizeof(float);
-        }
+        if (p->dtype[i] == KILN__DTYPE__DTYPE_BF16)
+            p->esize[i] = sizeof(float); /* the dtype stays: see above */
         total += (uint64_t)p->nelem[i] * p->esize[i];
     }
     if (max_bytes && total > max_bytes)

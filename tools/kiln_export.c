@@ -8,6 +8,7 @@
 #include "kiln_cmds.h"
 #include "kl_err.h"
 #include "kl_export.h"
+#include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_store.h"
 #include "kl_util.h"
@@ -29,6 +30,10 @@ static const kl_opt_t s_opts[] = {
     {"fallback", KL_OPT_STR, NULL, KL_NOBOUNDS, "naive",
      "tasks without a record get their reference kernel (one warning "
      "each) instead of failing"},
+    {"precision", KL_OPT_STR, "f32", KL_NOBOUNDS, "f32|bf16",
+     "--model: the precision the model computes in; bf16 runs its conv2d, "
+     "dense, matmul and batch_matmul layers with the records of their "
+     "in=bf16 tasks (CPU targets; the library still takes and gives f32)"},
     {"no-build", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "write the sources only, do not build libkiln_model.so"},
     {"cc", KL_OPT_STR, NULL, KL_NOBOUNDS, "CC",
@@ -39,8 +44,8 @@ static const kl_opt_t s_opts[] = {
 static const char s_usage[] =
     "usage: kiln export --db DIR (--model NAME | --op TEXT) [--target cpu] "
     "--out DIR\n"
-    "                   [--condition warm|cold] [--fallback naive] "
-    "[--no-build]\n"
+    "                   [--precision f32|bf16] [--condition warm|cold]\n"
+    "                   [--fallback naive] [--no-build]\n"
     "Writes the best record of every task on the exact target as source, a "
     "manifest.json,\nand for CPU targets libkiln_model.so with kiln_model_run "
     "and the model's weights\n(its own, else seeded random; see "
@@ -89,10 +94,11 @@ static int s_op(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, const char *out,
     return rc == KL_ERR_NOTFOUND ? 3 : rc == KL_ERR_INVAL ? 2 : rc ? 1 : 0;
 }
 
-static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond,
+static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, kl_dtype prec,
                    const char *out, char *err)
 {
     kl_export_cfg_t cfg = {
+        .precision = prec,
         .model = kl_opts_str(o, "model"),
         .target = kl_opts_str(o, "target"),
         .cond = cond,
@@ -159,8 +165,16 @@ int kiln_cmd_export(int argc, char **argv)
     const char *fb = kl_opts_str(o, "fallback");
     bool model = kl_opts_given(o, "model"), op = kl_opts_given(o, "op");
     kl_cond_t cond = KL_COND_WARM;
+    kl_dtype prec = KL_DT_F32;
+    char perr[KL_ERRMSG_LEN];
     bool bad_cond = kl_cond_parse(kl_opts_str(o, "condition"), &cond, err);
-    const char *bad = bad_cond          ? err
+    bool bad_prec =
+        kl_model_precision(kl_opts_str(o, "precision"), &prec, perr) != KL_OK;
+    const char *bad = bad_cond   ? err
+                      : bad_prec ? perr
+                      : op && kl_opts_given(o, "precision")
+                          ? "--precision goes with --model (an --op takes "
+                            "in=bf16 itself)"
                       : !db             ? "--db is required"
                       : !out            ? "--out is required"
                       : model == op     ? "give one of --model and --op"
@@ -180,7 +194,8 @@ int kiln_cmd_export(int argc, char **argv)
         kl_opts_free(&o);
         return rc == KL_ERR_NOTFOUND ? 3 : 1;
     }
-    rc = op ? s_op(st, o, cond, out, err) : s_model(st, o, cond, out, err);
+    rc =
+        op ? s_op(st, o, cond, out, err) : s_model(st, o, cond, prec, out, err);
     kl_store_close(&st);
     kl_opts_free(&o);
     return rc;

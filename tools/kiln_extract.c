@@ -16,6 +16,9 @@ static const kl_opt_t s_opts[] = {
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
      "a built-in model (resnet18, resnet50, mobilenet_v2, bert_base), a "
      "graph file (docs/models.md) or an ONNX model (.onnx)"},
+    {"precision", KL_OPT_STR, "f32", KL_NOBOUNDS, "f32|bf16",
+     "the precision the model computes in: bf16 makes every conv2d, dense, "
+     "matmul and batch_matmul task its in=bf16 form (docs/cli.md)"},
     {"json", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "print one JSON object (with each workload's canonical text and key) "
      "instead of the table"},
@@ -28,11 +31,11 @@ static const kl_opt_t s_opts[] = {
 };
 
 static const char s_usage[] =
-    "usage: kiln extract --model NAME|FILE [--json]\n"
+    "usage: kiln extract --model NAME|FILE [--precision f32|bf16] [--json]\n"
     "       kiln extract --list\n"
     "       kiln extract --model NAME|FILE --print-graph";
 
-static void s_table(const kl_model_t *m)
+static void s_table(const kl_model_t *m, kl_dtype prec)
 {
     int n = kl_model_ntasks(m), nw = 4;
     for (int i = 0; i < n; i++) {
@@ -43,10 +46,12 @@ static void s_table(const kl_model_t *m)
     int kernels = 0;
     for (int i = 0; i < n; i++)
         kernels += kl_model_task(m, i)->weight;
-    printf("Model %s: %d layers -> %d kernels (fused relu/add and integer "
-           "shortcuts: %d, views and untuned: %d) -> %d distinct tasks\n\n",
-           kl_model_name(m), kl_model_nlayers(m), kernels,
-           kl_model_ntuned_layers(m) - kernels,
+    printf("Model %s%s%s: %d layers -> %d kernels (fused relu/add and "
+           "integer shortcuts: %d, views and untuned: %d) -> %d distinct "
+           "tasks\n\n",
+           kl_model_name(m), prec == KL_DT_F32 ? "" : ", precision ",
+           prec == KL_DT_F32 ? "" : kl_dtype_name(prec), kl_model_nlayers(m),
+           kernels, kl_model_ntuned_layers(m) - kernels,
            kl_model_nlayers(m) - kl_model_ntuned_layers(m), n);
     int width = printf("%3s | %-*s | %12s | %6s | %s", "ID", nw, "Name", "FLOP",
                        "Weight", "Workload");
@@ -69,11 +74,13 @@ static void s_table(const kl_model_t *m)
                kl_model_untuned(m));
 }
 
-static void s_json(const kl_model_t *m)
+static void s_json(const kl_model_t *m, kl_dtype prec)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "model",
                            json_object_new_string(kl_model_name(m)));
+    json_object_object_add(o, "precision",
+                           json_object_new_string(kl_dtype_name(prec)));
     json_object *a = json_object_new_array();
     int weights = 0;
     for (int i = 0; i < kl_model_ntasks(m); i++) {
@@ -149,17 +156,23 @@ int kiln_cmd_extract(int argc, char **argv)
         kl_opts_free(&o);
         return rc ? 2 : 0;
     }
+    kl_dtype prec;
+    if (kl_model_precision(kl_opts_str(o, "precision"), &prec, err)) {
+        fprintf(stderr, "kiln extract: --precision: %s\n%s\n", err, s_usage);
+        kl_opts_free(&o);
+        return 2;
+    }
     kl_model_t *m = NULL;
-    int rc = kl_model_load(name, &m, err);
+    int rc = kl_model_load_prec(name, prec, &m, err);
     if (rc) {
         fprintf(stderr, "kiln extract: %s\n", err);
         kl_opts_free(&o);
         return 2;
     }
     if (kl_opts_bool(o, "json"))
-        s_json(m);
+        s_json(m, prec);
     else
-        s_table(m);
+        s_table(m, prec);
     kl_model_destroy(&m);
     kl_opts_free(&o);
     return 0;

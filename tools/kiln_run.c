@@ -43,7 +43,8 @@ static const kl_opt_t s_opts[] = {
     {"rtol", KL_OPT_DOUBLE, "1e-3", 0, 1, "X",
      "largest difference allowed, relative to the reference's largest "
      "magnitude (default 1e-3 against the naive build, 1e-4 against "
-     "--expect; given, it applies to both)"},
+     "--expect, 1.6e-2 against both for a library whose manifest says "
+     "precision bf16; given, it applies to both)"},
     {"profile", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "time every layer (median of --repeat runs) beside its task's tuned "
      "latency (manifest.json beside the library)"},
@@ -66,6 +67,10 @@ static const char s_usage[] =
 
 /* The default --rtol against --expect. */
 #define S_EXPECT_RTOL 1e-4
+/* The default --rtol of a bf16 library (its manifest's "precision"),
+ * against the naive build and --expect alike: 4 x 2^-8 of the largest
+ * magnitude (docs/cli.md, "Precision"). */
+#define S_BF16_RTOL 1.6e-2
 
 typedef struct {
     void *h;
@@ -544,6 +549,22 @@ static s_mtask_t *s_manifest_tasks(const char *lib, int *n)
     return t;
 }
 
+/* Whether the manifest.json beside the library says "precision": "bf16"
+ * (kl_export.c; absent: f32). */
+static bool s_lib_bf16(const char *lib)
+{
+    const char *slash = strrchr(lib, '/');
+    char *path =
+        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
+              : kl_xstrdup("manifest.json");
+    json_object *m = json_object_from_file(path), *v = NULL;
+    bool bf16 = m && json_object_object_get_ex(m, "precision", &v) &&
+                !strcmp(json_object_get_string(v), "bf16");
+    json_object_put(m);
+    free(path);
+    return bf16;
+}
+
 /* Every layer's median time over repeat runs of kiln_model_run_profiled,
  * beside its task's tuned latency, and the totals. */
 static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
@@ -630,7 +651,11 @@ static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
     const char *model = kl_opts_str(o, "model");
     const char *epath = kl_opts_str(o, "expect"),
                *opath = kl_opts_str(o, "output");
-    double rtol = kl_opts_double(o, "rtol");
+    double rtol = kl_opts_double(o, "rtol"), ertol = S_EXPECT_RTOL;
+    if (!kl_opts_given(o, "rtol") && s_lib_bf16(kl_opts_str(o, "lib"))) {
+        rtol = ertol = S_BF16_RTOL;
+        printf("precision bf16 (manifest.json): rtol %g\n", rtol);
+    }
     /* Integer outputs (a graph ending in a q-op or quantize): the naive
      * build's exactly, unless --rtol says otherwise. */
     double nrtol =
@@ -650,8 +675,7 @@ static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
         rc = s_check(lib, got, ref, n, nrtol, "the naive build", err);
     if (!rc && epath)
         rc = s_check(lib, got, expect->data, n,
-                     kl_opts_given(o, "rtol") ? rtol : S_EXPECT_RTOL, epath,
-                     err);
+                     kl_opts_given(o, "rtol") ? rtol : ertol, epath, err);
     double e2e = 0;
     kl_dnnl_net_t *d = NULL;
     if (!rc && !kl_opts_bool(o, "no-dnnl"))

@@ -38,6 +38,10 @@ static const kl_opt_t s_opts[] = {
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
      "every task of a built-in model (resnet18, resnet50, mobilenet_v2, "
      "bert_base) or of a graph or ONNX file (docs/models.md)"},
+    {"precision", KL_OPT_STR, "f32", KL_NOBOUNDS, "f32|bf16",
+     "--model: the precision the model computes in; bf16 tunes its conv2d, "
+     "dense, matmul and batch_matmul tasks in their in=bf16 forms "
+     "(docs/cli.md)"},
     {"max-trials-per-task", KL_OPT_INT, NULL, 0, 1e12, "N",
      "hard cap on each task, records already in --db included; a failed "
      "candidate counts as a trial (default: " KL_OPT_DEF(
@@ -66,7 +70,8 @@ static const kl_opt_t s_opts[] = {
 };
 
 static const char s_usage[] =
-    "usage: kiln tune (--op TEXT | --model NAME|FILE) [--target cpu]\n"
+    "usage: kiln tune (--op TEXT | --model NAME|FILE [--precision f32|bf16])\n"
+    "                 [--target cpu]\n"
     "                 [--max-trials-per-task N] [--max-trials-global N] "
     "[--trials-per-iter K]\n"
     "                 [--strategy evolutionary|replay] [--scheduler "
@@ -441,10 +446,17 @@ static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "--max-trials-global goes with --model (--op has "
                        "--max-trials-per-task)");
+    else if (op && kl_opts_given(c->o, "precision"))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--precision goes with --model (an --op takes "
+                       "in=bf16 itself)");
     else
         rc = kl_fleet_head_check(c->o, true, err);
+    kl_dtype prec = KL_DT_F32;
     if (!rc && model)
-        rc = kl_model_load(model, &c->model, err);
+        rc = kl_model_precision(kl_opts_str(c->o, "precision"), &prec, err);
+    if (!rc && model)
+        rc = kl_model_load_prec(model, prec, &c->model, err);
     if (rc) {
         fprintf(stderr, "kiln tune: %s\n%s\n", err, s_usage);
         return 2;

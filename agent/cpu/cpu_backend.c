@@ -124,21 +124,27 @@ static void s_measure(kla_dev_t *d, const kla_problem_t *p, const char *ref_so,
                        entry, out);
 }
 
-/* The CPU runner fills and compares f32, u8, s8 and s32 buffers; bf16
- * arguments are held as f32 (bf16_as_f32: the CPU's C ABI for them),
- * f16 ones are measured on GPUs only (the CPU codegen has none). */
+/* The CPU runner fills and compares f32, u8, s8 and s32 buffers, and bf16
+ * inputs stored as f32 (the C ABI's float *) holding bf16 values (each
+ * rounded to nearest even: a bf16 kernel converts them exactly, a plain
+ * f32 kernel and the reference compute the same products). f16
+ * arguments, and bf16 outputs, are measured on GPUs only. */
 static int s_check_request(const kla_dev_t *d, const Kiln__MeasureRequest *m,
                            char *err)
 {
     (void)d;
     for (size_t i = 0; i < m->n_args; i++) {
         const Kiln__KernelArg *a = m->args[i];
-        if (a->dtype == KILN__DTYPE__DTYPE_F16)
+        if (a->dtype == KILN__DTYPE__DTYPE_F16 ||
+            (a->dtype == KILN__DTYPE__DTYPE_BF16 &&
+             a->role == KILN__ARG_ROLE__ROLE_OUTPUT))
             return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                             "argument %zu '%s' has dtype f16: the CPU agent "
-                             "runs f32, bf16 (held as f32), u8, s8 and s32 "
-                             "arguments only",
-                             i, a->name && *a->name ? a->name : "?");
+                             "argument %zu '%s' has dtype %s: the CPU agent "
+                             "runs f32, u8, s8 and s32 arguments and bf16 "
+                             "inputs only",
+                             i, a->name && *a->name ? a->name : "?",
+                             a->dtype == KILN__DTYPE__DTYPE_F16 ? "f16"
+                                                                : "bf16");
     }
     return KL_OK;
 }

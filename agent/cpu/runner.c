@@ -23,7 +23,22 @@
  * left 0, is f32). */
 size_t kla_runner__esize(const kla_problem_t *p, int a)
 {
+    if (p->dtype[a] == KILN__DTYPE__DTYPE_BF16)
+        return sizeof(float); /* stored as f32 on the CPU (cpu_backend.c) */
     return p->esize[a] ? p->esize[a] : sizeof(float);
+}
+
+/* v rounded to bf16 (nearest even) and back: every input value of a bf16
+ * argument is one a bf16 holds, so that a kernel's conversion to bf16 is
+ * exact and a plain f32 kernel computes what a bf16 one does. v is finite
+ * and small here (the agent's own inputs). */
+static float s_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
 /* ---- memory the agent owns --------------------------------------------- */
@@ -223,6 +238,9 @@ static bool s_ref_buffers(const kla_problem_t *p, kla_runner__ref_t *e)
                 break;
             case KILN__DTYPE__DTYPE_I32:
                 ((int32_t *)b)[i] = (int32_t)(u * 2001) - 1000;
+                break;
+            case KILN__DTYPE__DTYPE_BF16:
+                ((float *)b)[i] = s_bf16((float)(2.0 * u - 1.0));
                 break;
             default: /* with integers about, f32 inputs are scales */
                 ((float *)b)[i] = p->any_int ? (float)(1e-3 + 9e-3 * u)

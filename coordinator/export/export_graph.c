@@ -174,7 +174,10 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
                          const char *what, const kl_workload_t *w)
 {
     const kl_tensor_t *t = &w->tensors[a->n < KL_IR_MAX_TENSORS ? a->n : 0];
-    int pi = s_new_param(c, nd->name, what, t->ndim, t->shape, t->dtype);
+    /* a bf16 weight stays f32 in kiln_model.weights: its kernel reads
+     * float * and converts it (in its prepare step) */
+    kl_dtype dt = t->dtype == KL_DT_BF16 ? KL_DT_F32 : t->dtype;
+    int pi = s_new_param(c, nd->name, what, t->ndim, t->shape, dt);
     /* an NHWC q-conv's weight: [R,S,C,K] from the model's [K,C,R,S] */
     if (nd->nhwc && nd->op == KL_MOP_QCONV2D && !strcmp(what, "weight") &&
         t->ndim == 4) {
@@ -725,6 +728,8 @@ int kl_export_write_graph(const char *text, const char *source,
     int rc = kl_mgraph_parse(text, source, &g, err);
     if (rc)
         return rc;
+    /* each layer's workload, hence its task, in the model's precision */
+    kl_mgraph_set_precision(&g, kl_model_prec(m));
     kl_mgraph_fuse(&g);
     s_gen_t c = {.g = &g,
                  .m = m,

@@ -234,6 +234,10 @@ static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
     json_object_object_add(o, "model",
                            json_object_new_string(kl_model_name(m)));
     json_object_object_add(o, "target", json_object_new_string(target));
+    if (kl_model_prec(m) != KL_DT_F32) /* absent: f32 */
+        json_object_object_add(
+            o, "precision",
+            json_object_new_string(kl_dtype_name(kl_model_prec(m))));
     json_object *a = json_object_new_array();
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         char file[32];
@@ -407,6 +411,11 @@ static int s_float_only(const kl_model_t *m, const kl_export_cfg_t *cfg,
     if (kl_target_kind_of(kl_export_target(cfg->target), &kind) ||
         kind == KL_TARGET_CPU)
         return KL_OK;
+    if (kl_model_prec(m) != KL_DT_F32) /* a GPU kernel takes 16-bit inputs */
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%s: precision %s exports to CPU targets only (their "
+                         "bf16 kernels take the f32 tensors of the graph)",
+                         cfg->model, kl_dtype_name(kl_model_prec(m)));
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
         if (kl_workload_is_int(t->w))
@@ -427,7 +436,7 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     kl_model_params_t ps = {0};
     int rc = kl_model_text_params(cfg->model, &text, &ps, err);
     if (!rc)
-        rc = kl_model_parse(text, cfg->model, &m, err);
+        rc = kl_model_parse_prec(text, cfg->model, cfg->precision, &m, err);
     if (!rc)
         rc = s_float_only(m, cfg, err);
     if (rc) {

@@ -99,6 +99,13 @@ typedef struct {
     bool fallback_naive; /* reference kernels where a record is missing */
     bool build;          /* build libkiln_model.so (CPU targets) */
     const char *cc;      /* compiler; NULL: $CC, else "cc" */
+    /* The model's precision (kl_model.h, "Precision"): KL_DT_F32 (0, the
+     * default) or KL_DT_BF16, whose conv2d / dense / matmul /
+     * batch_matmul layers run their in=bf16 tasks' records; their kernels
+     * take f32 buffers (weights stay f32 in kiln_model.weights, converted
+     * by the kernel's prepare step), so the library's interface is the
+     * f32 one. CPU targets only; the manifest says "precision": "bf16". */
+    kl_dtype precision;
 } kl_export_cfg_t;
 
 typedef struct {

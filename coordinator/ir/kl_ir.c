@@ -171,6 +171,23 @@ unsigned kl_workload_cpu_feats(const kl_workload_t *w)
     return 0;
 }
 
+int64_t kl_workload_red_len(const kl_workload_t *w)
+{
+    int64_t k = 1;
+    for (int i = 0; i < w->niters; i++)
+        if (w->iters[i].reduce)
+            k *= w->iters[i].extent;
+    return k;
+}
+
+double kl_workload_rtol(const kl_workload_t *w, double rtol)
+{
+    if (!kl_workload_is_bf16(w))
+        return rtol;
+    double k = ldexp(KL_BF16_RTOL_C * (double)kl_workload_red_len(w), -24);
+    return k > rtol ? k : rtol;
+}
+
 uint16_t kl_dtype_bits(kl_dtype dt, float v)
 {
     uint32_t x;

@@ -250,7 +250,9 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  * (the tensor-core form, docs/architecture.md). The name ends "_f16" /
  * "_bf16"; in=f32 is the default and changes nothing.
  *   conv2d N C H W K R S [stride=1 pad=0 dilation=1 groups=1
- *          layout=NCHW|NHWC bias=0 relu=0 residual=0]
+ *          layout=NCHW|NHWC bias=0 relu=0 residual=0 in=f32]
+ *          (in=bf16 / f16: X and W of that dtype, as above; bias,
+ *          residual and output f32)
  *   depthwise_conv2d N C H W R S [stride pad dilation multiplier=1 ...]
  *   conv2d_transpose N C H W K R S [stride pad output_pad=0]
  *          (the gradient of conv2d w.r.t. its input: C input channels of
@@ -333,6 +335,28 @@ bool kl_workload_is_bf16(const kl_workload_t *w);
  * integer workload VNNI | AVXVNNI | AMX, a bf16 one BF16 | AMX, any other
  * 0. */
 unsigned kl_workload_cpu_feats(const kl_workload_t *w);
+/* The reduction length: the product of w's reduction extents (K of a
+ * matmul, C/groups * R * S of a conv2d; 1 without reductions). */
+int64_t kl_workload_red_len(const kl_workload_t *w);
+/* The relative tolerance the verification of w's kernels uses, given the
+ * evaluator's rtol (docs/cli.md, "Verification"; the one place it is
+ * derived): rtol itself for every workload but a bf16 one, and for a bf16
+ * one max(rtol, KL_BF16_RTOL_C * K * 2^-24), K = kl_workload_red_len(w).
+ * Why: a bf16 kernel reads the same bf16 values the reference does (the
+ * agent's inputs are bf16-representable), and a product of two bf16 is
+ * exact in f32 (8 + 8 significant bits), so the two differ only in how
+ * they add K products in f32. Each of the K - 1 additions of one sum
+ * rounds by at most u = 2^-24 of its partial sum; with partial sums within
+ * S of zero the sum errs by at most (K - 1) u S, the difference of two
+ * sums (kernel, reference) by 2 K u S. The agent compares
+ * |got - expected| with rtol (|expected| + rms); for its zero-mean random
+ * inputs the partial sums stay within 4 (|expected| + rms) (a random
+ * walk's running maximum is a few times its end's spread), hence
+ * c = 2 x 4 = 8. With the default rtol 1e-3 it rules from K = 2098 on:
+ * K = 64 and 576 keep 1e-3, K = 4608 (a 3x3 conv of 512 channels) gets
+ * 8 * 4608 * 2^-24 = 2.197e-3. */
+#define KL_BF16_RTOL_C 8
+double kl_workload_rtol(const kl_workload_t *w, double rtol);
 /* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
  * overflows to infinity, keeps subnormals), and the float those bits hold.
  * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */

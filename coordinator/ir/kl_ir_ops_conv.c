@@ -16,6 +16,7 @@ typedef struct {
     kl_ir__act_t act;
     bool nhwc;
     kl_ir__quant_t q; /* q.on for qconv2d / qdepthwise_conv2d */
+    const char *in;   /* conv2d's in=: X and W's dtype ("f32" / "bf16") */
 } s_conv_t;
 
 static int s_conv_params(kl_ir__spec_t *s, s_conv_t *c, bool has_k)
@@ -85,18 +86,24 @@ static char *s_conv_name(const char *op, const s_conv_t *c, bool has_k)
     if (c->q.on)
         kl_ir__qname(&b, &c->q);
     kl_ir__act_name(&b, &c->act);
+    if (c->in && strcmp(c->in, "f32"))
+        kl_buf_printf(&b, "_%s", c->in);
     return kl_buf_take(&b);
 }
 
 /* conv2d. With groups > 1 the output channel is split into (g, f) so that
  * the output access stays a list of iterators: Y is then declared
  * [N,G,K/G,P,Q] (NCHW) or [N,P,Q,G,K/G] (NHWC), the same memory as the
- * 4-D tensor. NHWC takes its weight as [R,S,C/G,K]. */
+ * 4-D tensor. NHWC takes its weight as [R,S,C/G,K]. in=bf16 (or f16)
+ * declares X and W with that dtype (the output, bias and residual stay
+ * f32); qconv2d has no in= (its dtypes are the quantization's). */
 int kl_ir__conv2d(kl_ir__spec_t *s, kl_workload_t **out)
 {
     s_conv_t c = {0};
     int rc = s_conv_params(s, &c, true)
                  ?: kl_ir__spec_int(s, "groups", 1, 1, &c.groups);
+    if (!rc && !c.q.on)
+        rc = kl_ir__spec_in_dtype(s, &c.in);
     if (rc)
         return rc;
     kl_ir__kv_t *lay = kl_ir__spec_find(s, "layout");
@@ -144,7 +151,7 @@ int kl_ir__conv2d(kl_ir__spec_t *s, kl_workload_t **out)
         kl_buf_printf(&b, " * W[r,s,c,%s]", cout);
     else
         kl_buf_printf(&b, " * W[%s,c,r,s]", cout);
-    const char *xt = c.q.on ? "u8" : "f32", *wt = c.q.on ? "s8" : "f32";
+    const char *xt = c.q.on ? "u8" : c.in, *wt = c.q.on ? "s8" : c.in;
     s_conv_epilogue(&b, &c, cout, oi);
     kl_buf_printf(&b,
                   " where n=%lld, f=%lld, y=%lld, x=%lld, c=%lld, r=%lld, "

@@ -99,6 +99,11 @@ typedef struct {
     int n, cap;
     int *outputs; /* nodes named by "output" lines */
     int nout;
+    /* The precision its multiplying layers compute in (kl_model.h,
+     * "Precision"): KL_DT_F32 (what kl_mgraph_parse sets), or KL_DT_BF16:
+     * kl_mgraph_spec then gives conv2d, dense, matmul and batch_matmul
+     * their in=bf16 form. Set with kl_mgraph_set_precision. */
+    kl_dtype prec;
 } kl_mgraph_t;
 
 /* Parses the graph text into g (inferring every shape). Errors as
@@ -144,8 +149,12 @@ typedef struct {
  * tuning and export alike: the group's add and pool are then tasks). */
 int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan);
 
+/* Sets the graph's precision (KL_DT_F32 or KL_DT_BF16, as
+ * kl_model_precision reads it); before kl_mgraph_spec is asked. */
+void kl_mgraph_set_precision(kl_mgraph_t *g, kl_dtype prec);
+
 /* The named-op spec (kl_workload_from_op form) of computing node nd after
- * fusion; heap string. */
+ * fusion, in the graph's precision; heap string. */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
 
 /* The op's name in the graph format. */

@@ -20,6 +20,7 @@ struct kl_model_s {
     int nlayers, ntuned;
     double flop;
     char *untuned;
+    kl_dtype prec; /* KL_DT_F32 or KL_DT_BF16 */
 };
 
 /* ---- fusion ---- */
@@ -140,9 +141,35 @@ static void s_qspec(kl_buf_t *b, const kl_mnode_t *nd)
         kl_buf_puts(b, " out=s8");
 }
 
+void kl_mgraph_set_precision(kl_mgraph_t *g, kl_dtype prec)
+{
+    g->prec = prec;
+}
+
+/* Whether op computes in the graph's precision (kl_model.h, "Precision"):
+ * the multiplying layers but depthwise convolutions. */
+static bool s_takes_prec(kl_mop op)
+{
+    return op == KL_MOP_CONV2D || op == KL_MOP_DENSE || op == KL_MOP_MATMUL ||
+           op == KL_MOP_BATCH_MATMUL;
+}
+
+static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
+
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
  * ops without a named operator. */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
+{
+    char *f = s_spec(g, nd);
+    if (!f || g->prec == KL_DT_F32 || !s_takes_prec(nd->op))
+        return f;
+    char *r = kl_xasprintf("%s in=%s", f, kl_dtype_name(g->prec));
+    free(f);
+    return r;
+}
+
+/* kl_mgraph_spec in f32. */
+static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
     const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
     const int64_t *s = x ? x->shape : NULL;
@@ -150,7 +177,7 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     if (kl_mop_is_q(nd->op)) {
         kl_mnode_t base = *nd;
         base.op = kl_mop_base(nd->op);
-        char *f = kl_mgraph_spec(g, &base);
+        char *f = s_spec(g, &base);
         kl_buf_printf(&b, "q%s", f);
         free(f);
         s_qspec(&b, nd);
@@ -328,17 +355,42 @@ static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
     return KL_OK;
 }
 
+int kl_model_precision(const char *name, kl_dtype *out, char *err)
+{
+    if (name && strcmp(name, "f32") == 0)
+        *out = KL_DT_F32;
+    else if (name && strcmp(name, "bf16") == 0)
+        *out = KL_DT_BF16;
+    else
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "unknown precision '%s' (expected f32 or bf16)",
+                         name ? name : "");
+    return KL_OK;
+}
+
 int kl_model_parse(const char *text, const char *source, kl_model_t **out,
                    char *err)
 {
+    return kl_model_parse_prec(text, source, KL_DT_F32, out, err);
+}
+
+int kl_model_parse_prec(const char *text, const char *source, kl_dtype prec,
+                        kl_model_t **out, char *err)
+{
     *out = NULL;
     const char *src = source ? source : "graph";
+    if (prec != KL_DT_F32 && prec != KL_DT_BF16)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%s: precision %s (expected f32 or bf16)", src,
+                         kl_dtype_name(prec));
     kl_mgraph_t g;
     int rc = kl_mgraph_parse(text, src, &g, err);
     if (rc)
         return rc;
+    kl_mgraph_set_precision(&g, prec);
     kl_model_t *m = kl_xcalloc(1, sizeof(*m));
     m->name = kl_xstrdup(g.name ? g.name : src);
+    m->prec = prec;
     rc = s_extract(m, &g, src, err);
     kl_mgraph_free(&g);
     if (rc) {
@@ -438,11 +490,17 @@ int kl_model_text(const char *name_or_path, char **text, char *err)
 
 int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
 {
+    return kl_model_load_prec(name_or_path, KL_DT_F32, out, err);
+}
+
+int kl_model_load_prec(const char *name_or_path, kl_dtype prec,
+                       kl_model_t **out, char *err)
+{
     *out = NULL;
     char *text = NULL;
     int rc = kl_model_text(name_or_path, &text, err);
     if (!rc)
-        rc = kl_model_parse(text, name_or_path, out, err);
+        rc = kl_model_parse_prec(text, name_or_path, prec, out, err);
     free(text);
     return rc;
 }
@@ -452,6 +510,11 @@ int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
 const char *kl_model_name(const kl_model_t *m)
 {
     return m->name;
+}
+
+kl_dtype kl_model_prec(const kl_model_t *m)
+{
+    return m->prec;
 }
 
 int kl_model_ntasks(const kl_model_t *m)

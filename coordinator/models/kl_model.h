@@ -65,6 +65,29 @@ typedef struct kl_model_s kl_model_t;
 int kl_model_parse(const char *text, const char *source, kl_model_t **out,
                    char *err);
 
+/* ---- precision ------------------------------------------------------------
+ *
+ * A model computes in f32 (the default) or in bf16, the way an inference
+ * runtime's precision hint runs an f32 model: with bf16 every conv2d,
+ * dense, matmul and batch_matmul task is its in=bf16 form (kl_ir.h: the
+ * two multiplied inputs read as bf16, f32 accumulation, epilogue and
+ * output; the name ends "_bf16"), and every other layer (depthwise
+ * convolutions, pools, elementwise layers, softmax, layer_norm, gelu, the
+ * int8 q-ops and casts) stays as it is. Tensors between layers stay f32
+ * in memory: a bf16 kernel converts its activations when it packs them
+ * and its constant weights once, in its prepare step. */
+
+/* Reads a precision name: "f32" (KL_DT_F32) or "bf16" (KL_DT_BF16);
+ * anything else is KL_ERR_INVAL naming the accepted values. */
+int kl_model_precision(const char *name, kl_dtype *out, char *err);
+
+/* kl_model_parse / kl_model_load in precision prec (KL_DT_F32 or
+ * KL_DT_BF16): the same graph, the multiplying layers' tasks in prec. */
+int kl_model_parse_prec(const char *text, const char *source, kl_dtype prec,
+                        kl_model_t **out, char *err);
+int kl_model_load_prec(const char *name_or_path, kl_dtype prec,
+                       kl_model_t **out, char *err);
+
 /* Loads a built-in model by name, or else a file by path: an ONNX model
  * when its name ends in ".onnx" or it holds binary data (see
  * kl_model_onnx_to_text), a graph file otherwise. Errors: as
@@ -170,6 +193,8 @@ const char *kl_model_builtin_text(const char *name);
 
 /* The model's name ("model" line, else the source). */
 const char *kl_model_name(const kl_model_t *m);
+/* The precision it was loaded in (KL_DT_F32 or KL_DT_BF16). */
+kl_dtype kl_model_prec(const kl_model_t *m);
 int kl_model_ntasks(const kl_model_t *m);
 /* Task i, borrowed until kl_model_destroy. */
 const kl_model_task_t *kl_model_task(const kl_model_t *m, int i);

@@ -237,6 +237,9 @@ int kl_task_new(kl_task_t **out, const char *workload, const kl_task_cfg_t *cfg,
         ref.source = NULL;
         kl_kernel_free(&ref);
         s_make_args(t);
+        /* A bf16 workload's tolerance grows with its reduction length
+         * (kl_ir.h); every other keeps the evaluator's. */
+        t->cfg.evaluator.rtol = kl_workload_rtol(t->w, t->cfg.evaluator.rtol);
     }
     if (!rc && store)
         rc = s_put_workload(t, err);

@@ -4,7 +4,10 @@
 # tiny replay budget), exported with its own trained weights embedded in
 # libkiln_model.so, and run by kiln run on the recorded input; its output
 # must match ONNX Runtime's (small_cnn.ort.npy) within rtol 1e-4, and the
-# library must work without kiln_model.weights beside it.
+# library must work without kiln_model.weights beside it. The same model
+# exported with --precision bf16 (its conv2d and dense tasks' in=bf16
+# forms, naive kernels: none is tuned) keeps its own trained weights as
+# f32 parameters and matches ONNX Runtime within the bf16 rtol 1.6e-2.
 #
 # SKIP (77) only while the test data is not in the tree; once it is, a
 # model exported without its own weights (kl_model_params giving none) is
@@ -54,4 +57,16 @@ grep -qE "^total: end-to-end median +[0-9.]+ ms" "$T/run.out" ||
 d=$(python3 "$(dirname "$0")/npy_tool.py" maxdiff "$T/y.npy" "$ORT") ||
     fail "the output file: $d"
 awk -v d="$d" 'BEGIN { exit !(d <= 1e-4) }' || fail "the output file is $d off ONNX Runtime's"
+
+"$KILN" export --db "$T/db" --model "$ONNX" --target cpu --precision bf16 \
+    --fallback naive --out "$T/out16" >"$T/export16.out" 2>"$T/export16.log" ||
+    fail "kiln export --precision bf16 exited $?: $(cat "$T/export16.log")"
+grep -q "^weights: the model's own ([1-9][0-9]* parameters)" "$T/export16.out" ||
+    fail "bf16 export without the model's own weights: $(cat "$T/export16.out")"
+grep -q '"precision":"bf16"' "$T/out16/manifest.json" || fail "the bf16 manifest does not say bf16"
+"$KILN" run --lib "$T/out16/libkiln_model.so" --model "$ONNX" --repeat 1 \
+    --no-dnnl --input "$IN" --expect "$ORT" --rtol 1.6e-2 \
+    >"$T/run16.out" 2>"$T/run16.log" ||
+    fail "kiln run of the bf16 library against ONNX Runtime exited $?: $(cat "$T/run16.log")"
+grep "^output matches $ORT: " "$T/run16.out" || fail "bf16: no match line against ONNX Runtime"
 echo PASS

@@ -281,6 +281,72 @@ static void test_model_missing_and_fallback(void **state)
     free(out);
 }
 
+/* --precision bf16: the dense tasks are looked up as their in=bf16 forms
+ * (an f32 record does not serve them), the manifest says so, the weights
+ * stay f32 parameters (kiln_model_param_dtype 0), and a GPU target is
+ * refused before any lookup. */
+static void test_model_bf16(void **state)
+{
+    fx_t *fx = *state;
+    char *gpath = kl_xasprintf("%s/two.graph", fx->dir);
+    char *out = kl_xasprintf("%s/out16", fx->dir);
+    assert_int_equal(kl_write_file(gpath, s_graph, strlen(s_graph), fx->err),
+                     KL_OK);
+    kl_workload_t *w0 = NULL;
+    assert_int_equal(
+        kl_workload_from_op("dense N=1 I=64 O=64 bias=1", &w0, fx->err), KL_OK);
+    s_commit(fx, w0, fx->tgt, 2e-6, false, 4); /* f32: not the bf16 task's */
+    kl_export_cfg_t cfg = {.model = gpath,
+                           .target = "cpu",
+                           .out_dir = out,
+                           .precision = KL_DT_BF16};
+    kl_export_result_t res;
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err),
+                     KL_ERR_NOTFOUND);
+    assert_int_equal(res.nmissing, 2);
+    assert_non_null(strstr(res.missing[0], "dense_1_64_64_bias_bf16"));
+    assert_non_null(strstr(res.missing[1], "dense_1_64_16_bias_relu_bf16"));
+    kl_export_result_free(&res);
+    cfg.fallback_naive = true;
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err), KL_OK);
+    assert_int_equal(res.nmissing, 2);
+    kl_export_result_free(&res);
+    char *man = kl_xasprintf("%s/manifest.json", out), *text = NULL;
+    assert_int_equal(kl_read_file(man, &text, NULL, fx->err), KL_OK);
+    assert_non_null(strstr(text, "\"precision\":\"bf16\""));
+    assert_non_null(strstr(text, "in=bf16"));
+    free(text);
+    char *mc = kl_xasprintf("%s/kiln_model.c", out);
+    assert_int_equal(kl_read_file(mc, &text, NULL, fx->err), KL_OK);
+    /* x, a.weight, a.bias, b.weight, b.bias: every one f32 */
+    assert_non_null(
+        strstr(text, "static const int s_dtype[] = {0, 0, 0, 0, 0};"));
+    assert_non_null(strstr(text, "kiln_task_01(a);"));
+    free(text);
+    free(mc);
+    free(man);
+    /* the f32 export of the same graph says no precision */
+    cfg.precision = KL_DT_F32;
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err), KL_OK);
+    kl_export_result_free(&res);
+    man = kl_xasprintf("%s/manifest.json", out);
+    assert_int_equal(kl_read_file(man, &text, NULL, fx->err), KL_OK);
+    assert_null(strstr(text, "precision"));
+    free(text);
+    free(man);
+    cfg.precision = KL_DT_BF16;
+    cfg.target = "cuda/sm_90";
+    assert_int_equal(kl_export_model(fx->st, &cfg, &res, fx->err),
+                     KL_ERR_INVAL);
+    assert_true(res.bad_model);
+    assert_non_null(
+        strstr(fx->err, "precision bf16 exports to CPU targets only"));
+    kl_export_result_free(&res);
+    kl_workload_free(&w0);
+    free(gpath);
+    free(out);
+}
+
 /* A graph's naive build, loaded: written to a fresh directory, built by
  * kl_export_naive and dlopen'ed, with its run and parameter entries. */
 typedef struct {
@@ -542,6 +608,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cuda_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_missing_and_fallback, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_model_bf16, setup, teardown),
         cmocka_unit_test(test_clip_naive_and_dnnl),
         cmocka_unit_test(test_dnnl_residual_and_wrong_reference),
         cmocka_unit_test(test_dnnl_nd_matmul_and_affine_layer_norm),

@@ -238,6 +238,55 @@ static void test_eval_conv2d(void **state)
                            .relu = true});
 }
 
+/* conv2d in=bf16 is the f32 conv2d on X and W rounded to bf16 (nearest
+ * even): the interpreter rounds each read of a bf16 tensor, and the bias,
+ * the residual and the output stay f32. Unrounded inputs differ. */
+static void test_eval_conv2d_bf16(void **state)
+{
+    (void)state;
+    const char *base = "conv2d N=1 C=5 H=6 W=7 K=4 R=3 S=3 stride=1 pad=1 "
+                       "layout=NHWC bias=1 residual=1 relu=1";
+    char spec[256], err[KL_ERRMSG_LEN];
+    snprintf(spec, sizeof spec, "%s in=bf16", base);
+    kl_workload_t *wb, *wf;
+    assert_int_equal(kl_workload_from_string(spec, &wb, err), KL_OK);
+    assert_int_equal(kl_workload_from_string(base, &wf, err), KL_OK);
+    assert_true(kl_workload_is_bf16(wb));
+    /* the same shapes: wf's random buffers, copied for wb */
+    float **bf = kl_check_alloc(wf, 11, err);
+    assert_non_null(bf);
+    float **bb = kl_xcalloc((size_t)wb->ntensors, sizeof *bb);
+    int out = kl_workload_output(wb);
+    for (int t = 0; t < wb->ntensors; t++) {
+        int64_t n = kl_tensor_numel(&wb->tensors[t]);
+        bb[t] = kl_xmalloc((size_t)n * sizeof(float));
+        memcpy(bb[t], bf[t], (size_t)n * sizeof(float));
+        if (t == out)
+            continue;
+        for (int64_t i = 0; i < n; i++)
+            bf[t][i] = (float)kl_dtype_round(wb->tensors[t].dtype, bb[t][i]);
+    }
+    kl_workload_eval(wb, bb);
+    kl_workload_eval(wf, bf);
+    int64_t on = kl_tensor_numel(&wb->tensors[out]);
+    for (int64_t i = 0; i < on; i++)
+        assert_memory_equal(&bb[out][i], &bf[out][i], sizeof(float));
+    /* the same f32 conv2d on the unrounded inputs is another result */
+    for (int t = 0; t < wb->ntensors; t++)
+        if (t != out)
+            memcpy(bf[t], bb[t],
+                   (size_t)kl_tensor_numel(&wb->tensors[t]) * sizeof(float));
+    kl_workload_eval(wf, bf);
+    int differ = 0;
+    for (int64_t i = 0; i < on; i++)
+        differ += bb[out][i] != bf[out][i];
+    assert_true(differ > on / 2);
+    kl_check_free(wb, &bb); /* frees what kl_xmalloc gave */
+    kl_check_free(wf, &bf);
+    kl_workload_free(&wb);
+    kl_workload_free(&wf);
+}
+
 static void test_eval_depthwise_transpose(void **state)
 {
     (void)state;
@@ -487,6 +536,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eval_matmul),
         cmocka_unit_test(test_eval_conv2d),
+        cmocka_unit_test(test_eval_conv2d_bf16),
         cmocka_unit_test(test_eval_depthwise_transpose),
         cmocka_unit_test(test_eval_pool),
         cmocka_unit_test(test_eval_speed),

@@ -224,6 +224,9 @@ static void test_parse_forms(void **state)
         {"matmul M=4 N=4 K=4", false, 0, ""},
         {"matmul M=4 N=4 K=4 in=f16", false, 0, ""},
         {"qmatmul M=4 N=4 K=4", false, int8, "+vnni+amx"},
+        {"conv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3 in=bf16", true,
+         KL_CPU_FEAT_BF16 | KL_CPU_FEAT_AMX, "+bf16+amx"},
+        {"conv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3", false, 0, ""},
     };
     bool avx512 = !strcmp(kl_cpu_target(), "cpu/x86_64-avx512");
     setenv("KILN_CPU_FEATURES", "vnni,bf16,amx", 1);
@@ -617,6 +620,113 @@ static void test_op_table(void **state)
     assert_null(kl_workload_op(-1, NULL));
 }
 
+/* conv2d in=bf16: X and W bf16 (NCHW and NHWC, grouped), the bias, the
+ * residual and the output f32, the name ending "_bf16", the canonical form
+ * reading back to itself; a q-conv has no in=. */
+static void test_conv2d_bf16(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w, *back;
+    assert_int_equal(
+        kl_workload_from_string("conv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1 "
+                                "layout=NHWC bias=1 residual=1 relu=1 in=bf16",
+                                &w, err),
+        KL_OK);
+    assert_string_equal(w->name,
+                        "conv2d_1_8_6_6_16_3_3_s1_p1_nhwc_bias_res_relu_bf16");
+    assert_string_equal(w->op_kind, "conv2d");
+    assert_true(kl_workload_is_bf16(w));
+    assert_false(kl_workload_is_int(w));
+    assert_int_equal(w->ntensors, 5);
+    assert_string_equal(w->tensors[0].name, "X");
+    assert_int_equal(w->tensors[0].dtype, KL_DT_BF16);
+    assert_string_equal(w->tensors[1].name, "W");
+    assert_int_equal(w->tensors[1].dtype, KL_DT_BF16);
+    assert_true(w->tensors[1].is_const);
+    for (int t = 2; t < 5; t++) /* bias, Res, Y */
+        assert_int_equal(w->tensors[t].dtype, KL_DT_F32);
+    assert_true(w->tensors[4].is_output);
+    assert_non_null(strstr(w->canonical, "bf16"));
+    assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
+    assert_string_equal(back->canonical, w->canonical);
+    assert_memory_equal(back->key, w->key, 16);
+    kl_workload_free(&back);
+    /* a different workload from the f32 conv2d, of the same FLOPs */
+    kl_workload_t *f;
+    assert_int_equal(
+        kl_workload_from_string("conv2d N=1 C=8 H=6 W=6 K=16 R=3 S=3 pad=1 "
+                                "layout=NHWC bias=1 residual=1 relu=1",
+                                &f, err),
+        KL_OK);
+    assert_memory_not_equal(f->key, w->key, 16);
+    assert_true(f->flop == w->flop);
+    kl_workload_free(&f);
+    kl_workload_free(&w);
+    assert_int_equal(
+        kl_workload_from_string(
+            "conv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3 groups=2 in=bf16", &w, err),
+        KL_OK);
+    assert_string_equal(w->name, "conv2d_1_4_5_5_4_3_3_s1_p0_g2_bf16");
+    assert_int_equal(w->tensors[0].dtype, KL_DT_BF16);
+    kl_workload_free(&w);
+    /* in=f32 is the default, and changes nothing */
+    assert_int_equal(kl_workload_from_string(
+                         "conv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3 in=f32", &w, err),
+                     KL_OK);
+    assert_string_equal(w->name, "conv2d_1_4_5_5_4_3_3_s1_p0");
+    assert_false(kl_workload_is_bf16(w));
+    kl_workload_free(&w);
+    assert_int_equal(kl_workload_from_string(
+                         "conv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3 in=s8", &w, err),
+                     KL_ERR_INVAL);
+    assert_non_null(strstr(err, "bad value 's8' for in"));
+    assert_int_equal(
+        kl_workload_from_string("qconv2d N=1 C=4 H=5 W=5 K=4 R=3 S=3 in=bf16",
+                                &w, err),
+        KL_ERR_INVAL);
+    assert_non_null(strstr(err, "unknown parameter 'in'"));
+}
+
+/* The bf16 verification tolerance: max(rtol, 8 K 2^-24) from the
+ * reduction length K; every other workload keeps the given rtol exactly. */
+static void test_bf16_rtol(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    struct {
+        const char *op;
+        int64_t k;
+        double rtol, want;
+    } c[] = {
+        {"matmul M=4 N=4 K=64 in=bf16", 64, 1e-3, 1e-3},
+        {"matmul M=4 N=4 K=64 in=bf16", 64, 1e-6, 8.0 * 64 / 16777216.0},
+        {"conv2d N=1 C=64 H=8 W=8 K=64 R=3 S=3 pad=1 in=bf16", 576, 1e-3, 1e-3},
+        {"conv2d N=1 C=64 H=8 W=8 K=64 R=3 S=3 pad=1 in=bf16", 576, 1e-5,
+         8.0 * 576 / 16777216.0},
+        {"conv2d N=1 C=512 H=7 W=7 K=8 R=3 S=3 pad=1 in=bf16", 4608, 1e-3,
+         0.002197265625},
+        {"dense N=1 I=4608 O=8 in=bf16", 4608, 1e-3, 0.002197265625},
+        {"batch_matmul B=2 M=4 N=4 K=576 in=bf16", 576, 1e-3, 1e-3},
+        /* not bf16: the given rtol, however long the reduction */
+        {"conv2d N=1 C=512 H=7 W=7 K=8 R=3 S=3 pad=1", 4608, 1e-3, 1e-3},
+        {"matmul M=4 N=4 K=4608", 4608, 1e-7, 1e-7},
+        {"matmul M=4 N=4 K=4608 in=f16", 4608, 1e-3, 1e-3},
+        {"qmatmul M=4 N=4 K=4608", 4608, 0.25, 0.25},
+        {"relu shape=4x4", 1, 1e-3, 1e-3},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        kl_workload_t *w;
+        assert_int_equal(kl_workload_from_string(c[i].op, &w, err), KL_OK);
+        assert_int_equal(kl_workload_red_len(w), c[i].k);
+        double got = kl_workload_rtol(w, c[i].rtol);
+        if (got != c[i].want)
+            fail_msg("%s rtol %g: %.9g, expected %.9g", c[i].op, c[i].rtol, got,
+                     c[i].want);
+        kl_workload_free(&w);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -629,6 +739,8 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_op_errors),
         cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_conv2d_bf16),
+        cmocka_unit_test(test_bf16_rtol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

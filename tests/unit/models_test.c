@@ -456,12 +456,109 @@ static void test_errors(void **state)
     unlink(path);
 }
 
+/* --precision bf16: the conv2d, dense, matmul and batch_matmul tasks are
+ * their in=bf16 forms (the same shapes and epilogues as in f32); depthwise
+ * convolutions, pools, elementwise layers and the int8 q-ops stay as they
+ * are; f32 is the default and an unknown precision names the accepted. */
+static int s_bf16_tasks(const kl_model_t *m)
+{
+    int n = 0;
+    for (int i = 0; i < kl_model_ntasks(m); i++)
+        n += kl_workload_is_bf16(kl_model_task(m, i)->w);
+    return n;
+}
+
+static void s_prec_pair(const char *model, int want_bf16)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *f = NULL, *b = NULL;
+    assert_int_equal(kl_model_load_prec(model, KL_DT_F32, &f, err), KL_OK);
+    assert_int_equal(kl_model_load_prec(model, KL_DT_BF16, &b, err), KL_OK);
+    assert_int_equal(kl_model_ntasks(b), kl_model_ntasks(f));
+    assert_int_equal(s_bf16_tasks(f), 0);
+    assert_int_equal(s_bf16_tasks(b), want_bf16);
+    for (int i = 0; i < kl_model_ntasks(f); i++) {
+        const kl_model_task_t *tf = kl_model_task(f, i),
+                              *tb = kl_model_task(b, i);
+        const char *k = tf->w->op_kind;
+        bool mult = !strcmp(k, "conv2d") || !strcmp(k, "dense") ||
+                    !strcmp(k, "matmul") || !strcmp(k, "batch_matmul");
+        assert_int_equal(tb->weight, tf->weight);
+        assert_true(tb->w->flop == tf->w->flop);
+        if (!mult) { /* the very same task */
+            assert_memory_equal(tb->w->key, tf->w->key, 16);
+            assert_false(kl_workload_is_bf16(tb->w));
+            continue;
+        }
+        assert_true(kl_workload_is_bf16(tb->w));
+        char want[256];
+        snprintf(want, sizeof want, "%s_bf16", tf->w->name);
+        assert_string_equal(tb->w->name, want);
+        snprintf(want, sizeof want, "%s in=bf16", tf->spec);
+        assert_string_equal(tb->spec, want);
+    }
+    kl_model_destroy(&f);
+    kl_model_destroy(&b);
+}
+
+static void test_precision(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_prec_pair("resnet18", 16);     /* 15 conv2d + the dense */
+    s_prec_pair("bert_base", 5);     /* 3 dense, 2 batch_matmul; add f32 */
+    s_prec_pair("mobilenet_v2", 21); /* conv2d, dense; not depthwise */
+    kl_model_t *m = NULL;
+    assert_int_equal(kl_model_load_prec("mobilenet_v2", KL_DT_BF16, &m, err),
+                     KL_OK);
+    int bf = 0, dw = 0;
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const kl_workload_t *w = kl_model_task(m, i)->w;
+        bf += kl_workload_is_bf16(w);
+        if (!strcmp(w->op_kind, "depthwise_conv2d")) {
+            dw++;
+            assert_false(kl_workload_is_bf16(w));
+        }
+    }
+    assert_true(dw > 0 && bf > 0);
+    kl_model_destroy(&m);
+    /* the q-ops of an int8 graph stay int8; its dense becomes bf16 */
+    const char *q = "input x 1x16x8x8\n"
+                    "qx = quantize x scale=0.05 zp=128\n"
+                    "c1 = qconv2d qx K=16 R=3 S=3 pad=1 za=128 zo=3 "
+                    "scale=0.002 bias=1\n"
+                    "d1 = dequantize c1 scale=0.02 zp=3\n"
+                    "c2 = conv2d d1 K=8 R=1 S=1\n"
+                    "f = flatten c2\n"
+                    "y = dense f O=4\n";
+    assert_int_equal(kl_model_parse_prec(q, "q", KL_DT_BF16, &m, err), KL_OK);
+    assert_int_equal(kl_model_ntasks(m), 3);
+    assert_true(kl_workload_is_int(kl_model_task(m, 0)->w));
+    assert_null(strstr(kl_model_task(m, 0)->spec, "in="));
+    assert_string_equal(kl_model_task(m, 1)->w->name,
+                        "conv2d_1_16_8_8_8_1_1_s1_p0_bf16");
+    assert_string_equal(kl_model_task(m, 2)->w->name,
+                        "dense_1_512_4_bias_bf16");
+    kl_model_destroy(&m);
+    kl_dtype p = KL_DT_S8;
+    assert_int_equal(kl_model_precision("bf16", &p, err), KL_OK);
+    assert_int_equal(p, KL_DT_BF16);
+    assert_int_equal(kl_model_precision("f32", &p, err), KL_OK);
+    assert_int_equal(p, KL_DT_F32);
+    assert_int_equal(kl_model_precision("f16", &p, err), KL_ERR_INVAL);
+    assert_string_equal(err, "unknown precision 'f16' (expected f32 or bf16)");
+    assert_int_equal(kl_model_parse_prec(q, "q", KL_DT_F16, &m, err),
+                     KL_ERR_INVAL);
+    assert_null(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resnet18),    cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_bert),        cmocka_unit_test(test_fusion_rules),
         cmocka_unit_test(test_clip_layers), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_precision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

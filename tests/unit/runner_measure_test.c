@@ -377,7 +377,8 @@ static void test_problem_from_request(void **state)
     assert_int_equal(p.nelem[1], 4096);
     assert_true(p.is_output[1] && !p.is_output[0]);
     /* f16 / bf16: two bytes an element, for the backend to accept (CUDA
-     * inputs) or refuse (the CPU agent's f16); the CPU holds bf16 as f32. */
+     * inputs; the CPU agent's bf16 inputs, held as f32) or refuse (the
+     * CPU agent's f16, and a bf16 output). */
     a.dtype = KILN__DTYPE__DTYPE_F16;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err), KL_OK);
     assert_int_equal(p.esize[0], 2);
@@ -395,7 +396,7 @@ static void test_problem_from_request(void **state)
     assert_int_equal(p.esize[0], 2);
     assert_int_equal(kla_problem_bf16_as_f32(&p, 0, err), KL_OK);
     assert_int_equal(p.esize[0], 4);
-    assert_int_equal(p.dtype[0], KILN__DTYPE__DTYPE_F32);
+    assert_int_equal(p.dtype[0], KILN__DTYPE__DTYPE_BF16); /* filled rounded */
     assert_int_equal(p.esize[1], 4);
     assert_false(p.any_int);
     /* Held as f32 it needs twice the bytes: 2 x 4096 x 4 > 16 KiB. */
@@ -404,6 +405,11 @@ static void test_problem_from_request(void **state)
     assert_int_equal(kla_problem_bf16_as_f32(&p, 16384 + 8192, err),
                      KL_ERR_INVAL);
     assert_non_null(strstr(err, "bf16 held as f32"));
+    a.role = KILN__ARG_ROLE__ROLE_OUTPUT;
+    assert_int_equal(kla_backend_cpu.check_request(NULL, &req, err),
+                     KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "'A' has dtype bf16"));
+    a.role = KILN__ARG_ROLE__ROLE_INPUT;
     a.dtype = (Kiln__DType)9;
     assert_int_equal(kla_problem_from_request(&p, &req, 0, err),
                      KL_ERR_UNSUPPORTED);
