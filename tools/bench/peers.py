@@ -7,15 +7,23 @@ Run it through tools/bench/peers.sh, which makes the virtual environment
 (numpy, onnx, onnxruntime, openvino) and sets OpenMP's threads for kiln's
 library before Python starts (libgomp reads its environment once).
 
-  peers.py FILE.onnx [--lib DIR/libkiln_model.so] [--threads 2] [--runs 50]
+  peers.py FILE.onnx [--lib DIR/libkiln_model.so]
+           [--lib-bf16 DIR/libkiln_model.so] [--threads 2] [--runs 50]
            [--warmup 10] [--input x.npy] [--seed 0] [--rtol 1e-4]
-           [--settle 1] [--gap 0.3] [--json OUT.json] [--same-process]
+           [--bf16-rtol 2e-2] [--top1-share 0.99] [--accuracy N]
+           [--no-ov-default] [--settle 1] [--gap 0.3] [--json OUT.json]
+           [--same-process]
 
 Each runtime is configured as its users would: ONNX Runtime with the CPU
 execution provider, ORT_ENABLE_ALL graph optimizations, intra-op threads =
 --threads, one inter-op thread, sequential execution; OpenVINO's CPU plugin
-with the LATENCY hint, INFERENCE_NUM_THREADS = --threads and f32 precision;
-kiln's library through ctypes on its embedded weights (kiln_model_infer).
+with the LATENCY hint, INFERENCE_NUM_THREADS = --threads and f32 precision
+(row "openvino"), and again at its own defaults, the LATENCY hint and
+nothing else (row "openvino-default": it picks its inference precision,
+bf16 on a CPU with AVX512-BF16 or AMX, and its threads; both are printed;
+--no-ov-default leaves it out); kiln's library through ctypes on its
+embedded weights (kiln_model_infer), and a second one exported with
+`--precision bf16` with --lib-bf16 (row "kiln-bf16").
 All get the same input (seeded ~N(0, 1), or --input). After --warmup runs
 of each, --runs rounds: each round runs every runtime in turn, in an order
 that rotates from round to round, each --settle times (default 1) untimed
@@ -42,9 +50,15 @@ warm back-to-back run, as a deployment calls a model in a loop.
 Printed per runtime: median, p10..p90 and min..max of the timed runs, and
 the ratio of medians to OpenVINO's and to ONNX Runtime's; then each ratio
 taken round by round (median and p10..p90), which is steadier on a shared
-machine. Every output must agree with ONNX Runtime's within --rtol of its
-largest magnitude (the largest difference is printed); exit 1 when one does
-not, 2 on a usage or load error.
+machine. Every output must agree with ONNX Runtime's (f32), on the input and on
+--accuracy N more seeded inputs: the largest |difference| over ONNX
+Runtime's largest |output| within --rtol (1e-4) for a runtime computing in
+f32, within --bf16-rtol (2e-2: some five bf16 rounding steps of 2^-8
+through the network) for one computing in bf16 (openvino-default where it
+chose bf16, kiln-bf16), and the same top-1 (argmax) as ONNX Runtime's on
+every input (f32) or on at least --top1-share (0.99) of them (bf16); the
+difference and the top-1 count are printed. Exit 1 when one does not
+agree, 2 on a usage or load error.
 
 A quantized model (its output the DequantizeLinear of a quantized tensor,
 as quantize_static writes it) is compared in quantization steps (that
@@ -144,35 +158,63 @@ class Ort:
 
 
 class OpenVino:
-    name = "openvino"
+    """OpenVINO's CPU plugin. defaults=False: the LATENCY hint,
+    INFERENCE_NUM_THREADS = threads and f32 precision ("openvino");
+    defaults=True: the LATENCY hint and nothing else ("openvino-default"),
+    so that it picks its inference precision (bf16 on a CPU with
+    AVX512-BF16 or AMX) and its threads itself; the precision it chose is
+    printed and decides the tolerance its output is checked with."""
 
-    def __init__(self, path, threads):
+    def __init__(self, path, threads, defaults=False):
         import openvino as ov
         core = ov.Core()
-        cfg = {"PERFORMANCE_HINT": "LATENCY",
-               "INFERENCE_NUM_THREADS": threads,
-               "INFERENCE_PRECISION_HINT": "f32"}
+        cfg = {"PERFORMANCE_HINT": "LATENCY"}
+        if not defaults:
+            cfg.update({"INFERENCE_NUM_THREADS": threads,
+                        "INFERENCE_PRECISION_HINT": "f32"})
+        self.name = "openvino-default" if defaults else "openvino"
         self.compiled = core.compile_model(core.read_model(path), "CPU", cfg)
         self.req = self.compiled.create_infer_request()
         self.version = ov.__version__
         got = []
+        self.precision = "f32"
         for k in ("INFERENCE_NUM_THREADS", "NUM_STREAMS",
                   "INFERENCE_PRECISION_HINT"):
             try:
-                got.append("%s %s" % (k, self.compiled.get_property(k)))
+                v = self.compiled.get_property(k)
             except Exception:  # a property this version does not report
-                pass
-        self.config = "CPU, LATENCY hint, " + ", ".join(got)
+                continue
+            if k == "INFERENCE_PRECISION_HINT":
+                v = ov_precision(v)
+                self.precision = v
+            got.append("%s %s" % (k, v))
+        self.config = ("CPU, LATENCY hint%s, " % (
+            " only (its defaults)" if defaults else "")) + ", ".join(got)
 
     def run(self, x):
         self.req.infer({0: x})
         return self.req.get_output_tensor(0).data
 
 
-class Kiln:
-    name = "kiln"
+def ov_precision(v):
+    """OpenVINO's element type as f32 / bf16 / f16 ("<Type: 'bfloat16'>"
+    prints its long name)."""
+    t = str(getattr(v, "get_type_name", lambda: v)()).lower()
+    for long, short in (("bfloat16", "bf16"), ("float16", "f16"),
+                        ("float32", "f32")):
+        if long in t or t == short:
+            return short
+    return t
 
-    def __init__(self, lib, x):
+
+class Kiln:
+    """kiln's exported library; name "kiln", or "kiln-bf16" for a library
+    exported with --precision bf16 (--lib-bf16), checked with the bf16
+    tolerance."""
+
+    def __init__(self, lib, x, name="kiln"):
+        self.name = name
+        self.precision = "bf16" if name == "kiln-bf16" else "f32"
         self.lib = ctypes.CDLL(os.path.abspath(lib))
         L = self.lib
         L.kiln_model_infer.restype = ctypes.c_int
@@ -216,8 +258,10 @@ def stats(ms):
 def _make(kind, a, input_name, x):
     if kind == "onnxruntime":
         return Ort(a["model"], input_name, a["threads"])
-    if kind == "openvino":
-        return OpenVino(a["model"], a["threads"])
+    if kind in ("openvino", "openvino-default"):
+        return OpenVino(a["model"], a["threads"], kind == "openvino-default")
+    if kind == "kiln-bf16":
+        return Kiln(a["lib_bf16"], x, "kiln-bf16")
     return Kiln(a["lib"], x)
 
 
@@ -231,7 +275,7 @@ def _serve(conn, kind, a, input_name, x):
         conn.send(("error", "%s: %s" % (kind, e)))
         return
     conn.send(("ready", rt.name, rt.version, rt.config,
-               getattr(rt, "trained", None)))
+               getattr(rt, "trained", None), getattr(rt, "precision", "f32")))
     while True:
         msg = conn.recv()
         if msg[0] == "quit":
@@ -268,7 +312,8 @@ class Isolated:
         if msg[0] == "error":
             self.proc.join()
             raise RuntimeError(msg[1])
-        _, self.name, self.version, self.config, self.trained = msg
+        (_, self.name, self.version, self.config, self.trained,
+         self.precision) = msg
         self.config += "; own process"
 
     def output(self, x=None):
@@ -293,6 +338,7 @@ class Shared:
         self.name, self.version = self.rt.name, self.rt.version
         self.config = self.rt.config + "; same process"
         self.trained = getattr(self.rt, "trained", None)
+        self.precision = getattr(self.rt, "precision", "f32")
 
     def output(self, x=None):
         return np.array(self.rt.run(self.x if x is None else x),
@@ -323,7 +369,20 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--input", help="a .npy input (else seeded ~N(0, 1))")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lib-bf16",
+                    help="kiln's libkiln_model.so exported with --precision "
+                         "bf16 (row kiln-bf16, checked with --bf16-rtol)")
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--bf16-rtol", type=float, default=2e-2,
+                    help="tolerance of a runtime computing in bf16: largest "
+                         "|diff| from ONNX Runtime's f32 over its largest "
+                         "|output|")
+    ap.add_argument("--top1-share", type=float, default=0.99,
+                    help="a runtime computing in bf16: least share of the "
+                         "inputs whose top-1 is ONNX Runtime's")
+    ap.add_argument("--no-ov-default", action="store_true",
+                    help="leave out the openvino-default row (OpenVINO at "
+                         "its own defaults, LATENCY hint only)")
     ap.add_argument("--settle", type=int, default=1,
                     help="untimed runs before each timed run of a round "
                          "(see the docstring)")
@@ -379,18 +438,22 @@ def main():
                            onnxruntime.__version__, openvino.__version__))
 
     how = Shared if a.same_process else Isolated
-    cfg = {"model": a.model, "threads": a.threads, "lib": a.lib}
-    kinds = ["onnxruntime", "openvino"] + (["kiln"] if a.lib else [])
+    cfg = {"model": a.model, "threads": a.threads, "lib": a.lib,
+           "lib_bf16": a.lib_bf16}
+    kinds = (["onnxruntime", "openvino"] +
+             ([] if a.no_ov_default else ["openvino-default"]) +
+             (["kiln"] if a.lib else []) +
+             (["kiln-bf16"] if a.lib_bf16 else []))
     rts = []
     for kind in kinds:
         try:
             rts.append(how(kind, cfg, input_name, x))
         except (OSError, AttributeError, RuntimeError) as e:
-            print("peers.py: %s: %s" % (a.lib if kind == "kiln" else kind,
-                                         e), file=sys.stderr)
+            what = {"kiln": a.lib, "kiln-bf16": a.lib_bf16}.get(kind, kind)
+            print("peers.py: %s: %s" % (what, e), file=sys.stderr)
             return 2
     for rt in rts:
-        print("# %-11s %s; %s" % (rt.name, rt.version, rt.config))
+        print("# %-16s %s; %s" % (rt.name, rt.version, rt.config))
 
     qstep = output_qstep(a.model)
     if qstep is not None:
@@ -399,34 +462,61 @@ def main():
             print("peers.py: outputs disagree; no timing", file=sys.stderr)
             return 1
         return timing(rts, a, diffs, ok)
-    # Agreement with ONNX Runtime's output, on the first run of each.
-    ref = rts[0].output()
-    scale = float(np.abs(ref).max())
-    tol = a.rtol * scale
-    ok = True
-    diffs = {}
-    for rt in rts[1:]:
-        y = rt.output()
-        if y.size != ref.size:
-            print("%s: output has %d elements, onnxruntime's %d" % (
-                rt.name, y.size, ref.size))
-            ok = False
-            continue
-        d = float(np.abs(y.reshape(-1) - ref.reshape(-1)).max())
-        diffs[rt.name] = d
-        agree = d <= tol and np.isfinite(y).all()
-        if rt.name == "kiln" and rt.trained == 0:
-            print("kiln: the library's weights are random "
-                  "(kiln_model_trained() = 0), not the model's")
-            agree = False
-        print("check %-11s max |diff| vs onnxruntime %.3g (tolerance %.3g = "
-              "%g x max |y| %.4g): %s" % (rt.name, d, tol, a.rtol, scale,
-                                          "agree" if agree else "DISAGREE"))
-        ok = ok and agree
-    if not ok:
+    ok, diffs = fcheck(rts, x, shape, a)
+    if not ok and not a.keep_going:
         print("peers.py: outputs disagree; no timing", file=sys.stderr)
         return 1
     return timing(rts, a, diffs, ok)
+
+
+def fcheck(rts, x, shape, a):
+    """A float model's outputs against ONNX Runtime's (f32), over x and
+    a.accuracy more seeded inputs: the largest |difference| over the
+    largest |output| of ONNX Runtime's, within --rtol for a runtime that
+    computes in f32 and within --bf16-rtol for one that computes in bf16
+    (openvino-default where it chose bf16, kiln-bf16); and the share of
+    inputs whose top-1 (argmax) is ONNX Runtime's, which must be at least
+    --top1-share for a bf16 runtime (and 1 for an f32 one)."""
+    xs = [x] + [np.ascontiguousarray(
+        np.random.default_rng(a.seed + 1 + k).standard_normal(shape),
+        dtype=np.float32) for k in range(a.accuracy)]
+    refs = [rts[0].output(xx) for xx in xs]
+    scale = float(max(np.abs(r).max() for r in refs))
+    ok, diffs = True, {}
+    for rt in rts[1:]:
+        bf16 = rt.precision != "f32"
+        rtol = a.bf16_rtol if bf16 else a.rtol
+        worst, top1, fine = 0.0, 0, True
+        for xx, ref in zip(xs, refs):
+            y = rt.output(xx).reshape(-1)
+            r = ref.reshape(-1)
+            if y.size != r.size:
+                print("%s: output has %d elements, onnxruntime's %d" % (
+                    rt.name, y.size, r.size))
+                fine = False
+                break
+            m = float(np.abs(r).max())
+            d = float(np.abs(y - r).max())
+            worst = max(worst, d / m if m > 0 else d)
+            fine = fine and bool(np.isfinite(y).all())
+            top1 += int(np.argmax(y) == np.argmax(r))
+        share = top1 / len(xs)
+        agree = (fine and worst <= rtol and
+                 share >= (a.top1_share if bf16 else 1.0))
+        if rt.name.startswith("kiln") and rt.trained == 0:
+            print("kiln: the library's weights are random "
+                  "(kiln_model_trained() = 0), not the model's")
+            agree = False
+        diffs[rt.name] = {"max_rel_diff": worst, "precision": rt.precision,
+                          "rtol": rtol, "top1_same": top1,
+                          "inputs": len(xs)}
+        print("check %-16s (%s) largest |diff| vs onnxruntime %.3g of the "
+              "largest |y| (tolerance %g; max |y| %.4g); top-1 the same on "
+              "%d of %d inputs: %s" % (
+                  rt.name, rt.precision, worst, rtol, scale, top1, len(xs),
+                  "agree" if agree else "DISAGREE"))
+        ok = ok and agree
+    return ok, diffs
 
 
 def qcheck(rts, x, shape, qstep, a):
@@ -454,7 +544,7 @@ def qcheck(rts, x, shape, qstep, a):
             top1 += int(np.argmax(y) == np.argmax(r))
         share = within / total if total else 0.0
         agree = top1 == len(xs) and share >= a.qshare
-        if rt.name == "kiln" and rt.trained == 0:
+        if rt.name.startswith("kiln") and rt.trained == 0:
             print("kiln: the library's weights are random "
                   "(kiln_model_trained() = 0), not the model's")
             agree = False
@@ -487,23 +577,31 @@ def timing(rts, a, diffs, ok):
     print("%d warm-up runs each, then %d interleaved rounds of %.2f s idle, "
           "%d untimed + %d timed runs each (a round's figure: their median; "
           "ms):" % (a.warmup, a.runs, a.gap, a.settle, a.block))
-    print("%-12s %9s %19s %19s %9s %9s" % (
+    dflt = "openvino-default" in st
+    print("%-16s %9s %19s %19s %9s %9s%s" % (
         "runtime", "median", "p10 .. p90", "min .. max", "/openvino",
-        "/ort"))
+        "/ort", " %9s" % "/ov-dflt" if dflt else ""))
     for rt in rts:
         s = st[rt.name]
-        print("%-12s %9.3f %8.3f .. %-8.3f %8.3f .. %-8.3f %9.3f %9.3f" % (
+        print("%-16s %9.3f %8.3f .. %-8.3f %8.3f .. %-8.3f %9.3f %9.3f%s" % (
             rt.name, s["median"], s["p10"], s["p90"], s["min"], s["max"],
             s["median"] / st["openvino"]["median"],
-            s["median"] / st["onnxruntime"]["median"]))
+            s["median"] / st["onnxruntime"]["median"],
+            " %9.3f" % (s["median"] / st["openvino-default"]["median"])
+            if dflt else ""))
     print("(ratios of medians: below 1 is faster than the runtime named)")
+    print("# precision: %s" % ", ".join("%s %s" % (rt.name, rt.precision)
+                                        for rt in rts))
     # The same ratio round by round: each round's runs were back to back,
     # so a round's ratio sees the same load on the machine.
     rr = {}
-    for base in ("openvino", "onnxruntime"):
+    skip = {("onnxruntime", "openvino"), ("openvino-default", "openvino"),
+            ("openvino-default", "onnxruntime")}
+    for base in ("openvino", "onnxruntime", "openvino-default"):
+        if base not in ms:
+            continue
         for rt in rts:
-            if rt.name == base or (base, rt.name) == ("onnxruntime",
-                                                       "openvino"):
+            if rt.name == base or (base, rt.name) in skip:
                 continue  # itself, or the inverse of a ratio printed
             q = np.asarray(ms[rt.name]) / np.asarray(ms[base])
             rr["%s/%s" % (rt.name, base)] = stats(q)
@@ -518,6 +616,7 @@ def timing(rts, a, diffs, ok):
                        "settle": a.settle, "block": a.block, "gap": a.gap,
                        "cpu": cpu_model(),
                        "versions": {rt.name: rt.version for rt in rts},
+                       "precision": {rt.name: rt.precision for rt in rts},
                        "max_abs_diff_vs_ort": diffs, "agree": ok,
                        "ms": st,
                        "per_round_ratio": rr}, f,

@@ -4,8 +4,13 @@
 # tools/bench/peers.py (which says what is measured and how).
 #
 # Usage: tools/bench/peers.sh FILE.onnx [--lib DIR/libkiln_model.so]
-#            [--threads 2] [--runs 50] [--warmup 10] [--input x.npy]
-#            [--seed 0] [--rtol 1e-4] [--settle 1] [--gap 0.3] [--json OUT.json]
+#            [--lib-bf16 DIR/libkiln_model.so] [--threads 2] [--runs 50]
+#            [--warmup 10] [--input x.npy] [--seed 0] [--rtol 1e-4]
+#            [--bf16-rtol 2e-2] [--accuracy N] [--no-ov-default]
+#            [--settle 1] [--gap 0.3] [--json OUT.json]
+# Rows: onnxruntime, openvino (f32), openvino-default (its own precision,
+# bf16 on a CPU with AVX512-BF16 or AMX), kiln, kiln-bf16 (a library
+# exported with --precision bf16).
 # The Python packages (numpy, onnx, onnxruntime, openvino) live in a virtual
 # environment of the benchmark's own, made on the first run and reused:
 # ${KILN_BENCH_VENV:-$HOME/.cache/kiln-bench-venv}. kiln's library runs
@@ -16,7 +21,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     [ $# -ge 1 ] && exit 0 || exit 2
 fi
 threads=2
