@@ -28,10 +28,10 @@ static void s_send(kla_agent_t *a, Kiln__Envelope *env)
         kl_warn("agent: send to coordinator: %s", err);
 }
 
-void kla_agent_send_result(kla_agent_t *a, uint64_t request_id,
-                           uint64_t cand_id, const kla_result_t *r,
-                           const kla_build_t *b, double overhead_s,
-                           bool simulated)
+void kla_agent__send_result(kla_agent_t *a, uint64_t request_id,
+                            uint64_t cand_id, const kla_result_t *r,
+                            const kla_build_t *b, double overhead_s,
+                            bool simulated)
 {
     Kiln__MeasureResult m = KILN__MEASURE_RESULT__INIT;
     m.request_id = request_id;
@@ -114,8 +114,8 @@ static void s_reject(kla_agent_t *a, const Kiln__MeasureRequest *m,
     kla_result_t r = {.status = st};
     snprintf(r.error, sizeof r.error, "%s", msg);
     for (size_t i = 0; i < m->n_candidates; i++)
-        kla_agent_send_result(a, m->request_id, m->candidates[i]->id, &r, NULL,
-                              0, a->cfg.simulate);
+        kla_agent__send_result(a, m->request_id, m->candidates[i]->id, &r, NULL,
+                               0, a->cfg.simulate);
 }
 
 static void s_simulate(kla_agent_t *a, const Kiln__MeasureRequest *m)
@@ -130,8 +130,8 @@ static void s_simulate(kla_agent_t *a, const Kiln__MeasureRequest *m)
                                   (a->cfg.simulate_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
-        kla_agent_send_result(a, m->request_id, c->id, &r, NULL,
-                              kl_now_s() - t0, true);
+        kla_agent__send_result(a, m->request_id, c->id, &r, NULL,
+                               kl_now_s() - t0, true);
         kla_result_clear(&r);
     }
 }
@@ -162,7 +162,7 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
     int dev = 0;
     int rc = kla_problem_from_request(&p, m, max_bytes, err);
     if (rc == KL_OK)
-        rc = kla_work_device(a, m->device_index, &dev, err);
+        rc = kla_agent__work_device(a, m->device_index, &dev, err);
     const kla_dev_t *d = &a->dev[dev];
     if (rc == KL_OK && m->target && *m->target &&
         strcmp(m->target, d->target) != 0)
@@ -185,13 +185,13 @@ static void s_on_request(kla_agent_t *a, const Kiln__MeasureRequest *m)
         s_reject(a, m, KILN__STATUS__STATUS_INVALID, err);
         return;
     }
-    kla_work_add(a, m, &p, dev);
+    kla_agent__work_add(a, m, &p, dev);
 }
 
 /* The coordinator left or was lost: forget its work, Hello again later. */
 static void s_lost(kla_agent_t *a, double hello_in_s)
 {
-    kla_work_forget(a);
+    kla_agent__work_forget(a);
     a->welcomed = false;
     a->next_hello = kl_now_s() + hello_in_s;
 }
@@ -213,7 +213,7 @@ static void s_on_envelope(kla_agent_t *a, Kiln__Envelope *env)
         s_on_request(a, env->request);
         break;
     case KILN__ENVELOPE__BODY_CANCEL:
-        kla_work_cancel(a, env->cancel->request_id);
+        kla_agent__work_cancel(a, env->cancel->request_id);
         break;
     case KILN__ENVELOPE__BODY_GOODBYE:
         atomic_fetch_add(&a->st_goodbyes, 1);
@@ -286,7 +286,7 @@ static void *s_actor(void *arg)
     while (!a->stopping) {
         s_timers(a);
         if (!a->cfg.simulate)
-            kla_work_dispatch(a);
+            kla_agent__work_dispatch(a);
         items[0] = (zmq_pollitem_t){a->pipe_actor, 0, ZMQ_POLLIN, 0};
         items[1] = (zmq_pollitem_t){kl_net_socket(a->net), 0, ZMQ_POLLIN, 0};
         for (int i = 0; i < nb; i++)
@@ -306,17 +306,17 @@ static void *s_actor(void *arg)
             a->stopping = true;
         for (int i = 0; i < nb; i++)
             if (items[2 + i].revents & ZMQ_POLLIN)
-                kla_work_collect(a, &a->builders[i], false);
+                kla_agent__work_collect(a, &a->builders[i], false);
         for (int d = 0; d < nd; d++)
             if (items[2 + nb + d].revents & ZMQ_POLLIN)
-                kla_work_collect(a, &a->run_w[d], true);
+                kla_agent__work_collect(a, &a->run_w[d], true);
         if (items[1].revents & ZMQ_POLLIN)
             s_drain_net(a);
     }
     free(items);
     s_send_goodbye(a, "agent shutting down");
     if (!a->cfg.simulate)
-        kla_work_stop(a);
+        kla_agent__work_stop(a);
     return NULL;
 }
 
@@ -507,7 +507,7 @@ static int s_setup(kla_agent_t *a, const kla_agent_config_t *cfg, char *err)
     if (rc == KL_OK)
         rc = kl_net_client_new(&a->net, cfg->endpoint, &cfg->sec, err);
     if (rc == KL_OK && !cfg->simulate)
-        rc = kla_work_start(a, err);
+        rc = kla_agent__work_start(a, err);
     return rc;
 }
 
@@ -581,7 +581,7 @@ void kla_agent_destroy(kla_agent_t **self_p)
         zmq_send(a->pipe_api, "$TERM", 5, 0);
         pthread_join(a->actor, NULL);
     } else if (!a->cfg.simulate) {
-        kla_work_stop(a);
+        kla_agent__work_stop(a);
     }
     kl_net_destroy(&a->net);
     if (a->pipe_api)
@@ -609,9 +609,4 @@ void kla_agent_stats(kla_agent_t *a, kla_agent_stats_t *out)
     out->requests = atomic_load(&a->st_requests);
     out->results = atomic_load(&a->st_results);
     out->cancelled = atomic_load(&a->st_cancelled);
-}
-
-const char *kla_agent_workdir(const kla_agent_t *a)
-{
-    return a->workdir;
 }

@@ -64,7 +64,5 @@ typedef struct {
 
 /* A snapshot of the counters (any thread). */
 void kla_agent_stats(kla_agent_t *self, kla_agent_stats_t *out);
-/* The workdir in use (borrowed). */
-const char *kla_agent_workdir(const kla_agent_t *self);
 
 #endif

@@ -9,9 +9,8 @@
 
 #include "kla_agent.h"
 #include "kla_backend.h"
-#include "kla_builder.h"
 #include "kla_device.h"
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 /* One MeasureRequest's shared part; immutable once queued, so build and
  * run threads read it freely. refs is touched by the actor only. */
@@ -92,34 +91,32 @@ struct kla_agent_s {
 };
 
 /* work.c */
-void kla_queue_push(kla_queue_t *q, kla_job_t *j);
-kla_job_t *kla_queue_pop(kla_queue_t *q);
-void kla_job_free(kla_job_t *j);
 /* Starts the build and run threads with their PAIR sockets. */
-int kla_work_start(kla_agent_t *a, char *err);
+int kla_agent__work_start(kla_agent_t *a, char *err);
 /* Kills running work, waits for every thread, closes the sockets. */
-void kla_work_stop(kla_agent_t *a);
+void kla_agent__work_stop(kla_agent_t *a);
 /* Hands queued jobs to idle threads. */
-void kla_work_dispatch(kla_agent_t *a);
+void kla_agent__work_dispatch(kla_agent_t *a);
 /* A thread gave a job back (socket readable): the next step or the
  * result. */
-void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner);
+void kla_agent__work_collect(kla_agent_t *a, kla_worker_t *w, bool runner);
 /* The device of a request's device_index; KL_ERR_INVAL naming the index
  * when the agent has no such device. */
-int kla_work_device(const kla_agent_t *a, uint32_t index, int *dev, char *err);
+int kla_agent__work_device(const kla_agent_t *a, uint32_t index, int *dev,
+                           char *err);
 /* Queues the candidates of a checked request for device dev. */
-void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p, int dev);
+void kla_agent__work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
+                         const kla_problem_t *p, int dev);
 /* Drops queued jobs: of one request (cancel: answered CANCELLED) or all
  * (forget: no answer). */
-void kla_work_cancel(kla_agent_t *a, uint64_t request_id);
-void kla_work_forget(kla_agent_t *a);
+void kla_agent__work_cancel(kla_agent_t *a, uint64_t request_id);
+void kla_agent__work_forget(kla_agent_t *a);
 
 /* agent.c */
 /* Sends one MeasureResult built from the fields given. */
-void kla_agent_send_result(kla_agent_t *a, uint64_t request_id,
-                           uint64_t cand_id, const kla_result_t *r,
-                           const kla_build_t *b, double overhead_s,
-                           bool simulated);
+void kla_agent__send_result(kla_agent_t *a, uint64_t request_id,
+                            uint64_t cand_id, const kla_result_t *r,
+                            const kla_build_t *b, double overhead_s,
+                            bool simulated);
 
 #endif

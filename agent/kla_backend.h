@@ -10,10 +10,11 @@
  * --simulate), and then for each candidate calls build in a build thread
  * and measure in the device's own runner thread. Backends today:
  *
- *   cpu   (cpu_backend.c: device.c, builder.c, runner.c): cc into shared
- *         objects, run in sandboxed children, builds paused while timing;
- *   cuda  (cuda_backend.c: kla_cuda.h): NVRTC into cubins, run by one
- *         worker process per GPU.
+ *   cpu   (cpu/cpu_backend.c: cpu/builder.c, cpu/runner.c, the host's
+ *         device.c): cc into shared objects, run in sandboxed children,
+ *         builds paused while timing;
+ *   cuda  (cuda/cuda_backend.c: cuda/kla_cuda.h): NVRTC into cubins, run
+ *         by one worker process per GPU.
  *
  * --device grammar. A comma-separated list of KIND (every device of the
  * kind), KIND:all, KIND:N, and bare numbers N that continue the list of
@@ -29,9 +30,8 @@
 
 #include "kiln.pb-c.h"
 #include "kl_target.h"
-#include "kla_builder.h"
 #include "kla_device.h"
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 /* Devices one agent serves, all kinds together. */
 #define KLA_MAX_DEVICES 32

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "kla_runner.h"
+#include "kla_measure.h"
 
 #define KLA_SIMULATE_FAIL_MARK "KILN_SIMULATE_FAIL"
 

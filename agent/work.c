@@ -13,7 +13,7 @@
 #include "kl_util.h"
 #include "kla_agent_int.h"
 
-void kla_queue_push(kla_queue_t *q, kla_job_t *j)
+static void s_queue_push(kla_queue_t *q, kla_job_t *j)
 {
     j->next = NULL;
     if (q->tail)
@@ -24,7 +24,7 @@ void kla_queue_push(kla_queue_t *q, kla_job_t *j)
     q->n++;
 }
 
-kla_job_t *kla_queue_pop(kla_queue_t *q)
+static kla_job_t *s_queue_pop(kla_queue_t *q)
 {
     kla_job_t *j = q->head;
     if (!j)
@@ -46,7 +46,7 @@ static void s_req_unref(kla_req_t *r)
     free(r);
 }
 
-void kla_job_free(kla_job_t *j)
+static void s_job_free(kla_job_t *j)
 {
     if (!j)
         return;
@@ -167,7 +167,7 @@ static int s_start_one(kla_agent_t *a, kla_worker_t *w, int idx, int dev,
     return KL_OK;
 }
 
-int kla_work_start(kla_agent_t *a, char *err)
+int kla_agent__work_start(kla_agent_t *a, char *err)
 {
     a->builders = kl_xcalloc((size_t)a->build_slots, sizeof(kla_worker_t));
     for (int i = 0; i < a->build_slots; i++) {
@@ -202,7 +202,7 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
             if (zmq_poll(&it, 1, 100) > 0) {
                 kla_job_t *j = NULL;
                 if (zmq_recv(w->sock, &j, sizeof j, 0) == (int)sizeof j) {
-                    kla_job_free(j);
+                    s_job_free(j);
                     w->busy = false;
                 }
             } else {
@@ -217,7 +217,7 @@ static void s_stop_one(kla_agent_t *a, kla_worker_t *w)
     w->sock = NULL;
 }
 
-void kla_work_stop(kla_agent_t *a)
+void kla_agent__work_stop(kla_agent_t *a)
 {
     s_abort_all(a);
     for (int i = 0; a->builders && i < a->build_slots; i++)
@@ -225,20 +225,20 @@ void kla_work_stop(kla_agent_t *a)
     kla_job_t *j;
     for (int d = 0; d < a->ndev; d++) {
         s_stop_one(a, &a->run_w[d]);
-        while ((j = kla_queue_pop(&a->run_q[d])))
-            kla_job_free(j);
+        while ((j = s_queue_pop(&a->run_q[d])))
+            s_job_free(j);
     }
     free(a->builders);
     a->builders = NULL;
-    while ((j = kla_queue_pop(&a->build_q)))
-        kla_job_free(j);
+    while ((j = s_queue_pop(&a->build_q)))
+        s_job_free(j);
 }
 
 /* ---- the actor's side ------------------------------------------------- */
 
 static void s_give(kla_worker_t *w, kla_queue_t *q)
 {
-    kla_job_t *j = kla_queue_pop(q);
+    kla_job_t *j = s_queue_pop(q);
     /* Time queued while this thread was busy with others is theirs. */
     if (w->idle_since > j->t_enq)
         j->blocked_s += w->idle_since - j->t_enq;
@@ -247,7 +247,7 @@ static void s_give(kla_worker_t *w, kla_queue_t *q)
         ;
 }
 
-void kla_work_dispatch(kla_agent_t *a)
+void kla_agent__work_dispatch(kla_agent_t *a)
 {
     for (int i = 0; i < a->build_slots && a->build_q.head; i++)
         if (!a->builders[i].busy)
@@ -277,12 +277,12 @@ static void s_answer(kla_agent_t *a, kla_job_t *j)
     if (overhead < 0)
         overhead = 0;
     bool fake = a->dev[j->req->dev].stand_in;
-    kla_agent_send_result(a, j->req->request_id, j->cand_id, &j->res, &j->build,
-                          overhead, fake);
+    kla_agent__send_result(a, j->req->request_id, j->cand_id, &j->res,
+                           &j->build, overhead, fake);
     a->held--;
 }
 
-void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner)
+void kla_agent__work_collect(kla_agent_t *a, kla_worker_t *w, bool runner)
 {
     kla_job_t *j = NULL;
     if (zmq_recv(w->sock, &j, sizeof j, ZMQ_DONTWAIT) != (int)sizeof j || !j)
@@ -290,19 +290,20 @@ void kla_work_collect(kla_agent_t *a, kla_worker_t *w, bool runner)
     w->busy = false;
     w->idle_since = kl_now_s();
     if (j->req->epoch != a->epoch) { /* forgotten meanwhile */
-        kla_job_free(j);
+        s_job_free(j);
         return;
     }
     if (runner || j->finished) {
         s_answer(a, j);
-        kla_job_free(j);
+        s_job_free(j);
         return;
     }
     j->t_enq = kl_now_s();
-    kla_queue_push(&a->run_q[j->req->dev], j);
+    s_queue_push(&a->run_q[j->req->dev], j);
 }
 
-int kla_work_device(const kla_agent_t *a, uint32_t index, int *dev, char *err)
+int kla_agent__work_device(const kla_agent_t *a, uint32_t index, int *dev,
+                           char *err)
 {
     uint32_t n = (uint32_t)a->ndev;
     if (index >= n)
@@ -313,8 +314,8 @@ int kla_work_device(const kla_agent_t *a, uint32_t index, int *dev, char *err)
     return KL_OK;
 }
 
-void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
-                  const kla_problem_t *p, int dev)
+void kla_agent__work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
+                         const kla_problem_t *p, int dev)
 {
     kla_req_t *r = kl_xcalloc(1, sizeof *r);
     r->request_id = m->request_id;
@@ -342,7 +343,7 @@ void kla_work_add(kla_agent_t *a, const Kiln__MeasureRequest *m,
         j->launch.shared_bytes = c->shared_bytes;
         j->t_recv = j->t_enq = now;
         a->held++;
-        kla_queue_push(&a->build_q, j);
+        s_queue_push(&a->build_q, j);
     }
     s_req_unref(r);
 }
@@ -352,40 +353,40 @@ static void s_take(kla_queue_t *q, kla_queue_t *out, bool all, uint64_t id)
 {
     kla_queue_t keep = {0};
     kla_job_t *j;
-    while ((j = kla_queue_pop(q)))
-        kla_queue_push((all || j->req->request_id == id) ? out : &keep, j);
+    while ((j = s_queue_pop(q)))
+        s_queue_push((all || j->req->request_id == id) ? out : &keep, j);
     *q = keep;
 }
 
-void kla_work_cancel(kla_agent_t *a, uint64_t request_id)
+void kla_agent__work_cancel(kla_agent_t *a, uint64_t request_id)
 {
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, false, request_id);
     for (int d = 0; d < a->ndev; d++)
         s_take(&a->run_q[d], &out, false, request_id);
     kla_job_t *j;
-    while ((j = kla_queue_pop(&out))) {
+    while ((j = s_queue_pop(&out))) {
         kla_result_clear(&j->res);
         j->res.status = KILN__STATUS__STATUS_CANCELLED;
         snprintf(j->res.error, sizeof j->res.error,
                  "cancelled before it started");
-        kla_agent_send_result(a, request_id, j->cand_id, &j->res, NULL, 0,
-                              a->cfg.simulate);
+        kla_agent__send_result(a, request_id, j->cand_id, &j->res, NULL, 0,
+                               a->cfg.simulate);
         atomic_fetch_add(&a->st_cancelled, 1);
         a->held--;
-        kla_job_free(j);
+        s_job_free(j);
     }
 }
 
-void kla_work_forget(kla_agent_t *a)
+void kla_agent__work_forget(kla_agent_t *a)
 {
     kla_queue_t out = {0};
     s_take(&a->build_q, &out, true, 0);
     for (int d = 0; d < a->ndev; d++)
         s_take(&a->run_q[d], &out, true, 0);
     kla_job_t *j;
-    while ((j = kla_queue_pop(&out)))
-        kla_job_free(j);
+    while ((j = s_queue_pop(&out)))
+        s_job_free(j);
     a->epoch++; /* jobs in threads now belong to the past */
     a->held = 0;
 }

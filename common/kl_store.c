@@ -402,7 +402,7 @@ static int s_update_best(kl_store_t *self, MDB_txn *txn,
                          char *err)
 {
     uint8_t bk[25];
-    s_best_key(bk, pre, kl_record_cond(r));
+    kl_store__best_key(bk, pre, kl_record_cond(r));
     MDB_val k = {25, bk}, old;
     int mrc = mdb_get(txn, self->db_best, &k, &old);
     if (mrc && mrc != MDB_NOTFOUND)
@@ -413,7 +413,7 @@ static int s_update_best(kl_store_t *self, MDB_txn *txn,
                          self->dir, r->target, old.mv_size, KL_STORE_BEST_LEN);
     if (mrc == 0) {
         /* The strictly lower median wins; a tie keeps the older best. */
-        uint64_t bits = s_get_be64((const uint8_t *)old.mv_data + 8);
+        uint64_t bits = kl_store__get_be64((const uint8_t *)old.mv_data + 8);
         double old_median;
         memcpy(&old_median, &bits, sizeof bits);
         if (!(r->median_s < old_median))
@@ -422,8 +422,8 @@ static int s_update_best(kl_store_t *self, MDB_txn *txn,
     uint8_t val[KL_STORE_BEST_LEN];
     uint64_t bits;
     memcpy(&bits, &r->median_s, sizeof bits);
-    s_be64(val, r->seq);
-    s_be64(val + 8, bits);
+    kl_store__be64(val, r->seq);
+    kl_store__be64(val + 8, bits);
     MDB_val v = {KL_STORE_BEST_LEN, val};
     mrc = mdb_put(txn, self->db_best, &k, &v, 0);
     return mrc ? kl_store__lmdb(self, mrc, "put best", err) : KL_OK;
@@ -434,8 +434,8 @@ static int s_update_seen(kl_store_t *self, MDB_txn *txn,
                          char *err)
 {
     uint8_t sk[41], sv[8];
-    s_seen_key(sk, pre, kl_record_cond(r), r->trace_hash.data);
-    s_be64(sv, r->seq);
+    kl_store__seen_key(sk, pre, kl_record_cond(r), r->trace_hash.data);
+    kl_store__be64(sv, r->seq);
     MDB_val k = {41, sk}, v = {8, sv};
     /* The first record of a trace stays the one seen points at. */
     int mrc = mdb_put(txn, self->db_seen, &k, &v, MDB_NOOVERWRITE);
@@ -478,7 +478,7 @@ static int s_last_seq(kl_store_t *self, MDB_cursor *cur, const uint8_t pre[24],
     if (mrc)
         return kl_store__lmdb(self, mrc, "find last seq", err);
     if (k.mv_size == 32 && memcmp(k.mv_data, pre, 24) == 0)
-        *seq = s_get_be64((const uint8_t *)k.mv_data + 24);
+        *seq = kl_store__get_be64((const uint8_t *)k.mv_data + 24);
     return KL_OK;
 }
 
@@ -500,7 +500,7 @@ static int s_check_record(const Kiln__TuningRecord *r, char *err)
 }
 
 typedef struct {
-    kl_store_item_t *items;
+    kl_store__item_t *items;
     size_t n;
     bool keep_seq;
     size_t written;
@@ -522,7 +522,7 @@ static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
     if (rc)
         return rc;
     uint8_t pre[24], rk[32];
-    s_prefix(pre, r->workload_key.data, s_tid(r->target));
+    kl_store__prefix(pre, r->workload_key.data, kl_store__tid(r->target));
     bool explicit_seq = b->keep_seq && r->seq != 0;
     if (!explicit_seq) {
         if (!b->have_last || memcmp(pre, b->last_pre, 24) != 0) {
@@ -539,7 +539,7 @@ static int s_put_record(kl_store_t *self, MDB_txn *txn, s_batch_t *b,
     if (r->time_us == 0 && !b->keep_seq)
         r->time_us = kl_unix_us();
     memcpy(rk, pre, 24);
-    s_be64(rk + 24, r->seq);
+    kl_store__be64(rk + 24, r->seq);
     size_t n = kiln__tuning_record__get_packed_size(r);
     uint8_t *buf = s_pack_buf(self, n);
     kiln__tuning_record__pack(r, buf);
@@ -612,7 +612,7 @@ static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
         return kl_store__lmdb(self, mrc, "cursor", err);
     int rc = KL_OK;
     for (size_t i = 0; i < b->n && rc == KL_OK; i++) {
-        kl_store_item_t *it = &b->items[i];
+        kl_store__item_t *it = &b->items[i];
         rc = it->w ? s_put_workload(self, txn, it->w, err)
                    : s_put_record(self, txn, b, it->r, err);
         if (rc == S_SKIPPED)
@@ -627,7 +627,7 @@ static int s_batch_fn(kl_store_t *self, MDB_txn *txn, void *ctx, char *err)
     return rc;
 }
 
-int kl_store__write_items(kl_store_t *self, kl_store_item_t *items, size_t n,
+int kl_store__write_items(kl_store_t *self, kl_store__item_t *items, size_t n,
                           bool keep_seq, size_t *written, size_t *failed,
                           char *err)
 {
@@ -661,7 +661,7 @@ int kl_store_commit(kl_store_t *self, Kiln__TuningRecord **recs, size_t n,
 {
     if (n == 0)
         return KL_OK;
-    kl_store_item_t *items = kl_xcalloc(n, sizeof *items);
+    kl_store__item_t *items = kl_xcalloc(n, sizeof *items);
     for (size_t i = 0; i < n; i++)
         items[i].r = recs[i];
     size_t failed = n;

@@ -415,7 +415,7 @@ static int s_from_json(json_object *o, ProtobufCMessage *msg, bool skip_type,
 typedef struct {
     kl_store_t *store;
     json_tokener *tok;
-    kl_store_item_t items[S_IMPORT_BATCH];
+    kl_store__item_t items[S_IMPORT_BATCH];
     size_t n;
     size_t imported;
 } s_import_t;
@@ -472,8 +472,8 @@ static int s_parse_line(s_import_t *im, const char *text, size_t len,
                                json_object_object_get_ex(o, "type", &t)
                            ? json_object_get_string(t)
                            : NULL;
-    kl_store_item_t *it = &im->items[im->n];
-    *it = (kl_store_item_t){.line = line};
+    kl_store__item_t *it = &im->items[im->n];
+    *it = (kl_store__item_t){.line = line};
     ProtobufCMessage *m;
     if (type && strcmp(type, "workload") == 0) {
         it->w = kl_xmalloc(sizeof *it->w);

@@ -1,5 +1,6 @@
-/* kl_store_priv.h - what kl_store.c shares with kl_store_json.c. Not part
- * of the public contract: only the two halves of the store include it. */
+/* kl_store_priv.h - what the files of the store (kl_store.c, kl_store_read.c,
+ * kl_store_json.c) share. Not part of the public contract: only they
+ * include it. */
 #ifndef KL_STORE_PRIV_H
 #define KL_STORE_PRIV_H
 
@@ -26,13 +27,13 @@ struct kl_store_s {
 
 /* ---- keys (all integers big-endian) ---- */
 
-static inline void s_be64(uint8_t *p, uint64_t v)
+static inline void kl_store__be64(uint8_t *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--, v >>= 8)
         p[i] = (uint8_t)v;
 }
 
-static inline uint64_t s_get_be64(const uint8_t *p)
+static inline uint64_t kl_store__get_be64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -40,32 +41,32 @@ static inline uint64_t s_get_be64(const uint8_t *p)
     return v;
 }
 
-static inline uint64_t s_tid(const char *target)
+static inline uint64_t kl_store__tid(const char *target)
 {
     return kl_hash64(target, strlen(target));
 }
 
 /* key(16) | target-id(8): the prefix of records, best and seen keys. */
-static inline void s_prefix(uint8_t out[24], const uint8_t key[16],
-                            uint64_t tid)
+static inline void kl_store__prefix(uint8_t out[24], const uint8_t key[16],
+                                    uint64_t tid)
 {
     memcpy(out, key, 16);
-    s_be64(out + 16, tid);
+    kl_store__be64(out + 16, tid);
 }
 
 /* prefix(24) | condition(1): a best key. */
-static inline void s_best_key(uint8_t out[25], const uint8_t pre[24],
-                              kl_cond_t cond)
+static inline void kl_store__best_key(uint8_t out[25], const uint8_t pre[24],
+                                      kl_cond_t cond)
 {
     memcpy(out, pre, 24);
     out[24] = (uint8_t)cond;
 }
 
 /* prefix(24) | condition(1) | trace hash(16): a seen key. */
-static inline void s_seen_key(uint8_t out[41], const uint8_t pre[24],
-                              kl_cond_t cond, const uint8_t hash[16])
+static inline void kl_store__seen_key(uint8_t out[41], const uint8_t pre[24],
+                                      kl_cond_t cond, const uint8_t hash[16])
 {
-    s_best_key(out, pre, cond);
+    kl_store__best_key(out, pre, cond);
     memcpy(out + 25, hash, 16);
 }
 
@@ -81,7 +82,7 @@ typedef struct {
     Kiln__Workload *w;
     Kiln__TuningRecord *r;
     size_t line;
-} kl_store_item_t;
+} kl_store__item_t;
 
 /* Writes items[0..n) in ONE write transaction, in order, growing the map
  * as needed. With keep_seq, a record whose seq is not 0 keeps it (a slot
@@ -90,7 +91,7 @@ typedef struct {
  * (workload, target). *written (optional) counts the items written. On
  * failure nothing is written and *failed (optional) is the index of the
  * item that failed, or n when the commit itself failed. */
-int kl_store__write_items(kl_store_t *self, kl_store_item_t *items, size_t n,
+int kl_store__write_items(kl_store_t *self, kl_store__item_t *items, size_t n,
                           bool keep_seq, size_t *written, size_t *failed,
                           char *err);
 

@@ -21,8 +21,9 @@ static int s_corrupt_record(kl_store_t *self, const MDB_val *k, size_t vlen,
     return kl_seterr(err, KL_ERR_CORRUPT,
                      "store %s: record %s target-id %016llx seq %llu does not "
                      "decode (%zu bytes)",
-                     self->dir, hex, (unsigned long long)s_get_be64(p + 16),
-                     (unsigned long long)s_get_be64(p + 24), vlen);
+                     self->dir, hex,
+                     (unsigned long long)kl_store__get_be64(p + 16),
+                     (unsigned long long)kl_store__get_be64(p + 24), vlen);
 }
 
 int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
@@ -34,8 +35,8 @@ int kl_store_best(kl_store_t *self, const uint8_t key[16], const char *target,
     if (rc)
         return rc;
     uint8_t pre[24], bk[25], rk[32];
-    s_prefix(pre, key, s_tid(target));
-    s_best_key(bk, pre, cond);
+    kl_store__prefix(pre, key, kl_store__tid(target));
+    kl_store__best_key(bk, pre, cond);
     MDB_val k = {25, bk}, v;
     int mrc = mdb_get(txn, self->db_best, &k, &v);
     if (mrc == 0 && v.mv_size != KL_STORE_BEST_LEN)
@@ -72,8 +73,8 @@ int kl_store_seen(kl_store_t *self, const uint8_t key[16], const char *target,
     if (rc)
         return rc;
     uint8_t pre[24], sk[41];
-    s_prefix(pre, key, s_tid(target));
-    s_seen_key(sk, pre, cond, trace_hash);
+    kl_store__prefix(pre, key, kl_store__tid(target));
+    kl_store__seen_key(sk, pre, cond, trace_hash);
     MDB_val k = {41, sk}, v;
     int mrc = mdb_get(txn, self->db_seen, &k, &v);
     if (mrc == 0)
@@ -97,7 +98,7 @@ static int s_walk_records(kl_store_t *self, MDB_txn *txn, const uint8_t *pre,
         return kl_store__lmdb(self, mrc, "cursor", err);
     uint8_t tid[8];
     if (target)
-        s_be64(tid, s_tid(target));
+        kl_store__be64(tid, kl_store__tid(target));
     MDB_val k = {plen, (void *)pre}, v;
     mrc = mdb_cursor_get(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
     int rc = KL_OK;
@@ -138,7 +139,7 @@ static void s_range(const uint8_t *key, const char *target, uint8_t pre[24],
 {
     *plen = 0;
     if (key && target) {
-        s_prefix(pre, key, s_tid(target));
+        kl_store__prefix(pre, key, kl_store__tid(target));
         *plen = 24;
     } else if (key) {
         memcpy(pre, key, 16);

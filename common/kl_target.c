@@ -35,8 +35,8 @@ const char *kl_cpu_target(void)
 
 /* ---- CPU features that refine a target ---------------------------------- */
 
-/* A feature is a refinement of one ISA: "+vnni" only follows
- * "x86_64-avx512", "+avxvnni" only "x86_64-avx2". The table order is the
+/* A feature is a refinement of one ISA: "+vnni", "+bf16" and "+amx" only
+ * follow "x86_64-avx512", "+avxvnni" only "x86_64-avx2". The table order is the
  * canonical order of a suffix. */
 static const struct {
     const char *name; /* the suffix token and DeviceInfo.features entry */
@@ -44,6 +44,8 @@ static const struct {
     unsigned bit;     /* detected in s_cpu_supports */
 } s_feats[] = {
     {"vnni", "x86_64-avx512", KL_CPU_FEAT_VNNI},
+    {"bf16", "x86_64-avx512", KL_CPU_FEAT_BF16},
+    {"amx", "x86_64-avx512", KL_CPU_FEAT_AMX},
     {"avxvnni", "x86_64-avx2", KL_CPU_FEAT_AVXVNNI},
 };
 #define S_NFEATS (sizeof s_feats / sizeof s_feats[0])
@@ -58,6 +60,12 @@ static bool s_cpu_supports(size_t i)
         return __builtin_cpu_supports("avx512vnni");
     case KL_CPU_FEAT_AVXVNNI:
         return __builtin_cpu_supports("avxvnni");
+    case KL_CPU_FEAT_BF16:
+        return __builtin_cpu_supports("avx512bf16");
+    case KL_CPU_FEAT_AMX:
+        return __builtin_cpu_supports("amx-tile") &&
+               __builtin_cpu_supports("amx-bf16") &&
+               __builtin_cpu_supports("amx-int8");
     }
 #endif
     (void)i;

@@ -14,9 +14,6 @@
  * exports, the agent's backends) keeps a table indexed by kl_target_kind
  * and nowhere tests a kind by name: adding a kind is a row here and a row
  * in each of those tables (docs/architecture.md, "Adding a target kind").
- * "cpu/x86_64-avx2", "cpu/x86_64", "cpu/aarch64", "cuda/sm_90", ...
- * Records in the store are keyed by the exact target of the device that
- * measured them; a user may write "cpu" for this machine's CPU.
  *
  * A device that only pretends to measure (kiln-agent --simulate, the fake
  * GPU of KILN_FAKE_GPU_WORKER) reports the target it stands in for under
@@ -47,6 +44,10 @@
 /* CPU features that refine a target ("+vnni"), as bits. */
 #define KL_CPU_FEAT_VNNI 1u    /* "+vnni": avx512vnni, on x86_64-avx512 */
 #define KL_CPU_FEAT_AVXVNNI 2u /* "+avxvnni": avxvnni, on x86_64-avx2 */
+#define KL_CPU_FEAT_BF16 4u    /* "+bf16": avx512bf16, on x86_64-avx512 */
+/* "+amx": AMX tiles with bf16 and int8 products (amx-tile, amx-bf16,
+ * amx-int8), on x86_64-avx512. */
+#define KL_CPU_FEAT_AMX 8u
 
 /* The kinds of target, in the order of the kind table. */
 typedef enum {
@@ -117,7 +118,7 @@ const char *kl_cpu_target(void);
 /* The features of this machine's CPU (KL_CPU_FEAT_* bits), which
  * kiln-agent lists in DeviceInfo.features. KILN_CPU_FEATURES, when set,
  * stands in for detection: a comma list of feature names ("vnni",
- * "avxvnni"; "" for none). */
+ * "bf16", "amx", "avxvnni"; "" for none). */
 unsigned kl_cpu_features(void);
 
 /* The name ("vnni") and bit of feature i (0, 1, ...), NULL / 0 past the

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the include rules of docs/architecture.md ("Modules and the
 # include rules") on a source tree: a module may include only the headers
-# of the modules below it. Prints each violation as FILE: includes HEADER
+# of the modules below it, and a private header (*_int.h, *_priv.h) only
+# the files of its own folder. Prints each violation as FILE: includes HEADER
 # (MODULE) and exits 1 when there is one; exits 0 with "include rules: ok".
 # Usage: tools/check_includes.sh [ROOT]     (default: the repository)
 set -uo pipefail
@@ -16,8 +17,8 @@ headers() { # DIR...
 }
 
 bad=0
-# rule SRC_DIRS... -- FORBIDDEN_DIRS...: no file under a source folder
-# includes a header that lives in a forbidden folder.
+# rule SRCS... -- FORBIDDEN_DIRS...: no file under a source folder (or
+# source file) includes a header that lives in a forbidden folder.
 rule() {
     local src=() forb=() seen=0
     for a in "$@"; do
@@ -28,7 +29,7 @@ rule() {
     hs=$(headers "${forb[@]}" | sort -u)
     [ -n "$hs" ] || return 0
     for d in "${src[@]}"; do
-        [ -d "$d" ] || continue
+        [ -e "$d" ] || continue
         while IFS=: read -r file line; do
             local h
             h=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
@@ -38,19 +39,29 @@ rule() {
                 echo "$file: includes $h (of ${forb[*]})"
                 bad=1
             fi
-        done < <(grep -rn --include='*.c' --include='*.h' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$d" | cut -d: -f1,3-)
+        done < <(grep -Hrn --include='*.c' --include='*.h' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$d" | cut -d: -f1,3-)
     done
 }
 
 coord=$(find coordinator -mindepth 1 -maxdepth 1 -type d | sort)
 # common/ and agent/ include nothing of coordinator/.
 rule common agent -- $coord
-# The compiler half (ir, schedule, codegen) knows nothing of the network,
-# the store's users or the search.
-rule coordinator/ir coordinator/schedule coordinator/codegen -- \
+# The agent's core (agent/: the actor, its work, the registry of backends,
+# the sandboxes, the measurement's vocabulary) knows its backends only
+# through kla_backend.h; one backend includes nothing of another.
+rule $(find agent -maxdepth 1 -name '*.[ch]' | sort) -- agent/cpu agent/cuda
+rule agent/cpu -- agent/cuda
+rule agent/cuda -- agent/cpu
+# The compiler half (ir, schedule, space, codegen) knows nothing of the
+# network, the store's users or the search.
+rule coordinator/ir coordinator/schedule coordinator/space \
+    coordinator/codegen -- \
     coordinator/dispatch coordinator/search coordinator/tune \
     coordinator/tasksched coordinator/models coordinator/export \
     coordinator/report coordinator/metrics
+# schedule (the schedule state, its primitives, traces) knows nothing of
+# the design spaces above it (space: rules, postprocessors).
+rule coordinator/schedule -- coordinator/space
 # search proposes and observes: nothing of dispatch, the store or the
 # conductor.
 rule coordinator/search -- coordinator/dispatch coordinator/tune \
@@ -69,11 +80,11 @@ rule coordinator/export -- coordinator/search coordinator/tune \
 # dispatch moves requests and results: nothing of ir, schedule, codegen,
 # search or the conductor.
 rule coordinator/dispatch -- coordinator/ir coordinator/schedule \
-    coordinator/codegen coordinator/search coordinator/tune
+    coordinator/space coordinator/codegen coordinator/search coordinator/tune
 # the head node (kiln serve) routes batches between jobs and a dispatch: it
 # never proposes, compiles or records anything.
 rule coordinator/serve -- coordinator/ir coordinator/schedule \
-    coordinator/codegen coordinator/search coordinator/tune \
+    coordinator/space coordinator/codegen coordinator/search coordinator/tune \
     coordinator/tasksched coordinator/models coordinator/export
 for f in kl_store.h kl_store_priv.h; do
     if grep -rln --include='*.c' --include='*.h' "#include \"$f\"" \
@@ -82,9 +93,46 @@ for f in kl_store.h kl_store_priv.h; do
         bad=1
     fi
 done
+# fleet starts local agents and binds a job's side of its fleet (a dispatch
+# or a head node's port): nothing of the compiler, the search, the
+# scheduler's books or what lies above the conductor; and only tools (and
+# tests) start a fleet: no module of the coordinator includes it.
+rule coordinator/fleet -- coordinator/ir coordinator/schedule \
+    coordinator/codegen coordinator/search coordinator/tasksched \
+    coordinator/models coordinator/export coordinator/report \
+    coordinator/metrics coordinator/serve
+rule $(grep -vx coordinator/fleet <<<"$coord") -- coordinator/fleet
 # the scheduler only keeps the books.
 rule coordinator/tasksched -- coordinator/dispatch coordinator/search \
-    coordinator/tune coordinator/ir coordinator/schedule coordinator/codegen
+    coordinator/tune coordinator/ir coordinator/schedule coordinator/space \
+    coordinator/codegen
+
+# A private header (*_int.h, *_priv.h: what the files of one folder share)
+# is included only by the files of its own folder; another folder reads
+# the module's public header. The unit tests (tests/, not checked here)
+# may read a module's internals.
+private() {
+    local privs
+    privs=$(find common agent coordinator tools \( -name '*_int.h' -o \
+        -name '*_priv.h' \) -printf '%h %f\n' 2>/dev/null | sort -u)
+    [ -n "$privs" ] || return 0
+    while IFS=: read -r file line; do
+        local h dir own
+        h=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
+        h=${h##*/}
+        [ -n "$h" ] || continue
+        dir=$(dirname "$file")
+        own=$(awk -v h="$h" '$2 == h { print $1 }' <<<"$privs")
+        [ -n "$own" ] || continue
+        if ! grep -qxF "$dir" <<<"$own"; then
+            echo "$file: includes $h (private to ${own//$'\n'/ })"
+            bad=1
+        fi
+    done < <(grep -rn --include='*.c' --include='*.h' \
+        '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*_\(int\|priv\)\.h"' \
+        common agent coordinator tools 2>/dev/null | cut -d: -f1,3-)
+}
+private
 
 if [ $bad -ne 0 ]; then
     echo "include rules: violated (docs/architecture.md)"

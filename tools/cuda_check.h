@@ -6,7 +6,7 @@
  * NVRTC, so it sits in tools/, which may include both; the tests and
  * benchmarks that check generated kernels link it. kiln itself never
  * compiles CUDA C: the agent compiles a candidate and checks its launch
- * against the device when it loads it (agent/kla_cuda.h).
+ * against the device when it loads it (agent/cuda/kla_cuda.h).
  */
 #ifndef KL_CUDA_CHECK_H
 #define KL_CUDA_CHECK_H

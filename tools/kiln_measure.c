@@ -1,24 +1,25 @@
 /* kiln measure - measures hand-written candidate kernels of one workload on
  * a local fleet (agents started here) or on remote agents (--listen), and
- * records every result in the store (--db). */
+ * records every result in the store (--db). The work is a tuning job
+ * (kl_job.h) of one task of fixed candidates (kl_fixed.h); this file parses
+ * the command line and prints. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "fleet_coord.h"
+#include "kl_fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kl_dispatch.h"
+#include "kl_fixed.h"
 #include "kl_err.h"
 #include "kl_eval.h"
 #include "kl_log.h"
 #include "kl_opt.h"
 #include "kl_store.h"
-#include "kl_target.h"
 #include "kl_util.h"
 
 static const kl_opt_t s_opts[] = {
@@ -205,12 +206,9 @@ typedef struct {
     size_t n_args;
     char *name;
     char *ref;
-    uint8_t key[16];
     int npos;
-    char **src; /* per positional */
-    uint8_t (*hash)[16];
-    int *skip; /* 0, 1 seen in store, 2 duplicate of an earlier file */
-    kl_dispatch_result_t **res; /* per positional */
+    char **src;        /* per positional */
+    kl_fixed_t *fixed; /* the sources as a job's task */
     kl_store_t *store;
     kl_dispatch_t *disp;
     kl_fleet_t *fleet;
@@ -226,71 +224,55 @@ static const char *s_status(int st)
     return v ? v->name + 7 : "UNKNOWN"; /* past "STATUS_" */
 }
 
-/* The evaluator of every request (and of every record: what its latency
- * means, kl_record.h). */
+static void s_on_result(void *ctx, int i);
+
+/* Reads the reference and the candidates, and makes them the job's task
+ * (kl_fixed.h: the workload's key, the sources' hashes, duplicates). */
 static int s_read_sources(s_job_t *j, char *err)
 {
     int rc = kl_read_file(kl_opts_str(j->o, "reference"), &j->ref, NULL, err);
     j->src = kl_xcalloc((size_t)j->npos, sizeof *j->src);
-    j->hash = kl_xcalloc((size_t)j->npos, sizeof *j->hash);
-    j->skip = kl_xcalloc((size_t)j->npos, sizeof *j->skip);
-    j->res = kl_xcalloc((size_t)j->npos, sizeof *j->res);
     for (int i = 0; i < j->npos && rc == KL_OK; i++) {
         rc = kl_read_file(kl_opts_pos(j->o, i), &j->src[i], NULL, err);
         if (rc == KL_OK && !j->src[i][0])
             rc = kl_seterr(err, KL_ERR_INVAL, "%s is empty",
                            kl_opts_pos(j->o, i));
-        if (rc == KL_OK)
-            kl_hash128(j->src[i], strlen(j->src[i]), j->hash[i]);
     }
     if (rc != KL_OK)
         return rc;
-    kl_buf_t kb = {0};
-    kl_buf_puts(&kb, kl_opts_str(j->o, "args"));
-    kl_buf_puts(&kb, j->ref);
-    kl_hash128(kb.data, kb.len, j->key);
-    kl_buf_free(&kb);
+    const char *entry = kl_opts_str(j->o, "entry");
+    const char *re = kl_opts_str(j->o, "ref-entry");
+    kl_fixed_cfg_t fc = {.args_text = kl_opts_str(j->o, "args"),
+                         .args = j->args,
+                         .n_args = j->n_args,
+                         .name = j->name,
+                         .reference = j->ref,
+                         .entry = entry,
+                         .ref_entry = re ? re : entry,
+                         .target = j->target,
+                         .flop = kl_opts_double(j->o, "flop"),
+                         .flop_given = kl_opts_given(j->o, "flop"),
+                         .sources = (const char *const *)j->src,
+                         .n = j->npos,
+                         .on_result = s_on_result,
+                         .ctx = j};
+    /* The evaluator of every request and of every record (what its
+     * latency means, kl_record.h). */
+    kl_eval_from_opts(j->o, &fc.evaluator);
+    j->fixed = kl_fixed_new(&fc);
     return KL_OK;
 }
 
-/* Opens the store, records the workload and marks the sources measured
- * before (or given twice) as skipped. */
+/* Opens the store (--db): the task records the workload there and skips
+ * the sources measured before. */
 static int s_dedupe(s_job_t *j, char *err)
 {
-    for (int i = 0; i < j->npos; i++)
-        for (int k = 0; k < i && !j->skip[i]; k++)
-            if (!memcmp(j->hash[i], j->hash[k], 16))
-                j->skip[i] = 2;
     const char *db = kl_opts_str(j->o, "db");
     if (!db)
         return KL_OK;
     int rc = kl_store_open(&j->store, db, 0, err);
-    Kiln__Workload w = KILN__WORKLOAD__INIT;
-    w.key.data = j->key;
-    w.key.len = 16;
-    w.text = (char *)kl_opts_str(j->o, "args");
-    w.name = j->name;
-    w.op_kind = "measure";
-    w.flop = kl_opts_double(j->o, "flop");
-    w.n_args = j->n_args;
-    w.args = j->args;
-    Kiln__Workload *have = NULL;
-    /* Keep a FLOP count recorded before unless a new one is given. */
-    if (rc == KL_OK && (kl_store_get_workload(j->store, j->key, &have, NULL) ||
-                        kl_opts_given(j->o, "flop")))
-        rc = kl_store_put_workload(j->store, &w, err);
-    if (have)
-        kiln__workload__free_unpacked(have, NULL);
-    Kiln__Evaluator ev;
-    kl_eval_from_opts(j->o, &ev);
-    for (int i = 0; i < j->npos && rc == KL_OK; i++) {
-        bool seen = false;
-        if (!j->skip[i])
-            rc = kl_store_seen(j->store, j->key, j->target, kl_cond_of(&ev),
-                               j->hash[i], &seen, err);
-        if (seen)
-            j->skip[i] = 1;
-    }
+    if (rc == KL_OK)
+        rc = kl_fixed_dedupe(j->fixed, j->store, err);
     return rc;
 }
 
@@ -304,15 +286,16 @@ static void s_row(s_job_t *j, int i)
         j->header = true;
     }
     const char *file = kl_opts_pos(j->o, i);
-    if (j->skip[i]) {
+    kl_fixed_state st = kl_fixed_state_of(j->fixed, i);
+    if (st != KL_FIXED_NEW) {
         printf("%-28s %-13s %10s %10s %9s %7s  %s\n", file, "SKIPPED", "-", "-",
                "-", "-",
-               j->skip[i] == 1 ? "already measured (in --db)"
-                               : "same source as an earlier file");
+               st == KL_FIXED_SEEN ? "already measured (in --db)"
+                                   : "same source as an earlier file");
         fflush(stdout);
         return;
     }
-    const Kiln__MeasureResult *r = j->res[i]->result;
+    const Kiln__MeasureResult *r = kl_fixed_result(j->fixed, i)->result;
     char med[32] = "-", min[32] = "-", gf[32] = "-";
     if (r->n_samples) {
         double m = kl_median(r->samples, r->n_samples);
@@ -337,159 +320,35 @@ static void s_row(s_job_t *j, int i)
     fflush(stdout);
 }
 
-/* Commits one batch of results (one transaction), then reports them. */
-static int s_commit(s_job_t *j, kl_dispatch_result_t **b, size_t n, char *err)
+/* A result of source i was committed: its row of the table. */
+static void s_on_result(void *ctx, int i)
 {
-    if (j->store) {
-        Kiln__TuningRecord *recs = kl_xcalloc(n, sizeof *recs);
-        Kiln__TuningRecord **ptrs = kl_xcalloc(n, sizeof *ptrs);
-        Kiln__Evaluator ev;
-        kl_eval_from_opts(j->o, &ev);
-        /* A simulated result is never a measurement of a real target
-         * (kl_target.h), even from an agent that names the real one. */
-        char sim[160];
-        kl_target_sim(j->target, sim, sizeof sim);
-        for (size_t i = 0; i < n; i++) {
-            const Kiln__MeasureResult *r = b[i]->result;
-            Kiln__TuningRecord *t = ptrs[i] = &recs[i];
-            kiln__tuning_record__init(t);
-            t->workload_key.data = j->key;
-            t->workload_key.len = 16;
-            t->target = r->simulated ? sim : (char *)j->target;
-            t->status = r->status;
-            t->n_samples = r->n_samples;
-            t->samples = r->samples;
-            t->median_s =
-                r->n_samples ? kl_median(r->samples, r->n_samples) : 0;
-            t->error = r->error;
-            t->time_us = kl_unix_us();
-            t->agent = (char *)b[i]->agent;
-            t->device_name = (char *)b[i]->device_name;
-            t->simulated = r->simulated || kl_target_is_sim(j->target);
-            t->unsandboxed = r->unsandboxed;
-            t->evaluator = &ev;
-            t->trace_hash.data = j->hash[b[i]->index];
-            t->trace_hash.len = 16;
-            t->spread = r->spread;
-            t->job = "measure";
-            t->number = r->number;
-            t->compile_s = r->compile_s;
-        }
-        int rc = kl_store_commit(j->store, ptrs, n, err);
-        free(ptrs);
-        free(recs);
-        if (rc != KL_OK)
-            return rc;
-    }
-    for (size_t i = 0; i < n; i++) {
-        j->res[b[i]->index] = b[i];
-        s_row(j, (int)b[i]->index);
-    }
-    return KL_OK;
+    s_row(ctx, i);
 }
 
-static int s_submit(s_job_t *j, size_t *n_sub, char *err)
+/* Whether a local agent still runs (always, without local agents). */
+static bool s_alive(void *ctx)
 {
-    Kiln__Candidate *c = kl_xcalloc((size_t)j->npos, sizeof *c);
-    Kiln__Candidate **p = kl_xcalloc((size_t)j->npos, sizeof *p);
-    size_t n = 0;
-    const char *entry = kl_opts_str(j->o, "entry");
-    for (int i = 0; i < j->npos; i++) {
-        if (j->skip[i])
-            continue;
-        kiln__candidate__init(&c[n]);
-        c[n].id = (uint64_t)i;
-        c[n].source = j->src[i];
-        c[n].entry = (char *)entry;
-        p[n] = &c[n];
-        n++;
-    }
-    Kiln__Evaluator ev;
-    kl_eval_from_opts(j->o, &ev);
-    const char *re = kl_opts_str(j->o, "ref-entry");
-    kl_dispatch_batch_t b = {.workload_key = j->key,
-                             .target = j->target,
-                             .args = j->args,
-                             .n_args = j->n_args,
-                             .reference_source = j->ref,
-                             .reference_entry = re ? re : entry,
-                             .evaluator = &ev,
-                             .candidates = p,
-                             .n_candidates = n};
-    uint64_t id;
-    int rc = n ? kl_port_submit(&j->port, &b, &id, err) : KL_OK;
-    free(c);
-    free(p);
-    *n_sub = n;
+    const s_job_t *j = ctx;
+    return !j->fleet || kl_fleet_running(j->fleet) > 0;
+}
+
+/* Measures the sources to measure: a job of their task (kl_fixed_job) on
+ * the port waits for an agent of the target, sends them and records every
+ * result (s_on_result prints its row). */
+static int s_run(s_job_t *j, char *err)
+{
+    kl_job_t *job = NULL;
+    int rc = kl_fixed_job(j->fixed, &job, err);
+    kl_job_run_cfg_t run = {.agent_wait_s =
+                                kl_opts_double(j->o, "agent-wait-s"),
+                            .stop = &s_stop,
+                            .alive = s_alive,
+                            .ctx = j};
+    if (rc == KL_OK)
+        rc = kl_job_run(job, &j->port, &run, err);
+    kl_job_destroy(&job);
     return rc;
-}
-
-/* Waits for an agent of the target; KL_ERR_TIMEOUT after --agent-wait-s. */
-static int s_wait_agent(s_job_t *j, double since, char *err)
-{
-    double wait = kl_opts_double(j->o, "agent-wait-s");
-    for (;;) {
-        size_t n = 0;
-        int rc = kl_port_agents(&j->port, j->target, &n, err);
-        if (rc != KL_OK || n > 0)
-            return rc;
-        if (s_stop)
-            return kl_seterr(err, KL_ERR_CLOSED, "interrupted");
-        if (kl_now_s() - since > wait)
-            return kl_seterr(err, KL_ERR_TIMEOUT,
-                             "no agent for target '%s' connected to %s "
-                             "within %.0f s",
-                             j->target, kl_port_where(&j->port), wait);
-        if (j->fleet && kl_fleet_running(j->fleet) == 0)
-            return kl_seterr(err, KL_ERR_CLOSED,
-                             "every local kiln-agent exited (see its log "
-                             "above)");
-        /* Sleep, not recv: results that come meanwhile stay queued for
-         * s_collect. */
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int s_collect(s_job_t *j, size_t want, char *err)
-{
-    kl_dispatch_result_t *b[256];
-    size_t got = 0;
-    while (got < want && !s_stop) {
-        size_t n = 0;
-        if (kl_port_recv(&j->port, &b[0], 250, NULL) == KL_OK) {
-            n = 1;
-            while (n < 256 && kl_port_recv(&j->port, &b[n], 0, NULL) == KL_OK)
-                n++;
-        }
-        if (n) {
-            int rc = s_commit(j, b, n, err);
-            if (rc != KL_OK) {
-                for (size_t i = 0; i < n; i++)
-                    kl_dispatch_result_free(&b[i]);
-                return rc;
-            }
-            got += n;
-            continue;
-        }
-        size_t agents = 0;
-        kl_port_agents(&j->port, j->target, &agents, NULL);
-        if (agents == 0) {
-            char why[KL_ERRMSG_LEN];
-            int rc = s_wait_agent(j, kl_now_s(), why);
-            if (rc != KL_OK)
-                return kl_seterr(err, rc,
-                                 "%.400s; %zu of %zu candidates not "
-                                 "measured",
-                                 why, want - got, want);
-        }
-    }
-    if (s_stop)
-        return kl_seterr(err, KL_ERR_CLOSED,
-                         "interrupted; %zu of %zu "
-                         "candidates not measured",
-                         want - got, want);
-    return KL_OK;
 }
 
 static void s_json(s_job_t *j)
@@ -500,19 +359,21 @@ static void s_json(s_job_t *j)
         json_object_object_add(o, "file",
                                json_object_new_string(kl_opts_pos(j->o, i)));
         char hex[33];
-        kl_hex128(j->hash[i], hex);
+        kl_hex128(kl_fixed_hash(j->fixed, i), hex);
         json_object_object_add(o, "source_hash", json_object_new_string(hex));
-        const kl_dispatch_result_t *d = j->res[i];
-        if (j->skip[i] || !d) {
+        const kl_dispatch_result_t *d = kl_fixed_result(j->fixed, i);
+        kl_fixed_state st = kl_fixed_state_of(j->fixed, i);
+        if (st != KL_FIXED_NEW || !d) {
             json_object_object_add(
                 o, "status",
-                json_object_new_string(j->skip[i] ? "SKIPPED"
-                                                  : "NOT_MEASURED"));
+                json_object_new_string(st != KL_FIXED_NEW ? "SKIPPED"
+                                                          : "NOT_MEASURED"));
             json_object_object_add(
                 o, "error",
-                json_object_new_string(j->skip[i] == 1   ? "already measured"
-                                       : j->skip[i] == 2 ? "duplicate source"
-                                                         : "no result"));
+                json_object_new_string(st == KL_FIXED_SEEN ? "already measured"
+                                       : st == KL_FIXED_DUPLICATE
+                                           ? "duplicate source"
+                                           : "no result"));
             json_object_array_add(arr, o);
             continue;
         }
@@ -567,9 +428,10 @@ static void s_summary(s_job_t *j)
     int best = -1;
     double best_m = 0;
     for (int i = 0; i < j->npos; i++) {
-        if (j->skip[i] || !j->res[i])
+        const kl_dispatch_result_t *d = kl_fixed_result(j->fixed, i);
+        if (kl_fixed_state_of(j->fixed, i) != KL_FIXED_NEW || !d)
             continue;
-        const Kiln__MeasureResult *r = j->res[i]->result;
+        const Kiln__MeasureResult *r = d->result;
         by[(unsigned)r->status < 8 ? r->status : 8]++;
         double m = r->n_samples ? kl_median(r->samples, r->n_samples) : 0;
         if (r->status == KILN__STATUS__STATUS_OK && r->n_samples &&
@@ -619,17 +481,11 @@ static void s_job_free(s_job_t *j)
     kl_port_fleet_destroy(&j->head);
     kl_dispatch_destroy(&j->disp);
     kl_fleet_destroy(&j->fleet);
+    kl_fixed_destroy(&j->fixed);
     kl_store_close(&j->store);
-    for (int i = 0; i < j->npos; i++) {
-        if (j->src)
-            free(j->src[i]);
-        if (j->res)
-            kl_dispatch_result_free(&j->res[i]);
-    }
+    for (int i = 0; j->src && i < j->npos; i++)
+        free(j->src[i]);
     free(j->src);
-    free(j->hash);
-    free(j->skip);
-    free(j->res);
     free(j->ref);
     free(j->name);
     if (j->args)
@@ -689,30 +545,25 @@ int kiln_cmd_measure(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     char err[KL_ERRMSG_LEN];
-    size_t n = 0;
     int rc = s_dedupe(&j, err);
-    for (int i = 0; rc == KL_OK && i < j.npos; i++)
-        if (j.skip[i])
+    for (int i = 0; rc == KL_OK && i < j.npos; i++) {
+        kl_fixed_state st = kl_fixed_state_of(j.fixed, i);
+        if (st != KL_FIXED_NEW)
             fprintf(stderr, "kiln measure: skipping %s: %s\n",
                     kl_opts_pos(j.o, i),
-                    j.skip[i] == 1 ? "this source was measured before"
-                                   : "same source as an earlier file");
-    int todo = 0;
-    for (int i = 0; i < j.npos; i++)
-        todo += !j.skip[i];
+                    st == KL_FIXED_SEEN ? "this source was measured before"
+                                        : "same source as an earlier file");
+    }
+    int todo = kl_fixed_todo(j.fixed);
     bool usage = false;
     if (rc == KL_OK && todo) {
         rc = s_start(&j, err);
         usage = rc == KL_ERR_INVAL; /* endpoint, keys or flags that clash */
     }
     if (rc == KL_OK && todo)
-        rc = s_wait_agent(&j, kl_now_s(), err);
-    if (rc == KL_OK && todo)
-        rc = s_submit(&j, &n, err);
-    if (rc == KL_OK && todo)
-        rc = s_collect(&j, n, err);
+        rc = s_run(&j, err);
     for (int i = 0; i < j.npos; i++)
-        if (j.skip[i])
+        if (kl_fixed_state_of(j.fixed, i) != KL_FIXED_NEW)
             s_row(&j, i);
     if (kl_opts_bool(j.o, "json"))
         s_json(&j);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet_coord.h"
+#include "kl_fleet_coord.h"
 #include "kiln_cmds.h"
 #include "kl_codegen.h"
 #include "kl_err.h"
@@ -47,7 +47,7 @@ static const kl_opt_t s_opts[] = {
      "--model: hard cap on the trials of the whole job, records already in "
      "--db included (default: " KL_OPT_DEF(
          DEF_TRIALS_PER_TASK) " x the number of tasks)"},
-    KL_JOB_OPTS KL_SEARCH_OPTS KL_SCHED_OPTS KL_EVAL_OPTS{
+    KL_JOB_OPTS KL_SEARCH_OPTS KL_TS_OPTS KL_EVAL_OPTS{
         "source-out", KL_OPT_STR, NULL, KL_NOBOUNDS, "FILE",
         "--op: write the best kernel's source here (default: "
         "DB/sources/NAME.TARGET.c, or ./NAME.TARGET.c without --db; .cu for "
@@ -109,18 +109,6 @@ typedef struct {
 
 /* ---- printing ------------------------------------------------------------ */
 
-static void s_fmt_time(double s, char *buf, size_t n)
-{
-    if (s < 0 || !isfinite(s))
-        snprintf(buf, n, "?");
-    else if (s < 120)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 7200)
-        snprintf(buf, n, "%.0fm%02.0fs", floor(s / 60), fmod(s, 60));
-    else
-        snprintf(buf, n, "%.1fh", s / 3600);
-}
-
 /* --op: the progress of the task, at most once a second (and at the end).
  * On a terminal it is one block redrawn in place (kl_live.h). */
 static void s_op_progress(cmd_t *c, bool done)
@@ -140,8 +128,8 @@ static void s_op_progress(cmd_t *c, bool done)
         return;
     }
     char el[32], eta[32], best[64] = "no valid candidate yet";
-    s_fmt_time(p.elapsed_s, el, sizeof el);
-    s_fmt_time(p.eta_s, eta, sizeof eta);
+    kl_live_time(p.elapsed_s, el, sizeof el);
+    kl_live_time(p.eta_s, eta, sizeof eta);
     if (isfinite(p.best_s))
         snprintf(best, sizeof best, "best %.2f GFLOP/s (%.2f us)", p.gflops,
                  p.best_s * 1e6);
@@ -156,7 +144,7 @@ static void s_op_progress(cmd_t *c, bool done)
 /* --model: the task table, to f and to --summary-json. */
 static void s_summary(cmd_t *c, FILE *f)
 {
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     int n = kl_job_ntasks(c->job);
     kl_ts_row_t *rows = kl_xcalloc((size_t)n, sizeof(kl_ts_row_t));
     kl_ts_rows(ts, rows);
@@ -179,7 +167,7 @@ static void s_model_round(cmd_t *c, int round, int i)
     if (kl_opts_bool(c->o, "quiet"))
         return;
     const char *name = kl_task_workload(kl_job_task(c->job, i))->name;
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     if (!c->live)
         c->live = kl_live_new(stderr, KL_LIVE_AUTO, 0);
     if (!kl_live_is_block(c->live)) {
@@ -283,7 +271,7 @@ static int s_op_report(cmd_t *c, char *err)
 
 static void s_warn_unreached(cmd_t *c)
 {
-    const kl_ts_t *ts = kl_job_sched(c->job);
+    const kl_ts_t *ts = kl_job_tasksched(c->job);
     int k = kl_ts_unreached(ts, NULL, 0);
     if (k == 0)
         return;
@@ -499,7 +487,7 @@ int kiln_cmd_tune(int argc, char **argv)
                 "already in the store\n",
                 kl_model_name(c.model), kl_job_ntasks(c.job),
                 kl_opts_str(c.o, "scheduler"),
-                (long long)kl_ts_total_trials(kl_job_sched(c.job)));
+                (long long)kl_ts_total_trials(kl_job_tasksched(c.job)));
         s_warn_unreached(&c);
     } else if (!rc && kl_task_restored(kl_job_task(c.job, 0)) > 0) {
         fprintf(stderr,

@@ -1,6 +1,6 @@
 /* codegen_cuda.c - scheduled loop nest -> CUDA C (kl_codegen.h,
  * kl_codegen_cuda.h). The mapping of loops onto the launch is decided by
- * kl_cuda_plan (coordinator/schedule/kl_cuda_plan.h); this file prints it. */
+ * kl_cuda_plan (coordinator/space/kl_cuda_plan.h); this file prints it. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

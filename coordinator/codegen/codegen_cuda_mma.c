@@ -1,5 +1,5 @@
 /* codegen_cuda_mma.c - tensor-core (mma.sync) schedules -> CUDA C: the
- * plan is kl_cuda_mma_plan (coordinator/schedule/kl_cuda_plan.h); the
+ * plan is kl_cuda_mma_plan (coordinator/space/kl_cuda_plan.h); the
  * CUDA-core kernels are codegen_cuda.c's. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include "kl_codegen.h"
 #include "kl_err.h"
 
-/* The reference kernel of w for a CUDA target t (agent/kla_cuda.h): the
+/* The reference kernel of w for a CUDA target t (agent/cuda/kla_cuda.h): the
  * naive schedule's flat kernel, one thread per output element, launched
  * with block (256, 1, 1) and grid (ceil(n / 256), 1, 1) for n output
  * elements (out->grid and out->block say so; no dynamic shared memory).

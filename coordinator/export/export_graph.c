@@ -1,5 +1,6 @@
 /* export_graph.c - the layer graph of an exported model as C (kiln_model.c
- * and kiln_model.h) and the build of libkiln_model.so.
+ * and kiln_model.h), written with the tasks' sources and the weights, then
+ * built into libkiln_model.so (export_cc.c).
  *
  * The graph is parsed again from the model's text and fused with the rules
  * of kl_model.c (kl_model.h, "Extraction"), so that every computing layer
@@ -7,22 +8,14 @@
  * the model's tasks is an internal error, never a silent guess. */
 #include "kl_export.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "export_int.h"
 #include "kl_abi.h"
 #include "kl_err.h"
 #include "kl_util.h"
-
-extern char **environ;
 
 /* ---- code of the graph ---- */
 
@@ -50,7 +43,7 @@ typedef struct {
     kl_buf_t run;  /* body of kiln_model_run */
     kl_buf_t prun; /* body of kiln_model_run_profiled */
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
-    kl_export_param_t *params;
+    kl_export__param_t *params;
     int nparams, ninputs;
     s_layer_t *layers;
     int nlayers;
@@ -131,7 +124,7 @@ static int s_new_param(s_gen_t *c, const char *name, const char *what, int ndim,
 {
     c->params =
         kl_xrealloc(c->params, (size_t)(c->nparams + 1) * sizeof *c->params);
-    kl_export_param_t *p = &c->params[c->nparams];
+    kl_export__param_t *p = &c->params[c->nparams];
     memset(p, 0, sizeof *p);
     p->dt = dt;
     p->name = what ? kl_xasprintf("%s.%s", name, what) : kl_xstrdup(name);
@@ -184,7 +177,7 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
     /* an NHWC q-conv's weight: [R,S,C,K] from the model's [K,C,R,S] */
     if (nd->nhwc && nd->op == KL_MOP_QCONV2D && !strcmp(what, "weight") &&
         t->ndim == 4) {
-        kl_export_param_t *q = &c->params[pi];
+        kl_export__param_t *q = &c->params[pi];
         q->kcrs[0] = t->shape[3];
         q->kcrs[1] = t->shape[2];
         q->kcrs[2] = t->shape[0];
@@ -349,10 +342,10 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     const kl_mnode_t *nd = &c->g->nodes[i], *x = &c->g->nodes[nd->in[0]];
     int perm[KL_MODEL_MAX_DIMS], pm[KL_MODEL_MAX_DIMS];
     long long sh[KL_MODEL_MAX_DIMS];
-    int rc = kl_export_perm(c->text, nd, perm, err);
+    int rc = kl_export__perm(c->text, nd, perm, err);
     if (rc)
         return rc;
-    int rd = kl_export_perm_reduce(x->ndim, x->shape, perm, sh, pm);
+    int rd = kl_export__perm_reduce(x->ndim, x->shape, perm, sh, pm);
     if (rd <= 1) {
         c->view[i] = true;
         return KL_OK;
@@ -406,36 +399,6 @@ static void s_qcast_call(s_gen_t *c, int i)
     c->qcasts = true;
 }
 
-/* kiln_model.c's quantize / dequantize helpers (ONNX QuantizeLinear and
- * DequantizeLinear, per tensor): x / scale in f32 (a division, as ONNX
- * defines it), rounded half to even by nearbyintf in the default rounding
- * mode, plus the zero point, saturated to the type (NaN to its lowest);
- * (x - zp) * scale back. */
-static void s_qcast_helpers(kl_buf_t *b)
-{
-    static const struct {
-        const char *name, *ctype;
-        int lo, hi;
-    } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
-    for (int k = 0; k < 2; k++)
-        kl_buf_printf(
-            b,
-            "static void s_quantize_%s(const float *restrict x, %s *restrict "
-            "y,\n    long long n, float scale, int zp)\n{\n"
-            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
-            "    for (long long i = 0; i < n; i++) {\n"
-            "        float v = nearbyintf(x[i] / scale) + (float)zp;\n"
-            "        y[i] = (%s)(v >= %d.0f ? (v <= %d.0f ? v : %d.0f) : "
-            "%d.0f);\n    }\n}\n\n"
-            "static void s_dequantize_%s(const %s *restrict x, float "
-            "*restrict y,\n    long long n, float scale, int zp)\n{\n"
-            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
-            "    for (long long i = 0; i < n; i++)\n"
-            "        y[i] = (float)((int)x[i] - zp) * scale;\n}\n\n",
-            ts[k].name, ts[k].ctype, ts[k].ctype, ts[k].lo, ts[k].hi, ts[k].hi,
-            ts[k].lo, ts[k].name, ts[k].ctype);
-}
-
 static int s_layer(s_gen_t *c, int i, char *err)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
@@ -465,7 +428,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
             s_inexpr(c, c->g->nodes[nd->in[k]].in[0], nd->nhwc, in[k],
                      sizeof in[k]);
         s_bufexpr(c, q, out, sizeof out);
-        char *code = kl_export_qfuse_call(c->g, i, &c->qf[i], ins, out);
+        char *code = kl_export__qfuse_call(c->g, i, &c->qf[i], ins, out);
         s_emit(c, nd->name, -1, code);
         free(code);
         return KL_OK;
@@ -634,15 +597,15 @@ static char *s_model_c(s_gen_t *c)
                           t);
     }
     kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "",
-                  kl_export_helpers_c);
+                  kl_export__helpers_c);
     if (c->qcasts)
-        s_qcast_helpers(&b);
+        kl_export__qcast_helpers(&b);
     for (int i = 0; i < g->n; i++)
         if (c->conv[i]) {
-            kl_buf_puts(&b, kl_export_layout_helpers_c);
+            kl_buf_puts(&b, kl_export__layout_helpers_c);
             break;
         }
-    kl_export_qfuse_helpers(g, c->qf, &b);
+    kl_export__qfuse_helpers(g, c->qf, &b);
     s_param_tables(c, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
@@ -705,8 +668,8 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
     const kl_mgraph_t *g = c->g;
     s_inexpr(c, g->nout ? g->outputs[0] : g->n - 1, false, c->oex,
              sizeof c->oex);
-    int rc = kl_export_weights_plan(c->params, c->nparams, ps, c->src,
-                                    &c->trained, err);
+    int rc = kl_export__weights_plan(c->params, c->nparams, ps, c->src,
+                                     &c->trained, err);
     if (rc)
         return rc;
     *model_c = s_model_c(c);
@@ -755,12 +718,12 @@ int kl_export_write_graph(const char *text, const char *source,
         rc = s_write(dir, name, kernels[t].source, &paths, &np, err);
     }
     if (!rc)
-        rc = s_write(dir, "kiln_model.h", kl_export_model_h, NULL, NULL, err);
+        rc = s_write(dir, "kiln_model.h", kl_export__model_h, NULL, NULL, err);
     if (!rc)
         rc = s_write(dir, "kiln_model.c", model_c, &paths, &np, err);
     if (!rc)
-        rc = kl_export_weights_write(c.params, c.nparams, params, c.trained,
-                                     dir, &paths, &np, err);
+        rc = kl_export__weights_write(c.params, c.nparams, params, c.trained,
+                                      dir, &paths, &np, err);
     if (!rc && build) {
         char *lib = kl_xasprintf("%s/libkiln_model.so", dir);
         rc = kl_export_cc(cc, paths, np, lib, err);
@@ -772,65 +735,5 @@ int kl_export_write_graph(const char *text, const char *source,
     free(model_c);
     s_gen_free(&c);
     kl_mgraph_free(&g);
-    return rc;
-}
-
-/* ---- the compiler ---- */
-
-static int s_log_tail(const char *log, const char *cc, int status, char *err)
-{
-    char *text = NULL;
-    size_t len = 0;
-    char e2[KL_ERRMSG_LEN];
-    if (kl_read_file(log, &text, &len, e2))
-        text = kl_xstrdup("");
-    const char *tail = len > 300 ? text + len - 300 : text;
-    int rc = kl_seterr(err, KL_ERR_COMPILE, "%s exited with %d (log %s): %s",
-                       cc, status, log, tail);
-    free(text);
-    return rc;
-}
-
-int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
-                 char *err)
-{
-    if (!cc)
-        cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    /* -z nodelete: dlclose leaves the library (and so libgomp) mapped,
-     * since OpenMP's idle worker threads outlive it and would crash in
-     * unmapped code in a program that does not link libgomp itself. */
-    const char *fixed[] = {
-        cc,        "-O3",   "-march=native",  "-fopenmp",
-        "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete",
-        "-o",      lib};
-    int nf = (int)(sizeof fixed / sizeof fixed[0]);
-    char **argv = kl_xcalloc((size_t)(nf + n + 2), sizeof(char *));
-    for (int i = 0; i < nf; i++)
-        argv[i] = (char *)fixed[i];
-    for (int i = 0; i < n; i++)
-        argv[nf + i] = srcs[i];
-    argv[nf + n] = "-lm";
-    char *log = kl_xasprintf("%s.log", lib);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    free(argv);
-    if (rc) {
-        rc = kl_seterr(err, KL_ERR_COMPILE, "cannot run %s: %s", cc,
-                       strerror(rc));
-        free(log);
-        return rc;
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        rc = s_log_tail(log, cc, WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
-    free(log);
     return rc;
 }

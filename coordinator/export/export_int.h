@@ -6,20 +6,20 @@
 #include <stdint.h>
 
 #include "kl_ir.h"
-#include "kl_model_int.h"
+#include "kl_graph.h"
 #include "kl_util.h"
 
 /* The perm= of transpose layer nd, read again from its line of the graph
  * text (the parsed graph keeps only the output shape). */
-int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm,
-                   char *err);
+int kl_export__perm(const char *text, const kl_mnode_t *nd, int *perm,
+                    char *err);
 /* The permutation perm of a tensor of nd dims shape, simplified into sh
  * and pm: the dims of size 1 dropped, then each run of x's dims that stay
  * neighbours in the output merged into one. Returns the number of dims
  * left; 0 or 1 when the transpose keeps every element where it was (a
  * view of its input). */
-int kl_export_perm_reduce(int nd, const int64_t *shape, const int *perm,
-                          long long *sh, int *pm);
+int kl_export__perm_reduce(int nd, const int64_t *shape, const int *perm,
+                           long long *sh, int *pm);
 
 /* A parameter of an exported model: a graph input, or a layer's weight,
  * bias or requant scale (whose values go into kiln_model.weights). */
@@ -34,41 +34,49 @@ typedef struct {
     /* An NHWC q-conv's weight, laid out [R,S,C,K] from the model's own
      * [K,C,R,S] (these four; kcrs[0] == 0: the same order). */
     int64_t kcrs[4];
-} kl_export_param_t;
+} kl_export__param_t;
 
 /* Lays the weights out (each at a multiple of 64 bytes, setting every
  * non-input's offset) and checks the model's own parameters ps, when it
  * has any (*trained), against the graph's: each found by name, with the
  * same count and element type (else KL_ERR_INTERNAL naming it). */
-int kl_export_weights_plan(kl_export_param_t *params, int n,
-                           const kl_model_params_t *ps, const char *src,
-                           bool *trained, char *err);
+int kl_export__weights_plan(kl_export__param_t *params, int n,
+                            const kl_model_params_t *ps, const char *src,
+                            bool *trained, char *err);
 
 /* Writes DIR/kiln_model.weights (the model's own values when trained,
  * else seeded random ones, kiln_model.h "Weights") and DIR/kiln_weights.S,
  * whose path is appended to *paths. */
-int kl_export_weights_write(const kl_export_param_t *params, int n,
-                            const kl_model_params_t *ps, bool trained,
-                            const char *dir, char ***paths, int *np, char *err);
+int kl_export__weights_write(const kl_export__param_t *params, int n,
+                             const kl_model_params_t *ps, bool trained,
+                             const char *dir, char ***paths, int *np,
+                             char *err);
 
 /* Value layouts (kl_mgraph_layout): the helpers kiln_model.c's
  * conversions call, s_to_nhwc / s_to_nchw (arguments x, y, N, C, H*W and
  * the element's bytes, 1 or 4). */
-extern const char kl_export_layout_helpers_c[];
+extern const char kl_export__layout_helpers_c[];
 
 /* Integer shortcuts (export_qfuse.c; the groups: kl_mgraph_qfuse_plan).
  * The call of group plan[i] (in: the C expressions of the integer tensors
  * the dequantize layers read, out: the quantize's buffer); heap string. */
-char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
-                           const char *const *in, const char *out);
+char *kl_export__qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
+                            const char *const *in, const char *out);
 /* The helpers the plan's groups call (after kiln_model.c's S_PAR). */
-void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
-                             kl_buf_t *b);
+void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
+                              kl_buf_t *b);
 
 /* kiln_model.h as written (the library's API, its documentation), and the
  * helpers kiln_model.c starts with (clock, threads' threshold S_PAR, the
  * untuned layers); export_text.c. */
-extern const char kl_export_model_h[];
-extern const char kl_export_helpers_c[];
+extern const char kl_export__model_h[];
+extern const char kl_export__helpers_c[];
+
+/* Appends kiln_model.c's quantize / dequantize helpers for u8 and s8
+ * (after S_PAR; ONNX QuantizeLinear and DequantizeLinear, per tensor):
+ * x / scale in f32 (a division, as ONNX defines it), rounded half to even
+ * by nearbyintf in the default rounding mode, plus the zero point,
+ * saturated to the type (NaN to its lowest); (x - zp) * scale back. */
+void kl_export__qcast_helpers(kl_buf_t *b);
 
 #endif

@@ -1,6 +1,6 @@
 /* export_layout.c - permutations and layouts in an exported model
  * (export_int.h): a transpose layer's perm= and its simplified form, and
- * the layout conversions of kiln_model.c (kl_export_layout_helpers_c): a
+ * the layout conversions of kiln_model.c (kl_export__layout_helpers_c): a
  * value that one reader
  * wants NHWC and its producer wrote NCHW, or the other way round
  * (kl_model_layout.c says which), is copied once into the other layout.
@@ -12,7 +12,7 @@
 #include "export_int.h"
 #include "kl_err.h"
 
-const char kl_export_layout_helpers_c[] =
+const char kl_export__layout_helpers_c[] =
     "#if defined(__SSE2__)\n"
     "#include <emmintrin.h>\n"
     "/* 16 rows of 16 bytes at s (row stride ss) to 16 rows at d (stride\n"
@@ -119,7 +119,8 @@ const char kl_export_layout_helpers_c[] =
     "                      long long HW, int E)\n"
     "{\n    s_convert(x, y, N, C, HW, E, 0);\n}\n\n";
 
-int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
+int kl_export__perm(const char *text, const kl_mnode_t *nd, int *perm,
+                    char *err)
 {
     const char *l = text;
     for (int k = 1; l && k < nd->line; k++) {
@@ -151,8 +152,8 @@ int kl_export_perm(const char *text, const kl_mnode_t *nd, int *perm, char *err)
  * neighbours in the output merged into one. Returns the number of dims
  * left; 0 or 1 when the transpose keeps every element where it was (a
  * view of its input). */
-int kl_export_perm_reduce(int nd, const int64_t *shape, const int *perm,
-                          long long *sh, int *pm)
+int kl_export__perm_reduce(int nd, const int64_t *shape, const int *perm,
+                           long long *sh, int *pm)
 {
     int map[KL_MODEL_MAX_DIMS], p[KL_MODEL_MAX_DIMS], k = 0, m = 0;
     long long s[KL_MODEL_MAX_DIMS];

@@ -22,8 +22,8 @@ static const char *s_t(kl_dtype t)
     return t == KL_DT_S8 ? "s8" : "u8";
 }
 
-char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
-                           const char *const *in, const char *out)
+char *kl_export__qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
+                            const char *const *in, const char *out)
 {
     const kl_mnode_t *nd = &g->nodes[i], *q = &g->nodes[f->q];
     if (f->kind == KL_QF_ADD) {
@@ -59,8 +59,8 @@ char *kl_export_qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
  * divides (ties included: a tie is 0 from a half-integer). Exact, and
  * 30 % faster than dividing every step (the division's throughput
  * dominates the loop); export_qfuse_test's ties exercise the divisions. */
-void kl_export_qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
-                             kl_buf_t *b)
+void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
+                              kl_buf_t *b)
 {
     static const struct {
         const char *name, *ctype, *cvt;

@@ -1,8 +1,9 @@
 /* export_text.c - the fixed text of an exported model: kiln_model.h (its
- * API) and the helpers at the top of kiln_model.c (export_int.h). */
+ * API) and the helpers at the top of kiln_model.c (export_int.h), the
+ * quantize / dequantize ones included. */
 #include "export_int.h"
 
-const char kl_export_helpers_c[] =
+const char kl_export__helpers_c[] =
     "static double s_now(void)\n"
     "{\n"
     "    struct timespec ts;\n"
@@ -181,7 +182,7 @@ const char kl_export_helpers_c[] =
     "}\n"
     "\n";
 
-const char kl_export_model_h[] =
+const char kl_export__model_h[] =
     "/* kiln_model.h - the API of libkiln_model.so, written by kiln export.\n"
     " *\n"
     " * The model runs its layer graph in order. Its parameters are the\n"
@@ -303,3 +304,28 @@ const char kl_export_model_h[] =
     "int kiln_model_run_profiled(const float *const *params, float *output,\n"
     "                            double *layer_s);\n\n"
     "#endif\n";
+
+void kl_export__qcast_helpers(kl_buf_t *b)
+{
+    static const struct {
+        const char *name, *ctype;
+        int lo, hi;
+    } ts[] = {{"u8", "uint8_t", 0, 255}, {"s8", "int8_t", -128, 127}};
+    for (int k = 0; k < 2; k++)
+        kl_buf_printf(
+            b,
+            "static void s_quantize_%s(const float *restrict x, %s *restrict "
+            "y,\n    long long n, float scale, int zp)\n{\n"
+            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+            "    for (long long i = 0; i < n; i++) {\n"
+            "        float v = nearbyintf(x[i] / scale) + (float)zp;\n"
+            "        y[i] = (%s)(v >= %d.0f ? (v <= %d.0f ? v : %d.0f) : "
+            "%d.0f);\n    }\n}\n\n"
+            "static void s_dequantize_%s(const %s *restrict x, float "
+            "*restrict y,\n    long long n, float scale, int zp)\n{\n"
+            "#pragma omp parallel for if (n >= S_PAR) schedule(static)\n"
+            "    for (long long i = 0; i < n; i++)\n"
+            "        y[i] = (float)((int)x[i] - zp) * scale;\n}\n\n",
+            ts[k].name, ts[k].ctype, ts[k].ctype, ts[k].lo, ts[k].hi, ts[k].hi,
+            ts[k].lo, ts[k].name, ts[k].ctype);
+}

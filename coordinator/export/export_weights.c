@@ -32,14 +32,14 @@ static const char *s_unit(kl_dtype dt)
     }
 }
 
-int kl_export_weights_plan(kl_export_param_t *params, int n,
-                           const kl_model_params_t *ps, const char *src,
-                           bool *trained, char *err)
+int kl_export__weights_plan(kl_export__param_t *params, int n,
+                            const kl_model_params_t *ps, const char *src,
+                            bool *trained, char *err)
 {
     *trained = ps && ps->n > 0;
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
-        kl_export_param_t *p = &params[i];
+        kl_export__param_t *p = &params[i];
         if (p->input)
             continue;
         off = (off + 63) / 64 * 64;
@@ -77,7 +77,7 @@ static int s_fwrite(FILE *f, const void *data, size_t n, const char *path,
  * the model's own, else a seeded random one (kiln_model.h, "Weights"):
  * f32 uniform in [-0.1, 0.1) (a q-op's requant scale "L.scale" in
  * [1e-3, 1e-2)), s8 uniform in [-127, 127], s32 in [-1000, 1000]. */
-static uint32_t s_value(const kl_export_param_t *p, const kl_model_param_t *q,
+static uint32_t s_value(const kl_export__param_t *p, const kl_model_param_t *q,
                         int64_t k, kl_rng_t *r)
 {
     uint32_t u = 0;
@@ -111,7 +111,7 @@ static uint32_t s_value(const kl_export_param_t *p, const kl_model_param_t *q,
 /* The index in the model's own values of value k of p: k, or for a
  * weight laid out [R,S,C,K] (an NHWC q-conv's, W[r,s,c,f]) the index of
  * W[f,c,r,s] in the model's [K,C,R,S]. */
-static int64_t s_src(const kl_export_param_t *p, int64_t k)
+static int64_t s_src(const kl_export__param_t *p, int64_t k)
 {
     if (!p->kcrs[0])
         return k;
@@ -121,7 +121,7 @@ static int64_t s_src(const kl_export_param_t *p, int64_t k)
 }
 
 /* One parameter's values as little-endian bytes of its type. */
-static int s_param(FILE *f, const kl_export_param_t *p,
+static int s_param(FILE *f, const kl_export__param_t *p,
                    const kl_model_params_t *ps, kl_rng_t *r, const char *path,
                    char *err)
 {
@@ -154,8 +154,8 @@ static int s_param(FILE *f, const kl_export_param_t *p,
     return s_fwrite(f, buf, n, path, err);
 }
 
-/* DIR/kiln_model.weights, as kl_export_weights_plan laid it out. */
-static int s_file(const kl_export_param_t *params, int np,
+/* DIR/kiln_model.weights, as kl_export__weights_plan laid it out. */
+static int s_file(const kl_export__param_t *params, int np,
                   const kl_model_params_t *ps, const char *path, char *err)
 {
     FILE *f = fopen(path, "wb");
@@ -167,7 +167,7 @@ static int s_file(const kl_export_param_t *params, int np,
     int64_t at = 0;
     int rc = KL_OK;
     for (int i = 0; !rc && i < np; i++) {
-        const kl_export_param_t *p = &params[i];
+        const kl_export__param_t *p = &params[i];
         if (p->input)
             continue;
         rc = s_fwrite(f, zeros, (size_t)(p->offset - at), path, err);
@@ -219,9 +219,9 @@ static char *s_asm(const char *wpath, char *err)
     return text;
 }
 
-int kl_export_weights_write(const kl_export_param_t *params, int n,
-                            const kl_model_params_t *ps, bool trained,
-                            const char *dir, char ***paths, int *np, char *err)
+int kl_export__weights_write(const kl_export__param_t *params, int n,
+                             const kl_model_params_t *ps, bool trained,
+                             const char *dir, char ***paths, int *np, char *err)
 {
     char *wpath = kl_xasprintf("%s/kiln_model.weights", dir);
     int rc = s_file(params, n, trained ? ps : NULL, wpath, err);

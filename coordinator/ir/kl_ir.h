@@ -297,6 +297,12 @@ int kl_workload_from_op(const char *spec, kl_workload_t **out, char *err);
  * rest to _parse. */
 int kl_workload_from_string(const char *s, kl_workload_t **out, char *err);
 
+/* The named operators kl_workload_from_op builds, for a list or a help
+ * text: the name of operator i (0, 1, ...) and, when params is not NULL,
+ * its parameters as above ("M N K [bias=0 ...]"); NULL past the last.
+ * The strings are static. */
+const char *kl_workload_op(int i, const char **params);
+
 void kl_workload_free(kl_workload_t **self_p);
 kl_workload_t *kl_workload_clone(const kl_workload_t *w);
 
@@ -318,6 +324,10 @@ bool kl_dtype_is_int(kl_dtype dt); /* u8, s8, s32 */
 bool kl_dtype_parse(const char *name, kl_dtype *out);
 /* An integer workload: its output is u8, s8 or s32 (see above). */
 bool kl_workload_is_int(const kl_workload_t *w);
+/* A bf16 workload: an input is bf16 (in=bf16: the multiplied inputs),
+ * its output is not an integer. On the CPU its tensors are stored as f32
+ * and each read of a bf16 one means the value rounded to bf16. */
+bool kl_workload_is_bf16(const kl_workload_t *w);
 /* f16 / bf16 storage: the 16 bits of v rounded to nearest even (f16
  * overflows to infinity, keeps subnormals), and the float those bits hold.
  * kl_dtype_round(dt, v) is v as dt holds it (v itself for f32). */

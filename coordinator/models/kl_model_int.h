@@ -1,4 +1,5 @@
-/* kl_model_int.h - what the graph parser hands to task extraction. */
+/* kl_model_int.h - private to coordinator/models: what the graph parser
+ * hands to task extraction beyond the read-only graph of kl_graph.h. */
 #ifndef KL_MODEL_INT_H
 #define KL_MODEL_INT_H
 
@@ -7,114 +8,10 @@
 
 #include "kl_model.h"
 
-#define KL_MODEL_MAX_NAME 64
-#define KL_MODEL_MAX_DIMS 8
-
-typedef enum {
-    KL_MOP_INPUT,
-    KL_MOP_CONV2D,
-    KL_MOP_DEPTHWISE,
-    KL_MOP_DENSE,
-    KL_MOP_MATMUL,
-    KL_MOP_BATCH_MATMUL,
-    KL_MOP_MAX_POOL,
-    KL_MOP_AVG_POOL,
-    KL_MOP_GLOBAL_AVG_POOL,
-    KL_MOP_ADD,
-    KL_MOP_RELU,
-    KL_MOP_CLIP,
-    KL_MOP_FLATTEN,
-    KL_MOP_RESHAPE,
-    KL_MOP_TRANSPOSE,
-    KL_MOP_SOFTMAX,
-    KL_MOP_LAYER_NORM,
-    KL_MOP_GELU,
-    /* Quantized layers (kl_ir_ops.c's q-ops: u8 input, const s8 weight,
-     * s32 bias, requant to out) and the casts between f32 and integers
-     * (ONNX QuantizeLinear / DequantizeLinear). */
-    KL_MOP_QCONV2D,
-    KL_MOP_QDEPTHWISE,
-    KL_MOP_QDENSE,
-    KL_MOP_QMATMUL,
-    KL_MOP_QUANTIZE,
-    KL_MOP_DEQUANTIZE,
-} kl_mop;
+#include "kl_graph.h"
 
 /* The float op a q-op has the shapes of (op itself for the others). */
 kl_mop kl_mop_base(kl_mop op);
-/* A q-op (qconv2d, qdepthwise_conv2d, qdense, qmatmul)? */
-bool kl_mop_is_q(kl_mop op);
-
-typedef struct {
-    char name[KL_MODEL_MAX_NAME];
-    kl_mop op;
-    int line;
-    int in[2]; /* node indexes */
-    int nin;
-    int ndim; /* output shape */
-    int64_t shape[KL_MODEL_MAX_DIMS];
-    /* Attributes (those of the op; the rest stay 0). */
-    int64_t K, R, S, stride, pad, dil, groups, mult, O, N;
-    bool bias, res, relu;
-    /* A clip layer's bounds; on a producer, clip says that a clip layer
-     * was fused into it, with these bounds. */
-    bool clip;
-    double lo, hi;
-    /* layer_norm: epsilon (default 1e-5) and affine (its own weight and
-     * bias, each [last dim]). */
-    double eps;
-    bool affine;
-    /* The output's element type (f32 unless a q-op or quantize says);
-     * q-ops: za, zo, out (qout), scale (per_channel: a LAYER.scale
-     * parameter, else the number); quantize / dequantize: scale, zo (the
-     * zero point) and, for quantize, qout. */
-    kl_dtype dt;
-    int64_t za, zo;
-    kl_dtype qout;
-    bool per_channel;
-    double scale;
-    /* Filled by extraction. */
-    int uses;     /* layers (and outputs) that read this value */
-    int owner;    /* node whose kernel computes this value */
-    bool fused;   /* folded into owner's epilogue */
-    int res_from; /* the residual operand's node, -1 when none */
-    /* Filled by kl_mgraph_layout: the value is stored NHWC (a 4-D one;
-     * else NCHW, as the graph gives its shape). */
-    bool nhwc;
-} kl_mnode_t;
-
-typedef struct {
-    char *name; /* "model" line; NULL when none */
-    kl_mnode_t *nodes;
-    int n, cap;
-    int *outputs; /* nodes named by "output" lines */
-    int nout;
-} kl_mgraph_t;
-
-/* Parses the graph text into g (inferring every shape). Errors as
- * kl_model_parse documents them. On error g is freed. */
-int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
-                    char *err);
-void kl_mgraph_free(kl_mgraph_t *g);
-
-/* Folds relu, clip and residual adds into their producers (kl_model.h):
- * sets uses, owner, fused, relu, clip (lo, hi), res and res_from of g's
- * nodes. Task extraction
- * and export both call it, so a graph runs exactly as its tasks were
- * extracted. */
-void kl_mgraph_fuse(kl_mgraph_t *g);
-/* Which values are stored NHWC (kl_model_layout.c): every q-conv that is
- * not grouped and has C a multiple of 4, at least 16, computes NHWC (its
- * spec says layout=NHWC); quantize, dequantize, relu, clip, a same-shape
- * add and a max pool on codes (kl_mgraph_code_pool) follow their input
- * when a reader of theirs reads NHWC; everything else is NCHW. Called by
- * kl_mgraph_fuse, after the folds. The environment variable
- * KILN_LAYOUT_NCHW (any value) keeps every value NCHW (both tuning and
- * export must see it: it changes the q-convs' workloads). */
-void kl_mgraph_layout(kl_mgraph_t *g);
-/* Whether a value's layout changes its memory: 4-D with C > 1 and
- * H * W > 1. */
-bool kl_mgraph_layout_matters(const kl_mnode_t *nd);
 /* The one node that reads node i, or -1 (none, several, or an output). */
 int kl_mgraph_sole_reader(const kl_mgraph_t *g, int i);
 /* Whether node i is a dequantize (not fused) of u8 / s8 codes. */
@@ -124,31 +21,6 @@ bool kl_mgraph_code_deq(const kl_mgraph_t *g, int i);
  * it; returns that quantize, or -1 (also when the environment has
  * KILN_EXPORT_NO_QFUSE). */
 int kl_mgraph_code_pool(const kl_mgraph_t *g, int i);
-
-/* Integer shortcuts (kl_model_qgroups.c): a `dequantize`, `dequantize`,
- * `add`, `quantize` group as one loop over the codes at the add
- * (KL_QF_ADD), a `dequantize`, `max_pool2d`, `quantize` group with the
- * same scale and zero point as a max pool over the codes at the pool
- * (KL_QF_MAXPOOL); the quantize, and each dequantize read by nothing
- * else, are not layers of their own (KL_QF_SKIP). Bit-equal to the
- * layers. */
-enum { KL_QF_NONE = 0, KL_QF_SKIP, KL_QF_ADD, KL_QF_MAXPOOL };
-typedef struct {
-    int kind;
-    int q; /* KL_QF_ADD / KL_QF_MAXPOOL: the quantize node it writes */
-} kl_qfuse_t;
-
-/* Fills plan[g->n]; returns the number of groups. The environment
- * variable KILN_EXPORT_NO_QFUSE (any value) turns the shortcuts off (for
- * tuning and export alike: the group's add and pool are then tasks). */
-int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan);
-
-/* The named-op spec (kl_workload_from_op form) of computing node nd after
- * fusion; heap string. */
-char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
-
-/* The op's name in the graph format. */
-const char *kl_mop_name(kl_mop op);
 
 /* Generated at build time from graphs/ (embed_graphs.py). */
 typedef struct {

@@ -1,7 +1,14 @@
 /* kl_model_onnx_int.h - private to the ONNX importer (kl_model_onnx*.c):
- * the import context, its values and layer lines, and the functions the
- * importer's files share (s_ names like the file-local ones; nothing
- * outside coordinator/models includes this). */
+ * the import context, its values and layer lines, the table of node
+ * handlers each file contributes its rows to, and the helpers the
+ * importer's files share (kl_onnx__ names; nothing outside
+ * coordinator/models includes this).
+ *
+ * The files, calls going down only: kl_model_onnx_base.c (the context:
+ * constants, values, lines, attributes) below everything; the handler
+ * files (kl_model_onnx_const.c, _layers.c, _tf.c, _q.c, _qop.c, _qfp.c),
+ * each owning the rows of its ops; kl_model_onnx.c on top (the
+ * dispatcher over the tables, the node loop, the text and parameters). */
 #ifndef KL_MODEL_ONNX_INT_H
 #define KL_MODEL_ONNX_INT_H
 
@@ -12,8 +19,8 @@
 #include "kl_util.h"
 #include "onnx_min.pb-c.h"
 
-typedef KilnOnnx__NodeProto s_node_t;
-typedef KilnOnnx__TensorProto s_tensor_t;
+typedef KilnOnnx__NodeProto kl_onnx__node_t;
+typedef KilnOnnx__TensorProto kl_onnx__tensor_t;
 
 typedef struct {
     char *onnx; /* ONNX value name */
@@ -34,7 +41,7 @@ typedef struct {
     float qs;
     int64_t qzp;
     bool virt;
-} s_val_t;
+} kl_onnx__val_t;
 
 typedef struct {
     char *name;
@@ -72,7 +79,7 @@ typedef struct {
     int act; /* 0 none, 1 Relu, 2 Clip */
     bool has_lo, has_hi;
     float clo, chi;
-} s_line_t;
+} kl_onnx__line_t;
 
 /* A constant that is not an initializer: a Constant node's value, or a
  * view (Identity, Cast to float, Reshape, Squeeze, Unsqueeze) of a
@@ -80,32 +87,32 @@ typedef struct {
  * source's). */
 typedef struct {
     char *name;
-    const s_tensor_t *t;
-    s_tensor_t *own;
+    const kl_onnx__tensor_t *t;
+    kl_onnx__tensor_t *own;
     void *data; /* an evaluated constant's values (owned) */
-} s_const_t;
+} kl_onnx__const_t;
 
 typedef struct {
     const KilnOnnx__GraphProto *g;
     const char *src;
     char *err;
     bool want; /* read and fold the parameters */
-    s_val_t *vals;
+    kl_onnx__val_t *vals;
     int nvals;
-    s_line_t *lines;
+    kl_onnx__line_t *lines;
     int nlines;
-    s_const_t *consts;
+    kl_onnx__const_t *consts;
     int nconsts;
     bool *skip; /* nodes consumed by a pattern (gelu) */
     kl_buf_t head;
-    const char *why; /* why the node just refused (S_UNSUP) was */
-} s_ctx_t;
+    const char *why; /* why the node just refused (KL_ONNX__UNSUP) was */
+} kl_onnx__ctx_t;
 
 /* ONNX element types. */
-#define S_T_F32 1
-#define S_T_U8 2
-#define S_T_S8 3
-#define S_T_S32 6
+#define KL_ONNX__T_F32 1
+#define KL_ONNX__T_U8 2
+#define KL_ONNX__T_S8 3
+#define KL_ONNX__T_S32 6
 
 /* Where a q-op's numbers come from: its input (kiln name, scale, zero
  * point), the int8 weight, its scale and zero point (names for errors),
@@ -117,109 +124,124 @@ typedef struct {
     const char *xk;
     float xs;
     int64_t xzp;
-    const s_tensor_t *w, *ts, *tz, *tb, *tbs, *tbz;
+    const kl_onnx__tensor_t *w, *ts, *tz, *tb, *tbs, *tbz;
     const char *wn, *tsn, *tzn, *tbn, *tbsn, *tbzn;
     int64_t axis;
     bool acc;
-} s_qsrc_t;
+} kl_onnx__qsrc_t;
 
-/* Returned by a node handler for a node kiln has no layer for; the caller
- * lists them all. */
-#define S_UNSUP (-1000)
+/* Returned by a node handler for a node kiln has no layer for (c->why
+ * may say why); the caller lists them all. */
+#define KL_ONNX__UNSUP (-1000)
+/* Returned by a node handler for a node that is not its after all (a Cast
+ * of a computed value to the constant folder): the next row for the op is
+ * tried, and when none is left the node is KL_ONNX__UNSUP. */
+#define KL_ONNX__NEXT (-1001)
 
 /* First character of the names of values kiln makes itself (no ONNX name
  * starts with it). */
-#define S_OWN '\x01'
+#define KL_ONNX__OWN '\x01'
 
-/* kl_model_onnx.c: constants, values, lines, attributes; nodes, text */
-const s_tensor_t *s_init(const s_ctx_t *c, const char *name);
-void s_add_const(s_ctx_t *c, const char *name, const s_tensor_t *t,
-                 s_tensor_t *own);
-int s_readers(const s_ctx_t *c, const char *name);
-int s_reader(const s_ctx_t *c, const char *name);
-int64_t s_numel(const s_tensor_t *t);
-int s_terr(s_ctx_t *c, const char *name, const char *what);
-int s_floats(s_ctx_t *c, const s_tensor_t *t, const char *name, float **out,
-             int64_t *n);
-int s_ints_of(const s_tensor_t *t, int64_t *d, int max);
-s_val_t *s_val(const s_ctx_t *c, const char *onnx);
-s_val_t *s_add_val(s_ctx_t *c, const char *onnx, char *kiln, int line,
-                   bool owns);
-void s_alias(s_ctx_t *c, const char *onnx, const s_val_t *v);
-int s_fail(s_ctx_t *c, const s_node_t *nd, const char *what);
-const char *s_in(s_ctx_t *c, const s_node_t *nd, size_t k, int *rc);
-s_line_t *s_line_for(s_ctx_t *c, const char *out, const char *in0,
-                     const char *op);
-s_line_t *s_line(s_ctx_t *c, const s_node_t *nd, const char *op);
-const KilnOnnx__AttributeProto *s_attr(const s_node_t *nd, const char *name);
-int64_t s_aint(const s_node_t *nd, const char *name, int64_t def);
-int s_window(s_ctx_t *c, const s_node_t *nd, int64_t *stride, int64_t *pad,
-             int64_t *dil);
-int s_bias_in(s_ctx_t *c, const s_node_t *nd, size_t k, s_line_t *l,
-              float scale);
-int s_weight_in(s_ctx_t *c, const s_node_t *nd, const s_tensor_t *w,
-                s_line_t *l, float scale);
-bool s_is(const s_node_t *nd, const char *op);
-void s_lines_text(const s_ctx_t *c, kl_buf_t *b, bool dead);
+/* A node handler: imports node nd, whose op_type is its row's op. Returns
+ * KL_OK, an error (c->err set), KL_ONNX__UNSUP or KL_ONNX__NEXT. */
+typedef int kl_onnx__fn(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd);
+
+/* Row flag: the op is com.microsoft's (the contrib domain); rows without
+ * it are the default domain's (QuantizeLinear and DequantizeLinear of
+ * com.microsoft are read as the default domain's). */
+#define KL_ONNX__MS 1u
+
+/* One row of the handler table: op_type, its handler, flags. */
+typedef struct {
+    const char *op;
+    kl_onnx__fn *fn;
+    unsigned flags;
+} kl_onnx__op_t;
+
+/* The rows of each handler file, ended by a row with op NULL. A node is
+ * offered to the rows for its op in the order of the files below and,
+ * within a file, of its rows, until one does not return KL_ONNX__NEXT:
+ * the constant folder first (a view or shape arithmetic of constants is a
+ * constant whatever its op), the quantized forms before the float layers
+ * (a Conv of a DequantizeLinear weight is a q-op, a MaxPool of a u8
+ * tensor a quantized pool). Adding an op is a row and its handler. */
+extern const kl_onnx__op_t kl_onnx__const_ops[];
+extern const kl_onnx__op_t kl_onnx__q_ops[];
+extern const kl_onnx__op_t kl_onnx__qop_ops[];
+extern const kl_onnx__op_t kl_onnx__qfp_ops[];
+extern const kl_onnx__op_t kl_onnx__tf_ops[];
+extern const kl_onnx__op_t kl_onnx__layers_ops[];
+
+/* kl_model_onnx_base.c: constants, values, lines, attributes */
+const kl_onnx__tensor_t *kl_onnx__init(const kl_onnx__ctx_t *c,
+                                       const char *name);
+void kl_onnx__add_const(kl_onnx__ctx_t *c, const char *name,
+                        const kl_onnx__tensor_t *t, kl_onnx__tensor_t *own);
+int kl_onnx__readers(const kl_onnx__ctx_t *c, const char *name);
+int kl_onnx__reader(const kl_onnx__ctx_t *c, const char *name);
+int64_t kl_onnx__numel(const kl_onnx__tensor_t *t);
+int kl_onnx__terr(kl_onnx__ctx_t *c, const char *name, const char *what);
+int kl_onnx__floats(kl_onnx__ctx_t *c, const kl_onnx__tensor_t *t,
+                    const char *name, float **out, int64_t *n);
+int kl_onnx__ints_of(const kl_onnx__tensor_t *t, int64_t *d, int max);
+kl_onnx__val_t *kl_onnx__val(const kl_onnx__ctx_t *c, const char *onnx);
+char *kl_onnx__kiln_name(const kl_onnx__ctx_t *c, const char *onnx);
+kl_onnx__val_t *kl_onnx__add_val(kl_onnx__ctx_t *c, const char *onnx,
+                                 char *kiln, int line, bool owns);
+void kl_onnx__alias(kl_onnx__ctx_t *c, const char *onnx,
+                    const kl_onnx__val_t *v);
+const char *kl_onnx__nname(const kl_onnx__node_t *nd);
+int kl_onnx__fail(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                  const char *what);
+const char *kl_onnx__in(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                        int *rc);
+kl_onnx__line_t *kl_onnx__line_for(kl_onnx__ctx_t *c, const char *out,
+                                   const char *in0, const char *op);
+kl_onnx__line_t *kl_onnx__line(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                               const char *op);
+const KilnOnnx__AttributeProto *kl_onnx__attr(const kl_onnx__node_t *nd,
+                                              const char *name);
+int64_t kl_onnx__aint(const kl_onnx__node_t *nd, const char *name, int64_t def);
+int kl_onnx__window(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                    int64_t *stride, int64_t *pad, int64_t *dil);
+int kl_onnx__bias_in(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                     kl_onnx__line_t *l, float scale);
+int kl_onnx__weight_in(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                       const kl_onnx__tensor_t *w, kl_onnx__line_t *l,
+                       float scale);
+bool kl_onnx__is(const kl_onnx__node_t *nd, const char *op);
+void kl_onnx__lines_text(const kl_onnx__ctx_t *c, kl_buf_t *b, bool dead);
 
 /* kl_model_onnx_layers.c: layers, and constants folded into them */
-int s_conv(s_ctx_t *c, const s_node_t *nd);
-int s_pool(s_ctx_t *c, const s_node_t *nd, bool is_max);
-float s_afloat(const s_node_t *nd, const char *name, float def);
-int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm);
-void s_need_bias(s_ctx_t *c, s_line_t *l);
-int s_fold_const(s_ctx_t *c, const s_node_t *nd, size_t k, char op);
-int s_fold_bn(s_ctx_t *c, const s_node_t *nd);
-int s_reshape(s_ctx_t *c, const s_node_t *nd);
-int s_simple(s_ctx_t *c, const s_node_t *nd, const char *op);
-int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k, const char *what,
-                 bool *has, float *v);
-int s_clip(s_ctx_t *c, const s_node_t *nd);
+float kl_onnx__afloat(const kl_onnx__node_t *nd, const char *name, float def);
+void kl_onnx__need_bias(kl_onnx__ctx_t *c, kl_onnx__line_t *l);
+int kl_onnx__simple(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                    const char *op);
+int kl_onnx__clip_bound(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                        const char *what, bool *has, float *v);
 
 /* kl_model_onnx_tf.c: GELU, layer norm, packed attention patterns */
-const char *s_other(const s_node_t *nd, const char *one);
-int s_gelu_erf(s_ctx_t *c, const s_node_t *nd, bool *matched);
-int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax);
-int s_reduce_mean(s_ctx_t *c, const s_node_t *nd);
-int s_layer_norm(s_ctx_t *c, const s_node_t *nd);
-int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched);
+const char *kl_onnx__other(const kl_onnx__node_t *nd, const char *one);
+int kl_onnx__gelu_erf(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                      bool *matched);
+int kl_onnx__axes(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, int64_t *ax);
 
 /* kl_model_onnx_const.c: constants computed at import */
-int s_const_view(s_ctx_t *c, const s_node_t *nd, bool *done);
-bool s_shape(const s_ctx_t *c, const char *kiln, int64_t *d, int *n);
-int s_nums(s_ctx_t *c, const char *name, double *v, int *type, int64_t *dims,
-           int *nd);
-int s_const_eval(s_ctx_t *c, const s_node_t *nd, bool *done);
-int s_squeeze(s_ctx_t *c, const s_node_t *nd);
+bool kl_onnx__shape(const kl_onnx__ctx_t *c, const char *kiln, int64_t *d,
+                    int *n);
+int kl_onnx__nums(kl_onnx__ctx_t *c, const char *name, double *v, int *type,
+                  int64_t *dims, int *nd);
 
 /* kl_model_onnx_q.c: quantized nodes */
-const s_node_t *s_dq_const(const s_ctx_t *c, const char *name);
-int s_dequantize(s_ctx_t *c, const s_node_t *nd);
-int s_quantize(s_ctx_t *c, const s_node_t *nd);
-int s_qlayer(s_ctx_t *c, const s_node_t *nd);
-int s_qlinear(s_ctx_t *c, const s_node_t *nd);
-int s_ivals(s_ctx_t *c, const s_tensor_t *t, const char *name, int64_t **out,
-            int64_t *n);
-int s_qparams_at(s_ctx_t *c, const s_node_t *nd, size_t ks, size_t kz,
-                 float *scale, int64_t *zp, kl_dtype *dt);
-int s_qmake(s_ctx_t *c, const s_node_t *nd, const s_qsrc_t *q, s_line_t **out);
-void s_qout(s_line_t *l, float so, int64_t zo, kl_dtype dt);
-const s_tensor_t *s_opt_init(const s_ctx_t *c, const s_node_t *nd, size_t k);
-const char *s_opt_name(const s_node_t *nd, size_t k);
-
-/* kl_model_onnx_qop.c: the operator form's nodes beyond QLinearConv and
- * QLinearMatMul (com.microsoft QGemm, QLinearGlobalAveragePool), the
- * integer ops (MatMulInteger, ConvInteger) and their scaling back */
-int s_qgemm(s_ctx_t *c, const s_node_t *nd);
-int s_qgap(s_ctx_t *c, const s_node_t *nd);
-int s_int_op(s_ctx_t *c, const s_node_t *nd);
-int s_int_cast(s_ctx_t *c, const s_node_t *nd, bool *done);
-int s_dynamic(s_ctx_t *c, const s_node_t *nd);
-
-/* kl_model_onnx_qfp.c: quantized nodes run in float between dequantize
- * and quantize layers (com.microsoft QLinearAdd, QLinearAveragePool;
- * MaxPool of a u8 / s8 tensor); *done false for other nodes */
-int s_qfloat(s_ctx_t *c, const s_node_t *nd, bool *done);
-int s_qmaxpool(s_ctx_t *c, const s_node_t *nd, bool *done);
+int kl_onnx__ivals(kl_onnx__ctx_t *c, const kl_onnx__tensor_t *t,
+                   const char *name, int64_t **out, int64_t *n);
+int kl_onnx__qparams_at(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t ks,
+                        size_t kz, float *scale, int64_t *zp, kl_dtype *dt);
+int kl_onnx__qmake(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                   const kl_onnx__qsrc_t *q, kl_onnx__line_t **out);
+void kl_onnx__qout(kl_onnx__line_t *l, float so, int64_t zo, kl_dtype dt);
+const kl_onnx__tensor_t *kl_onnx__opt_init(const kl_onnx__ctx_t *c,
+                                           const kl_onnx__node_t *nd, size_t k);
+const char *kl_onnx__opt_name(const kl_onnx__node_t *nd, size_t k);
 
 #endif

@@ -11,25 +11,27 @@
 #include "kl_err.h"
 #include "kl_util.h"
 
-int s_conv(s_ctx_t *c, const s_node_t *nd)
+static int s_conv(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     int rc = KL_OK;
-    const char *x = s_in(c, nd, 0, &rc);
-    const s_tensor_t *w = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    const char *x = kl_onnx__in(c, nd, 0, &rc);
+    const kl_onnx__tensor_t *w =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
     if (!x)
         return rc;
     if (!w || w->n_dims != 4)
-        return s_fail(c, nd, "the weight must be a 4-D initializer");
-    int64_t st, pad, dil, g = s_aint(nd, "group", 1);
-    if ((rc = s_window(c, nd, &st, &pad, &dil)))
+        return kl_onnx__fail(c, nd, "the weight must be a 4-D initializer");
+    int64_t st, pad, dil, g = kl_onnx__aint(nd, "group", 1);
+    if ((rc = kl_onnx__window(c, nd, &st, &pad, &dil)))
         return rc;
     int64_t K = w->dims[0], R = w->dims[2], S = w->dims[3];
     bool dw = g > 1 && w->dims[1] == 1;
     if (dw && K % g)
-        return s_fail(c, nd,
-                      "depthwise: output channels not a multiple of "
-                      "the groups");
-    s_line_t *l = s_line(c, nd, dw ? "depthwise_conv2d" : "conv2d");
+        return kl_onnx__fail(c, nd,
+                             "depthwise: output channels not a multiple of "
+                             "the groups");
+    kl_onnx__line_t *l =
+        kl_onnx__line(c, nd, dw ? "depthwise_conv2d" : "conv2d");
     kl_buf_printf(&l->args, "%s", x);
     if (!dw)
         kl_buf_printf(&l->args, " K=%lld", (long long)K);
@@ -42,81 +44,87 @@ int s_conv(s_ctx_t *c, const s_node_t *nd)
     if (!dw && g > 1)
         kl_buf_printf(&l->args, " groups=%lld", (long long)g);
     l->nout = K;
-    return s_weight_in(c, nd, w, l, 1.0f) ?: s_bias_in(c, nd, 2, l, 1.0f);
+    return kl_onnx__weight_in(c, nd, w, l, 1.0f)
+               ?: kl_onnx__bias_in(c, nd, 2, l, 1.0f);
 }
 
-int s_pool(s_ctx_t *c, const s_node_t *nd, bool is_max)
+/* MaxPool and AveragePool. */
+static int s_pool(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
+    bool is_max = kl_onnx__is(nd, "MaxPool");
     int rc = KL_OK;
-    const char *x = s_in(c, nd, 0, &rc);
+    const char *x = kl_onnx__in(c, nd, 0, &rc);
     if (!x)
         return rc;
-    const KilnOnnx__AttributeProto *k = s_attr(nd, "kernel_shape");
+    const KilnOnnx__AttributeProto *k = kl_onnx__attr(nd, "kernel_shape");
     if (!k || k->n_ints != 2)
-        return s_fail(c, nd, "kernel_shape must have 2 values");
+        return kl_onnx__fail(c, nd, "kernel_shape must have 2 values");
     int64_t st, pad, dil;
-    if ((rc = s_window(c, nd, &st, &pad, &dil)))
+    if ((rc = kl_onnx__window(c, nd, &st, &pad, &dil)))
         return rc;
     if (dil != 1)
-        return s_fail(c, nd, "dilated pooling is not supported");
-    if (!is_max && pad > 0 && !s_aint(nd, "count_include_pad", 0))
-        return s_fail(c, nd,
-                      "padding excluded from the average "
-                      "(count_include_pad=0) is not supported");
-    s_line_t *l = s_line(c, nd, is_max ? "max_pool2d" : "avg_pool2d");
+        return kl_onnx__fail(c, nd, "dilated pooling is not supported");
+    if (!is_max && pad > 0 && !kl_onnx__aint(nd, "count_include_pad", 0))
+        return kl_onnx__fail(c, nd,
+                             "padding excluded from the average "
+                             "(count_include_pad=0) is not supported");
+    kl_onnx__line_t *l =
+        kl_onnx__line(c, nd, is_max ? "max_pool2d" : "avg_pool2d");
     kl_buf_printf(&l->args, "%s R=%lld S=%lld stride=%lld pad=%lld", x,
                   (long long)k->ints[0], (long long)k->ints[1], (long long)st,
                   (long long)pad);
     return KL_OK;
 }
 
-float s_afloat(const s_node_t *nd, const char *name, float def)
+float kl_onnx__afloat(const kl_onnx__node_t *nd, const char *name, float def)
 {
-    const KilnOnnx__AttributeProto *a = s_attr(nd, name);
+    const KilnOnnx__AttributeProto *a = kl_onnx__attr(nd, name);
     return a && a->has_f ? a->f : def;
 }
 
 /* Gemm and MatMul: by a weight, dense O= ([O,I], Gemm transB=1) or matmul
  * N= ([K,N]), alpha in the weight and beta in the bias; MatMul of two
  * computed values: matmul A B. */
-int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
+static int s_gemm(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
+    bool gemm = kl_onnx__is(nd, "Gemm");
     int rc = KL_OK;
-    const char *a = s_in(c, nd, 0, &rc);
+    const char *a = kl_onnx__in(c, nd, 0, &rc);
     if (!a)
         return rc;
-    const s_tensor_t *b = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    const kl_onnx__tensor_t *b =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
     if (gemm) {
-        if (s_aint(nd, "transA", 0))
-            return s_fail(c, nd, "transA=1 is not supported");
+        if (kl_onnx__aint(nd, "transA", 0))
+            return kl_onnx__fail(c, nd, "transA=1 is not supported");
         if (!b || b->n_dims != 2)
-            return s_fail(c, nd, "B must be a 2-D initializer");
+            return kl_onnx__fail(c, nd, "B must be a 2-D initializer");
     }
     if (!b) { /* two computed values: matmul A B (batched when 3-D) */
-        const char *bb = s_in(c, nd, 1, &rc);
+        const char *bb = kl_onnx__in(c, nd, 1, &rc);
         if (!bb)
             return rc;
-        s_line_t *l = s_line(c, nd, "matmul");
+        kl_onnx__line_t *l = kl_onnx__line(c, nd, "matmul");
         kl_buf_printf(&l->args, "%s %s", a, bb);
         return KL_OK;
     }
     if (b->n_dims != 2)
-        return s_fail(c, nd, "a weight that is not 2-D");
-    bool tb = gemm && s_aint(nd, "transB", 0);
-    s_line_t *l = s_line(c, nd, tb ? "dense" : "matmul");
+        return kl_onnx__fail(c, nd, "a weight that is not 2-D");
+    bool tb = gemm && kl_onnx__aint(nd, "transB", 0);
+    kl_onnx__line_t *l = kl_onnx__line(c, nd, tb ? "dense" : "matmul");
     l->colw = !tb;
     l->nout = tb ? b->dims[0] : b->dims[1];
     if (tb)
         kl_buf_printf(&l->args, "%s O=%lld", a, (long long)l->nout);
     else
         kl_buf_printf(&l->args, "%s N=%lld", a, (long long)l->nout);
-    float alpha = gemm ? s_afloat(nd, "alpha", 1.0f) : 1.0f,
-          beta = gemm ? s_afloat(nd, "beta", 1.0f) : 1.0f;
-    rc = s_weight_in(c, nd, b, l, alpha);
+    float alpha = gemm ? kl_onnx__afloat(nd, "alpha", 1.0f) : 1.0f,
+          beta = gemm ? kl_onnx__afloat(nd, "beta", 1.0f) : 1.0f;
+    rc = kl_onnx__weight_in(c, nd, b, l, alpha);
     if (!rc && gemm)
-        rc = s_bias_in(c, nd, 2, l, beta);
+        rc = kl_onnx__bias_in(c, nd, 2, l, beta);
     if (!rc && tb) /* dense has bias=1 by default: zeros when none */
-        s_need_bias(c, l);
+        kl_onnx__need_bias(c, l);
     return rc;
 }
 
@@ -125,18 +133,18 @@ int s_gemm(s_ctx_t *c, const s_node_t *nd, bool gemm)
 /* The layer that constants after value `in` of nd fold into: a conv,
  * dense or matmul by a weight whose output only nd reads; through views
  * (reshape, transpose, flatten) when views. -1 and an error else. */
-static int s_fold_target(s_ctx_t *c, const s_node_t *nd, const char *in,
-                         bool views, int *rc)
+static int s_fold_target(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                         const char *in, bool views, int *rc)
 {
-    const s_val_t *v = in ? s_val(c, in) : NULL;
+    const kl_onnx__val_t *v = in ? kl_onnx__val(c, in) : NULL;
     const char *why = NULL;
     while (v && v->line >= 0 && views && v->sole &&
-           s_readers(c, v->onnx) == 1) {
-        const s_line_t *l = &c->lines[v->line];
+           kl_onnx__readers(c, v->onnx) == 1) {
+        const kl_onnx__line_t *l = &c->lines[v->line];
         if (strcmp(l->op, "reshape") && strcmp(l->op, "transpose") &&
             strcmp(l->op, "flatten"))
             break;
-        v = s_val(c, l->in0);
+        v = kl_onnx__val(c, l->in0);
     }
     if (!v || v->line < 0 || !c->lines[v->line].params || c->lines[v->line].q ||
         !strcmp(c->lines[v->line].op, "layer_norm"))
@@ -144,11 +152,11 @@ static int s_fold_target(s_ctx_t *c, const s_node_t *nd, const char *in,
                       "(through reshapes and transposes)"
                     : "folds only into a conv, dense or matmul by a weight "
                       "just before it";
-    else if (!v->sole || s_readers(c, v->onnx) != 1)
+    else if (!v->sole || kl_onnx__readers(c, v->onnx) != 1)
         why = "folds into the layer before it only when nothing else reads "
               "that layer's output";
     if (why) {
-        *rc = s_fail(c, nd, why);
+        *rc = kl_onnx__fail(c, nd, why);
         return -1;
     }
     return v->line;
@@ -158,12 +166,12 @@ static int s_fold_target(s_ctx_t *c, const s_node_t *nd, const char *in,
  * (*n = 1), or l->nout values on the channel axis (conv: [K,1,1],
  * [1,K,1,1]; dense and matmul: [N], [1,N], ...; any shape when flat). Values
  * read only when params are wanted (*v NULL else). */
-static int s_chan(s_ctx_t *c, const s_node_t *nd, const s_tensor_t *t,
-                  const char *name, const s_line_t *l, bool flat, float **v,
-                  int64_t *n)
+static int s_chan(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                  const kl_onnx__tensor_t *t, const char *name,
+                  const kl_onnx__line_t *l, bool flat, float **v, int64_t *n)
 {
     *v = NULL;
-    *n = s_numel(t);
+    *n = kl_onnx__numel(t);
     bool conv = strstr(l->op, "conv2d") != NULL;
     bool ok = *n == 1 || (flat && *n == l->nout);
     if (!ok && *n == l->nout) {
@@ -177,14 +185,14 @@ static int s_chan(s_ctx_t *c, const s_node_t *nd, const s_tensor_t *t,
                  "constant '%.80s' (%lld values) is neither a scalar nor "
                  "one value per output channel of '%.60s' (%lld)",
                  name, (long long)*n, l->name, (long long)l->nout);
-        return s_fail(c, nd, msg);
+        return kl_onnx__fail(c, nd, msg);
     }
-    return c->want ? s_floats(c, t, name, v, n) : KL_OK;
+    return c->want ? kl_onnx__floats(c, t, name, v, n) : KL_OK;
 }
 
 /* Scales line l's output channel k by s[k] (s[0] for all when ns is 1):
  * its weight and bias. */
-static void s_scale(s_line_t *l, const float *s, int64_t ns)
+static void s_scale(kl_onnx__line_t *l, const float *s, int64_t ns)
 {
     int64_t per = l->nout ? l->wn / l->nout : 0;
     for (int64_t i = 0; l->w && i < l->wn; i++) {
@@ -195,7 +203,7 @@ static void s_scale(s_line_t *l, const float *s, int64_t ns)
         l->b[k] *= s[ns == 1 ? 0 : k];
 }
 
-void s_need_bias(s_ctx_t *c, s_line_t *l)
+void kl_onnx__need_bias(kl_onnx__ctx_t *c, kl_onnx__line_t *l)
 {
     l->bias = true;
     if (c->want && !l->b)
@@ -205,26 +213,28 @@ void s_need_bias(s_ctx_t *c, s_line_t *l)
 /* Add, Mul or Div (op '+', '*', '/') of value input k of nd by constant
  * input 1-k: the bias (+), or a scale of weight and bias; a scalar scale
  * folds through views (attention's scaling of Q and K). */
-int s_fold_const(s_ctx_t *c, const s_node_t *nd, size_t k, char op)
+static int s_fold_const(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                        char op)
 {
     int rc = KL_OK;
     int li = s_fold_target(c, nd, nd->input[k], op != '+', &rc);
-    const s_tensor_t *t = s_init(c, nd->input[1 - k]);
+    const kl_onnx__tensor_t *t = kl_onnx__init(c, nd->input[1 - k]);
     if (li < 0)
         return rc;
-    s_line_t *l = &c->lines[li];
+    kl_onnx__line_t *l = &c->lines[li];
     float *v;
     int64_t n;
     if ((rc = s_chan(c, nd, t, nd->input[1 - k], l, false, &v, &n)))
         return rc;
-    if (op != '+' && n > 1 && s_val(c, nd->input[k])->line != li) {
+    if (op != '+' && n > 1 && kl_onnx__val(c, nd->input[k])->line != li) {
         free(v);
-        return s_fail(c, nd,
-                      "a per-channel scale folds only into the layer just "
-                      "before it, not through views");
+        return kl_onnx__fail(
+            c, nd,
+            "a per-channel scale folds only into the layer just "
+            "before it, not through views");
     }
     if (op == '+') {
-        s_need_bias(c, l);
+        kl_onnx__need_bias(c, l);
         for (int64_t i = 0; v && i < l->nout; i++)
             l->b[i] += v[n == 1 ? 0 : i];
     } else if (v) {
@@ -233,35 +243,36 @@ int s_fold_const(s_ctx_t *c, const s_node_t *nd, size_t k, char op)
         s_scale(l, v, n);
     }
     free(v);
-    s_alias(c, nd->output[0], s_val(c, nd->input[k]));
+    kl_onnx__alias(c, nd->output[0], kl_onnx__val(c, nd->input[k]));
     return KL_OK;
 }
 
 /* BatchNormalization after a conv, dense or matmul: s = gamma /
  * sqrt(var + eps); W[k] *= s[k]; b' = (b - mean) * s + beta. */
-int s_fold_bn(s_ctx_t *c, const s_node_t *nd)
+static int s_fold_bn(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     int rc = KL_OK;
     int li =
         s_fold_target(c, nd, nd->n_input ? nd->input[0] : NULL, false, &rc);
     if (li < 0)
         return rc;
-    s_line_t *l = &c->lines[li];
+    kl_onnx__line_t *l = &c->lines[li];
     float *p[4] = {NULL}; /* gamma, beta, mean, var */
     int64_t n[4];
     if (nd->n_input != 5)
-        return s_fail(c, nd, "expects 5 inputs");
+        return kl_onnx__fail(c, nd, "expects 5 inputs");
     for (int i = 0; i < 4 && !rc; i++) {
-        const s_tensor_t *t = s_init(c, nd->input[i + 1]);
+        const kl_onnx__tensor_t *t = kl_onnx__init(c, nd->input[i + 1]);
         if (!t)
-            rc = s_fail(c, nd, "scale, B, mean and var must be constants");
+            rc = kl_onnx__fail(c, nd,
+                               "scale, B, mean and var must be constants");
         else
             rc = s_chan(c, nd, t, nd->input[i + 1], l, true, &p[i], &n[i]);
     }
     if (!rc && c->want) {
-        double eps = s_afloat(nd, "epsilon", 1e-5f);
+        double eps = kl_onnx__afloat(nd, "epsilon", 1e-5f);
         float *s = kl_xmalloc((size_t)l->nout * sizeof(float));
-        s_need_bias(c, l);
+        kl_onnx__need_bias(c, l);
         for (int64_t k = 0; k < l->nout; k++) {
 #define S_AT(i) ((double)p[i][n[i] == 1 ? 0 : k])
             s[k] = (float)(S_AT(0) / sqrt(S_AT(3) + eps));
@@ -275,20 +286,31 @@ int s_fold_bn(s_ctx_t *c, const s_node_t *nd)
         free(s);
     }
     if (!rc)
-        s_need_bias(c, l);
+        kl_onnx__need_bias(c, l);
     for (int i = 0; i < 4; i++)
         free(p[i]);
     if (!rc)
-        s_alias(c, nd->output[0], s_val(c, nd->input[0]));
+        kl_onnx__alias(c, nd->output[0], kl_onnx__val(c, nd->input[0]));
     return rc;
 }
 
-/* Reshape's target shape as "AxBx..." (0 copies, -1 infers). */
-int s_reshape(s_ctx_t *c, const s_node_t *nd)
+/* Reshape's target shape as "AxBx..." (0 copies, -1 infers; allowzero=1
+ * only without a 0). */
+static int s_reshape(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
+    int64_t z[8];
+    const kl_onnx__tensor_t *zt =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
+    int nz = zt && kl_onnx__aint(nd, "allowzero", 0)
+                 ? kl_onnx__ints_of(zt, z, 8)
+                 : 0;
+    for (int k = 0; k < nz; k++)
+        if (z[k] == 0)
+            return kl_onnx__fail(c, nd, "allowzero=1 with a 0 in the shape");
     int rc = KL_OK;
-    const char *x = s_in(c, nd, 0, &rc);
-    const s_tensor_t *t = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+    const char *x = kl_onnx__in(c, nd, 0, &rc);
+    const kl_onnx__tensor_t *t =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
     if (!x)
         return rc;
     int64_t d[KL_MODEL_MAX_DIMS];
@@ -303,11 +325,11 @@ int s_reshape(s_ctx_t *c, const s_node_t *nd)
             memcpy(&d[i], t->raw_data.data + 8 * i, 8); /* little-endian */
     }
     if (n == 0 || n > KL_MODEL_MAX_DIMS)
-        return s_fail(c, nd,
-                      "the shape must be a constant int64 tensor of "
-                      "1 to 8 values");
-    kl_dtype dt = s_val(c, nd->input[0])->dt;
-    s_line_t *l = s_line(c, nd, "reshape");
+        return kl_onnx__fail(c, nd,
+                             "the shape must be a constant int64 tensor of "
+                             "1 to 8 values");
+    kl_dtype dt = kl_onnx__val(c, nd->input[0])->dt;
+    kl_onnx__line_t *l = kl_onnx__line(c, nd, "reshape");
     c->vals[c->nvals - 1].dt = dt; /* a view keeps the type (u8) */
     kl_buf_printf(&l->args, "%s shape=", x);
     for (size_t i = 0; i < n; i++)
@@ -315,14 +337,15 @@ int s_reshape(s_ctx_t *c, const s_node_t *nd)
     return KL_OK;
 }
 
-int s_simple(s_ctx_t *c, const s_node_t *nd, const char *op)
+int kl_onnx__simple(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                    const char *op)
 {
     int rc = KL_OK;
-    const char *x = s_in(c, nd, 0, &rc);
+    const char *x = kl_onnx__in(c, nd, 0, &rc);
     if (!x)
         return rc;
-    kl_dtype dt = s_val(c, nd->input[0])->dt;
-    s_line_t *l = s_line(c, nd, op);
+    kl_dtype dt = kl_onnx__val(c, nd->input[0])->dt;
+    kl_onnx__line_t *l = kl_onnx__line(c, nd, op);
     kl_buf_puts(&l->args, x);
     if (!strcmp(op, "flatten") || !strcmp(op, "transpose"))
         c->vals[c->nvals - 1].dt = dt; /* a view keeps the type (u8) */
@@ -332,14 +355,14 @@ int s_simple(s_ctx_t *c, const s_node_t *nd, const char *op)
 /* Bound k of a Clip (1: min, 2: max): a constant f32 scalar input (opset
  * 11 on), else the float attribute `what` (before 11). *has is false when
  * there is none; an infinite bound on its own side is none too. */
-int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k, const char *what,
-                 bool *has, float *v)
+int kl_onnx__clip_bound(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                        const char *what, bool *has, float *v)
 {
     char msg[200];
-    const KilnOnnx__AttributeProto *a = s_attr(nd, what);
+    const KilnOnnx__AttributeProto *a = kl_onnx__attr(nd, what);
     *has = false;
     if (k < nd->n_input && nd->input[k] && nd->input[k][0]) {
-        const s_tensor_t *t = s_init(c, nd->input[k]);
+        const kl_onnx__tensor_t *t = kl_onnx__init(c, nd->input[k]);
         const char *why = NULL;
         if (!t)
             why = "is not a constant (an initializer or a Constant node)";
@@ -354,7 +377,7 @@ int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k, const char *what,
         if (why) {
             snprintf(msg, sizeof(msg), "%s ('%.80s') %s", what, nd->input[k],
                      why);
-            return s_fail(c, nd, msg);
+            return kl_onnx__fail(c, nd, msg);
         }
         *has = true;
     } else if (a && a->has_f) {
@@ -366,7 +389,7 @@ int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k, const char *what,
         *has = false;
     else if (*has && !isfinite(*v)) {
         snprintf(msg, sizeof(msg), "%s is %g", what, (double)*v);
-        return s_fail(c, nd, msg);
+        return kl_onnx__fail(c, nd, msg);
     }
     return KL_OK;
 }
@@ -374,35 +397,149 @@ int s_clip_bound(s_ctx_t *c, const s_node_t *nd, size_t k, const char *what,
 /* Clip(min, max): the clip layer, clip lo=MIN hi=MAX; min 0 without a
  * max is relu. A bound alone otherwise has no kiln op (clip takes both),
  * nor does a Clip without bounds. */
-int s_clip(s_ctx_t *c, const s_node_t *nd)
+static int s_clip(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     bool has_lo, has_hi;
     float lo = 0, hi = 0;
-    int rc = s_clip_bound(c, nd, 1, "min", &has_lo, &lo);
+    int rc = kl_onnx__clip_bound(c, nd, 1, "min", &has_lo, &lo);
     if (!rc)
-        rc = s_clip_bound(c, nd, 2, "max", &has_hi, &hi);
+        rc = kl_onnx__clip_bound(c, nd, 2, "max", &has_hi, &hi);
     if (rc)
         return rc;
     if (!has_lo)
-        return s_fail(c, nd,
-                      "a Clip without a min is not supported (kiln's clip "
-                      "takes both bounds; min 0 alone is relu)");
+        return kl_onnx__fail(
+            c, nd,
+            "a Clip without a min is not supported (kiln's clip "
+            "takes both bounds; min 0 alone is relu)");
     if (!has_hi && lo != 0.0f)
-        return s_fail(c, nd,
-                      "a Clip without a max is supported only with min 0 "
-                      "(relu)");
+        return kl_onnx__fail(
+            c, nd,
+            "a Clip without a max is supported only with min 0 "
+            "(relu)");
     if (!has_hi)
-        return s_simple(c, nd, "relu");
+        return kl_onnx__simple(c, nd, "relu");
     if (lo > hi) {
         char msg[120];
         snprintf(msg, sizeof(msg), "min %.9g is above max %.9g", (double)lo,
                  (double)hi);
-        return s_fail(c, nd, msg);
+        return kl_onnx__fail(c, nd, msg);
     }
-    if ((rc = s_simple(c, nd, "clip")))
+    if ((rc = kl_onnx__simple(c, nd, "clip")))
         return rc;
     /* %.9g reads back as the same float. */
     kl_buf_printf(&c->lines[c->nlines - 1].args, " lo=%.9g hi=%.9g", (double)lo,
                   (double)hi);
     return KL_OK;
 }
+
+/* Add, Mul and Div by a constant fold into the layer before them (Div:
+ * or are GELU's Erf form); Add of two computed values is an add layer. */
+static int s_arith(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    int rc = KL_OK;
+    bool add = kl_onnx__is(nd, "Add"), mul = kl_onnx__is(nd, "Mul"),
+         div = kl_onnx__is(nd, "Div");
+    if (nd->n_input != 2)
+        return KL_ONNX__UNSUP;
+    for (size_t k = 0; k < 2; k++)
+        if (kl_onnx__init(c, nd->input[1 - k]) && (k == 0 || !div)) {
+            if (div) {
+                bool m;
+                if ((rc = kl_onnx__gelu_erf(c, nd, &m)) || m)
+                    return rc;
+            }
+            return s_fold_const(c, nd, k, add ? '+' : mul ? '*' : '/');
+        }
+    if (!add)
+        return KL_ONNX__UNSUP;
+    const char *a = kl_onnx__in(c, nd, 0, &rc),
+               *b = a ? kl_onnx__in(c, nd, 1, &rc) : 0;
+    if (!b)
+        return rc;
+    kl_onnx__line_t *l = kl_onnx__line(c, nd, "add");
+    kl_buf_printf(&l->args, "%s %s", a, b);
+    return KL_OK;
+}
+
+/* Identity and Dropout (inference: the identity) of a computed value: the
+ * same value. */
+static int s_identity(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    int rc = KL_OK;
+    const kl_onnx__val_t *v =
+        nd->n_input ? kl_onnx__val(c, nd->input[0]) : NULL;
+    if (!v)
+        return kl_onnx__in(c, nd, 0, &rc), rc;
+    kl_onnx__alias(c, nd->output[0], v);
+    return KL_OK;
+}
+
+static int s_flatten(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    if (kl_onnx__aint(nd, "axis", 1) != 1)
+        return kl_onnx__fail(c, nd, "only axis=1");
+    return kl_onnx__simple(c, nd, "flatten");
+}
+
+static int s_transpose(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    int rc;
+    const KilnOnnx__AttributeProto *p = kl_onnx__attr(nd, "perm");
+    if (!p || p->n_ints == 0)
+        return kl_onnx__fail(c, nd, "a Transpose without perm");
+    if ((rc = kl_onnx__simple(c, nd, "transpose")))
+        return rc;
+    kl_buf_t *b = &c->lines[c->nlines - 1].args;
+    kl_buf_puts(b, " perm=");
+    for (size_t i = 0; i < p->n_ints; i++)
+        kl_buf_printf(b, "%s%lld", i ? "," : "", (long long)p->ints[i]);
+    return KL_OK;
+}
+
+static int s_relu(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    return kl_onnx__simple(c, nd, "relu");
+}
+
+static int s_gap(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    return kl_onnx__simple(c, nd, "global_avg_pool");
+}
+
+static int s_softmax(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    if (kl_onnx__aint(nd, "axis", -1) != -1)
+        return kl_onnx__fail(c, nd, "only axis=-1 (the last axis)");
+    return kl_onnx__simple(c, nd, "softmax");
+}
+
+static int s_gelu(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    const KilnOnnx__AttributeProto *ap = kl_onnx__attr(nd, "approximate");
+    if (ap && ap->has_s && !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
+        return kl_onnx__fail(c, nd, "only approximate=none");
+    return kl_onnx__simple(c, nd, "gelu");
+}
+
+const kl_onnx__op_t kl_onnx__layers_ops[] = {
+    {"Conv", s_conv, 0},
+    {"MaxPool", s_pool, 0},
+    {"AveragePool", s_pool, 0},
+    {"Gemm", s_gemm, 0},
+    {"MatMul", s_gemm, 0},
+    {"BatchNormalization", s_fold_bn, 0},
+    {"Add", s_arith, 0},
+    {"Mul", s_arith, 0},
+    {"Div", s_arith, 0},
+    {"Clip", s_clip, 0},
+    {"Identity", s_identity, 0},
+    {"Dropout", s_identity, 0},
+    {"Flatten", s_flatten, 0},
+    {"Reshape", s_reshape, 0},
+    {"Transpose", s_transpose, 0},
+    {"Relu", s_relu, 0},
+    {"GlobalAveragePool", s_gap, 0},
+    {"Softmax", s_softmax, 0},
+    {"Gelu", s_gelu, 0},
+    {NULL, NULL, 0},
+};

@@ -12,16 +12,16 @@
 #include "kl_util.h"
 
 /* Constant t is one float within 1e-4 (relative) of want? */
-static bool s_scalar_is(s_ctx_t *c, const char *name, double want)
+static bool s_scalar_is(kl_onnx__ctx_t *c, const char *name, double want)
 {
-    const s_tensor_t *t = s_init(c, name);
+    const kl_onnx__tensor_t *t = kl_onnx__init(c, name);
     float *v = NULL;
     int64_t n = 0;
     char keep[KL_ERRMSG_LEN];
-    if (!t || s_numel(t) != 1)
+    if (!t || kl_onnx__numel(t) != 1)
         return false;
     memcpy(keep, c->err ? c->err : "", c->err ? KL_ERRMSG_LEN : 1);
-    bool ok = s_floats(c, t, name, &v, &n) == KL_OK &&
+    bool ok = kl_onnx__floats(c, t, name, &v, &n) == KL_OK &&
               fabs(v[0] - want) <= 1e-4 * fabs(want);
     if (c->err) /* a failed read is just no match */
         memcpy(c->err, keep, KL_ERRMSG_LEN);
@@ -31,7 +31,7 @@ static bool s_scalar_is(s_ctx_t *c, const char *name, double want)
 
 /* The other input of two-input node nd, given one of them; NULL when nd
  * does not read `one`. */
-const char *s_other(const s_node_t *nd, const char *one)
+const char *kl_onnx__other(const kl_onnx__node_t *nd, const char *one)
 {
     if (nd->n_input != 2)
         return NULL;
@@ -43,38 +43,40 @@ const char *s_other(const s_node_t *nd, const char *one)
 }
 
 /* The node that alone reads node i's output and is an `op`, or NULL. */
-static const s_node_t *s_next(const s_ctx_t *c, const s_node_t *nd,
-                              const char *op, int *idx)
+static const kl_onnx__node_t *s_next(const kl_onnx__ctx_t *c,
+                                     const kl_onnx__node_t *nd, const char *op,
+                                     int *idx)
 {
-    int k = nd->n_output ? s_reader(c, nd->output[0]) : -1;
+    int k = nd->n_output ? kl_onnx__reader(c, nd->output[0]) : -1;
     *idx = k;
-    return k >= 0 && s_is(c->g->node[k], op) ? c->g->node[k] : NULL;
+    return k >= 0 && kl_onnx__is(c->g->node[k], op) ? c->g->node[k] : NULL;
 }
 
 /* GELU spelled out from Div nd: x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5
  * (or * 0.5, then * x): a gelu layer. *matched false when it is not. */
-int s_gelu_erf(s_ctx_t *c, const s_node_t *nd, bool *matched)
+int kl_onnx__gelu_erf(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                      bool *matched)
 {
     *matched = false;
     int ie, ia, i1, i2;
     const char *x = nd->input[0];
-    const s_node_t *e = s_next(c, nd, "Erf", &ie);
-    const s_node_t *a = e ? s_next(c, e, "Add", &ia) : NULL;
-    const char *one = a ? s_other(a, e->output[0]) : NULL;
-    const s_node_t *m1 =
+    const kl_onnx__node_t *e = s_next(c, nd, "Erf", &ie);
+    const kl_onnx__node_t *a = e ? s_next(c, e, "Add", &ia) : NULL;
+    const char *one = a ? kl_onnx__other(a, e->output[0]) : NULL;
+    const kl_onnx__node_t *m1 =
         one && s_scalar_is(c, one, 1.0) ? s_next(c, a, "Mul", &i1) : NULL;
-    const char *o1 = m1 ? s_other(m1, a->output[0]) : NULL;
-    const s_node_t *m2 = o1 ? s_next(c, m1, "Mul", &i2) : NULL;
-    const char *o2 = m2 ? s_other(m2, m1->output[0]) : NULL;
+    const char *o1 = m1 ? kl_onnx__other(m1, a->output[0]) : NULL;
+    const kl_onnx__node_t *m2 = o1 ? s_next(c, m1, "Mul", &i2) : NULL;
+    const char *o2 = m2 ? kl_onnx__other(m2, m1->output[0]) : NULL;
     if (!o2 || !s_scalar_is(c, nd->input[1], sqrt(2.0)) ||
         !((strcmp(o1, x) == 0 && s_scalar_is(c, o2, 0.5)) ||
           (strcmp(o2, x) == 0 && s_scalar_is(c, o1, 0.5))))
         return KL_OK;
     int rc = KL_OK;
-    const char *xk = s_in(c, nd, 0, &rc);
+    const char *xk = kl_onnx__in(c, nd, 0, &rc);
     if (!xk)
         return rc;
-    s_line_t *l = s_line(c, m2, "gelu");
+    kl_onnx__line_t *l = kl_onnx__line(c, m2, "gelu");
     kl_buf_puts(&l->args, xk);
     free(l->in0);
     l->in0 = kl_xstrdup(x);
@@ -84,95 +86,100 @@ int s_gelu_erf(s_ctx_t *c, const s_node_t *nd, bool *matched)
 }
 
 /* The int64 axes of nd: input 1 (opset 13 and 18 on) or the attribute. */
-int s_axes(s_ctx_t *c, const s_node_t *nd, int64_t *ax)
+int kl_onnx__axes(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, int64_t *ax)
 {
-    const KilnOnnx__AttributeProto *a = s_attr(nd, "axes");
+    const KilnOnnx__AttributeProto *a = kl_onnx__attr(nd, "axes");
     if (a) {
         for (size_t i = 0; i < a->n_ints && i < 8; i++)
             ax[i] = a->ints[i];
         return a->n_ints > 8 ? -1 : (int)a->n_ints;
     }
-    const s_tensor_t *t = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
-    return t ? s_ints_of(t, ax, 8) : nd->n_input > 1 ? -1 : 0;
+    const kl_onnx__tensor_t *t =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
+    return t ? kl_onnx__ints_of(t, ax, 8) : nd->n_input > 1 ? -1 : 0;
 }
 
 /* ReduceMean over H and W with keepdims: global_avg_pool. */
 
 /* A ReduceMean over the last axis (keepdims) of the node's input? */
-static bool s_mean_last(s_ctx_t *c, const s_node_t *nd, const char *x)
+static bool s_mean_last(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                        const char *x)
 {
     int64_t ax[8];
-    return nd && s_is(nd, "ReduceMean") && nd->n_input >= 1 &&
-           !strcmp(nd->input[0], x) && s_axes(c, nd, ax) == 1 && ax[0] == -1 &&
-           s_aint(nd, "keepdims", 1);
+    return nd && kl_onnx__is(nd, "ReduceMean") && nd->n_input >= 1 &&
+           !strcmp(nd->input[0], x) && kl_onnx__axes(c, nd, ax) == 1 &&
+           ax[0] == -1 && kl_onnx__aint(nd, "keepdims", 1);
 }
 
 /* Layer norm spelled out from ReduceMean nd: d = x - mean(x); d / sqrt(
  * mean(d^2) + eps), then optionally * gamma (+ beta): layer_norm eps=
  * (affine=1, gamma and beta its weight and bias). *matched false when it
  * is not that. */
-static int s_layer_norm_parts(s_ctx_t *c, const s_node_t *nd, bool *matched)
+static int s_layer_norm_parts(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                              bool *matched)
 {
     const KilnOnnx__GraphProto *g = c->g;
     const char *x = nd->input[0];
     int is, ip = -1, iv, ie, iq, id = -1, im, ia;
     *matched = false;
-    const s_node_t *sub = s_next(c, nd, "Sub", &is);
+    const kl_onnx__node_t *sub = s_next(c, nd, "Sub", &is);
     if (!sub || sub->n_input != 2 || strcmp(sub->input[0], x) ||
         strcmp(sub->input[1], nd->output[0]) ||
-        s_readers(c, sub->output[0]) != 2)
+        kl_onnx__readers(c, sub->output[0]) != 2)
         return KL_OK;
     for (size_t i = 0; i < g->n_node; i++) { /* d's two readers */
-        const s_node_t *n = g->node[i];
+        const kl_onnx__node_t *n = g->node[i];
         if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
-            s_is(n, "Pow") && s_scalar_is(c, n->input[1], 2.0))
+            kl_onnx__is(n, "Pow") && s_scalar_is(c, n->input[1], 2.0))
             ip = (int)i;
         else if (n->n_input == 2 && !strcmp(n->input[0], sub->output[0]) &&
-                 s_is(n, "Div"))
+                 kl_onnx__is(n, "Div"))
             id = (int)i;
     }
     if (ip < 0 || id < 0)
         return KL_OK;
-    const s_node_t *var = s_next(c, g->node[ip], "ReduceMean", &iv);
-    const s_node_t *add = var && s_mean_last(c, var, g->node[ip]->output[0])
-                              ? s_next(c, var, "Add", &ie)
-                              : NULL;
-    const char *eps = add ? s_other(add, var->output[0]) : NULL;
-    const s_node_t *sq = eps ? s_next(c, add, "Sqrt", &iq) : NULL;
+    const kl_onnx__node_t *var = s_next(c, g->node[ip], "ReduceMean", &iv);
+    const kl_onnx__node_t *add =
+        var && s_mean_last(c, var, g->node[ip]->output[0])
+            ? s_next(c, var, "Add", &ie)
+            : NULL;
+    const char *eps = add ? kl_onnx__other(add, var->output[0]) : NULL;
+    const kl_onnx__node_t *sq = eps ? s_next(c, add, "Sqrt", &iq) : NULL;
     double ev[1];
     int64_t dd[8];
     int et, end;
-    if (!sq || s_nums(c, eps, ev, &et, dd, &end) != 1 || !(ev[0] > 0) ||
-        s_reader(c, sq->output[0]) != id ||
+    if (!sq || kl_onnx__nums(c, eps, ev, &et, dd, &end) != 1 || !(ev[0] > 0) ||
+        kl_onnx__reader(c, sq->output[0]) != id ||
         strcmp(g->node[id]->input[1], sq->output[0]))
         return KL_OK;
     /* The affine part: * gamma, then + beta, constants of one shape. */
-    const s_node_t *last = g->node[id], *mul = s_next(c, last, "Mul", &im);
-    const char *gam = mul ? s_other(mul, last->output[0]) : NULL;
-    const s_tensor_t *gt = gam ? s_init(c, gam) : NULL;
-    const s_node_t *badd = gt ? s_next(c, mul, "Add", &ia) : NULL;
-    const char *bet = badd ? s_other(badd, mul->output[0]) : NULL;
-    const s_tensor_t *bt = bet ? s_init(c, bet) : NULL;
+    const kl_onnx__node_t *last = g->node[id],
+                          *mul = s_next(c, last, "Mul", &im);
+    const char *gam = mul ? kl_onnx__other(mul, last->output[0]) : NULL;
+    const kl_onnx__tensor_t *gt = gam ? kl_onnx__init(c, gam) : NULL;
+    const kl_onnx__node_t *badd = gt ? s_next(c, mul, "Add", &ia) : NULL;
+    const char *bet = badd ? kl_onnx__other(badd, mul->output[0]) : NULL;
+    const kl_onnx__tensor_t *bt = bet ? kl_onnx__init(c, bet) : NULL;
     if (!gt)
         mul = NULL;
-    if (!bt || s_numel(bt) != s_numel(gt))
+    if (!bt || kl_onnx__numel(bt) != kl_onnx__numel(gt))
         badd = NULL, bt = NULL;
     last = badd ? badd : mul ? mul : last;
     int rc = KL_OK;
-    const char *xk = s_in(c, nd, 0, &rc);
+    const char *xk = kl_onnx__in(c, nd, 0, &rc);
     if (!xk)
         return rc;
-    s_line_t *l = s_line_for(c, last->output[0], x, "layer_norm");
+    kl_onnx__line_t *l = kl_onnx__line_for(c, last->output[0], x, "layer_norm");
     kl_buf_printf(&l->args, "%s eps=%.9g%s", xk, ev[0], mul ? " affine=1" : "");
     if (mul) {
-        l->nout = s_numel(gt);
+        l->nout = kl_onnx__numel(gt);
         l->params = true;
         l->bias = true;
-        if (c->want && (rc = s_floats(c, gt, gam, &l->w, &l->wn)))
+        if (c->want && (rc = kl_onnx__floats(c, gt, gam, &l->w, &l->wn)))
             return rc;
         if (c->want && bt) {
             int64_t n;
-            if ((rc = s_floats(c, bt, bet, &l->b, &n)))
+            if ((rc = kl_onnx__floats(c, bt, bet, &l->b, &n)))
                 return rc;
         } else if (c->want)
             l->b = kl_xcalloc((size_t)l->nout, sizeof(float));
@@ -188,41 +195,43 @@ static int s_layer_norm_parts(s_ctx_t *c, const s_node_t *nd, bool *matched)
 
 /* ReduceMean over H and W with keepdims: global_avg_pool; over the last
  * axis, the start of a layer norm spelled out. */
-int s_reduce_mean(s_ctx_t *c, const s_node_t *nd)
+static int s_reduce_mean(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     int64_t ax[8];
-    int n = s_axes(c, nd, ax);
+    int n = kl_onnx__axes(c, nd, ax);
     bool m;
     int rc;
     if (s_mean_last(c, nd, nd->input[0]))
-        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : S_UNSUP;
+        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : KL_ONNX__UNSUP;
     /* {2, 3} or {-2, -1}, in either order (4-D: the parser checks) */
     int64_t lo = n == 2 && ax[0] > ax[1] ? ax[1] : ax[0],
             hi = n == 2 && ax[0] > ax[1] ? ax[0] : ax[1];
     bool hw = n == 2 && ((lo == 2 && hi == 3) || (lo == -2 && hi == -1));
-    if (!hw || !s_aint(nd, "keepdims", 1))
-        return S_UNSUP;
-    return s_simple(c, nd, "global_avg_pool");
+    if (!hw || !kl_onnx__aint(nd, "keepdims", 1))
+        return KL_ONNX__UNSUP;
+    return kl_onnx__simple(c, nd, "global_avg_pool");
 }
 
 /* LayerNormalization over the last axis: layer_norm eps= affine=1, its
  * weight the scale and its bias B (zeros when none). */
-int s_layer_norm(s_ctx_t *c, const s_node_t *nd)
+static int s_layer_norm(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
-    int64_t axis = s_aint(nd, "axis", -1);
+    int64_t axis = kl_onnx__aint(nd, "axis", -1);
     if (axis != -1)
-        return s_fail(c, nd, "only axis=-1 (the last axis)");
-    const s_tensor_t *sc = nd->n_input > 1 ? s_init(c, nd->input[1]) : NULL;
+        return kl_onnx__fail(c, nd, "only axis=-1 (the last axis)");
+    const kl_onnx__tensor_t *sc =
+        nd->n_input > 1 ? kl_onnx__init(c, nd->input[1]) : NULL;
     if (!sc)
-        return s_fail(c, nd, "the scale must be a constant");
-    int rc = s_simple(c, nd, "layer_norm");
+        return kl_onnx__fail(c, nd, "the scale must be a constant");
+    int rc = kl_onnx__simple(c, nd, "layer_norm");
     if (rc)
         return rc;
-    s_line_t *l = &c->lines[c->nlines - 1];
+    kl_onnx__line_t *l = &c->lines[c->nlines - 1];
     kl_buf_printf(&l->args, " eps=%.9g affine=1",
-                  (double)s_afloat(nd, "epsilon", 1e-5f));
-    l->nout = s_numel(sc);
-    return s_weight_in(c, nd, sc, l, 1.0f) ?: s_bias_in(c, nd, 2, l, 1.0f);
+                  (double)kl_onnx__afloat(nd, "epsilon", 1e-5f));
+    l->nout = kl_onnx__numel(sc);
+    return kl_onnx__weight_in(c, nd, sc, l, 1.0f)
+               ?: kl_onnx__bias_in(c, nd, 2, l, 1.0f);
 }
 
 /* The dims of d other than 1, in order. */
@@ -240,16 +249,16 @@ static int s_non1(const int64_t *d, int n, int *at)
  * weight [H, G*D], its output viewed as [..., G, D] and G brought to the
  * front): a matmul N=D by the index's block of the weight and bias, and a
  * reshape to the Gather's shape. The packed layer and its views are
- * dropped. *matched false when the Gather is not that. */
-int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
+ * dropped. KL_ONNX__NEXT when the Gather is not that. */
+static int s_gather_block(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
-    *matched = false;
-    const s_tensor_t *it = nd->n_input == 2 ? s_init(c, nd->input[1]) : NULL;
-    const s_val_t *v = s_val(c, nd->input[0]);
+    const kl_onnx__tensor_t *it =
+        nd->n_input == 2 ? kl_onnx__init(c, nd->input[1]) : NULL;
+    const kl_onnx__val_t *v = kl_onnx__val(c, nd->input[0]);
     int64_t idx;
     if (!v || v->line < 0 || !it || it->n_dims != 0 ||
-        s_ints_of(it, &idx, 1) != 1 || s_aint(nd, "axis", 0) != 0)
-        return KL_OK;
+        kl_onnx__ints_of(it, &idx, 1) != 1 || kl_onnx__aint(nd, "axis", 0) != 0)
+        return KL_ONNX__NEXT;
     /* Walk the views back to the packed layer. */
     int chain[16], nch = 0, li = v->line;
     /* Every reader of the Gather's input is a Gather, and each value on
@@ -257,35 +266,35 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
     for (size_t i = 0; i < c->g->n_node; i++)
         for (size_t k = 0; k < c->g->node[i]->n_input; k++)
             if (!strcmp(c->g->node[i]->input[k], nd->input[0]) &&
-                (k || !s_is(c->g->node[i], "Gather")))
-                return KL_OK;
+                (k || !kl_onnx__is(c->g->node[i], "Gather")))
+                return KL_ONNX__NEXT;
     while (nch < 16 && (!strcmp(c->lines[li].op, "reshape") ||
                         !strcmp(c->lines[li].op, "transpose"))) {
         chain[nch++] = li;
-        const s_val_t *u = s_val(c, c->lines[li].in0);
-        if (!u || u->line < 0 || !u->sole || s_readers(c, u->onnx) != 1)
-            return KL_OK;
+        const kl_onnx__val_t *u = kl_onnx__val(c, c->lines[li].in0);
+        if (!u || u->line < 0 || !u->sole || kl_onnx__readers(c, u->onnx) != 1)
+            return KL_ONNX__NEXT;
         li = u->line;
     }
-    s_line_t *p = &c->lines[li];
+    kl_onnx__line_t *p = &c->lines[li];
     if (nch == 0 || !p->params || !p->colw)
-        return KL_OK;
+        return KL_ONNX__NEXT;
     /* Follow the axes from the packed output: tags -2 the block axis G,
      * -3 the block's D, >= 0 the leading dims in order, -1 a 1. */
     int64_t d[KL_MODEL_MAX_DIMS], pd[KL_MODEL_MAX_DIMS], tag[8], G = 0, D = 0;
     int n, pn, at[8];
-    if (!s_shape(c, p->name, pd, &pn))
-        return KL_OK;
+    if (!kl_onnx__shape(c, p->name, pd, &pn))
+        return KL_ONNX__NEXT;
     for (int k = nch - 1; k >= 0; k--) {
-        const s_line_t *l = &c->lines[chain[k]];
+        const kl_onnx__line_t *l = &c->lines[chain[k]];
         int64_t t2[8];
-        if (!s_shape(c, l->name, d, &n))
-            return KL_OK;
+        if (!kl_onnx__shape(c, l->name, d, &n))
+            return KL_ONNX__NEXT;
         if (k == nch - 1) { /* the split: [..., nout] to [..., G, D] */
             if (strcmp(l->op, "reshape") || n < 2 ||
                 d[n - 1] * d[n - 2] != p->nout || d[n - 2] < 2 ||
                 d[n - 1] == p->nout)
-                return KL_OK;
+                return KL_ONNX__NEXT;
             G = d[n - 2];
             D = d[n - 1];
             for (int i = 0; i < n; i++)
@@ -295,7 +304,7 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
             for (int i = 0; i < n; i++) {
                 long a = strtol(pm, &pm, 10);
                 if (a < 0 || a >= n)
-                    return KL_OK;
+                    return KL_ONNX__NEXT;
                 t2[i] = tag[a];
                 pm += *pm == ',';
             }
@@ -303,12 +312,12 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
             int a1[8], a2[8];
             int m1 = s_non1(pd, pn, a1), m2 = s_non1(d, n, a2);
             if (m1 != m2)
-                return KL_OK;
+                return KL_ONNX__NEXT;
             for (int i = 0; i < n; i++)
                 t2[i] = -1;
             for (int i = 0; i < m1; i++) {
                 if (pd[a1[i]] != d[a2[i]])
-                    return KL_OK;
+                    return KL_ONNX__NEXT;
                 t2[a2[i]] = tag[a1[i]];
             }
         }
@@ -319,19 +328,19 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
     /* G first; the rest keeps its order with D last. */
     int m = s_non1(pd, pn, at);
     if (tag[0] != -2 || m < 2 || tag[at[m - 1]] != -3 || idx < 0 || idx >= G)
-        return KL_OK;
+        return KL_ONNX__NEXT;
     for (int i = 2; i < m - 1; i++)
         if (tag[at[i]] <= tag[at[i - 1]] && i > 1)
-            return KL_OK;
+            return KL_ONNX__NEXT;
     for (int i = 1; i < m - 1; i++)
         if (tag[at[i]] < 0)
-            return KL_OK;
+            return KL_ONNX__NEXT;
     /* The block's layer. */
     size_t xl = strcspn(p->args.data, " ");
     char *x = kl_xstrndup(p->args.data, xl);
-    char *own = kl_xasprintf("%c%s_mm", S_OWN, nd->output[0]);
+    char *own = kl_xasprintf("%c%s_mm", KL_ONNX__OWN, nd->output[0]);
     char *pin0 = kl_xstrdup(p->in0);
-    s_line_t *l = s_line_for(c, own, pin0, "matmul");
+    kl_onnx__line_t *l = kl_onnx__line_for(c, own, pin0, "matmul");
     p = &c->lines[li]; /* lines moved */
     const char *mm = l->name;
     kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
@@ -350,8 +359,8 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
         l->b = kl_xmalloc((size_t)D * sizeof(float));
         memcpy(l->b, p->b + idx * D, (size_t)D * sizeof(float));
     } else if (l->bias)
-        s_need_bias(c, l);
-    s_line_t *rs = s_line_for(c, nd->output[0], own, "reshape");
+        kl_onnx__need_bias(c, l);
+    kl_onnx__line_t *rs = kl_onnx__line_for(c, nd->output[0], own, "reshape");
     kl_buf_printf(&rs->args, "%s shape=", mm);
     for (int i = 1; i < pn; i++)
         kl_buf_printf(&rs->args, "%s%lld", i > 1 ? "x" : "", (long long)pd[i]);
@@ -361,6 +370,12 @@ int s_gather_block(s_ctx_t *c, const s_node_t *nd, bool *matched)
     free(x);
     free(own);
     free(pin0);
-    *matched = true;
     return KL_OK;
 }
+
+const kl_onnx__op_t kl_onnx__tf_ops[] = {
+    {"Gather", s_gather_block, 0},
+    {"ReduceMean", s_reduce_mean, 0},
+    {"LayerNormalization", s_layer_norm, 0},
+    {NULL, NULL, 0},
+};

@@ -124,7 +124,7 @@ void kl_live_bar(char *buf, size_t size, int width, int64_t done, int64_t total)
     snprintf(buf + k, size - k, "] %3d%%", (int)(frac * 100));
 }
 
-static void s_fmt_time(double s, char *buf, size_t n)
+void kl_live_time(double s, char *buf, size_t n)
 {
     if (s < 0 || !isfinite(s))
         snprintf(buf, n, "?");
@@ -140,8 +140,8 @@ void kl_live_tune(kl_live_t *l, const char *name, const kl_job_progress_t *p)
 {
     char el[32], eta[32], best[96] = "no valid candidate yet";
     char bar[BAR_WIDTH + 16];
-    s_fmt_time(p->elapsed_s, el, sizeof el);
-    s_fmt_time(p->done ? 0 : p->eta_s, eta, sizeof eta);
+    kl_live_time(p->elapsed_s, el, sizeof el);
+    kl_live_time(p->done ? 0 : p->eta_s, eta, sizeof eta);
     if (isfinite(p->best_s))
         snprintf(best, sizeof best, "best %.2f GFLOP/s (%.2f us)", p->gflops,
                  p->best_s * 1e6);

@@ -61,4 +61,9 @@ void kl_live_text(kl_live_t *l, const char *text, bool force);
 void kl_live_bar(char *buf, size_t size, int width, int64_t done,
                  int64_t total);
 
+/* A duration of s seconds for a person into buf: "42s" under two minutes,
+ * "12m05s" under two hours, "3.5h" after; "?" when s is negative or not
+ * finite (an ETA not known yet). The view's elapsed time and ETA. */
+void kl_live_time(double s, char *buf, size_t n);
+
 #endif

@@ -51,11 +51,3 @@ bool kl_intrin_cpu_has(const kl_intrin_t *in)
     fclose(f);
     return has;
 }
-
-const kl_intrin_t *kl_intrin_best_here(void)
-{
-    for (int i = 0; i < kl_intrin_count(); i++)
-        if (kl_intrin_cpu_has(&s_table[i]))
-            return &s_table[i];
-    return NULL;
-}

@@ -51,7 +51,5 @@ const kl_intrin_t *kl_intrin_at(int i);
 const kl_intrin_t *kl_intrin_find(const char *name);
 /* Whether this machine's CPU has the feature of in (/proc/cpuinfo). */
 bool kl_intrin_cpu_has(const kl_intrin_t *in);
-/* The best intrinsic this machine's CPU runs (table order), or NULL. */
-const kl_intrin_t *kl_intrin_best_here(void);
 
 #endif

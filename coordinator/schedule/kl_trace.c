@@ -53,24 +53,24 @@ kl_trace_t *kl_trace_new(const char *space)
     return t;
 }
 
-void kl_insts_free(kl_inst_t *v, int n)
+void kl_trace__insts_free(kl_inst_t *v, int n)
 {
     for (int i = 0; i < n; i++) {
-        kl_insts_free(v[i].then_body, v[i].nthen);
-        kl_insts_free(v[i].else_body, v[i].nelse);
+        kl_trace__insts_free(v[i].then_body, v[i].nthen);
+        kl_trace__insts_free(v[i].else_body, v[i].nelse);
     }
     free(v);
 }
 
-kl_inst_t *kl_insts_clone(const kl_inst_t *v, int n)
+kl_inst_t *kl_trace__insts_clone(const kl_inst_t *v, int n)
 {
     if (n == 0)
         return NULL;
     kl_inst_t *c = kl_xmalloc((size_t)n * sizeof *c);
     memcpy(c, v, (size_t)n * sizeof *c);
     for (int i = 0; i < n; i++) {
-        c[i].then_body = kl_insts_clone(v[i].then_body, v[i].nthen);
-        c[i].else_body = kl_insts_clone(v[i].else_body, v[i].nelse);
+        c[i].then_body = kl_trace__insts_clone(v[i].then_body, v[i].nthen);
+        c[i].else_body = kl_trace__insts_clone(v[i].else_body, v[i].nelse);
     }
     return c;
 }
@@ -78,7 +78,7 @@ kl_inst_t *kl_insts_clone(const kl_inst_t *v, int n)
 void kl_trace_free(kl_trace_t **self_p)
 {
     if (self_p && *self_p) {
-        kl_insts_free((*self_p)->insts, (*self_p)->n);
+        kl_trace__insts_free((*self_p)->insts, (*self_p)->n);
         free(*self_p);
         *self_p = NULL;
     }
@@ -88,7 +88,7 @@ kl_trace_t *kl_trace_clone(const kl_trace_t *t)
 {
     kl_trace_t *c = kl_xmalloc(sizeof *c);
     memcpy(c, t, sizeof *c);
-    c->insts = kl_insts_clone(t->insts, t->n);
+    c->insts = kl_trace__insts_clone(t->insts, t->n);
     c->cap = t->n;
     return c;
 }
@@ -177,7 +177,7 @@ void kl_trace_canonicalize(kl_trace_t *t)
 /* The body that builders append to: the root, or the open branch of the
  * innermost open if (found by walking the stack of indices from the
  * root, since parents may have moved when they grew). */
-void kl_trace_cur_body(kl_trace_t *t, kl_inst_t ***arr, int **n)
+void kl_trace__cur_body(kl_trace_t *t, kl_inst_t ***arr, int **n)
 {
     kl_inst_t **a = &t->insts;
     int *cnt = &t->n;
@@ -195,11 +195,11 @@ void kl_trace_cur_body(kl_trace_t *t, kl_inst_t ***arr, int **n)
     *n = cnt;
 }
 
-kl_inst_t *kl_trace_append(kl_trace_t *t, kl_op op)
+kl_inst_t *kl_trace__append(kl_trace_t *t, kl_op op)
 {
     kl_inst_t **arr;
     int *n;
-    kl_trace_cur_body(t, &arr, &n);
+    kl_trace__cur_body(t, &arr, &n);
     if (arr == &t->insts) {
         if (t->n == t->cap) {
             t->cap = t->cap ? 2 * t->cap : 32;
@@ -222,7 +222,7 @@ static int64_t s_rv(kl_trace_t *t)
 
 void kl_tr_get_loops(kl_trace_t *t, int nloops, int64_t *outs)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_GET_LOOPS);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_GET_LOOPS);
     for (int i = 0; i < nloops && i < KL_INST_MAX; i++)
         outs[i] = in->out[in->nout++] = s_rv(t);
 }
@@ -230,7 +230,7 @@ void kl_tr_get_loops(kl_trace_t *t, int nloops, int64_t *outs)
 void kl_tr_split(kl_trace_t *t, int64_t loop, const int64_t *factors, int n,
                  int64_t *outs)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_SPLIT);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_SPLIT);
     in->in[in->nin++] = loop;
     for (int i = 0; i < n && i < KL_INST_MAX - 1; i++) {
         in->in[in->nin++] = factors[i];
@@ -240,14 +240,14 @@ void kl_tr_split(kl_trace_t *t, int64_t loop, const int64_t *factors, int n,
 
 void kl_tr_reorder(kl_trace_t *t, const int64_t *loops, int n)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_REORDER);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_REORDER);
     for (int i = 0; i < n && i < KL_INST_MAX; i++)
         in->in[in->nin++] = loops[i];
 }
 
 int64_t kl_tr_fuse(kl_trace_t *t, const int64_t *loops, int n)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_FUSE);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_FUSE);
     for (int i = 0; i < n && i < KL_INST_MAX; i++)
         in->in[in->nin++] = loops[i];
     return in->out[in->nout++] = s_rv(t);
@@ -255,7 +255,7 @@ int64_t kl_tr_fuse(kl_trace_t *t, const int64_t *loops, int n)
 
 static void s_one(kl_trace_t *t, kl_op op, int64_t loop)
 {
-    kl_inst_t *in = kl_trace_append(t, op);
+    kl_inst_t *in = kl_trace__append(t, op);
     in->in[in->nin++] = loop;
 }
 
@@ -281,14 +281,14 @@ static void s_str(kl_inst_t *in, const char *s)
 
 void kl_tr_bind(kl_trace_t *t, int64_t loop, kl_loop_kind kind)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_BIND);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_BIND);
     in->in[in->nin++] = loop;
     s_str(in, kl_loop_kind_name(kind));
 }
 
 int64_t kl_tr_cache_read(kl_trace_t *t, const char *tensor, kl_scope scope)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_CACHE_READ);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_CACHE_READ);
     s_str(in, tensor);
     s_str(in, kl_scope_name(scope));
     return in->out[in->nout++] = s_rv(t);
@@ -296,28 +296,28 @@ int64_t kl_tr_cache_read(kl_trace_t *t, const char *tensor, kl_scope scope)
 
 int64_t kl_tr_cache_write(kl_trace_t *t, kl_scope scope)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_CACHE_WRITE);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_CACHE_WRITE);
     s_str(in, kl_scope_name(scope));
     return in->out[in->nout++] = s_rv(t);
 }
 
 void kl_tr_compute_at(kl_trace_t *t, int64_t stage, int64_t loop)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_COMPUTE_AT);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_COMPUTE_AT);
     in->in[in->nin++] = stage;
     in->in[in->nin++] = loop;
 }
 
 void kl_tr_reverse_compute_at(kl_trace_t *t, int64_t stage, int64_t loop)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_REVERSE_COMPUTE_AT);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_REVERSE_COMPUTE_AT);
     in->in[in->nin++] = stage;
     in->in[in->nin++] = loop;
 }
 
 void kl_tr_annotate(kl_trace_t *t, int64_t loop, const char *key, int64_t value)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_ANNOTATE);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_ANNOTATE);
     in->in[in->nin++] = loop;
     s_str(in, key);
     in->ints[in->nints++] = value;
@@ -325,13 +325,13 @@ void kl_tr_annotate(kl_trace_t *t, int64_t loop, const char *key, int64_t value)
 
 void kl_tr_winograd(kl_trace_t *t, int m)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_WINOGRAD);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_WINOGRAD);
     in->ints[in->nints++] = m;
 }
 
 void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_TENSORIZE);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_TENSORIZE);
     in->in[in->nin++] = loop;
     s_str(in, intrin);
 }
@@ -339,7 +339,7 @@ void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin)
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
                                int64_t max_innermost, int64_t *outs)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_SAMPLE_PERFECT_TILE);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_SAMPLE_PERFECT_TILE);
     in->in[in->nin++] = loop;
     in->ints[in->nints++] = n;
     in->ints[in->nints++] = max_innermost;
@@ -350,7 +350,7 @@ void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
 int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,
                                  const double *probs, int n)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_SAMPLE_CATEGORICAL);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_SAMPLE_CATEGORICAL);
     for (int i = 0; i < n && i < KL_INST_MAX; i++) {
         in->ints[in->nints++] = values[i];
         in->floats[in->nfloats++] = probs[i];
@@ -361,7 +361,7 @@ int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,
 int64_t kl_tr_sample_compute_location(kl_trace_t *t, int64_t stage,
                                       const int64_t *cands, int n)
 {
-    kl_inst_t *in = kl_trace_append(t, KL_OP_SAMPLE_COMPUTE_LOCATION);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_SAMPLE_COMPUTE_LOCATION);
     in->in[in->nin++] = stage;
     for (int i = 0; i < n && i < KL_INST_MAX - 1; i++)
         in->in[in->nin++] = cands[i];
@@ -384,7 +384,7 @@ int kl_tr_reject_if(kl_trace_t *t, const char *pred, char *err)
     int rc = s_pred_ok(pred, err);
     if (rc)
         return rc;
-    kl_inst_t *in = kl_trace_append(t, KL_OP_REJECT_IF);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_REJECT_IF);
     snprintf(in->pred, sizeof in->pred, "%s", pred);
     return KL_OK;
 }
@@ -397,11 +397,11 @@ int kl_tr_if(kl_trace_t *t, const char *pred, char *err)
     int rc = s_pred_ok(pred, err);
     if (rc)
         return rc;
-    kl_inst_t *in = kl_trace_append(t, KL_OP_IF);
+    kl_inst_t *in = kl_trace__append(t, KL_OP_IF);
     snprintf(in->pred, sizeof in->pred, "%s", pred);
     kl_inst_t **arr;
     int *n;
-    kl_trace_cur_body(t, &arr, &n);
+    kl_trace__cur_body(t, &arr, &n);
     t->stack[t->depth].index = *n - 1;
     t->stack[t->depth].in_else = false;
     t->depth++;
@@ -550,7 +550,7 @@ static int s_from_pb(Kiln__Inst **v, size_t n, kl_inst_t **out, int *nout,
             break;
     }
     if (rc) {
-        kl_insts_free(r, *nout);
+        kl_trace__insts_free(r, *nout);
         *nout = 0;
         return rc;
     }
@@ -573,20 +573,20 @@ int kl_trace_from_proto(const uint8_t *buf, size_t len, kl_trace_t **out,
         return rc;
     }
     t->cap = t->n;
-    t->next_rv = kl_insts_max_rv(t->insts, t->n) + 1;
+    t->next_rv = kl_trace__insts_max_rv(t->insts, t->n) + 1;
     *out = t;
     return KL_OK;
 }
 
-int64_t kl_insts_max_rv(const kl_inst_t *v, int n)
+int64_t kl_trace__insts_max_rv(const kl_inst_t *v, int n)
 {
     int64_t m = -1;
     for (int i = 0; i < n; i++) {
         for (int k = 0; k < v[i].nout; k++)
             if (v[i].out[k] > m)
                 m = v[i].out[k];
-        int64_t a = kl_insts_max_rv(v[i].then_body, v[i].nthen);
-        int64_t b = kl_insts_max_rv(v[i].else_body, v[i].nelse);
+        int64_t a = kl_trace__insts_max_rv(v[i].then_body, v[i].nthen);
+        int64_t b = kl_trace__insts_max_rv(v[i].else_body, v[i].nelse);
         m = a > m ? a : m;
         m = b > m ? b : m;
     }

@@ -433,7 +433,7 @@ int kl_trace_apply(const kl_trace_t *t, kl_sched_t *s, kl_rng_t *rng,
     ex.s = s;
     ex.rng = rng;
     ex.err = err;
-    ex.nrvs = kl_insts_max_rv(run->insts, run->n) + 1;
+    ex.nrvs = kl_trace__insts_max_rv(run->insts, run->n) + 1;
     if (ex.nrvs > 1000000) {
         kl_trace_free(&run);
         return kl_seterr(err, KL_ERR_INVAL, "trace: RV numbers too large");

@@ -20,11 +20,15 @@ struct kl_trace_s {
 };
 
 /* Appends an instruction (zeroed, op set) to the open body. */
-kl_inst_t *kl_trace_append(kl_trace_t *t, kl_op op);
+kl_inst_t *kl_trace__append(kl_trace_t *t, kl_op op);
 /* The body that builders append to (see kl_tr_if). */
-void kl_trace_cur_body(kl_trace_t *t, kl_inst_t ***arr, int **n);
-void kl_insts_free(kl_inst_t *v, int n);
-kl_inst_t *kl_insts_clone(const kl_inst_t *v, int n);
-int64_t kl_insts_max_rv(const kl_inst_t *v, int n);
+void kl_trace__cur_body(kl_trace_t *t, kl_inst_t ***arr, int **n);
+/* Frees the n instructions of v, their if/else bodies too, and v. */
+void kl_trace__insts_free(kl_inst_t *v, int n);
+/* A deep copy of the n instructions of v (NULL when n is 0). */
+kl_inst_t *kl_trace__insts_clone(const kl_inst_t *v, int n);
+/* The largest random variable that v's instructions (bodies included)
+ * define, -1 when none. */
+int64_t kl_trace__insts_max_rv(const kl_inst_t *v, int n);
 
 #endif

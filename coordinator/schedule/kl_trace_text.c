@@ -421,7 +421,7 @@ static int s_inst(tp_t *tp, kl_trace_t *t)
         /* The if is now the last instruction of the current body. */
         kl_inst_t **arr;
         int *n;
-        kl_trace_cur_body(t, &arr, &n);
+        kl_trace__cur_body(t, &arr, &n);
         return s_decision(tp, &(*arr)[*n - 1]);
     }
     int64_t outs[KL_INST_MAX];
@@ -467,7 +467,7 @@ static int s_inst(tp_t *tp, kl_trace_t *t)
     }
     memcpy(in.out, outs, (size_t)nouts * sizeof(int64_t));
     in.nout = nouts;
-    kl_inst_t *dst = kl_trace_append(t, op);
+    kl_inst_t *dst = kl_trace__append(t, op);
     *dst = in;
     if (nouts && outs[nouts - 1] >= t->next_rv)
         t->next_rv = outs[nouts - 1] + 1;
@@ -522,7 +522,7 @@ int kl_trace_from_text(const char *text, kl_trace_t **out, char *err)
         kl_trace_free(&t);
         return tp.rc ? tp.rc : KL_ERR_INVAL;
     }
-    t->next_rv = kl_insts_max_rv(t->insts, t->n) + 1;
+    t->next_rv = kl_trace__insts_max_rv(t->insts, t->n) + 1;
     *out = t;
     return KL_OK;
 }

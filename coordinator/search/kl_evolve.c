@@ -14,7 +14,8 @@
 
 static int s_by_latency(const void *a, const void *b)
 {
-    double x = ((const meas_t *)a)->latency, y = ((const meas_t *)b)->latency;
+    double x = ((const kl_search__meas_t *)a)->latency,
+           y = ((const kl_search__meas_t *)b)->latency;
     return x < y ? -1 : x > y;
 }
 
@@ -27,8 +28,9 @@ typedef struct {
     kl_search_t *self;
     kl_search_known_fn known;
     void *ctx;
-    pool_t elite; /* best unmeasured candidates seen in any generation */
-    int cap;      /* elite size */
+    kl_search__pool_t
+        elite; /* best unmeasured candidates seen in any generation */
+    int cap;   /* elite size */
 } evo_t;
 
 static bool s_known(evo_t *e, const uint8_t h[16])
@@ -56,7 +58,7 @@ static void s_score(evo_t *e, gen_t *g)
  * the e->cap best scores seen (MetaSchedule's heap of the batch size). */
 static void s_collect(evo_t *e, const gen_t *g)
 {
-    pool_t *el = &e->elite;
+    kl_search__pool_t *el = &e->elite;
     for (int i = 0; i < g->n; i++) {
         kl_search_cand_t *c = g->v[i];
         if (s_known(e, c->hash) || kl_hashset_has(&el->set, c->hash))
@@ -71,8 +73,8 @@ static void s_collect(evo_t *e, const gen_t *g)
             kl_search_cand_free(&el->v[lo]);
             el->v[lo] = el->v[--el->n];
         }
-        if (kl__pool_add(el, e->self->sp, kl_trace_clone(c->trace),
-                         kl_sched_clone(c->sched)))
+        if (kl_search__pool_add(el, e->self->sp, kl_trace_clone(c->trace),
+                                kl_sched_clone(c->sched)))
             el->v[el->n - 1].score = c->score;
     }
 }
@@ -95,7 +97,8 @@ static int s_roulette(kl_search_t *self, const gen_t *g)
 }
 
 /* One mutated child of parent into next; false when every try failed. */
-static bool s_mutant(evo_t *e, const kl_search_cand_t *parent, pool_t *next)
+static bool s_mutant(evo_t *e, const kl_search_cand_t *parent,
+                     kl_search__pool_t *next)
 {
     kl_search_t *self = e->self;
     for (int f = 0; f < MAX_FAIL; f++) {
@@ -116,13 +119,13 @@ static bool s_mutant(evo_t *e, const kl_search_cand_t *parent, pool_t *next)
             kl_sched_destroy(&s);
             continue;
         }
-        return kl__pool_add(next, self->sp, fixed, s);
+        return kl_search__pool_add(next, self->sp, fixed, s);
     }
     return false;
 }
 
 /* Builds the next generation from g. */
-static void s_evolve(evo_t *e, const gen_t *g, pool_t *next)
+static void s_evolve(evo_t *e, const gen_t *g, kl_search__pool_t *next)
 {
     kl_search_t *self = e->self;
     int want = self->cfg.population;
@@ -133,12 +136,12 @@ static void s_evolve(evo_t *e, const gen_t *g, pool_t *next)
             continue;
         /* Kept as it is (or every mutation failed). */
         if (!kl_hashset_has(&next->set, p->hash))
-            kl__pool_add(next, self->sp, kl_trace_clone(p->trace),
-                         kl_sched_clone(p->sched));
+            kl_search__pool_add(next, self->sp, kl_trace_clone(p->trace),
+                                kl_sched_clone(p->sched));
     }
 }
 
-static void s_gen_of(gen_t *g, pool_t *a, pool_t *b)
+static void s_gen_of(gen_t *g, kl_search__pool_t *a, kl_search__pool_t *b)
 {
     g->n = 0;
     g->v =
@@ -157,7 +160,7 @@ static int s_by_score(const void *a, const void *b)
 }
 
 /* The best measured traces, replayed, into p. */
-static void s_seed_best(kl_search_t *self, pool_t *p)
+static void s_seed_best(kl_search_t *self, kl_search__pool_t *p)
 {
     if (!self->sorted && self->nm > 0) {
         qsort(self->m, self->nm, sizeof *self->m, s_by_latency);
@@ -172,13 +175,14 @@ static void s_seed_best(kl_search_t *self, pool_t *p)
         if (kl_trace_from_proto(self->m[i].trace, self->m[i].len, &mt, NULL) ==
                 KL_OK &&
             kl_space_fix(self->sp, mt, &self->rng, &tr, &s, NULL) == KL_OK)
-            kl__pool_add(p, self->sp, tr, s);
+            kl_search__pool_add(p, self->sp, tr, s);
         kl_trace_free(&mt);
     }
 }
 
 /* Fills out: eps-greedy between the elite (by score) and random picks. */
-static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
+static int s_pick(evo_t *e, kl_search__pool_t *rnd, int n,
+                  kl_search_cand_t *out)
 {
     kl_search_t *self = e->self;
     if (e->elite.n > 0)
@@ -192,7 +196,7 @@ static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
         kl_search_cand_t *c = rand_pick ? &rnd->v[ir++] : &e->elite.v[ie++];
         if (s_known(e, c->hash) || !kl_hashset_add(&taken, c->hash))
             continue;
-        kl__move_out(&out[k], c);
+        kl_search__move_out(&out[k], c);
         memcpy(out[k].hash, c->hash, 16);
         memcpy(out[k].features, c->features, sizeof c->features);
         out[k].score = rand_pick ? 0 : c->score;
@@ -203,11 +207,12 @@ static int s_pick(evo_t *e, pool_t *rnd, int n, kl_search_cand_t *out)
     return k;
 }
 
-int kl__propose_evolve(kl_search_t *self, int n, kl_search_known_fn known,
-                       void *ctx, kl_search_cand_t *out, int *nout, char *err)
+int kl_search__propose_evolve(kl_search_t *self, int n,
+                              kl_search_known_fn known, void *ctx,
+                              kl_search_cand_t *out, int *nout, char *err)
 {
     evo_t e = {.self = self, .known = known, .ctx = ctx, .cap = 2 * n};
-    pool_t best = {0}, rnd = {0}, cur = {0}, next = {0};
+    kl_search__pool_t best = {0}, rnd = {0}, cur = {0}, next = {0};
     s_seed_best(self, &best);
     int want = self->cfg.population - best.n;
     if (want < self->cfg.init_min_unmeasured)
@@ -215,10 +220,10 @@ int kl__propose_evolve(kl_search_t *self, int n, kl_search_known_fn known,
     if (want < n)
         want = n;
     char rerr[KL_ERRMSG_LEN] = "";
-    int rc = kl__random(self, &rnd, want, known, ctx, &best.set, rerr);
+    int rc = kl_search__random(self, &rnd, want, known, ctx, &best.set, rerr);
     if (rc && rc != KL_ERR_EXHAUSTED) {
-        kl__pool_free(&best);
-        kl__pool_free(&rnd);
+        kl_search__pool_free(&best);
+        kl_search__pool_free(&rnd);
         return kl_seterr(err, rc, "%s", rerr);
     }
     gen_t g = {0};
@@ -229,17 +234,17 @@ int kl__propose_evolve(kl_search_t *self, int n, kl_search_known_fn known,
         if (gen == self->cfg.generations)
             break;
         s_evolve(&e, &g, &next);
-        kl__pool_free(&cur);
+        kl_search__pool_free(&cur);
         cur = next;
         memset(&next, 0, sizeof next);
         s_gen_of(&g, &cur, NULL);
     }
     *nout = s_pick(&e, &rnd, n, out);
     free(g.v);
-    kl__pool_free(&cur);
-    kl__pool_free(&best);
-    kl__pool_free(&rnd);
-    kl__pool_free(&e.elite);
+    kl_search__pool_free(&cur);
+    kl_search__pool_free(&best);
+    kl_search__pool_free(&rnd);
+    kl_search__pool_free(&e.elite);
     if (*nout == 0)
         return kl_seterr(err, KL_ERR_EXHAUSTED,
                          "design space exhausted: no unmeasured trace in "

@@ -13,11 +13,6 @@
 
 static const char *s_names[] = {"replay", "evolutionary"};
 
-const char *kl_strategy_name(kl_strategy s)
-{
-    return (unsigned)s < 2 ? s_names[s] : "?";
-}
-
 int kl_strategy_parse(const char *name, kl_strategy *out, char *err)
 {
     for (int i = 0; i < 2; i++)
@@ -166,11 +161,6 @@ void kl_search_observe(kl_search_t *self, const kl_trace_t *t,
     self->sorted = false;
 }
 
-int kl_search_train(kl_search_t *self, char *err)
-{
-    return kl_costmodel_train(self->model, err);
-}
-
 void kl_search_predict(kl_search_t *self, const float *features, size_t n,
                        float *out)
 {
@@ -184,7 +174,7 @@ void kl_search_predict(kl_search_t *self, const float *features, size_t n,
 }
 
 /* Retrains when the data grew enough; a failure keeps the old model. */
-void kl__maybe_train(kl_search_t *self)
+void kl_search__maybe_train(kl_search_t *self)
 {
     if (!kl_costmodel_wants_training(self->model))
         return;
@@ -199,7 +189,7 @@ void kl__maybe_train(kl_search_t *self)
 
 /* ---- candidates --------------------------------------------------------- */
 
-void kl__pool_free(pool_t *p)
+void kl_search__pool_free(kl_search__pool_t *p)
 {
     for (int i = 0; i < p->n; i++)
         kl_search_cand_free(&p->v[i]);
@@ -210,8 +200,8 @@ void kl__pool_free(pool_t *p)
 
 /* Takes ownership of trace and sched; drops them when the hash is in the
  * pool already. Returns whether added. */
-bool kl__pool_add(pool_t *p, const kl_space_t *sp, kl_trace_t *tr,
-                  kl_sched_t *s)
+bool kl_search__pool_add(kl_search__pool_t *p, const kl_space_t *sp,
+                         kl_trace_t *tr, kl_sched_t *s)
 {
     kl_search_cand_t c = {.trace = tr, .sched = s};
     kl_trace_hash(tr, c.hash);
@@ -228,7 +218,7 @@ bool kl__pool_add(pool_t *p, const kl_space_t *sp, kl_trace_t *tr,
     return true;
 }
 
-void kl__move_out(kl_search_cand_t *dst, kl_search_cand_t *src)
+void kl_search__move_out(kl_search_cand_t *dst, kl_search_cand_t *src)
 {
     *dst = *src;
     src->trace = NULL;
@@ -238,8 +228,9 @@ void kl__move_out(kl_search_cand_t *dst, kl_search_cand_t *src)
 /* Draws random valid samples not known and not in `avoid` into p until it
  * holds want of them. KL_ERR_EXHAUSTED when the rejection or the known
  * bound was hit (p keeps what it got). */
-int kl__random(kl_search_t *self, pool_t *p, int want, kl_search_known_fn known,
-               void *ctx, const kl_hashset_t *avoid, char *err)
+int kl_search__random(kl_search_t *self, kl_search__pool_t *p, int want,
+                      kl_search_known_fn known, void *ctx,
+                      const kl_hashset_t *avoid, char *err)
 {
     int streak = 0;
     while (p->n < want) {
@@ -260,7 +251,7 @@ int kl__random(kl_search_t *self, pool_t *p, int want, kl_search_known_fn known,
             kl_trace_free(&tr);
             kl_sched_destroy(&s);
         } else {
-            dup = !kl__pool_add(p, self->sp, tr, s);
+            dup = !kl_search__pool_add(p, self->sp, tr, s);
         }
         if (dup) {
             if (++streak >= self->cfg.max_known_draws)
@@ -279,14 +270,14 @@ static int s_propose_replay(kl_search_t *self, int n, kl_search_known_fn known,
                             void *ctx, kl_search_cand_t *out, int *nout,
                             char *err)
 {
-    pool_t p = {0};
-    int rc = kl__random(self, &p, n, known, ctx, NULL, err);
+    kl_search__pool_t p = {0};
+    int rc = kl_search__random(self, &p, n, known, ctx, NULL, err);
     for (int i = 0; i < p.n; i++) {
-        kl__move_out(&out[i], &p.v[i]);
+        kl_search__move_out(&out[i], &p.v[i]);
         out[i].random = true;
     }
     *nout = p.n;
-    kl__pool_free(&p);
+    kl_search__pool_free(&p);
     if (*nout > 0)
         return KL_OK;
     return rc ? rc : kl_seterr(err, KL_ERR_EXHAUSTED, "design space exhausted");
@@ -300,6 +291,6 @@ int kl_search_propose(kl_search_t *self, int n, kl_search_known_fn known,
         return KL_OK;
     if (self->cfg.strategy == KL_STRATEGY_REPLAY)
         return s_propose_replay(self, n, known, ctx, out, nout, err);
-    kl__maybe_train(self);
-    return kl__propose_evolve(self, n, known, ctx, out, nout, err);
+    kl_search__maybe_train(self);
+    return kl_search__propose_evolve(self, n, known, ctx, out, nout, err);
 }

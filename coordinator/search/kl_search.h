@@ -94,8 +94,7 @@ typedef enum {
     KL_STRATEGY_EVOLUTIONARY,
 } kl_strategy;
 
-/* "replay" / "evolutionary"; parse returns KL_ERR_INVAL naming the text. */
-const char *kl_strategy_name(kl_strategy s);
+/* "replay" / "evolutionary" to *out; KL_ERR_INVAL naming the text. */
 int kl_strategy_parse(const char *name, kl_strategy *out, char *err);
 
 /* The defaults, written once: kl_search_cfg_default and KL_SEARCH_OPTS
@@ -219,9 +218,6 @@ int kl_search_propose(kl_search_t *self, int n, kl_search_known_fn known,
 size_t kl_search_observed(const kl_search_t *self);
 bool kl_search_model_trained(const kl_search_t *self);
 
-/* Trains the cost model now on what was observed (for tests and tools).
- * KL_ERR_INVAL with fewer than 2 observations. */
-int kl_search_train(kl_search_t *self, char *err);
 /* Predicts scores for n feature vectors (random when untrained). */
 void kl_search_predict(kl_search_t *self, const float *features, size_t n,
                        float *out);

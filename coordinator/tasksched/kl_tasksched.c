@@ -93,11 +93,6 @@ int kl_ts_cfg_from_opts(const kl_opts_t *o, kl_ts_cfg_t *c, char *err)
     return kl_ts_kind_parse(kl_opts_str(o, "scheduler"), &c->kind, err);
 }
 
-const char *kl_ts_kind_name(kl_ts_kind kind)
-{
-    return kind == KL_TS_ROUND_ROBIN ? "round-robin" : "gradient";
-}
-
 const char *kl_ts_state_name(kl_ts_state st)
 {
     switch (st) {
@@ -572,11 +567,6 @@ void kl_ts_exhausted(kl_ts_t *ts, int i)
 {
     if (i >= 0 && i < ts->n && ts->t[i].state == KL_TS_RUNNING)
         ts->t[i].state = KL_TS_DONE_EXHAUSTED;
-}
-
-int kl_ts_count(const kl_ts_t *ts)
-{
-    return ts->n;
 }
 
 int64_t kl_ts_total_trials(const kl_ts_t *ts)

@@ -91,7 +91,7 @@ typedef struct {
     int depth;                   /* rounds out at once, [1, KL_TS_MAX_DEPTH] */
 } kl_ts_cfg_t;
 
-/* The defaults, written once: kl_ts_cfg_default and KL_SCHED_OPTS. */
+/* The defaults, written once: kl_ts_cfg_default and KL_TS_OPTS. */
 #define KL_TS_DEF_TRIALS_PER_ITER 64
 #define KL_TS_DEF_ALPHA 0.2
 #define KL_TS_DEF_BETA 2
@@ -107,7 +107,7 @@ void kl_ts_cfg_default(kl_ts_cfg_t *cfg);
  * a job of several tasks (kiln tune --model): scheduler, alpha, beta,
  * window, sched-eps, early-stop-rounds. */
 /* clang-format off */
-#define KL_SCHED_OPTS \
+#define KL_TS_OPTS \
     {"scheduler", KL_OPT_STR, "gradient", KL_NOBOUNDS, "NAME", \
      "task scheduler: gradient (Ansor's) or round-robin"}, \
     {"alpha", KL_OPT_DOUBLE, KL_OPT_DEF(KL_TS_DEF_ALPHA), 0, 1, "A", \
@@ -124,14 +124,13 @@ void kl_ts_cfg_default(kl_ts_cfg_t *cfg);
      "never)"},
 /* clang-format on */
 
-/* Reads the KL_SCHED_OPTS rows of o (which must be in its table) into cfg;
+/* Reads the KL_TS_OPTS rows of o (which must be in its table) into cfg;
  * the other fields are left as they are. KL_ERR_INVAL names an unknown
  * scheduler. */
 int kl_ts_cfg_from_opts(const kl_opts_t *o, kl_ts_cfg_t *cfg, char *err);
 
 /* "round-robin" or "gradient" to *kind; KL_ERR_INVAL naming the value. */
 int kl_ts_kind_parse(const char *s, kl_ts_kind *kind, char *err);
-const char *kl_ts_kind_name(kl_ts_kind kind);
 const char *kl_ts_state_name(kl_ts_state st); /* "", "cap", "exhausted", ... */
 
 /* One task as the scheduler sees it. The strings are copied. */
@@ -196,7 +195,6 @@ void kl_ts_exhausted(kl_ts_t *ts, int i);
 double kl_ts_gradient(const kl_ts_t *ts, int i);
 
 /* Bookkeeping. */
-int kl_ts_count(const kl_ts_t *ts);
 int64_t kl_ts_total_trials(const kl_ts_t *ts);
 int64_t kl_ts_trials(const kl_ts_t *ts, int i);
 int kl_ts_rounds(const kl_ts_t *ts, int i);
@@ -219,8 +217,8 @@ typedef struct {
     const char *why; /* kl_ts_state_name of a done task, or "" */
 } kl_ts_row_t;
 
-/* Fills rows[0..kl_ts_count) from the scheduler; the strings are borrowed
- * from ts. */
+/* Fills rows[0..n) for the n tasks ts was made with (kl_ts_new); the
+ * strings are borrowed from ts. */
 void kl_ts_rows(const kl_ts_t *ts, kl_ts_row_t *rows);
 
 /* Prints the summary table of n rows to f:

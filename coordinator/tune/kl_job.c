@@ -27,7 +27,9 @@ typedef struct {
 struct kl_job_s {
     kl_job_cfg_t cfg;
     kl_store_t *store;
-    kl_task_t **tasks;
+    kl_task_t **tasks;        /* NULL for a proposer's task */
+    kl_job_proposer_t *props; /* every task's calls: a kl_task's or given */
+    double *flop;             /* per task, for the progress */
     int n;
     kl_ts_t *ts;
     /* kl_job_run's state. */
@@ -43,8 +45,8 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     kl_task_cfg_default(&cfg->task);
-    kl_ts_cfg_default(&cfg->sched);
-    cfg->sched.depth = 0;
+    kl_ts_cfg_default(&cfg->ts);
+    cfg->ts.depth = 0;
 }
 
 int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
@@ -56,33 +58,113 @@ int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
     kl_eval_from_opts(o, &c->task.evaluator);
     int rc = kl_search_cfg_from_opts(o, &c->task.search, err);
     if (!rc)
-        rc = kl_ts_cfg_from_opts(o, &c->sched, err);
-    c->sched.trials_per_iter = kl_opts_int(o, "trials-per-iter");
-    c->sched.max_trials_global = max_trials_global;
-    c->sched.max_trials_per_task = max_trials_per_task;
-    c->sched.seed = c->task.search.seed + 1;
+        rc = kl_ts_cfg_from_opts(o, &c->ts, err);
+    c->ts.trials_per_iter = kl_opts_int(o, "trials-per-iter");
+    c->ts.max_trials_global = max_trials_global;
+    c->ts.max_trials_per_task = max_trials_per_task;
+    c->ts.seed = c->task.search.seed + 1;
     return rc;
 }
 
+/* ---- a task's calls ------------------------------------------------------ */
+
+/* A kl_task_t as a proposer: the job calls every task the same way. */
+static int s_task_submit(void *ctx, const kl_port_t *port, int max, size_t *n,
+                         uint64_t *request_id, char *err)
+{
+    return kl_task_submit(ctx, port, max, n, request_id, err);
+}
+
+static int s_task_feed(void *ctx, kl_dispatch_result_t **res, size_t n,
+                       char *err)
+{
+    return kl_task_feed(ctx, res, n, err);
+}
+
+static int64_t s_task_trials(const void *ctx)
+{
+    return kl_task_trials(ctx);
+}
+
+static int64_t s_task_in_flight(const void *ctx)
+{
+    return kl_task_in_flight(ctx);
+}
+
+static int64_t s_task_valid(const void *ctx)
+{
+    return kl_task_valid(ctx);
+}
+
+static double s_task_best_s(const void *ctx)
+{
+    return kl_task_best_s(ctx);
+}
+
+static kl_job_proposer_t s_task_proposer(kl_task_t *t)
+{
+    return (kl_job_proposer_t){.ctx = t,
+                               .submit = s_task_submit,
+                               .feed = s_task_feed,
+                               .trials = s_task_trials,
+                               .in_flight = s_task_in_flight,
+                               .valid = s_task_valid,
+                               .best_s = s_task_best_s};
+}
+
+static int64_t s_trials(const kl_job_t *j, int i)
+{
+    return j->props[i].trials(j->props[i].ctx);
+}
+
+static int64_t s_task_out(const kl_job_t *j, int i)
+{
+    return j->props[i].in_flight(j->props[i].ctx);
+}
+
+static double s_best_s(const kl_job_t *j, int i)
+{
+    return j->props[i].best_s(j->props[i].ctx);
+}
+
 /* ---- creation ------------------------------------------------------------ */
+
+static kl_job_t *s_alloc(const kl_job_cfg_t *cfg, kl_store_t *store, int n)
+{
+    kl_job_t *j = kl_xcalloc(1, sizeof *j);
+    j->cfg = *cfg;
+    j->store = store;
+    j->n = n;
+    j->tasks = kl_xcalloc((size_t)n, sizeof *j->tasks);
+    j->props = kl_xcalloc((size_t)n, sizeof *j->props);
+    j->flop = kl_xcalloc((size_t)n, sizeof *j->flop);
+    j->fed = kl_xcalloc((size_t)n, sizeof *j->fed);
+    return j;
+}
+
+/* The scheduler of the job's n tasks, desc[i] naming task i to it. */
+static int s_new_ts(kl_job_t *j, const kl_ts_task_t *desc, char *err)
+{
+    kl_ts_cfg_t sc = j->cfg.ts;
+    if (sc.depth == 0)
+        sc.depth = j->n == 1 ? 2 : 1;
+    for (int i = 0; i < j->n; i++)
+        j->flop[i] = desc[i].flop;
+    return kl_ts_new(&j->ts, &sc, desc, j->n, err);
+}
 
 int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
                const kl_job_cfg_t *cfg, kl_store_t *store, char *err)
 {
     if (n < 1)
         return kl_seterr(err, KL_ERR_INVAL, "job: no task");
-    kl_job_t *j = kl_xcalloc(1, sizeof *j);
-    j->cfg = *cfg;
-    j->store = store;
-    j->n = n;
-    j->tasks = kl_xcalloc((size_t)n, sizeof *j->tasks);
-    j->fed = kl_xcalloc((size_t)n, sizeof *j->fed);
+    kl_job_t *j = s_alloc(cfg, store, n);
     int rc = KL_OK;
-    for (int i = 0; i < n && !rc; i++)
+    for (int i = 0; i < n && !rc; i++) {
         rc = kl_task_new(&j->tasks[i], tasks[i].spec, &cfg->task, store, err);
-    kl_ts_cfg_t sc = cfg->sched;
-    if (sc.depth == 0)
-        sc.depth = n == 1 ? 2 : 1;
+        if (!rc)
+            j->props[i] = s_task_proposer(j->tasks[i]);
+    }
     if (!rc) {
         kl_ts_task_t *desc = kl_xcalloc((size_t)n, sizeof *desc);
         for (int i = 0; i < n; i++) {
@@ -90,7 +172,7 @@ int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
             desc[i] =
                 (kl_ts_task_t){w->name, w->op_kind, w->flop, tasks[i].weight};
         }
-        rc = kl_ts_new(&j->ts, &sc, desc, n, err);
+        rc = s_new_ts(j, desc, err);
         free(desc);
     }
     for (int i = 0; i < n && !rc; i++) {
@@ -109,6 +191,21 @@ int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
     return KL_OK;
 }
 
+int kl_job_new_proposer(kl_job_t **out, const kl_job_proposer_t *p,
+                        const kl_ts_task_t *desc, const kl_job_cfg_t *cfg,
+                        char *err)
+{
+    kl_job_t *j = s_alloc(cfg, NULL, 1);
+    j->props[0] = *p;
+    int rc = s_new_ts(j, desc, err);
+    if (rc) {
+        kl_job_destroy(&j);
+        return rc;
+    }
+    *out = j;
+    return KL_OK;
+}
+
 void kl_job_destroy(kl_job_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -117,6 +214,8 @@ void kl_job_destroy(kl_job_t **self_p)
     for (int i = 0; j->tasks && i < j->n; i++)
         kl_task_destroy(&j->tasks[i]);
     free(j->tasks);
+    free(j->props);
+    free(j->flop);
     free(j->fed);
     kl_ts_destroy(&j->ts);
     free(j);
@@ -135,14 +234,14 @@ kl_task_t *kl_job_task(const kl_job_t *j, int i)
     return j->tasks[i];
 }
 
-const kl_ts_t *kl_job_sched(const kl_job_t *j)
+const kl_ts_t *kl_job_tasksched(const kl_job_t *j)
 {
     return j->ts;
 }
 
 const char *kl_job_target(const kl_job_t *j)
 {
-    return kl_task_target(j->tasks[0]);
+    return j->tasks[0] ? kl_task_target(j->tasks[0]) : j->cfg.task.target;
 }
 
 kl_store_t *kl_job_store(const kl_job_t *j)
@@ -153,8 +252,8 @@ kl_store_t *kl_job_store(const kl_job_t *j)
 int64_t kl_job_task_cap(const kl_job_t *j, int i)
 {
     (void)i;
-    int64_t per = j->cfg.sched.max_trials_per_task;
-    int64_t all = j->cfg.sched.max_trials_global;
+    int64_t per = j->cfg.ts.max_trials_per_task;
+    int64_t all = j->cfg.ts.max_trials_global;
     return per && per < all ? per : all;
 }
 
@@ -170,21 +269,21 @@ bool kl_job_finished(const kl_job_t *j)
 
 void kl_job_progress(const kl_job_t *j, int i, kl_job_progress_t *p)
 {
-    const kl_task_t *t = j->tasks[i];
-    *p = (kl_job_progress_t){.trials = kl_task_trials(t),
-                             .cap = kl_job_task_cap(j, i),
-                             .restored = kl_task_restored(t),
-                             .in_flight = kl_task_in_flight(t),
-                             .valid = kl_task_valid(t),
-                             .best_s = kl_task_best_s(t),
-                             .elapsed_s = j->t0 > 0 ? kl_now_s() - j->t0 : 0,
-                             .eta_s = -1,
-                             .done = kl_job_task_done(j, i) &&
-                                     kl_task_in_flight(t) == 0};
+    const kl_job_proposer_t *t = &j->props[i];
+    *p = (kl_job_progress_t){
+        .trials = t->trials(t->ctx),
+        .cap = kl_job_task_cap(j, i),
+        .restored = j->tasks[i] ? kl_task_restored(j->tasks[i]) : 0,
+        .in_flight = t->in_flight(t->ctx),
+        .valid = t->valid(t->ctx),
+        .best_s = t->best_s(t->ctx),
+        .elapsed_s = j->t0 > 0 ? kl_now_s() - j->t0 : 0,
+        .eta_s = -1,
+        .done = kl_job_task_done(j, i) && t->in_flight(t->ctx) == 0};
     if (j->fed[i] > 0 && !p->done)
         p->eta_s =
             (double)(p->cap - p->trials) * p->elapsed_s / (double)j->fed[i];
-    double flop = kl_task_workload(t)->flop;
+    double flop = j->flop[i];
     p->gflops =
         isfinite(p->best_s) && p->best_s > 0 ? flop / p->best_s / 1e9 : 0;
 }
@@ -212,7 +311,7 @@ static round_t *s_round_of(kl_job_t *j, uint64_t request)
 /* Reports a round of task i that spent `spent` trials to the scheduler. */
 static int s_report(kl_job_t *j, int i, int64_t spent, char *err)
 {
-    int rc = kl_ts_report(j->ts, i, spent, kl_task_best_s(j->tasks[i]), err);
+    int rc = kl_ts_report(j->ts, i, spent, s_best_s(j, i), err);
     if (!rc) {
         j->ended++;
         s_event(j, KL_JOB_ROUND, i, spent);
@@ -242,7 +341,8 @@ static int s_fill(kl_job_t *j, char *err)
             return rc;
         size_t n = 0;
         uint64_t req = 0;
-        rc = kl_task_submit(j->tasks[i], j->port, (int)batch, &n, &req, err);
+        rc = j->props[i].submit(j->props[i].ctx, j->port, (int)batch, &n, &req,
+                                err);
         if (rc == KL_ERR_EXHAUSTED) { /* a round of 0 trials: exhausted */
             if ((rc = s_report(j, i, 0, err)))
                 return rc;
@@ -260,10 +360,10 @@ static int s_fill(kl_job_t *j, char *err)
 static int s_feed_round(kl_job_t *j, round_t *r, kl_dispatch_result_t **b,
                         size_t n, char *err)
 {
-    kl_task_t *t = j->tasks[r->task];
-    int64_t before = kl_task_trials(t);
-    int rc = kl_task_feed(t, b, n, err);
-    int64_t got = kl_task_trials(t) - before;
+    const kl_job_proposer_t *t = &j->props[r->task];
+    int64_t before = s_trials(j, r->task);
+    int rc = t->feed(t->ctx, b, n, err);
+    int64_t got = s_trials(j, r->task) - before;
     r->spent += got;
     j->fed[r->task] += (int64_t)n;
     r->left = r->left > n ? r->left - n : 0;
@@ -321,7 +421,7 @@ static int64_t s_in_flight(const kl_job_t *j)
 {
     int64_t n = 0;
     for (int i = 0; i < j->n; i++)
-        n += kl_task_in_flight(j->tasks[i]);
+        n += s_task_out(j, i);
     return n;
 }
 

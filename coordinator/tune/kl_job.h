@@ -3,11 +3,12 @@
  * flows").
  *
  * A job is a set of tasks (one for `kiln tune --op`, one per operator of a
- * model for `kiln tune --model`) tuned on one target, the task scheduler
- * that hands out their rounds (kl_tasksched.h), and the record store they
- * commit to. kl_job_run is the only loop: it asks the scheduler for a
- * round (task, batch size), has that task's search propose a batch and
- * sends it through the job's port (kl_port.h), receives the results,
+ * model for `kiln tune --model`, or the one task of fixed candidates of
+ * `kiln measure`: a proposer, kl_job_new_proposer) tuned on one target,
+ * the task scheduler that hands out their rounds (kl_tasksched.h), and the
+ * record store they commit to. kl_job_run is the only loop: it asks the
+ * scheduler for a round (task, batch size), has that task's search propose a
+ * batch and sends it through the job's port (kl_port.h), receives the results,
  * commits them through the task (one store transaction per group), gives
  * them to the search, and reports the round to the scheduler when its
  * last result is in. Every cap is the scheduler's: the batch it hands out
@@ -53,9 +54,9 @@ typedef struct {
 typedef struct {
     /* Every task's target, search, evaluator and the records' "job". */
     kl_task_cfg_t task;
-    /* Caps, batch size, scheduler. depth 0: 2 for a job of one task, 1
-     * otherwise. */
-    kl_ts_cfg_t sched;
+    /* The task scheduler's: caps, batch size, kind. depth 0: 2 for a job
+     * of one task, 1 otherwise. */
+    kl_ts_cfg_t ts;
 } kl_job_cfg_t;
 
 /* kl_task_cfg_default and kl_ts_cfg_default, with depth 0 (automatic). */
@@ -80,7 +81,7 @@ void kl_job_cfg_default(kl_job_cfg_t *cfg);
 /* clang-format on */
 
 /* Sets cfg from a command's options: KL_JOB_OPTS, KL_SEARCH_OPTS,
- * KL_SCHED_OPTS and KL_EVAL_OPTS (all in o's table), and the caps given.
+ * KL_TS_OPTS and KL_EVAL_OPTS (all in o's table), and the caps given.
  * The scheduler's seed is the search seed + 1. KL_ERR_INVAL names a bad
  * strategy or scheduler. */
 int kl_job_cfg_from_opts(const kl_opts_t *o, int64_t max_trials_global,
@@ -96,11 +97,45 @@ typedef struct kl_job_s kl_job_t;
  * it), a store error. */
 int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
                const kl_job_cfg_t *cfg, kl_store_t *store, char *err);
+
+/* A task that proposes its own candidates instead of a search: kiln
+ * measure's fixed sources (kl_fixed.h). The job calls it where it calls a
+ * kl_task_t, with kl_task.h's contracts: submit proposes up to max
+ * candidates and sends them through port in one request (KL_ERR_EXHAUSTED
+ * and *n = 0 when it has nothing left); feed records a group of n results
+ * of one of its requests (one store transaction) and may keep any of them
+ * by setting its slot to NULL (the job frees the others); trials counts
+ * the results that count toward the caps, in_flight the candidates out,
+ * valid the valid results, best_s the best valid latency (INFINITY when
+ * none). */
+typedef struct {
+    void *ctx;
+    int (*submit)(void *ctx, const kl_port_t *port, int max, size_t *n,
+                  uint64_t *request_id, char *err);
+    int (*feed)(void *ctx, kl_dispatch_result_t **res, size_t n, char *err);
+    int64_t (*trials)(const void *ctx);
+    int64_t (*in_flight)(const void *ctx);
+    int64_t (*valid)(const void *ctx);
+    double (*best_s)(const void *ctx);
+} kl_job_proposer_t;
+
+/* Creates a job of one task that p proposes (copied; p->ctx is borrowed
+ * and must outlive the job). desc names the task to the scheduler and
+ * cfg->ts caps it; cfg->task.target is the job's target (borrowed) and the
+ * rest of cfg->task is unused. Nothing is restored: the proposer knows
+ * what was measured before. The job has no store (kl_job_store is NULL)
+ * and kl_job_task gives NULL for the task. Errors: cfg->ts or desc out of
+ * range (KL_ERR_INVAL naming it). */
+int kl_job_new_proposer(kl_job_t **out, const kl_job_proposer_t *p,
+                        const kl_ts_task_t *desc, const kl_job_cfg_t *cfg,
+                        char *err);
 void kl_job_destroy(kl_job_t **self_p);
 
 int kl_job_ntasks(const kl_job_t *j);
+/* Task i (the job's; NULL for a proposer's task, kl_job_new_proposer). */
 kl_task_t *kl_job_task(const kl_job_t *j, int i);
-const kl_ts_t *kl_job_sched(const kl_job_t *j);
+/* The job's task scheduler (kl_tasksched.h; borrowed, the job's). */
+const kl_ts_t *kl_job_tasksched(const kl_job_t *j);
 const char *kl_job_target(const kl_job_t *j);
 kl_store_t *kl_job_store(const kl_job_t *j);
 /* The trial cap of task i: the per-task cap, else the global one. */

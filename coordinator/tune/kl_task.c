@@ -16,7 +16,7 @@
 
 #define ENTRY "kl_main"
 /* How an agent says that the reference kernel, not the candidate, failed
- * (agent/runner.c, agent/work.c). */
+ * (agent/cpu/runner.c, agent/work.c). */
 #define REF_FAILED "reference kernel failed: "
 
 typedef struct {
@@ -65,10 +65,6 @@ const kl_workload_t *kl_task_workload(const kl_task_t *t)
 const char *kl_task_target(const kl_task_t *t)
 {
     return t->target;
-}
-kl_search_t *kl_task_search(kl_task_t *t)
-{
-    return t->search;
 }
 int64_t kl_task_trials(const kl_task_t *t)
 {

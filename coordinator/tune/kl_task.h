@@ -68,7 +68,6 @@ void kl_task_destroy(kl_task_t **self_p);
 
 const kl_workload_t *kl_task_workload(const kl_task_t *t);
 const char *kl_task_target(const kl_task_t *t);
-kl_search_t *kl_task_search(kl_task_t *t);
 
 /* Trials so far (restored records plus results fed here), of which
  * restored; candidates in flight; results fed here. */

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_codegen_cuda.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"

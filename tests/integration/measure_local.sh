@@ -3,7 +3,8 @@
 # candidates of a 256x256 matmul: compile errors, segfaults, endless
 # loops, wrong outputs and correct loop orders. Every candidate gets
 # exactly one record with the right status; a second run measures nothing
-# again.
+# again, and a run of measured and new sources records each new result
+# under its own source.
 . "$(dirname "$0")/lib.sh"
 make_candidates "$T/c"
 mapfile -t files < <(cand_files "$T/c")
@@ -38,4 +39,26 @@ tail -1 "$T/check.txt"
 [ "$(grep -c SKIPPED "$T/again.txt")" -eq 40 ] || fail "second run re-measured"
 "$ITEST_TOOL" check "$T/db" "$ARGS" "$T/c/ref.c" "${expect[@]}" >/dev/null ||
     fail "second run changed the store"
+
+# Measured and new sources mixed: the first is skipped, the two new ones
+# (a wrong result, then a correct one) are measured, and each result is
+# printed and recorded under its own source, not its neighbour's.
+mkdir -p "$T/m"
+sed 's/variant 0 /variant 0, again /' "${files[0]}" >"$T/m/ok_again.c"
+{ cat "${files[39]}"; echo "/* again */"; } >"$T/m/wrong_again.c"
+grep -q WRONG_RESULT <<<"$(grep -F "${files[39]}=" "$T/c/expect")" ||
+    fail "the last candidate is not a wrong one"
+"$KILN" measure --args "$ARGS" --reference "$T/c/ref.c" --db "$T/db" \
+    "${EVAL[@]}" --json "${files[0]}" "$T/m/wrong_again.c" "$T/m/ok_again.c" \
+    >"$T/mixed.json" 2>"$T/mixed.log" || fail "mixed run exited $?"
+for f in ok_again wrong_again; do
+    p="$T/m/$f.c"
+    st=$(grep -F -A3 "\"file\":\"${p//\//\\/}\"" "$T/mixed.json" |
+        sed -n 's/.*"status":"\([A-Z_]*\)".*/\1/p' | head -1)
+    want=OK; [ $f = wrong_again ] && want=WRONG_RESULT
+    [ "$st" = "$want" ] || fail "$f.c printed as '$st', not $want"
+done
+"$ITEST_TOOL" check "$T/db" "$ARGS" "$T/c/ref.c" "${expect[@]}" \
+    "$T/m/ok_again.c=OK" "$T/m/wrong_again.c=WRONG_RESULT" >"$T/mixed.txt" ||
+    { cat "$T/mixed.txt"; fail "mixed run recorded a result under another source"; }
 echo PASS

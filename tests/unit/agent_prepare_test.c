@@ -16,17 +16,7 @@
 #include "kla_builder.h"
 #include "kla_runner.h"
 #include "kl_test_tmp.h"
-
-/* The naive reference (no prepare): C = A B. */
-static const char *s_ref_src =
-    "void ref(void *const *args) {\n"
-    "  const float *A = args[0], *B = args[1]; float *C = args[2];\n"
-    "  for (int i = 0; i < 64 * 64; i++) C[i] = 0;\n"
-    "  for (int i = 0; i < 64; i++)\n"
-    "    for (int k = 0; k < 64; k++)\n"
-    "      for (int j = 0; j < 64; j++)\n"
-    "        C[i * 64 + j] += A[i * 64 + k] * B[k * 64 + j];\n"
-    "}\n";
+#include "mm_fx.h"
 
 /* The candidate. PREP_FIRST runs first in mm_prepare. The prepare aborts
  * unless only B is non-NULL (args[3], the block's slot, included); mm
@@ -123,7 +113,7 @@ static void s_problem(kla_problem_t *p)
 static void s_measure(const char *prep_first, kla_result_t *res)
 {
     kla_build_t ref, cand;
-    s_build(s_ref_src, &ref);
+    s_build(fx_ref_src, &ref);
     char *src = kl_xasprintf(s_cand_fmt, prep_first);
     s_build(src, &cand);
     free(src);
@@ -176,8 +166,8 @@ static void test_const_without_prepare(void **state)
 {
     (void)state;
     kla_build_t ref;
-    s_build(s_ref_src, &ref);
-    char *src = kl_xstrdup(s_ref_src);
+    s_build(fx_ref_src, &ref);
+    char *src = kl_xstrdup(fx_ref_src);
     memcpy(strstr(src, "ref("), "mm_(", 4); /* the same loops, named mm_ */
     kla_build_t cand;
     s_build(src, &cand);

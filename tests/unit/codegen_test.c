@@ -25,6 +25,7 @@
 #include "kl_trace.h"
 #include "kl_test_tmp.h"
 #include "kl_util.h"
+#include "wl_fx.h"
 
 static char s_dir[256];
 
@@ -69,15 +70,6 @@ static int s_teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static kl_workload_t *s_wl(const char *spec)
-{
-    kl_workload_t *w = NULL;
-    char err[KL_ERRMSG_LEN];
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    return w;
-}
-
 /* Builds and checks n kernels of w in one compile. */
 static void s_check_many(const kl_workload_t *w, char **srcs, char **entries,
                          int n, const char *what)
@@ -100,7 +92,7 @@ static void test_reference_all_ops(void **state)
 {
     (void)state;
     for (int i = 0; s_shapes[i]; i++) {
-        kl_workload_t *w = s_wl(s_shapes[i]);
+        kl_workload_t *w = fx_wl(s_shapes[i]);
         kl_kernel_t k;
         char err[KL_ERRMSG_LEN];
         assert_int_equal(kl_codegen_reference(w, NULL, &k, err), KL_OK);
@@ -123,7 +115,7 @@ static void test_reference_all_ops(void **state)
 static int s_sweep(const char *spec, int n, uint64_t seed)
 {
     int prepared = 0;
-    kl_workload_t *w = s_wl(spec);
+    kl_workload_t *w = fx_wl(spec);
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     if (kl_space_for_target("cpu", w, &sp, err))
@@ -208,7 +200,7 @@ static const char s_blas_trace[] =
 static void test_register_tile_structure(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=100 N=64 K=96 bias=1 relu=1");
+    kl_workload_t *w = fx_wl("matmul M=100 N=64 K=96 bias=1 relu=1");
     kl_trace_t *tr = NULL;
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
@@ -310,7 +302,7 @@ static void test_constant_prepared_once(void **state)
 {
     (void)state;
     /* dense: Y[n,o] += X[n,i] * W[o,i]; W const [64,96]. */
-    kl_workload_t *w = s_wl("dense N=8 I=96 O=64 bias=1 relu=1");
+    kl_workload_t *w = fx_wl("dense N=8 I=96 O=64 bias=1 relu=1");
     assert_true(w->tensors[1].is_const);
     kl_kernel_t k = s_root_kernel(w, "W");
     assert_true(k.prepare);
@@ -333,7 +325,7 @@ static void test_constant_prepared_once(void **state)
     kl_kernel_free(&k);
     kl_workload_free(&w);
     /* matmul's B is not constant: packed in the kernel, every call. */
-    w = s_wl("matmul M=8 N=64 K=96");
+    w = fx_wl("matmul M=8 N=64 K=96");
     assert_false(w->tensors[1].is_const);
     k = s_root_kernel(w, "B");
     assert_false(k.prepare);
@@ -350,7 +342,7 @@ static void test_constant_prepared_once(void **state)
 static void test_channel_blocks(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1");
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -393,7 +385,7 @@ static void test_channel_blocks(void **state)
 static void test_codegen_errors(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=16 N=16 K=16");
+    kl_workload_t *w = fx_wl("matmul M=16 N=16 K=16");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     kl_kernel_t k;
@@ -425,7 +417,7 @@ static void test_codegen_errors(void **state)
 static void test_codegen_by_kind(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=16 N=16 K=16");
+    kl_workload_t *w = fx_wl("matmul M=16 N=16 K=16");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     kl_target_t t[2];

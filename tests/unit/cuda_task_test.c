@@ -233,7 +233,7 @@ static void test_cuda_batch(void **state)
     kl_task_destroy(&t);
 }
 
-/* The reference follows agent/kla_cuda.h: block 256, grid ceil(n / 256),
+/* The reference follows agent/cuda/kla_cuda.h: block 256, grid ceil(n / 256),
  * also below one block, and computes the interpreter's values. */
 static void test_cuda_reference(void **state)
 {

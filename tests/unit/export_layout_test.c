@@ -21,7 +21,7 @@
 
 #include "kl_err.h"
 #include "kl_export.h"
-#include "kl_model_int.h"
+#include "kl_graph.h"
 #include "kl_test_tmp.h"
 #include "kl_util.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_err.h"
 #include "kl_net.h"
 #include "kl_util.h"

@@ -207,6 +207,17 @@ static void test_parse_forms(void **state)
     assert_int_equal(kl_dtype_size(KL_DT_BF16), 2);
     assert_string_equal(kl_dtype_name(KL_DT_BF16), "bf16");
     char err[KL_ERRMSG_LEN];
+    /* bf16 workloads: bf16 inputs, a float output; not f32, not int8. */
+    const char *kinds[][2] = {{"matmul M=4 N=4 K=4 in=bf16", "1"},
+                              {"matmul M=4 N=4 K=4", "0"},
+                              {"matmul M=4 N=4 K=4 in=f16", "0"},
+                              {"qmatmul M=4 N=4 K=4", "0"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        kl_workload_t *k;
+        assert_int_equal(kl_workload_from_string(kinds[i][0], &k, err), KL_OK);
+        assert_int_equal(kl_workload_is_bf16(k), kinds[i][1][0] == '1');
+        kl_workload_free(&k);
+    }
     kl_workload_t *back;
     assert_int_equal(kl_workload_parse(w->canonical, &back, err), KL_OK);
     assert_string_equal(back->canonical, w->canonical);
@@ -542,7 +553,12 @@ static void test_op_errors(void **state)
         {"matmul M=4 N=4 K=4 clip=0", "matmul: bad value '0' for clip "
                                       "(LO,HI: two finite numbers, LO <= HI)"},
         {"dense N=1 I=4 O=4 clip=6,0", "dense: bad value '6,0' for clip"},
-        {"softmax N=4", "unknown operator 'softmax'"},
+        /* the whole text: its list of names is read from the op table */
+        {"softmax N=4",
+         "unknown operator 'softmax' (expected matmul, batch_matmul, dense, "
+         "conv2d, depthwise_conv2d, conv2d_transpose, max_pool2d, "
+         "avg_pool2d, add, relu, clip, qmatmul, qdense, qconv2d or "
+         "qdepthwise_conv2d)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[KL_ERRMSG_LEN] = "";
@@ -556,6 +572,29 @@ static void test_op_errors(void **state)
     }
 }
 
+/* Every operator of the table is a named op to _from_string (its missing
+ * parameter is named, it does not go to the parser) and has a parameter
+ * list. */
+static void test_op_table(void **state)
+{
+    (void)state;
+    int n = 0;
+    const char *name, *params = NULL;
+    for (; (name = kl_workload_op(n, &params)); n++) {
+        char err[KL_ERRMSG_LEN] = "", want[KL_IR_MAX_NAME + 16];
+        kl_workload_t *w = NULL;
+        assert_non_null(params);
+        assert_true(params[0] != '\0');
+        assert_int_equal(kl_workload_from_string(name, &w, err), KL_ERR_INVAL);
+        assert_null(w);
+        snprintf(want, sizeof(want), "%s: missing ", name);
+        if (strncmp(err, want, strlen(want)) != 0)
+            fail_msg("'%s': got \"%s\"", name, err);
+    }
+    assert_int_equal(n, 15);
+    assert_null(kl_workload_op(-1, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_flops_brute_force),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_op_errors),
+        cmocka_unit_test(test_op_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -317,7 +317,7 @@ static void test_collect(void **state)
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
     kl_job_cfg_t cfg;
     kl_job_cfg_default(&cfg);
-    cfg.sched.max_trials_global = 17;
+    cfg.ts.max_trials_global = 17;
     kl_job_task_t task = {"matmul M=16 N=16 K=16", 1};
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, st, err), KL_OK);

@@ -396,8 +396,14 @@ static void test_clip_layers(void **state)
 static void test_errors(void **state)
 {
     (void)state;
+    /* the whole text: its list is read from the parser's op table */
     s_parse_fails("input x 1x3x8x8\ny = conv3d x K=1 R=1\n",
-                  "t.graph:2: unknown op 'conv3d'");
+                  "t.graph:2: unknown op 'conv3d' (conv2d, depthwise_conv2d, "
+                  "dense, matmul, batch_matmul, max_pool2d, avg_pool2d, "
+                  "global_avg_pool, add, relu, clip, flatten, reshape, "
+                  "transpose, softmax, layer_norm, gelu, qconv2d, "
+                  "qdepthwise_conv2d, qdense, qmatmul, quantize, "
+                  "dequantize)");
     s_parse_fails("input x 1x3x8x8\ny = conv2d z K=1 R=1\n",
                   "t.graph:2: layer 'y': unknown tensor 'z'");
     s_parse_fails("input x 1x3x8x8\nx = relu x\n", "defined twice");

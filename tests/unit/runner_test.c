@@ -1,5 +1,5 @@
 /* Unit tests of the runner's trusted half and kiln-runner's sandbox
- * (agent/runner.c, agent/runner_host.c, agent/runner_harness.c): hostile
+ * (agent/cpu/runner.c, runner_host.c, runner_harness.c): hostile
  * candidates that forge the harness's messages, impersonate it, close its
  * channel, write their inputs, try forbidden system calls, or write
  * nothing after a right answer. Real compiler, real sandbox, a 64x64
@@ -22,16 +22,7 @@
 #include "kla_cand.h"
 #include "kla_jail.h"
 #include "kla_runner.h"
-
-static const char *s_ref_src =
-    "void ref(void *const *args) {\n"
-    "  const float *A = args[0], *B = args[1]; float *C = args[2];\n"
-    "  for (int i = 0; i < 64 * 64; i++) C[i] = 0;\n"
-    "  for (int i = 0; i < 64; i++)\n"
-    "    for (int k = 0; k < 64; k++)\n"
-    "      for (int j = 0; j < 64; j++)\n"
-    "        C[i * 64 + j] += A[i * 64 + k] * B[k * 64 + j];\n"
-    "}\n";
+#include "mm_fx.h"
 
 /* The harness's message as a candidate sees it (kla_cand.h), written out
  * since a candidate may include system headers only; s_layout checks it
@@ -94,7 +85,7 @@ static int s_setup(void **state)
                               .max_mem_bytes = 512u << 20};
     if (kla_runner_new(&F.runner, &rc, err) != KL_OK)
         return -1;
-    if (kla_builder_build(F.builder, s_ref_src, strlen(s_ref_src), &F.ref))
+    if (kla_builder_build(F.builder, fx_ref_src, strlen(fx_ref_src), &F.ref))
         return -1;
     return 0;
 }

@@ -12,15 +12,7 @@
 #include "kl_ir.h"
 #include "kl_sched.h"
 #include "kl_space.h"
-
-static kl_workload_t *s_wl(const char *spec)
-{
-    kl_workload_t *w = NULL;
-    char err[KL_ERRMSG_LEN];
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    return w;
-}
+#include "wl_fx.h"
 
 static int s_id(const kl_sched_t *s, int pos)
 {
@@ -30,7 +22,7 @@ static int s_id(const kl_sched_t *s, int pos)
 static void test_naive_nest(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("conv2d N=1 C=3 H=8 W=8 K=4 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=3 H=8 W=8 K=4 R=3 S=3 pad=1");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -58,7 +50,7 @@ static void test_naive_nest(void **state)
 static void test_split_fuse_reorder(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=64 N=48 K=32");
+    kl_workload_t *w = fx_wl("matmul M=64 N=48 K=32");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -97,7 +89,7 @@ static void test_split_fuse_reorder(void **state)
 static void test_imperfect_split_guard(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=100 N=16 K=8");
+    kl_workload_t *w = fx_wl("matmul M=100 N=16 K=8");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -129,7 +121,7 @@ static void test_imperfect_split_guard(void **state)
 static void test_primitive_errors(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=64 N=64 K=64");
+    kl_workload_t *w = fx_wl("matmul M=64 N=64 K=64");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -198,7 +190,7 @@ static void test_primitive_errors(void **state)
 static void test_fused_split_error(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=8 N=8 K=8");
+    kl_workload_t *w = fx_wl("matmul M=8 N=8 K=8");
     kl_sched_t *s = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -216,7 +208,7 @@ static void test_fused_split_error(void **state)
 static void test_postproc_cpu(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=64 N=64 K=64");
+    kl_workload_t *w = fx_wl("matmul M=64 N=64 K=64");
     kl_target_t t;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_target_parse("cpu/x86_64-avx512", &t, err), KL_OK);

@@ -48,31 +48,6 @@ static void s_fx_free(fx_t *f)
     free(f);
 }
 
-/* The hash set keeps lookups exact through collisions and deletions. */
-static void test_hashset(void **state)
-{
-    (void)state;
-    kl_hashset_t s = {0};
-    uint8_t h[300][16];
-    for (int i = 0; i < 300; i++) {
-        memset(h[i], 0, 16);
-        h[i][0] = (uint8_t)(i % 3); /* many share a home slot */
-        h[i][8] = (uint8_t)i;
-        h[i][9] = (uint8_t)(i >> 8);
-        assert_true(kl_hashset_add(&s, h[i]));
-        assert_false(kl_hashset_add(&s, h[i]));
-    }
-    assert_int_equal(s.n, 300);
-    for (int i = 0; i < 300; i += 2)
-        kl_hashset_del(&s, h[i]);
-    for (int i = 0; i < 300; i++)
-        assert_true(kl_hashset_has(&s, h[i]) == (i % 2 == 1));
-    assert_int_equal(s.n, 150);
-    kl_hashset_clear(&s);
-    assert_false(kl_hashset_has(&s, h[1]));
-    kl_hashset_free(&s);
-}
-
 static void test_names_and_config(void **state)
 {
     (void)state;
@@ -501,7 +476,6 @@ static void test_costmodel_dataset(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hashset),
         cmocka_unit_test(test_names_and_config),
         cmocka_unit_test(test_mutators),
         cmocka_unit_test(test_thread_binding),

@@ -116,13 +116,25 @@ static void test_features(void **state)
     assert_string_equal(t.name, "cpu/x86_64-avx2+avxvnni");
     assert_int_equal(t.features, KL_CPU_FEAT_AVXVNNI);
     assert_int_equal(t.vec_lanes, 8);
+    /* The matrix units: AVX512-BF16 and AMX, in the canonical order. */
+    assert_int_equal(
+        kl_target_parse("cpu/x86_64-avx512+vnni+bf16+amx", &t, err), KL_OK);
+    assert_int_equal(t.features,
+                     KL_CPU_FEAT_VNNI | KL_CPU_FEAT_BF16 | KL_CPU_FEAT_AMX);
+    assert_int_equal(kl_target_parse("cpu/x86_64-avx512+bf16", &t, err), KL_OK);
+    assert_int_equal(t.features, KL_CPU_FEAT_BF16);
     assert_int_equal(kl_target_parse("cpu/x86_64-avx512", &t, err), KL_OK);
     assert_int_equal(t.features, 0);
     assert_string_equal(t.name, "cpu/x86_64-avx512");
     /* A feature of another ISA, an unknown one, a repeat, an empty one. */
-    const char *bad[] = {"cpu/x86_64-avx2+vnni",  "cpu/x86_64-avx512+avxvnni",
-                         "cpu/x86_64-avx512+amx", "cpu/x86_64-avx512+vnni+vnni",
-                         "cpu/x86_64-avx512+",    "cpu/generic+vnni",
+    const char *bad[] = {"cpu/x86_64-avx2+vnni",
+                         "cpu/x86_64-avx512+avxvnni",
+                         "cpu/x86_64-avx512+sme",
+                         "cpu/x86_64-avx512+vnni+vnni",
+                         "cpu/x86_64-avx512+bf16+vnni",
+                         "cpu/x86_64-avx2+amx",
+                         "cpu/x86_64-avx512+",
+                         "cpu/generic+vnni",
                          "cuda/sm_90+vnni"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(kl_target_parse(bad[i], &t, err), KL_ERR_INVAL);

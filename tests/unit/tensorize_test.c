@@ -18,15 +18,7 @@
 #include "kl_sched.h"
 #include "kl_trace.h"
 #include "kl_util.h"
-
-static kl_workload_t *s_w(const char *spec)
-{
-    char err[KL_ERRMSG_LEN];
-    kl_workload_t *w = NULL;
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    return w;
-}
+#include "wl_fx.h"
 
 /* Splits loop 1 (n) into [?, lanes] and loop 2 (k) into [?, red], then
  * orders i, n_o, k_o, n_i, k_i; returns the n_i loop id. */
@@ -70,7 +62,7 @@ static void test_match(void **state)
                            "qdense N=4 I=10 O=20 bias=1",
                            "qmatmul M=3 N=7 K=5 out=s32"};
     for (int i = 0; i < 3; i++) {
-        kl_workload_t *w = s_w(specs[i]);
+        kl_workload_t *w = fx_wl(specs[i]);
         kl_sched_t *s = NULL;
         assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
         int blk = s_block(s, 16, 4);
@@ -98,7 +90,7 @@ static void s_refused(const char *spec, int64_t lanes, int64_t red,
                       const char *intrin, const char *want)
 {
     char err[KL_ERRMSG_LEN];
-    kl_workload_t *w = s_w(spec);
+    kl_workload_t *w = fx_wl(spec);
     kl_sched_t *s = NULL;
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
     int blk = lanes ? s_block(s, lanes, red) : kl_sched_loop(s, 1)->id;
@@ -144,7 +136,7 @@ static void test_broken_later(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    kl_workload_t *w = s_w("qmatmul M=8 N=32 K=16");
+    kl_workload_t *w = fx_wl("qmatmul M=8 N=32 K=16");
     kl_sched_t *s = NULL;
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
     int blk = s_block(s, 16, 4);
@@ -163,7 +155,7 @@ static void test_trace(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    kl_workload_t *w = s_w("qmatmul M=64 N=40 K=30 za=7");
+    kl_workload_t *w = fx_wl("qmatmul M=64 N=40 K=30 za=7");
     kl_trace_t *t = kl_trace_new("test");
     int64_t l[3], n[3], k[2];
     kl_tr_get_loops(t, 3, l);

@@ -16,15 +16,7 @@
 #include "kl_sched.h"
 #include "kl_space.h"
 #include "kl_trace.h"
-
-static kl_workload_t *s_wl(const char *spec)
-{
-    kl_workload_t *w = NULL;
-    char err[KL_ERRMSG_LEN];
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    return w;
-}
+#include "wl_fx.h"
 
 /* Runs program p on a fresh schedule of w; returns the executed trace or
  * NULL when rejected. */
@@ -80,7 +72,7 @@ static void test_predicates(void **state)
 static void test_reject_if(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=8 N=8 K=8");
+    kl_workload_t *w = fx_wl("matmul M=8 N=8 K=8");
     kl_trace_t *p = kl_trace_new("test");
     int64_t vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     double probs[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -115,7 +107,7 @@ static void test_reject_if(void **state)
 static void test_if_else(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=16 N=16 K=16");
+    kl_workload_t *w = fx_wl("matmul M=16 N=16 K=16");
     kl_trace_t *p = kl_trace_new("test");
     int64_t l[3], v[2], li[2];
     char err[KL_ERRMSG_LEN];
@@ -255,7 +247,7 @@ static void test_text_proto_round_trip(void **state)
 static void test_perfect_tile_and_decisions(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=360 N=8 K=8");
+    kl_workload_t *w = fx_wl("matmul M=360 N=8 K=8");
     kl_trace_t *p = kl_trace_new("test");
     int64_t l[3], v[3], o[3];
     kl_tr_get_loops(p, 3, l);
@@ -304,7 +296,7 @@ static void test_cpu_space_replay(void **state)
                          "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 pad=1",
                          "dense N=1 I=512 O=1000", NULL};
     for (int o = 0; ops[o]; o++) {
-        kl_workload_t *w = s_wl(ops[o]);
+        kl_workload_t *w = fx_wl(ops[o]);
         kl_space_t *sp = NULL;
         char err[KL_ERRMSG_LEN];
         assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -396,7 +388,7 @@ static void test_cpu_channel_vectors(void **state)
                          "pad=3"};
     const char *want[] = {"f", "j", "f"};
     for (int o = 0; o < 3; o++) {
-        kl_workload_t *w = s_wl(ops[o]);
+        kl_workload_t *w = fx_wl(ops[o]);
         kl_space_t *sp = NULL;
         char err[KL_ERRMSG_LEN];
         assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -442,7 +434,7 @@ static void test_cpu_row_tile_of_seven(void **state)
 {
     (void)state;
     kl_workload_t *w =
-        s_wl("conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 stride=2 pad=1");
+        fx_wl("conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 stride=2 pad=1");
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -497,7 +489,7 @@ static void test_cpu_pack_limits(void **state)
          "call)"},
     };
     for (int c = 0; c < 2; c++) {
-        kl_workload_t *w = s_wl(cases[c].op);
+        kl_workload_t *w = fx_wl(cases[c].op);
         kl_space_t *sp = NULL;
         kl_trace_t *tr = NULL;
         kl_sched_t *s = NULL;
@@ -529,7 +521,7 @@ static void test_cpu_pack_limits(void **state)
 static void test_cuda_hook(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("matmul M=64 N=64 K=64");
+    kl_workload_t *w = fx_wl("matmul M=64 N=64 K=64");
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     int rc = kl_space_for_target("cuda/sm_90", w, &sp, err);

@@ -22,21 +22,13 @@
 #include "kl_util.h"
 #include "kl_wino.h"
 #include "kl_test_tmp.h"
-
-static kl_workload_t *s_wl(const char *spec)
-{
-    kl_workload_t *w = NULL;
-    char err[KL_ERRMSG_LEN];
-    if (kl_workload_from_string(spec, &w, err))
-        fail_msg("%s: %s", spec, err);
-    return w;
-}
+#include "wl_fx.h"
 
 static void test_takes(void **state)
 {
     (void)state;
     kl_workload_t *w =
-        s_wl("conv2d N=2 C=32 H=15 W=14 K=48 R=3 S=3 pad=1 bias=1 relu=1");
+        fx_wl("conv2d N=2 C=32 H=15 W=14 K=48 R=3 S=3 pad=1 bias=1 relu=1");
     kl_workload_t *d = NULL;
     kl_wino_t z;
     char err[KL_ERRMSG_LEN];
@@ -77,7 +69,7 @@ static void test_takes(void **state)
     kl_workload_free(&d);
     kl_workload_free(&w);
     /* Padding 0 and a residual. */
-    w = s_wl("conv2d N=1 C=8 H=9 W=9 K=8 R=3 S=3 residual=1");
+    w = fx_wl("conv2d N=1 C=8 H=9 W=9 K=8 R=3 S=3 residual=1");
     assert_int_equal(kl_workload_winograd(w, 2, NULL, &z, err), KL_OK);
     assert_int_equal(z.ph, 0);
     assert_int_equal(z.p, 7);
@@ -108,7 +100,7 @@ static void test_refuses(void **state)
          "not const"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kl_workload_t *w = s_wl(cases[i].spec);
+        kl_workload_t *w = fx_wl(cases[i].spec);
         kl_workload_t *d = (kl_workload_t *)&d; /* must come back NULL */
         char err[KL_ERRMSG_LEN] = "";
         assert_int_equal(kl_workload_winograd(w, 2, &d, NULL, err),
@@ -119,7 +111,7 @@ static void test_refuses(void **state)
                      cases[i].why);
         kl_workload_free(&w);
     }
-    kl_workload_t *w = s_wl("conv2d N=1 C=8 H=14 W=14 K=8 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=8 H=14 W=14 K=8 R=3 S=3 pad=1");
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_workload_winograd(w, 3, NULL, NULL, err),
                      KL_ERR_UNSUPPORTED);
@@ -130,7 +122,7 @@ static void test_refuses(void **state)
 static void test_primitive(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("conv2d N=1 C=16 H=14 W=14 K=32 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=16 H=14 W=14 K=32 R=3 S=3 pad=1");
     kl_sched_t *s = NULL, *c = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
@@ -170,7 +162,7 @@ static void test_primitive(void **state)
     kl_sched_destroy(&s);
     kl_workload_free(&w);
     /* Not a 3x3 convolution: the reason, schedule unchanged. */
-    w = s_wl("matmul M=16 N=16 K=16");
+    w = fx_wl("matmul M=16 N=16 K=16");
     assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
     assert_int_equal(kl_sched_winograd(s, 2, err), KL_ERR_INVAL);
     assert_non_null(strstr(err, "winograd: "));
@@ -183,7 +175,7 @@ static void test_primitive(void **state)
 static void test_trace(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("conv2d N=1 C=16 H=8 W=8 K=16 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=16 H=8 W=8 K=16 R=3 S=3 pad=1");
     const char *text = "winograd(m=2)\n"
                        "l0, l1, l2, l3 = get_loops()\n"
                        "parallel(l0)\n";
@@ -247,7 +239,7 @@ static void test_space(void **state)
                          "pad=1",
                          "matmul M=64 N=64 K=64"};
     for (int o = 0; o < 3; o++) {
-        kl_workload_t *w = s_wl(ops[o]);
+        kl_workload_t *w = fx_wl(ops[o]);
         kl_space_t *sp = NULL;
         char err[KL_ERRMSG_LEN];
         assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -290,7 +282,7 @@ static void test_space(void **state)
 static void test_tall_tiles(void **state)
 {
     (void)state;
-    kl_workload_t *w = s_wl("conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl("conv2d N=1 C=32 H=14 W=14 K=32 R=3 S=3 pad=1");
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
@@ -344,7 +336,7 @@ static void test_kernels(void **state)
     char dir[256];
     assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-wino-test-XXXXXX"));
     for (int o = 0; o < (int)(sizeof ops / sizeof *ops); o++) {
-        kl_workload_t *w = s_wl(ops[o]);
+        kl_workload_t *w = fx_wl(ops[o]);
         kl_space_t *sp = NULL;
         char err[KL_ERRMSG_LEN];
         assert_int_equal(kl_space_for_target("cpu", w, &sp, err), KL_OK);

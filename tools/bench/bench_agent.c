@@ -22,6 +22,7 @@
 #include "kla_builder.h"
 #include "kla_device.h"
 #include "kla_runner.h"
+#include "coord_fx.h" /* tests/support: the fake coordinator */
 
 #define GOAL_S 5e-3
 
@@ -31,46 +32,7 @@ static const char *s_kernel =
     "  for (int i = 0; i < 256; i++) c[i] = a[i] + b[i];\n"
     "}\n";
 
-typedef struct {
-    kl_net_t *server;
-    kl_peer_t peer;
-    double next_hb;
-} coord_t;
-
-static void s_send(coord_t *c, Kiln__Envelope *env)
-{
-    char err[KL_ERRMSG_LEN];
-    if (kl_net_send(c->server, &c->peer, env, err) != KL_OK)
-        fprintf(stderr, "bench_agent: send: %s\n", err);
-}
-
-/* Receives the next message of kind want (heartbeating meanwhile). */
-static Kiln__Envelope *s_expect(coord_t *c, int want, double timeout_s)
-{
-    double end = kl_now_s() + timeout_s;
-    while (kl_now_s() < end) {
-        if (c->peer.len && kl_now_s() >= c->next_hb) {
-            Kiln__Heartbeat hb = KILN__HEARTBEAT__INIT;
-            Kiln__Envelope e = KILN__ENVELOPE__INIT;
-            e.body_case = KILN__ENVELOPE__BODY_HEARTBEAT;
-            e.heartbeat = &hb;
-            s_send(c, &e);
-            c->next_hb = kl_now_s() + 0.5;
-        }
-        Kiln__Envelope *env = NULL;
-        kl_peer_t from;
-        char err[KL_ERRMSG_LEN];
-        if (kl_net_recv(c->server, &from, &env, 100, err) != KL_OK)
-            continue;
-        c->peer = from;
-        if ((int)env->body_case == want)
-            return env;
-        kl_net_envelope_free(&env);
-    }
-    return NULL;
-}
-
-static void s_request(coord_t *c, uint64_t id)
+static void s_request(fx_coord_t *c, uint64_t id)
 {
     int64_t shape[1] = {256};
     Kiln__KernelArg a = KILN__KERNEL_ARG__INIT, b, o;
@@ -106,7 +68,7 @@ static void s_request(coord_t *c, uint64_t id)
     Kiln__Envelope env = KILN__ENVELOPE__INIT;
     env.body_case = KILN__ENVELOPE__BODY_REQUEST;
     env.request = &m;
-    s_send(c, &env);
+    (void)fx_coord_send(c, &env);
 }
 
 static void s_print(const char *what, const double *v, int n)
@@ -176,14 +138,14 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[KL_ERRMSG_LEN];
-    coord_t c = {0};
-    kl_net_security_t sec = {.insecure = true};
-    if (kl_net_server_new(&c.server, "tcp://127.0.0.1:*", &sec, err)) {
+    fx_coord_t c;
+    if (fx_coord_new(&c, 1000, err)) {
         fprintf(stderr, "bench_agent: %s\n", err);
         return 1;
     }
-    kla_agent_config_t cfg = {.endpoint = kl_net_endpoint(c.server),
-                              .sec = sec,
+    c.hb_every_s = 0.5;
+    kla_agent_config_t cfg = {.endpoint = fx_coord_endpoint(&c),
+                              .sec = {.insecure = true},
                               .name = "bench",
                               .build_slots = 2};
     kla_agent_t *agent = NULL;
@@ -191,24 +153,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_agent: %s\n", err);
         return 1;
     }
-    Kiln__Envelope *env = s_expect(&c, KILN__ENVELOPE__BODY_HELLO, 10);
+    Kiln__Envelope *env = fx_coord_expect(&c, KILN__ENVELOPE__BODY_HELLO, 10);
     if (!env) {
         fprintf(stderr, "bench_agent: no Hello from the agent\n");
         return 1;
     }
     int credit = (int)env->hello->build_slots + 1;
     kl_net_envelope_free(&env);
-    Kiln__Welcome w = KILN__WELCOME__INIT;
-    w.coordinator_id = "bench";
-    w.heartbeat_ms = 1000;
-    Kiln__Envelope we = KILN__ENVELOPE__INIT;
-    we.body_case = KILN__ENVELOPE__BODY_WELCOME;
-    we.welcome = &w;
-    s_send(&c, &we);
+    (void)fx_coord_welcome(&c, "bench");
 
     /* Warm-up: the one real compile and the reference run. */
     s_request(&c, 1);
-    env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60);
+    env = fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60);
     if (!env || env->result->status != KILN__STATUS__STATUS_OK) {
         fprintf(stderr, "bench_agent: warm-up candidate failed: %s\n",
                 env ? env->result->error : "no result");
@@ -222,7 +178,8 @@ int main(int argc, char **argv)
     double t0 = kl_now_s();
     for (; sent < credit && sent < n; sent++)
         s_request(&c, 100 + (uint64_t)sent);
-    while (got < n && (env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60))) {
+    while (got < n &&
+           (env = fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60))) {
         ovh[got++] = env->result->overhead_s;
         hits += env->result->cache_hit;
         kl_net_envelope_free(&env);
@@ -234,13 +191,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < n && got == n; i++) {
         double s0 = kl_now_s();
         s_request(&c, 1000000 + (uint64_t)i);
-        if (!(env = s_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60)))
+        if (!(env = fx_coord_expect(&c, KILN__ENVELOPE__BODY_RESULT, 60)))
             break;
         seq[seq_n++] = kl_now_s() - s0;
         kl_net_envelope_free(&env);
     }
     kla_agent_destroy(&agent);
-    kl_net_destroy(&c.server);
+    fx_coord_destroy(&c);
     if (got < n || seq_n < n) {
         fprintf(stderr, "bench_agent: only %d + %d of %d results\n", got, seq_n,
                 n);

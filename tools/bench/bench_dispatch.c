@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_dispatch.h"
 #include "kl_err.h"
 #include "kl_log.h"

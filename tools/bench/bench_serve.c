@@ -43,7 +43,7 @@
 #include <zmq.h>
 
 #include "bench_serve_sim.h"
-#include "fleet.h"
+#include "kl_fleet.h"
 #include "kl_err.h"
 #include "kl_log.h"
 #include "kl_net.h"
