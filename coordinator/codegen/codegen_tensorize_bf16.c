@@ -108,22 +108,9 @@ static void s_plan(bfp_t *p)
     }
 }
 
-/* The head: the intrinsic, the RNE conversion and both packers. */
+/* The head: the intrinsic, the RNE conversion (scalar and 16 lanes). */
 static void s_emit_head(bfp_t *p)
 {
-    const char *bidx = p->tz->b_nk ? "n * ${K} + k" : "k * ${N} + n";
-    char *pk = kl_xasprintf(
-        "/* B as column panels [Np/16][K/2][16][2] of bf16 bits. */\n"
-        "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
-        "    #pragma omp parallel for\n"
-        "    for (int64_t n = 0; n < ${np}; n++)\n"
-        "        for (int64_t g = 0; g < ${kg}; g++)\n"
-        "            for (int64_t j = 0; j < 2; j++) {\n"
-        "                int64_t k = g * 2 + j;\n"
-        "                wp[KL_WOFF(g * 2, n - n %% 16) + n %% 16 * 2 + j] =\n"
-        "                    k < ${K} && n < ${N} ? kl_bf16(B[%s]) : 0;\n"
-        "            }\n}\n\n",
-        bidx);
     const kl_codegen__kv_t kv[] = {
         KL_CG_S("name", p->in->name), KL_CG_S("pragma", p->in->pragma),
         KL_CG_I("K", p->K),           KL_CG_I("N", p->N),
@@ -152,21 +139,94 @@ static void s_emit_head(bfp_t *p)
         "    if ((x & 0x7fffffffu) > 0x7f800000u)\n"
         "        return (uint16_t)((x >> 16) | 0x40);\n"
         "    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);\n}\n"
-        "#define KL_WOFF(k0, n0) ((((n0) / 16) * ${kg}LL + (k0) / 2) * 32)\n"
-        "/* A as bf16 pairs A2[m][k/2], zero past K. */\n"
+        "/* 16 floats -> their bf16 bits in the low half of each 32-bit "
+        "lane: the same RNE, integer, NaN kept quiet. */\n"
+        "static inline __m512i kl_bf16v(__m512 v)\n{\n"
+        "    __m512i x = _mm512_castps_si512(v);\n"
+        "    __m512i h = _mm512_srli_epi32(x, 16);\n"
+        "    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, "
+        "_mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(h, "
+        "_mm512_set1_epi32(1)))), 16);\n"
+        "    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, "
+        "_mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));\n"
+        "    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(h, "
+        "_mm512_set1_epi32(0x40)));\n}\n"
+        "#define KL_WOFF(k0, n0) ((((n0) / 16) * ${kg}LL + (k0) / 2) * "
+        "32)\n",
+        kv);
+}
+
+/* The packers. A: per row, 32 values a step (two kl_bf16v narrowed to
+ * 16 bits: k order is the pairs' order), the rest scalar, zero past K.
+ * B [K][N] (matmul): blocks of 16 pairs of rows x 16 columns (one
+ * panel's 1 KiB written in order, 32 rows read as streams), a pair's 16
+ * columns one vector (its two rows in each 32-bit lane), the ragged and
+ * padding columns scalar.
+ * B [N][K] (dense, packed once in prepare): scalar along k. */
+static void s_emit_packers(bfp_t *p)
+{
+    const kl_codegen__kv_t kv[] = {KL_CG_I("K", p->K),   KL_CG_I("N", p->N),
+                                   KL_CG_I("M", p->M),   KL_CG_I("kg", p->kg),
+                                   KL_CG_I("np", p->np), KL_CG_END};
+    kl_codegen__template(
+        &p->b,
         "static void kl_packa(const float *A, uint32_t *a2)\n{\n"
         "    #pragma omp parallel for\n"
-        "    for (int64_t m = 0; m < ${M}; m++)\n"
-        "        for (int64_t g = 0; g < ${kg}; g++) {\n"
-        "            int64_t k = 2 * g;\n"
-        "            uint32_t lo = k < ${K} ? kl_bf16(A[m * ${K} + k]) : 0;\n"
-        "            uint32_t hi = k + 1 < ${K} ? kl_bf16(A[m * ${K} + k + "
-        "1]) : 0;\n"
-        "            a2[m * ${kg} + g] = lo | hi << 16;\n"
-        "        }\n}\n",
+        "    for (int64_t m = 0; m < ${M}; m++) {\n"
+        "        const float *r = A + m * ${K};\n"
+        "        uint16_t *o = (uint16_t *)(a2 + m * ${kg});\n"
+        "        int64_t k = 0;\n"
+        "        for (; k + 32 <= ${K}; k += 32) {\n"
+        "            __m256i lo = _mm512_cvtepi32_epi16(kl_bf16v("
+        "_mm512_loadu_ps(r + k)));\n"
+        "            __m256i hi = _mm512_cvtepi32_epi16(kl_bf16v("
+        "_mm512_loadu_ps(r + k + 16)));\n"
+        "            _mm512_storeu_si512((void *)(o + k), "
+        "_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));\n"
+        "        }\n"
+        "        for (; k < 2 * ${kg}; k++)\n"
+        "            o[k] = k < ${K} ? kl_bf16(r[k]) : 0;\n"
+        "    }\n}\n\n",
         kv);
-    kl_codegen__template(&p->b, pk, kv);
-    free(pk);
+    if (p->tz->b_nk) {
+        kl_codegen__template(
+            &p->b,
+            "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
+            "    #pragma omp parallel for\n"
+            "    for (int64_t n = 0; n < ${np}; n++)\n"
+            "        for (int64_t k = 0; k < 2 * ${kg}; k++)\n"
+            "            wp[KL_WOFF(k - k % 2, n - n % 16) + n % 16 * 2 + k % "
+            "2] "
+            "=\n"
+            "                k < ${K} && n < ${N} ? kl_bf16(B[n * ${K} + k]) : "
+            "0;\n}\n\n",
+            kv);
+        return;
+    }
+    kl_codegen__template(
+        &p->b,
+        "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
+        "    #pragma omp parallel for\n"
+        "    for (int64_t gb = 0; gb < ${kg}; gb += 16)\n"
+        "    for (int64_t n = 0; n < ${np}; n += 16)\n"
+        "    for (int64_t g = gb; g < gb + 16 && g < ${kg}; g++) {\n"
+        "        const float *r0 = B + 2 * g * ${N}, *r1 = r0 + ${N};\n"
+        "        int two = 2 * g + 1 < ${K};\n"
+        "        if (n + 16 <= ${N}) {\n"
+        "            __m512i lo = kl_bf16v(_mm512_loadu_ps(r0 + n));\n"
+        "            __m512i hi = two ? kl_bf16v(_mm512_loadu_ps(r1 + n)) : "
+        "_mm512_setzero_si512();\n"
+        "            _mm512_storeu_si512((void *)(wp + KL_WOFF(2 * g, n)), "
+        "_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));\n"
+        "            continue;\n"
+        "        }\n"
+        "        for (int64_t q = n; q < n + 16; q++) {\n"
+        "            uint16_t *o = wp + KL_WOFF(2 * g, n) + (q - n) * 2;\n"
+        "            o[0] = q < ${N} ? kl_bf16(r0[q]) : 0;\n"
+        "            o[1] = q < ${N} && two ? kl_bf16(r1[q]) : 0;\n"
+        "        }\n"
+        "    }\n}\n\n",
+        kv);
 }
 
 /* ENTRY_prepare: the CPU check, and the packed weights when B is const.
@@ -340,31 +400,31 @@ static void s_offset(kl_buf_t *b, const kl_workload_t *w, const kl_access_t *a)
 
 /* The f32 epilogue of the float x at the point i<iterator>, and its
  * store. */
-static int s_epilogue(bfp_t *p, const char *ind, char *err)
+int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
+                              const char *ind, char *err)
 {
-    const kl_workload_t *w = p->w;
     for (int i = 0; i < w->nepi; i++) {
         const kl_epilogue_t *ep = &w->epi[i];
-        kl_buf_printf(&p->b, "%s", ind);
+        kl_buf_printf(b, "%s", ind);
         switch ((int)ep->kind) {
         case KL_EPI_ADD_TENSOR:
         case KL_EPI_MUL_TENSOR:
-            kl_buf_printf(&p->b, "x = x %c t%d[",
+            kl_buf_printf(b, "x = x %c t%d[",
                           ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
                           ep->access.tensor);
-            s_offset(&p->b, w, &ep->access);
-            kl_buf_puts(&p->b, "];\n");
+            s_offset(b, w, &ep->access);
+            kl_buf_puts(b, "];\n");
             break;
         case KL_EPI_ADD_CONST:
         case KL_EPI_MUL_CONST:
-            kl_buf_printf(&p->b, "x = x %c (float)%.17g;\n",
+            kl_buf_printf(b, "x = x %c (float)%.17g;\n",
                           ep->kind == KL_EPI_ADD_CONST ? '+' : '*', ep->lo);
             break;
         case KL_EPI_RELU:
-            kl_buf_puts(&p->b, "x = x > 0.0f ? x : 0.0f;\n");
+            kl_buf_puts(b, "x = x > 0.0f ? x : 0.0f;\n");
             break;
         case KL_EPI_CLIP:
-            kl_buf_printf(&p->b,
+            kl_buf_printf(b,
                           "x = x < (float)%.17g ? (float)%.17g : x > "
                           "(float)%.17g ? (float)%.17g : x;\n",
                           ep->lo, ep->lo, ep->hi, ep->hi);
@@ -376,9 +436,9 @@ static int s_epilogue(bfp_t *p, const char *ind, char *err)
                              (int)ep->kind);
         }
     }
-    kl_buf_printf(&p->b, "%st%d[", ind, p->ot);
-    s_offset(&p->b, w, &w->out);
-    kl_buf_puts(&p->b, "] = x;\n");
+    kl_buf_printf(b, "%st%d[", ind, kl_workload_output(w));
+    s_offset(b, w, &w->out);
+    kl_buf_puts(b, "] = x;\n");
     return KL_OK;
 }
 
@@ -417,7 +477,7 @@ static int s_emit_tile_store(bfp_t *p, char *err)
             kv);
         char ind2[300];
         snprintf(ind2, sizeof ind2, "%s        ", p->ind);
-        rc = s_epilogue(p, ind2, err);
+        rc = kl_codegen__bf16_epilogue(&p->b, p->w, ind2, err);
         kl_buf_printf(&p->b, "%s    }\n%s}\n", p->ind, p->ind);
     }
     return rc;
@@ -459,7 +519,7 @@ static int s_emit_epilogue_pass(bfp_t *p, char *err)
         "        for (int64_t i${in} = 0; i${in} < ${N}; ++i${in}) {\n"
         "            float x = acc[i${im} * ${np} + i${in}];\n",
         kv);
-    int rc = s_epilogue(p, "            ", err);
+    int rc = kl_codegen__bf16_epilogue(&p->b, p->w, "            ", err);
     kl_buf_puts(&p->b, "        }\n    free(acc);\n");
     return rc;
 }
@@ -480,6 +540,7 @@ int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
     p->entry = entry ? entry : "kl_main";
     s_plan(p);
     s_emit_head(p);
+    s_emit_packers(p);
     s_emit_prepare(p);
     s_emit_kernel_open(p);
     strcpy(p->ind, "    ");
