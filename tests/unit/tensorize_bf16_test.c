@@ -141,7 +141,16 @@ static void s_free(const kl_workload_t *w, float **b)
 
 /* Runs kernel k of w (prepared, then called twice) against the reference;
  * returns whether it ran (false: no avx512_bf16 here, prepare refused). */
+static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
+                     const char *intrin);
+
 static bool s_run(const kl_workload_t *w, const kl_kernel_t *k)
+{
+    return s_run_on(w, k, "avx512_bf16");
+}
+
+static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
+                     const char *intrin)
 {
     char err[KL_ERRMSG_LEN];
     kl_cgrun_t r;
@@ -155,7 +164,7 @@ static bool s_run(const kl_workload_t *w, const kl_kernel_t *k)
     for (int t = 0; t < nt; t++)
         cst[t] = w->tensors[t].is_const;
     void *blk = kl_abi_prepare(r.prep, nt, (void *const *)a, cst);
-    bool ran = kl_intrin_cpu_has(kl_intrin_find("avx512_bf16"));
+    bool ran = kl_intrin_cpu_has(kl_intrin_find(intrin));
     if (!ran) {
         assert_null(blk);
     } else {
@@ -322,6 +331,86 @@ static void test_packed_layout(void **state)
     kl_workload_free(&w);
 }
 
+/* AMX kernels (codegen_amx.c): the tile configuration and the tile
+ * intrinsics in the source, the permission request in prepare; built
+ * here, run against the reference where the CPU has AMX (skipped
+ * otherwise, after checking that prepare refuses). */
+static void test_amx(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    static const struct {
+        const char *spec, *intrin, *dp;
+    } c[] = {
+        {"dense N=20 I=70 O=40 in=bf16 relu=1", "amx_bf16", "_tile_dpbf16ps"},
+        {"qdense N=8 I=100 O=48 za=3 bias=1", "amx_int8", "_tile_dpbusd"},
+        {"qmatmul M=33 N=40 K=70 za=5 out=s32", "amx_int8", "_tile_dpbusd"},
+    };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        kl_workload_t *w = NULL;
+        assert_int_equal(kl_workload_from_string(c[i].spec, &w, err), KL_OK);
+        kl_kernel_t k;
+        if (kl_codegen_amx_product(w, c[i].intrin, "kl_amx", &k, err))
+            fail_msg("%s: %s", c[i].spec, err);
+        const char *want[] = {"#pragma GCC target(\"amx-tile,",
+                              "c.palette_id = 1;",
+                              "c.rows[t] = 16;",
+                              "c.colsb[t] = 64;",
+                              "_tile_loadconfig(&c);",
+                              "_tile_zero(3);",
+                              "_tile_loadd(4, ap + m0 *",
+                              "_tile_loadd(7, wp + KL_WOFF(k0, n0 + 16)",
+                              c[i].dp,
+                              "_tile_stored(3, &cb[16][16], 128);",
+                              "_tile_release();",
+                              "syscall(SYS_arch_prctl, 0x1023, 18)",
+                              "__builtin_cpu_supports(\"amx-tile\")"};
+        for (size_t j = 0; j < sizeof want / sizeof want[0]; j++)
+            if (!strstr(k.source, want[j]))
+                fail_msg("%s: no \"%s\" in\n%s", c[i].spec, want[j], k.source);
+        kl_cgrun_t r;
+        if (kl_cgrun_load(&r, k.source, k.entry, s_dir, err))
+            fail_msg("%s: %s\n%s", c[i].spec, err, k.source);
+        assert_non_null(r.prep);
+        if (kl_workload_is_int(w)) {
+            bool has = kl_intrin_cpu_has(kl_intrin_find(c[i].intrin));
+            void **a = NULL, **b = NULL;
+            if (has) {
+                if (kl_cgrun_compare(&r, w, 5, &a, &b, err))
+                    fail_msg("%s: %s\n%s", c[i].spec, err, k.source);
+                kl_cgrun_free(w, b);
+                ran++;
+            } else {
+                a = kl_cgrun_alloc(w, 5);
+                bool cst[KL_IR_MAX_TENSORS];
+                for (int t = 0; t < w->ntensors; t++)
+                    cst[t] = w->tensors[t].is_const;
+                assert_null(kl_abi_prepare(r.prep, w->ntensors, a, cst));
+            }
+            kl_cgrun_free(w, a);
+            kl_cgrun_close(&r);
+        } else {
+            kl_cgrun_close(&r);
+            ran += s_run_on(w, &k, c[i].intrin);
+        }
+        kl_kernel_free(&k);
+        kl_workload_free(&w);
+    }
+    /* A matmul's B is an input: not packed once, refused for now. */
+    kl_workload_t *w = NULL;
+    assert_int_equal(
+        kl_workload_from_string("matmul M=32 N=32 K=32 in=bf16", &w, err),
+        KL_OK);
+    kl_kernel_t k;
+    assert_int_not_equal(kl_codegen_amx_product(w, "amx_bf16", NULL, &k, err),
+                         KL_OK);
+    assert_non_null(strstr(err, "B is an input"));
+    kl_workload_free(&w);
+    if (!ran)
+        skip(); /* no AMX on this CPU: built and checked, not run */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +419,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_space, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_packed_layout, s_setup,
                                         s_teardown),
+        cmocka_unit_test_setup_teardown(test_amx, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
