@@ -38,5 +38,14 @@ void kl_codegen__tz_tensor_args(kl_buf_t *b, const kl_workload_t *w);
 /* The C of a tensorized convolution (codegen_tensorize_conv.c). */
 int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                                const char *entry, kl_kernel_t *out, char *err);
+/* The C of a product tensorized with avx512_bf16
+ * (codegen_tensorize_bf16.c). */
+int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
+                                const char *entry, kl_kernel_t *out, char *err);
+/* The f32 epilogue of the float x at the point named by i<iterator>,
+ * then its store into the output, lines at indentation ind
+ * (codegen_tensorize_bf16.c; the AMX kernels run it too). */
+int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
+                              const char *ind, char *err);
 
 #endif

@@ -455,6 +455,13 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
         return kl_seterr(err, KL_ERR_INVAL, "codegen: not tensorized");
     if (rc)
         return rc;
+    if (kl_intrin_find(tz.intrin)->ntiles)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "codegen: %s: AMX tile kernels are not generated "
+                         "yet",
+                         tz.intrin);
+    if (kl_intrin_find(tz.intrin)->acc_dtype == KL_DT_F32)
+        return kl_codegen__tensorized_bf16(s, &tz, entry, out, err);
     if (tz.conv)
         return kl_codegen_tensorized_conv(s, &tz, entry, out, err);
     tzp_t *p = kl_xcalloc(1, sizeof *p);

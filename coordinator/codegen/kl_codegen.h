@@ -126,4 +126,12 @@ int kl_codegen_reference_int(const kl_workload_t *w, const char *entry,
 int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
                           kl_kernel_t *out, char *err);
 
+/* An AMX tile kernel (kl_intrin.h rows amx_bf16, amx_int8) for the
+ * product w (dense in=bf16 with its weights const, or qmatmul / qdense),
+ * one fixed tiling (codegen_amx.c); its ENTRY_prepare returns NULL on a
+ * CPU without AMX or when Linux refuses the tile state. Not offered by
+ * the design space yet. */
+int kl_codegen_amx_product(const kl_workload_t *w, const char *intrin,
+                           const char *entry, kl_kernel_t *out, char *err);
+
 #endif

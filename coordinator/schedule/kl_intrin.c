@@ -7,11 +7,20 @@
 static const kl_intrin_t s_table[] = {
     {"avx512_vnni", 16, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]",
      "avx512_vnni", "avx512f,avx512bw,avx512vnni",
-     "-mavx512f -mavx512bw -mavx512vnni", "avx512vnni"},
+     "-mavx512f -mavx512bw -mavx512vnni", "avx512vnni", 0, 0, 0},
     {"avx_vnni", 8, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]", "avx_vnni",
-     "avx2,avxvnni", "-mavx2 -mavxvnni", "avxvnni"},
+     "avx2,avxvnni", "-mavx2 -mavxvnni", "avxvnni", 0, 0, 0},
     {"avx2_i8", 8, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]", "avx2",
-     "avx2", "-mavx2", "avx2"},
+     "avx2", "-mavx2", "avx2", 0, 0, 0},
+    {"avx512_bf16", 16, 2, KL_DT_BF16, KL_DT_BF16, KL_DT_F32, "[K/2][N][2]",
+     "avx512_bf16", "avx512f,avx512bf16", "-mavx512f -mavx512bf16",
+     "avx512bf16", 0, 0, 0},
+    {"amx_bf16", 16, 2, KL_DT_BF16, KL_DT_BF16, KL_DT_F32, "[K/2][N][2]",
+     "amx_bf16", "amx-tile,amx-bf16", "-mamx-tile -mamx-bf16", "amx-bf16", 16,
+     64, 8},
+    {"amx_int8", 16, 4, KL_DT_U8, KL_DT_S8, KL_DT_S32, "[K/4][N][4]",
+     "amx_int8", "amx-tile,amx-int8", "-mamx-tile -mamx-int8", "amx-int8", 16,
+     64, 8},
 };
 
 int kl_intrin_count(void)

@@ -180,12 +180,17 @@ int kl_sched__tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: tensor %s is %s, wants %s", nm, B->name,
                          kl_dtype_name(B->dtype), kl_dtype_name(in->b_dtype));
-    if (!B->is_const)
+    /* bf16: a B that is an input (matmul) is packed at each call. */
+    if (!B->is_const && in->b_dtype != KL_DT_BF16)
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: tensor %s is not const (its layout "
                          "%s is packed once in prepare)",
                          nm, B->name, in->layout);
     const kl_tensor_t *Y = &w->tensors[kl_workload_output(w)];
+    if (in->acc_dtype == KL_DT_F32 && Y->dtype != KL_DT_F32)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: output %s is %s, wants f32", nm,
+                         Y->name, kl_dtype_name(Y->dtype));
     if (!prod)
         return s_tz_match_conv(s, loop, in, aa, ab, out, err);
     int m = A->ndim == 2 ? s_plain_iter(&aa->idx[0], w->niters) : -1;

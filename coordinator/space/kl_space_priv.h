@@ -5,6 +5,7 @@
 #ifndef KL_SPACE_PRIV_H
 #define KL_SPACE_PRIV_H
 
+#include "kl_intrin.h"
 #include "kl_ir.h"
 #include "kl_space.h"
 #include "kl_target.h"
@@ -19,6 +20,19 @@ int kl_space__rules_cpu(const kl_workload_t *w, const kl_target_t *t,
  * are refused with the reason. */
 int kl_space__rules_cpu_int(const kl_workload_t *w, const kl_target_t *t,
                             kl_trace_t **out, char *err);
+/* The tensorized product steps of rules_cpu_int.c appended to tr:
+ *     (mo . no0) mi no1 ko0 ko1 [ni ki] tensorized with in
+ * (any row of kl_intrin.h whose block is lanes x red: int8 or bf16). */
+int kl_space__cpu_tz_mm(const kl_workload_t *w, const kl_target_t *t,
+                        const kl_intrin_t *in, kl_trace_t *tr, char *err);
+/* bf16 products on a target whose CPU has a bf16 intrinsic
+ * (rules_cpu_bf16.c): when w is one (kl_workload_is_bf16, a product whose
+ * block tensorize accepts), opens a sampled choice on tr, the tensorized
+ * schedule in its first branch, and leaves tr in the second (*open = 1:
+ * the caller writes the float schedule there and ends the choice); *open
+ * = 0 and tr untouched otherwise. */
+int kl_space__cpu_bf16_open(const kl_workload_t *w, const kl_target_t *t,
+                            kl_trace_t *tr, int *open, char *err);
 /* The CUDA rule program for w (rules_cuda.c); contract as the CPU's. */
 int kl_space__rules_cuda(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err);

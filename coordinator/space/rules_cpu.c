@@ -659,7 +659,9 @@ int kl_space__rules_cpu(const kl_workload_t *w, const kl_target_t *t,
     for (int i = 0; i < 2; i++)
         wino = wino && !kl_workload_winograd(w, ms[i], &d[i], NULL, NULL);
     int rc = KL_OK, open = 0;
-    if (wino) {
+    /* bf16 products: the tensorized schedule, or (else) the float ones. */
+    rc = kl_space__cpu_bf16_open(w, t, tr, &open, err);
+    if (!rc && wino) {
         int64_t vals[3] = {0, 1, 2};
         double ps[3] = {0.4, 0.3, 0.3};
         long long v = (long long)kl_tr_sample_categorical(tr, vals, ps, 3);

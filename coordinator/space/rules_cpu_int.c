@@ -80,8 +80,8 @@ static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
  * the row/column tiles (accumulators in registers over all of K) or split
  * into cache blocks ko0 ko1. Anything else integer is refused with the
  * reason tensorize gives. */
-static int s_program_mm(const kl_workload_t *w, const kl_target_t *t,
-                        const kl_intrin_t *in, kl_trace_t **out, char *err)
+int kl_space__cpu_tz_mm(const kl_workload_t *w, const kl_target_t *t,
+                        const kl_intrin_t *in, kl_trace_t *tr, char *err)
 {
     /* Check the workload with the bare block first, for the message. */
     int64_t l[3], n[2], k[2], m2[2], n2[2], k2[2];
@@ -90,7 +90,6 @@ static int s_program_mm(const kl_workload_t *w, const kl_target_t *t,
         nsp += !w->iters[i].reduce;
     if (w->niters != 3 || nsp != 2) /* before l[] is filled: 3 loops */
         return kl_seterr(err, KL_ERR_INTERNAL, "%s: not a product", t->name);
-    kl_trace_t *tr = kl_trace_new(t->name);
     kl_tr_get_loops(tr, w->niters, l);
     /* Naive nest: spatial iterators in workload order, then k. The column
      * iterator is the output's last index. */
@@ -107,12 +106,10 @@ static int s_program_mm(const kl_workload_t *w, const kl_target_t *t,
                 lm = l[p];
             p++;
         }
-    if (lm < 0 || ln < 0) {
-        kl_trace_free(&tr);
+    if (lm < 0 || ln < 0)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "%s: %s: no output column iterator", t->name,
                          w->name ? w->name : "?");
-    }
     int64_t fn[2] = {KL_SPLIT_INFER, -(int64_t)in->lanes};
     int64_t fk[2] = {KL_SPLIT_INFER, -(int64_t)in->red};
     kl_tr_split(tr, ln, fn, 2, n);
@@ -145,11 +142,20 @@ static int s_program_mm(const kl_workload_t *w, const kl_target_t *t,
     snprintf(pred, sizeof pred, "v%lld * v%lld > %d", (long long)m2[1],
              (long long)n2[1], in->lanes == 16 ? 24 : 12);
     int prc = kl_tr_reject_if(tr, pred, err);
-    if (prc) {
+    if (!prc)
+        kl_tr_tensorize(tr, n[1], in->name);
+    return prc;
+}
+
+static int s_program_mm(const kl_workload_t *w, const kl_target_t *t,
+                        const kl_intrin_t *in, kl_trace_t **out, char *err)
+{
+    kl_trace_t *tr = kl_trace_new(t->name);
+    int rc = kl_space__cpu_tz_mm(w, t, in, tr, err);
+    if (rc) {
         kl_trace_free(&tr);
-        return prc;
+        return rc;
     }
-    kl_tr_tensorize(tr, n[1], in->name);
     return s_try(w, t, tr, out, err);
 }
 

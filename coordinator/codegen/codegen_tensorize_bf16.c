@@ -1,0 +1,559 @@
+/* codegen_tensorize_bf16.c - C of a product tensorized with avx512_bf16
+ * (kl_intrin.h; docs/architecture.md, "The tensorize primitive").
+ *
+ * The same nest as the int8 products (codegen_tensorize.c): the loops
+ * above the block become C loops (`omp parallel for` on the first parallel
+ * loop, `GCC unroll` on unrolled ones), the unrolled spatial loops right
+ * above the reduction run a register tile of f32 accumulators, and the
+ * block (16 output columns x 2 reduction points) is one vdpbf16ps:
+ * acc[m][n0..n0+16) += A2[m][k0/2] . Wp[k0/2][n0..][2].
+ *
+ * A and B are bf16 inputs stored as f32 (kl_ir.h: a read is the value
+ * rounded to bf16). The weights are packed as column panels
+ * [Np/16][Kp/2][16][2] of uint16_t bf16 bits (each panel in the
+ * intrinsic's [K/2][N][2] layout, zeros past K and N), rounded to
+ * nearest even like kl_dtype_bits: once in ENTRY_prepare when B is const
+ * (dense), at each call into a buffer of the call's otherwise (matmul,
+ * whose B is an input: K x N conversions against M x N x K products). The
+ * activations are packed per call as bf16 pairs A2[m][k/2] (uint32_t:
+ * k in the low half, k + 1 in the high half, zero past K). Accumulation
+ * is f32 (vdpbf16ps adds each lane's two exact products in f32); the
+ * epilogue (bias, relu, residual, clip) runs in f32 on the whole sums,
+ * the output is f32. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_emit.h"
+#include "cg_tz.h"
+#include "kl_codegen.h"
+#include "kl_err.h"
+#include "kl_intrin.h"
+#include "kl_util.h"
+
+/* One product's generation (as codegen_tensorize.c's tzp_t). */
+typedef struct {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_tensorize_t *tz;
+    const kl_intrin_t *in;
+    const char *entry;
+    int bpos, hp, tp; /* the block; the reduction run [hp, bpos); tile */
+    int64_t ntile;
+    int nt, ot;
+    int64_t M, N, K;
+    int64_t rows, np, kg; /* acc rows, padded columns, K pairs */
+    int64_t wbytes;       /* the packed weights */
+    bool bconst;          /* B packed once in prepare */
+    bool full, fused, vstore, par;
+    kl_buf_t em, en, ek;
+    char ind[256];
+    kl_buf_t b;
+} bfp_t;
+
+/* Whether the output is a plain f32 Y[m][n] ([M][N]) with no epilogue. */
+static bool s_plain_out(const bfp_t *p)
+{
+    const kl_tensor_t *t = &p->w->tensors[p->ot];
+    if (p->w->nepi || t->ndim != 2 || t->shape[0] != p->M ||
+        t->shape[1] != p->N)
+        return false;
+    for (int d = 0; d < 2; d++) {
+        const kl_affine_t *a = &p->w->out.idx[d];
+        if (a->offset || a->div != 1)
+            return false;
+        for (int i = 0; i < p->w->niters; i++)
+            if (a->coef[i] != (i == (d ? p->tz->it_n : p->tz->it_m)))
+                return false;
+    }
+    return true;
+}
+
+static void s_plan(bfp_t *p)
+{
+    const kl_sched_t *s = p->s;
+    const kl_tensorize_t *tz = p->tz;
+    p->bpos = kl_sched_loop_pos(s, tz->loop);
+    p->nt = p->w->ntensors;
+    p->ot = kl_workload_output(p->w);
+    p->M = p->w->iters[tz->it_m].extent;
+    p->N = p->w->iters[tz->it_n].extent;
+    p->K = p->w->iters[tz->it_k].extent;
+    p->bconst = p->w->tensors[tz->tb].is_const;
+    p->hp = p->bpos;
+    while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
+        p->hp--;
+    int64_t mmax, nmax, kmax;
+    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
+    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
+    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
+    p->full = true;
+    for (int q = 0; q < p->hp; q++)
+        if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
+            p->full = false;
+    p->rows = mmax + 1;
+    p->np = nmax + p->in->lanes;
+    p->kg = kmax / p->in->red + 1;
+    p->wbytes = (p->kg * p->np * 4 + 63) / 64 * 64;
+    p->fused = p->full && p->hp < p->bpos;
+    p->vstore = p->fused && s_plain_out(p);
+    p->tp = p->hp;
+    p->ntile = 1;
+    while (p->hp < p->bpos && p->tp > 0 &&
+           kl_sched_loop(s, p->tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, p->tp - 1)->reduce &&
+           p->ntile * kl_sched_loop(s, p->tp - 1)->extent <= 32) {
+        p->tp--;
+        p->ntile *= kl_sched_loop(s, p->tp)->extent;
+    }
+}
+
+/* The head: the intrinsic, the RNE conversion (scalar and 16 lanes). */
+static void s_emit_head(bfp_t *p)
+{
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("name", p->in->name), KL_CG_S("pragma", p->in->pragma),
+        KL_CG_I("K", p->K),           KL_CG_I("N", p->N),
+        KL_CG_I("M", p->M),           KL_CG_I("kg", p->kg),
+        KL_CG_I("np", p->np),         KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "/* Tensorized with ${name}: bf16 pairs, f32 accumulators; the "
+        "weights packed as column panels in the [K/2][N][2] layout. */\n"
+        "#pragma GCC target(\"${pragma}\")\n#include <immintrin.h>\n"
+        "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+        "typedef __m512 kl_vacc_t;\n"
+        "#define KL_VLOAD(p) _mm512_loadu_ps((const float *)(p))\n"
+        "#define KL_VSTORE(p, v) _mm512_storeu_ps((float *)(p), v)\n"
+        "#define KL_VZERO() _mm512_setzero_ps()\n"
+        "/* vdpbf16ps with the accumulator tied (as the VNNI kernels). */\n"
+        "static inline kl_vacc_t kl_dot(kl_vacc_t c, uint32_t a2,\n"
+        "                               const uint16_t *w)\n{\n"
+        "    __m512i a = _mm512_set1_epi32((int)a2), wv = "
+        "_mm512_loadu_si512((const void *)w);\n"
+        "    __asm__(\"vdpbf16ps %2, %1, %0\" : \"+v\"(c) : \"v\"(a), "
+        "\"v\"(wv));\n    return c;\n}\n"
+        "/* f32 -> bf16 bits, round to nearest even (NaN kept quiet). */\n"
+        "static inline uint16_t kl_bf16(float v)\n{\n    uint32_t x;\n"
+        "    memcpy(&x, &v, 4);\n"
+        "    if ((x & 0x7fffffffu) > 0x7f800000u)\n"
+        "        return (uint16_t)((x >> 16) | 0x40);\n"
+        "    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);\n}\n"
+        "/* 16 floats -> their bf16 bits in the low half of each 32-bit "
+        "lane: the same RNE, integer, NaN kept quiet. */\n"
+        "static inline __m512i kl_bf16v(__m512 v)\n{\n"
+        "    __m512i x = _mm512_castps_si512(v);\n"
+        "    __m512i h = _mm512_srli_epi32(x, 16);\n"
+        "    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, "
+        "_mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(h, "
+        "_mm512_set1_epi32(1)))), 16);\n"
+        "    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, "
+        "_mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));\n"
+        "    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(h, "
+        "_mm512_set1_epi32(0x40)));\n}\n"
+        "#define KL_WOFF(k0, n0) ((((n0) / 16) * ${kg}LL + (k0) / 2) * "
+        "32)\n",
+        kv);
+}
+
+/* The packers. A: per row, 32 values a step (two kl_bf16v narrowed to
+ * 16 bits: k order is the pairs' order), the rest scalar, zero past K.
+ * B [K][N] (matmul): blocks of 16 pairs of rows x 16 columns (one
+ * panel's 1 KiB written in order, 32 rows read as streams), a pair's 16
+ * columns one vector (its two rows in each 32-bit lane), the ragged and
+ * padding columns scalar.
+ * B [N][K] (dense, packed once in prepare): scalar along k. */
+static void s_emit_packers(bfp_t *p)
+{
+    const kl_codegen__kv_t kv[] = {KL_CG_I("K", p->K),   KL_CG_I("N", p->N),
+                                   KL_CG_I("M", p->M),   KL_CG_I("kg", p->kg),
+                                   KL_CG_I("np", p->np), KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "static void kl_packa(const float *A, uint32_t *a2)\n{\n"
+        "    #pragma omp parallel for\n"
+        "    for (int64_t m = 0; m < ${M}; m++) {\n"
+        "        const float *r = A + m * ${K};\n"
+        "        uint16_t *o = (uint16_t *)(a2 + m * ${kg});\n"
+        "        int64_t k = 0;\n"
+        "        for (; k + 32 <= ${K}; k += 32) {\n"
+        "            __m256i lo = _mm512_cvtepi32_epi16(kl_bf16v("
+        "_mm512_loadu_ps(r + k)));\n"
+        "            __m256i hi = _mm512_cvtepi32_epi16(kl_bf16v("
+        "_mm512_loadu_ps(r + k + 16)));\n"
+        "            _mm512_storeu_si512((void *)(o + k), "
+        "_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));\n"
+        "        }\n"
+        "        for (; k < 2 * ${kg}; k++)\n"
+        "            o[k] = k < ${K} ? kl_bf16(r[k]) : 0;\n"
+        "    }\n}\n\n",
+        kv);
+    if (p->tz->b_nk) {
+        kl_codegen__template(
+            &p->b,
+            "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
+            "    #pragma omp parallel for\n"
+            "    for (int64_t n = 0; n < ${np}; n++)\n"
+            "        for (int64_t k = 0; k < 2 * ${kg}; k++)\n"
+            "            wp[KL_WOFF(k - k % 2, n - n % 16) + n % 16 * 2 + k % "
+            "2] "
+            "=\n"
+            "                k < ${K} && n < ${N} ? kl_bf16(B[n * ${K} + k]) : "
+            "0;\n}\n\n",
+            kv);
+        return;
+    }
+    kl_codegen__template(
+        &p->b,
+        "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
+        "    #pragma omp parallel for\n"
+        "    for (int64_t gb = 0; gb < ${kg}; gb += 16)\n"
+        "    for (int64_t n = 0; n < ${np}; n += 16)\n"
+        "    for (int64_t g = gb; g < gb + 16 && g < ${kg}; g++) {\n"
+        "        const float *r0 = B + 2 * g * ${N}, *r1 = r0 + ${N};\n"
+        "        int two = 2 * g + 1 < ${K};\n"
+        "        if (n + 16 <= ${N}) {\n"
+        "            __m512i lo = kl_bf16v(_mm512_loadu_ps(r0 + n));\n"
+        "            __m512i hi = two ? kl_bf16v(_mm512_loadu_ps(r1 + n)) : "
+        "_mm512_setzero_si512();\n"
+        "            _mm512_storeu_si512((void *)(wp + KL_WOFF(2 * g, n)), "
+        "_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));\n"
+        "            continue;\n"
+        "        }\n"
+        "        for (int64_t q = n; q < n + 16; q++) {\n"
+        "            uint16_t *o = wp + KL_WOFF(2 * g, n) + (q - n) * 2;\n"
+        "            o[0] = q < ${N} ? kl_bf16(r0[q]) : 0;\n"
+        "            o[1] = q < ${N} && two ? kl_bf16(r1[q]) : 0;\n"
+        "        }\n"
+        "    }\n}\n\n",
+        kv);
+}
+
+/* ENTRY_prepare: the CPU check, and the packed weights when B is const.
+ * B an input: the block only answers the check (calls may share a block
+ * at once, kl_abi.h: each packs B into a buffer of its own). */
+static void s_emit_prepare(bfp_t *p)
+{
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("entry", p->entry), KL_CG_S("builtin", p->in->builtin),
+        KL_CG_I("tb", p->tz->tb), KL_CG_I("wbytes", p->wbytes), KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "void *${entry}_prepare(void *const *args)\n{\n"
+        "    /* Refuse (NULL) on a CPU without the intrinsic. */\n"
+        "    if (!__builtin_cpu_supports(\"${builtin}\"))\n"
+        "        return NULL;\n",
+        kv);
+    kl_codegen__template(
+        &p->b,
+        p->bconst ? "    uint16_t *wp = (uint16_t *)aligned_alloc(64, "
+                    "${wbytes});\n    if (wp)\n"
+                    "        kl_packb((const float *)args[${tb}], wp);\n"
+                    "    return wp;\n}\n\n"
+                  : "    (void)args;\n    return aligned_alloc(64, 64);\n"
+                    "}\n\n",
+        kv);
+}
+
+/* The kernel's signature, its tensors, the packed operands and acc. */
+static void s_emit_kernel_open(bfp_t *p)
+{
+    kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
+    kl_codegen__tz_tensor_args(&p->b, p->w);
+    char *alloc =
+        p->fused ? NULL
+        : p->full
+            ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
+            : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+    const kl_codegen__kv_t kv[] = {KL_CG_I("nt", p->nt),
+                                   KL_CG_I("ta", p->tz->ta),
+                                   KL_CG_I("tb", p->tz->tb),
+                                   KL_CG_I("abytes", p->M * p->kg * 4),
+                                   KL_CG_I("wbytes", p->wbytes),
+                                   KL_CG_S("alloc", alloc ? alloc : ""),
+                                   KL_CG_S("fw", p->bconst ? "" : "free(wp); "),
+                                   KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        p->bconst ? "    const uint16_t *wp = (const uint16_t *)args[${nt}];\n"
+                  : "    uint16_t *wp = (uint16_t *)aligned_alloc(64, "
+                    "${wbytes});\n    if (!wp)\n        return;\n"
+                    "    kl_packb(t${tb}, wp);\n",
+        kv);
+    kl_codegen__template(&p->b,
+                         "    uint32_t *a2 = (uint32_t *)malloc(${abytes});\n"
+                         "    if (!a2) {\n        ${fw}return;\n    }\n"
+                         "    kl_packa(t${ta}, a2);\n",
+                         kv);
+    if (alloc)
+        kl_codegen__template(&p->b,
+                             "    float *acc = (float *)${alloc};\n"
+                             "    if (!acc) {\n        free(a2);\n"
+                             "        ${fw}return;\n    }\n",
+                             kv);
+    free(alloc);
+}
+
+/* The register tile's accumulators with their m, n0, guard and row. */
+static void s_emit_tile(bfp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    for (int64_t t = 0; t < p->ntile; t++) {
+        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                       KL_CG_I("t", t),
+                                       KL_CG_S("em", p->em.data),
+                                       KL_CG_S("en", p->en.data),
+                                       KL_CG_S("g", g.data ? g.data : ""),
+                                       KL_CG_I("np", p->np),
+                                       KL_CG_I("M", p->M),
+                                       KL_CG_I("M1", p->M - 1),
+                                       KL_CG_I("kg", p->kg),
+                                       KL_CG_END};
+        kl_codegen__template(
+            &p->b, "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n${i}{\n",
+            kv);
+        int64_t rem = t;
+        for (int q = p->hp - 1; q >= p->tp; q--) {
+            const kl_loop_t *lq = kl_sched_loop(p->s, q);
+            kl_buf_printf(&p->b, "%s    const int64_t l%d = %lld;\n", p->ind,
+                          lq->id, (long long)(rem % lq->extent));
+            rem /= lq->extent;
+        }
+        kl_codegen__template(
+            &p->b,
+            "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
+            "${i}    ok_${t} = 1${g};\n${i}}\n",
+            kv);
+        kl_codegen__template(
+            &p->b,
+            p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
+                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
+                      "* ${np} + n0_${t}) : KL_VZERO();\n",
+            kv);
+        kl_codegen__template(&p->b,
+                             "${i}const uint32_t *a_${t} = a2 + (m_${t} < "
+                             "${M} ? m_${t} : ${M1}) * ${kg};\n",
+                             kv);
+    }
+    kl_buf_free(&g);
+}
+
+/* The block: one vdpbf16ps per accumulator (through acc when no reduction
+ * loop runs right above it). */
+static void s_emit_block(bfp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
+    if (p->hp == p->bpos)
+        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                   KL_CG_S("em", p->em.data),
+                                   KL_CG_S("en", p->en.data),
+                                   KL_CG_S("ek", p->ek.data),
+                                   KL_CG_S("g", g.data ? g.data : ""),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_I("kg", p->kg),
+                                   KL_CG_END};
+    if (p->hp == p->bpos) {
+        kl_codegen__template(
+            &p->b,
+            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
+            "${i}if (1${g}) {\n"
+            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
+            "${i}    c = kl_dot(c, a2[m * ${kg} + k0 / 2], wp + "
+            "KL_WOFF(k0, n0));\n"
+            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
+            kv);
+    } else {
+        kl_codegen__template(
+            &p->b, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", kv);
+        for (int64_t t = 0; t < p->ntile; t++)
+            kl_buf_printf(&p->b,
+                          "%s    c_%lld = kl_dot(c_%lld, a_%lld[k0 / 2], wp + "
+                          "KL_WOFF(k0, n0_%lld));\n",
+                          p->ind, (long long)t, (long long)t, (long long)t,
+                          (long long)t);
+        kl_buf_printf(&p->b, "%s}\n", p->ind);
+    }
+    kl_buf_free(&g);
+}
+
+/* The flat offset of access a at the point named by i<iterator>. */
+static void s_offset(kl_buf_t *b, const kl_workload_t *w, const kl_access_t *a)
+{
+    const kl_tensor_t *t = &w->tensors[a->tensor];
+    kl_buf_puts(b, "(0");
+    int64_t stride = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        const kl_affine_t *x = &a->idx[d];
+        kl_buf_printf(b, " + %lld * ((%lld", (long long)stride,
+                      (long long)x->offset);
+        for (int i = 0; i < w->niters; i++)
+            if (x->coef[i])
+                kl_buf_printf(b, " + %lld * i%d", (long long)x->coef[i], i);
+        kl_buf_printf(b, ") / %lld)", (long long)(x->div > 1 ? x->div : 1));
+        stride *= t->shape[d];
+    }
+    kl_buf_puts(b, ")");
+}
+
+/* The f32 epilogue of the float x at the point i<iterator>, and its
+ * store. */
+int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
+                              const char *ind, char *err)
+{
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        kl_buf_printf(b, "%s", ind);
+        switch ((int)ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+        case KL_EPI_MUL_TENSOR:
+            kl_buf_printf(b, "x = x %c t%d[",
+                          ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
+                          ep->access.tensor);
+            s_offset(b, w, &ep->access);
+            kl_buf_puts(b, "];\n");
+            break;
+        case KL_EPI_ADD_CONST:
+        case KL_EPI_MUL_CONST:
+            kl_buf_printf(b, "x = x %c (float)%.17g;\n",
+                          ep->kind == KL_EPI_ADD_CONST ? '+' : '*', ep->lo);
+            break;
+        case KL_EPI_RELU:
+            kl_buf_puts(b, "x = x > 0.0f ? x : 0.0f;\n");
+            break;
+        case KL_EPI_CLIP:
+            kl_buf_printf(b,
+                          "x = x < (float)%.17g ? (float)%.17g : x > "
+                          "(float)%.17g ? (float)%.17g : x;\n",
+                          ep->lo, ep->lo, ep->hi, ep->hi);
+            break;
+        default:
+            return kl_seterr(err, KL_ERR_INTERNAL,
+                             "codegen: epilogue operation %d in a bf16 "
+                             "workload",
+                             (int)ep->kind);
+        }
+    }
+    kl_buf_printf(b, "%st%d[", ind, kl_workload_output(w));
+    s_offset(b, w, &w->out);
+    kl_buf_puts(b, "] = x;\n");
+    return KL_OK;
+}
+
+/* The register tile's stores after its reduction run. */
+static int s_emit_tile_store(bfp_t *p, char *err)
+{
+    int rc = KL_OK;
+    for (int64_t t = 0; t < p->ntile && !rc; t++) {
+        const kl_codegen__kv_t kv[] = {
+            KL_CG_S("i", p->ind),       KL_CG_I("t", t),
+            KL_CG_I("N", p->N),         KL_CG_I("ot", p->ot),
+            KL_CG_I("np", p->np),       KL_CG_I("im", p->tz->it_m),
+            KL_CG_I("in", p->tz->it_n), KL_CG_END};
+        if (!p->fused) {
+            kl_codegen__template(&p->b,
+                                 "${i}if (ok_${t})\n${i}    KL_VSTORE(acc + "
+                                 "m_${t} * ${np} + n0_${t}, c_${t});\n",
+                                 kv);
+            continue;
+        }
+        if (p->vstore)
+            kl_codegen__template(&p->b,
+                                 "${i}if (ok_${t} && n0_${t} + 16 <= ${N})\n"
+                                 "${i}    KL_VSTORE(t${ot} + m_${t} * ${N} + "
+                                 "n0_${t}, c_${t});\n${i}else ",
+                                 kv);
+        else
+            kl_buf_puts(&p->b, p->ind);
+        kl_codegen__template(
+            &p->b,
+            "if (ok_${t}) {\n${i}    float lane[16];\n"
+            "${i}    KL_VSTORE(lane, c_${t});\n"
+            "${i}    for (int64_t q = 0; q < 16 && n0_${t} + q < ${N}; q++) {\n"
+            "${i}        const int64_t i${im} = m_${t}, i${in} = n0_${t} + q;\n"
+            "${i}        float x = lane[q];\n",
+            kv);
+        char ind2[300];
+        snprintf(ind2, sizeof ind2, "%s        ", p->ind);
+        rc = kl_codegen__bf16_epilogue(&p->b, p->w, ind2, err);
+        kl_buf_printf(&p->b, "%s    }\n%s}\n", p->ind, p->ind);
+    }
+    return rc;
+}
+
+static int s_emit_nest(bfp_t *p, char *err)
+{
+    bool tiled = p->hp < p->bpos;
+    for (int q = 0; q < p->bpos; q++) {
+        if (q == p->tp && tiled)
+            s_emit_tile(p);
+        if (q >= p->tp && q < p->hp && tiled)
+            continue;
+        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
+    }
+    s_emit_block(p);
+    int rc = KL_OK;
+    for (int q = p->bpos - 1; q >= 0; q--) {
+        if (!(q >= p->tp && q < p->hp && tiled))
+            kl_codegen__tz_close(&p->b, p->ind);
+        if (q == p->tp && tiled)
+            rc = s_emit_tile_store(p, err);
+    }
+    return rc;
+}
+
+/* Not fused: every output point from acc, through the epilogue. */
+static int s_emit_epilogue_pass(bfp_t *p, char *err)
+{
+    if (p->par)
+        kl_buf_puts(&p->b, "    #pragma omp parallel for\n");
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_I("im", p->tz->it_m), KL_CG_I("in", p->tz->it_n),
+        KL_CG_I("M", p->M),         KL_CG_I("N", p->N),
+        KL_CG_I("np", p->np),       KL_CG_END};
+    kl_codegen__template(
+        &p->b,
+        "    for (int64_t i${im} = 0; i${im} < ${M}; ++i${im})\n"
+        "        for (int64_t i${in} = 0; i${in} < ${N}; ++i${in}) {\n"
+        "            float x = acc[i${im} * ${np} + i${in}];\n",
+        kv);
+    int rc = kl_codegen__bf16_epilogue(&p->b, p->w, "            ", err);
+    kl_buf_puts(&p->b, "        }\n    free(acc);\n");
+    return rc;
+}
+
+int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
+                                const char *entry, kl_kernel_t *out, char *err)
+{
+    if (tz->conv)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "codegen: %s: tensorized bf16 convolutions are not "
+                         "generated yet (products only)",
+                         tz->intrin);
+    bfp_t *p = kl_xcalloc(1, sizeof *p);
+    p->s = s;
+    p->w = kl_sched_workload(s);
+    p->tz = tz;
+    p->in = kl_intrin_find(tz->intrin);
+    p->entry = entry ? entry : "kl_main";
+    s_plan(p);
+    s_emit_head(p);
+    s_emit_packers(p);
+    s_emit_prepare(p);
+    s_emit_kernel_open(p);
+    strcpy(p->ind, "    ");
+    int rc = s_emit_nest(p, err);
+    if (!rc && !p->fused)
+        rc = s_emit_epilogue_pass(p, err);
+    kl_buf_puts(&p->b, p->bconst ? "    free(a2);\n}\n"
+                                 : "    free(a2);\n    free(wp);\n}\n");
+    kl_buf_free(&p->em);
+    kl_buf_free(&p->en);
+    kl_buf_free(&p->ek);
+    kl_buf_t b = p->b;
+    const char *e = p->entry;
+    free(p);
+    return kl_codegen__tz_kernel(&b, e, rc, out);
+}
