@@ -64,13 +64,152 @@ static int s_node(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     return rc == KL_ONNX__NEXT ? KL_ONNX__UNSUP : rc;
 }
 
-/* Every node in order; those kiln has no layer for are listed in one
- * error, their outputs (and what is computed from them) skipped. */
+/* Whether some row takes nd's op (so a node computed from an unsupported
+ * one is left unnamed: it may import once its input does); else *why
+ * says what the node is when there is more to say than its op. */
+static bool s_known(const kl_onnx__node_t *nd, const char **why)
+{
+    *why = NULL;
+    if (!nd->op_type)
+        return true;
+    bool dflt = !nd->domain || !*nd->domain || !strcmp(nd->domain, "ai.onnx");
+    bool ms = nd->domain && !strcmp(nd->domain, "com.microsoft");
+    if (ms && (kl_onnx__is(nd, "QuantizeLinear") ||
+               kl_onnx__is(nd, "DequantizeLinear")))
+        ms = false, dflt = true;
+    if (!dflt && !ms) {
+        *why = "an op outside the default ONNX domain";
+        return false;
+    }
+    unsigned want = ms ? KL_ONNX__MS : 0;
+    for (size_t t = 0; t < sizeof(s_tables) / sizeof(s_tables[0]); t++)
+        for (const kl_onnx__op_t *r = s_tables[t]; r->op; r++)
+            if ((r->flags & KL_ONNX__MS) == want && !strcmp(r->op, nd->op_type))
+                return true;
+    if (ms)
+        *why = "a com.microsoft operator kiln has no layer for";
+    return false;
+}
+
+/* The unsupported nodes by op type: how many, the first few names, the
+ * reason the first of them gave (if any). */
+#define S_NAMES 3
+typedef struct {
+    const char *op;
+    const char *why;
+    int n;
+    const char *name[S_NAMES];
+} s_group_t;
+
+typedef struct {
+    s_group_t *g;
+    int n, nodes;
+} s_unsup_t;
+
+static void s_unsup_add(s_unsup_t *u, const kl_onnx__node_t *nd,
+                        const char *why)
+{
+    s_group_t *g = NULL;
+    for (int i = 0; i < u->n && !g; i++)
+        if (!strcmp(u->g[i].op, nd->op_type))
+            g = &u->g[i];
+    if (!g) {
+        u->g = kl_xrealloc(u->g, (size_t)(u->n + 1) * sizeof(*u->g));
+        g = memset(&u->g[u->n++], 0, sizeof(*g));
+        g->op = nd->op_type;
+    }
+    if (g->n < S_NAMES)
+        g->name[g->n] = kl_onnx__nname(nd);
+    if (!g->why)
+        g->why = why;
+    g->n++;
+    u->nodes++;
+}
+
+/* Most nodes first, then by op name. */
+static int s_group_cmp(const void *pa, const void *pb)
+{
+    const s_group_t *a = pa, *b = pb;
+    if (a->n != b->n)
+        return a->n > b->n ? -1 : 1;
+    return strcmp(a->op, b->op);
+}
+
+/* "Sigmoid (17 nodes: 'a', 'b', 'c', ...)" with up to names names. */
+static void s_group_text(kl_buf_t *b, const s_group_t *g, int names)
+{
+    kl_buf_printf(b, "%.40s (%d node%s", g->op, g->n, g->n > 1 ? "s" : "");
+    for (int k = 0; k < names && k < g->n && k < S_NAMES; k++)
+        kl_buf_printf(b, "%s'%.60s'", k ? ", " : ": ", g->name[k]);
+    if (names > 0 && g->n > names)
+        kl_buf_puts(b, ", ...");
+    if (g->why)
+        kl_buf_printf(b, "; %.100s", g->why);
+    kl_buf_puts(b, ")");
+}
+
+/* The groups within budget characters: as many names of each as fit
+ * every group, none when even that does not, then as many groups as
+ * fit and how many more there are. */
+static char *s_unsup_text(const s_unsup_t *u, size_t budget)
+{
+    kl_buf_t b = {0};
+    for (int names = S_NAMES; names >= 0; names--) {
+        kl_buf_free(&b);
+        b = (kl_buf_t){0};
+        for (int i = 0; i < u->n; i++) {
+            kl_buf_puts(&b, i ? ", " : "");
+            s_group_text(&b, &u->g[i], names);
+        }
+        if (b.len <= budget)
+            return kl_buf_take(&b);
+    }
+    kl_buf_free(&b);
+    b = (kl_buf_t){0};
+    int i = 0, left = u->nodes;
+    for (; i < u->n; i++) {
+        size_t at = b.len;
+        kl_buf_puts(&b, i ? ", " : "");
+        s_group_text(&b, &u->g[i], 0);
+        if (i > 0 && b.len + 40 > budget) {
+            b.len = at;
+            b.data[at] = '\0';
+            break;
+        }
+        left -= u->g[i].n;
+    }
+    if (i < u->n)
+        kl_buf_printf(&b, ", and %d more op types (%d nodes)", u->n - i, left);
+    return kl_buf_take(&b);
+}
+
+/* The one error naming every unsupported op type (s_unsup_text). */
+static int s_unsup_err(kl_onnx__ctx_t *c, s_unsup_t *u)
+{
+    static const char tail[] = "; kiln imports Conv, Gemm, MatMul and the "
+                               "other ops docs/models.md lists";
+    qsort(u->g, (size_t)u->n, sizeof(*u->g), s_group_cmp);
+    char *head = kl_xasprintf(
+        "%s: ONNX import: %d op type%s %s not supported (%d node%s): ", c->src,
+        u->n, u->n > 1 ? "s" : "", u->n > 1 ? "are" : "is", u->nodes,
+        u->nodes > 1 ? "s" : "");
+    size_t used = strlen(head) + sizeof(tail) - 1 + 1;
+    size_t budget = used + 80 < KL_ERRMSG_LEN ? KL_ERRMSG_LEN - used : 80;
+    char *list = s_unsup_text(u, budget);
+    int rc = kl_seterr(c->err, KL_ERR_INVAL, "%s%s%s", head, list, tail);
+    free(list);
+    free(head);
+    return rc;
+}
+
+/* Every node in order; those kiln has no layer for are named in one
+ * error, by op type, their outputs skipped. A node computed from them is
+ * named too when no row takes its op at all (nothing it could become). */
 static int s_nodes(kl_onnx__ctx_t *c)
 {
     static char bad[] = "?";
-    kl_buf_t list = {0};
-    int nbad = 0, shown = 0, rc = KL_OK;
+    s_unsup_t u = {0};
+    int rc = KL_OK;
     c->skip = kl_xcalloc(c->g->n_node + 1, sizeof(bool));
     for (size_t i = 0; !rc && i < c->g->n_node; i++) {
         const kl_onnx__node_t *nd = c->g->node[i];
@@ -89,35 +228,14 @@ static int s_nodes(kl_onnx__ctx_t *c)
         rc = KL_OK;
         for (size_t k = 0; k < nd->n_output; k++)
             kl_onnx__add_val(c, nd->output[k], bad, -1, false)->bad = true;
-        if (tainted)
-            continue;
-        nbad++;
-        if (list.len < 400) {
-            kl_buf_printf(&list, "%s'%.60s' (%.30s%s%.120s)", shown ? ", " : "",
-                          kl_onnx__nname(nd), nd->op_type, c->why ? ": " : "",
-                          c->why ? c->why : "");
-            shown++;
-        }
+        const char *why = c->why;
+        if (!tainted || !s_known(nd, &why))
+            s_unsup_add(&u, nd, why);
         c->why = NULL;
     }
-    if (!rc && nbad > shown)
-        kl_buf_printf(&list, ", ... and %d more", nbad - shown);
-    if (!rc && nbad)
-        rc = kl_seterr(c->err, KL_ERR_INVAL,
-                       "%s: %d node%s kiln cannot import: %s; kiln imports "
-                       "Conv, Gemm, MatMul, BatchNormalization, Relu, Clip, "
-                       "Add, Mul and Div by a constant, MaxPool, AveragePool, "
-                       "GlobalAveragePool, ReduceMean over H,W, Flatten, "
-                       "Reshape, Transpose, Softmax, LayerNormalization, Gelu "
-                       "(or its Erf form), Identity, Dropout, Constant, "
-                       "QuantizeLinear, DequantizeLinear (QDQ around Conv, "
-                       "Gemm, MatMul), QLinearConv, QLinearMatMul, QGemm, "
-                       "QLinearGlobalAveragePool, QLinearAdd and "
-                       "QLinearAveragePool (com.microsoft), MaxPool on u8, "
-                       "MatMulInteger, ConvInteger (and Cast, Mul by a "
-                       "constant after them)",
-                       c->src, nbad, nbad > 1 ? "s" : "", list.data);
-    kl_buf_free(&list);
+    if (!rc && u.n)
+        rc = s_unsup_err(c, &u);
+    free(u.g);
     return rc;
 }
 

@@ -115,8 +115,9 @@ static void test_onnx_attention_and_errors(void **state)
     s_onnx_node(&o, "Erf", s_strs("p", 0, 0), 1, "/gelu/Erf", 0, 0, 0);
     path = s_onnx_write(&o, "/gelu/Erf");
     assert_int_equal(kl_model_load(path, &m, err), KL_ERR_INVAL);
-    assert_non_null(strstr(err, "1 node kiln cannot import: '/gelu/Erf' "
-                                "(Erf); kiln imports Conv, Gemm"));
+    assert_non_null(strstr(err, "ONNX import: 1 op type is not supported (1 "
+                                "node): Erf (1 node: '/gelu/Erf'); kiln "
+                                "imports Conv, Gemm"));
     /* Asymmetric padding. */
     o.g.n_node = 0;
     o.inits[0] = s_tensor("w", 4, 8, 128, 3, 3);
@@ -447,10 +448,11 @@ static void test_onnx_qdq(void **state)
         } else {
             assert_int_equal(rc, KL_ERR_INVAL);
             const char *want =
-                tail == 1 ? "1 node kiln cannot import: 'conv' (Conv: its "
-                            "output is not read by one QuantizeLinear alone)"
-                          : "1 node kiln cannot import: 'conv' (Conv: an int8 "
-                            "weight on a float input";
+                tail == 1 ? "not supported (2 nodes): Conv (1 node: 'conv'; "
+                            "its output is not read by one QuantizeLinear "
+                            "alone), Sigmoid (1 node: 'sg')"
+                          : "not supported (1 node): Conv (1 node: 'conv'; an "
+                            "int8 weight on a float input";
             if (!strstr(err, want))
                 fail_msg("error '%s' does not say '%s'", err, want);
         }
@@ -544,8 +546,9 @@ static void test_onnx_unsupported_all(void **state)
     unlink(path);
     const char *want = "kiln_onnx_test_";
     assert_non_null(strstr(err, want));
-    want = ".onnx: 3 nodes kiln cannot import: '/a' (Erf), '/b' (Pow), "
-           "'/c' (ReduceMean); kiln imports Conv, Gemm, MatMul";
+    want = ".onnx: ONNX import: 3 op types are not supported (3 nodes): "
+           "Erf (1 node: '/a'), Pow (1 node: '/b'), ReduceMean (1 node: "
+           "'/c'); kiln imports Conv, Gemm, MatMul";
     if (!strstr(err, want))
         fail_msg("error '%s' does not say '%s'", err, want);
     s_arena_free();
