@@ -274,11 +274,50 @@ static bool s_pool(kl_dnnl_net_t *n, int i)
     return true;
 }
 
-/* add, relu, clip, gelu in their input's layout; softmax and layer_norm
- * on plain tensors. */
+/* oneDNN's eltwise algorithm for relu, gelu and the activations it has
+ * (sigmoid, tanh, leaky_relu, elu, silu; alpha in *a); false for
+ * hard_sigmoid and hard_swish, which this net does not build. */
+static bool s_eltwise_alg(const kl_mnode_t *nd, dnnl_alg_kind_t *alg, float *a)
+{
+    *a = nd->op == KL_MOP_LEAKY_RELU || nd->op == KL_MOP_ELU ? (float)nd->alpha
+         : nd->op == KL_MOP_SILU                             ? 1.0f
+                                                             : 0.0f;
+    switch (nd->op) {
+    case KL_MOP_RELU:
+    case KL_MOP_LEAKY_RELU:
+        *alg = dnnl_eltwise_relu;
+        return true;
+    case KL_MOP_GELU:
+        *alg = dnnl_eltwise_gelu_erf;
+        return true;
+    case KL_MOP_SIGMOID:
+        *alg = dnnl_eltwise_logistic;
+        return true;
+    case KL_MOP_TANH:
+        *alg = dnnl_eltwise_tanh;
+        return true;
+    case KL_MOP_ELU:
+        *alg = dnnl_eltwise_elu;
+        return true;
+    case KL_MOP_SILU:
+        *alg = dnnl_eltwise_swish;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* add, relu, clip, gelu, the activations in their input's layout;
+ * softmax and layer_norm on plain tensors. */
 static bool s_elementwise(kl_dnnl_net_t *n, int i)
 {
     const kl_mnode_t *nd = &n->g.nodes[i];
+    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
+    float alpha = 0;
+    if ((nd->op == KL_MOP_RELU || nd->op == KL_MOP_GELU ||
+         kl_mop_is_act(nd->op)) &&
+        !s_eltwise_alg(nd, &alg, &alpha))
+        return false;
     const kl_export__dnnl_val_t *xv =
         &n->val[kl_export__dnnl_vnode(&n->g, nd->in[0])];
     bool plain = nd->op == KL_MOP_SOFTMAX || nd->op == KL_MOP_LAYER_NORM;
@@ -308,10 +347,8 @@ static bool s_elementwise(kl_dnnl_net_t *n, int i)
                                             dnnl_eltwise_clip, &md,
                                             (float)nd->lo, (float)nd->hi);
     else
-        st = dnnl_eltwise_forward_desc_init(
-            &od.elt, dnnl_forward_inference,
-            nd->op == KL_MOP_RELU ? dnnl_eltwise_relu : dnnl_eltwise_gelu_erf,
-            &md, 0, 0);
+        st = dnnl_eltwise_forward_desc_init(&od.elt, dnnl_forward_inference,
+                                            alg, &md, alpha, 0);
     dnnl_primitive_desc_t pd = NULL;
     if (st != dnnl_success || dnnl_primitive_desc_create(&pd, &od, NULL, n->eng,
                                                          NULL) != dnnl_success)

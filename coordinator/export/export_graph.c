@@ -312,7 +312,8 @@ static int s_task_call(s_gen_t *c, int i, char *err)
     return rc;
 }
 
-/* Layers without a task: softmax, layer_norm, gelu over the last dim;
+/* Layers without a task: softmax, layer_norm, gelu, the activations
+ * (kl_mop_is_act: alpha and beta after the sizes) over the last dim;
  * an affine layer_norm has parameters LAYER.weight and LAYER.bias of the
  * last dim. */
 static void s_untuned_call(s_gen_t *c, int i)
@@ -330,6 +331,8 @@ static void s_untuned_call(s_gen_t *c, int i)
         snprintf(ln, sizeof ln, ", %.17g, p[%d], p[%d]", nd->eps, wi, bi);
     } else if (nd->op == KL_MOP_LAYER_NORM) {
         snprintf(ln, sizeof ln, ", %.17g, 0, 0", nd->eps);
+    } else if (kl_mop_is_act(nd->op)) {
+        snprintf(ln, sizeof ln, ", %.9g, %.9g", nd->alpha, nd->beta);
     }
     char *code =
         kl_xasprintf("    s_%s(%s, %s, %lld, %lld%s); /* %s */\n",
@@ -444,7 +447,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
         return KL_OK;
     }
     if (nd->op == KL_MOP_SOFTMAX || nd->op == KL_MOP_LAYER_NORM ||
-        nd->op == KL_MOP_GELU) {
+        nd->op == KL_MOP_GELU || kl_mop_is_act(nd->op)) {
         s_untuned_call(c, i);
         return KL_OK;
     }
@@ -611,6 +614,11 @@ static char *s_model_c(s_gen_t *c)
                   kl_export__helpers_c);
     if (c->qcasts)
         kl_export__qcast_helpers(&b);
+    for (int i = 0; i < g->n; i++)
+        if (kl_mop_is_act(g->nodes[i].op)) {
+            kl_buf_puts(&b, kl_export__act_helpers_c);
+            break;
+        }
     for (int i = 0; i < g->n; i++)
         if (c->conv[i]) {
             kl_buf_puts(&b, kl_export__layout_helpers_c);

@@ -71,6 +71,9 @@ void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
  * untuned layers); export_text.c. */
 extern const char kl_export__model_h[];
 extern const char kl_export__helpers_c[];
+/* The activations' helpers (s_sigmoid ... s_silu; kl_mop_is_act), only
+ * in a library with such a layer. */
+extern const char kl_export__act_helpers_c[];
 /* For a library with an AMX kernel only: kiln_model.h's "AMX" paragraph
  * and kiln_model_amx_error (before its #endif), and kiln_model.c's s_amx,
  * which asks Linux for the tile state once (the arch_prctl calls of

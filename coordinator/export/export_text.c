@@ -391,3 +391,30 @@ void kl_export__qcast_helpers(kl_buf_t *b)
             ts[k].name, ts[k].ctype, ts[k].ctype, ts[k].lo, ts[k].hi, ts[k].hi,
             ts[k].lo, ts[k].name, ts[k].ctype);
 }
+
+/* After kl_export__helpers_c, for a model with an activation layer. */
+const char kl_export__act_helpers_c[] =
+    "/* The activations (kl_mop_is_act): y = f(x) elementwise, with alpha a\n"
+    " * and beta b where the op has them (ONNX's definitions). */\n"
+    "#define S_ACT(name, ...) \\\n"
+    "    static void s_##name(const float *restrict x, float *restrict y, \\\n"
+    "                         long long r, long long n, float a, float b) \\\n"
+    "    { \\\n"
+    "        long long t = r * n; \\\n"
+    "        (void)a; \\\n"
+    "        (void)b; \\\n"
+    "        _Pragma(\"omp parallel for if (t >= S_PAR) schedule(static)\") "
+    "\\\n"
+    "        for (long long i = 0; i < t; i++) { \\\n"
+    "            float v = x[i]; \\\n"
+    "            y[i] = (__VA_ARGS__); \\\n"
+    "        } \\\n"
+    "    }\n"
+    "S_ACT(sigmoid, 1.0f / (1.0f + expf(-v)))\n"
+    "S_ACT(tanh, tanhf(v))\n"
+    "S_ACT(hard_sigmoid, fmaxf(0.0f, fminf(1.0f, a * v + b)))\n"
+    "S_ACT(hard_swish, v * fmaxf(0.0f, fminf(1.0f, v / 6.0f + 0.5f)))\n"
+    "S_ACT(leaky_relu, v >= 0.0f ? v : a * v)\n"
+    "S_ACT(elu, v >= 0.0f ? v : a * (expf(v) - 1.0f))\n"
+    "S_ACT(silu, v / (1.0f + expf(-v)))\n"
+    "\n";

@@ -41,6 +41,16 @@ typedef enum {
     KL_MOP_SOFTMAX,
     KL_MOP_LAYER_NORM,
     KL_MOP_GELU,
+    /* The elementwise activations without a task (kl_mop_is_act), run by
+     * the exported library's own loops: hard_sigmoid (alpha, beta),
+     * leaky_relu and elu (alpha) with ONNX's defaults. */
+    KL_MOP_SIGMOID,
+    KL_MOP_TANH,
+    KL_MOP_HARD_SIGMOID,
+    KL_MOP_HARD_SWISH,
+    KL_MOP_LEAKY_RELU,
+    KL_MOP_ELU,
+    KL_MOP_SILU,
     /* Quantized layers (kl_ir_ops.c's q-ops: u8 input, const s8 weight,
      * s32 bias, requant to out) and the casts between f32 and integers
      * (ONNX QuantizeLinear / DequantizeLinear). */
@@ -54,6 +64,10 @@ typedef enum {
 
 /* A q-op (qconv2d, qdepthwise_conv2d, qdense, qmatmul)? */
 bool kl_mop_is_q(kl_mop op);
+
+/* An activation without a task (sigmoid, tanh, hard_sigmoid, hard_swish,
+ * leaky_relu, elu, silu)? */
+bool kl_mop_is_act(kl_mop op);
 
 typedef struct {
     char name[KL_MODEL_MAX_NAME];
@@ -74,6 +88,9 @@ typedef struct {
      * bias, each [last dim]). */
     double eps;
     bool affine;
+    /* hard_sigmoid: y = clamp(alpha x + beta, 0, 1); leaky_relu, elu:
+     * alpha of the negative side. */
+    double alpha, beta;
     /* The output's element type (f32 unless a q-op or quantize says);
      * q-ops: za, zo, out (qout), scale (per_channel: a LAYER.scale
      * parameter, else the number); quantize / dequantize: scale, zo (the

@@ -299,8 +299,11 @@ static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
 /* "softmax x1, layer_norm x2" over the layers without a named operator. */
 static char *s_untuned(const kl_mgraph_t *g)
 {
-    static const kl_mop ops[] = {KL_MOP_SOFTMAX, KL_MOP_LAYER_NORM, KL_MOP_GELU,
-                                 KL_MOP_QUANTIZE, KL_MOP_DEQUANTIZE};
+    static const kl_mop ops[] = {
+        KL_MOP_SOFTMAX,    KL_MOP_LAYER_NORM, KL_MOP_GELU,
+        KL_MOP_SIGMOID,    KL_MOP_TANH,       KL_MOP_HARD_SIGMOID,
+        KL_MOP_HARD_SWISH, KL_MOP_LEAKY_RELU, KL_MOP_ELU,
+        KL_MOP_SILU,       KL_MOP_QUANTIZE,   KL_MOP_DEQUANTIZE};
     kl_buf_t b = {0};
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
         int n = 0;

@@ -26,8 +26,8 @@
  *  2. turns every remaining layer that computes into a workload with
  *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
  *     gives the same operator); reshape, flatten and transpose are views,
- *     softmax, layer_norm and gelu have no named operator and are counted
- *     as not tuned;
+ *     softmax, layer_norm, gelu and the activations (kl_mop_is_act) have
+ *     no named operator and are counted as not tuned;
  *  3. merges the layers whose workloads have the same key into one task
  *     whose weight is their count, in order of first appearance.
  *
@@ -205,7 +205,8 @@ int kl_model_ntuned_layers(const kl_model_t *m);
 /* Sum over tasks of weight * FLOPs: the model's FLOPs as kiln counts
  * them (padding reads excluded). */
 double kl_model_total_flop(const kl_model_t *m);
-/* The layers that are not tasks and compute (softmax, layer_norm, gelu),
+/* The layers that are not tasks and compute (softmax, layer_norm, gelu,
+ * the activations, quantize, dequantize),
  * as "softmax x1, layer_norm x2" ("" when none); borrowed. */
 const char *kl_model_untuned(const kl_model_t *m);
 

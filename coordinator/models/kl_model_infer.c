@@ -260,6 +260,26 @@ static int s_clip(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd,
     return rc;
 }
 
+/* An activation: its input's shape; alpha and beta where the op has
+ * them, ONNX's defaults when not given (hard_sigmoid 0.2 and 0.5,
+ * leaky_relu 0.01, elu 1). */
+static int s_act(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd,
+                 const kl_mnode_t *x)
+{
+    nd->alpha = nd->op == KL_MOP_HARD_SIGMOID ? 0.2
+                : nd->op == KL_MOP_LEAKY_RELU ? 0.01
+                                              : 1.0;
+    nd->beta = 0.5;
+    int rc = KL_OK;
+    if (kl_mgraph__attr(c, from, "alpha"))
+        rc = kl_mgraph__num(c, from, nd, "alpha", &nd->alpha);
+    if (!rc && kl_mgraph__attr(c, from, "beta"))
+        rc = kl_mgraph__num(c, from, nd, "beta", &nd->beta);
+    nd->ndim = x->ndim;
+    memcpy(nd->shape, x->shape, sizeof(nd->shape));
+    return rc;
+}
+
 /* out=u8|s8 (|s32 when s32_ok), default u8. */
 static int s_qtype(kl_mgraph__ctx_t *c, int from, const kl_mnode_t *nd,
                    bool s32_ok, kl_dtype *out)
@@ -434,6 +454,14 @@ int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
     }
     case KL_MOP_CLIP:
         return s_clip(c, from, nd, x);
+    case KL_MOP_SIGMOID:
+    case KL_MOP_TANH:
+    case KL_MOP_HARD_SIGMOID:
+    case KL_MOP_HARD_SWISH:
+    case KL_MOP_LEAKY_RELU:
+    case KL_MOP_ELU:
+    case KL_MOP_SILU:
+        return s_act(c, from, nd, x);
     case KL_MOP_ADD:
         if (!s_same_shape(x, &c->g->nodes[nd->in[1]])) {
             char a[160], b[160];

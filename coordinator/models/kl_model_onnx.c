@@ -7,8 +7,10 @@
  * constant, Gemm's alpha and beta; docs/models.md, "The model's weights").
  * Weights are read only when the parameters are wanted; the text needs
  * their shapes alone. Clip is a clip layer (relu for min 0 and no max);
- * GELU's Erf form is a gelu layer; symbolic dimensions are 1 (batch 1).
- * Nodes kiln has no layer for are collected and named in one error. */
+ * GELU's Erf form is a gelu layer, x * Sigmoid(x) a silu layer
+ * (kl_model_onnx_act.c); symbolic dimensions are 1 (batch 1). Nodes
+ * kiln has no layer for are collected and named in one error, grouped
+ * by op type (s_nodes). */
 #include "kl_model_onnx_int.h"
 
 #include <math.h>
@@ -22,8 +24,8 @@
 /* The handler tables in the order a node is offered to them (see
  * kl_onnx__op_t). */
 static const kl_onnx__op_t *const s_tables[] = {
-    kl_onnx__const_ops, kl_onnx__q_ops,  kl_onnx__qop_ops,
-    kl_onnx__qfp_ops,   kl_onnx__tf_ops, kl_onnx__layers_ops,
+    kl_onnx__const_ops, kl_onnx__q_ops,      kl_onnx__qop_ops, kl_onnx__qfp_ops,
+    kl_onnx__tf_ops,    kl_onnx__layers_ops, kl_onnx__act_ops,
 };
 
 /* Offers nd to the rows for its op (of the com.microsoft ones when ms);

@@ -6,8 +6,9 @@
  *
  * The files, calls going down only: kl_model_onnx_base.c (the context:
  * constants, values, lines, attributes) below everything; the handler
- * files (kl_model_onnx_const.c, _layers.c, _tf.c, _q.c, _qop.c, _qfp.c),
- * each owning the rows of its ops; kl_model_onnx.c on top (the
+ * files (kl_model_onnx_const.c, _layers.c, _tf.c, _act.c, _q.c, _qop.c,
+ * _qfp.c), each owning the rows of its ops (_act.c uses _tf.c's
+ * kl_onnx__other); kl_model_onnx.c on top (the
  * dispatcher over the tables, the node loop, the text and parameters). */
 #ifndef KL_MODEL_ONNX_INT_H
 #define KL_MODEL_ONNX_INT_H
@@ -171,6 +172,7 @@ extern const kl_onnx__op_t kl_onnx__qop_ops[];
 extern const kl_onnx__op_t kl_onnx__qfp_ops[];
 extern const kl_onnx__op_t kl_onnx__tf_ops[];
 extern const kl_onnx__op_t kl_onnx__layers_ops[];
+extern const kl_onnx__op_t kl_onnx__act_ops[];
 
 /* kl_model_onnx_base.c: constants, values, lines, attributes */
 const kl_onnx__tensor_t *kl_onnx__init(const kl_onnx__ctx_t *c,

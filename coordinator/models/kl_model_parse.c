@@ -44,6 +44,13 @@ static const s_opdef_t s_ops[] = {
     {"softmax", KL_MOP_SOFTMAX, 1, 1, ""},
     {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
     {"gelu", KL_MOP_GELU, 1, 1, ""},
+    {"sigmoid", KL_MOP_SIGMOID, 1, 1, ""},
+    {"tanh", KL_MOP_TANH, 1, 1, ""},
+    {"hard_sigmoid", KL_MOP_HARD_SIGMOID, 1, 1, "alpha beta"},
+    {"hard_swish", KL_MOP_HARD_SWISH, 1, 1, ""},
+    {"leaky_relu", KL_MOP_LEAKY_RELU, 1, 1, "alpha"},
+    {"elu", KL_MOP_ELU, 1, 1, "alpha"},
+    {"silu", KL_MOP_SILU, 1, 1, ""},
     {"qconv2d", KL_MOP_QCONV2D, 1, 1,
      "K R S stride pad dilation groups bias relu clip za zo scale out"},
     {"qdepthwise_conv2d", KL_MOP_QDEPTHWISE, 1, 1,
@@ -83,6 +90,11 @@ kl_mop kl_mop_base(kl_mop op)
 bool kl_mop_is_q(kl_mop op)
 {
     return kl_mop_base(op) != op;
+}
+
+bool kl_mop_is_act(kl_mop op)
+{
+    return op >= KL_MOP_SIGMOID && op <= KL_MOP_SILU;
 }
 
 int kl_mgraph__err(kl_mgraph__ctx_t *c, const char *fmt, ...)

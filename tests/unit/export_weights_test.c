@@ -517,6 +517,74 @@ static void test_untuned_layers(void **state)
     s_untuned(*state, 6, 70, 90);
 }
 
+/* The activations without a task, each of y = x + x, summed by adds
+ * (tasks); against the ONNX definitions in double. */
+static const char s_acts_fmt[] = "model acts\n"
+                                 "input x %dx%dx1x%d\n"
+                                 "y = add x x\n"
+                                 "a1 = sigmoid y\n"
+                                 "a2 = tanh y\n"
+                                 "a3 = hard_sigmoid y alpha=0.25 beta=0.375\n"
+                                 "a4 = hard_swish y\n"
+                                 "a5 = leaky_relu y alpha=0.125\n"
+                                 "a6 = elu y alpha=0.5\n"
+                                 "a7 = silu y\n"
+                                 "a8 = leaky_relu y\n"
+                                 "s1 = add a1 a2\n"
+                                 "s2 = add s1 a3\n"
+                                 "s3 = add s2 a4\n"
+                                 "s4 = add s3 a5\n"
+                                 "s5 = add s4 a6\n"
+                                 "s6 = add s5 a7\n"
+                                 "s7 = add s6 a8\n";
+
+static double s_ref_acts(double x)
+{
+    double y = x + x, c3 = 0.25 * y + 0.375, c4 = y / 6 + 0.5;
+    c3 = c3 < 0 ? 0 : c3 > 1 ? 1 : c3;
+    c4 = c4 < 0 ? 0 : c4 > 1 ? 1 : c4;
+    return 1 / (1 + exp(-y)) + tanh(y) + c3 + y * c4 +
+           (y >= 0 ? y : 0.125 * y) + (y >= 0 ? y : 0.5 * (exp(y) - 1)) +
+           y / (1 + exp(-y)) + (y >= 0 ? y : 0.01 * y);
+}
+
+static void s_acts(fx_t *fx, int A, int B, int C)
+{
+    char *text = kl_xasprintf(s_acts_fmt, A, B, C);
+    char sub[32];
+    snprintf(sub, sizeof sub, "a%d", A * B * C);
+    if (s_export(fx, text, sub, NULL, true))
+        fail_msg("%s", fx->err);
+    lib_t l;
+    s_open(fx, &l, sub);
+    assert_int_equal(l.nlayers(), 16);
+    assert_string_equal(l.lname(1), "a1");
+    assert_string_equal(l.lname(7), "a7");
+    int64_t n = (int64_t)A * B * C;
+    float *x = kl_xmalloc((size_t)n * sizeof *x);
+    float *got = kl_xmalloc((size_t)n * sizeof *got);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)((i * 37 + i / 11) % 97) / 12.0f - 4.0f;
+    assert_int_equal(l.infer(x, got), 0);
+    for (int64_t i = 0; i < n; i++) {
+        double want = s_ref_acts(x[i]);
+        if (!(fabs(got[i] - want) <= 2e-5 * (1 + fabs(want))))
+            fail_msg("%s: output %lld (x %.9g) is %.9g, expected %.9g", sub,
+                     (long long)i, x[i], got[i], want);
+    }
+    free(x);
+    free(got);
+    free(text);
+    dlclose(l.h);
+}
+
+/* Below the threads' size and above it. */
+static void test_activations(void **state)
+{
+    s_acts(*state, 3, 5, 7);
+    s_acts(*state, 6, 70, 90);
+}
+
 int main(void)
 {
     if (system("${CC:-cc} --version >/dev/null 2>&1") != 0) {
@@ -530,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_inputs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_untuned_layers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_activations, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -401,7 +401,8 @@ static void test_errors(void **state)
                   "t.graph:2: unknown op 'conv3d' (conv2d, depthwise_conv2d, "
                   "dense, matmul, batch_matmul, max_pool2d, avg_pool2d, "
                   "global_avg_pool, add, relu, clip, flatten, reshape, "
-                  "transpose, softmax, layer_norm, gelu, qconv2d, "
+                  "transpose, softmax, layer_norm, gelu, sigmoid, tanh, "
+                  "hard_sigmoid, hard_swish, leaky_relu, elu, silu, qconv2d, "
                   "qdepthwise_conv2d, qdense, qmatmul, quantize, "
                   "dequantize)");
     s_parse_fails("input x 1x3x8x8\ny = conv2d z K=1 R=1\n",
