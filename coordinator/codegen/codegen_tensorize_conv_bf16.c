@@ -224,7 +224,10 @@ static void s_emit_prepare(cbf_t *c)
     kl_buf_free(&wi);
 }
 
-/* The per-call conversion of X into the padded scratch of bf16 pairs. */
+/* The per-call conversion of X into the padded scratch of bf16 pairs, a
+ * scratch row (X's last index other than the channel, dl) at a time:
+ * channel pair by channel pair, so that NCHW reads two rows of X in order
+ * and the writes stay within the row's few KiB. */
 static void s_emit_repack(cbf_t *c)
 {
     const kl_tensor_t *X = &c->w->tensors[c->tz->ta];
@@ -233,7 +236,12 @@ static void s_emit_repack(cbf_t *c)
         st[d] = acc;
         acc *= X->shape[d];
     }
-    const kl_codegen__kv_t kv[] = {KL_CG_I("npts", c->npts),
+    int dl = X->ndim - 1 == c->dc ? X->ndim - 2 : X->ndim - 1;
+    const kl_codegen__kv_t kv[] = {KL_CG_I("nrows", c->npts / c->sh[dl]),
+                                   KL_CG_I("shl", c->sh[dl]),
+                                   KL_CG_I("lol", c->lo[dl]),
+                                   KL_CG_I("xl", X->shape[dl]),
+                                   KL_CG_I("stl", st[dl]),
                                    KL_CG_I("cg", c->cg),
                                    KL_CG_I("C", c->C),
                                    KL_CG_I("xs", st[c->dc]),
@@ -245,11 +253,11 @@ static void s_emit_repack(cbf_t *c)
         "    uint32_t *kl_scr = (uint32_t *)malloc(${sb});\n"
         "    if (!kl_scr)\n        return;\n"
         "    #pragma omp parallel for\n"
-        "    for (int64_t p = 0; p < ${npts}; p++) {\n"
-        "        int64_t r = p, xo = 0;\n        int in_ = 1;\n",
+        "    for (int64_t rr = 0; rr < ${nrows}; rr++) {\n"
+        "        int64_t r = rr, xo = 0;\n        int in_ = 1;\n",
         kv);
     for (int d = X->ndim - 1; d >= 0; d--) {
-        if (d == c->dc)
+        if (d == c->dc || d == dl)
             continue;
         kl_buf_printf(&c->b,
                       "        { int64_t h = r %% %lld - %lld; r /= %lld; "
@@ -260,16 +268,22 @@ static void s_emit_repack(cbf_t *c)
     }
     kl_codegen__template(
         &c->b,
-        "        uint32_t *o = kl_scr + p * ${cg};\n"
+        "        uint32_t *o = kl_scr + rr * ${shl} * ${cg};\n"
         "        if (!in_) {\n"
-        "            memset(o, 0, ${cg} * 4);\n            continue;\n"
-        "        }\n"
-        "        const float *x = t${ta} + xo;\n"
-        "        for (int64_t g = 0; g < ${cg}; g++)\n"
-        "            o[g] = (2 * g < ${C} ? kl_bf16(x[2 * g * ${xs}]) : 0) |\n"
-        "                   (2 * g + 1 < ${C} ? kl_bf16(x[(2 * g + 1) * "
-        "${xs}]) : 0) << 16;\n"
-        "    }\n",
+        "            memset(o, 0, ${shl} * ${cg} * 4);\n"
+        "            continue;\n        }\n"
+        "        for (int64_t g = 0; g < ${cg}; g++) {\n"
+        "            const float *x0 = t${ta} + xo + 2 * g * ${xs};\n"
+        "            const float *x1 = x0 + ${xs};\n"
+        "            const int one = 2 * g < ${C}, two = 2 * g + 1 < ${C};\n"
+        "            for (int64_t j = 0; j < ${shl}; j++) {\n"
+        "                const int64_t h = j - ${lol};\n"
+        "                uint32_t v = 0;\n"
+        "                if (h >= 0 && h < ${xl})\n"
+        "                    v = (one ? kl_bf16(x0[h * ${stl}]) : 0) |\n"
+        "                        (two ? kl_bf16(x1[h * ${stl}]) : 0) << 16;\n"
+        "                o[j * ${cg} + g] = v;\n"
+        "            }\n        }\n    }\n",
         kv);
 }
 
