@@ -224,6 +224,9 @@ static void s_emit_prepare(cbf_t *c)
     kl_buf_free(&wi);
 }
 
+/* Scratch words from which the conversion runs in parallel. */
+#define KL_TZCB_PAR_WORDS 16384
+
 /* The per-call conversion of X into the padded scratch of bf16 pairs, a
  * scratch row (X's last index other than the channel, dl) at a time:
  * channel pair by channel pair, so that NCHW reads two rows of X in order
@@ -237,6 +240,10 @@ static void s_emit_repack(cbf_t *c)
         acc *= X->shape[d];
     }
     int dl = X->ndim - 1 == c->dc ? X->ndim - 2 : X->ndim - 1;
+    /* A small input is converted by one thread: a parallel region costs
+     * more than its few thousand conversions (and a barrier waits for a
+     * descheduled thread on a shared machine). */
+    bool big = c->npts * c->cg >= KL_TZCB_PAR_WORDS;
     const kl_codegen__kv_t kv[] = {KL_CG_I("nrows", c->npts / c->sh[dl]),
                                    KL_CG_I("shl", c->sh[dl]),
                                    KL_CG_I("lol", c->lo[dl]),
@@ -247,12 +254,15 @@ static void s_emit_repack(cbf_t *c)
                                    KL_CG_I("xs", st[c->dc]),
                                    KL_CG_I("ta", c->tz->ta),
                                    KL_CG_I("sb", c->npts * c->cg * 4),
+                                   KL_CG_S("par", big ? "    #pragma omp "
+                                                        "parallel for\n"
+                                                      : ""),
                                    KL_CG_END};
     kl_codegen__template(
         &c->b,
         "    uint32_t *kl_scr = (uint32_t *)malloc(${sb});\n"
         "    if (!kl_scr)\n        return;\n"
-        "    #pragma omp parallel for\n"
+        "${par}"
         "    for (int64_t rr = 0; rr < ${nrows}; rr++) {\n"
         "        int64_t r = rr, xo = 0;\n        int in_ = 1;\n",
         kv);

@@ -270,6 +270,8 @@ static void test_space(void **state)
         "in=bf16",
         "conv2d N=1 C=24 H=8 W=8 K=32 R=3 S=3 pad=1 stride=2 layout=NHWC "
         "bias=1 in=bf16",
+        /* X's scratch large enough for the parallel conversion */
+        "conv2d N=1 C=64 H=28 W=28 K=16 R=3 S=3 pad=1 bias=1 relu=1 in=bf16",
     };
     int ntz = 0, nfl = 0, nran = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
