@@ -42,6 +42,12 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
  * (codegen_tensorize_bf16.c). */
 int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
                                 const char *entry, kl_kernel_t *out, char *err);
+/* The C of a convolution tensorized with avx512_bf16
+ * (codegen_tensorize_conv_bf16.c). */
+int kl_codegen__tensorized_conv_bf16(const kl_sched_t *s,
+                                     const kl_tensorize_t *tz,
+                                     const char *entry, kl_kernel_t *out,
+                                     char *err);
 /* The f32 epilogue of the float x at the point named by i<iterator>,
  * then its store into the output, lines at indentation ind
  * (codegen_tensorize_bf16.c; the AMX kernels run it too). */

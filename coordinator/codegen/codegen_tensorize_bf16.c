@@ -528,10 +528,7 @@ int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
                                 const char *entry, kl_kernel_t *out, char *err)
 {
     if (tz->conv)
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "codegen: %s: tensorized bf16 convolutions are not "
-                         "generated yet (products only)",
-                         tz->intrin);
+        return kl_codegen__tensorized_conv_bf16(s, tz, entry, out, err);
     bfp_t *p = kl_xcalloc(1, sizeof *p);
     p->s = s;
     p->w = kl_sched_workload(s);

@@ -25,6 +25,10 @@ int kl_space__rules_cpu_int(const kl_workload_t *w, const kl_target_t *t,
  * (any row of kl_intrin.h whose block is lanes x red: int8 or bf16). */
 int kl_space__cpu_tz_mm(const kl_workload_t *w, const kl_target_t *t,
                         const kl_intrin_t *in, kl_trace_t *tr, char *err);
+/* The tensorized convolution steps of rules_cpu_int.c appended to tr
+ * (NHWC or NCHW, groups 1; int8 or bf16 rows alike). */
+int kl_space__cpu_tz_conv(const kl_workload_t *w, const kl_target_t *t,
+                          const kl_intrin_t *in, kl_trace_t *tr, char *err);
 /* bf16 products on a target whose CPU has a bf16 intrinsic
  * (rules_cpu_bf16.c): when w is one (kl_workload_is_bf16, a product whose
  * block tensorize accepts), opens a sampled choice on tr, the tensorized

@@ -6,7 +6,10 @@
  *     (mo . no0) mi no1 ko0 ko1 [ni ki]      ni: 16 lanes, ki: 2 (a pair)
  * (rules_cpu_int.c's tiling, with vdpbf16ps in the block) or the float
  * schedules every f32 product has (rules_cpu.c), so that the search
- * picks. A target without "+bf16" never offers the intrinsic. */
+ * picks. A target without "+bf16" never offers the intrinsic.
+ * A bf16 convolution (conv2d in=bf16, NCHW or NHWC, groups 1) samples the
+ * int8 convolution's tiling (rules_cpu_int.c) with vdpbf16ps in the block
+ * (codegen_tensorize_conv_bf16.c) the same way. */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,13 +25,25 @@ static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
     return NULL;
 }
 
+/* The tensorized steps of w: a product's or a convolution's. */
+static int s_steps(const kl_workload_t *w, const kl_target_t *t,
+                   const kl_intrin_t *in, kl_trace_t *tr, char *err)
+{
+    int nsp = 0;
+    for (int i = 0; i < w->niters; i++)
+        nsp += !w->iters[i].reduce;
+    if (w->niters == 3 && nsp == 2)
+        return kl_space__cpu_tz_mm(w, t, in, tr, err);
+    return kl_space__cpu_tz_conv(w, t, in, tr, err);
+}
+
 /* Whether the tensorized steps apply to w's naive nest. */
 static bool s_applies(const kl_workload_t *w, const kl_target_t *t,
                       const kl_intrin_t *in)
 {
     char err[KL_ERRMSG_LEN];
     kl_trace_t *tr = kl_trace_new(t->name);
-    int rc = kl_space__cpu_tz_mm(w, t, in, tr, err);
+    int rc = s_steps(w, t, in, tr, err);
     kl_sched_t *s = NULL;
     if (!rc)
         rc = kl_sched_create(&s, w, err);
@@ -48,11 +63,7 @@ int kl_space__cpu_bf16_open(const kl_workload_t *w, const kl_target_t *t,
 {
     *open = 0;
     const kl_intrin_t *in = s_target_intrin(t);
-    int nsp = 0;
-    for (int i = 0; i < w->niters; i++)
-        nsp += !w->iters[i].reduce;
-    if (!in || !kl_workload_is_bf16(w) || w->niters != 3 || nsp != 2 ||
-        !s_applies(w, t, in))
+    if (!in || !kl_workload_is_bf16(w) || !s_applies(w, t, in))
         return KL_OK;
     int64_t vals[2] = {0, 1};
     double ps[2] = {0.6, 0.4};
@@ -61,7 +72,7 @@ int kl_space__cpu_bf16_open(const kl_workload_t *w, const kl_target_t *t,
     snprintf(pred, sizeof pred, "v%lld == 0", (long long)v);
     int rc = kl_tr_if(tr, pred, err);
     if (!rc)
-        rc = kl_space__cpu_tz_mm(w, t, in, tr, err);
+        rc = s_steps(w, t, in, tr, err);
     if (!rc)
         rc = kl_tr_else(tr, err);
     *open = !rc;

@@ -197,9 +197,10 @@ static int s_plain(const kl_affine_t *a, int niters)
     return it;
 }
 
-/* qconv2d NHWC or NCHW (the tiling in the comment at the top). */
-static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
-                          const kl_intrin_t *in, kl_trace_t **out, char *err)
+/* qconv2d (or conv2d in=bf16, rules_cpu_bf16.c) NHWC or NCHW: the
+ * tiling in the comment at the top, appended to tr. */
+int kl_space__cpu_tz_conv(const kl_workload_t *w, const kl_target_t *t,
+                          const kl_intrin_t *in, kl_trace_t *tr, char *err)
 {
     const char *nm = w->name ? w->name : "?";
     int ot = kl_workload_output(w);
@@ -252,7 +253,6 @@ static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
                          "channel a plain index of Y and W, the input "
                          "channel a plain index of X and W)",
                          t->name, nm);
-    kl_trace_t *tr = kl_trace_new(t->name);
     int64_t l[KL_IR_MAX_ITERS], lp[KL_IR_MAX_ITERS];
     kl_tr_get_loops(tr, w->niters, l);
     /* the naive nest: spatial iterators in workload order, then the
@@ -316,6 +316,14 @@ static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
         if (!rc)
             rc = b == 0 ? kl_tr_else(tr, err) : kl_tr_end(tr, err);
     }
+    return rc;
+}
+
+static int s_program_conv(const kl_workload_t *w, const kl_target_t *t,
+                          const kl_intrin_t *in, kl_trace_t **out, char *err)
+{
+    kl_trace_t *tr = kl_trace_new(t->name);
+    int rc = kl_space__cpu_tz_conv(w, t, in, tr, err);
     if (rc) {
         kl_trace_free(&tr);
         return rc;
