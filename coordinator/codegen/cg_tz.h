@@ -10,6 +10,7 @@
 
 #include "cg_int.h"
 #include "kl_codegen.h"
+#include "kl_intrin.h"
 #include "kl_util.h"
 
 /* Hands b's text to out as a CPU kernel named entry with a prepare step
@@ -53,5 +54,59 @@ int kl_codegen__tensorized_conv_bf16(const kl_sched_t *s,
  * (codegen_tensorize_bf16.c; the AMX kernels run it too). */
 int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
                               const char *ind, char *err);
+
+/* The product generators' shared plan and nest (codegen_tensorize.c:
+ * int8, codegen_tensorize_bf16.c: bf16), defined in
+ * codegen_tensorize_base.c, parameterized by the intrinsic family. */
+typedef struct kl_codegen__tzp kl_codegen__tzp_t;
+typedef struct {
+    const char *a_type; /* an activation row's element: "uint8_t" */
+    /* C templates (${ab}: the activations' base, ${as}: a row's stride,
+     * ${t}: the accumulator) of the activations fed to kl_dot: at m, k0
+     * (no tile) and on accumulator t's row a_t at k0. */
+    const char *a_at, *a_tile;
+    /* The tile's stores after its reduction run. */
+    int (*tile_store)(kl_codegen__tzp_t *p, char *err);
+} kl_codegen__tzfam_t;
+struct kl_codegen__tzp {
+    const kl_sched_t *s;
+    const kl_workload_t *w;
+    const kl_tensorize_t *tz;
+    const kl_intrin_t *in;
+    const kl_codegen__tzfam_t *fam;
+    const char *entry;
+    /* The block's position; hp: the first of the reduction loops right
+     * above it; tp: the register tile's loops [tp, hp) (tp = hp: one
+     * tile), ntile accumulators. */
+    int bpos, hp, tp;
+    int64_t ntile;
+    int nt, ot;
+    int64_t M, N, K;
+    /* acc's rows and padded columns, the weights' K groups; the packed
+     * weights' and the compensation's bytes (set by the generator). */
+    int64_t rows, np, kg, wbytes, cbytes;
+    bool bconst; /* bf16: B packed once in prepare */
+    bool full;   /* the run [hp, bpos) covers the whole reduction */
+    bool fused;  /* the epilogue runs at the tile's store: no acc buffer */
+    bool vstore; /* ... as one vector store per accumulator (generator) */
+    bool par;    /* a loop got `omp parallel for` */
+    char ab[32]; /* the activations' base (fam->a_at's ${ab}) */
+    int64_t as;  /* and a row's stride */
+    kl_buf_t em, en, ek; /* m, n0 and k0 over the loops above the block */
+    char ind[256];       /* the current indentation */
+    kl_buf_t b;
+};
+/* The plan shared by both: the block, the reduction run, the register
+ * tile, m/n0/k0, rows, np, kg, full and fused. */
+void kl_codegen__tzp_plan(kl_codegen__tzp_t *p);
+/* The loops above the block, the tile unrolled at tp, the block, and the
+ * loops closed with the tile's stores (fam->tile_store). */
+int kl_codegen__tzp_nest(kl_codegen__tzp_t *p, char *err);
+/* The acc buffer's allocation ("malloc(..)", "calloc(.., 4)"), NULL when
+ * fused; the caller frees it. */
+char *kl_codegen__tzp_acc_alloc(const kl_codegen__tzp_t *p);
+/* Frees the plan's expressions, hands the text to out (tz_kernel) and
+ * frees p. */
+int kl_codegen__tzp_finish(kl_codegen__tzp_t *p, int rc, kl_kernel_t *out);
 
 #endif

@@ -57,74 +57,29 @@ static bool s_plain_s32_out(const kl_workload_t *w, int itm, int itn, int64_t M,
     return true;
 }
 
-/* One product's generation: its plan (s_plan) and the text so far. */
-typedef struct {
-    const kl_sched_t *s;
-    const kl_workload_t *w;
-    const kl_tensorize_t *tz;
-    const kl_intrin_t *in;
-    const char *entry;
-    /* The block's position; hp: the first of the reduction loops right
-     * above it; tp: the register tile's loops [tp, hp) (tp = hp: one
-     * tile), ntile accumulators. */
-    int bpos, hp, tp;
-    int64_t ntile;
-    int nt, ot;
-    int64_t M, N, K;
-    /* acc's rows and padded columns, the weights' K groups, the packed
-     * weights' and the compensation's bytes in the prepared block. */
-    int64_t rows, np, kg, wbytes, cbytes;
-    bool full;   /* the run [hp, bpos) covers the whole reduction */
-    bool fused;  /* the epilogue runs at the tile's store: no acc buffer */
-    bool vstore; /* ... as one vector store per accumulator */
-    bool par;    /* a loop got `omp parallel for` */
-    kl_buf_t em, en, ek; /* m, n0 and k0 over the loops above the block */
-    char ind[256];       /* the current indentation */
-    kl_buf_t b;
-} tzp_t;
+typedef kl_codegen__tzp_t tzp_t;
 
+static int s_emit_tile_store(tzp_t *p, char *err);
+
+/* The int8 family: activations as bytes, 4 a step (kl_a4). */
+static const kl_codegen__tzfam_t s_fam = {
+    .a_type = "uint8_t",
+    .a_at = "kl_a4(${ab} + m * ${as}, k0)",
+    .a_tile = "kl_a4(a_${t}, k0)",
+    .tile_store = s_emit_tile_store,
+};
+
+/* The shared plan, then the int8 packed weights' and compensation's
+ * bytes and whether a fused store is one vector. */
 static void s_plan(tzp_t *p)
 {
-    const kl_sched_t *s = p->s;
-    const kl_workload_t *w = p->w;
-    const kl_tensorize_t *tz = p->tz;
-    p->bpos = kl_sched_loop_pos(s, tz->loop);
-    p->nt = w->ntensors;
-    p->ot = kl_workload_output(w);
-    p->M = w->iters[tz->it_m].extent;
-    p->N = w->iters[tz->it_n].extent;
-    p->K = w->iters[tz->it_k].extent;
-    p->hp = p->bpos;
-    while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
-        p->hp--;
-    int64_t mmax, nmax, kmax;
-    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
-    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
-    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
-    p->full = true;
-    for (int q = 0; q < p->hp; q++)
-        if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
-            p->full = false;
-    p->rows = mmax + 1;
-    p->np = nmax + p->in->lanes;
-    p->kg = kmax / p->in->red + 1;
+    kl_codegen__tzp_plan(p);
     p->wbytes = (p->kg * p->np * p->in->red + 63) / 64 * 64;
     p->cbytes = (p->np * 4 + 63) / 64 * 64;
-    /* Fused: the accumulators hold whole sums when stored, so the
-     * epilogue runs right there and no acc buffer is needed. */
-    p->fused = p->full && p->hp < p->bpos;
-    p->vstore = p->fused && s_plain_s32_out(w, tz->it_m, tz->it_n, p->M, p->N);
-    /* The register tile: unrolled spatial loops right above the reduction
-     * run, up to 32 accumulators. */
-    p->tp = p->hp;
-    p->ntile = 1;
-    while (p->hp < p->bpos && p->tp > 0 &&
-           kl_sched_loop(s, p->tp - 1)->kind == KL_LOOP_UNROLL &&
-           !kl_sched_loop(s, p->tp - 1)->reduce &&
-           p->ntile * kl_sched_loop(s, p->tp - 1)->extent <= 32) {
-        p->tp--;
-        p->ntile *= kl_sched_loop(s, p->tp)->extent;
-    }
+    p->vstore =
+        p->fused && s_plain_s32_out(p->w, p->tz->it_m, p->tz->it_n, p->M, p->N);
+    snprintf(p->ab, sizeof p->ab, "t%d", p->tz->ta);
+    p->as = p->K;
 }
 
 /* The file's head: includes, the intrinsic and kl_a4. */
@@ -217,11 +172,7 @@ static void s_emit_kernel_open(tzp_t *p)
 {
     kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
     kl_codegen__tz_tensor_args(&p->b, p->w);
-    char *alloc =
-        p->fused ? NULL
-        : p->full
-            ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
-            : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+    char *alloc = kl_codegen__tzp_acc_alloc(p);
     const kl_codegen__kv_t kv[] = {
         KL_CG_I("nt", p->nt), KL_CG_I("wbytes", p->wbytes),
         KL_CG_S("alloc", alloc ? alloc : ""), KL_CG_END};
@@ -236,97 +187,6 @@ static void s_emit_kernel_open(tzp_t *p)
                              "    if (!acc)\n        return;\n",
                              kv);
     free(alloc);
-}
-
-/* The register tile's accumulators, each with its m, n0, guard, start
- * value and activation row, the tile's loops unrolled at their values. */
-static void s_emit_tile(tzp_t *p)
-{
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
-    for (int64_t t = 0; t < p->ntile; t++) {
-        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
-                                       KL_CG_I("t", t),
-                                       KL_CG_S("em", p->em.data),
-                                       KL_CG_S("en", p->en.data),
-                                       KL_CG_S("g", g.data ? g.data : ""),
-                                       KL_CG_I("np", p->np),
-                                       KL_CG_I("ta", p->tz->ta),
-                                       KL_CG_I("M", p->M),
-                                       KL_CG_I("M1", p->M - 1),
-                                       KL_CG_I("K", p->K),
-                                       KL_CG_END};
-        kl_codegen__template(&p->b,
-                             "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n"
-                             "${i}{\n",
-                             kv);
-        int64_t rem = t;
-        for (int q = p->hp - 1; q >= p->tp; q--) {
-            const kl_loop_t *lq = kl_sched_loop(p->s, q);
-            kl_buf_printf(&p->b, "%s    const int64_t l%d = %lld;\n", p->ind,
-                          lq->id, (long long)(rem % lq->extent));
-            rem /= lq->extent;
-        }
-        kl_codegen__template(
-            &p->b,
-            "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
-            "${i}    ok_${t} = 1${g};\n${i}}\n",
-            kv);
-        kl_codegen__template(
-            &p->b,
-            p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
-                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
-                      "* ${np} + n0_${t}) : KL_VZERO();\n",
-            kv);
-        /* Rows past M (an imperfect split) read row M-1: their sums are
-         * never stored (ok_t is 0). */
-        kl_codegen__template(&p->b,
-                             "${i}const uint8_t *a_${t} = t${ta} + (m_${t} < "
-                             "${M} ? m_${t} : ${M1}) * ${K};\n",
-                             kv);
-    }
-    kl_buf_free(&g);
-}
-
-/* The block: one intrinsic call per accumulator (through acc when no
- * reduction loop runs right above it). */
-static void s_emit_block(tzp_t *p)
-{
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
-    if (p->hp == p->bpos)
-        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
-    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
-                                   KL_CG_S("em", p->em.data),
-                                   KL_CG_S("en", p->en.data),
-                                   KL_CG_S("ek", p->ek.data),
-                                   KL_CG_S("g", g.data ? g.data : ""),
-                                   KL_CG_I("np", p->np),
-                                   KL_CG_I("ta", p->tz->ta),
-                                   KL_CG_I("K", p->K),
-                                   KL_CG_END};
-    if (p->hp == p->bpos) {
-        kl_codegen__template(
-            &p->b,
-            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
-            "${i}if (1${g}) {\n"
-            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
-            "${i}    c = kl_dot(c, kl_a4(t${ta} + m * ${K}, k0), wp + "
-            "KL_WOFF(k0, n0));\n"
-            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
-            kv);
-    } else {
-        kl_codegen__template(
-            &p->b, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", kv);
-        for (int64_t t = 0; t < p->ntile; t++)
-            kl_buf_printf(&p->b,
-                          "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, "
-                          "k0), wp + KL_WOFF(k0, n0_%lld));\n",
-                          p->ind, (long long)t, (long long)t, (long long)t,
-                          (long long)t);
-        kl_buf_printf(&p->b, "%s}\n", p->ind);
-    }
-    kl_buf_free(&g);
 }
 
 /* Accumulator t stored as acc - comp, one vector store (lanes past N,
@@ -400,29 +260,6 @@ static int s_emit_tile_store(tzp_t *p, char *err)
     return rc;
 }
 
-/* The loops above the block, the tile unrolled at tp, the block, and the
- * loops closed with the tile's stores where the tile was opened. */
-static int s_emit_nest(tzp_t *p, char *err)
-{
-    bool tiled = p->hp < p->bpos;
-    for (int q = 0; q < p->bpos; q++) {
-        if (q == p->tp && tiled)
-            s_emit_tile(p);
-        if (q >= p->tp && q < p->hp && tiled)
-            continue; /* the tile: unrolled above */
-        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
-    }
-    s_emit_block(p);
-    int rc = KL_OK;
-    for (int q = p->bpos - 1; q >= 0; q--) {
-        if (!(q >= p->tp && q < p->hp && tiled))
-            kl_codegen__tz_close(&p->b, p->ind);
-        if (q == p->tp && tiled)
-            rc = s_emit_tile_store(p, err);
-    }
-    return rc;
-}
-
 /* Not fused: every output point from acc, through the epilogue. */
 static int s_emit_epilogue_pass(tzp_t *p, char *err)
 {
@@ -469,22 +306,17 @@ int kl_codegen_tensorized(const kl_sched_t *s, const char *entry,
     p->w = kl_sched_workload(s);
     p->tz = &tz;
     p->in = kl_intrin_find(tz.intrin);
+    p->fam = &s_fam;
     p->entry = entry ? entry : "kl_main";
     s_plan(p);
     s_emit_head(p);
     s_emit_prepare(p);
     s_emit_kernel_open(p);
     strcpy(p->ind, "    ");
-    rc = s_emit_nest(p, err);
+    rc = kl_codegen__tzp_nest(p, err);
     if (p->fused)
         kl_buf_puts(&p->b, "}\n");
     else
         rc = s_emit_epilogue_pass(p, err);
-    kl_buf_free(&p->em);
-    kl_buf_free(&p->en);
-    kl_buf_free(&p->ek);
-    kl_buf_t b = p->b;
-    const char *e = p->entry;
-    free(p);
-    return kl_codegen__tz_kernel(&b, e, rc, out);
+    return kl_codegen__tzp_finish(p, rc, out);
 }

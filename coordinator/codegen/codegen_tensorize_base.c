@@ -6,6 +6,7 @@
  * (codegen_tensorize_conv.c) and its NCHW parts (codegen_tensorize_nchw.c),
  * so that calls go down only. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cg_emit.h"
@@ -248,4 +249,180 @@ void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t)
                       kl_codegen__tzc_iter_of(w, &w->out.idx[d]), (long long)t);
         st *= Y->shape[d];
     }
+}
+
+void kl_codegen__tzp_plan(kl_codegen__tzp_t *p)
+{
+    const kl_sched_t *s = p->s;
+    const kl_tensorize_t *tz = p->tz;
+    p->bpos = kl_sched_loop_pos(s, tz->loop);
+    p->nt = p->w->ntensors;
+    p->ot = kl_workload_output(p->w);
+    p->M = p->w->iters[tz->it_m].extent;
+    p->N = p->w->iters[tz->it_n].extent;
+    p->K = p->w->iters[tz->it_k].extent;
+    p->hp = p->bpos;
+    while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
+        p->hp--;
+    int64_t mmax, nmax, kmax;
+    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
+    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
+    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
+    p->full = true;
+    for (int q = 0; q < p->hp; q++)
+        if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
+            p->full = false;
+    p->rows = mmax + 1;
+    p->np = nmax + p->in->lanes;
+    p->kg = kmax / p->in->red + 1;
+    /* Fused: the accumulators hold whole sums when stored, so the
+     * epilogue runs right there and no acc buffer is needed. */
+    p->fused = p->full && p->hp < p->bpos;
+    /* The register tile: unrolled spatial loops right above the reduction
+     * run, up to 32 accumulators. */
+    p->tp = p->hp;
+    p->ntile = 1;
+    while (p->hp < p->bpos && p->tp > 0 &&
+           kl_sched_loop(s, p->tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, p->tp - 1)->reduce &&
+           p->ntile * kl_sched_loop(s, p->tp - 1)->extent <= 32) {
+        p->tp--;
+        p->ntile *= kl_sched_loop(s, p->tp)->extent;
+    }
+}
+
+/* The register tile's accumulators, each with its m, n0, guard, start
+ * value and activation row, the tile's loops unrolled at their values. */
+static void s_tzp_tile(kl_codegen__tzp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    for (int64_t t = 0; t < p->ntile; t++) {
+        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                       KL_CG_I("t", t),
+                                       KL_CG_S("em", p->em.data),
+                                       KL_CG_S("en", p->en.data),
+                                       KL_CG_S("g", g.data ? g.data : ""),
+                                       KL_CG_I("np", p->np),
+                                       KL_CG_S("at", p->fam->a_type),
+                                       KL_CG_S("ab", p->ab),
+                                       KL_CG_I("as", p->as),
+                                       KL_CG_I("M", p->M),
+                                       KL_CG_I("M1", p->M - 1),
+                                       KL_CG_END};
+        kl_codegen__template(
+            &p->b, "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n${i}{\n",
+            kv);
+        int64_t rem = t;
+        for (int q = p->hp - 1; q >= p->tp; q--) {
+            const kl_loop_t *lq = kl_sched_loop(p->s, q);
+            kl_buf_printf(&p->b, "%s    const int64_t l%d = %lld;\n", p->ind,
+                          lq->id, (long long)(rem % lq->extent));
+            rem /= lq->extent;
+        }
+        kl_codegen__template(
+            &p->b,
+            "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
+            "${i}    ok_${t} = 1${g};\n${i}}\n",
+            kv);
+        kl_codegen__template(
+            &p->b,
+            p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
+                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
+                      "* ${np} + n0_${t}) : KL_VZERO();\n",
+            kv);
+        /* Rows past M (an imperfect split) read row M-1: their sums are
+         * never stored (ok_t is 0). */
+        kl_codegen__template(&p->b,
+                             "${i}const ${at} *a_${t} = ${ab} + (m_${t} < "
+                             "${M} ? m_${t} : ${M1}) * ${as};\n",
+                             kv);
+    }
+    kl_buf_free(&g);
+}
+
+/* Template tmpl at accumulator t with the block's names: ${i}, ${t},
+ * ${em}, ${en}, ${ek}, ${g} (the guards), ${np}, ${ab}, ${as}. */
+static void s_tzp_emit(kl_codegen__tzp_t *p, const char *tmpl, int64_t t,
+                       const kl_buf_t *g)
+{
+    const kl_codegen__kv_t kv[] = {
+        KL_CG_S("i", p->ind),      KL_CG_I("t", t),
+        KL_CG_S("em", p->em.data), KL_CG_S("en", p->en.data),
+        KL_CG_S("ek", p->ek.data), KL_CG_S("g", g->data ? g->data : ""),
+        KL_CG_I("np", p->np),      KL_CG_S("ab", p->ab),
+        KL_CG_I("as", p->as),      KL_CG_END};
+    kl_codegen__template(&p->b, tmpl, kv);
+}
+
+/* The block: one intrinsic call per accumulator (through acc when no
+ * reduction loop runs right above it). */
+static void s_tzp_block(kl_codegen__tzp_t *p)
+{
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
+    if (p->hp == p->bpos) {
+        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+        char *dot = kl_xasprintf(
+            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
+            "${i}if (1${g}) {\n"
+            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
+            "${i}    c = kl_dot(c, %s, wp + KL_WOFF(k0, n0));\n"
+            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
+            p->fam->a_at);
+        s_tzp_emit(p, dot, 0, &g);
+        free(dot);
+    } else {
+        s_tzp_emit(p, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", 0,
+                   &g);
+        char *dot = kl_xasprintf("${i}    c_${t} = kl_dot(c_${t}, %s, wp + "
+                                 "KL_WOFF(k0, n0_${t}));\n",
+                                 p->fam->a_tile);
+        for (int64_t t = 0; t < p->ntile; t++)
+            s_tzp_emit(p, dot, t, &g);
+        free(dot);
+        kl_buf_printf(&p->b, "%s}\n", p->ind);
+    }
+    kl_buf_free(&g);
+}
+
+int kl_codegen__tzp_nest(kl_codegen__tzp_t *p, char *err)
+{
+    bool tiled = p->hp < p->bpos;
+    for (int q = 0; q < p->bpos; q++) {
+        if (q == p->tp && tiled)
+            s_tzp_tile(p);
+        if (q >= p->tp && q < p->hp && tiled)
+            continue; /* the tile: unrolled above */
+        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
+    }
+    s_tzp_block(p);
+    int rc = KL_OK;
+    for (int q = p->bpos - 1; q >= 0; q--) {
+        if (!(q >= p->tp && q < p->hp && tiled))
+            kl_codegen__tz_close(&p->b, p->ind);
+        if (q == p->tp && tiled)
+            rc = p->fam->tile_store(p, err);
+    }
+    return rc;
+}
+
+char *kl_codegen__tzp_acc_alloc(const kl_codegen__tzp_t *p)
+{
+    if (p->fused)
+        return NULL;
+    return p->full
+               ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
+               : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+}
+
+int kl_codegen__tzp_finish(kl_codegen__tzp_t *p, int rc, kl_kernel_t *out)
+{
+    kl_buf_free(&p->em);
+    kl_buf_free(&p->en);
+    kl_buf_free(&p->ek);
+    kl_buf_t b = p->b;
+    const char *e = p->entry;
+    free(p);
+    return kl_codegen__tz_kernel(&b, e, rc, out);
 }

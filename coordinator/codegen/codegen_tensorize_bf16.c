@@ -31,25 +31,17 @@
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-/* One product's generation (as codegen_tensorize.c's tzp_t). */
-typedef struct {
-    const kl_sched_t *s;
-    const kl_workload_t *w;
-    const kl_tensorize_t *tz;
-    const kl_intrin_t *in;
-    const char *entry;
-    int bpos, hp, tp; /* the block; the reduction run [hp, bpos); tile */
-    int64_t ntile;
-    int nt, ot;
-    int64_t M, N, K;
-    int64_t rows, np, kg; /* acc rows, padded columns, K pairs */
-    int64_t wbytes;       /* the packed weights */
-    bool bconst;          /* B packed once in prepare */
-    bool full, fused, vstore, par;
-    kl_buf_t em, en, ek;
-    char ind[256];
-    kl_buf_t b;
-} bfp_t;
+typedef kl_codegen__tzp_t bfp_t;
+
+static int s_emit_tile_store(bfp_t *p, char *err);
+
+/* The bf16 family: activations packed as bf16 pairs a2[m][k/2]. */
+static const kl_codegen__tzfam_t s_fam = {
+    .a_type = "uint32_t",
+    .a_at = "${ab}[m * ${as} + k0 / 2]",
+    .a_tile = "a_${t}[k0 / 2]",
+    .tile_store = s_emit_tile_store,
+};
 
 /* Whether the output is a plain f32 Y[m][n] ([M][N]) with no epilogue. */
 static bool s_plain_out(const bfp_t *p)
@@ -69,43 +61,16 @@ static bool s_plain_out(const bfp_t *p)
     return true;
 }
 
+/* The shared plan, then the packed weights' bytes, B const or not and
+ * whether a fused store is one vector. */
 static void s_plan(bfp_t *p)
 {
-    const kl_sched_t *s = p->s;
-    const kl_tensorize_t *tz = p->tz;
-    p->bpos = kl_sched_loop_pos(s, tz->loop);
-    p->nt = p->w->ntensors;
-    p->ot = kl_workload_output(p->w);
-    p->M = p->w->iters[tz->it_m].extent;
-    p->N = p->w->iters[tz->it_n].extent;
-    p->K = p->w->iters[tz->it_k].extent;
-    p->bconst = p->w->tensors[tz->tb].is_const;
-    p->hp = p->bpos;
-    while (p->hp > 0 && kl_sched_loop(s, p->hp - 1)->reduce)
-        p->hp--;
-    int64_t mmax, nmax, kmax;
-    kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
-    kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
-    kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
-    p->full = true;
-    for (int q = 0; q < p->hp; q++)
-        if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
-            p->full = false;
-    p->rows = mmax + 1;
-    p->np = nmax + p->in->lanes;
-    p->kg = kmax / p->in->red + 1;
+    kl_codegen__tzp_plan(p);
+    p->bconst = p->w->tensors[p->tz->tb].is_const;
     p->wbytes = (p->kg * p->np * 4 + 63) / 64 * 64;
-    p->fused = p->full && p->hp < p->bpos;
     p->vstore = p->fused && s_plain_out(p);
-    p->tp = p->hp;
-    p->ntile = 1;
-    while (p->hp < p->bpos && p->tp > 0 &&
-           kl_sched_loop(s, p->tp - 1)->kind == KL_LOOP_UNROLL &&
-           !kl_sched_loop(s, p->tp - 1)->reduce &&
-           p->ntile * kl_sched_loop(s, p->tp - 1)->extent <= 32) {
-        p->tp--;
-        p->ntile *= kl_sched_loop(s, p->tp)->extent;
-    }
+    snprintf(p->ab, sizeof p->ab, "a2");
+    p->as = p->kg;
 }
 
 /* The head: the intrinsic, the RNE conversion (scalar and 16 lanes). */
@@ -260,11 +225,7 @@ static void s_emit_kernel_open(bfp_t *p)
 {
     kl_buf_printf(&p->b, "void %s(void *const *args)\n{\n", p->entry);
     kl_codegen__tz_tensor_args(&p->b, p->w);
-    char *alloc =
-        p->fused ? NULL
-        : p->full
-            ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
-            : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+    char *alloc = kl_codegen__tzp_acc_alloc(p);
     const kl_codegen__kv_t kv[] = {KL_CG_I("nt", p->nt),
                                    KL_CG_I("ta", p->tz->ta),
                                    KL_CG_I("tb", p->tz->tb),
@@ -292,91 +253,6 @@ static void s_emit_kernel_open(bfp_t *p)
                              "        ${fw}return;\n    }\n",
                              kv);
     free(alloc);
-}
-
-/* The register tile's accumulators with their m, n0, guard and row. */
-static void s_emit_tile(bfp_t *p)
-{
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
-    for (int64_t t = 0; t < p->ntile; t++) {
-        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
-                                       KL_CG_I("t", t),
-                                       KL_CG_S("em", p->em.data),
-                                       KL_CG_S("en", p->en.data),
-                                       KL_CG_S("g", g.data ? g.data : ""),
-                                       KL_CG_I("np", p->np),
-                                       KL_CG_I("M", p->M),
-                                       KL_CG_I("M1", p->M - 1),
-                                       KL_CG_I("kg", p->kg),
-                                       KL_CG_END};
-        kl_codegen__template(
-            &p->b, "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n${i}{\n",
-            kv);
-        int64_t rem = t;
-        for (int q = p->hp - 1; q >= p->tp; q--) {
-            const kl_loop_t *lq = kl_sched_loop(p->s, q);
-            kl_buf_printf(&p->b, "%s    const int64_t l%d = %lld;\n", p->ind,
-                          lq->id, (long long)(rem % lq->extent));
-            rem /= lq->extent;
-        }
-        kl_codegen__template(
-            &p->b,
-            "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
-            "${i}    ok_${t} = 1${g};\n${i}}\n",
-            kv);
-        kl_codegen__template(
-            &p->b,
-            p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
-                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
-                      "* ${np} + n0_${t}) : KL_VZERO();\n",
-            kv);
-        kl_codegen__template(&p->b,
-                             "${i}const uint32_t *a_${t} = a2 + (m_${t} < "
-                             "${M} ? m_${t} : ${M1}) * ${kg};\n",
-                             kv);
-    }
-    kl_buf_free(&g);
-}
-
-/* The block: one vdpbf16ps per accumulator (through acc when no reduction
- * loop runs right above it). */
-static void s_emit_block(bfp_t *p)
-{
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
-    if (p->hp == p->bpos)
-        kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
-    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
-                                   KL_CG_S("em", p->em.data),
-                                   KL_CG_S("en", p->en.data),
-                                   KL_CG_S("ek", p->ek.data),
-                                   KL_CG_S("g", g.data ? g.data : ""),
-                                   KL_CG_I("np", p->np),
-                                   KL_CG_I("kg", p->kg),
-                                   KL_CG_END};
-    if (p->hp == p->bpos) {
-        kl_codegen__template(
-            &p->b,
-            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
-            "${i}if (1${g}) {\n"
-            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
-            "${i}    c = kl_dot(c, a2[m * ${kg} + k0 / 2], wp + "
-            "KL_WOFF(k0, n0));\n"
-            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
-            kv);
-    } else {
-        kl_codegen__template(
-            &p->b, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", kv);
-        for (int64_t t = 0; t < p->ntile; t++)
-            kl_buf_printf(&p->b,
-                          "%s    c_%lld = kl_dot(c_%lld, a_%lld[k0 / 2], wp + "
-                          "KL_WOFF(k0, n0_%lld));\n",
-                          p->ind, (long long)t, (long long)t, (long long)t,
-                          (long long)t);
-        kl_buf_printf(&p->b, "%s}\n", p->ind);
-    }
-    kl_buf_free(&g);
 }
 
 /* The flat offset of access a at the point named by i<iterator>. */
@@ -483,27 +359,6 @@ static int s_emit_tile_store(bfp_t *p, char *err)
     return rc;
 }
 
-static int s_emit_nest(bfp_t *p, char *err)
-{
-    bool tiled = p->hp < p->bpos;
-    for (int q = 0; q < p->bpos; q++) {
-        if (q == p->tp && tiled)
-            s_emit_tile(p);
-        if (q >= p->tp && q < p->hp && tiled)
-            continue;
-        kl_codegen__tz_open(&p->b, kl_sched_loop(p->s, q), p->ind, &p->par);
-    }
-    s_emit_block(p);
-    int rc = KL_OK;
-    for (int q = p->bpos - 1; q >= 0; q--) {
-        if (!(q >= p->tp && q < p->hp && tiled))
-            kl_codegen__tz_close(&p->b, p->ind);
-        if (q == p->tp && tiled)
-            rc = s_emit_tile_store(p, err);
-    }
-    return rc;
-}
-
 /* Not fused: every output point from acc, through the epilogue. */
 static int s_emit_epilogue_pass(bfp_t *p, char *err)
 {
@@ -534,6 +389,7 @@ int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
     p->w = kl_sched_workload(s);
     p->tz = tz;
     p->in = kl_intrin_find(tz->intrin);
+    p->fam = &s_fam;
     p->entry = entry ? entry : "kl_main";
     s_plan(p);
     s_emit_head(p);
@@ -541,16 +397,10 @@ int kl_codegen__tensorized_bf16(const kl_sched_t *s, const kl_tensorize_t *tz,
     s_emit_prepare(p);
     s_emit_kernel_open(p);
     strcpy(p->ind, "    ");
-    int rc = s_emit_nest(p, err);
+    int rc = kl_codegen__tzp_nest(p, err);
     if (!rc && !p->fused)
         rc = s_emit_epilogue_pass(p, err);
     kl_buf_puts(&p->b, p->bconst ? "    free(a2);\n}\n"
                                  : "    free(a2);\n    free(wp);\n}\n");
-    kl_buf_free(&p->em);
-    kl_buf_free(&p->en);
-    kl_buf_free(&p->ek);
-    kl_buf_t b = p->b;
-    const char *e = p->entry;
-    free(p);
-    return kl_codegen__tz_kernel(&b, e, rc, out);
+    return kl_codegen__tzp_finish(p, rc, out);
 }
