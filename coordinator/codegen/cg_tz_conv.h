@@ -1,8 +1,9 @@
 /* cg_tz_conv.h - shared by the tensorized convolution generator's files
  * (codegen_tensorize_conv.c: the core; codegen_tensorize_nchw.c: the NCHW
  * repack and the tile-transposed store; codegen_tensorize_store.c: the
- * register tile's stores; codegen_tensorize_base.c: what all use). Not part of
- * the public contract. */
+ * register tile's stores; codegen_tensorize_conv_bf16.c: the bf16
+ * convolution; codegen_tensorize_base.c: what all use). Not part of the
+ * public contract. */
 #ifndef CG_TZ_CONV_H
 #define CG_TZ_CONV_H
 
@@ -14,11 +15,25 @@
 
 #define MAXT 32 /* accumulators in a register tile, at most */
 
+typedef struct conv conv_t;
+/* What differs between the int8 and bf16 convolutions' shared steps. */
 typedef struct {
+    const char *a_type; /* a tap row's element: "uint8_t", "uint32_t" */
+    const char *w_type; /* a packed weight: "int8_t", "uint16_t" */
+    int cgrp;           /* channels per group (per kl_dot lane) */
+    /* The C template of the activations fed to kl_dot from tile ${t}'s
+     * row a_${t} at channel c0. */
+    const char *a_dot;
+    /* The register tile's stores after the reduction run. */
+    int (*stores)(kl_buf_t *b, const conv_t *c, const char *ind, char *err);
+} kl_codegen__tzcfam_t;
+
+struct conv {
     const kl_sched_t *s;
     const kl_workload_t *w;
     const kl_tensorize_t *tz;
     const kl_intrin_t *in;
+    const kl_codegen__tzcfam_t *fam;
     const kl_access_t *xa, *wa; /* X[.., c], W[taps.., c, f] */
     int bpos, hp, tp, cp;
     int64_t ntile;
@@ -41,7 +56,7 @@ typedef struct {
     int pfg;
     int64_t nkb;
     bool pft[MAXT];
-} conv_t;
+};
 
 /* Packed weights from this size on are prefetched a K group ahead. */
 #define KL_TZC_PF_BYTES (256 * 1024)
@@ -53,6 +68,20 @@ int kl_codegen__tzc_iter_of(const kl_workload_t *w, const kl_affine_t *a);
 bool kl_codegen__tzc_vec_epi_ok(const conv_t *c);
 /* The C expression of Y's flat offset at tile t's output point. */
 void kl_codegen__tzc_yoff(kl_buf_t *b, const conv_t *c, int64_t t);
+
+/* The shared steps of both convolution generators
+ * (codegen_tensorize_base.c). The access of tensor t in e (a load). */
+const kl_access_t *kl_codegen__tzc_find_access(const kl_expr_t *e, int t);
+/* The block's loops: hp, the reduction run; cp, the innermost loops that
+ * run the channels only; [tp, hp) the register tile. */
+void kl_codegen__tzc_plan_loops(conv_t *c);
+/* W's flat index for (tap, c, f), tap decomposed over W's tap dims. */
+void kl_codegen__tzc_widx(kl_buf_t *b, const conv_t *c);
+/* The loops: above the tile, the tile's setup, the reduction run with the
+ * taps' rows (ntap taps, cg channel groups), the block (c0: ek), then
+ * the stores (c->fam->stores) where the tile ends. */
+int kl_codegen__tzc_nest(kl_buf_t *b, const conv_t *c, const char *ek,
+                         int64_t ntap, int64_t cg, char *err);
 
 /* The stores of tile t's finished accumulator (codegen_tensorize_store.c):
  * the AVX-512 q-op epilogue on 16 lanes at once (kl_codegen__tzc_vec_epi_ok;

@@ -426,3 +426,241 @@ int kl_codegen__tzp_finish(kl_codegen__tzp_t *p, int rc, kl_kernel_t *out)
     free(p);
     return kl_codegen__tz_kernel(&b, e, rc, out);
 }
+
+/* The access of tensor t in the body (a load). */
+const kl_access_t *kl_codegen__tzc_find_access(const kl_expr_t *e, int t)
+{
+    if (!e)
+        return NULL;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t)
+        return &e->access;
+    const kl_access_t *a = kl_codegen__tzc_find_access(e->a, t);
+    return a ? a : kl_codegen__tzc_find_access(e->b, t);
+}
+
+/* Declares, for tile t, the values v<it>_t of the spatial iterators with
+ * the tile loops [tp, hp) at t's constants, and ok_t (t's guards). */
+static void s_tzc_tile_setup(kl_buf_t *b, const conv_t *c, int64_t t,
+                             const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    for (int it = 0; it < w->niters; it++)
+        if (!w->iters[it].reduce)
+            kl_buf_printf(b, "%sint64_t v%d_%lld;\n", ind, it, (long long)t);
+    kl_buf_printf(b, "%sint ok_%lld;\n%s{\n", ind, (long long)t, ind);
+    int64_t rem = t;
+    for (int q = c->hp - 1; q >= c->tp; q--) {
+        const kl_loop_t *lq = kl_sched_loop(c->s, q);
+        kl_buf_printf(b, "%s    const int64_t l%d = %lld;\n", ind, lq->id,
+                      (long long)(rem % lq->extent));
+        rem /= lq->extent;
+    }
+    for (int it = 0; it < w->niters; it++) {
+        if (w->iters[it].reduce)
+            continue;
+        kl_buf_t e = {0};
+        int64_t mx;
+        kl_codegen__tz_iter_expr(c->s, it, c->hp, &e, &mx);
+        kl_buf_printf(b, "%s    v%d_%lld = %s;\n", ind, it, (long long)t,
+                      e.data);
+        kl_buf_free(&e);
+    }
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(c->s, 0, c->hp, c->bpos, &g);
+    kl_buf_printf(b, "%s    ok_%lld = 1%s;\n%s}\n", ind, (long long)t,
+                  g.data ? g.data : "", ind);
+    kl_buf_free(&g);
+    kl_buf_printf(b, "%skl_vacc_t c_%lld = KL_VZERO();\n", ind, (long long)t);
+}
+
+/* sum of coef * value over the iterators of a of one kind (reduce or
+ * spatial), tile t's values for spatial ones, rv<it> for reductions. */
+static void s_affine_part(kl_buf_t *b, const kl_workload_t *w,
+                          const kl_affine_t *a, bool reduce, int64_t t)
+{
+    for (int it = 0; it < w->niters; it++) {
+        if (!a->coef[it] || w->iters[it].reduce != reduce)
+            continue;
+        if (reduce)
+            kl_buf_printf(b, " + %lld * rv%d", (long long)a->coef[it], it);
+        else
+            kl_buf_printf(b, " + %lld * v%d_%lld", (long long)a->coef[it], it,
+                          (long long)t);
+    }
+}
+
+/* At cp: the taps' values, the tap index and, per tile, the row pointer
+ * a_t (X at the pixel's input point, or the za row outside X) and the
+ * weight pointer w_t of the tap. */
+static void s_tzc_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap,
+                            int64_t cg, const char *ind)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *X = &w->tensors[c->xa->tensor],
+                      *W = &w->tensors[c->wa->tensor];
+    for (int it = 0; it < w->niters; it++) {
+        if (!w->iters[it].reduce || it == c->tz->it_k)
+            continue;
+        kl_buf_t e = {0};
+        int64_t mx;
+        kl_codegen__tz_iter_expr(c->s, it, c->bpos, &e, &mx);
+        kl_buf_printf(b, "%sconst int64_t rv%d = %s;\n", ind, it, e.data);
+        kl_buf_free(&e);
+    }
+    /* tap = the W index over its tap dimensions, row-major. */
+    kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
+    int64_t st = 1;
+    for (int d = W->ndim - 1; d >= 0; d--) {
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
+        if (it == c->tz->it_k || it == c->tz->it_n)
+            continue;
+        kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
+        st *= W->shape[d];
+    }
+    kl_buf_puts(b, ";\n");
+    (void)ntap;
+    for (int64_t t = 0; t < c->ntile; t++) {
+        kl_buf_printf(b, "%sconst %s *a_%lld;\n%s{\n", ind, c->fam->a_type,
+                      (long long)t, ind);
+        kl_buf_printf(b, "%s    int in_ = 1;\n%s    int64_t o_ = 0;\n", ind,
+                      ind);
+        for (int d = 0; d < X->ndim; d++) {
+            if (d == c->dc)
+                continue;
+            kl_buf_printf(b, "%s    { int64_t h = (int64_t)%lld", ind,
+                          (long long)(c->xa->idx[d].offset + c->lo[d]));
+            s_affine_part(b, w, &c->xa->idx[d], false, t);
+            s_affine_part(b, w, &c->xa->idx[d], true, t);
+            kl_buf_printf(b,
+                          "; in_ &= h >= 0 && h < %lld; o_ = o_ * %lld + h; "
+                          "}\n",
+                          (long long)c->sh[d], (long long)c->sh[d]);
+        }
+        if (c->repack)
+            kl_buf_printf(b,
+                          "%s    a_%lld = in_ ? kl_scr + o_ * %lld : "
+                          "kl_zrow;\n%s}\n",
+                          ind, (long long)t, (long long)c->cpad, ind);
+        else
+            kl_buf_printf(
+                b, "%s    a_%lld = in_ ? t%d + o_ * %lld : kl_zrow;\n%s}\n",
+                ind, (long long)t, c->xa->tensor,
+                (long long)X->shape[X->ndim - 1], ind);
+        kl_buf_printf(b,
+                      "%sconst %s *w_%lld = wp + ((v%d_%lld / %d) * "
+                      "%lldLL + tap) * %lldLL;\n",
+                      ind, c->fam->w_type, (long long)t, c->tz->it_n,
+                      (long long)t, c->in->lanes, (long long)ntap,
+                      (long long)(cg * c->fam->cgrp * c->in->lanes));
+        if (c->pfg && c->pft[t])
+            kl_buf_printf(b,
+                          "%sconst %s *pf_%lld = wp + ((((v%d_%lld / %d) "
+                          "+ %d) %% %lld) * %lldLL + tap) * %lldLL;\n",
+                          ind, c->fam->w_type, (long long)t, c->tz->it_n,
+                          (long long)t, c->in->lanes, c->pfg, (long long)c->nkb,
+                          (long long)ntap,
+                          (long long)(cg * c->fam->cgrp * c->in->lanes));
+    }
+}
+
+/* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
+ * over W's tap dimensions. */
+void kl_codegen__tzc_widx(kl_buf_t *b, const conv_t *c)
+{
+    const kl_workload_t *w = c->w;
+    const kl_tensor_t *W = &w->tensors[c->wa->tensor];
+    int64_t tst = 1, wst = 1;
+    kl_buf_puts(b, "(int64_t)0");
+    for (int d = W->ndim - 1; d >= 0; d--) {
+        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
+        if (it == c->tz->it_n)
+            kl_buf_printf(b, " + f * %lldLL", (long long)wst);
+        else if (it == c->tz->it_k)
+            kl_buf_printf(b, " + c * %lldLL", (long long)wst);
+        else {
+            kl_buf_printf(b, " + (tap / %lld %% %lld) * %lldLL", (long long)tst,
+                          (long long)W->shape[d], (long long)wst);
+            tst *= W->shape[d];
+        }
+        wst *= W->shape[d];
+    }
+}
+
+/* The block's loops: hp, the reduction run; cp, the innermost loops that
+ * run the channels only; [tp, hp) the register tile. */
+void kl_codegen__tzc_plan_loops(conv_t *c)
+{
+    const kl_sched_t *s = c->s;
+    c->bpos = kl_sched_loop_pos(s, c->tz->loop);
+    c->hp = c->bpos;
+    while (c->hp > 0 && kl_sched_loop(s, c->hp - 1)->reduce)
+        c->hp--;
+    c->cp = c->bpos;
+    while (c->cp > c->hp) {
+        const kl_loop_t *l = kl_sched_loop(s, c->cp - 1);
+        bool only_c = true;
+        for (int p = 0; p < l->nparts; p++)
+            only_c = only_c && l->parts[p].iter == c->tz->it_k;
+        if (!only_c)
+            break;
+        c->cp--;
+    }
+    /* The register tile: unrolled spatial loops right above hp. */
+    c->tp = c->hp;
+    c->ntile = 1;
+    while (c->tp > 0 && kl_sched_loop(s, c->tp - 1)->kind == KL_LOOP_UNROLL &&
+           !kl_sched_loop(s, c->tp - 1)->reduce &&
+           c->ntile * kl_sched_loop(s, c->tp - 1)->extent <= MAXT) {
+        c->tp--;
+        c->ntile *= kl_sched_loop(s, c->tp)->extent;
+    }
+}
+
+/* The block: the weight prefetches, one intrinsic call per accumulator
+ * (c0: ek). */
+static void s_tzc_block(kl_buf_t *b, const conv_t *c, const char *ek,
+                        const char *ind)
+{
+    int L = c->in->lanes;
+    kl_buf_t g = {0};
+    kl_codegen__tz_guards(c->s, c->hp, c->bpos, c->bpos, &g);
+    kl_buf_printf(b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind, ek, ind,
+                  g.data ? g.data : "");
+    kl_buf_free(&g);
+    for (int64_t t = 0; t < c->ntile; t++)
+        if (c->pfg && c->pft[t])
+            kl_buf_printf(
+                b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n", ind,
+                (long long)t, L);
+    for (int64_t t = 0; t < c->ntile; t++) {
+        const kl_codegen__kv_t kv[] = {KL_CG_I("t", t), KL_CG_END};
+        kl_buf_printf(b, "%s    c_%lld = kl_dot(c_%lld, ", ind, (long long)t,
+                      (long long)t);
+        kl_codegen__template(b, c->fam->a_dot, kv);
+        kl_buf_printf(b, ", w_%lld + c0 * %d);\n", (long long)t, L);
+    }
+    kl_buf_printf(b, "%s}\n", ind);
+}
+
+int kl_codegen__tzc_nest(kl_buf_t *b, const conv_t *c, const char *ek,
+                         int64_t ntap, int64_t cg, char *err)
+{
+    char ind[256] = "    ";
+    bool par = false;
+    for (int p = 0; p < c->tp; p++)
+        kl_codegen__tz_open(b, kl_sched_loop(c->s, p), ind, &par);
+    for (int64_t t = 0; t < c->ntile; t++)
+        s_tzc_tile_setup(b, c, t, ind);
+    for (int p = c->hp; p < c->cp; p++)
+        kl_codegen__tz_open(b, kl_sched_loop(c->s, p), ind, &par);
+    s_tzc_tap_setup(b, c, ntap, cg, ind);
+    for (int p = c->cp; p < c->bpos; p++)
+        kl_codegen__tz_open(b, kl_sched_loop(c->s, p), ind, &par);
+    s_tzc_block(b, c, ek, ind);
+    for (int p = c->bpos - 1; p >= c->hp; p--)
+        kl_codegen__tz_close(b, ind);
+    int rc = c->fam->stores(b, c, ind, err);
+    for (int p = c->tp - 1; p >= 0; p--)
+        kl_codegen__tz_close(b, ind);
+    return rc;
+}

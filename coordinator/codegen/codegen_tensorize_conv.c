@@ -45,144 +45,9 @@
 #include "kl_intrin.h"
 #include "kl_util.h"
 
-/* The access of tensor t in the body (a load). */
-static const kl_access_t *s_find_access(const kl_expr_t *e, int t)
-{
-    if (!e)
-        return NULL;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t)
-        return &e->access;
-    const kl_access_t *a = s_find_access(e->a, t);
-    return a ? a : s_find_access(e->b, t);
-}
-
-/* Declares, for tile t, the values v<it>_t of the spatial iterators with
- * the tile loops [tp, hp) at t's constants, and ok_t (t's guards). */
-static void s_tile_setup(kl_buf_t *b, const conv_t *c, int64_t t,
-                         const char *ind)
-{
-    const kl_workload_t *w = c->w;
-    for (int it = 0; it < w->niters; it++)
-        if (!w->iters[it].reduce)
-            kl_buf_printf(b, "%sint64_t v%d_%lld;\n", ind, it, (long long)t);
-    kl_buf_printf(b, "%sint ok_%lld;\n%s{\n", ind, (long long)t, ind);
-    int64_t rem = t;
-    for (int q = c->hp - 1; q >= c->tp; q--) {
-        const kl_loop_t *lq = kl_sched_loop(c->s, q);
-        kl_buf_printf(b, "%s    const int64_t l%d = %lld;\n", ind, lq->id,
-                      (long long)(rem % lq->extent));
-        rem /= lq->extent;
-    }
-    for (int it = 0; it < w->niters; it++) {
-        if (w->iters[it].reduce)
-            continue;
-        kl_buf_t e = {0};
-        int64_t mx;
-        kl_codegen__tz_iter_expr(c->s, it, c->hp, &e, &mx);
-        kl_buf_printf(b, "%s    v%d_%lld = %s;\n", ind, it, (long long)t,
-                      e.data);
-        kl_buf_free(&e);
-    }
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(c->s, 0, c->hp, c->bpos, &g);
-    kl_buf_printf(b, "%s    ok_%lld = 1%s;\n%s}\n", ind, (long long)t,
-                  g.data ? g.data : "", ind);
-    kl_buf_free(&g);
-    kl_buf_printf(b, "%skl_vacc_t c_%lld = KL_VZERO();\n", ind, (long long)t);
-}
-
-/* sum of coef * value over the iterators of a of one kind (reduce or
- * spatial), tile t's values for spatial ones, rv<it> for reductions. */
-static void s_affine_part(kl_buf_t *b, const kl_workload_t *w,
-                          const kl_affine_t *a, bool reduce, int64_t t)
-{
-    for (int it = 0; it < w->niters; it++) {
-        if (!a->coef[it] || w->iters[it].reduce != reduce)
-            continue;
-        if (reduce)
-            kl_buf_printf(b, " + %lld * rv%d", (long long)a->coef[it], it);
-        else
-            kl_buf_printf(b, " + %lld * v%d_%lld", (long long)a->coef[it], it,
-                          (long long)t);
-    }
-}
-
-/* At cp: the taps' values, the tap index and, per tile, the row pointer
- * a_t (X at the pixel's input point, or the za row outside X) and the
- * weight pointer w_t of the tap. */
-static void s_tap_setup(kl_buf_t *b, const conv_t *c, int64_t ntap, int64_t cg,
-                        const char *ind)
-{
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *X = &w->tensors[c->xa->tensor],
-                      *W = &w->tensors[c->wa->tensor];
-    for (int it = 0; it < w->niters; it++) {
-        if (!w->iters[it].reduce || it == c->tz->it_k)
-            continue;
-        kl_buf_t e = {0};
-        int64_t mx;
-        kl_codegen__tz_iter_expr(c->s, it, c->bpos, &e, &mx);
-        kl_buf_printf(b, "%sconst int64_t rv%d = %s;\n", ind, it, e.data);
-        kl_buf_free(&e);
-    }
-    /* tap = the W index over its tap dimensions, row-major. */
-    kl_buf_printf(b, "%sconst int64_t tap = (int64_t)0", ind);
-    int64_t st = 1;
-    for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
-        if (it == c->tz->it_k || it == c->tz->it_n)
-            continue;
-        kl_buf_printf(b, " + %lld * rv%d", (long long)st, it);
-        st *= W->shape[d];
-    }
-    kl_buf_puts(b, ";\n");
-    (void)ntap;
-    for (int64_t t = 0; t < c->ntile; t++) {
-        kl_buf_printf(b, "%sconst uint8_t *a_%lld;\n%s{\n", ind, (long long)t,
-                      ind);
-        kl_buf_printf(b, "%s    int in_ = 1;\n%s    int64_t o_ = 0;\n", ind,
-                      ind);
-        for (int d = 0; d < X->ndim; d++) {
-            if (d == c->dc)
-                continue;
-            kl_buf_printf(b, "%s    { int64_t h = (int64_t)%lld", ind,
-                          (long long)(c->xa->idx[d].offset + c->lo[d]));
-            s_affine_part(b, w, &c->xa->idx[d], false, t);
-            s_affine_part(b, w, &c->xa->idx[d], true, t);
-            kl_buf_printf(b,
-                          "; in_ &= h >= 0 && h < %lld; o_ = o_ * %lld + h; "
-                          "}\n",
-                          (long long)c->sh[d], (long long)c->sh[d]);
-        }
-        if (c->repack)
-            kl_buf_printf(b,
-                          "%s    a_%lld = in_ ? kl_scr + o_ * %lld : "
-                          "kl_zrow;\n%s}\n",
-                          ind, (long long)t, (long long)c->cpad, ind);
-        else
-            kl_buf_printf(
-                b, "%s    a_%lld = in_ ? t%d + o_ * %lld : kl_zrow;\n%s}\n",
-                ind, (long long)t, c->xa->tensor,
-                (long long)X->shape[X->ndim - 1], ind);
-        kl_buf_printf(b,
-                      "%sconst int8_t *w_%lld = wp + ((v%d_%lld / %d) * "
-                      "%lldLL + tap) * %lldLL;\n",
-                      ind, (long long)t, c->tz->it_n, (long long)t,
-                      c->in->lanes, (long long)ntap,
-                      (long long)(cg * 4 * c->in->lanes));
-        if (c->pfg && c->pft[t])
-            kl_buf_printf(b,
-                          "%sconst int8_t *pf_%lld = wp + ((((v%d_%lld / %d) "
-                          "+ %d) %% %lld) * %lldLL + tap) * %lldLL;\n",
-                          ind, (long long)t, c->tz->it_n, (long long)t,
-                          c->in->lanes, c->pfg, (long long)c->nkb,
-                          (long long)ntap, (long long)(cg * 4 * c->in->lanes));
-    }
-}
-
 /* Tile t's offset along iterator it from the register tile's loops
- * [tp, hp) at t's constants (what s_tile_setup adds to the outer
- * loops' part). */
+ * [tp, hp) at t's constants (what the tile setup in
+ * codegen_tensorize_base.c adds to the outer loops' part). */
 static int64_t s_tile_off(const conv_t *c, int64_t t, int it)
 {
     int64_t rem = t, off = 0;
@@ -231,29 +96,6 @@ static void s_prefetch_plan(conv_t *c, int64_t wbytes)
     c->pfg = (int)(hi - lo + 1);
 }
 
-/* The packing of prepare: W's flat index for (tap, c, f), tap decomposed
- * over W's tap dimensions. */
-static void s_widx(kl_buf_t *b, const conv_t *c)
-{
-    const kl_workload_t *w = c->w;
-    const kl_tensor_t *W = &w->tensors[c->wa->tensor];
-    int64_t tst = 1, wst = 1;
-    kl_buf_puts(b, "(int64_t)0");
-    for (int d = W->ndim - 1; d >= 0; d--) {
-        int it = kl_codegen__tzc_iter_of(w, &c->wa->idx[d]);
-        if (it == c->tz->it_n)
-            kl_buf_printf(b, " + f * %lldLL", (long long)wst);
-        else if (it == c->tz->it_k)
-            kl_buf_printf(b, " + c * %lldLL", (long long)wst);
-        else {
-            kl_buf_printf(b, " + (tap / %lld %% %lld) * %lldLL", (long long)tst,
-                          (long long)W->shape[d], (long long)wst);
-            tst *= W->shape[d];
-        }
-        wst *= W->shape[d];
-    }
-}
-
 /* One convolution's generation: the plan shared with the NCHW parts (c),
  * the sizes of the packed weights and the prepared block, and the text. */
 typedef struct {
@@ -268,36 +110,6 @@ typedef struct {
     kl_buf_t ek;    /* c0 over the loops above the block */
     kl_buf_t b;
 } cgen_t;
-
-/* The block's loops: hp, the reduction run; cp, the innermost loops that
- * run the channels only; [tp, hp) the register tile. */
-static void s_plan_loops(conv_t *c)
-{
-    const kl_sched_t *s = c->s;
-    c->bpos = kl_sched_loop_pos(s, c->tz->loop);
-    c->hp = c->bpos;
-    while (c->hp > 0 && kl_sched_loop(s, c->hp - 1)->reduce)
-        c->hp--;
-    c->cp = c->bpos;
-    while (c->cp > c->hp) {
-        const kl_loop_t *l = kl_sched_loop(s, c->cp - 1);
-        bool only_c = true;
-        for (int p = 0; p < l->nparts; p++)
-            only_c = only_c && l->parts[p].iter == c->tz->it_k;
-        if (!only_c)
-            break;
-        c->cp--;
-    }
-    /* The register tile: unrolled spatial loops right above hp. */
-    c->tp = c->hp;
-    c->ntile = 1;
-    while (c->tp > 0 && kl_sched_loop(s, c->tp - 1)->kind == KL_LOOP_UNROLL &&
-           !kl_sched_loop(s, c->tp - 1)->reduce &&
-           c->ntile * kl_sched_loop(s, c->tp - 1)->extent <= MAXT) {
-        c->tp--;
-        c->ntile *= kl_sched_loop(s, c->tp)->extent;
-    }
-}
 
 /* NCHW: the padded scratch's shape (every point a tap reads in bounds)
  * and bytes, after a 64-byte busy flag; how the repack steps. */
@@ -343,7 +155,7 @@ static void s_plan(cgen_t *q)
     const kl_workload_t *w = c->w;
     const kl_tensorize_t *tz = c->tz;
     int L = c->in->lanes;
-    s_plan_loops(c);
+    kl_codegen__tzc_plan_loops(c);
     const kl_tensor_t *X = &w->tensors[tz->ta], *W = &w->tensors[tz->tb];
     c->dc = X->ndim - 1;
     for (int d = X->ndim - 1; d >= 0; d--)
@@ -423,7 +235,7 @@ static void s_emit_prepare(cgen_t *q)
 {
     const conv_t *c = &q->c;
     kl_buf_t wi = {0};
-    s_widx(&wi, c);
+    kl_codegen__tzc_widx(&wi, c);
     const kl_codegen__kv_t kv[] = {
         KL_CG_S("entry", q->entry),
         KL_CG_S("builtin", c->in->builtin),
@@ -499,35 +311,11 @@ static void s_emit_kernel_open(cgen_t *q)
         kl_codegen__tzc_repack(&q->b, c, q->wbytes + q->cbytes, q->sbytes - 64);
 }
 
-/* The block: the weight prefetches, one intrinsic call per accumulator. */
-static void s_emit_block(cgen_t *q, const char *ind)
-{
-    const conv_t *c = &q->c;
-    int L = c->in->lanes;
-    kl_buf_t g = {0};
-    kl_codegen__tz_guards(c->s, c->hp, c->bpos, c->bpos, &g);
-    kl_buf_printf(&q->b, "%sconst int64_t c0 = %s;\n%sif (1%s) {\n", ind,
-                  q->ek.data, ind, g.data ? g.data : "");
-    kl_buf_free(&g);
-    for (int64_t t = 0; t < c->ntile; t++)
-        if (c->pfg && c->pft[t])
-            kl_buf_printf(
-                &q->b, "%s    __builtin_prefetch(pf_%lld + c0 * %d, 0, 2);\n",
-                ind, (long long)t, L);
-    for (int64_t t = 0; t < c->ntile; t++)
-        kl_buf_printf(&q->b,
-                      "%s    c_%lld = kl_dot(c_%lld, kl_a4(a_%lld, c0), "
-                      "w_%lld + c0 * %d);\n",
-                      ind, (long long)t, (long long)t, (long long)t,
-                      (long long)t, L);
-    kl_buf_printf(&q->b, "%s}\n", ind);
-}
-
 /* The register tile's stores (vector epilogue, scalar epilogue or plain
  * s32 vectors; by transposes when c->lx). */
-static int s_emit_stores(cgen_t *q, const char *ind, char *err)
+static int s_emit_stores(kl_buf_t *b, const conv_t *c, const char *ind,
+                         char *err)
 {
-    const conv_t *c = &q->c;
     const kl_workload_t *w = c->w;
     bool vstore = !w->nepi &&
                   w->tensors[kl_workload_output(w)].dtype == KL_DT_S32 &&
@@ -536,42 +324,26 @@ static int s_emit_stores(cgen_t *q, const char *ind, char *err)
     bool vepi = kl_codegen__tzc_vec_epi_ok(c);
     if (c->lx >= 0)
         for (int64_t t = 0; t < c->ntile; t++)
-            kl_buf_printf(&q->b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n",
-                          ind, (long long)t);
+            kl_buf_printf(b, "%s__m128i kl_y%lld = _mm_setzero_si128();\n", ind,
+                          (long long)t);
     for (int64_t t = 0; t < c->ntile && !rc; t++)
         if (vepi)
-            kl_codegen__tzc_tile_store_vec(&q->b, c, t, c->lx >= 0, ind);
+            kl_codegen__tzc_tile_store_vec(b, c, t, c->lx >= 0, ind);
         else
-            rc = kl_codegen__tzc_tile_store(&q->b, c, t, vstore, ind, err);
+            rc = kl_codegen__tzc_tile_store(b, c, t, vstore, ind, err);
     if (c->lx >= 0)
-        kl_codegen__tzc_tr_store(&q->b, c, ind);
+        kl_codegen__tzc_tr_store(b, c, ind);
     return rc;
 }
 
-/* The loops: above the tile, the tile's setup, the reduction run with the
- * taps' rows, the block, then the stores where the tile ends. */
-static int s_emit_nest(cgen_t *q, char *err)
-{
-    const conv_t *c = &q->c;
-    char ind[256] = "    ";
-    bool par = false;
-    for (int p = 0; p < c->tp; p++)
-        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
-    for (int64_t t = 0; t < c->ntile; t++)
-        s_tile_setup(&q->b, c, t, ind);
-    for (int p = c->hp; p < c->cp; p++)
-        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
-    s_tap_setup(&q->b, c, q->ntap, q->cg, ind);
-    for (int p = c->cp; p < c->bpos; p++)
-        kl_codegen__tz_open(&q->b, kl_sched_loop(c->s, p), ind, &par);
-    s_emit_block(q, ind);
-    for (int p = c->bpos - 1; p >= c->hp; p--)
-        kl_codegen__tz_close(&q->b, ind);
-    int rc = s_emit_stores(q, ind, err);
-    for (int p = c->tp - 1; p >= 0; p--)
-        kl_codegen__tz_close(&q->b, ind);
-    return rc;
-}
+/* The int8 family: 4 channels a group as bytes (kl_a4). */
+static const kl_codegen__tzcfam_t s_fam = {
+    .a_type = "uint8_t",
+    .w_type = "int8_t",
+    .cgrp = 4,
+    .a_dot = "kl_a4(a_${t}, c0)",
+    .stores = s_emit_stores,
+};
 
 int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
                                const char *entry, kl_kernel_t *out, char *err)
@@ -582,14 +354,15 @@ int kl_codegen_tensorized_conv(const kl_sched_t *s, const kl_tensorize_t *tz,
     c->w = kl_sched_workload(s);
     c->tz = tz;
     c->in = kl_intrin_find(tz->intrin);
-    c->xa = s_find_access(c->w->body, tz->ta);
-    c->wa = s_find_access(c->w->body, tz->tb);
+    c->fam = &s_fam;
+    c->xa = kl_codegen__tzc_find_access(c->w->body, tz->ta);
+    c->wa = kl_codegen__tzc_find_access(c->w->body, tz->tb);
     q->entry = entry;
     s_plan(q);
     s_emit_head(q);
     s_emit_prepare(q);
     s_emit_kernel_open(q);
-    int rc = s_emit_nest(q, err);
+    int rc = kl_codegen__tzc_nest(&q->b, c, q->ek.data, q->ntap, q->cg, err);
     if (c->repack)
         kl_buf_puts(&q->b, "    if (kl_own)\n        free(kl_scr);\n"
                            "    else\n        __atomic_store_n(kl_busy, 0, "
