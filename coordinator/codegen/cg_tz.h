@@ -51,7 +51,8 @@ int kl_codegen__tensorized_conv_bf16(const kl_sched_t *s,
                                      char *err);
 /* The f32 epilogue of the float x at the point named by i<iterator>,
  * then its store into the output, lines at indentation ind
- * (codegen_tensorize_bf16.c; the AMX kernels run it too). */
+ * (codegen_tensorize_base.c, under the bf16 products and convolutions;
+ * the AMX kernels run it too). */
 int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
                               const char *ind, char *err);
 

@@ -255,69 +255,6 @@ static void s_emit_kernel_open(bfp_t *p)
     free(alloc);
 }
 
-/* The flat offset of access a at the point named by i<iterator>. */
-static void s_offset(kl_buf_t *b, const kl_workload_t *w, const kl_access_t *a)
-{
-    const kl_tensor_t *t = &w->tensors[a->tensor];
-    kl_buf_puts(b, "(0");
-    int64_t stride = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        const kl_affine_t *x = &a->idx[d];
-        kl_buf_printf(b, " + %lld * ((%lld", (long long)stride,
-                      (long long)x->offset);
-        for (int i = 0; i < w->niters; i++)
-            if (x->coef[i])
-                kl_buf_printf(b, " + %lld * i%d", (long long)x->coef[i], i);
-        kl_buf_printf(b, ") / %lld)", (long long)(x->div > 1 ? x->div : 1));
-        stride *= t->shape[d];
-    }
-    kl_buf_puts(b, ")");
-}
-
-/* The f32 epilogue of the float x at the point i<iterator>, and its
- * store. */
-int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
-                              const char *ind, char *err)
-{
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
-        kl_buf_printf(b, "%s", ind);
-        switch ((int)ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
-            kl_buf_printf(b, "x = x %c t%d[",
-                          ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
-                          ep->access.tensor);
-            s_offset(b, w, &ep->access);
-            kl_buf_puts(b, "];\n");
-            break;
-        case KL_EPI_ADD_CONST:
-        case KL_EPI_MUL_CONST:
-            kl_buf_printf(b, "x = x %c (float)%.17g;\n",
-                          ep->kind == KL_EPI_ADD_CONST ? '+' : '*', ep->lo);
-            break;
-        case KL_EPI_RELU:
-            kl_buf_puts(b, "x = x > 0.0f ? x : 0.0f;\n");
-            break;
-        case KL_EPI_CLIP:
-            kl_buf_printf(b,
-                          "x = x < (float)%.17g ? (float)%.17g : x > "
-                          "(float)%.17g ? (float)%.17g : x;\n",
-                          ep->lo, ep->lo, ep->hi, ep->hi);
-            break;
-        default:
-            return kl_seterr(err, KL_ERR_INTERNAL,
-                             "codegen: epilogue operation %d in a bf16 "
-                             "workload",
-                             (int)ep->kind);
-        }
-    }
-    kl_buf_printf(b, "%st%d[", ind, kl_workload_output(w));
-    s_offset(b, w, &w->out);
-    kl_buf_puts(b, "] = x;\n");
-    return KL_OK;
-}
-
 /* The register tile's stores after its reduction run. */
 static int s_emit_tile_store(bfp_t *p, char *err)
 {
