@@ -554,13 +554,13 @@ int kiln_cmd_measure(int argc, char **argv)
                     st == KL_FIXED_SEEN ? "this source was measured before"
                                         : "same source as an earlier file");
     }
-    int todo = kl_fixed_todo(j.fixed);
+    int pending = kl_fixed_pending(j.fixed);
     bool usage = false;
-    if (rc == KL_OK && todo) {
+    if (rc == KL_OK && pending) {
         rc = s_start(&j, err);
         usage = rc == KL_ERR_INVAL; /* endpoint, keys or flags that clash */
     }
-    if (rc == KL_OK && todo)
+    if (rc == KL_OK && pending)
         rc = s_run(&j, err);
     for (int i = 0; i < j.npos; i++)
         if (kl_fixed_state_of(j.fixed, i) != KL_FIXED_NEW)

@@ -90,7 +90,7 @@ int kl_fixed_dedupe(kl_fixed_t *f, kl_store_t *store, char *err)
     return rc;
 }
 
-int kl_fixed_todo(const kl_fixed_t *f)
+int kl_fixed_pending(const kl_fixed_t *f)
 {
     int n = 0;
     for (int i = 0; i < f->cfg.n; i++)
@@ -259,14 +259,14 @@ static double s_best_s(const void *ctx)
 
 int kl_fixed_job(kl_fixed_t *f, kl_job_t **out, char *err)
 {
-    int64_t todo = kl_fixed_todo(f);
+    int64_t pending = kl_fixed_pending(f);
     kl_job_cfg_t cfg;
     kl_job_cfg_default(&cfg);
     cfg.task.target = f->cfg.target;
     cfg.ts.kind = KL_TS_ROUND_ROBIN;
-    cfg.ts.max_trials_global = todo;
-    cfg.ts.max_trials_per_task = todo;
-    cfg.ts.trials_per_iter = todo;
+    cfg.ts.max_trials_global = pending;
+    cfg.ts.max_trials_per_task = pending;
+    cfg.ts.trials_per_iter = pending;
     cfg.ts.depth = 1;
     kl_job_proposer_t p = {.ctx = f,
                            .submit = s_submit,

@@ -75,7 +75,7 @@ void kl_fixed_destroy(kl_fixed_t **self_p);
 int kl_fixed_dedupe(kl_fixed_t *f, kl_store_t *store, char *err);
 
 /* The sources to measure (KL_FIXED_NEW). */
-int kl_fixed_todo(const kl_fixed_t *f);
+int kl_fixed_pending(const kl_fixed_t *f);
 kl_fixed_state kl_fixed_state_of(const kl_fixed_t *f, int i);
 /* The 16-byte hash of source i (borrowed). */
 const uint8_t *kl_fixed_hash(const kl_fixed_t *f, int i);
