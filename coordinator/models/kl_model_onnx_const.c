@@ -1,7 +1,8 @@
 /* kl_model_onnx_const.c - ONNX import: constants that are not
  * initializers (Constant nodes, views of a constant, shape arithmetic),
- * evaluated at import; Squeeze / Unsqueeze of computed values. Its rows
- * come first: any node of constants is a constant. */
+ * evaluated at import (the arithmetic on them: kl_model_onnx_fold.c),
+ * Shape of a computed value; Squeeze / Unsqueeze of computed values. Its
+ * rows come first: any node of constants is a constant. */
 #include "kl_model_onnx_int.h"
 
 #include <math.h>
@@ -184,129 +185,29 @@ int kl_onnx__nums(kl_onnx__ctx_t *c, const char *name, double *v, int *type,
     return (int)n;
 }
 
-/* Shape arithmetic (as PyTorch's TorchScript exporter writes it): Shape of
- * a computed value, and Mod, Add, Sub, Mul, Div, Sqrt, Cast, Concat, Slice
- * and Gather of small constants are constants (KL_ONNX__NEXT for other
- * inputs). */
-static int s_const_eval(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+/* Shape of a computed value (as PyTorch's TorchScript exporter writes
+ * shape arithmetic): a constant of its inferred dims (start, end as
+ * ONNX's); the arithmetic on such constants is kl_model_onnx_fold.c's.
+ * KL_ONNX__NEXT for a constant input (folded there too). */
+static int s_const_shape(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
-    double a[S_MAXC], b[S_MAXC], r[S_MAXC];
-    int64_t da[8], db[8], dr[8];
-    int ta = 7, tb = 7, na = 0, nb = 0, nra = 0, nrb = 0, n = 0, nd_r = 1;
-    if (kl_onnx__is(nd, "Shape")) {
-        const kl_onnx__val_t *v =
-            nd->n_input ? kl_onnx__val(c, nd->input[0]) : NULL;
-        int64_t d[KL_MODEL_MAX_DIMS];
-        int k;
-        if (!v || v->bad || !kl_onnx__shape(c, v->kiln, d, &k))
-            return KL_ONNX__NEXT;
-        int64_t st = kl_onnx__aint(nd, "start", 0),
-                en = kl_onnx__aint(nd, "end", k);
-        st = st < 0 ? st + k : st;
-        en = en < 0 ? en + k : en > k ? k : en;
-        for (int64_t i = st < 0 ? 0 : st; i < en; i++)
-            r[n++] = (double)d[i];
-        dr[0] = n;
-        s_new_const(c, nd->output[0], 7, dr, 1, r, n);
-        return KL_OK;
-    }
-    /* the other ops of its rows in kl_onnx__const_ops */
-    if (nd->n_input < 1)
+    double r[KL_MODEL_MAX_DIMS];
+    int64_t dr[1];
+    int n = 0;
+    const kl_onnx__val_t *v =
+        nd->n_input ? kl_onnx__val(c, nd->input[0]) : NULL;
+    int64_t d[KL_MODEL_MAX_DIMS];
+    int k;
+    if (!v || v->bad || !kl_onnx__shape(c, v->kiln, d, &k))
         return KL_ONNX__NEXT;
-    for (size_t k = 0; k < nd->n_input; k++)
-        if (nd->input[k][0] && !kl_onnx__init(c, nd->input[k]))
-            return KL_ONNX__NEXT; /* not all constant */
-    na = kl_onnx__nums(c, nd->input[0], a, &ta, da, &nra);
-    if (na < 0)
-        return KL_ONNX__NEXT;
-    if (nd->n_input > 1 && !kl_onnx__is(nd, "Concat") &&
-        (nb = kl_onnx__nums(c, nd->input[1], b, &tb, db, &nrb)) < 0)
-        return KL_ONNX__NEXT;
-    int type = ta;
-    memcpy(dr, da, sizeof(da));
-    nd_r = nra;
-    if (kl_onnx__is(nd, "Sqrt")) {
-        for (n = 0; n < na; n++)
-            r[n] = sqrt(a[n]);
-    } else if (kl_onnx__is(nd, "Cast")) {
-        type = (int)kl_onnx__aint(nd, "to", 0);
-        if (type != 1 && type != 7)
-            return KL_ONNX__NEXT;
-        for (n = 0; n < na; n++)
-            r[n] = type == 7 ? trunc(a[n]) : a[n];
-    } else if (kl_onnx__is(nd, "Concat")) {
-        for (size_t k = 0; k < nd->n_input; k++) {
-            double x[S_MAXC];
-            int64_t dx[8];
-            int tx, nx, m = kl_onnx__nums(c, nd->input[k], x, &tx, dx, &nx);
-            if (m < 0 || nx != 1 || n + m > S_MAXC)
-                return KL_ONNX__NEXT;
-            memcpy(r + n, x, (size_t)m * sizeof(double));
-            n += m;
-        }
-        dr[0] = n;
-        nd_r = 1;
-    } else if (kl_onnx__is(nd, "Slice")) {
-        /* data, starts, ends[, axes[, steps]]: 1-D data only */
-        double e[S_MAXC], ax[S_MAXC], stp[S_MAXC];
-        int64_t dd[8];
-        int tt, ndd;
-        bool has_ax = nd->n_input > 3 && nd->input[3][0],
-             has_st = nd->n_input > 4 && nd->input[4][0];
-        if (nra != 1 || nb != 1 || nd->n_input < 3 ||
-            kl_onnx__nums(c, nd->input[2], e, &tt, dd, &ndd) != 1 ||
-            (has_ax &&
-             (kl_onnx__nums(c, nd->input[3], ax, &tt, dd, &ndd) != 1 ||
-              (ax[0] != 0 && ax[0] != -1))) ||
-            (has_st &&
-             (kl_onnx__nums(c, nd->input[4], stp, &tt, dd, &ndd) != 1 ||
-              stp[0] != 1)))
-            return KL_ONNX__NEXT;
-        double st = b[0] < 0 ? b[0] + na : b[0],
-               en = e[0] < 0 ? e[0] + na : e[0];
-        st = st < 0 ? 0 : st > na ? na : st;
-        en = en < 0 ? 0 : en > na ? na : en;
-        for (int i = (int)st; i < (int)en; i++)
-            r[n++] = a[i];
-        dr[0] = n;
-    } else if (kl_onnx__is(nd, "Gather")) {
-        if (kl_onnx__aint(nd, "axis", 0) != 0 || nra != 1)
-            return KL_ONNX__NEXT;
-        for (n = 0; n < nb; n++) {
-            int64_t i = (int64_t)b[n] < 0 ? (int64_t)b[n] + na : (int64_t)b[n];
-            if (i < 0 || i >= na)
-                return kl_onnx__fail(c, nd, "an index outside the constant");
-            r[n] = a[i];
-        }
-        nd_r = nrb;
-        memcpy(dr, db, sizeof(db));
-    } else { /* Mod, Add, Sub, Mul, Div: a scalar broadcasts */
-        if (nb != na && nb != 1 && na != 1)
-            return KL_ONNX__NEXT;
-        if (na == 1 && nb > 1) {
-            memcpy(dr, db, sizeof(db));
-            nd_r = nrb;
-        }
-        n = na > nb ? na : nb;
-        for (int i = 0; i < n; i++) {
-            double x = a[na == 1 ? 0 : i], y = b[nb == 1 ? 0 : i];
-            if ((kl_onnx__is(nd, "Mod") ||
-                 (kl_onnx__is(nd, "Div") && type == 7)) &&
-                y == 0)
-                return kl_onnx__fail(c, nd, "an integer division by zero");
-            if (kl_onnx__is(nd, "Mod")) /* the sign of the divisor (fmod=0) */
-                r[i] = x - floor(x / y) * y;
-            else if (kl_onnx__is(nd, "Add"))
-                r[i] = x + y;
-            else if (kl_onnx__is(nd, "Sub"))
-                r[i] = x - y;
-            else if (kl_onnx__is(nd, "Mul"))
-                r[i] = x * y;
-            else
-                r[i] = type == 7 ? trunc(x / y) : x / y;
-        }
-    }
-    s_new_const(c, nd->output[0], type, dr, nd_r, r, n);
+    int64_t st = kl_onnx__aint(nd, "start", 0),
+            en = kl_onnx__aint(nd, "end", k);
+    st = st < 0 ? st + k : st;
+    en = en < 0 ? en + k : en > k ? k : en;
+    for (int64_t i = st < 0 ? 0 : st; i < en; i++)
+        r[n++] = (double)d[i];
+    dr[0] = n;
+    s_new_const(c, nd->output[0], 7, dr, 1, r, n);
     return KL_OK;
 }
 
@@ -355,18 +256,8 @@ const kl_onnx__op_t kl_onnx__const_ops[] = {
     {"Reshape", s_const_view, 0},
     {"Squeeze", s_const_view, 0},
     {"Unsqueeze", s_const_view, 0},
-    /* shape arithmetic */
-    {"Shape", s_const_eval, 0},
-    {"Mod", s_const_eval, 0},
-    {"Add", s_const_eval, 0},
-    {"Sub", s_const_eval, 0},
-    {"Mul", s_const_eval, 0},
-    {"Div", s_const_eval, 0},
-    {"Sqrt", s_const_eval, 0},
-    {"Cast", s_const_eval, 0},
-    {"Concat", s_const_eval, 0},
-    {"Slice", s_const_eval, 0},
-    {"Gather", s_const_eval, 0},
+    /* the shape of a computed value */
+    {"Shape", s_const_shape, 0},
     /* of a computed value */
     {"Squeeze", s_squeeze, 0},
     {"Unsqueeze", s_squeeze, 0},

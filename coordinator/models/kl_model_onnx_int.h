@@ -6,9 +6,10 @@
  *
  * The files, calls going down only: kl_model_onnx_base.c (the context:
  * constants, values, lines, attributes) below everything; the handler
- * files (kl_model_onnx_const.c, _layers.c, _tf.c, _act.c, _q.c, _qop.c,
- * _qfp.c), each owning the rows of its ops (_act.c uses _tf.c's
- * kl_onnx__other); kl_model_onnx.c on top (the
+ * files (kl_model_onnx_const.c, _fold.c, _layers.c, _tf.c, _act.c, _q.c,
+ * _qop.c, _qfp.c, _ew.c), each owning the rows of its ops (_act.c uses
+ * _tf.c's kl_onnx__other; _ew.c and _layers.c _fold.c's operands);
+ * kl_model_onnx.c on top (the
  * dispatcher over the tables, the node loop, the text and parameters). */
 #ifndef KL_MODEL_ONNX_INT_H
 #define KL_MODEL_ONNX_INT_H
@@ -162,17 +163,21 @@ typedef struct {
 /* The rows of each handler file, ended by a row with op NULL. A node is
  * offered to the rows for its op in the order of the files below and,
  * within a file, of its rows, until one does not return KL_ONNX__NEXT:
- * the constant folder first (a view or shape arithmetic of constants is a
- * constant whatever its op), the quantized forms before the float layers
- * (a Conv of a DequantizeLinear weight is a q-op, a MaxPool of a u8
- * tensor a quantized pool). Adding an op is a row and its handler. */
+ * the constants and the constant folder first (any node of constants is
+ * a constant whatever its op), the quantized forms before the float
+ * layers (a Conv of a DequantizeLinear weight is a q-op, a MaxPool of a u8
+ * tensor a quantized pool), the general element-wise and shape ops last
+ * (what the patterns before them did not take). Adding an op is a row and
+ * its handler. */
 extern const kl_onnx__op_t kl_onnx__const_ops[];
+extern const kl_onnx__op_t kl_onnx__fold_ops[];
 extern const kl_onnx__op_t kl_onnx__q_ops[];
 extern const kl_onnx__op_t kl_onnx__qop_ops[];
 extern const kl_onnx__op_t kl_onnx__qfp_ops[];
 extern const kl_onnx__op_t kl_onnx__tf_ops[];
 extern const kl_onnx__op_t kl_onnx__layers_ops[];
 extern const kl_onnx__op_t kl_onnx__act_ops[];
+extern const kl_onnx__op_t kl_onnx__ew_ops[];
 
 /* kl_model_onnx_base.c: constants, values, lines, attributes */
 const kl_onnx__tensor_t *kl_onnx__init(const kl_onnx__ctx_t *c,
@@ -233,6 +238,26 @@ bool kl_onnx__shape(const kl_onnx__ctx_t *c, const char *kiln, int64_t *d,
                     int *n);
 int kl_onnx__nums(kl_onnx__ctx_t *c, const char *name, double *v, int *type,
                   int64_t *dims, int *nd);
+
+/* kl_model_onnx_fold.c: constant folding */
+/* The kiln name of input k of nd: a computed value's, or, for a
+ * constant, a `const` layer made for it (once; its values the layer's
+ * parameter NAME.weight). NULL and *rc an error when it is neither. */
+const char *kl_onnx__operand(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                             size_t k, int *rc);
+/* Constant `name`'s values as doubles (*v heap, its shape d[*nd]): KL_OK,
+ * 1 when it is not a constant kiln reads, or an error. */
+int kl_onnx__const_values(kl_onnx__ctx_t *c, const char *name, double **v,
+                          int64_t *d, int *nd);
+/* A Slice's start, step and length in every dim of an input of shape
+ * d[rank] (ONNX's clamping and negative indices resolved; opset 10's
+ * inputs or the attributes before it). */
+typedef struct {
+    int64_t start[KL_MODEL_MAX_DIMS], step[KL_MODEL_MAX_DIMS],
+        len[KL_MODEL_MAX_DIMS];
+} kl_onnx__slice_t;
+int kl_onnx__slice_args(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                        const int64_t *d, int rank, kl_onnx__slice_t *sl);
 
 /* kl_model_onnx_q.c: quantized nodes */
 int kl_onnx__ivals(kl_onnx__ctx_t *c, const kl_onnx__tensor_t *t,

@@ -432,15 +432,51 @@ static int s_clip(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     return KL_OK;
 }
 
-/* Add, Mul and Div by a constant fold into the layer before them (Div:
- * or are GELU's Erf form); Add of two computed values is an add layer. */
+/* Whether constant input 1-k of nd (op '+', '*' or '/') folds into the
+ * layer before value input k (s_fold_const's rules), asked without an
+ * error: when it does not, the node is a general element-wise layer
+ * (kl_model_onnx_ew.c). */
+static bool s_foldable(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
+                       char op)
+{
+    const kl_onnx__tensor_t *t = kl_onnx__init(c, nd->input[1 - k]);
+    if (!t || t->data_type != KL_ONNX__T_F32)
+        return false;
+    char keep[KL_ERRMSG_LEN];
+    if (c->err)
+        memcpy(keep, c->err, KL_ERRMSG_LEN);
+    int rc = KL_OK;
+    int li = s_fold_target(c, nd, nd->input[k], op != '+', &rc);
+    bool ok = li >= 0;
+    if (ok) {
+        const kl_onnx__line_t *l = &c->lines[li];
+        int64_t n = kl_onnx__numel(t);
+        bool conv = strstr(l->op, "conv2d") != NULL;
+        ok = n == 1;
+        if (!ok && n == l->nout) {
+            size_t ax = conv ? t->n_dims - 3 : t->n_dims - 1;
+            ok = t->n_dims >= (conv ? 3u : 1u) && t->n_dims <= 4 &&
+                 t->dims[ax] == l->nout;
+        }
+        if (op != '+' && n > 1 && kl_onnx__val(c, nd->input[k])->line != li)
+            ok = false;
+    }
+    if (c->err)
+        memcpy(c->err, keep, KL_ERRMSG_LEN);
+    return ok;
+}
+
+/* Add, Mul and Div by a constant fold into the layer before them when
+ * they can (Div: or are GELU's Erf form); Add of two computed values is an
+ * add layer. The rest is kl_model_onnx_ew.c's (KL_ONNX__NEXT). */
 static int s_arith(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     int rc = KL_OK;
     bool add = kl_onnx__is(nd, "Add"), mul = kl_onnx__is(nd, "Mul"),
          div = kl_onnx__is(nd, "Div");
+    char op = add ? '+' : mul ? '*' : '/';
     if (nd->n_input != 2)
-        return KL_ONNX__UNSUP;
+        return KL_ONNX__NEXT;
     for (size_t k = 0; k < 2; k++)
         if (kl_onnx__init(c, nd->input[1 - k]) && (k == 0 || !div)) {
             if (div) {
@@ -448,10 +484,13 @@ static int s_arith(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
                 if ((rc = kl_onnx__gelu_erf(c, nd, &m)) || m)
                     return rc;
             }
-            return s_fold_const(c, nd, k, add ? '+' : mul ? '*' : '/');
+            if (!kl_onnx__val(c, nd->input[k]) || !s_foldable(c, nd, k, op))
+                return KL_ONNX__NEXT;
+            return s_fold_const(c, nd, k, op);
         }
-    if (!add)
-        return KL_ONNX__UNSUP;
+    if (!add || !kl_onnx__val(c, nd->input[0]) ||
+        !kl_onnx__val(c, nd->input[1]))
+        return KL_ONNX__NEXT;
     const char *a = kl_onnx__in(c, nd, 0, &rc),
                *b = a ? kl_onnx__in(c, nd, 1, &rc) : 0;
     if (!b)
@@ -513,12 +552,19 @@ static int s_softmax(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     return kl_onnx__simple(c, nd, "softmax");
 }
 
+/* Gelu: the erf form (approximate=none), or approximate=tanh. */
 static int s_gelu(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     const KilnOnnx__AttributeProto *ap = kl_onnx__attr(nd, "approximate");
-    if (ap && ap->has_s && !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
-        return kl_onnx__fail(c, nd, "only approximate=none");
-    return kl_onnx__simple(c, nd, "gelu");
+    bool tanh_ =
+        ap && ap->has_s && ap->s.len == 4 && !memcmp(ap->s.data, "tanh", 4);
+    if (ap && ap->has_s && !tanh_ &&
+        !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
+        return kl_onnx__fail(c, nd, "approximate is neither none nor tanh");
+    int rc = kl_onnx__simple(c, nd, "gelu");
+    if (!rc && tanh_)
+        kl_buf_puts(&c->lines[c->nlines - 1].args, " approximate=tanh");
+    return rc;
 }
 
 const kl_onnx__op_t kl_onnx__layers_ops[] = {

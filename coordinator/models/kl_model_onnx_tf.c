@@ -202,13 +202,13 @@ static int s_reduce_mean(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     bool m;
     int rc;
     if (s_mean_last(c, nd, nd->input[0]))
-        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : KL_ONNX__UNSUP;
+        return (rc = s_layer_norm_parts(c, nd, &m)) || m ? rc : KL_ONNX__NEXT;
     /* {2, 3} or {-2, -1}, in either order (4-D: the parser checks) */
     int64_t lo = n == 2 && ax[0] > ax[1] ? ax[1] : ax[0],
             hi = n == 2 && ax[0] > ax[1] ? ax[0] : ax[1];
     bool hw = n == 2 && ((lo == 2 && hi == 3) || (lo == -2 && hi == -1));
     if (!hw || !kl_onnx__aint(nd, "keepdims", 1))
-        return KL_ONNX__UNSUP;
+        return KL_ONNX__NEXT; /* a reduce_mean layer (kl_model_onnx_ew.c) */
     return kl_onnx__simple(c, nd, "global_avg_pool");
 }
 
