@@ -61,8 +61,78 @@ Subcommands:
       both) and, for each, .ort.npy (ONNX Runtime's y) and .add.ort.npy
       (ONNX Runtime's u8 output of the residual add, 1x16x16x16, as f32).
 
+  ops OUTDIR
+      Op-family models built with onnx.helper (numpy seed 18), each with
+      input `x` and output `y`, every op applied to computed tensors, and
+      each with OUTDIR/NAME.input.npy and NAME.ort.npy (ONNX Runtime's y,
+      CPU EP, one thread, f32):
+        ew_broadcast.onnx (opset 17, x 1x8x6x6 -> y 1x104x6x6): Add, Sub,
+          Mul, Div, Pow (by 2, by 3, by 0.5 from a Constant node, and by a
+          computed exponent), Max, Min, Sqrt, Neg, Exp, Erf, Reciprocal,
+          between x, its ReduceMean over axes [2, 3] (keepdims=1, axes an
+          attribute) 1x8x1x1, a [6] and a [1,8,1,1] initializer and their
+          product 1x8x1x6 (both sides broadcast); the 13 results
+          concatenated on axis 1, 8 channels each.
+        shape_ops.onnx (opset 18, x 1x12x6x8 -> y 1x4x3x4): Split into 2,
+          4, 6 channels (sizes as an input), Concat of the three (reordered,
+          one negated) on axis 1, Slice (starts -5 and 1, ends INT64_MAX,
+          axes 2 and -1, steps 2), Gather of a scalar index (the axis
+          dropped) and of the list [0, 5, 2, 11], Unsqueeze / Squeeze with
+          axes inputs, Cast float->float, Expand (to 1x4x3x4, and the
+          bidirectional form with shape [4, 1, 1]), ReduceSum and ReduceMean
+          with keepdims 0 and 1 (axes inputs).
+        mask_ops.onnx (opset 17, x 1x8x16 -> y 1x8x16): a causal attention
+          core: Q, K, V = x W (MatMul), Transpose of K, MatMul, Div by
+          sqrt(16); the mask from constants in the graph: ConstantOfShape
+          [8, 8] of 1 -> Trilu (upper=0) -> Equal 0 -> Where(mask, -inf,
+          scores), Not(mask) -> Where(keep, scores, -1e9); Softmax; MatMul
+          by V; MatMul by a Transpose of a weight initializer.
+        act_ops.onnx (opset 20, x 1x4x8x8 ~N(0, 3^2) -> y 1x36x8x8): Gelu
+          approximate=tanh, the same spelled out with Pow / Mul / Add /
+          Tanh, HardSwish, HardSigmoid (alpha 1/6), LeakyRelu (0.1), Elu,
+          Sigmoid, Tanh, x * Sigmoid(x); concatenated on axis 1.
+      `ops FILE.onnx` of an existing file still prints its op types
+      (print-ops FILE.onnx).
+
+  tiny-efficientnet OUTDIR
+      An EfficientNet-style CNN in torch (torch seed 18, 17448 parameters,
+      every BatchNorm randomized): stem Conv 3->16 3x3 s2 + BN + SiLU;
+      MBConv blocks (1x1 expand x4 + BN + SiLU, depthwise 3x3 + BN + SiLU,
+      squeeze-excite: AdaptiveAvgPool2d(1), 1x1 conv + SiLU, 1x1 conv +
+      Sigmoid, multiply; 1x1 project + BN; residual add when the shapes
+      match) 16->16 s1, 16->24 s2, 24->24 s1; head 1x1 conv 24->64 + BN +
+      SiLU, AdaptiveAvgPool2d(1), flatten, Linear 64->10; input 1x3x32x32.
+      Exported with the legacy exporter at opset 17 twice:
+      do_constant_folding=False (BatchNormalization kept) as
+      OUTDIR/tiny_efficientnet.onnx and with constant folding (BN folded
+      into the convs) as tiny_efficientnet_folded.onnx; writes
+      tiny_efficientnet.input.npy (the input of both) and each one's
+      .ort.npy.
+
+  tiny-gpt2 OUTDIR
+      A GPT-2-style decoder in torch (torch seed 18): 2 pre-LayerNorm
+      blocks, d_model 64, 4 heads, seq 16; packed QKV (Linear 64->192,
+      .split(64, dim=-1)), the causal mask made in forward
+      (torch.tril(torch.ones(T, T)), masked_fill(mask == 0, -inf)),
+      softmax, output projection, residual adds, MLP 64->256->64 with
+      nn.GELU(approximate='tanh'); final LayerNorm; input x 1x16x64 f32 (no
+      embedding). Exported with the legacy exporter at opset 17 with its
+      default constant folding as OUTDIR/tiny_gpt2.onnx and with
+      do_constant_folding=False as tiny_gpt2_nofold.onnx (weights read
+      through Transposes, Reshape shapes built by Unsqueeze + Concat);
+      writes tiny_gpt2.input.npy and each one's .ort.npy. At opset 17 the
+      exporter writes the tanh-GELU as Mul / Add / Tanh (x^3 as x*(x*x))
+      and keeps the mask's Trilu / Equal / Cast in both.
+
+  gpt2 OUT.onnx [--layers N] [--d-model D] [--heads H] [--seq T] [--no-fold]
+      tiny-gpt2's decoder at benchmark size (default 12 layers, 768, 12
+      heads, seq 128, ~341 MB), input 1xTxD, legacy exporter, opset 17,
+      constant folding on unless --no-fold.
+
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
-      resnet18, resnet50 or mobilenet_v2 from torchvision with weights=None,
+      resnet18, resnet50, mobilenet_v2, efficientnet_b0,
+      mobilenet_v3_small, regnet_y_400mf or convnext_tiny (no BatchNorm)
+      from torchvision with weights=None,
       every BatchNorm's running mean/var and affine parameters randomized
       (torch seed 18) so that folding BN is exercised, eval(), input
       1x3x224x224, exported at opset 17. The exporter here is the legacy
@@ -90,16 +160,20 @@ Subcommands:
       inputs drawn with numpy seed S (default 18). Prints the quantized
       model's op counts.
 
-  ops FILE.onnx
+  print-ops FILE.onnx
       Prints the op types of a model and how many of each.
 
-Benchmark models (torchvision, encoder) are written outside the repository
-and never committed; peers.sh (tools/bench/) runs them.
+Benchmark models (torchvision, encoder, gpt2) are written outside the
+repository and never committed; peers.sh (tools/bench/) runs them.
 
 Packages: numpy, onnx, onnxruntime (small-cnn, small-cnn-int8,
-small-cnn-qop, int-ops, residual-cnn); torch and torchvision too
-(torchvision, encoder); onnxscript for --exporter dynamo. Nothing of the
-test suite needs them: the tests read the committed files only.
+small-cnn-qop, int-ops, residual-cnn, ops); torch too (tiny-efficientnet,
+tiny-gpt2, gpt2, encoder) and torchvision (torchvision); onnxscript for
+--exporter dynamo. Nothing of the test suite needs them: the tests read
+the committed files only. The committed tiny-efficientnet and tiny-gpt2
+files were made with torch 2.15.0 and torchvision 0.29.2 from PyPI, onnx
+1.23.2, onnxruntime 1.32.0; remade with those, every file comes out the
+same bytes.
 
 Through the wrapper, which makes (once) and reuses a virtual environment in
 ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
@@ -109,7 +183,13 @@ ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}:
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh small-cnn-qop tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh int-ops tests/data/onnx
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh residual-cnn tests/data/onnx
+  KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh ops tests/data/onnx
+  tools/onnx_models.sh tiny-efficientnet tests/data/onnx
+  tools/onnx_models.sh tiny-gpt2 tests/data/onnx
   tools/onnx_models.sh torchvision resnet18 /tmp/kiln-models/resnet18.onnx
+  tools/onnx_models.sh torchvision efficientnet_b0 \\
+      /tmp/kiln-models/efficientnet_b0.onnx
+  tools/onnx_models.sh gpt2 /tmp/kiln-models/gpt2.onnx --layers 12
   tools/onnx_models.sh encoder /tmp/kiln-models/encoder.onnx --layers 12
   KILN_MODELS_NO_TORCH=1 tools/onnx_models.sh qdq \\
       /tmp/kiln-models/resnet18.onnx /tmp/kiln-models/resnet18_int8.onnx
@@ -118,8 +198,8 @@ or with a virtual environment of your own:
 
   python3 -m venv /tmp/kiln-venv
   /tmp/kiln-venv/bin/pip install numpy onnx onnxruntime onnxscript
-  /tmp/kiln-venv/bin/pip install torch torchvision \\
-      --index-url https://download.pytorch.org/whl/cpu
+  /tmp/kiln-venv/bin/pip install torch torchvision   # PyPI; or CPU-only
+      # wheels with --index-url https://download.pytorch.org/whl/cpu
   /tmp/kiln-venv/bin/python tools/onnx_models.py small-cnn tests/data/onnx
 """
 
@@ -130,6 +210,9 @@ import sys
 
 SEED = 18
 OPSET = 17
+TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v2",
+                      "efficientnet_b0", "mobilenet_v3_small",
+                      "regnet_y_400mf", "convnext_tiny")
 
 
 def cnn_model(nodes, name, inits):
@@ -582,6 +665,263 @@ def int_ops(outdir):
     print("ORT output %s" % np.array2string(y.ravel(), precision=4))
 
 
+def graph_model(nodes, inits, name, x_shape, y_shape, opset):
+    """The checked model of graph name: nodes reading x (f32 x_shape)
+    into y (f32 y_shape), initializers inits, at opset (IR 8 up to opset
+    18, IR 9 for 19 and 20)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        inits)
+    model = helper.make_model(
+        graph, producer_name="kiln tools/onnx_models.py",
+        opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8 if opset <= 18 else 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+class GraphBuilder:
+    """Nodes and initializers of an onnx.helper graph, named as they are
+    made."""
+
+    def __init__(self):
+        self.nodes = []
+        self.inits = []
+
+    def f32(self, name, arr):
+        """An f32 initializer (a 0-d array for a scalar: np.array, as
+        np.ascontiguousarray makes it 1-d)."""
+        import numpy as np
+        from onnx import numpy_helper
+        self.inits.append(numpy_helper.from_array(
+            np.array(arr, dtype=np.float32, order="C"), name))
+        return name
+
+    def i64(self, name, arr):
+        import numpy as np
+        from onnx import numpy_helper
+        self.inits.append(numpy_helper.from_array(
+            np.array(arr, dtype=np.int64, order="C"), name))
+        return name
+
+    def const_node(self, name, arr):
+        """A Constant node (as exports without constant folding write
+        them) of the f32 array arr."""
+        import numpy as np
+        from onnx import helper, numpy_helper
+        self.nodes.append(helper.make_node(
+            "Constant", [], [name], name=name,
+            value=numpy_helper.from_array(
+                np.array(arr, dtype=np.float32, order="C"), name)))
+        return name
+
+    def op(self, op, name, ins, nout=1, **kw):
+        """Node op of inputs ins; its output is name (nout == 1) or
+        name_0 ... (a list)."""
+        from onnx import helper
+        outs = [name] if nout == 1 else ["%s_%d" % (name, i)
+                                         for i in range(nout)]
+        self.nodes.append(helper.make_node(op, ins, outs, name=name, **kw))
+        return outs[0] if nout == 1 else outs
+
+
+def write_case(outdir, base, model, x):
+    """Saves model as OUTDIR/base.onnx, x as base.input.npy and ONNX
+    Runtime's y (CPU EP, one thread, f32) as base.ort.npy; prints the op
+    types. Returns y."""
+    import numpy as np
+    import onnx
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, base + ".onnx")
+    onnx.save(model, path)
+    np.save(os.path.join(outdir, base + ".input.npy"),
+            np.ascontiguousarray(x, dtype=np.float32))
+    y = ort_run(path, x)
+    want = [d.dim_value for d in
+            model.graph.output[0].type.tensor_type.shape.dim]
+    assert list(y.shape) == want, (base, y.shape, want)
+    assert np.isfinite(y).all(), base
+    np.save(os.path.join(outdir, base + ".ort.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    print_ops(path)
+    print("wrote %s (%d bytes), input %s, ORT y %s, |y| max %.4g" % (
+        path, os.path.getsize(path), list(x.shape), list(y.shape),
+        float(np.abs(y).max())))
+    return y
+
+
+def ew_broadcast_model(rng):
+    """Element-wise ops between computed tensors of different broadcastable
+    shapes (opset 17: ReduceMean's axes an attribute). x 1x8x6x6; y
+    1x104x6x6, the 13 results concatenated on axis 1, 8 channels each."""
+    import numpy as np
+    g = GraphBuilder()
+    c6 = g.f32("c6", rng.normal(0.0, 0.5, 6))            # [6]
+    c8 = g.f32("c8", rng.uniform(0.5, 1.5, (1, 8, 1, 1)))  # [1,8,1,1]
+    two = g.f32("two", np.array(2.0))
+    three = g.f32("three", np.array(3.0))
+    one = g.f32("one", np.array(1.0))
+    half = g.const_node("half", np.array(0.5))
+    m = g.op("ReduceMean", "m", ["x"], axes=[2, 3], keepdims=1)  # 1x8x1x1
+    em = g.op("Exp", "exp_m", [m])                        # > 0, 1x8x1x1
+    mc = g.op("Mul", "m_c6", [m, c6])                     # 1x8x1x6 (both)
+    sg = g.op("Sigmoid", "sig_x", ["x"])
+    base = g.op("Add", "base", [sg, one])                 # in (1, 2)
+    t = []
+    t.append(g.op("Add", "t_add", ["x", m]))              # x + 1x8x1x1
+    t.append(g.op("Sub", "t_sub", ["x", c6]))             # x - [6]
+    t.append(g.op("Mul", "t_mul", [t[0], c8]))            # * [1,8,1,1]
+    t.append(g.op("Div", "t_div", [t[1], em]))            # / computed
+    t.append(g.op("Pow", "t_pow2", [t[0], two]))
+    t.append(g.op("Pow", "t_pow3", [t[1], three]))
+    t.append(g.op("Pow", "t_powh", [base, half]))         # sqrt of (1, 2)
+    e = g.op("Sigmoid", "exponent", [mc])                 # 1x8x1x6 in (0,1)
+    t.append(g.op("Pow", "t_powc", [base, e]))            # computed exponent
+    t.append(g.op("Max", "t_max", ["x", g.op("Neg", "neg_m", [m])]))
+    t.append(g.op("Min", "t_min", [t[2], mc]))            # vs 1x8x1x6
+    sq = g.op("Add", "sq_in", [g.op("Mul", "xx", ["x", "x"]), em])
+    t.append(g.op("Sqrt", "t_sqrt", [sq]))                # of a positive
+    t.append(g.op("Erf", "t_erf", ["x"]))
+    t.append(g.op("Reciprocal", "t_recip", [base]))
+    g.op("Concat", "y", t, axis=1)
+    return graph_model(g.nodes, g.inits, "ew_broadcast", [1, 8, 6, 6],
+                       [1, 8 * len(t), 6, 6], 17)
+
+
+def shape_ops_model():
+    """Split / Concat / Slice / Gather / Squeeze / Unsqueeze / Cast / Expand
+    / ReduceSum / ReduceMean at opset 18 (every axes list an input). x
+    1x12x6x8; y 1x4x3x4."""
+    from onnx import TensorProto
+    INT64_MAX = (1 << 63) - 1
+    g = GraphBuilder()
+    s = g.op("Split", "split", ["x", g.i64("split_sizes", [2, 4, 6])],
+             nout=3, axis=1)                    # 1x2, 1x4, 1x6 (x6x8)
+    c = g.op("Concat", "cat", [s[2], g.op("Neg", "neg_s0", [s[0]]), s[1]],
+             axis=1)                            # 1x12x6x8
+    sl = g.op("Slice", "slice",
+              [c, g.i64("sl_starts", [-5, 1]),
+               g.i64("sl_ends", [INT64_MAX, INT64_MAX]),
+               g.i64("sl_axes", [2, -1]), g.i64("sl_steps", [2, 2])])
+    # dim 2: 1, 3, 5; dim 3: 1, 3, 5, 7 -> 1x12x3x4
+    g1 = g.op("Gather", "gather_list", [sl, g.i64("g_idx", [0, 5, 2, 11])],
+              axis=1)                           # 1x4x3x4
+    g0 = g.op("Gather", "gather_scalar", [sl, g.i64("g_one", 3)],
+              axis=1)                           # 1x3x4 (axis dropped)
+    u = g.op("Unsqueeze", "unsq", [g0, g.i64("ax1", [1])])   # 1x1x3x4
+    a = g.op("Add", "add_gu", [g1, u])          # 1x4x3x4
+    cst = g.op("Cast", "cast", [a], to=TensorProto.FLOAT)
+    rs1 = g.op("ReduceSum", "rsum_keep", [cst, g.i64("ax3", [3])],
+               keepdims=1)                      # 1x4x3x1
+    rs0 = g.op("ReduceSum", "rsum_drop", [cst, g.i64("ax13", [1, 3])],
+               keepdims=0)                      # 1x3
+    rm1 = g.op("ReduceMean", "rmean_keep", [cst, "ax1"],
+               keepdims=1)                      # 1x1x3x4
+    rm0 = g.op("ReduceMean", "rmean_drop", [cst, g.i64("ax01", [0, 1])],
+               keepdims=0)                      # 3x4
+    ex1 = g.op("Expand", "expand_keep", [rs1, g.i64("shape_1434",
+                                                    [1, 4, 3, 4])])
+    ex2 = g.op("Expand", "expand_bidir", [rm1, g.i64("shape_411",
+                                                     [4, 1, 1])])  # 1x4x3x4
+    sq = g.op("Squeeze", "squeeze", [rm1, "ax1"])            # 1x3x4
+    u0 = g.op("Unsqueeze", "unsq_rs0", [rs0, g.i64("ax2", [2])])  # 1x3x1
+    y = g.op("Add", "y1", [cst, ex1])
+    y = g.op("Sub", "y2", [y, ex2])
+    y = g.op("Add", "y3", [y, rm0])
+    y = g.op("Add", "y4", [y, sq])
+    g.op("Mul", "y", [y, g.op("Sigmoid", "sig_u0", [u0])])
+    return graph_model(g.nodes, g.inits, "shape_ops", [1, 12, 6, 8],
+                       [1, 4, 3, 4], 18)
+
+
+def mask_ops_model(rng):
+    """A causal-mask attention core (seq 8, dim 16), the mask made of
+    constants in the graph. x 1x8x16; y 1x8x16."""
+    import numpy as np
+    from onnx import TensorProto, helper
+    T, D = 8, 16
+    g = GraphBuilder()
+    w = {k: g.f32("W" + k, rng.normal(0.0, 1 / np.sqrt(D), (D, D)))
+         for k in "qkv"}
+    # The output projection stored as nn.Linear does, [out, in], read
+    # through a Transpose of the initializer (as do_constant_folding=False
+    # exports write it).
+    wo = g.f32("Wo", rng.normal(0.0, 1 / np.sqrt(D), (D, D)))
+    q = g.op("MatMul", "q", ["x", w["q"]])
+    k = g.op("MatMul", "k", ["x", w["k"]])
+    v = g.op("MatMul", "v", ["x", w["v"]])
+    kt = g.op("Transpose", "kt", [k], perm=[0, 2, 1])        # 1x16x8
+    sc = g.op("Div", "scores", [g.op("MatMul", "qk", [q, kt]),
+                                 g.f32("sqrt_d", np.array(np.sqrt(D)))])
+    ones = g.op("ConstantOfShape", "ones", [g.i64("tt", [T, T])],
+                value=helper.make_tensor("one", TensorProto.FLOAT, [1],
+                                         [1.0]))
+    tril = g.op("Trilu", "tril", [ones], upper=0)
+    masked = g.op("Equal", "mask", [tril, g.f32("zero", np.array(0.0))])
+    s1 = g.op("Where", "where_inf", [masked, g.f32("ninf",
+                                                   np.array(-np.inf)), sc])
+    keep = g.op("Not", "keep", [masked])
+    s2 = g.op("Where", "where_big", [keep, s1,
+                                     g.f32("nbig", np.array(-1e9))])
+    p = g.op("Softmax", "probs", [s2], axis=-1)
+    o = g.op("MatMul", "attn", [p, v])
+    wot = g.op("Transpose", "Wo_t", [wo], perm=[1, 0])
+    g.op("MatMul", "y", [o, wot])
+    return graph_model(g.nodes, g.inits, "mask_ops", [1, T, D], [1, T, D],
+                       17)
+
+
+def act_ops_model():
+    """Activations at opset 20 (Gelu approximate=tanh). x 1x4x8x8; y
+    1x36x8x8, the 9 results concatenated on axis 1."""
+    import numpy as np
+    g = GraphBuilder()
+    t = []
+    t.append(g.op("Gelu", "gelu_tanh", ["x"], approximate="tanh"))
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as the legacy
+    # exporter spells nn.GELU(approximate='tanh') before opset 20
+    x3 = g.op("Pow", "x3", ["x", g.f32("three", np.array(3.0))])
+    inner = g.op("Add", "inner", ["x", g.op("Mul", "cx3", [
+        g.f32("c044715", np.array(0.044715)), x3])])
+    th = g.op("Tanh", "th", [g.op("Mul", "scaled", [
+        g.f32("sqrt2pi", np.array(np.sqrt(2 / np.pi))), inner])])
+    onep = g.op("Add", "onep", [g.f32("one", np.array(1.0)), th])
+    hx = g.op("Mul", "hx", [g.f32("half", np.array(0.5)), "x"])
+    t.append(g.op("Mul", "gelu_spelled", [hx, onep]))
+    t.append(g.op("HardSwish", "hardswish", ["x"]))
+    t.append(g.op("HardSigmoid", "hardsigmoid", ["x"], alpha=1 / 6,
+                  beta=0.5))
+    t.append(g.op("LeakyRelu", "leakyrelu", ["x"], alpha=0.1))
+    t.append(g.op("Elu", "elu", ["x"], alpha=1.0))
+    t.append(g.op("Sigmoid", "sigmoid", ["x"]))
+    t.append(g.op("Tanh", "tanh", ["x"]))
+    t.append(g.op("Mul", "silu", ["x", g.op("Sigmoid", "sig", ["x"])]))
+    g.op("Concat", "y", t, axis=1)
+    return graph_model(g.nodes, g.inits, "act_ops", [1, 4, 8, 8],
+                       [1, 4 * len(t), 8, 8], 20)
+
+
+def op_models(outdir):
+    """ew_broadcast, shape_ops, mask_ops and act_ops (see the docstring),
+    each with its input and ONNX Runtime's y."""
+    import numpy as np
+    rng = np.random.default_rng(SEED)
+    write_case(outdir, "ew_broadcast", ew_broadcast_model(rng),
+               rng.standard_normal((1, 8, 6, 6)).astype(np.float32))
+    write_case(outdir, "shape_ops", shape_ops_model(),
+               rng.standard_normal((1, 12, 6, 8)).astype(np.float32))
+    write_case(outdir, "mask_ops", mask_ops_model(rng),
+               rng.standard_normal((1, 8, 16)).astype(np.float32))
+    # x ~N(0, 3^2): past HardSigmoid's and HardSwish's knees at +-3
+    write_case(outdir, "act_ops", act_ops_model(),
+               (3.0 * rng.standard_normal((1, 4, 8, 8))).astype(np.float32))
+
+
 def ort_run(path, x):
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -633,9 +973,9 @@ def export(model, x, out, exporter, keep_bn=True):
 def torchvision_model(name, out, exporter, keep_bn):
     import torch
     import torchvision
-    if name not in ("resnet18", "resnet50", "mobilenet_v2"):
-        sys.exit("onnx_models.py: unknown torchvision model %r "
-                 "(resnet18, resnet50, mobilenet_v2)" % name)
+    if name not in TORCHVISION_MODELS:
+        sys.exit("onnx_models.py: unknown torchvision model %r (%s)" % (
+            name, ", ".join(TORCHVISION_MODELS)))
     torch.manual_seed(SEED)
     model = getattr(torchvision.models, name)(weights=None)
     n = randomize_bn(model, SEED)
@@ -669,6 +1009,189 @@ def encoder(out, layers, exporter):
     x = torch.randn(1, 128, 768, generator=torch.Generator()
                     .manual_seed(SEED))
     export(model, x, out, exporter, keep_bn=False)  # nothing to keep
+
+
+def tiny_efficientnet_module():
+    """An EfficientNet-style CNN small enough for the test data: stem,
+    three MBConv blocks with squeeze-excite, head, Linear 10."""
+    import torch
+    from torch import nn
+
+    def conv_bn(cin, cout, k, s=1, groups=1, act=True):
+        layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=groups,
+                            bias=False), nn.BatchNorm2d(cout)]
+        if act:
+            layers.append(nn.SiLU())
+        return nn.Sequential(*layers)
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, ch, sq):
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.reduce = nn.Conv2d(ch, sq, 1)
+            self.act = nn.SiLU()
+            self.expand = nn.Conv2d(sq, ch, 1)
+            self.gate = nn.Sigmoid()
+
+        def forward(self, x):
+            s = self.gate(self.expand(self.act(self.reduce(self.pool(x)))))
+            return x * s
+
+    class MBConv(nn.Module):
+        def __init__(self, cin, cout, expand, stride):
+            super().__init__()
+            mid = cin * expand
+            self.expand = conv_bn(cin, mid, 1)
+            self.dw = conv_bn(mid, mid, 3, stride, groups=mid)
+            self.se = SqueezeExcite(mid, max(1, cin // 4))
+            self.project = conv_bn(mid, cout, 1, act=False)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            y = self.project(self.se(self.dw(self.expand(x))))
+            return x + y if self.residual else y
+
+    class TinyEfficientNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = conv_bn(3, 16, 3, 2)            # 16x16x16
+            self.blocks = nn.Sequential(
+                MBConv(16, 16, 4, 1),                   # residual
+                MBConv(16, 24, 4, 2),                   # 24x8x8
+                MBConv(24, 24, 4, 1))                   # residual
+            self.head = conv_bn(24, 64, 1)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):
+            x = self.head(self.blocks(self.stem(x)))
+            return self.fc(torch.flatten(self.pool(x), 1))
+
+    return TinyEfficientNet()
+
+
+def torch_case(outdir, model, x, variants):
+    """Exports model (legacy exporter, opset 17) for each (base, keep_bn)
+    of variants as OUTDIR/base.onnx with ONNX Runtime's y (CPU EP, one
+    thread, f32) as base.ort.npy; x (a torch tensor) as
+    OUTDIR/<first base>.input.npy. Prints how far ORT is from torch."""
+    import numpy as np
+    import torch
+    os.makedirs(outdir, exist_ok=True)
+    xn = np.ascontiguousarray(x.numpy(), dtype=np.float32)
+    np.save(os.path.join(outdir, variants[0][0] + ".input.npy"), xn)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    for base, keep_bn in variants:
+        path = os.path.join(outdir, base + ".onnx")
+        export(model, x, path, "legacy", keep_bn)
+        y = ort_run(path, xn)
+        assert y.shape == ref.shape and np.isfinite(y).all(), base
+        np.save(os.path.join(outdir, base + ".ort.npy"),
+                np.ascontiguousarray(y, dtype=np.float32))
+        print("wrote %s (%d bytes), ORT y %s, max |ORT - torch| %.3g "
+              "(|y| max %.3g)" % (path, os.path.getsize(path),
+                                  list(y.shape),
+                                  float(np.abs(y - ref).max()),
+                                  float(np.abs(ref).max())))
+
+
+def tiny_efficientnet(outdir):
+    import torch
+    torch.manual_seed(SEED)
+    model = tiny_efficientnet_module()
+    n = randomize_bn(model, SEED)
+    model.eval()
+    print("tiny_efficientnet: %d BatchNorm layers randomized, %d "
+          "parameters" % (n, sum(p.numel() for p in model.parameters())))
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator()
+                    .manual_seed(SEED))
+    torch_case(outdir, model, x, [("tiny_efficientnet", True),
+                                  ("tiny_efficientnet_folded", False)])
+
+
+def gpt2_module(layers, d_model, heads, seq):
+    """A GPT-2-style decoder on embeddings (no token embedding): pre-
+    LayerNorm blocks of causal self-attention (packed QKV) and a tanh-GELU
+    MLP, a final LayerNorm."""
+    import math
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(d_model, 3 * d_model)
+            self.c_proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(x).split(d_model, dim=-1)
+            hd = C // heads
+            q = q.view(B, T, heads, hd).transpose(1, 2)
+            k = k.view(B, T, heads, hd).transpose(1, 2)
+            v = v.view(B, T, heads, hd).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+            mask = torch.tril(torch.ones(T, T))
+            att = att.masked_fill(mask == 0, float("-inf"))
+            att = torch.softmax(att, dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            return self.c_proj(y)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(d_model)
+            self.attn = Attention()
+            self.ln_2 = nn.LayerNorm(d_model)
+            self.mlp = nn.Sequential(
+                nn.Linear(d_model, 4 * d_model),
+                nn.GELU(approximate="tanh"),
+                nn.Linear(4 * d_model, d_model))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h = nn.Sequential(*[Block() for _ in range(layers)])
+            self.ln_f = nn.LayerNorm(d_model)
+
+        def forward(self, x):
+            return self.ln_f(self.h(x))
+
+    assert d_model % heads == 0
+    torch.manual_seed(SEED)
+    model = GPT2()
+    # nn.Linear's own (seeded) initialization; the LayerNorms' affine
+    # parameters drawn around (1, 0) so that they are exercised
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) +
+                        0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def tiny_gpt2(outdir):
+    import torch
+    model = gpt2_module(2, 64, 4, 16)
+    print("tiny_gpt2: %d parameters" %
+          sum(p.numel() for p in model.parameters()))
+    x = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(SEED))
+    # keep_bn=True is do_constant_folding=False
+    torch_case(outdir, model, x, [("tiny_gpt2", False),
+                                  ("tiny_gpt2_nofold", True)])
+
+
+def gpt2(out, layers, d_model, heads, seq, fold):
+    import torch
+    model = gpt2_module(layers, d_model, heads, seq)
+    x = torch.randn(1, seq, d_model, generator=torch.Generator()
+                    .manual_seed(SEED))
+    export(model, x, out, "legacy", keep_bn=not fold)
 
 
 def qdq(src, out, ncalib, seed):
@@ -729,7 +1252,7 @@ def main():
     p = sub.add_parser("residual-cnn")
     p.add_argument("outdir")
     p = sub.add_parser("torchvision")
-    p.add_argument("name", choices=["resnet18", "resnet50", "mobilenet_v2"])
+    p.add_argument("name", choices=TORCHVISION_MODELS)
     p.add_argument("out")
     p.add_argument("--exporter", choices=["legacy", "dynamo"],
                    default="legacy")
@@ -747,6 +1270,22 @@ def main():
     p.add_argument("--calib", type=int, default=4)
     p.add_argument("--seed", type=int, default=SEED)
     p = sub.add_parser("ops")
+    p.add_argument("outdir", help="OUTDIR: writes the op models there; "
+                   "an existing FILE.onnx: prints its op types")
+    p = sub.add_parser("tiny-efficientnet")
+    p.add_argument("outdir")
+    p = sub.add_parser("tiny-gpt2")
+    p.add_argument("outdir")
+    p = sub.add_parser("gpt2")
+    p.add_argument("out")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--d-model", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--no-fold", action="store_true",
+                   help="do_constant_folding=False (the mask stays a "
+                        "subgraph, the weights are read through Transposes)")
+    p = sub.add_parser("print-ops")
     p.add_argument("file")
     a = ap.parse_args()
     if a.cmd == "small-cnn":
@@ -765,6 +1304,17 @@ def main():
         encoder(a.out, a.layers, a.exporter)
     elif a.cmd == "qdq":
         qdq(a.src, a.out, a.calib, a.seed)
+    elif a.cmd == "ops":
+        if a.outdir.endswith(".onnx") and os.path.isfile(a.outdir):
+            print_ops(a.outdir)     # what `ops FILE.onnx` did before
+        else:
+            op_models(a.outdir)
+    elif a.cmd == "tiny-efficientnet":
+        tiny_efficientnet(a.outdir)
+    elif a.cmd == "tiny-gpt2":
+        tiny_gpt2(a.outdir)
+    elif a.cmd == "gpt2":
+        gpt2(a.out, a.layers, a.d_model, a.heads, a.seq, not a.no_fold)
     else:
         print_ops(a.file)
 

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # onnx_models.sh - runs tools/onnx_models.py in a virtual environment of its
 # own, made once and reused: ${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}
-# with numpy, onnx, onnxruntime, onnxscript and CPU builds of torch and
-# torchvision (from $KILN_TORCH_INDEX, default PyTorch's CPU wheel index; set
-# it empty to take them from PyPI). small-cnn, small-cnn-int8, small-cnn-qop,
-# int-ops and residual-cnn need only numpy, onnx and onnxruntime:
-# KILN_MODELS_NO_TORCH=1 skips torch.
+# with numpy, onnx, onnxruntime, onnxscript, torch and torchvision. torch
+# and torchvision come from PyPI by default (KILN_TORCH_INDEX unset or
+# empty): the machines kiln's data was made on reach PyPI but not
+# download.pytorch.org. Where that index is reachable,
+# KILN_TORCH_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's
+# CPU-only wheels instead (much smaller than PyPI's, which bring CUDA
+# libraries). The committed models were made with PyPI's torch 2.15.0 and
+# torchvision 0.29.2 (`KILN_TORCH_INDEX= tools/onnx_models.sh ...`).
+# small-cnn, small-cnn-int8, small-cnn-qop, int-ops, residual-cnn and ops
+# need only numpy, onnx and onnxruntime: KILN_MODELS_NO_TORCH=1 skips torch.
 # Usage: tools/onnx_models.sh SUBCOMMAND ARGS...   (see tools/onnx_models.py)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${KILN_MODELS_VENV:-$HOME/.cache/kiln-models-venv}
-index=${KILN_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
+index=${KILN_TORCH_INDEX-}
 py="$venv/bin/python"
 if ! "$py" -c 'import numpy, onnx, onnxruntime' 2>/dev/null; then
     echo "onnx_models.sh: making $venv" >&2
