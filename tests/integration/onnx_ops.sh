@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The ONNX op families PyTorch exports, end to end against ONNX Runtime:
+# each committed model of tests/data/onnx (element-wise ops with
+# broadcasting, shape ops, a causal-mask attention core, the activation
+# family, a tiny EfficientNet with and without its BatchNormalizations, a
+# tiny GPT-2 decoder exported with and without constant folding) is
+# imported, exported with its own weights (kiln export --fallback naive:
+# the reference kernels, so no tuning is needed) and run by kiln run on
+# its recorded input; the output must match ONNX Runtime's within 1e-4 of
+# its largest magnitude. One of them, the tiny EfficientNet, is also tuned
+# on a local fleet (one real kiln-agent, a tiny replay budget) and its
+# tuned library must match too. A malformed model is refused with an
+# error that names the problem and exits 2.
+#
+# SKIP (77) only while the test data is not in the tree.
+. "$(dirname "$0")/lib.sh"
+D=$(cd "$(dirname "$0")/../data/onnx" 2>/dev/null && pwd)
+MODELS="ew_broadcast shape_ops mask_ops act_ops tiny_efficientnet
+tiny_efficientnet_folded tiny_gpt2 tiny_gpt2_nofold"
+for m in $MODELS; do
+    in=${m%_folded}; in=${in%_nofold}
+    for f in "$D/$m.onnx" "$D/$in.input.npy" "$D/$m.ort.npy"; do
+        [ -n "$D" ] && [ -s "$f" ] || {
+            echo "SKIP: tests/data/onnx/$(basename "$f") is not in the tree"; exit 77; }
+    done
+done
+command -v "${CC:-cc}" >/dev/null || { echo "SKIP: no C compiler"; exit 77; }
+
+# A store with no record of these models (a simulated tune of another op
+# makes it): every task takes the reference kernel.
+"$KILN" tune --op "matmul M=4 N=4 K=4" --simulate --max-trials-per-task 1 \
+    --db "$T/empty-db" --quiet >"$T/sim.out" 2>"$T/sim.log" ||
+    fail "kiln tune --simulate exited $?"
+for m in $MODELS; do
+    in=${m%_folded}; in=${in%_nofold}
+    "$KILN" export --model "$D/$m.onnx" --target cpu --fallback naive \
+        --db "$T/empty-db" --out "$T/$m" >"$T/$m.export.out" 2>"$T/$m.export.log" ||
+        fail "$m: kiln export exited $?: $(cat "$T/$m.export.log")"
+    grep -q "^weights: the model's own ([1-9][0-9]* parameters)" "$T/$m.export.out" ||
+        fail "$m: exported without its own weights: $(cat "$T/$m.export.out")"
+    "$KILN" run --lib "$T/$m/libkiln_model.so" --model "$D/$m.onnx" \
+        --repeat 1 --no-dnnl --input "$D/$in.input.npy" --output "$T/$m.y.npy" \
+        --expect "$D/$m.ort.npy" --rtol 1e-4 >"$T/$m.run.out" 2>"$T/$m.run.log" ||
+        fail "$m: kiln run against ONNX Runtime exited $?: $(cat "$T/$m.run.log")"
+    grep -q "^output matches $D/$m.ort.npy: " "$T/$m.run.out" ||
+        fail "$m: no match line against ONNX Runtime: $(cat "$T/$m.run.out")"
+    d=$(python3 "$(dirname "$0")/npy_tool.py" maxdiff "$T/$m.y.npy" "$D/$m.ort.npy") ||
+        fail "$m: the output file: $d"
+    echo "$m: largest difference from ONNX Runtime $d"
+done
+
+# The tiny EfficientNet tuned (its convolutions, depthwise ones and pools
+# get records) runs the same.
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+if [[ " $flags " == *" avx512f "* ]]; then TGT=cpu/x86_64-avx512
+elif [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]]; then TGT=cpu/x86_64-avx2
+else TGT=; fi
+if [ -n "$TGT" ]; then
+    m=tiny_efficientnet
+    "$KILN" tune --model "$D/$m.onnx" --target "$TGT" --max-trials-per-task 2 \
+        --trials-per-iter 2 --db "$T/db" --strategy replay --quiet \
+        --repeat 3 --min-repeat-ms 0 --timeout-ms 5000 --no-flush \
+        >"$T/tune.out" 2>"$T/tune.log" || fail "kiln tune --model $m.onnx exited $?"
+    "$KILN" export --db "$T/db" --model "$D/$m.onnx" --target cpu --out "$T/tuned" \
+        >"$T/tuned.export.out" 2>"$T/tuned.export.log" ||
+        fail "kiln export of the tuned $m exited $?: $(cat "$T/tuned.export.log")"
+    "$KILN" run --lib "$T/tuned/libkiln_model.so" --model "$D/$m.onnx" --repeat 1 \
+        --no-dnnl --input "$D/$m.input.npy" --expect "$D/$m.ort.npy" --rtol 1e-4 \
+        >"$T/tuned.run.out" 2>"$T/tuned.run.log" ||
+        fail "the tuned $m against ONNX Runtime exited $?: $(cat "$T/tuned.run.log")"
+fi
+
+# A truncated model: a clear error, exit 2, nothing written.
+head -c 3000 "$D/tiny_gpt2.onnx" >"$T/cut.onnx"
+"$KILN" extract --model "$T/cut.onnx" >"$T/cut.out" 2>"$T/cut.log"
+rc=$?
+[ "$rc" -eq 2 ] || fail "a truncated model: exit $rc, not 2"
+grep -q "not an ONNX model\|truncated\|does not decode" "$T/cut.log" ||
+    fail "a truncated model: $(cat "$T/cut.log")"
+echo PASS
