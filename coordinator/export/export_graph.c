@@ -500,39 +500,6 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
                   c->nprep);
 }
 
-/* The tables of the parameters: names, sizes, shapes, offsets. */
-static void s_param_tables(const s_gen_t *c, kl_buf_t *b)
-{
-    kl_buf_puts(b, "static const char *const s_names[] = {\n");
-    for (int i = 0; i < c->nparams; i++)
-        kl_buf_printf(b, "    \"%s\",\n", c->params[i].name);
-    kl_buf_puts(b, "};\nstatic const long long s_numel[] = {\n");
-    for (int i = 0; i < c->nparams; i++)
-        kl_buf_printf(b, "    %lldLL,\n", (long long)c->params[i].numel);
-    kl_buf_puts(b, "};\nstatic const int s_ndim[] = {");
-    for (int i = 0; i < c->nparams; i++)
-        kl_buf_printf(b, "%s%d", i ? ", " : "", c->params[i].ndim);
-    kl_buf_puts(b, "};\nstatic const long long s_shape[][8] = {\n");
-    for (int i = 0; i < c->nparams; i++) {
-        kl_buf_puts(b, "    {");
-        for (int k = 0; k < c->params[i].ndim; k++)
-            kl_buf_printf(b, "%s%lld", k ? ", " : "",
-                          (long long)c->params[i].shape[k]);
-        kl_buf_puts(b, c->params[i].ndim ? "},\n" : "0},\n");
-    }
-    kl_buf_puts(b, "};\n/* Element types (kiln_model_param_dtype). */\n"
-                   "static const int s_dtype[] = {");
-    for (int i = 0; i < c->nparams; i++)
-        kl_buf_printf(b, "%s%d", i ? ", " : "", (int)c->params[i].dt);
-    kl_buf_puts(b, "};\n/* Bytes into kiln_model_weights_; -1: an input. */\n"
-                   "static const long long s_offset[] = {\n");
-    for (int i = 0; i < c->nparams; i++)
-        kl_buf_printf(b, "    %lldLL,\n", (long long)c->params[i].offset);
-    kl_buf_puts(b, "};\n/* kiln_model.weights, embedded by kiln_weights.S. */\n"
-                   "extern const unsigned char kiln_model_weights_[]\n"
-                   "    __attribute__((visibility(\"hidden\")));\n\n");
-}
-
 /* The layers' tables and the weights' functions. */
 static void s_api_code(const s_gen_t *c, const kl_mnode_t *out, kl_buf_t *b)
 {
@@ -625,7 +592,7 @@ static char *s_model_c(s_gen_t *c)
             break;
         }
     kl_export__qfuse_helpers(g, c->qf, &b);
-    s_param_tables(c, &b);
+    kl_export__param_tables(c->params, c->nparams, &b);
     kl_buf_printf(&b,
                   "const char *kiln_model_name(void)\n{\n    return "
                   "\"%s\";\n}\n\nint kiln_model_nparams(void)\n{\n    "

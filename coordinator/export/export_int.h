@@ -66,6 +66,11 @@ char *kl_export__qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
 void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
                               kl_buf_t *b);
 
+/* kiln_model.c's tables of the n parameters (names, sizes, shapes,
+ * element types, offsets into the embedded weights; export_weights.c). */
+void kl_export__param_tables(const kl_export__param_t *params, int n,
+                             kl_buf_t *b);
+
 /* kiln_model.h as written (the library's API, its documentation), and the
  * helpers kiln_model.c starts with (clock, threads' threshold S_PAR, the
  * untuned layers); export_text.c. */

@@ -1,6 +1,7 @@
 /* export_weights.c - the weights of an exported model: kiln_model.weights
- * (every parameter that is not an input, in its own element type) and
- * kiln_weights.S, which embeds it in libkiln_model.so. */
+ * (every parameter that is not an input, in its own element type),
+ * kiln_weights.S, which embeds it in libkiln_model.so, and kiln_model.c's
+ * tables of the parameters. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -240,4 +241,37 @@ int kl_export__weights_write(const kl_export__param_t *params, int n,
     free(text);
     free(wpath);
     return rc;
+}
+
+void kl_export__param_tables(const kl_export__param_t *params, int n,
+                             kl_buf_t *b)
+{
+    kl_buf_puts(b, "static const char *const s_names[] = {\n");
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(b, "    \"%s\",\n", params[i].name);
+    kl_buf_puts(b, "};\nstatic const long long s_numel[] = {\n");
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(b, "    %lldLL,\n", (long long)params[i].numel);
+    kl_buf_puts(b, "};\nstatic const int s_ndim[] = {");
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(b, "%s%d", i ? ", " : "", params[i].ndim);
+    kl_buf_puts(b, "};\nstatic const long long s_shape[][8] = {\n");
+    for (int i = 0; i < n; i++) {
+        kl_buf_puts(b, "    {");
+        for (int k = 0; k < params[i].ndim; k++)
+            kl_buf_printf(b, "%s%lld", k ? ", " : "",
+                          (long long)params[i].shape[k]);
+        kl_buf_puts(b, params[i].ndim ? "},\n" : "0},\n");
+    }
+    kl_buf_puts(b, "};\n/* Element types (kiln_model_param_dtype). */\n"
+                   "static const int s_dtype[] = {");
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(b, "%s%d", i ? ", " : "", (int)params[i].dt);
+    kl_buf_puts(b, "};\n/* Bytes into kiln_model_weights_; -1: an input. */\n"
+                   "static const long long s_offset[] = {\n");
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(b, "    %lldLL,\n", (long long)params[i].offset);
+    kl_buf_puts(b, "};\n/* kiln_model.weights, embedded by kiln_weights.S. */\n"
+                   "extern const unsigned char kiln_model_weights_[]\n"
+                   "    __attribute__((visibility(\"hidden\")));\n\n");
 }

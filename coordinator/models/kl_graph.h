@@ -51,6 +51,33 @@ typedef enum {
     KL_MOP_LEAKY_RELU,
     KL_MOP_ELU,
     KL_MOP_SILU,
+    /* The general ops without a task (kl_mop_is_general), run by the
+     * exported library's own loops, all f32: const (a parameter NAME.weight
+     * of its shape=), the element-wise ops of two inputs that broadcast
+     * (kl_mop_is_binary; add too, when its inputs differ in shape), where
+     * (three inputs, broadcast), the element-wise ops of one
+     * (kl_mop_is_unary), and concat, slice, gather, expand, reduce_mean,
+     * reduce_sum. Broadcasting is numpy's: shapes aligned at the right,
+     * each dim equal or 1, the output's the larger. */
+    KL_MOP_CONST,
+    KL_MOP_SUB,
+    KL_MOP_MUL,
+    KL_MOP_DIV,
+    KL_MOP_POW,
+    KL_MOP_MAX,
+    KL_MOP_MIN,
+    KL_MOP_WHERE,
+    KL_MOP_SQRT,
+    KL_MOP_EXP,
+    KL_MOP_ERF,
+    KL_MOP_NEG,
+    KL_MOP_RECIPROCAL,
+    KL_MOP_CONCAT,
+    KL_MOP_SLICE,
+    KL_MOP_GATHER,
+    KL_MOP_EXPAND,
+    KL_MOP_REDUCE_MEAN,
+    KL_MOP_REDUCE_SUM,
     /* Quantized layers (kl_ir_ops.c's q-ops: u8 input, const s8 weight,
      * s32 bias, requant to out) and the casts between f32 and integers
      * (ONNX QuantizeLinear / DequantizeLinear). */
@@ -69,11 +96,22 @@ bool kl_mop_is_q(kl_mop op);
  * leaky_relu, elu, silu)? */
 bool kl_mop_is_act(kl_mop op);
 
+/* A general op (const ... reduce_sum, above)? */
+bool kl_mop_is_general(kl_mop op);
+/* A broadcasting element-wise op of two inputs (sub, mul, div, pow, max,
+ * min; not add, which is one only when its node says bcast)? */
+bool kl_mop_is_binary(kl_mop op);
+/* An element-wise op of one input (sqrt, exp, erf, neg, reciprocal)? */
+bool kl_mop_is_unary(kl_mop op);
+
+/* At most this many indices in a gather layer. */
+#define KL_MODEL_MAX_GATHER 64
+
 typedef struct {
     char name[KL_MODEL_MAX_NAME];
     kl_mop op;
     int line;
-    int in[2]; /* node indexes */
+    int in[3]; /* node indexes (three: where) */
     int nin;
     int ndim; /* output shape */
     int64_t shape[KL_MODEL_MAX_DIMS];
@@ -91,6 +129,24 @@ typedef struct {
     /* hard_sigmoid: y = clamp(alpha x + beta, 0, 1); leaky_relu, elu:
      * alpha of the negative side. */
     double alpha, beta;
+    /* gelu approximate=tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+     * x^3))); false: the erf form. */
+    bool gelu_tanh;
+    /* An element-wise layer (add, the binary ops, where) one of whose
+     * inputs differs in shape from its output: it broadcasts. Such an add
+     * is no task and never a residual. */
+    bool bcast;
+    /* concat, slice, gather: the axis; slice: start, end (0 <= start <
+     * end <= dim) and step (>= 1); gather: nidx indices into the axis,
+     * idx[0..nidx). */
+    int64_t axis, start, end, step;
+    int nidx;
+    int64_t idx[KL_MODEL_MAX_GATHER];
+    /* reduce_mean, reduce_sum: bit a of axes set for each reduced axis a
+     * of the input; keepdims: those axes stay as 1 (else they are
+     * dropped; all dropped is shape 1). */
+    unsigned axes;
+    bool keepdims;
     /* The output's element type (f32 unless a q-op or quantize says);
      * q-ops: za, zo, out (qout), scale (per_channel: a LAYER.scale
      * parameter, else the number); quantize / dequantize: scale, zo (the
@@ -129,7 +185,8 @@ int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
                     char *err);
 void kl_mgraph_free(kl_mgraph_t *g);
 
-/* Folds relu, clip and residual adds into their producers (kl_model.h):
+/* Folds relu, clip and residual adds into their producers (kl_model.h;
+ * a broadcasting add never is one, and nothing folds into a general op):
  * sets uses, owner, fused, relu, clip (lo, hi), res and res_from of g's
  * nodes. Task extraction
  * and export both call it, so a graph runs exactly as its tasks were

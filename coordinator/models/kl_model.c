@@ -65,7 +65,7 @@ void kl_mgraph_fuse(kl_mgraph_t *g)
                 nd->owner = x->owner;
                 nd->fused = true;
             }
-        } else if (nd->op == KL_MOP_ADD) {
+        } else if (nd->op == KL_MOP_ADD && !nd->bcast) {
             for (int k = 0; k < 2; k++) {
                 const kl_mnode_t *x = &g->nodes[nd->in[k]];
                 kl_mnode_t *p = &g->nodes[x->owner];
@@ -253,6 +253,8 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     case KL_MOP_ADD:
     case KL_MOP_RELU:
     case KL_MOP_CLIP:
+        if (nd->bcast) /* a broadcasting add: no named operator */
+            return NULL;
         kl_buf_printf(&b, "%s shape=", kl_mop_name(nd->op));
         s_shape_x(&b, nd);
         if (nd->op == KL_MOP_CLIP) {
@@ -296,22 +298,29 @@ static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
     m->ntasks++;
 }
 
-/* "softmax x1, layer_norm x2" over the layers without a named operator. */
+/* "softmax x1, layer_norm x2" over the layers without a named operator:
+ * softmax, layer_norm, gelu, the activations, then the general ops
+ * (a broadcasting add is "add (broadcast)"; const computes nothing and,
+ * like a view, is not listed), then quantize and dequantize. */
 static char *s_untuned(const kl_mgraph_t *g)
 {
-    static const kl_mop ops[] = {
-        KL_MOP_SOFTMAX,    KL_MOP_LAYER_NORM, KL_MOP_GELU,
-        KL_MOP_SIGMOID,    KL_MOP_TANH,       KL_MOP_HARD_SIGMOID,
-        KL_MOP_HARD_SWISH, KL_MOP_LEAKY_RELU, KL_MOP_ELU,
-        KL_MOP_SILU,       KL_MOP_QUANTIZE,   KL_MOP_DEQUANTIZE};
     kl_buf_t b = {0};
-    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+    int nb = 0;
+    for (int i = 0; i < g->n; i++)
+        nb += g->nodes[i].op == KL_MOP_ADD && g->nodes[i].bcast;
+    /* kl_graph.h's order: softmax ... silu, const ... reduce_sum, the
+     * q-ops, quantize, dequantize */
+    for (int op = KL_MOP_SOFTMAX; op <= KL_MOP_DEQUANTIZE; op++) {
+        if (op == KL_MOP_CONST || kl_mop_is_q((kl_mop)op))
+            continue;
         int n = 0;
         for (int i = 0; i < g->n; i++)
-            n += g->nodes[i].op == ops[k];
+            n += g->nodes[i].op == (kl_mop)op;
         if (n)
             kl_buf_printf(&b, "%s%s x%d", b.len ? ", " : "",
-                          kl_mop_name(ops[k]), n);
+                          kl_mop_name((kl_mop)op), n);
+        if (op == KL_MOP_SILU && nb)
+            kl_buf_printf(&b, "%sadd (broadcast) x%d", b.len ? ", " : "", nb);
     }
     char *r = kl_buf_take(&b);
     return r ? r : kl_xstrdup("");
@@ -580,6 +589,11 @@ static void s_param_sizes(const kl_mgraph_t *g, const kl_mnode_t *nd,
         break;
     case KL_MOP_LAYER_NORM:
         *w = *b = nd->affine ? last : 0;
+        return;
+    case KL_MOP_CONST: /* its values */
+        *w = 1;
+        for (int k = 0; k < nd->ndim; k++)
+            *w *= nd->shape[k];
         return;
     default:
         return;

@@ -26,8 +26,11 @@
  *  2. turns every remaining layer that computes into a workload with
  *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
  *     gives the same operator); reshape, flatten and transpose are views,
- *     softmax, layer_norm, gelu and the activations (kl_mop_is_act) have
- *     no named operator and are counted as not tuned;
+ *     softmax, layer_norm, gelu, the activations (kl_mop_is_act) and the
+ *     general ops (kl_mop_is_general: sub, mul, where, concat, slice,
+ *     reduce_mean, ..., and an add of two shapes that broadcast) have no
+ *     named operator and are counted as not tuned (a const layer is a
+ *     parameter and computes nothing);
  *  3. merges the layers whose workloads have the same key into one task
  *     whose weight is their count, in order of first appearance.
  *
@@ -206,8 +209,9 @@ int kl_model_ntuned_layers(const kl_model_t *m);
  * them (padding reads excluded). */
 double kl_model_total_flop(const kl_model_t *m);
 /* The layers that are not tasks and compute (softmax, layer_norm, gelu,
- * the activations, quantize, dequantize),
- * as "softmax x1, layer_norm x2" ("" when none); borrowed. */
+ * the activations, the general ops but const, a broadcasting add as
+ * "add (broadcast)", quantize, dequantize), as "softmax x1, layer_norm
+ * x2" ("" when none); borrowed. */
 const char *kl_model_untuned(const kl_model_t *m);
 
 #endif

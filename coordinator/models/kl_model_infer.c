@@ -87,12 +87,6 @@ static int64_t s_numel(const int64_t *d, int nd)
     return n;
 }
 
-static bool s_same_shape(const kl_mnode_t *a, const kl_mnode_t *b)
-{
-    return a->ndim == b->ndim &&
-           memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) == 0;
-}
-
 static int s_matmuls(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
 {
     const kl_mnode_t *a = &c->g->nodes[nd->in[0]];
@@ -424,7 +418,8 @@ static int s_quant(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd,
     return rc;
 }
 
-/* Attributes and output shape of a layer whose inputs are set. */
+/* Attributes and output shape of a layer whose inputs are set; add, gelu
+ * and the general ops are kl_model_infer_general.c's. */
 int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
 {
     const kl_mnode_t *x = &c->g->nodes[nd->in[0]];
@@ -434,6 +429,9 @@ int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
     if (kl_mop_is_q(nd->op) || nd->op == KL_MOP_QUANTIZE ||
         nd->op == KL_MOP_DEQUANTIZE)
         return s_quant(c, from, nd, x);
+    if (nd->op == KL_MOP_ADD || nd->op == KL_MOP_GELU ||
+        kl_mop_is_general(nd->op))
+        return kl_mgraph__infer_general(c, from, nd);
     switch (nd->op) {
     case KL_MOP_CONV2D:
     case KL_MOP_DEPTHWISE:
@@ -462,17 +460,6 @@ int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
     case KL_MOP_ELU:
     case KL_MOP_SILU:
         return s_act(c, from, nd, x);
-    case KL_MOP_ADD:
-        if (!s_same_shape(x, &c->g->nodes[nd->in[1]])) {
-            char a[160], b[160];
-            const kl_mnode_t *y = &c->g->nodes[nd->in[1]];
-            kl_mgraph__shape_text(x->shape, x->ndim, a, sizeof(a));
-            kl_mgraph__shape_text(y->shape, y->ndim, b, sizeof(b));
-            return kl_mgraph__err(c,
-                                  "layer '%s': add of '%s' (%s) and '%s' (%s)",
-                                  nd->name, x->name, a, y->name, b);
-        }
-        /* fall through */
     case KL_MOP_LAYER_NORM: {
         nd->eps = 1e-5;
         int rc = kl_mgraph__attr(c, from, "eps")
@@ -489,7 +476,6 @@ int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
         /* fall through */
     case KL_MOP_RELU:
     case KL_MOP_SOFTMAX:
-    case KL_MOP_GELU:
         nd->ndim = x->ndim;
         memcpy(nd->shape, x->shape, sizeof(nd->shape));
         return KL_OK;

@@ -10,8 +10,10 @@
  * between do not care: quantize, dequantize, relu, clip and an add of
  * two same-shaped tensors work element by element, and a max pool on
  * codes (kl_mgraph_code_pool) is written for either layout. Every other
- * layer reads NCHW; kiln export converts a value where a reader wants
- * the other layout (one transpose, shared by the readers that want it). */
+ * layer reads NCHW (the general ops too: a broadcasting add, concat,
+ * reduce_mean ... index the NCHW shape the graph gives); kiln export converts a
+ * value where a reader wants the other layout (one transpose, shared by the
+ * readers that want it). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +38,7 @@ static bool s_follows(const kl_mgraph_t *g, int i)
         return true;
     case KL_MOP_ADD: {
         const kl_mnode_t *a = &g->nodes[nd->in[0]], *b = &g->nodes[nd->in[1]];
-        return nd->nin == 2 && a->ndim == 4 && b->ndim == 4 &&
+        return nd->nin == 2 && !nd->bcast && a->ndim == 4 && b->ndim == 4 &&
                !memcmp(a->shape, b->shape, 4 * sizeof a->shape[0]);
     }
     case KL_MOP_MAX_POOL:

@@ -43,7 +43,7 @@ static const s_opdef_t s_ops[] = {
     {"transpose", KL_MOP_TRANSPOSE, 1, 1, "perm"},
     {"softmax", KL_MOP_SOFTMAX, 1, 1, ""},
     {"layer_norm", KL_MOP_LAYER_NORM, 1, 1, "eps affine"},
-    {"gelu", KL_MOP_GELU, 1, 1, ""},
+    {"gelu", KL_MOP_GELU, 1, 1, "approximate"},
     {"sigmoid", KL_MOP_SIGMOID, 1, 1, ""},
     {"tanh", KL_MOP_TANH, 1, 1, ""},
     {"hard_sigmoid", KL_MOP_HARD_SIGMOID, 1, 1, "alpha beta"},
@@ -51,6 +51,25 @@ static const s_opdef_t s_ops[] = {
     {"leaky_relu", KL_MOP_LEAKY_RELU, 1, 1, "alpha"},
     {"elu", KL_MOP_ELU, 1, 1, "alpha"},
     {"silu", KL_MOP_SILU, 1, 1, ""},
+    {"const", KL_MOP_CONST, 0, 0, "shape"},
+    {"sub", KL_MOP_SUB, 2, 2, ""},
+    {"mul", KL_MOP_MUL, 2, 2, ""},
+    {"div", KL_MOP_DIV, 2, 2, ""},
+    {"pow", KL_MOP_POW, 2, 2, ""},
+    {"max", KL_MOP_MAX, 2, 2, ""},
+    {"min", KL_MOP_MIN, 2, 2, ""},
+    {"where", KL_MOP_WHERE, 3, 3, ""},
+    {"sqrt", KL_MOP_SQRT, 1, 1, ""},
+    {"exp", KL_MOP_EXP, 1, 1, ""},
+    {"erf", KL_MOP_ERF, 1, 1, ""},
+    {"neg", KL_MOP_NEG, 1, 1, ""},
+    {"reciprocal", KL_MOP_RECIPROCAL, 1, 1, ""},
+    {"concat", KL_MOP_CONCAT, 2, 2, "axis"},
+    {"slice", KL_MOP_SLICE, 1, 1, "axis start end step"},
+    {"gather", KL_MOP_GATHER, 1, 1, "axis indices"},
+    {"expand", KL_MOP_EXPAND, 1, 1, "shape"},
+    {"reduce_mean", KL_MOP_REDUCE_MEAN, 1, 1, "axes keepdims"},
+    {"reduce_sum", KL_MOP_REDUCE_SUM, 1, 1, "axes keepdims"},
     {"qconv2d", KL_MOP_QCONV2D, 1, 1,
      "K R S stride pad dilation groups bias relu clip za zo scale out"},
     {"qdepthwise_conv2d", KL_MOP_QDEPTHWISE, 1, 1,
@@ -95,6 +114,21 @@ bool kl_mop_is_q(kl_mop op)
 bool kl_mop_is_act(kl_mop op)
 {
     return op >= KL_MOP_SIGMOID && op <= KL_MOP_SILU;
+}
+
+bool kl_mop_is_general(kl_mop op)
+{
+    return op >= KL_MOP_CONST && op <= KL_MOP_REDUCE_SUM;
+}
+
+bool kl_mop_is_binary(kl_mop op)
+{
+    return op >= KL_MOP_SUB && op <= KL_MOP_MIN;
+}
+
+bool kl_mop_is_unary(kl_mop op)
+{
+    return op >= KL_MOP_SQRT && op <= KL_MOP_RECIPROCAL;
 }
 
 int kl_mgraph__err(kl_mgraph__ctx_t *c, const char *fmt, ...)
@@ -308,6 +342,9 @@ static int s_layer(kl_mgraph__ctx_t *c)
                 "layer '%s': unknown tensor '%s' (a tensor is "
                 "defined above its first use)",
                 nd->name, c->tok[t]);
+        if (nd->nin == def->nin_max && !def->nin_max)
+            return kl_mgraph__err(c, "layer '%s': %s takes no input", nd->name,
+                                  def->name);
         if (nd->nin == def->nin_max)
             return kl_mgraph__err(c, "layer '%s': %s takes at most %d input%s",
                                   nd->name, def->name, def->nin_max,

@@ -1,6 +1,7 @@
 /* kl_model_parse_int.h - private to the graph parser (kl_model_parse.c:
  * statements, layers and their attributes; kl_model_infer.c: each layer's
- * attributes checked and its output shape inferred): the parse context
+ * attributes checked and its output shape inferred, the general ops' in
+ * kl_model_infer_general.c): the parse context
  * and the readers both use. */
 #ifndef KL_MODEL_PARSE_INT_H
 #define KL_MODEL_PARSE_INT_H
@@ -49,5 +50,8 @@ int kl_mgraph__flag(kl_mgraph__ctx_t *c, int from, const kl_mnode_t *nd,
 /* kl_model_infer.c: the attributes (tok[from..)) and output shape of
  * layer nd, whose inputs are set. */
 int kl_mgraph__infer(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd);
+/* kl_model_infer_general.c: the same for add, gelu and the general ops
+ * (kl_mop_is_general). */
+int kl_mgraph__infer_general(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd);
 
 #endif

@@ -77,7 +77,7 @@ int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
         const kl_mnode_t *nd = &g->nodes[i];
         if (nd->fused || nd->res || nd->clip || nd->relu)
             continue;
-        if (nd->op == KL_MOP_ADD && nd->nin == 2 &&
+        if (nd->op == KL_MOP_ADD && nd->nin == 2 && !nd->bcast &&
             kl_mgraph_code_deq(g, nd->in[0]) &&
             kl_mgraph_code_deq(g, nd->in[1])) {
             int q = s_quant_after(g, i);

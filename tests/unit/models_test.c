@@ -402,9 +402,11 @@ static void test_errors(void **state)
                   "dense, matmul, batch_matmul, max_pool2d, avg_pool2d, "
                   "global_avg_pool, add, relu, clip, flatten, reshape, "
                   "transpose, softmax, layer_norm, gelu, sigmoid, tanh, "
-                  "hard_sigmoid, hard_swish, leaky_relu, elu, silu, qconv2d, "
-                  "qdepthwise_conv2d, qdense, qmatmul, quantize, "
-                  "dequantize)");
+                  "hard_sigmoid, hard_swish, leaky_relu, elu, silu, const, "
+                  "sub, mul, div, pow, max, min, where, sqrt, exp, erf, neg, "
+                  "reciprocal, concat, slice, gather, expand, reduce_mean, "
+                  "reduce_sum, qconv2d, qdepthwise_conv2d, qdense, qmatmul, "
+                  "quantize, dequantize)");
     s_parse_fails("input x 1x3x8x8\ny = conv2d z K=1 R=1\n",
                   "t.graph:2: layer 'y': unknown tensor 'z'");
     s_parse_fails("input x 1x3x8x8\nx = relu x\n", "defined twice");
@@ -421,7 +423,8 @@ static void test_errors(void **state)
                   "t.graph:2: layer 'y': conv2d: groups=4 does not divide");
     s_parse_fails("input x 1x3x8x8\ny = add x\n", "add takes 2 inputs");
     s_parse_fails("input x 2x3\ninput z 3x2\ny = add x z\n",
-                  "add of 'x' (2x3) and 'z' (3x2)");
+                  "t.graph:3: layer 'y': add: shapes 2x3 and 3x2 do not "
+                  "broadcast");
     s_parse_fails("input x 2x3\ny = reshape x shape=4x2\n",
                   "reshape of 6 elements");
     s_parse_fails("input x 2x3\ny = transpose x perm=0,0\n",
