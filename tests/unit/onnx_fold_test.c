@@ -40,7 +40,9 @@ static void test_fold_causal_mask(void **state)
     o.inits[0] = s_i64("shp", 2, shp);
     o.inits[1] = s_i64("zero", -1, &zero);
     o.inits[2] = s_scalar("ninf", -1e9f, true);
-    o.g.n_initializer = 3;
+    static const float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    o.inits[3] = s_data(s_tensor("w", 2, 4, 3, 0, 0), w, 12, false);
+    o.g.n_initializer = 4;
     KilnOnnx__AttributeProto *one = s_mem(sizeof(*one));
     kiln_onnx__attribute_proto__init(one);
     one->name = "value";
@@ -52,11 +54,13 @@ static void test_fold_causal_mask(void **state)
     s_onnx_node(&o, "Cast", s_strs("tril", 0, 0), 1, "tril_i", s_int("to", 7),
                 0, 0);
     s_onnx_node(&o, "Equal", s_strs("tril_i", "zero", 0), 2, "mask", 0, 0, 0);
-    s_onnx_node(&o, "Where", s_strs("mask", "ninf", "x"), 3, "y", 0, 0, 0);
+    s_onnx_node(&o, "Where", s_strs("mask", "ninf", "x"), 3, "wh", 0, 0, 0);
+    s_onnx_node(&o, "MatMul", s_strs("wh", "w", 0), 2, "y", 0, 0, 0);
     const char *path = s_onnx_write(&o, "y");
     s_text_has(path, "mask = const shape=4x4\n"
                      "ninf = const shape=1\n"
-                     "y = where mask ninf x\n");
+                     "wh = where mask ninf x\n"
+                     "y = matmul wh N=3\n");
     kl_model_params_t ps = s_params(path);
     double want[16];
     for (int i = 0; i < 16; i++)
@@ -143,7 +147,8 @@ static void test_shape_layers(void **state)
     o.inits[3] = s_i64("ax", 1, &ax);
     o.inits[4] = s_i64("step", 1, &step);
     o.inits[5] = s_i64("idx", -1, &idx);
-    o.g.n_initializer = 6;
+    o.inits[6] = s_tensor("w", 2, 7, 3, 0, 0);
+    o.g.n_initializer = 7;
     KilnOnnx__NodeProto *sp;
     s_onnx_node(&o, "Split", s_strs("x", "sizes", 0), 2, "a", s_int("axis", 1),
                 0, 0);
@@ -160,8 +165,9 @@ static void test_shape_layers(void **state)
                 s_ints("axes", 1, 1, 0, 0, 0), 0, 0);
     s_onnx_node(&o, "Concat", s_strs("gu", "a", "b"), 3, "cat",
                 s_int("axis", 1), 0, 0);
-    s_onnx_node(&o, "ReduceSum", s_strs("cat", 0, 0), 1, "y",
+    s_onnx_node(&o, "ReduceSum", s_strs("cat", 0, 0), 1, "r",
                 s_ints("axes", 1, -1, 0, 0, 0), s_int("keepdims", 0), 0);
+    s_onnx_node(&o, "MatMul", s_strs("r", "w", 0), 2, "y", 0, 0, 0);
     const char *path = s_onnx_write(&o, "y");
     s_text_has(path, "a = slice x axis=1 start=0 end=2\n"
                      "b = slice x axis=1 start=2 end=6\n"
@@ -170,7 +176,8 @@ static void test_shape_layers(void **state)
                      "g = reshape g_0 shape=1x8\n");
     s_text_has(path, "cat_1 = concat gu a axis=1\n"
                      "cat = concat cat_1 b axis=1\n"
-                     "y = reduce_sum cat axes=2 keepdims=0\n");
+                     "r = reduce_sum cat axes=2 keepdims=0\n"
+                     "y = matmul r N=3\n");
     char err[KL_ERRMSG_LEN];
     kl_model_t *m = NULL;
     if (kl_model_load(path, &m, err))
