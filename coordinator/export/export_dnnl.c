@@ -274,8 +274,11 @@ int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
     int nbad = 0;
     for (int i = 0; i < n->g.n; i++)
         if (!kl_export__dnnl_layer(n, i))
-            kl_buf_printf(&n->why, "%s'%s' (%s)", nbad++ ? ", " : "",
-                          n->g.nodes[i].name, kl_mop_name(n->g.nodes[i].op));
+            kl_buf_printf(&n->why, "%s'%s' (%s%s)", nbad++ ? ", " : "",
+                          n->g.nodes[i].name, kl_mop_name(n->g.nodes[i].op),
+                          n->g.nodes[i].op == KL_MOP_ADD && n->g.nodes[i].bcast
+                              ? ", broadcast"
+                              : "");
     int o = n->g.nout ? n->g.outputs[0] : n->g.n - 1;
     const kl_mnode_t *ond = &n->g.nodes[o];
     kl_export__dnnl_val_t *ov = &n->val[kl_export__dnnl_vnode(&n->g, o)];

@@ -274,9 +274,9 @@ static bool s_pool(kl_dnnl_net_t *n, int i)
     return true;
 }
 
-/* oneDNN's eltwise algorithm for relu, gelu and the activations it has
- * (sigmoid, tanh, leaky_relu, elu, silu; alpha in *a); false for
- * hard_sigmoid and hard_swish, which this net does not build. */
+/* oneDNN's eltwise algorithm for relu, gelu (either form) and the
+ * activations it has (sigmoid, tanh, leaky_relu, elu, silu; alpha in *a);
+ * false for hard_sigmoid and hard_swish, which this net does not build. */
 static bool s_eltwise_alg(const kl_mnode_t *nd, dnnl_alg_kind_t *alg, float *a)
 {
     *a = nd->op == KL_MOP_LEAKY_RELU || nd->op == KL_MOP_ELU ? (float)nd->alpha
@@ -288,7 +288,7 @@ static bool s_eltwise_alg(const kl_mnode_t *nd, dnnl_alg_kind_t *alg, float *a)
         *alg = dnnl_eltwise_relu;
         return true;
     case KL_MOP_GELU:
-        *alg = dnnl_eltwise_gelu_erf;
+        *alg = nd->gelu_tanh ? dnnl_eltwise_gelu_tanh : dnnl_eltwise_gelu_erf;
         return true;
     case KL_MOP_SIGMOID:
         *alg = dnnl_eltwise_logistic;
@@ -443,6 +443,10 @@ bool kl_export__dnnl_layer(kl_dnnl_net_t *n, int i)
     const kl_mnode_t *nd = &n->g.nodes[i];
     if (nd->fused)
         return true;
+    /* the general ops (and an add that broadcasts): this net does not
+     * build them; the caller names them */
+    if (kl_mop_is_general(nd->op) || nd->bcast)
+        return false;
     switch (nd->op) {
     case KL_MOP_INPUT: {
         float *x = kl_export__dnnl_param(n);

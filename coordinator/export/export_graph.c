@@ -62,7 +62,7 @@ typedef struct {
 static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
 {
     const kl_mnode_t *nd = &c->g->nodes[i];
-    if (nd->op == KL_MOP_INPUT)
+    if (nd->op == KL_MOP_INPUT || nd->op == KL_MOP_CONST)
         snprintf(out, n, "(float *)p[%d]", c->param[i]);
     else if (nd->fused)
         s_bufexpr(c, nd->owner, out, n);
@@ -312,8 +312,9 @@ static int s_task_call(s_gen_t *c, int i, char *err)
     return rc;
 }
 
-/* Layers without a task: softmax, layer_norm, gelu, the activations
- * (kl_mop_is_act: alpha and beta after the sizes) over the last dim;
+/* Layers without a task: softmax, layer_norm, gelu (s_gelu_tanh for
+ * approximate=tanh), the activations (kl_mop_is_act: alpha and beta
+ * after the sizes) over the last dim;
  * an affine layer_norm has parameters LAYER.weight and LAYER.bias of the
  * last dim. */
 static void s_untuned_call(s_gen_t *c, int i)
@@ -334,9 +335,11 @@ static void s_untuned_call(s_gen_t *c, int i)
     } else if (kl_mop_is_act(nd->op)) {
         snprintf(ln, sizeof ln, ", %.9g, %.9g", nd->alpha, nd->beta);
     }
-    char *code =
-        kl_xasprintf("    s_%s(%s, %s, %lld, %lld%s); /* %s */\n",
-                     kl_mop_name(nd->op), in, out, rows, cols, ln, nd->name);
+    char *code = kl_xasprintf("    s_%s(%s, %s, %lld, %lld%s); /* %s */\n",
+                              nd->op == KL_MOP_GELU && nd->gelu_tanh
+                                  ? "gelu_tanh"
+                                  : kl_mop_name(nd->op),
+                              in, out, rows, cols, ln, nd->name);
     s_emit(c, nd->name, -1, code);
     free(code);
 }
@@ -385,6 +388,21 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
     return KL_OK;
 }
 
+/* A general layer (kl_mop_is_general, a broadcasting add): its helper
+ * on its inputs' NCHW values (export_general.c). */
+static void s_general_call(s_gen_t *c, int i)
+{
+    const kl_mnode_t *nd = &c->g->nodes[i];
+    char in[3][64], out[64];
+    const char *ins[3] = {in[0], in[1], in[2]};
+    for (int k = 0; k < nd->nin; k++)
+        s_inexpr(c, nd->in[k], false, in[k], sizeof in[k]);
+    s_bufexpr(c, i, out, sizeof out);
+    char *code = kl_export__general_call(c->g, i, ins, out);
+    s_emit(c, nd->name, -1, code);
+    free(code);
+}
+
 /* A quantize or dequantize layer (docs/models.md): kiln_model.c's
  * s_quantize_T / s_dequantize_T on the whole tensor, with the layer's
  * f32 scale and its zero point. */
@@ -413,6 +431,10 @@ static int s_layer(s_gen_t *c, int i, char *err)
     case KL_MOP_INPUT:
         c->param[i] =
             s_new_param(c, nd->name, NULL, nd->ndim, nd->shape, nd->dt);
+        return KL_OK;
+    case KL_MOP_CONST: /* its values: the parameter NAME.weight */
+        c->param[i] =
+            s_new_param(c, nd->name, "weight", nd->ndim, nd->shape, KL_DT_F32);
         return KL_OK;
     case KL_MOP_FLATTEN:
     case KL_MOP_RESHAPE:
@@ -444,6 +466,10 @@ static int s_layer(s_gen_t *c, int i, char *err)
                   kl_dtype_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
     if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
         s_qcast_call(c, i);
+        return KL_OK;
+    }
+    if (kl_mop_is_general(nd->op) || nd->bcast) {
+        s_general_call(c, i);
         return KL_OK;
     }
     if (nd->op == KL_MOP_SOFTMAX || nd->op == KL_MOP_LAYER_NORM ||
@@ -586,6 +612,8 @@ static char *s_model_c(s_gen_t *c)
             kl_buf_puts(&b, kl_export__act_helpers_c);
             break;
         }
+    if (kl_export__general_used(g))
+        kl_buf_puts(&b, kl_export__general_helpers_c);
     for (int i = 0; i < g->n; i++)
         if (c->conv[i]) {
             kl_buf_puts(&b, kl_export__layout_helpers_c);

@@ -66,6 +66,17 @@ char *kl_export__qfuse_call(const kl_mgraph_t *g, int i, const kl_qfuse_t *f,
 void kl_export__qfuse_helpers(const kl_mgraph_t *g, const kl_qfuse_t *plan,
                               kl_buf_t *b);
 
+/* The general layers (export_general.c): the call of layer i of g, a
+ * general op but const, or an add of two shapes that broadcast (in: the C
+ * expressions of its inputs' NCHW values, out: its buffer); heap string.
+ * kl_export__general_used: whether g has such a layer or a gelu
+ * approximate=tanh, whose helpers (export_text_general.c,
+ * kl_export__general_helpers_c) kiln_model.c then has after S_PAR. */
+char *kl_export__general_call(const kl_mgraph_t *g, int i,
+                              const char *const *in, const char *out);
+bool kl_export__general_used(const kl_mgraph_t *g);
+extern const char kl_export__general_helpers_c[];
+
 /* kiln_model.c's tables of the n parameters (names, sizes, shapes,
  * element types, offsets into the embedded weights; export_weights.c). */
 void kl_export__param_tables(const kl_export__param_t *params, int n,

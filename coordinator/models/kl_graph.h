@@ -51,14 +51,14 @@ typedef enum {
     KL_MOP_LEAKY_RELU,
     KL_MOP_ELU,
     KL_MOP_SILU,
-    /* The general ops without a task (kl_mop_is_general), run by the
-     * exported library's own loops, all f32: const (a parameter NAME.weight
-     * of its shape=), the element-wise ops of two inputs that broadcast
-     * (kl_mop_is_binary; add too, when its inputs differ in shape), where
-     * (three inputs, broadcast), the element-wise ops of one
-     * (kl_mop_is_unary), and concat, slice, gather, expand, reduce_mean,
-     * reduce_sum. Broadcasting is numpy's: shapes aligned at the right,
-     * each dim equal or 1, the output's the larger. */
+    /* The general ops without a task (kl_mop_is_general), all f32, run
+     * by the exported library's own loops: const (no loop: a parameter
+     * NAME.weight of its shape=), the element-wise ops of two inputs
+     * that broadcast (kl_mop_is_binary; add too, when its inputs differ
+     * in shape), where (three inputs, broadcast), the element-wise ops of
+     * one (kl_mop_is_unary), and concat, slice, gather, expand,
+     * reduce_mean, reduce_sum. Broadcasting is numpy's: shapes aligned at
+     * the right, each dim equal or 1, the output's the larger. */
     KL_MOP_CONST,
     KL_MOP_SUB,
     KL_MOP_MUL,

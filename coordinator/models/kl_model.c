@@ -157,9 +157,11 @@ static bool s_takes_prec(kl_mop op)
 static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
 
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
- * ops without a named operator. */
+ * ops without a named operator (a broadcasting add among them). */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
+    if (nd->bcast) /* a broadcasting add (or binary op): none */
+        return NULL;
     char *f = s_spec(g, nd);
     if (!f || g->prec == KL_DT_F32 || !s_takes_prec(nd->op))
         return f;
@@ -253,8 +255,6 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     case KL_MOP_ADD:
     case KL_MOP_RELU:
     case KL_MOP_CLIP:
-        if (nd->bcast) /* a broadcasting add: no named operator */
-            return NULL;
         kl_buf_printf(&b, "%s shape=", kl_mop_name(nd->op));
         s_shape_x(&b, nd);
         if (nd->op == KL_MOP_CLIP) {
