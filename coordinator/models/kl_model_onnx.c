@@ -24,9 +24,9 @@
 /* The handler tables in the order a node is offered to them (see
  * kl_onnx__op_t). */
 static const kl_onnx__op_t *const s_tables[] = {
-    kl_onnx__const_ops, kl_onnx__fold_ops,   kl_onnx__q_ops,
-    kl_onnx__qop_ops,   kl_onnx__qfp_ops,    kl_onnx__tf_ops,
-    kl_onnx__layers_ops, kl_onnx__act_ops,   kl_onnx__ew_ops,
+    kl_onnx__const_ops,  kl_onnx__fold_ops, kl_onnx__q_ops,
+    kl_onnx__qop_ops,    kl_onnx__qfp_ops,  kl_onnx__tf_ops,
+    kl_onnx__layers_ops, kl_onnx__act_ops,  kl_onnx__ew_ops,
 };
 
 /* Offers nd to the rows for its op (of the com.microsoft ones when ms);
