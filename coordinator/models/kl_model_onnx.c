@@ -322,10 +322,11 @@ static int s_inputs(kl_onnx__ctx_t *c)
     return KL_OK;
 }
 
-/* rc, an import stopped, or when the inputs were resized and the layers
- * so far no longer parse (a Reshape to a shape the exporter wrote as a
- * constant), the parser's error naming that layer: the node that then
- * found no shape for its input is not the cause. */
+/* rc (the import's result), or when the inputs were resized and the
+ * layers so far no longer parse (a Reshape to a shape the exporter wrote
+ * as a constant), the parser's error naming that layer and the
+ * overrides: the node that then found no shape for its input, or the
+ * parse of the finished text, would say less. */
 static int s_resized_err(kl_onnx__ctx_t *c, int rc)
 {
     const kl_model_opts_t *o = c->dims;
