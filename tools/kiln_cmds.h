@@ -5,6 +5,21 @@
 #ifndef KILN_CMDS_H
 #define KILN_CMDS_H
 
+/* The rows of --batch and --seq (kl_opt.h tables, `KILN_DIM_OPTS,` as
+ * one row; 0, their value when not given, leaves the model's input
+ * dimensions as they are): the kl_model_opts_t overrides of every command
+ * that loads a model. */
+/* clang-format off */
+#define KILN_DIM_OPTS \
+    {"batch", KL_OPT_INT, NULL, 1, 1e9, "N", \
+     "--model: dimension 0 of every model input (its batch) becomes N; " \
+     "every shape after it follows (docs/models.md)"}, \
+    {"seq", KL_OPT_INT, NULL, 1, 1e9, "N", \
+     "--model: dimension 1 of every 2-D [batch, seq] or 3-D [batch, seq, " \
+     "hidden] model input becomes N (an input of another rank is an " \
+     "error)"}
+/* clang-format on */
+
 typedef int (*kiln_cmd_fn)(int argc, char **argv);
 
 typedef struct {

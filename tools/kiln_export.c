@@ -34,6 +34,7 @@ static const kl_opt_t s_opts[] = {
      "--model: the precision the model computes in; bf16 runs its conv2d, "
      "dense, matmul and batch_matmul layers with the records of their "
      "in=bf16 tasks (CPU targets; the library still takes and gives f32)"},
+    KILN_DIM_OPTS,
     {"no-build", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "write the sources only, do not build libkiln_model.so"},
     {"cc", KL_OPT_STR, NULL, KL_NOBOUNDS, "CC",
@@ -44,12 +45,14 @@ static const kl_opt_t s_opts[] = {
 static const char s_usage[] =
     "usage: kiln export --db DIR (--model NAME | --op TEXT) [--target cpu] "
     "--out DIR\n"
-    "                   [--precision f32|bf16] [--condition warm|cold]\n"
+    "                   [--precision f32|bf16] [--batch N] [--seq N]\n"
+    "                   [--condition warm|cold]\n"
     "                   [--fallback naive] [--no-build]\n"
     "Writes the best record of every task on the exact target as source, a "
     "manifest.json,\nand for CPU targets libkiln_model.so with kiln_model_run "
     "and the model's weights\n(its own, else seeded random; see "
-    "DIR/kiln_model.h).\n"
+    "DIR/kiln_model.h). --batch and --seq resize the model's\ninputs (the "
+    "manifest keeps them for kiln run).\n"
     "Exit codes: 0 ok, 1 failed, 2 usage, 3 a task without a record (each "
     "is listed).";
 
@@ -106,6 +109,8 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, kl_dtype prec,
         .fallback_naive = kl_opts_given(o, "fallback"),
         .build = !kl_opts_bool(o, "no-build"),
         .cc = kl_opts_str(o, "cc"),
+        .batch = kl_opts_int(o, "batch"),
+        .seq = kl_opts_int(o, "seq"),
     };
     kl_export_result_t res;
     kl_target_kind kind = KL_TARGET_CPU;
@@ -182,6 +187,9 @@ int kiln_cmd_export(int argc, char **argv)
                       : fb && strcmp(fb, "naive")
                           ? "--fallback takes only 'naive'"
                           : NULL;
+    if (!bad && op && (kl_opts_given(o, "batch") || kl_opts_given(o, "seq")))
+        bad = "--batch and --seq go with --model (an --op gives its own "
+              "dimensions)";
     if (bad) {
         fprintf(stderr, "kiln export: %s\n%s\n", bad, s_usage);
         kl_opts_free(&o);

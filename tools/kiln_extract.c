@@ -19,6 +19,7 @@ static const kl_opt_t s_opts[] = {
     {"precision", KL_OPT_STR, "f32", KL_NOBOUNDS, "f32|bf16",
      "the precision the model computes in: bf16 makes every conv2d, dense, "
      "matmul and batch_matmul task its in=bf16 form (docs/cli.md)"},
+    KILN_DIM_OPTS,
     {"json", KL_OPT_BOOL, NULL, KL_NOBOUNDS, NULL,
      "print one JSON object (with each workload's canonical text and key) "
      "instead of the table"},
@@ -32,11 +33,26 @@ static const kl_opt_t s_opts[] = {
 
 static const char s_usage[] =
     "usage: kiln extract --model NAME|FILE [--precision f32|bf16] [--json]\n"
+    "                    [--batch N] [--seq N]\n"
     "       kiln extract --list\n"
-    "       kiln extract --model NAME|FILE --print-graph";
+    "       kiln extract --model NAME|FILE [--batch N] [--seq N] --print-graph";
 
-static void s_table(const kl_model_t *m, kl_dtype prec)
+/* ", batch 2, seq 64" of the dimensions given ("" when none). */
+static void s_dims_text(const kl_model_opts_t *mo, char *out, size_t n)
 {
+    int k = 0;
+    out[0] = '\0';
+    if (mo->batch)
+        k = snprintf(out, n, ", batch %lld", (long long)mo->batch);
+    if (mo->seq)
+        snprintf(out + k, n - (size_t)k, ", seq %lld", (long long)mo->seq);
+}
+
+static void s_table(const kl_model_t *m, const kl_model_opts_t *mo)
+{
+    kl_dtype prec = mo->prec;
+    char dims[64];
+    s_dims_text(mo, dims, sizeof dims);
     int n = kl_model_ntasks(m), nw = 4;
     for (int i = 0; i < n; i++) {
         int l = (int)strlen(kl_model_task(m, i)->w->name);
@@ -46,12 +62,12 @@ static void s_table(const kl_model_t *m, kl_dtype prec)
     int kernels = 0;
     for (int i = 0; i < n; i++)
         kernels += kl_model_task(m, i)->weight;
-    printf("Model %s%s%s: %d layers -> %d kernels (fused relu/add and "
+    printf("Model %s%s%s%s: %d layers -> %d kernels (fused relu/add and "
            "integer shortcuts: %d, views and untuned: %d) -> %d distinct "
            "tasks\n\n",
            kl_model_name(m), prec == KL_DT_F32 ? "" : ", precision ",
-           prec == KL_DT_F32 ? "" : kl_dtype_name(prec), kl_model_nlayers(m),
-           kernels, kl_model_ntuned_layers(m) - kernels,
+           prec == KL_DT_F32 ? "" : kl_dtype_name(prec), dims,
+           kl_model_nlayers(m), kernels, kl_model_ntuned_layers(m) - kernels,
            kl_model_nlayers(m) - kl_model_ntuned_layers(m), n);
     int width = printf("%3s | %-*s | %12s | %6s | %s", "ID", nw, "Name", "FLOP",
                        "Weight", "Workload");
@@ -74,13 +90,17 @@ static void s_table(const kl_model_t *m, kl_dtype prec)
                kl_model_untuned(m));
 }
 
-static void s_json(const kl_model_t *m, kl_dtype prec)
+static void s_json(const kl_model_t *m, const kl_model_opts_t *mo)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "model",
                            json_object_new_string(kl_model_name(m)));
     json_object_object_add(o, "precision",
-                           json_object_new_string(kl_dtype_name(prec)));
+                           json_object_new_string(kl_dtype_name(mo->prec)));
+    if (mo->batch) /* absent: the model's own input dimensions */
+        json_object_object_add(o, "batch", json_object_new_int64(mo->batch));
+    if (mo->seq)
+        json_object_object_add(o, "seq", json_object_new_int64(mo->seq));
     json_object *a = json_object_new_array();
     int weights = 0;
     for (int i = 0; i < kl_model_ntasks(m); i++) {
@@ -145,9 +165,11 @@ int kiln_cmd_extract(int argc, char **argv)
         kl_opts_free(&o);
         return 2;
     }
+    kl_model_opts_t mo = {.batch = kl_opts_int(o, "batch"),
+                          .seq = kl_opts_int(o, "seq")};
     if (kl_opts_bool(o, "print-graph")) {
         char *text = NULL;
-        int rc = kl_model_text(name, &text, err);
+        int rc = kl_model_text_opts(name, &mo, &text, err);
         if (rc)
             fprintf(stderr, "kiln extract: %s\n", err);
         else
@@ -162,17 +184,18 @@ int kiln_cmd_extract(int argc, char **argv)
         kl_opts_free(&o);
         return 2;
     }
+    mo.prec = prec;
     kl_model_t *m = NULL;
-    int rc = kl_model_load_prec(name, prec, &m, err);
+    int rc = kl_model_load_opts(name, &mo, &m, err);
     if (rc) {
         fprintf(stderr, "kiln extract: %s\n", err);
         kl_opts_free(&o);
         return 2;
     }
     if (kl_opts_bool(o, "json"))
-        s_json(m, prec);
+        s_json(m, &mo);
     else
-        s_table(m, prec);
+        s_table(m, &mo);
     kl_model_destroy(&m);
     kl_opts_free(&o);
     return 0;

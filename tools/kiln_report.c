@@ -17,6 +17,7 @@ static const kl_opt_t s_opts[] = {
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
      "the model's tasks and weights (built-in or graph file); default: "
      "every workload with records, weight 1"},
+    KILN_DIM_OPTS,
     {"target", KL_OPT_STR, "cpu", KL_NOBOUNDS, "TARGET",
      "records of this target only; cpu is this machine's exact CPU target"},
     {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold",
@@ -30,9 +31,9 @@ static const kl_opt_t s_opts[] = {
 };
 
 static const char s_usage[] =
-    "usage: kiln report --db DIR [--model NAME|FILE] [--target cpu] "
-    "[--condition warm|cold]\n"
-    "                   [--html FILE] [--svg DIR]\n"
+    "usage: kiln report --db DIR [--model NAME|FILE [--batch N] [--seq N]] "
+    "[--target cpu]\n"
+    "                   [--condition warm|cold] [--html FILE] [--svg DIR]\n"
     "Writes the results of a record store as one HTML page with inline SVG "
     "plots (no network\nneeded to view it) and/or the plots as SVG files.\n"
     "Exit codes: 0 ok, 1 failed (store, model, file), 2 usage, 3 no record "
@@ -63,7 +64,9 @@ static int s_run(const kl_opts_t *o, kl_cond_t cond, char *err)
     kl_report_cfg_t cfg = {.target = kl_opts_str(o, "target"),
                            .model = kl_opts_str(o, "model"),
                            .source = db,
-                           .cond = cond};
+                           .cond = cond,
+                           .batch = kl_opts_int(o, "batch"),
+                           .seq = kl_opts_int(o, "seq")};
     rc = kl_report_load(&r, st, &cfg, err);
     const char *html = kl_opts_str(o, "html"), *svg = kl_opts_str(o, "svg");
     if (!rc && html)
@@ -99,6 +102,13 @@ int kiln_cmd_report(int argc, char **argv)
         fprintf(stderr, "kiln report: %s\n%s\n",
                 kl_opts_npos(o) > 0 ? "unexpected argument"
                                     : "--db and one of --html or --svg needed",
+                s_usage);
+        kl_opts_free(&o);
+        return 2;
+    }
+    if (!kl_opts_str(o, "model") &&
+        (kl_opts_given(o, "batch") || kl_opts_given(o, "seq"))) {
+        fprintf(stderr, "kiln report: --batch and --seq go with --model\n%s\n",
                 s_usage);
         kl_opts_free(&o);
         return 2;

@@ -28,6 +28,7 @@ static const kl_opt_t s_opts[] = {
      "the exported library (DIR/libkiln_model.so)"},
     {"model", KL_OPT_STR, NULL, KL_NOBOUNDS, "NAME|FILE",
      "the model it was exported from"},
+    KILN_DIM_OPTS,
     {"repeat", KL_OPT_INT, "10", 1, 100000, "N",
      "timed runs of the exported build (the median is printed)"},
     {"seed", KL_OPT_INT, "1", 0, 9e18, "S",
@@ -56,13 +57,16 @@ static const kl_opt_t s_opts[] = {
 
 static const char s_usage[] =
     "usage: kiln run --lib DIR/libkiln_model.so --model NAME|FILE "
-    "[--input x.npy]\n"
-    "                [--output y.npy] [--expect ref.npy [--rtol X]] "
-    "[--profile] [--repeat N]\n"
+    "[--batch N] [--seq N]\n"
+    "                [--input x.npy] [--output y.npy] [--expect ref.npy "
+    "[--rtol X]]\n"
+    "                [--profile] [--repeat N]\n"
     "Runs the exported model on its embedded weights and the input (else "
     "random), checks\nit against the naive build of the same graph (and "
     "--expect), writes --output, and\nprints the end-to-end latency "
-    "(median of --repeat runs); --profile: every layer's.\n"
+    "(median of --repeat runs); --profile: every layer's.\n--batch and "
+    "--seq default to the library's manifest.json (a different value is "
+    "an error).\n"
     "Exit codes: 0 ok, 1 failed, wrong output or a bad .npy, 2 usage.";
 
 /* The default --rtol against --expect. */
@@ -397,9 +401,10 @@ static int s_write_output(const s_lib_t *l, const char *path, const float *got,
     return rc;
 }
 
-/* The naive build in a fresh temporary directory (removed by the caller). */
-static int s_naive(const char *model, const char *cc, char *dir, size_t n,
-                   char *err)
+/* The naive build in a fresh temporary directory (removed by the caller),
+ * of the model resized by dims. */
+static int s_naive(const char *model, const kl_model_opts_t *dims,
+                   const char *cc, char *dir, size_t n, char *err)
 {
     const char *tmp =
         getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -408,7 +413,7 @@ static int s_naive(const char *model, const char *cc, char *dir, size_t n,
         return kl_seterr(err, KL_ERR_IO, "mkdtemp %s failed", dir);
     printf("building the naive build of %s in %s ...\n", model, dir);
     fflush(stdout);
-    return kl_export_naive(model, dir, cc, err);
+    return kl_export_naive_opts(model, dims, dir, cc, err);
 }
 
 static void s_rmdir(const char *dir)
@@ -450,11 +455,12 @@ static void s_line(const char *what, const double *t, int repeat)
 /* oneDNN's graph of the model (kl_export_dnnl_open), checked against the
  * naive build's output: a wrong output is an error; a graph oneDNN cannot
  * express (or no libdnnl) is said, and *d stays NULL. */
-static int s_dnnl(const char *model, float *const *p, int np, const float *ref,
-                  long long n, double rtol, kl_dnnl_net_t **d, char *err)
+static int s_dnnl(const char *model, const kl_model_opts_t *dims,
+                  float *const *p, int np, const float *ref, long long n,
+                  double rtol, kl_dnnl_net_t **d, char *err)
 {
     double rel = 0;
-    int rc = kl_export_dnnl_open(model, p, np, d, err);
+    int rc = kl_export_dnnl_open_opts(model, dims, p, np, d, err);
     if (rc) {
         printf("oneDNN           not measured: %s\n", err);
         return rc == KL_ERR_UNSUPPORTED ? KL_OK : rc;
@@ -565,6 +571,52 @@ static bool s_lib_bf16(const char *lib)
     return bf16;
 }
 
+/* The model's input dimensions (kl_model_opts_t's batch and seq): the
+ * flags, else the manifest.json beside the library ("batch", "seq" when
+ * kiln export was given them; absent: the model's own). A flag the
+ * manifest disagrees with is an error naming both values. */
+static int s_lib_dims(const kl_opts_t *o, kl_model_opts_t *dims, char *err)
+{
+    const char *lib = kl_opts_str(o, "lib");
+    const char *slash = strrchr(lib, '/');
+    char *path =
+        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
+              : kl_xstrdup("manifest.json");
+    json_object *m = json_object_from_file(path);
+    static const char *const names[] = {"batch", "seq"};
+    int64_t *vals[] = {&dims->batch, &dims->seq};
+    int rc = KL_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        json_object *v = NULL;
+        int64_t want = m && json_object_object_get_ex(m, names[i], &v)
+                           ? json_object_get_int64(v)
+                           : 0;
+        if (!kl_opts_given(o, names[i])) {
+            *vals[i] = want;
+            if (want)
+                printf("input dimensions: --%s %lld (%s)\n", names[i],
+                       (long long)want, path);
+            continue;
+        }
+        *vals[i] = kl_opts_int(o, names[i]);
+        if (m && want != *vals[i] && want)
+            rc = kl_seterr(err, KL_ERR_INVAL,
+                           "--%s %lld, but %s says %s %lld (the library was "
+                           "exported with --%s %lld)",
+                           names[i], (long long)*vals[i], path, names[i],
+                           (long long)want, names[i], (long long)want);
+        else if (m && want != *vals[i])
+            rc = kl_seterr(err, KL_ERR_INVAL,
+                           "--%s %lld, but %s has no \"%s\" (the library "
+                           "was exported at the model's own input "
+                           "dimensions)",
+                           names[i], (long long)*vals[i], path, names[i]);
+    }
+    json_object_put(m);
+    free(path);
+    return rc;
+}
+
 /* Every layer's median time over repeat runs of kiln_model_run_profiled,
  * beside its task's tuned latency, and the totals. */
 static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
@@ -645,8 +697,9 @@ static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
 }
 
 /* The checks and the timings, once both builds are loaded. */
-static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
-                    const s_params_t *ps, const kl_npy_t *expect, char *err)
+static int s_checks(kl_opts_t *o, const kl_model_opts_t *dims,
+                    const s_lib_t *lib, const s_lib_t *nv, const s_params_t *ps,
+                    const kl_npy_t *expect, char *err)
 {
     const char *model = kl_opts_str(o, "model");
     const char *epath = kl_opts_str(o, "expect"),
@@ -679,7 +732,7 @@ static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
     double e2e = 0;
     kl_dnnl_net_t *d = NULL;
     if (!rc && !kl_opts_bool(o, "no-dnnl"))
-        rc = s_dnnl(model, p, lib->nparams(), ref, n, rtol, &d, err);
+        rc = s_dnnl(model, dims, p, lib->nparams(), ref, n, rtol, &d, err);
     if (!rc)
         rc = s_bench(lib, d, p, got, repeat, &e2e, err);
     kl_export_dnnl_close(d);
@@ -690,7 +743,7 @@ static int s_checks(kl_opts_t *o, const s_lib_t *lib, const s_lib_t *nv,
     return rc;
 }
 
-static int s_run(kl_opts_t *o, char *err)
+static int s_run(kl_opts_t *o, const kl_model_opts_t *dims, char *err)
 {
     const char *path = kl_opts_str(o, "lib"), *model = kl_opts_str(o, "model");
     s_lib_t lib, nv = {0};
@@ -704,7 +757,7 @@ static int s_run(kl_opts_t *o, char *err)
     if (!rc && kl_opts_str(o, "expect"))
         rc = s_read_expect(&lib, kl_opts_str(o, "expect"), &expect, err);
     if (!rc)
-        rc = s_naive(model, kl_opts_str(o, "cc"), dir, sizeof dir, err);
+        rc = s_naive(model, dims, kl_opts_str(o, "cc"), dir, sizeof dir, err);
     if (!rc) {
         char *np = kl_xasprintf("%s/libkiln_model.so", dir);
         rc = s_open(&nv, np, err);
@@ -713,7 +766,7 @@ static int s_run(kl_opts_t *o, char *err)
     if (!rc)
         rc = s_same(&lib, &nv, path, model, err);
     if (!rc)
-        rc = s_checks(o, &lib, &nv, &ps, &expect, err);
+        rc = s_checks(o, dims, &lib, &nv, &ps, &expect, err);
     s_params_free(&ps);
     kl_npy_free(&expect);
     if (lib.release)
@@ -748,15 +801,18 @@ int kiln_cmd_run(int argc, char **argv)
         kl_opts_free(&o);
         return 2;
     }
+    kl_model_opts_t dims = {0};
     char *text = NULL;
-    int rc = kl_model_text(kl_opts_str(o, "model"), &text, err);
+    int rc = s_lib_dims(o, &dims, err);
+    if (!rc)
+        rc = kl_model_text_opts(kl_opts_str(o, "model"), &dims, &text, err);
     free(text);
     if (rc) {
         fprintf(stderr, "kiln run: %s\n", err);
         kl_opts_free(&o);
         return 2;
     }
-    rc = s_run(o, err);
+    rc = s_run(o, &dims, err);
     if (rc)
         fprintf(stderr, "kiln run: %s\n", err);
     kl_opts_free(&o);

@@ -42,6 +42,7 @@ static const kl_opt_t s_opts[] = {
      "--model: the precision the model computes in; bf16 tunes its conv2d, "
      "dense, matmul and batch_matmul tasks in their in=bf16 forms "
      "(docs/cli.md)"},
+    KILN_DIM_OPTS,
     {"max-trials-per-task", KL_OPT_INT, NULL, 0, 1e12, "N",
      "hard cap on each task, records already in --db included; a failed "
      "candidate counts as a trial (default: " KL_OPT_DEF(
@@ -70,7 +71,8 @@ static const kl_opt_t s_opts[] = {
 };
 
 static const char s_usage[] =
-    "usage: kiln tune (--op TEXT | --model NAME|FILE [--precision f32|bf16])\n"
+    "usage: kiln tune (--op TEXT | --model NAME|FILE [--precision f32|bf16]\n"
+    "                  [--batch N] [--seq N])\n"
     "                 [--target cpu]\n"
     "                 [--max-trials-per-task N] [--max-trials-global N] "
     "[--trials-per-iter K]\n"
@@ -450,13 +452,20 @@ static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
         rc = kl_seterr(err, KL_ERR_INVAL,
                        "--precision goes with --model (an --op takes "
                        "in=bf16 itself)");
+    else if (op && (kl_opts_given(c->o, "batch") || kl_opts_given(c->o, "seq")))
+        rc = kl_seterr(err, KL_ERR_INVAL,
+                       "--batch and --seq go with --model (an --op gives "
+                       "its own dimensions)");
     else
         rc = kl_fleet_head_check(c->o, true, err);
     kl_dtype prec = KL_DT_F32;
     if (!rc && model)
         rc = kl_model_precision(kl_opts_str(c->o, "precision"), &prec, err);
+    kl_model_opts_t mo = {.prec = prec,
+                          .batch = kl_opts_int(c->o, "batch"),
+                          .seq = kl_opts_int(c->o, "seq")};
     if (!rc && model)
-        rc = kl_model_load_prec(model, prec, &c->model, err);
+        rc = kl_model_load_opts(model, &mo, &c->model, err);
     if (rc) {
         fprintf(stderr, "kiln tune: %s\n%s\n", err, s_usage);
         return 2;

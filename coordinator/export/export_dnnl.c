@@ -234,9 +234,16 @@ void kl_export_dnnl_close(kl_dnnl_net_t *n)
 int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
                         kl_dnnl_net_t **out, char *err)
 {
+    return kl_export_dnnl_open_opts(model, NULL, params, nparams, out, err);
+}
+
+int kl_export_dnnl_open_opts(const char *model, const kl_model_opts_t *dims,
+                             float *const *params, int nparams,
+                             kl_dnnl_net_t **out, char *err)
+{
     *out = NULL;
     kl_dnnl_net_t *n = kl_xcalloc(1, sizeof *n);
-    int rc = kl_model_text(model, &n->text, err);
+    int rc = kl_model_text_opts(model, dims, &n->text, err);
     if (!rc)
         rc = kl_mgraph_parse(n->text, model, &n->g, err);
     if (rc) {
@@ -401,6 +408,14 @@ int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
     (void)model, (void)params, (void)nparams;
     *out = NULL;
     return kl_seterr(err, KL_ERR_UNSUPPORTED, "%s", s_none);
+}
+
+int kl_export_dnnl_open_opts(const char *model, const kl_model_opts_t *dims,
+                             float *const *params, int nparams,
+                             kl_dnnl_net_t **out, char *err)
+{
+    (void)dims;
+    return kl_export_dnnl_open(model, params, nparams, out, err);
 }
 
 long long kl_export_dnnl_numel(const kl_dnnl_net_t *n)

@@ -226,10 +226,11 @@ typedef struct {
     const char *library; /* the manifest's "library"; NULL: none */
 } s_kind_t;
 
-static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
-                      const s_tasks_t *ts, kl_target_kind kind,
-                      const s_kind_t *how, char *err)
+static int s_manifest(const kl_model_t *m, const kl_export_cfg_t *cfg,
+                      const char *target, const s_tasks_t *ts,
+                      kl_target_kind kind, const s_kind_t *how, char *err)
 {
+    const char *dir = cfg->out_dir;
     json_object *o = json_object_new_object();
     json_object_object_add(o, "model",
                            json_object_new_string(kl_model_name(m)));
@@ -238,6 +239,10 @@ static int s_manifest(const kl_model_t *m, const char *target, const char *dir,
         json_object_object_add(
             o, "precision",
             json_object_new_string(kl_dtype_name(kl_model_prec(m))));
+    if (cfg->batch) /* absent: the model's own input dimensions */
+        json_object_object_add(o, "batch", json_object_new_int64(cfg->batch));
+    if (cfg->seq)
+        json_object_object_add(o, "seq", json_object_new_int64(cfg->seq));
     json_object *a = json_object_new_array();
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         char file[32];
@@ -395,7 +400,7 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
     if (!rc)
         rc = how->write(cfg, text, ps, m, ts, kind, res, err);
     if (!rc)
-        rc = s_manifest(m, target, cfg->out_dir, ts, kind, how, err);
+        rc = s_manifest(m, cfg, target, ts, kind, how, err);
     res->nprepare = ts->nprepare;
     return rc;
 }
@@ -434,7 +439,8 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
     char *text = NULL;
     kl_model_t *m = NULL;
     kl_model_params_t ps = {0};
-    int rc = kl_model_text_params(cfg->model, &text, &ps, err);
+    kl_model_opts_t dims = {.batch = cfg->batch, .seq = cfg->seq};
+    int rc = kl_model_text_params_opts(cfg->model, &dims, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse_prec(text, cfg->model, cfg->precision, &m, err);
     if (!rc)
@@ -468,10 +474,16 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
 int kl_export_naive(const char *model, const char *dir, const char *cc,
                     char *err)
 {
+    return kl_export_naive_opts(model, NULL, dir, cc, err);
+}
+
+int kl_export_naive_opts(const char *model, const kl_model_opts_t *dims,
+                         const char *dir, const char *cc, char *err)
+{
     char *text = NULL;
     kl_model_t *m = NULL;
     kl_model_params_t ps = {0};
-    int rc = kl_model_text_params(model, &text, &ps, err);
+    int rc = kl_model_text_params_opts(model, dims, &text, &ps, err);
     if (!rc)
         rc = kl_model_parse(text, model, &m, err);
     if (!rc)

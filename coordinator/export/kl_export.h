@@ -106,6 +106,10 @@ typedef struct {
      * by the kernel's prepare step), so the library's interface is the
      * f32 one. CPU targets only; the manifest says "precision": "bf16". */
     kl_dtype precision;
+    /* The model's inputs resized (kl_model_opts_t: batch replaces dim 0
+     * of every input, seq dim 1 of every 2-D or 3-D one); 0 keeps the
+     * model's own. The manifest says "batch" / "seq" when set. */
+    int64_t batch, seq;
 } kl_export_cfg_t;
 
 typedef struct {
@@ -150,6 +154,11 @@ int kl_export_model(kl_store_t *store, const kl_export_cfg_t *cfg,
  * as in kl_export_cfg_t. */
 int kl_export_naive(const char *model, const char *dir, const char *cc,
                     char *err);
+/* kl_export_naive of the model resized by dims' batch and seq
+ * (kl_model_opts_t; NULL: as it is). The naive build is f32 whatever
+ * dims->prec says. */
+int kl_export_naive_opts(const char *model, const kl_model_opts_t *dims,
+                         const char *dir, const char *cc, char *err);
 
 /* ---- the generated graph code (export_graph.c) ------------------------- */
 
@@ -208,6 +217,11 @@ int kl_export_cc(const char *cc, char *const *srcs, int n, const char *lib,
 typedef struct kl_dnnl_net_s kl_dnnl_net_t;
 int kl_export_dnnl_open(const char *model, float *const *params, int nparams,
                         kl_dnnl_net_t **net, char *err);
+/* kl_export_dnnl_open of the model resized by dims' batch and seq
+ * (kl_model_opts_t; NULL: as it is; the net is f32). */
+int kl_export_dnnl_open_opts(const char *model, const kl_model_opts_t *dims,
+                             float *const *params, int nparams,
+                             kl_dnnl_net_t **net, char *err);
 
 /* The number of floats of the net's output (the graph's first output). */
 long long kl_export_dnnl_numel(const kl_dnnl_net_t *net);

@@ -455,20 +455,22 @@ const char *kl_model_builtin_text(const char *name)
 }
 
 /* The text of a model (see kl_model_text) and, when params is not NULL,
- * its parameters (an ONNX model's; none for the others). */
-static int s_text_params(const char *name_or_path, char **text,
-                         kl_model_params_t *params, char *err)
+ * its parameters (an ONNX model's; none for the others), its inputs
+ * resized by opts (may be NULL). */
+static int s_text_params(const char *name_or_path, const kl_model_opts_t *opts,
+                         char **text, kl_model_params_t *params, char *err)
 {
     *text = NULL;
     if (params)
         memset(params, 0, sizeof *params);
     if (!name_or_path || !*name_or_path)
         return kl_seterr(err, KL_ERR_INVAL, "no model given");
+    int rc = kl_model_dims_check(opts, name_or_path, err);
+    if (rc)
+        return rc;
     const char *builtin = kl_model_builtin_text(name_or_path);
-    if (builtin) {
-        *text = kl_xstrdup(builtin);
-        return KL_OK;
-    }
+    if (builtin)
+        return kl_model_resize_text(builtin, name_or_path, opts, text, err);
     char *data = NULL;
     size_t len = 0;
     char rerr[KL_ERRMSG_LEN];
@@ -476,28 +478,33 @@ static int s_text_params(const char *name_or_path, char **text,
         kl_buf_t b = {0};
         for (const kl_model_builtin_t *m = kl_model_builtins; m->name; m++)
             kl_buf_printf(&b, "%s%s", b.len ? ", " : "", m->name);
-        int rc = kl_seterr(err, KL_ERR_NOTFOUND,
-                           "model '%s' is neither a built-in (%s) nor a "
-                           "readable graph file: %s",
-                           name_or_path, b.data ? b.data : "", rerr);
+        rc = kl_seterr(err, KL_ERR_NOTFOUND,
+                       "model '%s' is neither a built-in (%s) nor a "
+                       "readable graph file: %s",
+                       name_or_path, b.data ? b.data : "", rerr);
         kl_buf_free(&b);
         return rc;
     }
     size_t pl = strlen(name_or_path);
     if (memchr(data, '\0', len) ||
-        (pl > 5 && strcmp(name_or_path + pl - 5, ".onnx") == 0)) {
-        int rc =
-            kl_model_onnx_import(data, len, name_or_path, text, params, err);
-        free(data);
-        return rc;
-    }
-    *text = data;
-    return KL_OK;
+        (pl > 5 && strcmp(name_or_path + pl - 5, ".onnx") == 0))
+        rc = kl_model_onnx_import_opts(data, len, name_or_path, opts, text,
+                                       params, err);
+    else
+        rc = kl_model_resize_text(data, name_or_path, opts, text, err);
+    free(data);
+    return rc;
 }
 
 int kl_model_text(const char *name_or_path, char **text, char *err)
 {
-    return s_text_params(name_or_path, text, NULL, err);
+    return s_text_params(name_or_path, NULL, text, NULL, err);
+}
+
+int kl_model_text_opts(const char *name_or_path, const kl_model_opts_t *opts,
+                       char **text, char *err)
+{
+    return s_text_params(name_or_path, opts, text, NULL, err);
 }
 
 int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
@@ -508,11 +515,19 @@ int kl_model_load(const char *name_or_path, kl_model_t **out, char *err)
 int kl_model_load_prec(const char *name_or_path, kl_dtype prec,
                        kl_model_t **out, char *err)
 {
+    kl_model_opts_t o = {.prec = prec};
+    return kl_model_load_opts(name_or_path, &o, out, err);
+}
+
+int kl_model_load_opts(const char *name_or_path, const kl_model_opts_t *opts,
+                       kl_model_t **out, char *err)
+{
     *out = NULL;
     char *text = NULL;
-    int rc = kl_model_text(name_or_path, &text, err);
+    int rc = kl_model_text_opts(name_or_path, opts, &text, err);
     if (!rc)
-        rc = kl_model_parse_prec(text, name_or_path, prec, out, err);
+        rc = kl_model_parse_prec(text, name_or_path,
+                                 opts ? opts->prec : KL_DT_F32, out, err);
     free(text);
     return rc;
 }
@@ -651,7 +666,14 @@ static int s_params_check(const char *text, const char *src,
 int kl_model_text_params(const char *name_or_path, char **text,
                          kl_model_params_t *params, char *err)
 {
-    int rc = s_text_params(name_or_path, text, params, err);
+    return kl_model_text_params_opts(name_or_path, NULL, text, params, err);
+}
+
+int kl_model_text_params_opts(const char *name_or_path,
+                              const kl_model_opts_t *opts, char **text,
+                              kl_model_params_t *params, char *err)
+{
+    int rc = s_text_params(name_or_path, opts, text, params, err);
     if (!rc && params->n)
         rc = s_params_check(*text, name_or_path, params, err);
     if (rc) {

@@ -36,8 +36,9 @@
  *
  * Built-in models (batch 1, f32, batch norm folded into the convolution
  * bias): resnet18, resnet50 (torchvision's v1.5), mobilenet_v2 (224x224),
- * bert_base (one encoder layer, sequence 128). Their graph files live in
- * coordinator/models/graphs/ and are compiled into kiln.
+ * bert_base (one encoder layer, input 1x128x768: batch 1, sequence 128).
+ * Their graph files live in coordinator/models/graphs/ and are compiled
+ * into kiln.
  */
 #ifndef KL_MODEL_H
 #define KL_MODEL_H
@@ -91,6 +92,46 @@ int kl_model_parse_prec(const char *text, const char *source, kl_dtype prec,
 int kl_model_load_prec(const char *name_or_path, kl_dtype prec,
                        kl_model_t **out, char *err);
 
+/* ---- options: precision and input dimensions -----------------------------
+ *
+ * A model loads as its file has it, or with its inputs resized the way an
+ * inference runtime resizes them (reshape, free dimension overrides):
+ * batch replaces dimension 0 of every model input, seq dimension 1 of
+ * every input of 2 dimensions ([batch, seq], token ids) or 3 ([batch,
+ * seq, hidden], activations); every layer's shape is then inferred from
+ * the new inputs. A graph text's `input NAME SHAPE` lines are rewritten
+ * (a built-in's, a graph file's); an ONNX model's inputs are resized at
+ * import, fixed or symbolic, before any node, so shapes the model
+ * computes from its inputs (Shape, and the arithmetic the importer folds
+ * on it) follow the new size, while a shape the exporter wrote as a
+ * constant does not: the first layer it no longer fits (a reshape) is
+ * the error, KL_ERR_INVAL naming the layer and the overrides ("x.onnx:
+ * with --seq 8: layer 'r': reshape of 512 elements to 1x16x4x16 ...").
+ * Other errors: KL_ERR_INVAL for a negative batch or seq ("--batch -1:
+ * ..."), and for seq on an input of another rank, naming the input and
+ * its shape ("x.graph:2: --seq 8: input 'data' is 1x3x224x224 (4-D);
+ * ..."). */
+typedef struct {
+    kl_dtype prec; /* KL_DT_F32 (0) or KL_DT_BF16 (kl_model_load_prec) */
+    int64_t batch; /* >= 1: dim 0 of every input; 0: unchanged */
+    int64_t seq;   /* >= 1: dim 1 of every 2-D or 3-D input; 0: unchanged */
+} kl_model_opts_t;
+
+/* kl_model_load_prec and kl_model_text with opts (NULL: f32, the
+ * model's own dimensions); kl_model_text_opts ignores opts->prec. (And
+ * kl_model_text_params_opts, below.) */
+int kl_model_load_opts(const char *name_or_path, const kl_model_opts_t *opts,
+                       kl_model_t **out, char *err);
+int kl_model_text_opts(const char *name_or_path, const kl_model_opts_t *opts,
+                       char **text, char *err);
+
+/* Graph text with its `input NAME SHAPE` lines resized by opts (above;
+ * opts->prec is ignored), everything else as it was; source names the
+ * text in errors ("SOURCE:LINE: ..."). A line the parser would refuse is
+ * left for it to refuse. *out is the caller's (free). */
+int kl_model_resize_text(const char *text, const char *source,
+                         const kl_model_opts_t *opts, char **out, char *err);
+
 /* Loads a built-in model by name, or else a file by path: an ONNX model
  * when its name ends in ".onnx" or it holds binary data (see
  * kl_model_onnx_to_text), a graph file otherwise. Errors: as
@@ -119,7 +160,8 @@ int kl_model_text(const char *name_or_path, char **text, char *err);
  * dequantize layers (docs/models.md, "Quantized (QDQ) models");
  * BatchNormalization and an Add, Mul or Div of a constant after a conv,
  * dense or matmul fold into it; Identity and Dropout vanish, and views of
- * constants are constants; symbolic dimensions are 1; value names keep
+ * constants are constants; symbolic dimensions are 1 (unless
+ * kl_model_onnx_import_opts sets them); value names keep
  * [A-Za-z0-9_.-] and the rest becomes '_'. Nodes kiln has no layer for are
  * KL_ERR_INVAL naming all of them ("x.onnx: 3 nodes kiln cannot import:
  * '/a' (Erf), ..."); asymmetric pads, SAME_* auto_pad, ceil_mode, a Clip
@@ -175,6 +217,12 @@ int kl_model_params(const char *name_or_path, kl_model_params_t *out,
  * error both are empty. */
 int kl_model_text_params(const char *name_or_path, char **text,
                          kl_model_params_t *params, char *err);
+/* kl_model_text_params of the model resized by opts (kl_model_opts_t;
+ * opts->prec is ignored): an ONNX model's constants computed from shapes,
+ * such as a causal mask, follow the new size. */
+int kl_model_text_params_opts(const char *name_or_path,
+                              const kl_model_opts_t *opts, char **text,
+                              kl_model_params_t *params, char *err);
 /* The parameter called name, or NULL. */
 const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
                                              const char *name);
@@ -186,6 +234,11 @@ void kl_model_params_free(kl_model_params_t *ps);
  * parameters always agree. On error params is empty. */
 int kl_model_onnx_import(const void *data, size_t len, const char *source,
                          char **text, kl_model_params_t *params, char *err);
+/* kl_model_onnx_import with the inputs resized by opts (NULL: as the
+ * model has them; opts->prec is ignored), before any node is imported. */
+int kl_model_onnx_import_opts(const void *data, size_t len, const char *source,
+                              const kl_model_opts_t *opts, char **text,
+                              kl_model_params_t *params, char *err);
 
 void kl_model_destroy(kl_model_t **self_p);
 

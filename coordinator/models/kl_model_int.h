@@ -22,6 +22,17 @@ bool kl_mgraph_code_deq(const kl_mgraph_t *g, int i);
  * KILN_EXPORT_NO_QFUSE). */
 int kl_mgraph_code_pool(const kl_mgraph_t *g, int i);
 
+/* kl_model_dims.c, the input dimensions of kl_model_opts_t: whether
+ * opts' batch and seq are valid (KL_ERR_INVAL "SRC: --batch -1: ..."),
+ * and opts applied to the n dims d of input `name` (written `shape` in
+ * its model, for the error; `where` is "SRC" or "SRC:LINE"). NULL opts
+ * change nothing. */
+int kl_model_dims_check(const kl_model_opts_t *opts, const char *src,
+                        char *err);
+int kl_model_dims_apply(const kl_model_opts_t *opts, const char *where,
+                        const char *name, const char *shape, int64_t *d, int n,
+                        char *err);
+
 /* Generated at build time from graphs/ (embed_graphs.py). */
 typedef struct {
     const char *name;

@@ -8,7 +8,8 @@
  * Weights are read only when the parameters are wanted; the text needs
  * their shapes alone. Clip is a clip layer (relu for min 0 and no max);
  * GELU's Erf form is a gelu layer, x * Sigmoid(x) a silu layer
- * (kl_model_onnx_act.c); symbolic dimensions are 1 (batch 1). Nodes
+ * (kl_model_onnx_act.c); symbolic dimensions are 1 (batch 1) unless
+ * kl_model_opts_t overrides them (s_inputs, before any node). Nodes
  * kiln has no layer for are collected and named in one error, grouped
  * by op type (s_nodes). */
 #include "kl_model_onnx_int.h"
@@ -242,7 +243,32 @@ static int s_nodes(kl_onnx__ctx_t *c)
     return rc;
 }
 
-/* "input NAME SHAPE" for the graph inputs that are not initializers. */
+/* An input's shape as the model writes it, for errors: "[batch, 16, 64]"
+ * (a symbolic dimension by its name, "?" when it has none). */
+static char *s_shape_text(const KilnOnnx__TensorShapeProto *sh)
+{
+    kl_buf_t b = {0};
+    kl_buf_puts(&b, "[");
+    for (size_t k = 0; k < sh->n_dim; k++) {
+        const KilnOnnx__TensorShapeProto__Dimension *dm = sh->dim[k];
+        kl_buf_puts(&b, k ? ", " : "");
+        if (dm->value_case ==
+            KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            kl_buf_printf(&b, "%lld", (long long)dm->dim_value);
+        else if (
+            dm->value_case ==
+                KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+            dm->dim_param && *dm->dim_param)
+            kl_buf_printf(&b, "%.40s", dm->dim_param);
+        else
+            kl_buf_puts(&b, "?");
+    }
+    kl_buf_puts(&b, "]");
+    return kl_buf_take(&b);
+}
+
+/* "input NAME SHAPE" for the graph inputs that are not initializers,
+ * resized by c->dims (kl_model_opts_t). */
 static int s_inputs(kl_onnx__ctx_t *c)
 {
     for (size_t i = 0; i < c->g->n_input; i++) {
@@ -263,22 +289,75 @@ static int s_inputs(kl_onnx__ctx_t *c)
                              "%s: input '%s' is not float32 (ONNX type %d); "
                              "kiln models are f32",
                              c->src, vi->name, (int)tt->elem_type);
-        char *k = kl_onnx__kiln_name(c, vi->name);
-        kl_onnx__add_val(c, vi->name, k, -1, true);
-        kl_buf_printf(&c->head, "input %s ", k);
-        for (size_t d = 0; d < tt->shape->n_dim; d++) {
-            const KilnOnnx__TensorShapeProto__Dimension *dm = tt->shape->dim[d];
-            long long v =
+        int64_t d[KL_MODEL_MAX_DIMS];
+        int n = (int)tt->shape->n_dim;
+        if (n > KL_MODEL_MAX_DIMS)
+            return kl_seterr(c->err, KL_ERR_INVAL,
+                             "%s: input '%s' has %d dimensions (at most %d)",
+                             c->src, vi->name, n, KL_MODEL_MAX_DIMS);
+        for (int k = 0; k < n; k++) {
+            const KilnOnnx__TensorShapeProto__Dimension *dm = tt->shape->dim[k];
+            d[k] =
                 dm->value_case ==
                             KILN_ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
                         dm->dim_value > 0
-                    ? (long long)dm->dim_value
+                    ? dm->dim_value
                     : 1;
-            kl_buf_printf(&c->head, "%s%lld", d ? "x" : "", v);
         }
+        if (c->dims && (c->dims->batch || c->dims->seq)) {
+            char *shape = s_shape_text(tt->shape);
+            int rc = kl_model_dims_apply(c->dims, c->src, vi->name, shape, d, n,
+                                         c->err);
+            free(shape);
+            if (rc)
+                return rc;
+        }
+        char *k = kl_onnx__kiln_name(c, vi->name);
+        kl_onnx__add_val(c, vi->name, k, -1, true);
+        kl_buf_printf(&c->head, "input %s ", k);
+        for (int i = 0; i < n; i++)
+            kl_buf_printf(&c->head, "%s%lld", i ? "x" : "", (long long)d[i]);
         kl_buf_puts(&c->head, "\n");
     }
     return KL_OK;
+}
+
+/* rc (the import's result), or when the inputs were resized and the
+ * layers so far no longer parse (a Reshape to a shape the exporter wrote
+ * as a constant), the parser's error naming that layer and the
+ * overrides: the node that then found no shape for its input, or the
+ * parse of the finished text, would say less. */
+static int s_resized_err(kl_onnx__ctx_t *c, int rc)
+{
+    const kl_model_opts_t *o = c->dims;
+    if (!o || (!o->batch && !o->seq) || c->nlines == 0)
+        return rc;
+    kl_buf_t b = {0};
+    kl_mgraph_t g;
+    char perr[KL_ERRMSG_LEN];
+    kl_onnx__lines_text(c, &b, true);
+    int prc = kl_mgraph_parse(b.data, c->src, &g, perr);
+    kl_buf_free(&b);
+    kl_mgraph_free(&g); /* zeroed by a failed parse */
+    if (prc == KL_OK)
+        return rc;
+    /* "SRC:LINE: " is a line of the text so far, not of the model */
+    const char *msg = perr;
+    size_t n = strlen(c->src);
+    if (!strncmp(perr, c->src, n) && perr[n] == ':' && strstr(perr + n, ": "))
+        msg = strstr(perr + n, ": ") + 2;
+    char dims[64] = "";
+    int k = 0;
+    if (o->batch)
+        k = snprintf(dims, sizeof dims, "--batch %lld", (long long)o->batch);
+    if (o->seq)
+        snprintf(dims + k, sizeof dims - (size_t)k, "%s--seq %lld",
+                 k ? " " : "", (long long)o->seq);
+    return kl_seterr(c->err, KL_ERR_INVAL,
+                     "%s: with %s: %s (the model has this shape as a "
+                     "constant; to resize it, export it with dynamic axes, "
+                     "so that its shapes are computed from its inputs)",
+                     c->src, dims, msg);
 }
 
 static char *s_emit(kl_onnx__ctx_t *c)
@@ -382,10 +461,21 @@ static void s_free(kl_onnx__ctx_t *c)
 int kl_model_onnx_import(const void *data, size_t len, const char *source,
                          char **text, kl_model_params_t *params, char *err)
 {
+    return kl_model_onnx_import_opts(data, len, source, NULL, text, params,
+                                     err);
+}
+
+int kl_model_onnx_import_opts(const void *data, size_t len, const char *source,
+                              const kl_model_opts_t *opts, char **text,
+                              kl_model_params_t *params, char *err)
+{
     *text = NULL;
     if (params)
         memset(params, 0, sizeof(*params));
     const char *src = source ? source : "model.onnx";
+    int rc = kl_model_dims_check(opts, src, err);
+    if (rc)
+        return rc;
     KilnOnnx__ModelProto *m = kiln_onnx__model_proto__unpack(NULL, len, data);
     if (!m)
         return kl_seterr(err, KL_ERR_INVAL,
@@ -397,10 +487,11 @@ int kl_model_onnx_import(const void *data, size_t len, const char *source,
         return kl_seterr(err, KL_ERR_INVAL, "%s: an ONNX model without a graph",
                          src);
     }
-    kl_onnx__ctx_t c = {.g = m->graph, .src = src, .err = err, .want = params};
-    int rc = s_inputs(&c);
+    kl_onnx__ctx_t c = {
+        .g = m->graph, .src = src, .err = err, .want = params, .dims = opts};
+    rc = s_inputs(&c);
     if (!rc)
-        rc = s_nodes(&c);
+        rc = s_resized_err(&c, s_nodes(&c));
     if (!rc)
         *text = s_emit(&c);
     if (!rc && params)

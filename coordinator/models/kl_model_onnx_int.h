@@ -99,6 +99,9 @@ typedef struct {
     const char *src;
     char *err;
     bool want; /* read and fold the parameters */
+    /* The inputs' dimensions as kl_model_opts_t overrides them (NULL:
+     * as the model has them). */
+    const kl_model_opts_t *dims;
     kl_onnx__val_t *vals;
     int nvals;
     kl_onnx__line_t *lines;

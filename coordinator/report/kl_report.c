@@ -89,11 +89,12 @@ static char *s_task_target(const char *user, const char *text)
     return kl_xstrdup(kl_target_resolve_for(user, feats));
 }
 
-static int s_from_model(kl_report_t *r, const char *name, const char *user,
-                        char *err)
+static int s_from_model(kl_report_t *r, const kl_report_cfg_t *cfg,
+                        const char *user, char *err)
 {
     kl_model_t *m = NULL;
-    int rc = kl_model_load(name, &m, err);
+    kl_model_opts_t dims = {.batch = cfg->batch, .seq = cfg->seq};
+    int rc = kl_model_load_opts(cfg->model, &dims, &m, err);
     if (rc)
         return rc;
     r->title = kl_xstrdup(kl_model_name(m));
@@ -183,7 +184,7 @@ int kl_report_load(kl_report_t **out, kl_store_t *store,
     r->weighted = cfg->model != NULL;
     int rc = KL_OK;
     if (cfg->model) {
-        rc = s_from_model(r, cfg->model, user, err);
+        rc = s_from_model(r, cfg, user, err);
     } else {
         s_wl_ctx_t c = {r, store, user, 0, err};
         rc = kl_store_foreach_workload(store, s_on_workload, &c, err);

@@ -42,6 +42,8 @@ typedef struct {
     const char *model;  /* NULL: every workload with records, weight 1 */
     const char *source; /* shown in the page's header (e.g. the store dir) */
     kl_cond_t cond;     /* measurement condition; 0 is warm */
+    /* The model's inputs resized (kl_model_opts_t); 0 keeps its own. */
+    int64_t batch, seq;
 } kl_report_cfg_t;
 
 typedef struct kl_report_s kl_report_t;

@@ -11,6 +11,8 @@
   npy_tool.py perturb IN OUT INDEX REL copy of IN with element INDEX moved by
                                        REL x the largest magnitude
   npy_tool.py maxdiff A B              largest |a - b| / largest |b|
+  npy_tool.py cat OUT A B...           A, B, ... one after the other along
+                                       axis 0 (the other dims must agree)
 """
 import ast
 import struct
@@ -72,6 +74,15 @@ def main(argv):
         _, b = read(argv[3])
         big = max(abs(v) for v in b) or 1e-30
         print("%.3g" % (max(abs(x - y) for x, y in zip(a, b)) / big))
+    elif cmd == "cat":
+        shape, vals = None, []
+        for path in argv[3:]:
+            sh, v = read(path)
+            if shape is not None and tuple(sh[1:]) != tuple(shape[1:]):
+                sys.exit("%s: shape %r does not follow %r" % (path, sh, shape))
+            shape = [sh[0] + (shape[0] if shape else 0)] + list(sh[1:])
+            vals += v
+        write(argv[2], "<f4", shape, vals)
     else:
         sys.exit(__doc__)
 
