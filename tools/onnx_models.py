@@ -87,10 +87,10 @@ Subcommands:
           [8, 8] of 1 -> Trilu (upper=0) -> Equal 0 -> Where(mask, -inf,
           scores), Not(mask) -> Where(keep, scores, -1e9); Softmax; MatMul
           by V; MatMul by a Transpose of a weight initializer.
-        act_ops.onnx (opset 20, x 1x4x8x8 ~N(0, 3^2) -> y 1x36x8x8): Gelu
+        act_ops.onnx (opset 20, x 1x4x8x8 ~N(0, 3^2) -> y 1x40x8x8): Gelu
           approximate=tanh, the same spelled out with Pow / Mul / Add /
           Tanh, HardSwish, HardSigmoid (alpha 1/6), LeakyRelu (0.1), Elu,
-          Sigmoid, Tanh, x * Sigmoid(x); concatenated on axis 1.
+          Sigmoid, Tanh, x * Sigmoid(x), Relu; concatenated on axis 1.
       `ops FILE.onnx` of an existing file still prints its op types
       (print-ops FILE.onnx).
 
@@ -878,7 +878,7 @@ def mask_ops_model(rng):
 
 def act_ops_model():
     """Activations at opset 20 (Gelu approximate=tanh). x 1x4x8x8; y
-    1x36x8x8, the 9 results concatenated on axis 1."""
+    1x40x8x8, the 10 results concatenated on axis 1."""
     import numpy as np
     g = GraphBuilder()
     t = []
@@ -901,6 +901,8 @@ def act_ops_model():
     t.append(g.op("Sigmoid", "sigmoid", ["x"]))
     t.append(g.op("Tanh", "tanh", ["x"]))
     t.append(g.op("Mul", "silu", ["x", g.op("Sigmoid", "sig", ["x"])]))
+    # a Relu of the input is kiln's relu task: the model has one to tune
+    t.append(g.op("Relu", "relu", ["x"]))
     g.op("Concat", "y", t, axis=1)
     return graph_model(g.nodes, g.inits, "act_ops", [1, 4, 8, 8],
                        [1, 4 * len(t), 8, 8], 20)

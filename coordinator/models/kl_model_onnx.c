@@ -215,6 +215,7 @@ static int s_nodes(kl_onnx__ctx_t *c)
     s_unsup_t u = {0};
     int rc = KL_OK;
     c->skip = kl_xcalloc(c->g->n_node + 1, sizeof(bool));
+    kl_onnx__gelu_tanh_scan(c);
     for (size_t i = 0; !rc && i < c->g->n_node; i++) {
         const kl_onnx__node_t *nd = c->g->node[i];
         if (c->skip[i])
@@ -226,7 +227,9 @@ static int s_nodes(kl_onnx__ctx_t *c)
             tainted |= v && v->bad;
         }
         c->why = NULL;
-        rc = tainted ? KL_ONNX__UNSUP : s_node(c, nd);
+        rc = tainted        ? KL_ONNX__UNSUP
+             : c->gelu_x[i] ? kl_onnx__gelu_tanh(c, nd, c->gelu_x[i])
+                            : s_node(c, nd);
         if (rc != KL_ONNX__UNSUP)
             continue;
         rc = KL_OK;
@@ -455,6 +458,7 @@ static void s_free(kl_onnx__ctx_t *c)
     }
     free(c->consts);
     free(c->skip);
+    free(c->gelu_x);
     kl_buf_free(&c->head);
 }
 

@@ -109,6 +109,9 @@ typedef struct {
     kl_onnx__const_t *consts;
     int nconsts;
     bool *skip; /* nodes consumed by a pattern (gelu) */
+    /* For the last node of GELU's tanh form (kl_onnx__gelu_tanh_scan):
+     * its input x (an ONNX name, borrowed); NULL for other nodes. */
+    const char **gelu_x;
     kl_buf_t head;
     const char *why; /* why the node just refused (KL_ONNX__UNSUP) was */
 } kl_onnx__ctx_t;
@@ -235,6 +238,12 @@ const char *kl_onnx__other(const kl_onnx__node_t *nd, const char *one);
 int kl_onnx__gelu_erf(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
                       bool *matched);
 int kl_onnx__axes(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, int64_t *ax);
+/* Finds GELU's tanh form before the nodes are read: its nodes are
+ * skipped (c->skip), and its last one's c->gelu_x is the input. */
+void kl_onnx__gelu_tanh_scan(kl_onnx__ctx_t *c);
+/* The gelu approximate=tanh layer of x for the pattern's last node nd. */
+int kl_onnx__gelu_tanh(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                       const char *x);
 
 /* kl_model_onnx_const.c: constants computed at import */
 bool kl_onnx__shape(const kl_onnx__ctx_t *c, const char *kiln, int64_t *d,

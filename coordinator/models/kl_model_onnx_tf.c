@@ -1,6 +1,6 @@
 /* kl_model_onnx_tf.c - ONNX import: patterns a transformer's export spells
- * out in several nodes: GELU's Erf form, layer norm from ReduceMean, a
- * packed attention projection split by Gathers. */
+ * out in several nodes: GELU's Erf form and its tanh form, layer norm from
+ * ReduceMean, a packed attention projection split by Gathers. */
 #include "kl_model_onnx_int.h"
 
 #include <math.h>
@@ -82,6 +82,151 @@ int kl_onnx__gelu_erf(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
     l->in0 = kl_xstrdup(x);
     c->skip[ie] = c->skip[ia] = c->skip[i1] = c->skip[i2] = true;
     *matched = true;
+    return KL_OK;
+}
+
+/* ---- GELU's tanh form ---- */
+
+/* The node whose output 0 is name, or -1. */
+static int s_producer(const kl_onnx__ctx_t *c, const char *name)
+{
+    for (size_t i = 0; name && *name && i < c->g->n_node; i++)
+        if (c->g->node[i]->n_output && !strcmp(c->g->node[i]->output[0], name))
+            return (int)i;
+    return -1;
+}
+
+/* Node i is an `op` of two inputs, one a scalar constant within 1e-4 of
+ * want: the other input, else NULL. */
+static const char *s_by_const(kl_onnx__ctx_t *c, int i, const char *op,
+                              double want)
+{
+    const kl_onnx__node_t *nd = i >= 0 ? c->g->node[i] : NULL;
+    if (!nd || !kl_onnx__is(nd, op) || nd->n_input != 2)
+        return NULL;
+    for (int k = 0; k < 2; k++)
+        if (s_scalar_is(c, nd->input[k], want))
+            return nd->input[1 - k];
+    return NULL;
+}
+
+/* A value read by one node only. */
+static bool s_sole(const kl_onnx__ctx_t *c, const char *name)
+{
+    return kl_onnx__readers(c, name) == 1;
+}
+
+/* Value p is x cubed: Pow(x, 3), x * (x * x) or (x * x) * x, the square
+ * read only there; its nodes go to at[*n]. */
+static bool s_cube(kl_onnx__ctx_t *c, const char *p, const char *x, int *at,
+                   int *n)
+{
+    int i = s_producer(c, p);
+    const kl_onnx__node_t *nd = i >= 0 ? c->g->node[i] : NULL;
+    if (!nd || nd->n_input != 2 || !s_sole(c, p))
+        return false;
+    at[(*n)++] = i;
+    if (kl_onnx__is(nd, "Pow"))
+        return !strcmp(nd->input[0], x) && s_scalar_is(c, nd->input[1], 3.0);
+    const char *sq = kl_onnx__is(nd, "Mul") ? kl_onnx__other(nd, x) : NULL;
+    int j = sq ? s_producer(c, sq) : -1;
+    const kl_onnx__node_t *m = j >= 0 ? c->g->node[j] : NULL;
+    if (!m || !kl_onnx__is(m, "Mul") || m->n_input != 2 || !s_sole(c, sq) ||
+        strcmp(m->input[0], x) || strcmp(m->input[1], x))
+        return false;
+    at[(*n)++] = j;
+    return true;
+}
+
+/* From Tanh node ti: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
+ * PyTorch's exporters write GELU(approximate='tanh') before opset 20 (the
+ * scalars on either side, 0.5 applied first or last). Returns the last
+ * node (its output is the GELU's) and *x, the input; the pattern's nodes
+ * in at[*n]. -1 when it is not that. */
+static int s_gelu_tanh_at(kl_onnx__ctx_t *c, int ti, const char **x, int *at,
+                          int *n)
+{
+    const kl_onnx__node_t *t = c->g->node[ti];
+    *n = 0;
+    at[(*n)++] = ti;
+    int im = t->n_input == 1 ? s_producer(c, t->input[0]) : -1;
+    const char *u = im >= 0 && s_sole(c, t->input[0])
+                        ? s_by_const(c, im, "Mul", 0.7978845608028654)
+                        : NULL;
+    int ia = u && s_sole(c, u) ? s_producer(c, u) : -1;
+    const kl_onnx__node_t *a = ia >= 0 ? c->g->node[ia] : NULL;
+    if (!a || !kl_onnx__is(a, "Add") || a->n_input != 2)
+        return -1;
+    at[(*n)++] = im;
+    at[(*n)++] = ia;
+    bool found = false;
+    for (int k = 0; k < 2 && !found; k++) {
+        int keep = *n, iv = s_producer(c, a->input[1 - k]);
+        const char *p = s_sole(c, a->input[1 - k])
+                            ? s_by_const(c, iv, "Mul", 0.044715)
+                            : NULL;
+        *x = a->input[k];
+        at[(*n)++] = iv;
+        found = p && s_cube(c, p, *x, at, n);
+        if (!found)
+            *n = keep;
+    }
+    int k1 = found && s_sole(c, t->output[0]) ? kl_onnx__reader(c, t->output[0])
+                                              : -1;
+    if (k1 < 0 || !s_by_const(c, k1, "Add", 1.0))
+        return -1;
+    at[(*n)++] = k1;
+    const char *w = c->g->node[k1]->output[0];
+    int k2 = s_sole(c, w) ? kl_onnx__reader(c, w) : -1;
+    const kl_onnx__node_t *m = k2 >= 0 ? c->g->node[k2] : NULL;
+    const char *o = m && kl_onnx__is(m, "Mul") ? kl_onnx__other(m, w) : NULL;
+    if (!o)
+        return -1;
+    if (!strcmp(o, *x)) { /* x * w, then * 0.5 */
+        at[(*n)++] = k2;
+        int k3 =
+            s_sole(c, m->output[0]) ? kl_onnx__reader(c, m->output[0]) : -1;
+        return k3 >= 0 && s_by_const(c, k3, "Mul", 0.5) ? k3 : -1;
+    }
+    int ih = s_sole(c, o) ? s_producer(c, o) : -1; /* (0.5 x) * w */
+    const char *hx = s_by_const(c, ih, "Mul", 0.5);
+    if (!hx || strcmp(hx, *x))
+        return -1;
+    at[(*n)++] = ih;
+    return k2;
+}
+
+void kl_onnx__gelu_tanh_scan(kl_onnx__ctx_t *c)
+{
+    c->gelu_x = kl_xcalloc(c->g->n_node + 1, sizeof(char *));
+    for (size_t i = 0; i < c->g->n_node; i++) {
+        int at[16], n;
+        const char *x;
+        if (!kl_onnx__is(c->g->node[i], "Tanh"))
+            continue;
+        int last = s_gelu_tanh_at(c, (int)i, &x, at, &n);
+        if (last < 0)
+            continue;
+        for (int k = 0; k < n; k++)
+            c->skip[at[k]] = true;
+        c->gelu_x[last] = x;
+    }
+}
+
+int kl_onnx__gelu_tanh(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                       const char *x)
+{
+    const kl_onnx__val_t *v = kl_onnx__val(c, x);
+    if (!v)
+        return kl_onnx__fail(c, nd,
+                             "GELU's tanh form of a value that is not "
+                             "computed");
+    char *xk = kl_xstrdup(v->kiln);
+    kl_onnx__line_t *l = kl_onnx__line(c, nd, "gelu");
+    kl_buf_printf(&l->args, "%s approximate=tanh", xk);
+    free(l->in0);
+    l->in0 = kl_xstrdup(x);
+    free(xk);
     return KL_OK;
 }
 

@@ -36,8 +36,8 @@ for m in $MODELS; do
     "$KILN" export --model "$D/$m.onnx" --target cpu --fallback naive \
         --db "$T/empty-db" --out "$T/$m" >"$T/$m.export.out" 2>"$T/$m.export.log" ||
         fail "$m: kiln export exited $?: $(cat "$T/$m.export.log")"
-    # shape_ops has no initializer a layer keeps (its constants fold)
-    [ "$m" = shape_ops ] ||
+    # shape_ops and act_ops keep no constant (theirs fold, or are GELU's)
+    [ "$m" = shape_ops ] || [ "$m" = act_ops ] ||
         grep -q "^weights: the model's own ([1-9][0-9]* parameters)" "$T/$m.export.out" ||
         fail "$m: exported without its own weights: $(cat "$T/$m.export.out")"
     "$KILN" run --lib "$T/$m/libkiln_model.so" --model "$D/$m.onnx" \
@@ -50,6 +50,14 @@ for m in $MODELS; do
         fail "$m: the output file: $d"
     echo "$m: largest difference from ONNX Runtime $d"
 done
+
+# GELU's tanh form, spelled out by the exporter (x*(x*x), Mul, Add, Tanh,
+# ...), is one gelu layer per block, with no tanh layer left over.
+"$KILN" extract --model "$D/tiny_gpt2.onnx" --print-graph >"$T/gpt2.graph" 2>&1 ||
+    fail "kiln extract --print-graph tiny_gpt2 exited $?"
+[ "$(grep -c ' = gelu .* approximate=tanh$' "$T/gpt2.graph")" -eq 2 ] ||
+    fail "tiny_gpt2: not two gelu approximate=tanh layers: $(grep -c gelu "$T/gpt2.graph")"
+grep -q ' = tanh ' "$T/gpt2.graph" && fail "tiny_gpt2: a tanh layer is left"
 
 # The tiny EfficientNet tuned (its convolutions, depthwise ones and pools
 # get records) runs the same.
