@@ -279,9 +279,11 @@ static void s_reshape_line(kl_onnx__ctx_t *c, const char *out, const char *in0,
     free(xs);
 }
 
-/* Gather of a computed value by constant indices (a scalar or 1-D): a
- * slice for an evenly spaced run, else a gather; a reshape drops the
- * axis of a scalar index. */
+/* Gather of a computed value by constant indices of any shape: a slice
+ * for an evenly spaced run (nothing when it is the whole axis), else a
+ * gather (at most 64 indices); then a reshape to ONNX's shape (the axis
+ * replaced by the indices' dims) where that differs (a scalar index
+ * drops the axis; PyTorch's as_strided gathers a flat run into 4-D). */
 static int s_gather(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     int rc = KL_OK, rank, ax, ind;
@@ -305,17 +307,24 @@ static int s_gather(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     int64_t n = 1;
     for (int j = 0; j < ind; j++)
         n *= id[j];
-    if (ind > 1 || n < 1 || n > 64) {
+    int64_t o[KL_MODEL_MAX_DIMS];
+    int no = 0;
+    for (int j = 0; j < ax; j++)
+        o[no++] = d[j];
+    for (int j = 0; j < ind && no < KL_MODEL_MAX_DIMS; j++)
+        o[no++] = id[j];
+    for (int j = ax + 1; j < rank && no < KL_MODEL_MAX_DIMS; j++)
+        o[no++] = d[j];
+    if (n < 1 || rank - 1 + ind > KL_MODEL_MAX_DIMS) {
         free(v);
-        return kl_onnx__fail(c, nd,
-                             "indices of more than one dimension or "
-                             "more than 64 values");
+        return kl_onnx__fail(c, nd, "no indices, or more than 8 dimensions");
     }
-    int64_t ix[64];
+    int64_t *ix = kl_xmalloc((size_t)n * sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) {
         ix[i] = (int64_t)v[i] < 0 ? (int64_t)v[i] + d[ax] : (int64_t)v[i];
         if (ix[i] < 0 || ix[i] >= d[ax]) {
             free(v);
+            free(ix);
             return kl_onnx__fail(c, nd, "an index outside the axis");
         }
     }
@@ -324,28 +333,34 @@ static int s_gather(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     bool run = step >= 1;
     for (int64_t i = 2; run && i < n; i++)
         run = ix[i] - ix[i - 1] == step;
-    char *out = ind == 0 ? s_own(nd->output[0], 0) : kl_xstrdup(nd->output[0]);
-    char *xs = kl_xstrdup(x);
-    const char *name;
-    if (run)
-        name = s_slice_line(c, out, nd->input[0], xs, ax, ix[0], n, step);
+    if (!run && n > 64) {
+        free(ix);
+        return kl_onnx__fail(c, nd,
+                             "more than 64 indices that are not an "
+                             "evenly spaced run");
+    }
+    /* the shape after the slice or gather, before the reshape */
+    bool same = ind == 1;
+    char *out = same ? kl_xstrdup(nd->output[0]) : s_own(nd->output[0], 0);
+    char *xs = kl_xstrdup(x), *name;
+    if (run && ix[0] == 0 && n == d[ax] && step == 1)
+        name = kl_xstrdup(xs); /* the whole axis */
+    else if (run)
+        name = kl_xstrdup(
+            s_slice_line(c, out, nd->input[0], xs, ax, ix[0], n, step));
     else {
         kl_onnx__line_t *l = kl_onnx__line_for(c, out, nd->input[0], "gather");
         kl_buf_printf(&l->args, "%s axis=%d indices=", xs, ax);
         for (int64_t i = 0; i < n; i++)
             kl_buf_printf(&l->args, "%s%lld", i ? "," : "", (long long)ix[i]);
-        name = l->name;
+        name = kl_xstrdup(l->name);
     }
-    if (ind == 0) { /* the axis goes */
-        int64_t o[KL_MODEL_MAX_DIMS];
-        int no = 0;
-        for (int j = 0; j < rank; j++)
-            if (j != ax)
-                o[no++] = d[j];
-        char *nm = kl_xstrdup(name);
-        s_reshape_line(c, nd->output[0], nd->input[0], nm, o, no);
-        free(nm);
-    }
+    free(ix);
+    if (!same)
+        s_reshape_line(c, nd->output[0], nd->input[0], name, o, no);
+    else if (!strcmp(name, xs))
+        kl_onnx__alias(c, nd->output[0], kl_onnx__val(c, nd->input[0]));
+    free(name);
     free(xs);
     free(out);
     return KL_OK;
