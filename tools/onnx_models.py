@@ -109,6 +109,13 @@ Subcommands:
       tiny_efficientnet.input.npy (the input of both) and each one's
       .ort.npy.
 
+  tiny-gpt2-dyn OUTDIR
+      One block of tiny-gpt2's decoder exported with its sequence axis
+      dynamic (dynamic_axes, traced at 16): every shape after the input is
+      computed from Shape in the graph. Writes OUTDIR/tiny_gpt2_dyn.onnx,
+      tiny_gpt2_dyn.input8.npy (8 tokens) and tiny_gpt2_dyn.ort8.npy (ONNX
+      Runtime's y for it): the model kiln's --seq 8 resizes.
+
   tiny-gpt2 OUTDIR
       A GPT-2-style decoder in torch (torch seed 18): 2 pre-LayerNorm
       blocks, d_model 64, 4 heads, seq 16; packed QKV (Linear 64->192,
@@ -1188,6 +1195,37 @@ def tiny_gpt2(outdir):
                                   ("tiny_gpt2_nofold", True)])
 
 
+def tiny_gpt2_dyn(outdir):
+    """One block of tiny-gpt2's decoder (d_model 64, 4 heads), exported
+    with its sequence axis dynamic (traced at 16), so that every shape
+    after the input is computed from Shape in the graph: what kiln's
+    --seq resizes. Writes OUTDIR/tiny_gpt2_dyn.onnx, an input of 8
+    tokens (tiny_gpt2_dyn.input8.npy) and ONNX Runtime's y for it
+    (tiny_gpt2_dyn.ort8.npy)."""
+    import numpy as np
+    import torch
+    model = gpt2_module(1, 64, 4, 16)
+    x = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(SEED))
+    path = os.path.join(outdir, "tiny_gpt2_dyn.onnx")
+    os.makedirs(outdir, exist_ok=True)
+    torch.onnx.export(model, (x,), path, opset_version=OPSET,
+                      input_names=["x"], output_names=["y"], dynamo=False,
+                      dynamic_axes={"x": {1: "seq"}, "y": {1: "seq"}})
+    print_ops(path)
+    x8 = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(SEED))
+    xn = np.ascontiguousarray(x8.numpy(), dtype=np.float32)
+    with torch.no_grad():
+        ref = model(x8).numpy()
+    y = ort_run(path, xn)
+    assert y.shape == (1, 8, 64) and np.isfinite(y).all()
+    np.save(os.path.join(outdir, "tiny_gpt2_dyn.input8.npy"), xn)
+    np.save(os.path.join(outdir, "tiny_gpt2_dyn.ort8.npy"),
+            np.ascontiguousarray(y, dtype=np.float32))
+    print("wrote %s (%d bytes), ORT y at seq 8 %s, max |ORT - torch| %.3g" % (
+        path, os.path.getsize(path), list(y.shape),
+        float(np.abs(y - ref).max())))
+
+
 def gpt2(out, layers, d_model, heads, seq, fold):
     import torch
     model = gpt2_module(layers, d_model, heads, seq)
@@ -1278,6 +1316,8 @@ def main():
     p.add_argument("outdir")
     p = sub.add_parser("tiny-gpt2")
     p.add_argument("outdir")
+    p = sub.add_parser("tiny-gpt2-dyn")
+    p.add_argument("outdir")
     p = sub.add_parser("gpt2")
     p.add_argument("out")
     p.add_argument("--layers", type=int, default=12)
@@ -1315,6 +1355,8 @@ def main():
         tiny_efficientnet(a.outdir)
     elif a.cmd == "tiny-gpt2":
         tiny_gpt2(a.outdir)
+    elif a.cmd == "tiny-gpt2-dyn":
+        tiny_gpt2_dyn(a.outdir)
     elif a.cmd == "gpt2":
         gpt2(a.out, a.layers, a.d_model, a.heads, a.seq, not a.no_fold)
     else:

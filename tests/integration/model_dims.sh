@@ -13,6 +13,8 @@
 #   (exit 2), naming the reshape whose shape their export wrote as a
 #   constant (both traced the sequence length 16: neither has dynamic
 #   axes), and their own --seq 16 imports;
+# - tiny_gpt2_dyn.onnx (its sequence axis dynamic) exported with --seq 8
+#   gives ONNX Runtime's output for an 8-token input;
 # - --seq on a 4-D input, N=0, and --batch with --op or without --model
 #   are usage errors (exit 2) that say what is wrong.
 #
@@ -21,7 +23,8 @@
 D=$(cd "$(dirname "$0")/../data/onnx" 2>/dev/null && pwd)
 NPY=(python3 "$(dirname "$0")/npy_tool.py")
 for f in small_cnn.onnx small_cnn.input.npy small_cnn.ort.npy tiny_gpt2.onnx \
-    tiny_gpt2_nofold.onnx; do
+    tiny_gpt2_nofold.onnx tiny_gpt2_dyn.onnx tiny_gpt2_dyn.input8.npy \
+    tiny_gpt2_dyn.ort8.npy; do
     [ -n "$D" ] && [ -s "$D/$f" ] || {
         echo "SKIP: tests/data/onnx/$f is not in the tree"; exit 77; }
 done
@@ -116,6 +119,22 @@ for m in tiny_gpt2 tiny_gpt2_nofold; do
     "$KILN" extract --model "$D/$m.onnx" --seq 16 >"$T/$m.extract" 2>&1 ||
         fail "$m.onnx --seq 16 (its own) exited $?: $(cat "$T/$m.extract")"
 done
+
+# ---- a GPT-2 exported with a dynamic sequence axis ----
+# Its shapes are computed from Shape in the graph, its causal mask from
+# ConstantOfShape and Trilu: at --seq 8 the library gives ONNX Runtime's
+# output for an 8-token input (kiln run takes the seq from the manifest).
+G=$D/tiny_gpt2_dyn
+"$KILN" export --db "$T/db" --model "$G.onnx" --seq 8 --fallback naive \
+    --out "$T/dyn" >"$T/dyn.export.out" 2>"$T/dyn.export.log" ||
+    fail "tiny_gpt2_dyn --seq 8: kiln export exited $?: $(cat "$T/dyn.export.log")"
+grep -q '"seq":8' "$T/dyn/manifest.json" || fail "the manifest does not say seq 8"
+"$KILN" run --lib "$T/dyn/libkiln_model.so" --model "$G.onnx" --repeat 1 \
+    --no-dnnl --input "$G.input8.npy" --expect "$G.ort8.npy" --rtol 1e-4 \
+    >"$T/dyn.run.out" 2>"$T/dyn.run.log" ||
+    fail "tiny_gpt2_dyn at seq 8 against ONNX Runtime exited $?: $(cat "$T/dyn.run.log")"
+grep -q "^output matches $G.ort8.npy: 512 elements" "$T/dyn.run.out" ||
+    fail "tiny_gpt2_dyn: no match line: $(cat "$T/dyn.run.out")"
 
 # ---- usage ----
 expect_usage "--seq on a 4-D input" \
