@@ -132,9 +132,10 @@ Subcommands:
       and keeps the mask's Trilu / Equal / Cast in both.
 
   gpt2 OUT.onnx [--layers N] [--d-model D] [--heads H] [--seq T] [--no-fold]
+                [--exporter legacy|dynamo]
       tiny-gpt2's decoder at benchmark size (default 12 layers, 768, 12
-      heads, seq 128, ~341 MB), input 1xTxD, legacy exporter, opset 17,
-      constant folding on unless --no-fold.
+      heads, seq 128, ~341 MB), input 1xTxD, the legacy exporter (opset
+      17, constant folding on unless --no-fold) or the dynamo one.
 
   torchvision NAME OUT.onnx [--exporter legacy|dynamo] [--fold-bn]
       resnet18, resnet50, mobilenet_v2, efficientnet_b0,
@@ -1226,12 +1227,12 @@ def tiny_gpt2_dyn(outdir):
         float(np.abs(y - ref).max())))
 
 
-def gpt2(out, layers, d_model, heads, seq, fold):
+def gpt2(out, layers, d_model, heads, seq, fold, exporter="legacy"):
     import torch
     model = gpt2_module(layers, d_model, heads, seq)
     x = torch.randn(1, seq, d_model, generator=torch.Generator()
                     .manual_seed(SEED))
-    export(model, x, out, "legacy", keep_bn=not fold)
+    export(model, x, out, exporter, keep_bn=not fold)
 
 
 def qdq(src, out, ncalib, seed):
@@ -1327,6 +1328,8 @@ def main():
     p.add_argument("--no-fold", action="store_true",
                    help="do_constant_folding=False (the mask stays a "
                         "subgraph, the weights are read through Transposes)")
+    p.add_argument("--exporter", choices=["legacy", "dynamo"],
+                   default="legacy")
     p = sub.add_parser("print-ops")
     p.add_argument("file")
     a = ap.parse_args()
@@ -1358,7 +1361,8 @@ def main():
     elif a.cmd == "tiny-gpt2-dyn":
         tiny_gpt2_dyn(a.outdir)
     elif a.cmd == "gpt2":
-        gpt2(a.out, a.layers, a.d_model, a.heads, a.seq, not a.no_fold)
+        gpt2(a.out, a.layers, a.d_model, a.heads, a.seq, not a.no_fold,
+             a.exporter)
     else:
         print_ops(a.file)
 

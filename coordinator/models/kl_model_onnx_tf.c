@@ -140,7 +140,8 @@ static bool s_cube(kl_onnx__ctx_t *c, const char *p, const char *x, int *at,
 
 /* From Tanh node ti: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
  * PyTorch's exporters write GELU(approximate='tanh') before opset 20 (the
- * scalars on either side, 0.5 applied first or last). Returns the last
+ * scalars on either side; 0.5 times x first, or times x last, or times
+ * (1 + tanh) then x, as the dynamo exporter writes it). Returns the last
  * node (its output is the GELU's) and *x, the input; the pattern's nodes
  * in at[*n]. -1 when it is not that. */
 static int s_gelu_tanh_at(kl_onnx__ctx_t *c, int ti, const char **x, int *at,
@@ -182,11 +183,19 @@ static int s_gelu_tanh_at(kl_onnx__ctx_t *c, int ti, const char **x, int *at,
     const char *o = m && kl_onnx__is(m, "Mul") ? kl_onnx__other(m, w) : NULL;
     if (!o)
         return -1;
-    if (!strcmp(o, *x)) { /* x * w, then * 0.5 */
+    if (!strcmp(o, *x) || s_scalar_is(c, o, 0.5)) {
+        /* x * w then * 0.5, or 0.5 * w then * x */
         at[(*n)++] = k2;
         int k3 =
             s_sole(c, m->output[0]) ? kl_onnx__reader(c, m->output[0]) : -1;
-        return k3 >= 0 && s_by_const(c, k3, "Mul", 0.5) ? k3 : -1;
+        if (k3 < 0)
+            return -1;
+        const char *r =
+            strcmp(o, *x) ? kl_onnx__other(c->g->node[k3], m->output[0]) : NULL;
+        if (r)
+            return kl_onnx__is(c->g->node[k3], "Mul") && !strcmp(r, *x) ? k3
+                                                                        : -1;
+        return s_by_const(c, k3, "Mul", 0.5) ? k3 : -1;
     }
     int ih = s_sole(c, o) ? s_producer(c, o) : -1; /* (0.5 x) * w */
     const char *hx = s_by_const(c, ih, "Mul", 0.5);

@@ -187,6 +187,43 @@ static void test_shape_layers(void **state)
     s_arena_free();
 }
 
+/* GELU's tanh form as the dynamo exporter writes it (Pow 3, Mul, Add,
+ * Mul, Tanh, Add 1, Mul by 0.5, then Mul by x) is one gelu layer; with
+ * another constant than 0.5 it is not GELU, and stays element-wise. */
+static void test_gelu_tanh_form(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        s_onnx_t o;
+        int64_t in[2] = {1, 8};
+        s_onnx_init(&o, "x", 2, in);
+        o.inits[0] = s_scalar("three", 3, true);
+        o.inits[1] = s_scalar("c1", 0.044715f, true);
+        o.inits[2] = s_scalar("c2", 0.7978846f, true);
+        o.inits[3] = s_scalar("one", 1, true);
+        o.inits[4] = s_scalar("half", k ? 0.6f : 0.5f, true);
+        o.inits[5] = s_tensor("w", 2, 8, 4, 0, 0);
+        o.g.n_initializer = 6;
+        s_onnx_node(&o, "Pow", s_strs("x", "three", 0), 2, "p", 0, 0, 0);
+        s_onnx_node(&o, "Mul", s_strs("c1", "p", 0), 2, "m1", 0, 0, 0);
+        s_onnx_node(&o, "Add", s_strs("x", "m1", 0), 2, "a1", 0, 0, 0);
+        s_onnx_node(&o, "Mul", s_strs("c2", "a1", 0), 2, "m2", 0, 0, 0);
+        s_onnx_node(&o, "Tanh", s_strs("m2", 0, 0), 1, "t", 0, 0, 0);
+        s_onnx_node(&o, "Add", s_strs("t", "one", 0), 2, "a2", 0, 0, 0);
+        s_onnx_node(&o, "Mul", s_strs("half", "a2", 0), 2, "m3", 0, 0, 0);
+        s_onnx_node(&o, "Mul", s_strs("x", "m3", 0), 2, "g", 0, 0, 0);
+        s_onnx_node(&o, "MatMul", s_strs("g", "w", 0), 2, "y", 0, 0, 0);
+        const char *path = s_onnx_write(&o, "y");
+        if (k == 0)
+            s_text_has(path, "input x 1x8\ng = gelu x approximate=tanh\n"
+                             "y = matmul g N=4\n");
+        else
+            s_text_has(path, "t = tanh m2\n");
+        unlink(path);
+        s_arena_free();
+    }
+}
+
 /* What kiln still refuses on computed values names the node and why. */
 static void test_refusals(void **state)
 {
@@ -244,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_fold_transposed_weight),
         cmocka_unit_test(test_const_operand),
         cmocka_unit_test(test_shape_layers),
+        cmocka_unit_test(test_gelu_tanh_form),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
