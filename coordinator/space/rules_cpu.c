@@ -451,12 +451,18 @@ static int s_build(rule_t *r)
     int64_t par = r->nsp > 1 ? kl_tr_fuse(tr, s0, r->nsp) : s0[0];
     int64_t minpar = total < r->t->cores ? total : r->t->cores;
     /* Static scheduling: chunks that do not spread evenly over the cores
-     * leave one idle, unless there are many. */
-    snprintf(pred, sizeof pred,
-             "l%lld < %lld || l%lld > 4096 || (l%lld %% %d != 0 && l%lld < "
-             "%d)",
-             (long long)par, (long long)minpar, (long long)par, (long long)par,
-             r->t->cores, (long long)par, 8 * r->t->cores);
+     * leave one idle, unless there are many. A workload of less than one
+     * 16-lane vector a core (a squeeze-excite 1x1 conv on 1x1 pixels,
+     * K=8) has nothing to spread: any chunk count, one included, else its
+     * vector tile alone leaves no sample. */
+    if (total < 16 * (int64_t)r->t->cores)
+        snprintf(pred, sizeof pred, "l%lld > 4096", (long long)par);
+    else
+        snprintf(pred, sizeof pred,
+                 "l%lld < %lld || l%lld > 4096 || (l%lld %% %d != 0 && "
+                 "l%lld < %d)",
+                 (long long)par, (long long)minpar, (long long)par,
+                 (long long)par, r->t->cores, (long long)par, 8 * r->t->cores);
     if ((rc = kl_tr_reject_if(tr, pred, r->err)))
         return rc;
     kl_tr_parallel(tr, par);

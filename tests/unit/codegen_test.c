@@ -51,6 +51,10 @@ static const char *const s_shapes[] = {
     /* clip epilogues: both bounds reached by inputs in [-1, 1) */
     "clip shape=4x7x9 lo=-0.25 hi=0.5",
     "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1 bias=1 clip=0,0.5",
+    /* less than a vector a core: a squeeze-excite 1x1 conv on one pixel
+     * and its dense form (their spaces had no sample at all) */
+    "conv2d N=1 C=32 H=1 W=1 K=8 R=1 S=1 bias=1",
+    "dense N=1 I=32 O=8 bias=1",
     NULL,
 };
 
