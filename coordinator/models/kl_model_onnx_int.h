@@ -5,12 +5,13 @@
  * coordinator/models includes this).
  *
  * The files, calls going down only: kl_model_onnx_base.c (the context:
- * constants, values, lines, attributes) below everything; the handler
- * files (kl_model_onnx_const.c, _fold.c, _layers.c, _tf.c, _act.c, _q.c,
- * _qop.c, _qfp.c, _ew.c), each owning the rows of its ops (_act.c uses
- * _tf.c's kl_onnx__other; _ew.c and _layers.c _fold.c's operands);
- * kl_model_onnx.c on top (the
- * dispatcher over the tables, the node loop, the text and parameters). */
+ * constants, values, lines, attributes) below everything; then
+ * kl_model_onnx_fold.c (constants as doubles, Slice's arguments, const
+ * operands) below the handler files (kl_model_onnx_const.c, _fold_ops.c,
+ * _layers.c, _tf.c, _act.c, _q.c, _qop.c, _qfp.c, _ew.c), each owning
+ * the rows of its ops (_act.c uses _tf.c's kl_onnx__other);
+ * kl_model_onnx.c on top (the dispatcher over the tables, the node loop,
+ * the text and parameters). */
 #ifndef KL_MODEL_ONNX_INT_H
 #define KL_MODEL_ONNX_INT_H
 
@@ -251,7 +252,35 @@ bool kl_onnx__shape(const kl_onnx__ctx_t *c, const char *kiln, int64_t *d,
 int kl_onnx__nums(kl_onnx__ctx_t *c, const char *name, double *v, int *type,
                   int64_t *dims, int *nd);
 
-/* kl_model_onnx_fold.c: constant folding */
+/* kl_model_onnx_fold.c: the constant folder's base (constants read as
+ * doubles and stored back), and constants read by computed layers */
+/* A constant being folded: its values as doubles, its shape, and its
+ * type: 1 float, 7 int64 (int32 too), 9 bool (0 and 1). */
+typedef struct {
+    int type;
+    int nd;
+    int64_t d[KL_MODEL_MAX_DIMS];
+    int64_t n;
+    double *v;
+} kl_onnx__ct_t;
+void kl_onnx__ct_free(kl_onnx__ct_t *t);
+/* Constant tensor t (named name) as doubles (kl_onnx__ct_get: the
+ * constant named name): KL_OK; 1 when it is not a constant kiln folds (a
+ * computed value, another element type; *out untouched); or an error (a
+ * constant whose data is bad). */
+int kl_onnx__ct_read(kl_onnx__ctx_t *c, const kl_onnx__tensor_t *t,
+                     const char *name, kl_onnx__ct_t *out);
+int kl_onnx__ct_get(kl_onnx__ctx_t *c, const char *name, kl_onnx__ct_t *out);
+/* Stores r (taken) as constant `name` (float, or int64 for the others). */
+void kl_onnx__ct_put(kl_onnx__ctx_t *c, const char *name, kl_onnx__ct_t *r);
+/* A result of shape d[rank] and type for node nd, its values zero; an
+ * error naming nd when it would be too large to fold (2^24 values). */
+int kl_onnx__ct_new(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, int type,
+                    const int64_t *d, int rank, kl_onnx__ct_t *r);
+/* Axis a of a rank-dim input, negative from the end, into *out; an
+ * error naming nd when it is outside. */
+int kl_onnx__ct_axis(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, int64_t a,
+                     int rank, int *out);
 /* The kiln name of input k of nd: a computed value's, or, for a
  * constant, a `const` layer made for it (once; its values the layer's
  * parameter NAME.weight). NULL and *rc an error when it is neither. */
