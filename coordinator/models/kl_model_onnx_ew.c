@@ -173,47 +173,10 @@ static int s_split(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     if ((rc = s_shape(c, nd, x, d, &rank)) ||
         (rc = s_norm_axis(c, nd, kl_onnx__aint(nd, "axis", 0), rank, &ax)))
         return rc;
-    if (n < 1 || n > 64)
-        return kl_onnx__fail(c, nd, "1 to 64 outputs");
-    const KilnOnnx__AttributeProto *sa = kl_onnx__attr(nd, "split");
-    double *v = NULL;
-    int64_t vd[KL_MODEL_MAX_DIMS];
-    int vnd;
-    if (sa && sa->n_ints == n) {
-        for (size_t i = 0; i < n; i++)
-            sz[i] = sa->ints[i];
-    } else if (nd->n_input > 1 && nd->input[1][0]) {
-        int g = kl_onnx__const_values(c, nd->input[1], &v, vd, &vnd);
-        if (g || vnd != 1 || vd[0] != (int64_t)n) {
-            if (!g)
-                free(v);
-            return g > 1 ? g
-                         : kl_onnx__fail(c, nd,
-                                         "split must be a constant of "
-                                         "one size per output");
-        }
-        for (size_t i = 0; i < n; i++)
-            sz[i] = (int64_t)v[i];
-        free(v);
-    } else { /* equal parts, the last one smaller (opset 18) */
-        int64_t per = (d[ax] + (int64_t)n - 1) / (int64_t)n;
-        for (size_t i = 0; i < n; i++)
-            sz[i] = i + 1 < n ? per : d[ax] - per * (int64_t)(n - 1);
-    }
-    int64_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sz[i] <= 0 || at + sz[i] > d[ax])
-            return kl_onnx__fail(c, nd,
-                                 "split sizes that do not add up to "
-                                 "the axis (or an empty part)");
-        at += sz[i];
-    }
-    if (at != d[ax])
-        return kl_onnx__fail(c, nd,
-                             "split sizes that do not add up to the "
-                             "axis");
+    if ((rc = kl_onnx__split_sizes(c, nd, d[ax], sz)))
+        return rc;
     char *xs = kl_xstrdup(x);
-    at = 0;
+    int64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (nd->output[i][0])
             s_slice_line(c, nd->output[i], nd->input[0], xs, ax, at, sz[i], 1);

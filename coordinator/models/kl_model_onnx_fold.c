@@ -295,6 +295,49 @@ int kl_onnx__slice_args(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
     return rc;
 }
 
+int kl_onnx__split_sizes(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                         int64_t dim, int64_t *sz)
+{
+    size_t n = nd->n_output;
+    if (n < 1 || n > 64)
+        return kl_onnx__fail(c, nd, "1 to 64 outputs");
+    const KilnOnnx__AttributeProto *sa = kl_onnx__attr(nd, "split");
+    if (sa && sa->n_ints == n) {
+        for (size_t i = 0; i < n; i++)
+            sz[i] = sa->ints[i];
+    } else if (nd->n_input > 1 && nd->input[1][0]) {
+        kl_onnx__ct_t v;
+        int g = kl_onnx__ct_get(c, nd->input[1], &v);
+        if (g > 1)
+            return g;
+        bool ok = !g && v.nd == 1 && v.n == (int64_t)n;
+        for (size_t i = 0; ok && i < n; i++)
+            sz[i] = (int64_t)v.v[i];
+        if (!g)
+            kl_onnx__ct_free(&v);
+        if (!ok)
+            return kl_onnx__fail(c, nd,
+                                 "split must be a constant of one size per "
+                                 "output");
+    } else { /* equal parts, the last one smaller (opset 18) */
+        int64_t per = (dim + (int64_t)n - 1) / (int64_t)n;
+        for (size_t i = 0; i < n; i++)
+            sz[i] = i + 1 < n ? per : dim - per * (int64_t)(n - 1);
+    }
+    int64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sz[i] <= 0 || at + sz[i] > dim)
+            return kl_onnx__fail(c, nd,
+                                 "split sizes that do not add up to the "
+                                 "axis (or an empty part)");
+        at += sz[i];
+    }
+    if (at != dim)
+        return kl_onnx__fail(c, nd,
+                             "split sizes that do not add up to the axis");
+    return KL_OK;
+}
+
 /* ---- constants read by computed layers ---- */
 
 const char *kl_onnx__operand(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,

@@ -299,6 +299,12 @@ typedef struct {
 } kl_onnx__slice_t;
 int kl_onnx__slice_args(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
                         const int64_t *d, int rank, kl_onnx__slice_t *sl);
+/* A Split's part sizes sz[nd->n_output] along an axis of dim elements
+ * (the split input from opset 13, the attribute before, else equal parts
+ * with the last one smaller); an error naming nd when they do not add
+ * up, or there are not 1 to 64 outputs. */
+int kl_onnx__split_sizes(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
+                         int64_t dim, int64_t *sz);
 
 /* kl_model_onnx_q.c: quantized nodes */
 int kl_onnx__ivals(kl_onnx__ctx_t *c, const kl_onnx__tensor_t *t,

@@ -1,6 +1,7 @@
 /* kl_model_onnx_tf.c - ONNX import: patterns a transformer's export spells
  * out in several nodes: GELU's Erf form and its tanh form, layer norm from
- * ReduceMean, a packed attention projection split by Gathers. */
+ * ReduceMean, a packed attention projection split by Gathers or by a
+ * Split. */
 #include "kl_model_onnx_int.h"
 
 #include <math.h>
@@ -527,8 +528,70 @@ static int s_gather_block(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     return KL_OK;
 }
 
+/* A Split along the last axis of a matmul by a weight that only the Split
+ * reads (GPT-2's packed QKV projection, split in three): one matmul per
+ * part, its columns of the weight and its part of the bias, instead of
+ * the packed one and a copy per part. KL_ONNX__NEXT when it is not that
+ * (kl_model_onnx_ew.c slices it). */
+static int s_split_proj(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
+{
+    const kl_onnx__val_t *v =
+        nd->n_input ? kl_onnx__val(c, nd->input[0]) : NULL;
+    int64_t d[KL_MODEL_MAX_DIMS], sz[64];
+    int rank;
+    if (!v || v->line < 0 || !v->sole || kl_onnx__readers(c, v->onnx) != 1)
+        return KL_ONNX__NEXT;
+    int li = v->line;
+    kl_onnx__line_t *p = &c->lines[li];
+    if (strcmp(p->op, "matmul") || !p->params || !p->colw || p->q ||
+        !kl_onnx__shape(c, p->name, d, &rank) || rank < 1 ||
+        d[rank - 1] != p->nout)
+        return KL_ONNX__NEXT;
+    int64_t ax = kl_onnx__aint(nd, "axis", 0);
+    if (ax != -1 && ax != rank - 1)
+        return KL_ONNX__NEXT;
+    for (size_t k = 0; k < nd->n_output; k++)
+        if (!nd->output[k][0])
+            return KL_ONNX__NEXT;
+    int rc = kl_onnx__split_sizes(c, nd, p->nout, sz);
+    if (rc)
+        return rc;
+    size_t xl = strcspn(p->args.data, " ");
+    char *x = kl_xstrndup(p->args.data, xl), *pin0 = kl_xstrdup(p->in0);
+    int64_t at = 0;
+    for (size_t k = 0; k < nd->n_output; k++) {
+        kl_onnx__line_t *l =
+            kl_onnx__line_for(c, nd->output[k], pin0, "matmul");
+        p = &c->lines[li]; /* lines moved */
+        int64_t D = sz[k];
+        kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+        l->params = l->colw = true;
+        l->nout = D;
+        l->bias = p->bias;
+        if (p->w) {
+            int64_t H = p->wn / p->nout;
+            l->wn = H * D;
+            l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+            for (int64_t i = 0; i < H; i++)
+                memcpy(l->w + i * D, p->w + i * p->nout + at,
+                       (size_t)D * sizeof(float));
+        }
+        if (p->b) {
+            l->b = kl_xmalloc((size_t)D * sizeof(float));
+            memcpy(l->b, p->b + at, (size_t)D * sizeof(float));
+        } else if (l->bias)
+            kl_onnx__need_bias(c, l);
+        at += D;
+    }
+    c->lines[li].dead = true;
+    free(x);
+    free(pin0);
+    return KL_OK;
+}
+
 const kl_onnx__op_t kl_onnx__tf_ops[] = {
     {"Gather", s_gather_block, 0},
+    {"Split", s_split_proj, 0},
     {"ReduceMean", s_reduce_mean, 0},
     {"LayerNormalization", s_layer_norm, 0},
     {NULL, NULL, 0},

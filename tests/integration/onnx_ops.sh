@@ -58,6 +58,11 @@ done
 [ "$(grep -c ' = gelu .* approximate=tanh$' "$T/gpt2.graph")" -eq 2 ] ||
     fail "tiny_gpt2: not two gelu approximate=tanh layers: $(grep -c gelu "$T/gpt2.graph")"
 grep -q ' = tanh ' "$T/gpt2.graph" && fail "tiny_gpt2: a tanh layer is left"
+# The packed QKV projection's Split is three matmuls (the weight's
+# columns), not the packed one and three copies.
+[ "$(grep -c '_Split_output_[0-2] = matmul .* N=64 bias=1$' "$T/gpt2.graph")" -eq 6 ] ||
+    fail "tiny_gpt2: the Splits are not six matmuls: $(grep Split "$T/gpt2.graph")"
+grep -q ' = slice ' "$T/gpt2.graph" && fail "tiny_gpt2: a slice layer is left"
 
 # The tiny EfficientNet tuned (its convolutions, depthwise ones and pools
 # get records) runs the same.
