@@ -17,6 +17,7 @@
 #include <json-c/json.h>
 
 #include "kiln_cmds.h"
+#include "kiln_run_int.h"
 #include "kl_err.h"
 #include "kl_export.h"
 #include "kl_npy.h"
@@ -511,112 +512,6 @@ static int s_bench(const s_lib_t *lib, kl_dnnl_net_t *d, float *const *p,
 
 /* ---- --profile ---- */
 
-/* A task of manifest.json (kl_export.c): name, weight, latency_s (NaN for
- * a naive kernel, whose latency is null). */
-typedef struct {
-    char name[128];
-    int weight;
-    double latency;
-} s_mtask_t;
-
-/* The tasks of DIR/manifest.json beside the library; none (and a line
- * saying so) when it is not there. */
-static s_mtask_t *s_manifest_tasks(const char *lib, int *n)
-{
-    const char *slash = strrchr(lib, '/');
-    char *path =
-        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
-              : kl_xstrdup("manifest.json");
-    json_object *m = json_object_from_file(path), *tasks = NULL;
-    s_mtask_t *t = NULL;
-    *n = 0;
-    if (!m || !json_object_object_get_ex(m, "tasks", &tasks) ||
-        !json_object_is_type(tasks, json_type_array)) {
-        printf("no readable manifest.json at %s: tuned latencies not "
-               "shown\n",
-               path);
-    } else {
-        *n = (int)json_object_array_length(tasks);
-        t = kl_xcalloc((size_t)*n + 1, sizeof *t);
-        for (int i = 0; i < *n; i++) {
-            json_object *o = json_object_array_get_idx(tasks, (size_t)i), *v;
-            t[i].latency = NAN;
-            if (json_object_object_get_ex(o, "name", &v))
-                snprintf(t[i].name, sizeof t[i].name, "%s",
-                         json_object_get_string(v));
-            if (json_object_object_get_ex(o, "weight", &v))
-                t[i].weight = json_object_get_int(v);
-            if (json_object_object_get_ex(o, "latency_s", &v) && v)
-                t[i].latency = json_object_get_double(v);
-        }
-    }
-    json_object_put(m);
-    free(path);
-    return t;
-}
-
-/* Whether the manifest.json beside the library says "precision": "bf16"
- * (kl_export.c; absent: f32). */
-static bool s_lib_bf16(const char *lib)
-{
-    const char *slash = strrchr(lib, '/');
-    char *path =
-        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
-              : kl_xstrdup("manifest.json");
-    json_object *m = json_object_from_file(path), *v = NULL;
-    bool bf16 = m && json_object_object_get_ex(m, "precision", &v) &&
-                !strcmp(json_object_get_string(v), "bf16");
-    json_object_put(m);
-    free(path);
-    return bf16;
-}
-
-/* The model's input dimensions (kl_model_opts_t's batch and seq): the
- * flags, else the manifest.json beside the library ("batch", "seq" when
- * kiln export was given them; absent: the model's own). A flag the
- * manifest disagrees with is an error naming both values. */
-static int s_lib_dims(const kl_opts_t *o, kl_model_opts_t *dims, char *err)
-{
-    const char *lib = kl_opts_str(o, "lib");
-    const char *slash = strrchr(lib, '/');
-    char *path =
-        slash ? kl_xasprintf("%.*s/manifest.json", (int)(slash - lib), lib)
-              : kl_xstrdup("manifest.json");
-    json_object *m = json_object_from_file(path);
-    static const char *const names[] = {"batch", "seq"};
-    int64_t *vals[] = {&dims->batch, &dims->seq};
-    int rc = KL_OK;
-    for (int i = 0; i < 2 && !rc; i++) {
-        json_object *v = NULL;
-        int64_t want = m && json_object_object_get_ex(m, names[i], &v)
-                           ? json_object_get_int64(v)
-                           : 0;
-        if (!kl_opts_given(o, names[i])) {
-            *vals[i] = want;
-            if (want)
-                printf("input dimensions: --%s %lld (%s)\n", names[i],
-                       (long long)want, path);
-            continue;
-        }
-        *vals[i] = kl_opts_int(o, names[i]);
-        if (m && want != *vals[i] && want)
-            rc = kl_seterr(err, KL_ERR_INVAL,
-                           "--%s %lld, but %s says %s %lld (the library was "
-                           "exported with --%s %lld)",
-                           names[i], (long long)*vals[i], path, names[i],
-                           (long long)want, names[i], (long long)want);
-        else if (m && want != *vals[i])
-            rc = kl_seterr(err, KL_ERR_INVAL,
-                           "--%s %lld, but %s has no \"%s\" (the library "
-                           "was exported at the model's own input "
-                           "dimensions)",
-                           names[i], (long long)*vals[i], path, names[i]);
-    }
-    json_object_put(m);
-    free(path);
-    return rc;
-}
-
 /* Every layer's median time over repeat runs of kiln_model_run_profiled,
  * beside its task's tuned latency, and the totals. */
 static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
@@ -645,7 +540,7 @@ static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
                          "prepare step ran out of memory",
                          rc);
     }
-    s_mtask_t *mt = s_manifest_tasks(lib, &nt);
+    kiln_run__mtask_t *mt = kiln_run__manifest_tasks(lib, &nt);
     printf("profile: every layer's median of %d runs of "
            "kiln_model_run_profiled, beside its task's tuned latency "
            "(manifest.json):\n",
@@ -657,7 +552,7 @@ static int s_profile(const s_lib_t *l, const char *lib, float *const *p,
     for (int k = 0; k < nl; k++) {
         double med = kl_median(t + (size_t)k * (size_t)repeat, (size_t)repeat);
         int task = l->ltask(k);
-        const s_mtask_t *m = task >= 0 && task < nt ? &mt[task] : NULL;
+        const kiln_run__mtask_t *m = task >= 0 && task < nt ? &mt[task] : NULL;
         char tk[16] = "-", tl[32] = "-";
         if (task >= 0)
             snprintf(tk, sizeof tk, "%d", task);
@@ -705,7 +600,8 @@ static int s_checks(kl_opts_t *o, const kl_model_opts_t *dims,
     const char *epath = kl_opts_str(o, "expect"),
                *opath = kl_opts_str(o, "output");
     double rtol = kl_opts_double(o, "rtol"), ertol = S_EXPECT_RTOL;
-    if (!kl_opts_given(o, "rtol") && s_lib_bf16(kl_opts_str(o, "lib"))) {
+    if (!kl_opts_given(o, "rtol") &&
+        kiln_run__lib_bf16(kl_opts_str(o, "lib"))) {
         rtol = ertol = S_BF16_RTOL;
         printf("precision bf16 (manifest.json): rtol %g\n", rtol);
     }
@@ -803,7 +699,7 @@ int kiln_cmd_run(int argc, char **argv)
     }
     kl_model_opts_t dims = {0};
     char *text = NULL;
-    int rc = s_lib_dims(o, &dims, err);
+    int rc = kiln_run__lib_dims(o, &dims, err);
     if (!rc)
         rc = kl_model_text_opts(kl_opts_str(o, "model"), &dims, &text, err);
     free(text);

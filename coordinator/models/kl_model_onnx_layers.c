@@ -162,6 +162,20 @@ static int s_fold_target(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
     return v->line;
 }
 
+/* Whether constant t is a scalar or one value per output channel of line
+ * l (s_chan's shapes). */
+static bool s_chan_fits(const kl_onnx__tensor_t *t, const kl_onnx__line_t *l,
+                        bool flat)
+{
+    int64_t n = kl_onnx__numel(t);
+    bool conv = strstr(l->op, "conv2d") != NULL;
+    if (n == 1 || (flat && n == l->nout))
+        return true;
+    size_t ax = conv ? t->n_dims - 3 : t->n_dims - 1;
+    return n == l->nout && t->n_dims >= (conv ? 3u : 1u) && t->n_dims <= 4 &&
+           t->dims[ax] == l->nout;
+}
+
 /* Constant t (named name) as per-output-channel values of line l: a scalar
  * (*n = 1), or l->nout values on the channel axis (conv: [K,1,1],
  * [1,K,1,1]; dense and matmul: [N], [1,N], ...; any shape when flat). Values
@@ -172,14 +186,7 @@ static int s_chan(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd,
 {
     *v = NULL;
     *n = kl_onnx__numel(t);
-    bool conv = strstr(l->op, "conv2d") != NULL;
-    bool ok = *n == 1 || (flat && *n == l->nout);
-    if (!ok && *n == l->nout) {
-        size_t ax = conv ? t->n_dims - 3 : t->n_dims - 1;
-        ok = t->n_dims >= (conv ? 3u : 1u) && t->n_dims <= 4 &&
-             t->dims[ax] == l->nout;
-    }
-    if (!ok) {
+    if (!s_chan_fits(t, l, flat)) {
         char msg[240];
         snprintf(msg, sizeof(msg),
                  "constant '%.80s' (%lld values) is neither a scalar nor "
@@ -447,20 +454,9 @@ static bool s_foldable(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd, size_t k,
         memcpy(keep, c->err, KL_ERRMSG_LEN);
     int rc = KL_OK;
     int li = s_fold_target(c, nd, nd->input[k], op != '+', &rc);
-    bool ok = li >= 0;
-    if (ok) {
-        const kl_onnx__line_t *l = &c->lines[li];
-        int64_t n = kl_onnx__numel(t);
-        bool conv = strstr(l->op, "conv2d") != NULL;
-        ok = n == 1;
-        if (!ok && n == l->nout) {
-            size_t ax = conv ? t->n_dims - 3 : t->n_dims - 1;
-            ok = t->n_dims >= (conv ? 3u : 1u) && t->n_dims <= 4 &&
-                 t->dims[ax] == l->nout;
-        }
-        if (op != '+' && n > 1 && kl_onnx__val(c, nd->input[k])->line != li)
-            ok = false;
-    }
+    bool ok = li >= 0 && s_chan_fits(t, &c->lines[li], false) &&
+              !(op != '+' && kl_onnx__numel(t) > 1 &&
+                kl_onnx__val(c, nd->input[k])->line != li);
     if (c->err)
         memcpy(c->err, keep, KL_ERRMSG_LEN);
     return ok;

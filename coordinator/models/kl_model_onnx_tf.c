@@ -405,6 +405,37 @@ static int s_non1(const int64_t *d, int n, int *at)
  * front): a matmul N=D by the index's block of the weight and bias, and a
  * reshape to the Gather's shape. The packed layer and its views are
  * dropped. KL_ONNX__NEXT when the Gather is not that. */
+/* A matmul for output out of x by columns [at, at + D) of packed line
+ * li's [K,N] weight and the same part of its bias: one part of a packed
+ * projection (by a Gather or a Split). */
+static kl_onnx__line_t *s_part_matmul(kl_onnx__ctx_t *c, int li,
+                                      const char *out, const char *x,
+                                      int64_t at, int64_t D)
+{
+    char *pin0 = kl_xstrdup(c->lines[li].in0);
+    kl_onnx__line_t *l = kl_onnx__line_for(c, out, pin0, "matmul");
+    const kl_onnx__line_t *p = &c->lines[li]; /* lines moved */
+    free(pin0);
+    kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
+    l->params = l->colw = true;
+    l->nout = D;
+    l->bias = p->bias;
+    if (p->w) {
+        int64_t H = p->wn / p->nout;
+        l->wn = H * D;
+        l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
+        for (int64_t i = 0; i < H; i++)
+            memcpy(l->w + i * D, p->w + i * p->nout + at,
+                   (size_t)D * sizeof(float));
+    }
+    if (p->b) {
+        l->b = kl_xmalloc((size_t)D * sizeof(float));
+        memcpy(l->b, p->b + at, (size_t)D * sizeof(float));
+    } else if (l->bias)
+        kl_onnx__need_bias(c, l);
+    return l;
+}
+
 static int s_gather_block(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
 {
     const kl_onnx__tensor_t *it =
@@ -494,27 +525,7 @@ static int s_gather_block(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     size_t xl = strcspn(p->args.data, " ");
     char *x = kl_xstrndup(p->args.data, xl);
     char *own = kl_xasprintf("%c%s_mm", KL_ONNX__OWN, nd->output[0]);
-    char *pin0 = kl_xstrdup(p->in0);
-    kl_onnx__line_t *l = kl_onnx__line_for(c, own, pin0, "matmul");
-    p = &c->lines[li]; /* lines moved */
-    const char *mm = l->name;
-    kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
-    l->params = l->colw = true;
-    l->nout = D;
-    l->bias = p->bias;
-    if (p->w) {
-        int64_t H = p->wn / p->nout;
-        l->wn = H * D;
-        l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
-        for (int64_t i = 0; i < H; i++)
-            memcpy(l->w + i * D, p->w + i * p->nout + idx * D,
-                   (size_t)D * sizeof(float));
-    }
-    if (p->b) {
-        l->b = kl_xmalloc((size_t)D * sizeof(float));
-        memcpy(l->b, p->b + idx * D, (size_t)D * sizeof(float));
-    } else if (l->bias)
-        kl_onnx__need_bias(c, l);
+    const char *mm = s_part_matmul(c, li, own, x, idx * D, D)->name;
     kl_onnx__line_t *rs = kl_onnx__line_for(c, nd->output[0], own, "reshape");
     kl_buf_printf(&rs->args, "%s shape=", mm);
     for (int i = 1; i < pn; i++)
@@ -524,7 +535,6 @@ static int s_gather_block(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
         c->lines[chain[k]].dead = true;
     free(x);
     free(own);
-    free(pin0);
     return KL_OK;
 }
 
@@ -557,35 +567,14 @@ static int s_split_proj(kl_onnx__ctx_t *c, const kl_onnx__node_t *nd)
     if (rc)
         return rc;
     size_t xl = strcspn(p->args.data, " ");
-    char *x = kl_xstrndup(p->args.data, xl), *pin0 = kl_xstrdup(p->in0);
+    char *x = kl_xstrndup(p->args.data, xl);
     int64_t at = 0;
     for (size_t k = 0; k < nd->n_output; k++) {
-        kl_onnx__line_t *l =
-            kl_onnx__line_for(c, nd->output[k], pin0, "matmul");
-        p = &c->lines[li]; /* lines moved */
-        int64_t D = sz[k];
-        kl_buf_printf(&l->args, "%s N=%lld", x, (long long)D);
-        l->params = l->colw = true;
-        l->nout = D;
-        l->bias = p->bias;
-        if (p->w) {
-            int64_t H = p->wn / p->nout;
-            l->wn = H * D;
-            l->w = kl_xmalloc((size_t)l->wn * sizeof(float));
-            for (int64_t i = 0; i < H; i++)
-                memcpy(l->w + i * D, p->w + i * p->nout + at,
-                       (size_t)D * sizeof(float));
-        }
-        if (p->b) {
-            l->b = kl_xmalloc((size_t)D * sizeof(float));
-            memcpy(l->b, p->b + at, (size_t)D * sizeof(float));
-        } else if (l->bias)
-            kl_onnx__need_bias(c, l);
-        at += D;
+        s_part_matmul(c, li, nd->output[k], x, at, sz[k]);
+        at += sz[k];
     }
     c->lines[li].dead = true;
     free(x);
-    free(pin0);
     return KL_OK;
 }
 
