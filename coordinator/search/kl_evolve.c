@@ -226,8 +226,14 @@ int kl_search__propose_evolve(kl_search_t *self, int n,
         kl_search__pool_free(&rnd);
         return kl_seterr(err, rc, "%s", rerr);
     }
+    /* Until the cost model is trained its scores are random, and evolving
+     * on them only drifts the population towards the larger sub-spaces
+     * (a branch with many distinct schedules outnumbers a small one
+     * however the space weighs them): the batch is then the random
+     * samples in the order drawn, the design space's own distribution. */
     gen_t g = {0};
-    s_gen_of(&g, &best, &rnd);
+    if (kl_search_model_trained(self))
+        s_gen_of(&g, &best, &rnd);
     for (int gen = 0; gen <= self->cfg.generations && g.n > 0; gen++) {
         s_score(&e, &g);
         s_collect(&e, &g);

@@ -18,11 +18,14 @@
  *                 (tile sizes, unroll depth, parallel extent, compute
  *                 location, thread binding, other categorical choices).
  *                 The cost model (kl_costmodel.h, XGBoost rank:pairwise
- *                 on kl_features) scores the candidates; until it is
- *                 trained (model_min_rows results) the scores are random.
- *                 Each batch takes the best predicted unmeasured traces,
- *                 except that each slot is a random sample with
- *                 probability eps_greedy.
+ *                 on kl_features) scores the candidates. Until it is
+ *                 trained (model_min_rows results) there is no evolution:
+ *                 a batch is fresh random samples in the order drawn, so
+ *                 that the space's own probabilities hold (random scores
+ *                 would favour the branch with the most distinct
+ *                 schedules). Then each batch takes the best predicted
+ *                 unmeasured traces, except that each slot is a random
+ *                 sample with probability eps_greedy.
  *
  * A kl_search_t never measures anything: it proposes traces and learns
  * from results given back with kl_search_observe. One kl_search_t is used

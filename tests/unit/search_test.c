@@ -288,6 +288,44 @@ static void test_replay_exhausts(void **state)
     s_fx_free(f);
 }
 
+/* Before the cost model is trained a batch follows the design space's
+ * own probabilities: a bf16 product on a +bf16 target samples the
+ * tensorized tiling with p 0.6 beside the many float schedules, and
+ * evolving on random scores used to leave it a few picks in 32. */
+static void test_untrained_follows_space(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    fx_t *f = kl_xcalloc(1, sizeof *f);
+    assert_int_equal(
+        kl_workload_from_string("matmul M=64 N=64 K=64 in=bf16", &f->w, err),
+        KL_OK);
+    assert_int_equal(
+        kl_space_for_target("cpu/x86_64-avx512+bf16", f->w, &f->sp, err),
+        KL_OK);
+    kl_search_cfg_t cfg;
+    kl_search_cfg_default(&cfg);
+    cfg.population = 128;
+    cfg.seed = 7;
+    kl_search_t *se = NULL;
+    assert_int_equal(kl_search_new(&se, f->sp, &cfg, err), KL_OK);
+    kl_search_cand_t out[32];
+    int n = 0, tz = 0;
+    assert_int_equal(kl_search_propose(se, 32, NULL, NULL, out, &n, err),
+                     KL_OK);
+    assert_int_equal(n, 32);
+    for (int i = 0; i < n; i++) {
+        kl_tensorize_t t;
+        assert_true(out[i].random);
+        tz += kl_sched_tensorized(out[i].sched, &t, err) == KL_OK;
+        kl_search_cand_free(&out[i]);
+    }
+    fprintf(stderr, "untrained batch: %d of %d tensorized\n", tz, n);
+    assert_true(tz >= 13 && tz < n); /* p 0.6 of 32: 19 expected */
+    kl_search_destroy(&se);
+    s_fx_free(f);
+}
+
 /* A made-up latency of a schedule: fast with a big register tile, a
  * parallel extent that is a multiple of 2 and packing. */
 static double s_fake_latency(const float *x)
@@ -482,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_canonical),
         cmocka_unit_test(test_replay_exhausts),
         cmocka_unit_test(test_evolutionary),
+        cmocka_unit_test(test_untrained_follows_space),
         cmocka_unit_test(test_costmodel_dataset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
