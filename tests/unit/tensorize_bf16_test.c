@@ -132,6 +132,19 @@ static float **s_alloc(const kl_workload_t *w, uint64_t seed, bool absval)
     return b;
 }
 
+/* Rounds b's bf16 tensors to bf16 values, as the agent's inputs are (a
+ * float kernel reads them as they are stored). */
+static void s_round_bf16(const kl_workload_t *w, float **b)
+{
+    for (int t = 0; t < w->ntensors; t++)
+        for (int64_t i = 0; w->tensors[t].dtype == KL_DT_BF16 &&
+                            i < kl_tensor_numel(&w->tensors[t]);
+             i++) {
+            uint32_t x = (uint32_t)kl_dtype_bits(KL_DT_BF16, b[t][i]) << 16;
+            memcpy(&b[t][i], &x, 4);
+        }
+}
+
 static void s_free(const kl_workload_t *w, float **b)
 {
     for (int t = 0; t < w->ntensors; t++)
@@ -140,7 +153,9 @@ static void s_free(const kl_workload_t *w, float **b)
 }
 
 /* Runs kernel k of w (prepared, then called twice) against the reference;
- * returns whether it ran (false: no avx512_bf16 here, prepare refused). */
+ * returns whether it ran (false: no avx512_bf16 here, prepare refused).
+ * intrin NULL: a float kernel (prepared when it has the step), on inputs
+ * that are bf16 values. */
 static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
                      const char *intrin);
 
@@ -156,19 +171,25 @@ static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
     kl_cgrun_t r;
     if (kl_cgrun_load(&r, k->source, k->entry, s_dir, err))
         fail_msg("%s: %s\n%s", w->name, err, k->source);
-    assert_non_null(r.prep);
+    assert_true(r.prep || !intrin);
     int nt = w->ntensors, ot = kl_workload_output(w);
     float **a = s_alloc(w, 7, false), **ref = s_alloc(w, 7, false),
           **mag = s_alloc(w, 7, true);
+    if (!intrin) {
+        s_round_bf16(w, a);
+        s_round_bf16(w, ref);
+        s_round_bf16(w, mag);
+    }
     bool cst[KL_IR_MAX_TENSORS];
     for (int t = 0; t < nt; t++)
         cst[t] = w->tensors[t].is_const;
-    void *blk = kl_abi_prepare(r.prep, nt, (void *const *)a, cst);
-    bool ran = kl_intrin_cpu_has(kl_intrin_find(intrin));
+    void *blk =
+        r.prep ? kl_abi_prepare(r.prep, nt, (void *const *)a, cst) : NULL;
+    bool ran = !intrin || kl_intrin_cpu_has(kl_intrin_find(intrin));
     if (!ran) {
         assert_null(blk);
     } else {
-        assert_non_null(blk);
+        assert_true(blk || !r.prep);
         a[nt] = blk;
         kl_workload_eval(w, ref);
         kl_workload_eval(w, mag); /* sum |a * b| (+ |bias|): the scale */
@@ -265,6 +286,139 @@ static void test_space(void **state)
                   nfl);
     assert_true(ntz > 0);
     assert_true(nfl > 0);
+}
+
+/* Batched nests the space does not sample, built by hand and run: the
+ * reduction above the batch (acc buffer, the block through acc, the
+ * epilogue pass over every batch), and a register tile over an
+ * imperfectly split batch (b in the tile, guarded, its reads clamped). */
+static void test_bmm_nests(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(
+                         "batch_matmul B=3 M=9 N=20 K=7 in=bf16", &w, err),
+                     KL_OK);
+    int ran = 0;
+    for (int v = 0; v < 2; v++) {
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+        int lb = kl_sched_loop(s, 0)->id, li = kl_sched_loop(s, 1)->id;
+        int j2[2], k2[2], b2[2];
+        int64_t fj[2] = {2, 16}, fk[2] = {4, 2}, fb[2] = {2, 2};
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err), KL_OK);
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err), KL_OK);
+        if (v == 0) {
+            int o[6] = {k2[0], lb, li, j2[0], j2[1], k2[1]};
+            assert_int_equal(kl_sched_reorder(s, o, 6, err), KL_OK);
+        } else {
+            assert_int_equal(kl_sched_split(s, lb, fb, 2, b2, err), KL_OK);
+            int o[7] = {b2[0], li, j2[0], b2[1], k2[0], j2[1], k2[1]};
+            assert_int_equal(kl_sched_reorder(s, o, 7, err), KL_OK);
+            assert_int_equal(kl_sched_parallel(s, b2[0], err), KL_OK);
+            assert_int_equal(kl_sched_unroll(s, b2[1], err), KL_OK);
+        }
+        if (kl_sched_tensorize(s, j2[1], "avx512_bf16", err))
+            fail_msg("nest %d: %s", v, err);
+        kl_kernel_t k;
+        if (kl_codegen_c(s, NULL, "kl_bn", &k, err))
+            fail_msg("nest %d: %s", v, err);
+        /* v 0: through acc; v 1: a tile of two batches. */
+        assert_non_null(strstr(k.source, v ? "bc_1" : "float *acc"));
+        ran += s_run(w, &k);
+        kl_kernel_free(&k);
+        kl_sched_destroy(&s);
+    }
+    kl_workload_free(&w);
+    if (!ran)
+        skip();
+}
+
+/* Batched products the tensorized kernel cannot take: tensorize names
+ * what differs, and the +bf16 space offers only float schedules for them,
+ * which still match the reference. */
+static void test_bmm_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *why;
+    } c[] = {
+        {"C[b,i,j] += A[b,k,i] * B[b,k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,6,17], B: bf16[2,6,20]",
+         "the accesses are not A[b,m,k], B[b,k,n] or B[b,n,k], C[b,m,n]"},
+        {"C[i,b,j] += A[b,i,k] * B[b,k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,17,6], B: bf16[2,6,20]",
+         "the first index of C is not the batch b"},
+    };
+    char err[KL_ERRMSG_LEN];
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        kl_workload_t *w = NULL;
+        if (kl_workload_from_string(c[i].spec, &w, err))
+            fail_msg("%s: %s", c[i].spec, err);
+        /* b, i, j, k -> b, i, jo, ko, [ji ki] */
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+        int j2[2], k2[2];
+        int64_t fj[2] = {2, 16}, fk[2] = {3, 2};
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err), KL_OK);
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err), KL_OK);
+        int o[3] = {k2[0], j2[1], k2[1]};
+        assert_int_equal(kl_sched_reorder(s, o, 3, err), KL_OK);
+        assert_int_not_equal(kl_sched_tensorize(s, j2[1], "avx512_bf16", err),
+                             KL_OK);
+        if (!strstr(err, c[i].why))
+            fail_msg("%s: \"%s\", wanted \"%s\"", c[i].spec, err, c[i].why);
+        kl_sched_destroy(&s);
+        kl_space_t *sp = NULL;
+        if (kl_space_for_target("cpu/x86_64-avx512+bf16", w, &sp, err))
+            fail_msg("%s: %s", c[i].spec, err);
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            kl_rng_t rng;
+            kl_rng_seed(&rng, seed);
+            kl_trace_t *tr = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s: %s", c[i].spec, err);
+            kl_tensorize_t tz;
+            assert_int_equal(kl_sched_tensorized(s, &tz, err), KL_ERR_NOTFOUND);
+            if (seed == 1) {
+                kl_kernel_t k;
+                if (kl_codegen_c(s, NULL, "kl_fl", &k, err))
+                    fail_msg("%s: %s", c[i].spec, err);
+                assert_true(s_run_on(w, &k, NULL));
+                kl_kernel_free(&k);
+            }
+            kl_trace_free(&tr);
+            kl_sched_destroy(&s);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+    /* An int8 intrinsic does not take a batched product. */
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(
+                         "batch_matmul B=2 M=8 N=32 K=16 in=bf16", &w, err),
+                     KL_OK);
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int j2[2], k2[2];
+    int64_t fj[2] = {2, 16}, fk[2] = {8, 2};
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err),
+                     KL_OK);
+    int o[3] = {k2[0], j2[1], k2[1]};
+    assert_int_equal(kl_sched_reorder(s, o, 3, err), KL_OK);
+    assert_int_equal(kl_sched_tensorize(s, j2[1], "amx_bf16", err),
+                     KL_ERR_INVAL);
+    assert_non_null(strstr(err, "batched product (batch b)"));
+    assert_int_equal(kl_sched_tensorize(s, j2[1], "avx512_bf16", err), KL_OK);
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
 }
 
 /* The prepared block of a dense (W const, [O][I]): panel (n / 16) over
@@ -417,6 +571,8 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_space, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_bmm_nests, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_bmm_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_packed_layout, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_amx, s_setup, s_teardown),
