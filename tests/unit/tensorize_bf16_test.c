@@ -288,6 +288,97 @@ static void test_space(void **state)
     assert_true(nfl > 0);
 }
 
+/* A sampled schedule of sp (seed): 1 tensorized (checked, and when run is
+ * true compiled and run against the reference, *ran counting the runs), 0
+ * float. */
+static int s_sample_run(kl_space_t *sp, const kl_workload_t *w, uint64_t seed,
+                        bool run, int *ran)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+        fail_msg("%s: %s", w->name, err);
+    kl_tensorize_t tz;
+    int tzd = kl_sched_tensorized(s, &tz, err) == KL_OK;
+    if (tzd) {
+        assert_string_equal(tz.intrin, "avx512_bf16");
+        /* The batch iterator is the first loop's (fused, parallel). */
+        assert_true(tz.it_b >= 0);
+        const kl_loop_t *l0 = kl_sched_loop(s, 0);
+        assert_int_equal(l0->kind, KL_LOOP_PARALLEL);
+        assert_int_equal(l0->parts[0].iter, tz.it_b);
+    }
+    if (tzd && run) {
+        kl_kernel_t k;
+        if (kl_codegen_c(s, NULL, "kl_bm", &k, err))
+            fail_msg("%s: %s", w->name, err);
+        assert_non_null(strstr(k.source, "vdpbf16ps"));
+        assert_non_null(strstr(k.source, "KL_WBAT(bc_"));
+        *ran += s_run(w, &k);
+        kl_kernel_free(&k);
+    }
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    return tzd;
+}
+
+/* batch_matmul in=bf16 (and a batched product with B[b,n,k], written out):
+ * the +bf16 space samples tensorized kernels with the batch fused into
+ * the parallel outer loop, which match the reference; without "+bf16"
+ * the intrinsic never appears. */
+static void test_space_bmm(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *specs[] = {
+        "batch_matmul B=1 M=37 N=50 K=33 in=bf16",
+        "batch_matmul B=12 M=20 N=33 K=19 in=bf16",
+        "C[b,i,j] += A[b,i,k] * B[b,j,k] where b=3, i=17, j=40, k=21; "
+        "A: bf16[3,17,21], B: bf16[3,40,21]",
+    };
+    int nran = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        kl_workload_t *w = NULL;
+        if (kl_workload_from_string(specs[i], &w, err))
+            fail_msg("%s: %s", specs[i], err);
+        kl_space_t *sp = NULL;
+        if (kl_space_for_target("cpu/x86_64-avx512+bf16", w, &sp, err))
+            fail_msg("%s: %s", specs[i], err);
+        int ntz = 0, nfl = 0;
+        for (uint64_t seed = 1; seed <= 16 && (ntz < 2 || !nfl); seed++) {
+            int tzd = s_sample_run(sp, w, seed, ntz < 2, &nran);
+            ntz += tzd;
+            nfl += !tzd;
+        }
+        if (ntz < 2 || !nfl)
+            fail_msg("%s: %d tensorized, %d float samples", specs[i], ntz, nfl);
+        kl_space_destroy(&sp);
+        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                         KL_OK);
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            kl_rng_t rng;
+            kl_rng_seed(&rng, seed);
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s (no +bf16): %s", specs[i], err);
+            char *text = kl_trace_to_text(tr);
+            assert_null(strstr(text, "avx512_bf16"));
+            free(text);
+            kl_trace_free(&tr);
+            kl_sched_destroy(&s);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+    print_message("bf16 batch_matmul: %d tensorized samples run\n", nran);
+    if (!nran)
+        skip(); /* no avx512_bf16 here: built, prepare refused */
+}
+
 /* Batched nests the space does not sample, built by hand and run: the
  * reduction above the batch (acc buffer, the block through acc, the
  * epilogue pass over every batch), and a register tile over an
@@ -571,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_space, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_space_bmm, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_bmm_nests, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_bmm_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_packed_layout, s_setup,
