@@ -142,6 +142,13 @@ static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                          "%s[taps..,c,f in any order], %s[..,f,..] of a "
                          "convolution",
                          nm, A->name, B->name, Y->name);
+    /* Every convolution kernel packs W once, in prepare (a bf16 product's
+     * input B is packed per call; a convolution's is not). */
+    if (!B->is_const)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: tensor %s is not const (a "
+                         "convolution's weights are packed once in prepare)",
+                         nm, B->name);
     out->intrin = in->name;
     out->lanes = in->lanes;
     out->red = in->red;

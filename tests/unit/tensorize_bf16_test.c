@@ -443,6 +443,11 @@ static void test_bmm_refused(void **state)
         {"C[i,b,j] += A[b,i,k] * B[b,k,j] where b=2, i=17, j=20, k=6; "
          "A: bf16[2,17,6], B: bf16[2,6,20]",
          "the first index of C is not the batch b"},
+        /* B shared by every batch: a 1x1 convolution, whose weights are
+         * packed once: an input B is refused. */
+        {"C[b,i,j] += A[b,i,k] * B[k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,17,6], B: bf16[6,20]",
+         "tensor B is not const"},
     };
     char err[KL_ERRMSG_LEN];
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
