@@ -382,7 +382,8 @@ static void test_space_bmm(void **state)
 /* Batched nests the space does not sample, built by hand and run: the
  * reduction above the batch (acc buffer, the block through acc, the
  * epilogue pass over every batch), and a register tile over an
- * imperfectly split batch (b in the tile, guarded, its reads clamped). */
+ * imperfectly split batch (b in the tile, guarded, its reads clamped),
+ * that one also with a const B[b,n,k] (every batch packed in prepare). */
 static void test_bmm_nests(void **state)
 {
     (void)state;
@@ -391,10 +392,18 @@ static void test_bmm_nests(void **state)
     assert_int_equal(kl_workload_from_string(
                          "batch_matmul B=3 M=9 N=20 K=7 in=bf16", &w, err),
                      KL_OK);
+    kl_workload_t *wc = NULL;
+    assert_int_equal(
+        kl_workload_from_string(
+            "C[b,i,j] += A[b,i,k] * B[b,j,k] where b=3, i=9, j=20, k=7; "
+            "A: bf16[3,9,7], B: const bf16[3,20,7]",
+            &wc, err),
+        KL_OK);
     int ran = 0;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 3; v++) {
+        const kl_workload_t *wv = v == 2 ? wc : w;
         kl_sched_t *s = NULL;
-        assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+        assert_int_equal(kl_sched_create(&s, wv, err), KL_OK);
         int lb = kl_sched_loop(s, 0)->id, li = kl_sched_loop(s, 1)->id;
         int j2[2], k2[2], b2[2];
         int64_t fj[2] = {2, 16}, fk[2] = {4, 2}, fb[2] = {2, 2};
@@ -417,12 +426,15 @@ static void test_bmm_nests(void **state)
         kl_kernel_t k;
         if (kl_codegen_c(s, NULL, "kl_bn", &k, err))
             fail_msg("nest %d: %s", v, err);
-        /* v 0: through acc; v 1: a tile of two batches. */
+        /* v 0: through acc; v 1, 2: a tile of two batches. */
         assert_non_null(strstr(k.source, v ? "bc_1" : "float *acc"));
-        ran += s_run(w, &k);
+        if (v == 2)
+            assert_non_null(strstr(k.source, "kl_packb((const float *)args"));
+        ran += s_run(wv, &k);
         kl_kernel_free(&k);
         kl_sched_destroy(&s);
     }
+    kl_workload_free(&wc);
     kl_workload_free(&w);
     if (!ran)
         skip();
