@@ -86,6 +86,12 @@ struct kl_codegen__tzp {
     /* acc's rows and padded columns, the weights' K groups; the packed
      * weights' and the compensation's bytes (set by the generator). */
     int64_t rows, np, kg, wbytes, cbytes;
+    /* A batched product (tz->it_b >= 0, bf16 only): nb batches, each with
+     * its rows of acc (rows x np), of the activations (M x as) and its
+     * packed weights at KL_WBAT(b) (a macro of the generator's head); the
+     * tile's b_<t> (bc_<t>: clamped to nb - 1 for the reads). nb = 1 and
+     * no b otherwise. */
+    int64_t nb;
     bool bconst; /* bf16: B packed once in prepare */
     bool full;   /* the run [hp, bpos) covers the whole reduction */
     bool fused;  /* the epilogue runs at the tile's store: no acc buffer */
@@ -94,11 +100,12 @@ struct kl_codegen__tzp {
     char ab[32]; /* the activations' base (fam->a_at's ${ab}) */
     int64_t as;  /* and a row's stride */
     kl_buf_t em, en, ek; /* m, n0 and k0 over the loops above the block */
+    kl_buf_t eb;         /* and b, when batched */
     char ind[256];       /* the current indentation */
     kl_buf_t b;
 };
 /* The plan shared by both: the block, the reduction run, the register
- * tile, m/n0/k0, rows, np, kg, full and fused. */
+ * tile, m/n0/k0 (and b), rows, np, kg, nb, full and fused. */
 void kl_codegen__tzp_plan(kl_codegen__tzp_t *p);
 /* The loops above the block, the tile unrolled at tp, the block, and the
  * loops closed with the tile's stores (fam->tile_store). */

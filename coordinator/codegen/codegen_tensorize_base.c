@@ -268,6 +268,12 @@ void kl_codegen__tzp_plan(kl_codegen__tzp_t *p)
     kl_codegen__tz_iter_expr(s, tz->it_m, p->bpos, &p->em, &mmax);
     kl_codegen__tz_iter_expr(s, tz->it_n, p->bpos, &p->en, &nmax);
     kl_codegen__tz_iter_expr(s, tz->it_k, p->bpos, &p->ek, &kmax);
+    p->nb = 1;
+    if (tz->it_b >= 0) {
+        int64_t bmax;
+        kl_codegen__tz_iter_expr(s, tz->it_b, p->bpos, &p->eb, &bmax);
+        p->nb = p->w->iters[tz->it_b].extent;
+    }
     p->full = true;
     for (int q = 0; q < p->hp; q++)
         if (kl_sched_loop(s, q)->reduce && kl_sched_loop(s, q)->extent > 1)
@@ -291,27 +297,53 @@ void kl_codegen__tzp_plan(kl_codegen__tzp_t *p)
     }
 }
 
-/* The register tile's accumulators, each with its m, n0, guard, start
- * value and activation row, the tile's loops unrolled at their values. */
+/* The row of acc of accumulator t ("" for the block's own m and b):
+ * m, or b * rows + m when batched; heap string. */
+static char *s_acc_row(const kl_codegen__tzp_t *p, const char *t)
+{
+    if (p->tz->it_b < 0)
+        return kl_xasprintf("m%s", t);
+    return kl_xasprintf("(b%s * %lld + m%s)", t, (long long)p->rows, t);
+}
+
+/* The register tile's accumulators, each with its m, n0 (and b), guard,
+ * start value and activation row, the tile's loops unrolled at their
+ * values. */
 static void s_tzp_tile(kl_codegen__tzp_t *p)
 {
     kl_buf_t g = {0};
     kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+    bool bat = p->tz->it_b >= 0;
     for (int64_t t = 0; t < p->ntile; t++) {
-        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
-                                       KL_CG_I("t", t),
-                                       KL_CG_S("em", p->em.data),
-                                       KL_CG_S("en", p->en.data),
-                                       KL_CG_S("g", g.data ? g.data : ""),
-                                       KL_CG_I("np", p->np),
-                                       KL_CG_S("at", p->fam->a_type),
-                                       KL_CG_S("ab", p->ab),
-                                       KL_CG_I("as", p->as),
-                                       KL_CG_I("M", p->M),
-                                       KL_CG_I("M1", p->M - 1),
-                                       KL_CG_END};
+        char ts[32];
+        snprintf(ts, sizeof ts, "_%lld", (long long)t);
+        char *ar = s_acc_row(p, ts);
+        char *ba = bat ? kl_xasprintf("bc_%lld * %lld + ", (long long)t,
+                                      (long long)p->M)
+                       : kl_xstrdup("");
+        const kl_codegen__kv_t kv[] = {
+            KL_CG_S("i", p->ind),
+            KL_CG_I("t", t),
+            KL_CG_S("em", p->em.data),
+            KL_CG_S("en", p->en.data),
+            KL_CG_S("g", g.data ? g.data : ""),
+            KL_CG_I("np", p->np),
+            KL_CG_S("at", p->fam->a_type),
+            KL_CG_S("ab", p->ab),
+            KL_CG_I("as", p->as),
+            KL_CG_I("M", p->M),
+            KL_CG_I("M1", p->M - 1),
+            KL_CG_S("ar", ar),
+            KL_CG_S("ba", ba),
+            KL_CG_S("eb", p->eb.data ? p->eb.data : ""),
+            KL_CG_I("nb", p->nb),
+            KL_CG_I("nb1", p->nb - 1),
+            KL_CG_END};
         kl_codegen__template(
-            &p->b, "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n${i}{\n",
+            &p->b,
+            bat ? "${i}int64_t m_${t}, n0_${t}, b_${t};\n${i}int ok_${t};\n"
+                  "${i}{\n"
+                : "${i}int64_t m_${t}, n0_${t};\n${i}int ok_${t};\n${i}{\n",
             kv);
         int64_t rem = t;
         for (int q = p->hp - 1; q >= p->tp; q--) {
@@ -323,63 +355,91 @@ static void s_tzp_tile(kl_codegen__tzp_t *p)
         kl_codegen__template(
             &p->b,
             "${i}    m_${t} = ${em};\n${i}    n0_${t} = ${en};\n"
-            "${i}    ok_${t} = 1${g};\n${i}}\n",
+            "${i}    ok_${t} = 1${g};\n",
             kv);
+        /* Batches past nb (an imperfect split) read the last one: their
+         * sums are never stored (ok_t is 0). */
+        if (bat)
+            kl_codegen__template(&p->b,
+                                 "${i}    b_${t} = ${eb};\n${i}}\n"
+                                 "${i}const int64_t bc_${t} = b_${t} < ${nb} "
+                                 "? b_${t} : ${nb1};\n",
+                                 kv);
+        else
+            kl_buf_printf(&p->b, "%s}\n", p->ind);
         kl_codegen__template(
             &p->b,
             p->full ? "${i}kl_vacc_t c_${t} = KL_VZERO();\n"
-                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + m_${t} "
+                    : "${i}kl_vacc_t c_${t} = ok_${t} ? KL_VLOAD(acc + ${ar} "
                       "* ${np} + n0_${t}) : KL_VZERO();\n",
             kv);
         /* Rows past M (an imperfect split) read row M-1: their sums are
          * never stored (ok_t is 0). */
         kl_codegen__template(&p->b,
-                             "${i}const ${at} *a_${t} = ${ab} + (m_${t} < "
-                             "${M} ? m_${t} : ${M1}) * ${as};\n",
+                             "${i}const ${at} *a_${t} = ${ab} + (${ba}(m_${t} "
+                             "< ${M} ? m_${t} : ${M1})) * ${as};\n",
                              kv);
+        free(ar);
+        free(ba);
     }
     kl_buf_free(&g);
 }
 
 /* Template tmpl at accumulator t with the block's names: ${i}, ${t},
- * ${em}, ${en}, ${ek}, ${g} (the guards), ${np}, ${ab}, ${as}. */
+ * ${em}, ${en}, ${ek}, ${eb}, ${g} (the guards), ${np}, ${ab} (ab, or
+ * p->ab when NULL), ${as}. */
 static void s_tzp_emit(kl_codegen__tzp_t *p, const char *tmpl, int64_t t,
-                       const kl_buf_t *g)
+                       const kl_buf_t *g, const char *ab)
 {
-    const kl_codegen__kv_t kv[] = {
-        KL_CG_S("i", p->ind),      KL_CG_I("t", t),
-        KL_CG_S("em", p->em.data), KL_CG_S("en", p->en.data),
-        KL_CG_S("ek", p->ek.data), KL_CG_S("g", g->data ? g->data : ""),
-        KL_CG_I("np", p->np),      KL_CG_S("ab", p->ab),
-        KL_CG_I("as", p->as),      KL_CG_END};
+    const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                   KL_CG_I("t", t),
+                                   KL_CG_S("em", p->em.data),
+                                   KL_CG_S("en", p->en.data),
+                                   KL_CG_S("ek", p->ek.data),
+                                   KL_CG_S("eb", p->eb.data ? p->eb.data : ""),
+                                   KL_CG_S("g", g->data ? g->data : ""),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_S("ab", ab ? ab : p->ab),
+                                   KL_CG_I("as", p->as),
+                                   KL_CG_END};
     kl_codegen__template(&p->b, tmpl, kv);
 }
 
 /* The block: one intrinsic call per accumulator (through acc when no
- * reduction loop runs right above it). */
+ * reduction loop runs right above it). Batched, the block reads batch b's
+ * activation rows and packed weights (KL_WBAT). */
 static void s_tzp_block(kl_codegen__tzp_t *p)
 {
     kl_buf_t g = {0};
     kl_codegen__tz_guards(p->s, p->hp, p->bpos, p->bpos, &g);
+    bool bat = p->tz->it_b >= 0;
     if (p->hp == p->bpos) {
         kl_codegen__tz_guards(p->s, 0, p->hp, p->bpos, &g);
+        char *ar = s_acc_row(p, "");
+        char *ab = bat ? kl_xasprintf("(%s + b * %lld)", p->ab,
+                                      (long long)(p->M * p->as))
+                       : NULL;
         char *dot = kl_xasprintf(
-            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n"
+            "${i}const int64_t m = ${em}, n0 = ${en}, k0 = ${ek};\n%s"
             "${i}if (1${g}) {\n"
-            "${i}    kl_vacc_t c = KL_VLOAD(acc + m * ${np} + n0);\n"
-            "${i}    c = kl_dot(c, %s, wp + KL_WOFF(k0, n0));\n"
-            "${i}    KL_VSTORE(acc + m * ${np} + n0, c);\n${i}}\n",
-            p->fam->a_at);
-        s_tzp_emit(p, dot, 0, &g);
+            "${i}    kl_vacc_t c = KL_VLOAD(acc + %s * ${np} + n0);\n"
+            "${i}    c = kl_dot(c, %s, wp + %sKL_WOFF(k0, n0));\n"
+            "${i}    KL_VSTORE(acc + %s * ${np} + n0, c);\n${i}}\n",
+            bat ? "${i}const int64_t b = ${eb};\n" : "", ar, p->fam->a_at,
+            bat ? "KL_WBAT(b) + " : "", ar);
+        s_tzp_emit(p, dot, 0, &g, ab);
         free(dot);
+        free(ab);
+        free(ar);
     } else {
         s_tzp_emit(p, "${i}const int64_t k0 = ${ek};\n${i}if (1${g}) {\n", 0,
-                   &g);
-        char *dot = kl_xasprintf("${i}    c_${t} = kl_dot(c_${t}, %s, wp + "
-                                 "KL_WOFF(k0, n0_${t}));\n",
-                                 p->fam->a_tile);
+                   &g, NULL);
+        char *dot =
+            kl_xasprintf("${i}    c_${t} = kl_dot(c_${t}, %s, wp + "
+                         "%sKL_WOFF(k0, n0_${t}));\n",
+                         p->fam->a_tile, bat ? "KL_WBAT(bc_${t}) + " : "");
         for (int64_t t = 0; t < p->ntile; t++)
-            s_tzp_emit(p, dot, t, &g);
+            s_tzp_emit(p, dot, t, &g, NULL);
         free(dot);
         kl_buf_printf(&p->b, "%s}\n", p->ind);
     }
@@ -411,9 +471,9 @@ char *kl_codegen__tzp_acc_alloc(const kl_codegen__tzp_t *p)
 {
     if (p->fused)
         return NULL;
-    return p->full
-               ? kl_xasprintf("malloc(%lld)", (long long)(p->rows * p->np * 4))
-               : kl_xasprintf("calloc(%lld, 4)", (long long)(p->rows * p->np));
+    int64_t n = p->nb * p->rows * p->np;
+    return p->full ? kl_xasprintf("malloc(%lld)", (long long)(n * 4))
+                   : kl_xasprintf("calloc(%lld, 4)", (long long)n);
 }
 
 int kl_codegen__tzp_finish(kl_codegen__tzp_t *p, int rc, kl_kernel_t *out)
@@ -421,6 +481,7 @@ int kl_codegen__tzp_finish(kl_codegen__tzp_t *p, int rc, kl_kernel_t *out)
     kl_buf_free(&p->em);
     kl_buf_free(&p->en);
     kl_buf_free(&p->ek);
+    kl_buf_free(&p->eb);
     kl_buf_t b = p->b;
     const char *e = p->entry;
     free(p);

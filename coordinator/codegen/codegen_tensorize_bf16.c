@@ -19,7 +19,15 @@
  * k in the low half, k + 1 in the high half, zero past K). Accumulation
  * is f32 (vdpbf16ps adds each lane's two exact products in f32); the
  * epilogue (bias, relu, residual, clip) runs in f32 on the whole sums,
- * the output is f32. */
+ * the output is f32.
+ *
+ * A batched product (batch_matmul in=bf16: Y[b][m][n] += A[b][m][k] .
+ * B[b][k][n], or B[b][n][k]; tz->it_b) is the same kernel over a batch
+ * loop: the batch is an iterator of the loops above the block like m and
+ * n (the space fuses it with the outer tiles, parallel), A is packed as
+ * nb x M pair rows, B (an input) per call batch after batch, each batch's
+ * panels at KL_WBAT(b), and the tile's accumulators each read and store
+ * at their own batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,22 +51,31 @@ static const kl_codegen__tzfam_t s_fam = {
     .tile_store = s_emit_tile_store,
 };
 
-/* Whether the output is a plain f32 Y[m][n] ([M][N]) with no epilogue. */
+/* Whether the output is a plain f32 Y[m][n] ([M][N]; batched Y[b][m][n],
+ * [nb][M][N]) with no epilogue. */
 static bool s_plain_out(const bfp_t *p)
 {
     const kl_tensor_t *t = &p->w->tensors[p->ot];
-    if (p->w->nepi || t->ndim != 2 || t->shape[0] != p->M ||
-        t->shape[1] != p->N)
+    int o = p->tz->it_b >= 0;
+    const int its[3] = {p->tz->it_b, p->tz->it_m, p->tz->it_n};
+    const int64_t ext[3] = {p->nb, p->M, p->N};
+    if (p->w->nepi || t->ndim != 2 + o)
         return false;
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < 2 + o; d++) {
         const kl_affine_t *a = &p->w->out.idx[d];
-        if (a->offset || a->div != 1)
+        if (a->offset || a->div != 1 || t->shape[d] != ext[d + 1 - o])
             return false;
         for (int i = 0; i < p->w->niters; i++)
-            if (a->coef[i] != (i == (d ? p->tz->it_n : p->tz->it_m)))
+            if (a->coef[i] != (i == its[d + 1 - o]))
                 return false;
     }
     return true;
+}
+
+/* One batch's packed weights, in uint16_t (64-byte aligned). */
+static int64_t s_wbat(const bfp_t *p)
+{
+    return (p->kg * p->np * 4 + 63) / 64 * 32;
 }
 
 /* The shared plan, then the packed weights' bytes, B const or not and
@@ -67,7 +84,7 @@ static void s_plan(bfp_t *p)
 {
     kl_codegen__tzp_plan(p);
     p->bconst = p->w->tensors[p->tz->tb].is_const;
-    p->wbytes = (p->kg * p->np * 4 + 63) / 64 * 64;
+    p->wbytes = p->nb * s_wbat(p) * 2;
     p->vstore = p->fused && s_plain_out(p);
     snprintf(p->ab, sizeof p->ab, "a2");
     p->as = p->kg;
@@ -119,6 +136,11 @@ static void s_emit_head(bfp_t *p)
         "#define KL_WOFF(k0, n0) ((((n0) / 16) * ${kg}LL + (k0) / 2) * "
         "32)\n",
         kv);
+    if (p->tz->it_b >= 0)
+        kl_buf_printf(&p->b,
+                      "/* Batch b's packed weights. */\n"
+                      "#define KL_WBAT(b) ((b) * %lldLL)\n",
+                      (long long)s_wbat(p));
 }
 
 /* The packers. A: per row, 32 values a step (two kl_bf16v narrowed to
@@ -127,17 +149,36 @@ static void s_emit_head(bfp_t *p)
  * panel's 1 KiB written in order, 32 rows read as streams), a pair's 16
  * columns one vector (its two rows in each 32-bit lane), the ragged and
  * padding columns scalar.
- * B [N][K] (dense, packed once in prepare): scalar along k. */
+ * B [N][K] (dense, packed once in prepare): scalar along k.
+ * Batched (A [nb][M][K], B [nb][K][N] or [nb][N][K], all inputs): A is
+ * nb x M rows; B's batches are packed one after the other (KL_WBAT(b)),
+ * the batch loop collapsed with the first parallel one. */
 static void s_emit_packers(bfp_t *p)
 {
-    const kl_codegen__kv_t kv[] = {KL_CG_I("K", p->K),   KL_CG_I("N", p->N),
-                                   KL_CG_I("M", p->M),   KL_CG_I("kg", p->kg),
-                                   KL_CG_I("np", p->np), KL_CG_END};
+    bool bat = p->tz->it_b >= 0;
+    /* The batch loop, B's batch offset and the packed batch's (all empty
+     * unless batched). */
+    char bl[96] = "", bo[64] = "";
+    if (bat) {
+        snprintf(bl, sizeof bl, "    for (int64_t b = 0; b < %lld; b++)\n",
+                 (long long)p->nb);
+        snprintf(bo, sizeof bo, "b * %lldLL + ", (long long)(p->K * p->N));
+    }
+    const kl_codegen__kv_t kv[] = {KL_CG_I("K", p->K),
+                                   KL_CG_I("N", p->N),
+                                   KL_CG_I("MB", p->nb * p->M),
+                                   KL_CG_I("kg", p->kg),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_S("co", bat ? " collapse(2)" : ""),
+                                   KL_CG_S("bl", bl),
+                                   KL_CG_S("bo", bo),
+                                   KL_CG_S("wb", bat ? "KL_WBAT(b) + " : ""),
+                                   KL_CG_END};
     kl_codegen__template(
         &p->b,
         "static void kl_packa(const float *A, uint32_t *a2)\n{\n"
         "    #pragma omp parallel for\n"
-        "    for (int64_t m = 0; m < ${M}; m++) {\n"
+        "    for (int64_t m = 0; m < ${MB}; m++) {\n"
         "        const float *r = A + m * ${K};\n"
         "        uint16_t *o = (uint16_t *)(a2 + m * ${kg});\n"
         "        int64_t k = 0;\n"
@@ -157,36 +198,36 @@ static void s_emit_packers(bfp_t *p)
         kl_codegen__template(
             &p->b,
             "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
-            "    #pragma omp parallel for\n"
+            "    #pragma omp parallel for${co}\n${bl}"
             "    for (int64_t n = 0; n < ${np}; n++)\n"
             "        for (int64_t k = 0; k < 2 * ${kg}; k++)\n"
-            "            wp[KL_WOFF(k - k % 2, n - n % 16) + n % 16 * 2 + k % "
-            "2] "
-            "=\n"
-            "                k < ${K} && n < ${N} ? kl_bf16(B[n * ${K} + k]) : "
-            "0;\n}\n\n",
+            "            wp[${wb}KL_WOFF(k - k % 2, n - n % 16) + n % 16 * 2 + "
+            "k % 2] =\n"
+            "                k < ${K} && n < ${N} ? kl_bf16(B[${bo}n * ${K} + "
+            "k]) : 0;\n}\n\n",
             kv);
         return;
     }
     kl_codegen__template(
         &p->b,
         "static void kl_packb(const float *B, uint16_t *wp)\n{\n"
-        "    #pragma omp parallel for\n"
+        "    #pragma omp parallel for${co}\n${bl}"
         "    for (int64_t gb = 0; gb < ${kg}; gb += 16)\n"
         "    for (int64_t n = 0; n < ${np}; n += 16)\n"
         "    for (int64_t g = gb; g < gb + 16 && g < ${kg}; g++) {\n"
-        "        const float *r0 = B + 2 * g * ${N}, *r1 = r0 + ${N};\n"
+        "        const float *r0 = B + ${bo}2 * g * ${N}, *r1 = r0 + ${N};\n"
+        "        uint16_t *w0 = wp + ${wb}KL_WOFF(2 * g, n);\n"
         "        int two = 2 * g + 1 < ${K};\n"
         "        if (n + 16 <= ${N}) {\n"
         "            __m512i lo = kl_bf16v(_mm512_loadu_ps(r0 + n));\n"
         "            __m512i hi = two ? kl_bf16v(_mm512_loadu_ps(r1 + n)) : "
         "_mm512_setzero_si512();\n"
-        "            _mm512_storeu_si512((void *)(wp + KL_WOFF(2 * g, n)), "
+        "            _mm512_storeu_si512((void *)w0, "
         "_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));\n"
         "            continue;\n"
         "        }\n"
         "        for (int64_t q = n; q < n + 16; q++) {\n"
-        "            uint16_t *o = wp + KL_WOFF(2 * g, n) + (q - n) * 2;\n"
+        "            uint16_t *o = w0 + (q - n) * 2;\n"
         "            o[0] = q < ${N} ? kl_bf16(r0[q]) : 0;\n"
         "            o[1] = q < ${N} && two ? kl_bf16(r1[q]) : 0;\n"
         "        }\n"
@@ -229,7 +270,7 @@ static void s_emit_kernel_open(bfp_t *p)
     const kl_codegen__kv_t kv[] = {KL_CG_I("nt", p->nt),
                                    KL_CG_I("ta", p->tz->ta),
                                    KL_CG_I("tb", p->tz->tb),
-                                   KL_CG_I("abytes", p->M * p->kg * 4),
+                                   KL_CG_I("abytes", p->nb * p->M * p->kg * 4),
                                    KL_CG_I("wbytes", p->wbytes),
                                    KL_CG_S("alloc", alloc ? alloc : ""),
                                    KL_CG_S("fw", p->bconst ? "" : "free(wp); "),
@@ -255,27 +296,47 @@ static void s_emit_kernel_open(bfp_t *p)
     free(alloc);
 }
 
-/* The register tile's stores after its reduction run. */
+/* The register tile's stores after its reduction run (batched: at
+ * accumulator t's batch b_t too). */
 static int s_emit_tile_store(bfp_t *p, char *err)
 {
     int rc = KL_OK;
+    bool bat = p->tz->it_b >= 0;
     for (int64_t t = 0; t < p->ntile && !rc; t++) {
-        const kl_codegen__kv_t kv[] = {
-            KL_CG_S("i", p->ind),       KL_CG_I("t", t),
-            KL_CG_I("N", p->N),         KL_CG_I("ot", p->ot),
-            KL_CG_I("np", p->np),       KL_CG_I("im", p->tz->it_m),
-            KL_CG_I("in", p->tz->it_n), KL_CG_END};
+        char ar[96], yr[96], ib[48] = "";
+        if (bat) {
+            snprintf(ar, sizeof ar, "(b_%lld * %lld + m_%lld)", (long long)t,
+                     (long long)p->rows, (long long)t);
+            snprintf(yr, sizeof yr, "(b_%lld * %lld + m_%lld)", (long long)t,
+                     (long long)p->M, (long long)t);
+            snprintf(ib, sizeof ib, ", i%d = b_%lld", p->tz->it_b,
+                     (long long)t);
+        } else {
+            snprintf(ar, sizeof ar, "m_%lld", (long long)t);
+            snprintf(yr, sizeof yr, "m_%lld", (long long)t);
+        }
+        const kl_codegen__kv_t kv[] = {KL_CG_S("i", p->ind),
+                                       KL_CG_I("t", t),
+                                       KL_CG_I("N", p->N),
+                                       KL_CG_I("ot", p->ot),
+                                       KL_CG_I("np", p->np),
+                                       KL_CG_I("im", p->tz->it_m),
+                                       KL_CG_I("in", p->tz->it_n),
+                                       KL_CG_S("ar", ar),
+                                       KL_CG_S("yr", yr),
+                                       KL_CG_S("ib", ib),
+                                       KL_CG_END};
         if (!p->fused) {
             kl_codegen__template(&p->b,
                                  "${i}if (ok_${t})\n${i}    KL_VSTORE(acc + "
-                                 "m_${t} * ${np} + n0_${t}, c_${t});\n",
+                                 "${ar} * ${np} + n0_${t}, c_${t});\n",
                                  kv);
             continue;
         }
         if (p->vstore)
             kl_codegen__template(&p->b,
                                  "${i}if (ok_${t} && n0_${t} + 16 <= ${N})\n"
-                                 "${i}    KL_VSTORE(t${ot} + m_${t} * ${N} + "
+                                 "${i}    KL_VSTORE(t${ot} + ${yr} * ${N} + "
                                  "n0_${t}, c_${t});\n${i}else ",
                                  kv);
         else
@@ -285,7 +346,8 @@ static int s_emit_tile_store(bfp_t *p, char *err)
             "if (ok_${t}) {\n${i}    float lane[16];\n"
             "${i}    KL_VSTORE(lane, c_${t});\n"
             "${i}    for (int64_t q = 0; q < 16 && n0_${t} + q < ${N}; q++) {\n"
-            "${i}        const int64_t i${im} = m_${t}, i${in} = n0_${t} + q;\n"
+            "${i}        const int64_t i${im} = m_${t}, i${in} = n0_${t} + "
+            "q${ib};\n"
             "${i}        float x = lane[q];\n",
             kv);
         char ind2[300];
@@ -296,20 +358,35 @@ static int s_emit_tile_store(bfp_t *p, char *err)
     return rc;
 }
 
-/* Not fused: every output point from acc, through the epilogue. */
+/* Not fused: every output point from acc, through the epilogue (batched:
+ * over the batches too, acc's batch b at rows b * rows). */
 static int s_emit_epilogue_pass(bfp_t *p, char *err)
 {
+    bool bat = p->tz->it_b >= 0;
     if (p->par)
-        kl_buf_puts(&p->b, "    #pragma omp parallel for\n");
-    const kl_codegen__kv_t kv[] = {
-        KL_CG_I("im", p->tz->it_m), KL_CG_I("in", p->tz->it_n),
-        KL_CG_I("M", p->M),         KL_CG_I("N", p->N),
-        KL_CG_I("np", p->np),       KL_CG_END};
+        kl_buf_printf(&p->b, "    #pragma omp parallel for%s\n",
+                      bat ? " collapse(2)" : "");
+    char ar[64];
+    if (bat) {
+        kl_buf_printf(&p->b, "    for (int64_t i%d = 0; i%d < %lld; ++i%d)\n",
+                      p->tz->it_b, p->tz->it_b, (long long)p->nb, p->tz->it_b);
+        snprintf(ar, sizeof ar, "(i%d * %lld + i%d)", p->tz->it_b,
+                 (long long)p->rows, p->tz->it_m);
+    } else {
+        snprintf(ar, sizeof ar, "i%d", p->tz->it_m);
+    }
+    const kl_codegen__kv_t kv[] = {KL_CG_I("im", p->tz->it_m),
+                                   KL_CG_I("in", p->tz->it_n),
+                                   KL_CG_I("M", p->M),
+                                   KL_CG_I("N", p->N),
+                                   KL_CG_I("np", p->np),
+                                   KL_CG_S("ar", ar),
+                                   KL_CG_END};
     kl_codegen__template(
         &p->b,
         "    for (int64_t i${im} = 0; i${im} < ${M}; ++i${im})\n"
         "        for (int64_t i${in} = 0; i${in} < ${N}; ++i${in}) {\n"
-        "            float x = acc[i${im} * ${np} + i${in}];\n",
+        "            float x = acc[${ar} * ${np} + i${in}];\n",
         kv);
     int rc = kl_codegen__bf16_epilogue(&p->b, p->w, "            ", err);
     kl_buf_puts(&p->b, "        }\n    free(acc);\n");

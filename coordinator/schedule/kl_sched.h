@@ -268,20 +268,24 @@ typedef struct {
      * it_k the input channel c, it_m -1; the taps are the other
      * reductions. */
     bool conv;
+    /* A batched product (avx512_bf16 only): the batch iterator, the first
+     * index of A, B and Y; -1 otherwise. */
+    int it_b;
 } kl_tensorize_t;
 
 /* Replaces the block under `loop` (that loop and the loops below it) by
  * the intrinsic named intrin (kl_intrin.h). The workload must be a
  * product Y[m,n] += (A[m,k] - za) * B[k,n] (or B[n,k]) with A u8, B const
- * s8, or a convolution Y[..,f] += (X[..,c] - za) * W[taps..,c,f] (NHWC,
- * or NCHW Y[n,f,y,x] += (X[n,c,..] - za) * W[f,c,r,s]; groups 1; n is
- * then f and k is c, and every reduction loop must sit right above the
- * block, under the register tile); the block must be exactly
- * two serial loops: the output column n with the intrinsic's lanes, stride 1,
- * then the reduction k with its red points, stride 1; every other loop over n
- * (k) must step by a multiple of the lanes (red); no cache stages. Errors name
- * the dimension (name, extent vs wanted) or the tensor (name, dtype vs wanted)
- * that differs. */
+ * s8, a batched product Y[b,m,n] += A[b,m,k] * B[b,k,n] (or B[b,n,k]; the
+ * batch the first index of all three; avx512_bf16 only), or a convolution
+ * Y[..,f] += (X[..,c] - za) * W[taps..,c,f] (NHWC, or NCHW Y[n,f,y,x] +=
+ * (X[n,c,..] - za) * W[f,c,r,s]; groups 1; n is then f and k is c, and every
+ * reduction loop must sit right above the block, under the register tile); the
+ * block must be exactly two serial loops: the output column n with the
+ * intrinsic's lanes, stride 1, then the reduction k with its red points, stride
+ * 1; every other loop over n (k) must step by a multiple of the lanes (red); no
+ * cache stages. Errors name the dimension (name, extent vs wanted) or the
+ * tensor (name, dtype vs wanted) that differs. */
 int kl_sched_tensorize(kl_sched_t *s, int loop, const char *intrin, char *err);
 
 /* The recorded tensorize re-checked against the nest as it is now: 0 and

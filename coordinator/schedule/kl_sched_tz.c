@@ -31,6 +31,36 @@ static int s_plain_iter(const kl_affine_t *a, int niters)
 static int s_tz_block(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                       int n, int k, char *err);
 
+/* The batch iterator when w has the form of a batched product (four
+ * iterators, one a reduction, A, B and Y of three dimensions each, and a
+ * spatial iterator that is an index (plain) of all three: the batch; where
+ * it sits is checked by the match, which names what differs), or -1. */
+static int s_batched(const kl_workload_t *w, const kl_access_t *aa,
+                     const kl_access_t *ab)
+{
+    const kl_access_t *a3[3] = {aa, ab, &w->out};
+    int nred = 0;
+    for (int i = 0; i < w->niters; i++)
+        nred += w->iters[i].reduce;
+    if (w->niters != 4 || nred != 1)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (w->tensors[a3[i]->tensor].ndim != 3)
+            return -1;
+    for (int it = 0; it < w->niters; it++) {
+        bool all = !w->iters[it].reduce;
+        for (int i = 0; all && i < 3; i++) {
+            bool in = false;
+            for (int d = 0; d < 3; d++)
+                in = in || s_plain(&a3[i]->idx[d], w->niters, it);
+            all = in;
+        }
+        if (all)
+            return it;
+    }
+    return -1;
+}
+
 /* The convolution form (qconv2d NHWC or NCHW, groups 1):
  * Y[.., f, ..] += (X[.., c, ..] - za) * W[.., c, .., f, ..] where f, the
  * output channel, is a plain index of Y and of W and nowhere else; c, the
@@ -112,6 +142,13 @@ static int s_tz_match_conv(const kl_sched_t *s, int loop, const kl_intrin_t *in,
                          "%s[taps..,c,f in any order], %s[..,f,..] of a "
                          "convolution",
                          nm, A->name, B->name, Y->name);
+    /* Every convolution kernel packs W once, in prepare (a bf16 product's
+     * input B is packed per call; a convolution's is not). */
+    if (!B->is_const)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: tensor %s is not const (a "
+                         "convolution's weights are packed once in prepare)",
+                         nm, B->name);
     out->intrin = in->name;
     out->lanes = in->lanes;
     out->red = in->red;
@@ -144,6 +181,7 @@ int kl_sched__tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
     const kl_workload_t *w = s->w;
     const char *nm = in->name;
     memset(out, 0, sizeof *out);
+    out->it_b = -1;
     if (s->own)
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: the schedule is a Winograd rewrite",
@@ -162,8 +200,12 @@ int kl_sched__tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
         }
     }
     bool prod = w->niters == 3 && nred == 1;
+    int it_b = ea && ea->kind == KL_EX_LOAD && eb->kind == KL_EX_LOAD
+                   ? s_batched(w, &ea->access, &eb->access)
+                   : -1;
+    bool bat = it_b >= 0;
     if (w->reduce != KL_RED_SUM || !ea || ea->kind != KL_EX_LOAD ||
-        eb->kind != KL_EX_LOAD || (!prod && w->niters < 3))
+        eb->kind != KL_EX_LOAD || (!prod && !bat && w->niters < 3))
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: workload %s is not a product "
                          "Y[m,n] += (A[m,k] - za) * B[k,n] nor a convolution "
@@ -191,21 +233,42 @@ int kl_sched__tz_match(const kl_sched_t *s, int loop, const kl_intrin_t *in,
         return kl_seterr(err, KL_ERR_INVAL,
                          "tensorize %s: output %s is %s, wants f32", nm,
                          Y->name, kl_dtype_name(Y->dtype));
-    if (!prod)
+    if (!prod && !bat)
         return s_tz_match_conv(s, loop, in, aa, ab, out, err);
-    int m = A->ndim == 2 ? s_plain_iter(&aa->idx[0], w->niters) : -1;
-    int k = A->ndim == 2 ? s_plain_iter(&aa->idx[1], w->niters) : -1;
-    int b0 = B->ndim == 2 ? s_plain_iter(&ab->idx[0], w->niters) : -1;
-    int b1 = B->ndim == 2 ? s_plain_iter(&ab->idx[1], w->niters) : -1;
+    /* A batched product: the batch is the first index of all three, the
+     * product's indices follow it (o = 1). */
+    int o = bat;
+    if (bat && (in->acc_dtype != KL_DT_F32 || in->ntiles))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "tensorize %s: workload %s is a batched product "
+                         "(batch %s): only avx512_bf16 tensorizes one",
+                         nm, w->name ? w->name : "?", w->iters[it_b].name);
+    const kl_access_t *acc3[3] = {aa, ab, &w->out};
+    const kl_tensor_t *ten3[3] = {A, B, Y};
+    for (int i = 0; bat && i < 3; i++)
+        if (!s_plain(&acc3[i]->idx[0], w->niters, it_b))
+            return kl_seterr(err, KL_ERR_INVAL,
+                             "tensorize %s: the first index of %s is not the "
+                             "batch %s (a batched product wants %s[%s,..])",
+                             nm, ten3[i]->name, w->iters[it_b].name,
+                             ten3[i]->name, w->iters[it_b].name);
+    int m = A->ndim == 2 + o ? s_plain_iter(&aa->idx[o], w->niters) : -1;
+    int k = A->ndim == 2 + o ? s_plain_iter(&aa->idx[o + 1], w->niters) : -1;
+    int b0 = B->ndim == 2 + o ? s_plain_iter(&ab->idx[o], w->niters) : -1;
+    int b1 = B->ndim == 2 + o ? s_plain_iter(&ab->idx[o + 1], w->niters) : -1;
     int n = b0 == k ? b1 : b0;
     if (m < 0 || k < 0 || n < 0 || w->iters[m].reduce || !w->iters[k].reduce ||
-        w->iters[n].reduce || m == n || (b0 != k && b1 != k) || Y->ndim != 2 ||
-        !s_plain(&w->out.idx[0], w->niters, m) ||
-        !s_plain(&w->out.idx[1], w->niters, n))
+        w->iters[n].reduce || m == n || m == it_b || n == it_b ||
+        (b0 != k && b1 != k) || Y->ndim != 2 + o ||
+        !s_plain(&w->out.idx[o], w->niters, m) ||
+        !s_plain(&w->out.idx[o + 1], w->niters, n))
         return kl_seterr(err, KL_ERR_INVAL,
-                         "tensorize %s: the accesses are not A[m,k], B[k,n] "
-                         "or B[n,k], %s[m,n]",
+                         bat ? "tensorize %s: the accesses are not A[b,m,k], "
+                               "B[b,k,n] or B[b,n,k], %s[b,m,n]"
+                             : "tensorize %s: the accesses are not A[m,k], "
+                               "B[k,n] or B[n,k], %s[m,n]",
                          nm, Y->name);
+    out->it_b = it_b;
     out->intrin = in->name;
     out->lanes = in->lanes;
     out->red = in->red;

@@ -4,6 +4,8 @@
  * on a target whose CPU has avx512_bf16 ("+bf16", kl_target.h) samples
  * either the tensorized schedule
  *     (mo . no0) mi no1 ko0 ko1 [ni ki]      ni: 16 lanes, ki: 2 (a pair)
+ * ((b . mo . no0) .. for batch_matmul in=bf16, the batch fused with the
+ * outer tiles)
  * (rules_cpu_int.c's tiling, with vdpbf16ps in the block) or the float
  * schedules every f32 product has (rules_cpu.c), so that the search
  * picks. A target without "+bf16" never offers the intrinsic.
@@ -25,14 +27,33 @@ static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
     return NULL;
 }
 
-/* The tensorized steps of w: a product's or a convolution's. */
+/* Whether w is a batched product: four iterators, three spatial, and the
+ * output and every bf16 input of three dimensions (batch_matmul in=bf16;
+ * tensorize names what else differs). A broadcast B (B[k,n] of two
+ * dimensions) is not: it is a 1x1 convolution. */
+static bool s_batched(const kl_workload_t *w)
+{
+    int nsp = 0;
+    for (int i = 0; i < w->niters; i++)
+        nsp += !w->iters[i].reduce;
+    if (w->niters != 4 || nsp != 3)
+        return false;
+    for (int i = 0; i < w->ntensors; i++)
+        if ((w->tensors[i].is_output || w->tensors[i].dtype == KL_DT_BF16) &&
+            w->tensors[i].ndim != 3)
+            return false;
+    return true;
+}
+
+/* The tensorized steps of w: a product's (batched or not) or a
+ * convolution's. */
 static int s_steps(const kl_workload_t *w, const kl_target_t *t,
                    const kl_intrin_t *in, kl_trace_t *tr, char *err)
 {
     int nsp = 0;
     for (int i = 0; i < w->niters; i++)
         nsp += !w->iters[i].reduce;
-    if (w->niters == 3 && nsp == 2)
+    if ((w->niters == 3 && nsp == 2) || s_batched(w))
         return kl_space__cpu_tz_mm(w, t, in, tr, err);
     return kl_space__cpu_tz_conv(w, t, in, tr, err);
 }

@@ -70,8 +70,12 @@ static const kl_intrin_t *s_target_intrin(const kl_target_t *t)
     return NULL;
 }
 
-/* Integer products: the tensorized tiling
+/* Integer products (and bf16 ones, rules_cpu_bf16.c): the tensorized
+ * tiling
  *     (mo . no0) mi no1 ko0 ko1 [ni ki]
+ * or, for a batched product (batch_matmul in=bf16: Y[b,m,n], four
+ * iterators), the same under the batch, fused with the outer tiles:
+ *     (b . mo . no0) mi no1 ko0 ko1 [ni ki]
  * with [ni ki] the intrinsic's block (ni: its lanes of the output columns,
  * mi x no1 an unrolled register tile of at most 24 (avx2: 12) accumulators,
  * imperfect when N is not a multiple; ki: 4 reduction points, imperfect
@@ -84,29 +88,36 @@ int kl_space__cpu_tz_mm(const kl_workload_t *w, const kl_target_t *t,
                         const kl_intrin_t *in, kl_trace_t *tr, char *err)
 {
     /* Check the workload with the bare block first, for the message. */
-    int64_t l[3], n[2], k[2], m2[2], n2[2], k2[2];
+    int64_t l[4], n[2], k[2], m2[2], n2[2], k2[2];
     int nsp = 0;
     for (int i = 0; i < w->niters; i++)
         nsp += !w->iters[i].reduce;
-    if (w->niters != 3 || nsp != 2) /* before l[] is filled: 3 loops */
+    bool bat = w->niters == 4 && nsp == 3;
+    /* before l[] is filled: 3 (4) loops */
+    if ((w->niters != 3 || nsp != 2) && !bat)
         return kl_seterr(err, KL_ERR_INTERNAL, "%s: not a product", t->name);
     kl_tr_get_loops(tr, w->niters, l);
     /* Naive nest: spatial iterators in workload order, then k. The column
-     * iterator is the output's last index. */
-    int itn = -1;
-    for (int i = 0; i < w->niters; i++)
-        if (w->out.idx[1].coef[i])
+     * iterator is the output's last index, the batch its first. */
+    int nd = w->tensors[kl_workload_output(w)].ndim, itn = -1, itb = -1;
+    for (int i = 0; i < w->niters; i++) {
+        if (w->out.idx[nd - 1].coef[i])
             itn = i;
-    int64_t lm = -1, ln = -1, lk = l[2];
+        if (bat && w->out.idx[0].coef[i])
+            itb = i;
+    }
+    int64_t lm = -1, ln = -1, lb = -1, lk = l[w->niters - 1];
     for (int i = 0, p = 0; i < w->niters; i++)
         if (!w->iters[i].reduce) {
             if (i == itn)
                 ln = l[p];
+            else if (i == itb)
+                lb = l[p];
             else
                 lm = l[p];
             p++;
         }
-    if (lm < 0 || ln < 0)
+    if (lm < 0 || ln < 0 || (bat && lb < 0))
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "%s: %s: no output column iterator", t->name,
                          w->name ? w->name : "?");
@@ -128,11 +139,10 @@ int kl_space__cpu_tz_mm(const kl_workload_t *w, const kl_target_t *t,
      * stored with the epilogue. (ko0 above the tile reused nothing, the
      * tile reads the same A rows and B panel either way, and cost an
      * int32 buffer, its reloads and a last epilogue pass.) */
-    int64_t order[8] = {lm2[0], ln2[0], lm2[1], ln2[1],
+    int64_t order[9] = {lb,     lm2[0], ln2[0], lm2[1], ln2[1],
                         lk2[0], lk2[1], n[1],   k[1]};
-    kl_tr_reorder(tr, order, 8);
-    int64_t f[2] = {lm2[0], ln2[0]};
-    int64_t fused = kl_tr_fuse(tr, f, 2);
+    kl_tr_reorder(tr, order + !bat, 9 - !bat);
+    int64_t fused = kl_tr_fuse(tr, order + !bat, 2 + bat);
     kl_tr_parallel(tr, fused);
     /* mi x no1 is the register tile: that many accumulators, one weight
      * vector load per no1 and one broadcast per mi per step of k. */

@@ -132,6 +132,19 @@ static float **s_alloc(const kl_workload_t *w, uint64_t seed, bool absval)
     return b;
 }
 
+/* Rounds b's bf16 tensors to bf16 values, as the agent's inputs are (a
+ * float kernel reads them as they are stored). */
+static void s_round_bf16(const kl_workload_t *w, float **b)
+{
+    for (int t = 0; t < w->ntensors; t++)
+        for (int64_t i = 0; w->tensors[t].dtype == KL_DT_BF16 &&
+                            i < kl_tensor_numel(&w->tensors[t]);
+             i++) {
+            uint32_t x = (uint32_t)kl_dtype_bits(KL_DT_BF16, b[t][i]) << 16;
+            memcpy(&b[t][i], &x, 4);
+        }
+}
+
 static void s_free(const kl_workload_t *w, float **b)
 {
     for (int t = 0; t < w->ntensors; t++)
@@ -140,7 +153,9 @@ static void s_free(const kl_workload_t *w, float **b)
 }
 
 /* Runs kernel k of w (prepared, then called twice) against the reference;
- * returns whether it ran (false: no avx512_bf16 here, prepare refused). */
+ * returns whether it ran (false: no avx512_bf16 here, prepare refused).
+ * intrin NULL: a float kernel (prepared when it has the step), on inputs
+ * that are bf16 values. */
 static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
                      const char *intrin);
 
@@ -156,19 +171,25 @@ static bool s_run_on(const kl_workload_t *w, const kl_kernel_t *k,
     kl_cgrun_t r;
     if (kl_cgrun_load(&r, k->source, k->entry, s_dir, err))
         fail_msg("%s: %s\n%s", w->name, err, k->source);
-    assert_non_null(r.prep);
+    assert_true(r.prep || !intrin);
     int nt = w->ntensors, ot = kl_workload_output(w);
     float **a = s_alloc(w, 7, false), **ref = s_alloc(w, 7, false),
           **mag = s_alloc(w, 7, true);
+    if (!intrin) {
+        s_round_bf16(w, a);
+        s_round_bf16(w, ref);
+        s_round_bf16(w, mag);
+    }
     bool cst[KL_IR_MAX_TENSORS];
     for (int t = 0; t < nt; t++)
         cst[t] = w->tensors[t].is_const;
-    void *blk = kl_abi_prepare(r.prep, nt, (void *const *)a, cst);
-    bool ran = kl_intrin_cpu_has(kl_intrin_find(intrin));
+    void *blk =
+        r.prep ? kl_abi_prepare(r.prep, nt, (void *const *)a, cst) : NULL;
+    bool ran = !intrin || kl_intrin_cpu_has(kl_intrin_find(intrin));
     if (!ran) {
         assert_null(blk);
     } else {
-        assert_non_null(blk);
+        assert_true(blk || !r.prep);
         a[nt] = blk;
         kl_workload_eval(w, ref);
         kl_workload_eval(w, mag); /* sum |a * b| (+ |bias|): the scale */
@@ -265,6 +286,247 @@ static void test_space(void **state)
                   nfl);
     assert_true(ntz > 0);
     assert_true(nfl > 0);
+}
+
+/* A sampled schedule of sp (seed): 1 tensorized (checked, and when run is
+ * true compiled and run against the reference, *ran counting the runs), 0
+ * float. */
+static int s_sample_run(kl_space_t *sp, const kl_workload_t *w, uint64_t seed,
+                        bool run, int *ran)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    kl_trace_t *tr = NULL;
+    kl_sched_t *s = NULL;
+    if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+        fail_msg("%s: %s", w->name, err);
+    kl_tensorize_t tz;
+    int tzd = kl_sched_tensorized(s, &tz, err) == KL_OK;
+    if (tzd) {
+        assert_string_equal(tz.intrin, "avx512_bf16");
+        /* The batch iterator is the first loop's (fused, parallel). */
+        assert_true(tz.it_b >= 0);
+        const kl_loop_t *l0 = kl_sched_loop(s, 0);
+        assert_int_equal(l0->kind, KL_LOOP_PARALLEL);
+        assert_int_equal(l0->parts[0].iter, tz.it_b);
+    }
+    if (tzd && run) {
+        kl_kernel_t k;
+        if (kl_codegen_c(s, NULL, "kl_bm", &k, err))
+            fail_msg("%s: %s", w->name, err);
+        assert_non_null(strstr(k.source, "vdpbf16ps"));
+        assert_non_null(strstr(k.source, "KL_WBAT(bc_"));
+        *ran += s_run(w, &k);
+        kl_kernel_free(&k);
+    }
+    kl_trace_free(&tr);
+    kl_sched_destroy(&s);
+    return tzd;
+}
+
+/* batch_matmul in=bf16 (and a batched product with B[b,n,k], written out):
+ * the +bf16 space samples tensorized kernels with the batch fused into
+ * the parallel outer loop, which match the reference; without "+bf16"
+ * the intrinsic never appears. */
+static void test_space_bmm(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    const char *specs[] = {
+        "batch_matmul B=1 M=37 N=50 K=33 in=bf16",
+        "batch_matmul B=12 M=20 N=33 K=19 in=bf16",
+        "C[b,i,j] += A[b,i,k] * B[b,j,k] where b=3, i=17, j=40, k=21; "
+        "A: bf16[3,17,21], B: bf16[3,40,21]",
+    };
+    int nran = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        kl_workload_t *w = NULL;
+        if (kl_workload_from_string(specs[i], &w, err))
+            fail_msg("%s: %s", specs[i], err);
+        kl_space_t *sp = NULL;
+        if (kl_space_for_target("cpu/x86_64-avx512+bf16", w, &sp, err))
+            fail_msg("%s: %s", specs[i], err);
+        int ntz = 0, nfl = 0;
+        for (uint64_t seed = 1; seed <= 16 && (ntz < 2 || !nfl); seed++) {
+            int tzd = s_sample_run(sp, w, seed, ntz < 2, &nran);
+            ntz += tzd;
+            nfl += !tzd;
+        }
+        if (ntz < 2 || !nfl)
+            fail_msg("%s: %d tensorized, %d float samples", specs[i], ntz, nfl);
+        kl_space_destroy(&sp);
+        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                         KL_OK);
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            kl_rng_t rng;
+            kl_rng_seed(&rng, seed);
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s (no +bf16): %s", specs[i], err);
+            char *text = kl_trace_to_text(tr);
+            assert_null(strstr(text, "avx512_bf16"));
+            free(text);
+            kl_trace_free(&tr);
+            kl_sched_destroy(&s);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+    print_message("bf16 batch_matmul: %d tensorized samples run\n", nran);
+    if (!nran)
+        skip(); /* no avx512_bf16 here: built, prepare refused */
+}
+
+/* Batched nests the space does not sample, built by hand and run: the
+ * reduction above the batch (acc buffer, the block through acc, the
+ * epilogue pass over every batch), and a register tile over an
+ * imperfectly split batch (b in the tile, guarded, its reads clamped),
+ * that one also with a const B[b,n,k] (every batch packed in prepare). */
+static void test_bmm_nests(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(
+                         "batch_matmul B=3 M=9 N=20 K=7 in=bf16", &w, err),
+                     KL_OK);
+    kl_workload_t *wc = NULL;
+    assert_int_equal(
+        kl_workload_from_string(
+            "C[b,i,j] += A[b,i,k] * B[b,j,k] where b=3, i=9, j=20, k=7; "
+            "A: bf16[3,9,7], B: const bf16[3,20,7]",
+            &wc, err),
+        KL_OK);
+    int ran = 0;
+    for (int v = 0; v < 3; v++) {
+        const kl_workload_t *wv = v == 2 ? wc : w;
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, wv, err), KL_OK);
+        int lb = kl_sched_loop(s, 0)->id, li = kl_sched_loop(s, 1)->id;
+        int j2[2], k2[2], b2[2];
+        int64_t fj[2] = {2, 16}, fk[2] = {4, 2}, fb[2] = {2, 2};
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err), KL_OK);
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err), KL_OK);
+        if (v == 0) {
+            int o[6] = {k2[0], lb, li, j2[0], j2[1], k2[1]};
+            assert_int_equal(kl_sched_reorder(s, o, 6, err), KL_OK);
+        } else {
+            assert_int_equal(kl_sched_split(s, lb, fb, 2, b2, err), KL_OK);
+            int o[7] = {b2[0], li, j2[0], b2[1], k2[0], j2[1], k2[1]};
+            assert_int_equal(kl_sched_reorder(s, o, 7, err), KL_OK);
+            assert_int_equal(kl_sched_parallel(s, b2[0], err), KL_OK);
+            assert_int_equal(kl_sched_unroll(s, b2[1], err), KL_OK);
+        }
+        if (kl_sched_tensorize(s, j2[1], "avx512_bf16", err))
+            fail_msg("nest %d: %s", v, err);
+        kl_kernel_t k;
+        if (kl_codegen_c(s, NULL, "kl_bn", &k, err))
+            fail_msg("nest %d: %s", v, err);
+        /* v 0: through acc; v 1, 2: a tile of two batches. */
+        assert_non_null(strstr(k.source, v ? "bc_1" : "float *acc"));
+        if (v == 2)
+            assert_non_null(strstr(k.source, "kl_packb((const float *)args"));
+        ran += s_run(wv, &k);
+        kl_kernel_free(&k);
+        kl_sched_destroy(&s);
+    }
+    kl_workload_free(&wc);
+    kl_workload_free(&w);
+    if (!ran)
+        skip();
+}
+
+/* Batched products the tensorized kernel cannot take: tensorize names
+ * what differs, and the +bf16 space offers only float schedules for them,
+ * which still match the reference. */
+static void test_bmm_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *why;
+    } c[] = {
+        {"C[b,i,j] += A[b,k,i] * B[b,k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,6,17], B: bf16[2,6,20]",
+         "the accesses are not A[b,m,k], B[b,k,n] or B[b,n,k], C[b,m,n]"},
+        {"C[i,b,j] += A[b,i,k] * B[b,k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,17,6], B: bf16[2,6,20]",
+         "the first index of C is not the batch b"},
+        /* B shared by every batch: a 1x1 convolution, whose weights are
+         * packed once: an input B is refused. */
+        {"C[b,i,j] += A[b,i,k] * B[k,j] where b=2, i=17, j=20, k=6; "
+         "A: bf16[2,17,6], B: bf16[6,20]",
+         "tensor B is not const"},
+    };
+    char err[KL_ERRMSG_LEN];
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        kl_workload_t *w = NULL;
+        if (kl_workload_from_string(c[i].spec, &w, err))
+            fail_msg("%s: %s", c[i].spec, err);
+        /* b, i, j, k -> b, i, jo, ko, [ji ki] */
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+        int j2[2], k2[2];
+        int64_t fj[2] = {2, 16}, fk[2] = {3, 2};
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err), KL_OK);
+        assert_int_equal(
+            kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err), KL_OK);
+        int o[3] = {k2[0], j2[1], k2[1]};
+        assert_int_equal(kl_sched_reorder(s, o, 3, err), KL_OK);
+        assert_int_not_equal(kl_sched_tensorize(s, j2[1], "avx512_bf16", err),
+                             KL_OK);
+        if (!strstr(err, c[i].why))
+            fail_msg("%s: \"%s\", wanted \"%s\"", c[i].spec, err, c[i].why);
+        kl_sched_destroy(&s);
+        kl_space_t *sp = NULL;
+        if (kl_space_for_target("cpu/x86_64-avx512+bf16", w, &sp, err))
+            fail_msg("%s: %s", c[i].spec, err);
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            kl_rng_t rng;
+            kl_rng_seed(&rng, seed);
+            kl_trace_t *tr = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s: %s", c[i].spec, err);
+            kl_tensorize_t tz;
+            assert_int_equal(kl_sched_tensorized(s, &tz, err), KL_ERR_NOTFOUND);
+            if (seed == 1) {
+                kl_kernel_t k;
+                if (kl_codegen_c(s, NULL, "kl_fl", &k, err))
+                    fail_msg("%s: %s", c[i].spec, err);
+                assert_true(s_run_on(w, &k, NULL));
+                kl_kernel_free(&k);
+            }
+            kl_trace_free(&tr);
+            kl_sched_destroy(&s);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+    /* An int8 intrinsic does not take a batched product. */
+    kl_workload_t *w = NULL;
+    assert_int_equal(kl_workload_from_string(
+                         "batch_matmul B=2 M=8 N=32 K=16 in=bf16", &w, err),
+                     KL_OK);
+    kl_sched_t *s = NULL;
+    assert_int_equal(kl_sched_create(&s, w, err), KL_OK);
+    int j2[2], k2[2];
+    int64_t fj[2] = {2, 16}, fk[2] = {8, 2};
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 2)->id, fj, 2, j2, err),
+                     KL_OK);
+    assert_int_equal(kl_sched_split(s, kl_sched_loop(s, 4)->id, fk, 2, k2, err),
+                     KL_OK);
+    int o[3] = {k2[0], j2[1], k2[1]};
+    assert_int_equal(kl_sched_reorder(s, o, 3, err), KL_OK);
+    assert_int_equal(kl_sched_tensorize(s, j2[1], "amx_bf16", err),
+                     KL_ERR_INVAL);
+    assert_non_null(strstr(err, "batched product (batch b)"));
+    assert_int_equal(kl_sched_tensorize(s, j2[1], "avx512_bf16", err), KL_OK);
+    kl_sched_destroy(&s);
+    kl_workload_free(&w);
 }
 
 /* The prepared block of a dense (W const, [O][I]): panel (n / 16) over
@@ -417,6 +679,9 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_space, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_space_bmm, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_bmm_nests, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_bmm_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_packed_layout, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_amx, s_setup, s_teardown),
