@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_priv.h"
 #include "kl_err.h"
 
@@ -503,8 +504,10 @@ void kl_codegen__emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
-    if (!g->nested)
+    if (!g->nested) {
         kl_buf_puts(&g->b, kl_codegen__prelude);
+        kl_codegen__act_prelude_for(&g->b, w);
+    }
     if (g->prep_elems)
         kl_codegen__emit_prepare(g, entry);
     kl_buf_printf(&g->b, "\n%svoid %s(void *const *args)\n{\n",

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_priv.h"
 #include "kl_err.h"
 
@@ -483,5 +484,12 @@ void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,
             g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);", var,
             var, ep->lo, ep->hi);
         break;
+    case KL_EPI_ACT: {
+        kl_buf_t e = {0};
+        kl_codegen__act_c(&e, ep, var);
+        kl_codegen__c_line(g, "%s = %s;", var, e.data);
+        kl_buf_free(&e);
+        break;
+    }
     }
 }

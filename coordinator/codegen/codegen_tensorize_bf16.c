@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_emit.h"
 #include "cg_tz.h"
 #include "kl_codegen.h"
@@ -119,6 +120,7 @@ static void s_emit_head(bfp_t *p)
         "#define KL_WOFF(k0, n0) ((((n0) / 16) * ${kg}LL + (k0) / 2) * "
         "32)\n",
         kv);
+    kl_codegen__act_prelude_for(&p->b, p->w);
 }
 
 /* The packers. A: per row, 32 values a step (two kl_bf16v narrowed to

@@ -1,0 +1,102 @@
+/* codegen_act.c - the smooth activations in generated C and CUDA C
+ * (cg_act.h). */
+#include "cg_act.h"
+
+const char kl_codegen__act_prelude[] =
+    "#ifndef KL_ACT_PRELUDE_H\n"
+    "#define KL_ACT_PRELUDE_H\n"
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "/* e^x in f32 (Cephes' expf: k = round(x log2 e) by the 1.5 * 2^23\n"
+    " * trick, r = x - k ln 2 in two parts, a degree-6 polynomial, 2^k from\n"
+    " * k's bits): within 2 ulp, 0 below -87.33654, NaN kept; the callers\n"
+    " * hold x at 88 (e^88 is finite). */\n"
+    "static inline float kl_expf(float x)\n"
+    "{\n"
+    "    float c = x < -87.33654f ? -87.33654f : x;\n"
+    "    float kf = c * 1.44269504f + 12582912.0f, k = kf - 12582912.0f;\n"
+    "    float r = c - k * 0.693359375f - k * -2.12194440e-4f;\n"
+    "    float p = 1.9875691500e-4f;\n"
+    "    p = p * r + 1.3981999507e-3f;\n"
+    "    p = p * r + 8.3334519073e-3f;\n"
+    "    p = p * r + 4.1665795894e-2f;\n"
+    "    p = p * r + 1.6666665459e-1f;\n"
+    "    p = p * r + 5.0000001201e-1f;\n"
+    "    p = p * r * r + r + 1.0f;\n"
+    "    uint32_t kb, e;\n"
+    "    __builtin_memcpy(&kb, &kf, 4);\n"
+    "    e = (kb - 0x4b400000u + 127u) << 23;\n"
+    "    float t;\n"
+    "    __builtin_memcpy(&t, &e, 4);\n"
+    "    return x != x ? x : x < -87.33654f ? 0.0f : p * t;\n"
+    "}\n"
+    "/* e^-v, the argument held at 88. */\n"
+    "static inline float kl_expnf(float v)\n"
+    "{ return kl_expf(-v > 88.0f ? 88.0f : -v); }\n"
+    "static inline float kl_sigmoidf(float v)\n"
+    "{ return 1.0f / (1.0f + kl_expnf(v)); }\n"
+    "static inline float kl_siluf(float v)\n"
+    "{ return v / (1.0f + kl_expnf(v)); }\n"
+    "static inline float kl_hard_swishf(float v)\n"
+    "{ float t = v + 3.0f; t = t < 0.0f ? 0.0f : t > 6.0f ? 6.0f : t;\n"
+    "  return v * t / 6.0f; }\n"
+    "static inline float kl_hard_sigmoidf(float v, float a, float b)\n"
+    "{ float t = a * v + b; return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t; }\n"
+    "static inline float kl_geluf(float v)\n"
+    "{ return 0.5f * v * (1.0f + erff(v * 0.707106781f)); }\n"
+    "/* 0.5 v (1 + tanh u) = v sigmoid(2u) = v / (1 + e^-2u). */\n"
+    "static inline float kl_gelu_tanhf(float v)\n"
+    "{ float e = -1.595769122f * (v + 0.044715f * v * v * v);\n"
+    "  return v / (1.0f + kl_expf(e > 88.0f ? 88.0f : e)); }\n"
+    "#endif\n";
+
+void kl_codegen__act_prelude_for(kl_buf_t *b, const kl_workload_t *w)
+{
+    for (int i = 0; i < w->nepi; i++)
+        if (w->epi[i].kind == KL_EPI_ACT) {
+            kl_buf_puts(b, kl_codegen__act_prelude);
+            return;
+        }
+}
+
+void kl_codegen__act_c(kl_buf_t *b, const kl_epilogue_t *ep, const char *v)
+{
+    if (ep->act == KL_ACT_HARD_SIGMOID)
+        kl_buf_printf(b, "kl_hard_sigmoidf(%s, (float)%.17g, (float)%.17g)", v,
+                      ep->lo, ep->hi);
+    else
+        kl_buf_printf(b, "kl_%sf(%s)", kl_act_name(ep->act), v);
+}
+
+void kl_codegen__act_cuda(kl_buf_t *b, const kl_epilogue_t *ep, const char *v)
+{
+    switch (ep->act) {
+    case KL_ACT_SIGMOID:
+        kl_buf_printf(b, "1.0f / (1.0f + expf(-%s))", v);
+        break;
+    case KL_ACT_SILU:
+        kl_buf_printf(b, "%s / (1.0f + expf(-%s))", v, v);
+        break;
+    case KL_ACT_HARD_SWISH:
+        kl_buf_printf(b, "%s * fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f", v,
+                      v);
+        break;
+    case KL_ACT_HARD_SIGMOID:
+        kl_buf_printf(b,
+                      "fminf(fmaxf((float)%.17g * %s + (float)%.17g, 0.0f), "
+                      "1.0f)",
+                      ep->lo, v, ep->hi);
+        break;
+    case KL_ACT_GELU:
+        kl_buf_printf(b, "0.5f * %s * (1.0f + erff(%s * 0.707106781f))", v, v);
+        break;
+    case KL_ACT_GELU_TANH:
+        kl_buf_printf(b,
+                      "0.5f * %s * (1.0f + tanhf(0.797884561f * (%s + "
+                      "0.044715f * %s * %s * %s)))",
+                      v, v, v, v, v);
+        break;
+    case KL_ACT_COUNT:
+        break;
+    }
+}
