@@ -2,8 +2,10 @@
  * kl_ir.h): their text and named-op parameter act= (and the errors), the
  * reference interpreter's values at a few points, and generated kernels
  * with each activation built and run against the interpreter: the
- * reference C, sampled CPU schedules (vectorized C), Winograd, and the
- * avx512_bf16 tensorized C (run where this CPU has avx512_bf16). */
+ * reference C, sampled CPU schedules (vectorized C), Winograd, the
+ * avx512_bf16 tensorized C (dense and convolution) and the AMX bf16
+ * product, each run where this CPU has the instructions (built always).
+ * The CUDA forms are in cuda_codegen_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -339,9 +341,55 @@ static void test_kernels_c(void **state)
     s_run(&b);
 }
 
-/* The bf16 tensorized C (avx512_bf16): sampled until tensorized, run
- * against the interpreter (which reads the same bf16 values; only the f32
- * sums' order differs) where this CPU can. */
+/* Builds kernel k of w and, when this CPU has intrin, runs it (prepared)
+ * against the interpreter, which reads the same bf16 values: only the f32
+ * sums' order differs. Whether it ran. */
+static bool s_run_bf16(const kl_workload_t *w, const kl_kernel_t *k,
+                       const char *intrin)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_cgrun_t r;
+    if (kl_cgrun_load(&r, k->source, k->entry, s_dir, err))
+        fail_msg("%s: %s\n%s", w->name, err, k->source);
+    bool can = kl_intrin_cpu_has(kl_intrin_find(intrin));
+    if (can) {
+        int nt = w->ntensors, ot = kl_workload_output(w);
+        float *a[KL_IR_MAX_TENSORS + 1] = {0}, *ref[KL_IR_MAX_TENSORS];
+        bool cst[KL_IR_MAX_TENSORS];
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 9);
+        for (int t = 0; t < nt; t++) {
+            int64_t n = kl_tensor_numel(&w->tensors[t]);
+            a[t] = kl_xcalloc((size_t)n, 4);
+            ref[t] = kl_xcalloc((size_t)n, 4);
+            for (int64_t e = 0; t != ot && e < n; e++)
+                a[t][e] = ref[t][e] = (float)(2 * kl_rng_double(&rng) - 1);
+            cst[t] = w->tensors[t].is_const;
+        }
+        a[nt] = kl_abi_prepare(r.prep, nt, (void *const *)a, cst);
+        assert_non_null(a[nt]);
+        r.fn((void *const *)a);
+        kl_workload_eval(w, ref);
+        int64_t n = kl_tensor_numel(&w->tensors[ot]);
+        double big = 0;
+        for (int64_t e = 0; e < n; e++)
+            big = fmax(big, fabs(ref[ot][e]));
+        assert_true(big > 0.5);
+        for (int64_t e = 0; e < n; e++)
+            if (!(fabs(a[ot][e] - ref[ot][e]) <= 2e-5 * big))
+                fail_msg("%s: out[%lld] = %.9g, reference %.9g", w->name,
+                         (long long)e, a[ot][e], ref[ot][e]);
+        for (int t = 0; t <= nt; t++)
+            free(a[t]);
+        for (int t = 0; t < nt; t++)
+            free(ref[t]);
+    }
+    kl_cgrun_close(&r);
+    return can;
+}
+
+/* The bf16 tensorized C: avx512_bf16 (sampled until tensorized; a
+ * dense and a convolution, two generators) and the AMX product. */
 static void test_kernels_bf16(void **state)
 {
     (void)state;
@@ -351,7 +399,7 @@ static void test_kernels_bf16(void **state)
         "act=hard_swish",
     };
     char err[KL_ERRMSG_LEN];
-    bool can = kl_intrin_cpu_has(kl_intrin_find("avx512_bf16"));
+    int ran = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         kl_workload_t *w = fx_wl(specs[i]);
         kl_space_t *sp = NULL;
@@ -376,47 +424,20 @@ static void test_kernels_bf16(void **state)
             fail_msg("%s: no tensorized sample", specs[i]);
         assert_non_null(strstr(k.source, "vdpbf16ps"));
         assert_non_null(strstr(k.source, "static inline float kl_expf("));
-        kl_cgrun_t r;
-        if (kl_cgrun_load(&r, k.source, k.entry, s_dir, err))
-            fail_msg("%s: %s\n%s", specs[i], err, k.source);
-        if (can) {
-            int nt = w->ntensors, ot = kl_workload_output(w);
-            float *a[KL_IR_MAX_TENSORS + 1] = {0}, *ref[KL_IR_MAX_TENSORS];
-            bool cst[KL_IR_MAX_TENSORS];
-            kl_rng_seed(&rng, 9);
-            for (int t = 0; t < nt; t++) {
-                int64_t n = kl_tensor_numel(&w->tensors[t]);
-                a[t] = kl_xcalloc((size_t)n, 4);
-                ref[t] = kl_xcalloc((size_t)n, 4);
-                for (int64_t e = 0; t != ot && e < n; e++)
-                    a[t][e] = ref[t][e] = (float)(2 * kl_rng_double(&rng) - 1);
-                cst[t] = w->tensors[t].is_const;
-            }
-            a[nt] = kl_abi_prepare(r.prep, nt, (void *const *)a, cst);
-            assert_non_null(a[nt]);
-            r.fn((void *const *)a);
-            kl_workload_eval(w, ref);
-            int64_t n = kl_tensor_numel(&w->tensors[ot]);
-            double big = 0;
-            for (int64_t e = 0; e < n; e++)
-                big = fmax(big, fabs(ref[ot][e]));
-            assert_true(big > 0.5);
-            for (int64_t e = 0; e < n; e++)
-                if (!(fabs(a[ot][e] - ref[ot][e]) <= 2e-5 * big))
-                    fail_msg("%s: out[%lld] = %.9g, reference %.9g", specs[i],
-                             (long long)e, a[ot][e], ref[ot][e]);
-            for (int t = 0; t <= nt; t++)
-                free(a[t]);
-            for (int t = 0; t < nt; t++)
-                free(ref[t]);
-        }
-        kl_cgrun_close(&r);
+        ran += s_run_bf16(w, &k, "avx512_bf16");
         kl_kernel_free(&k);
         kl_space_destroy(&sp);
         kl_workload_free(&w);
     }
-    if (!can)
-        print_message("no avx512_bf16 here: bf16 kernels built, not run\n");
+    kl_workload_t *w = fx_wl("dense N=20 I=70 O=40 in=bf16 act=silu");
+    kl_kernel_t k;
+    if (kl_codegen_amx_product(w, "amx_bf16", "kl_amx", &k, err))
+        fail_msg("%s", err);
+    assert_non_null(strstr(k.source, "x = kl_siluf(x);"));
+    ran += s_run_bf16(w, &k, "amx_bf16");
+    kl_kernel_free(&k);
+    kl_workload_free(&w);
+    print_message("%d of 3 bf16 kernels run (the rest built)\n", ran);
 }
 
 int main(void)
