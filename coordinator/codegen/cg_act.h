@@ -6,6 +6,8 @@
 #ifndef CG_ACT_H
 #define CG_ACT_H
 
+#include <stdbool.h>
+
 #include "kl_ir.h"
 #include "kl_util.h"
 
@@ -23,6 +25,12 @@ void kl_codegen__act_prelude_for(kl_buf_t *b, const kl_workload_t *w);
 /* Appends the C expression of ep (a KL_EPI_ACT) on the float expression
  * v: "kl_siluf(x)". */
 void kl_codegen__act_c(kl_buf_t *b, const kl_epilogue_t *ep, const char *v);
+
+/* Appends the expression of ep (a KL_EPI_ACT) on the kl_v<lanes> vector
+ * v ("kl_silu16(xs)"), with the float prelude's vector helpers; false
+ * (nothing appended) for gelu, which has no vector form. */
+bool kl_codegen__act_vec(kl_buf_t *b, const kl_epilogue_t *ep, int lanes,
+                         const char *v);
 
 /* Appends the CUDA C expression of ep (a KL_EPI_ACT) on the float v,
  * with expf, erff and tanhf. */

@@ -48,6 +48,52 @@ const char kl_codegen__act_prelude[] =
     "static inline float kl_gelu_tanhf(float v)\n"
     "{ float e = -1.595769122f * (v + 0.044715f * v * v * v);\n"
     "  return v / (1.0f + kl_expf(e > 88.0f ? 88.0f : e)); }\n"
+    "#ifdef KL_PRELUDE_H\n"
+    "/* The same on the float prelude's vectors (kl_vW), all lanes at once in\n"
+    " * vector instructions: the scalar forms above, called lane by lane in\n"
+    " * unrolled code, stay scalar. kl_sel picks a where m, else b. gelu has\n"
+    " * none (erff is scalar). */\n"
+    "#define KL_VACT(W) \\\n"
+    "typedef uint32_t kl_u##W __attribute__((vector_size(4 * W))); \\\n"
+    "static inline kl_v##W kl_sel##W(kl_m##W m, kl_v##W a, kl_v##W b) \\\n"
+    "{ return (kl_v##W)((m & (kl_m##W)a) | (~m & (kl_m##W)b)); } \\\n"
+    "static inline kl_v##W kl_exp##W(kl_v##W x) \\\n"
+    "{ kl_v##W lo = kl_bc##W(-87.33654f); \\\n"
+    "  kl_v##W c = kl_sel##W(x < lo, lo, x); \\\n"
+    "  kl_v##W kf = c * 1.44269504f + 12582912.0f, k = kf - 12582912.0f; \\\n"
+    "  kl_v##W r = c - k * 0.693359375f - k * -2.12194440e-4f; \\\n"
+    "  kl_v##W p = kl_bc##W(1.9875691500e-4f); \\\n"
+    "  p = p * r + 1.3981999507e-3f; \\\n"
+    "  p = p * r + 8.3334519073e-3f; \\\n"
+    "  p = p * r + 4.1665795894e-2f; \\\n"
+    "  p = p * r + 1.6666665459e-1f; \\\n"
+    "  p = p * r + 5.0000001201e-1f; \\\n"
+    "  p = p * r * r + r + 1.0f; \\\n"
+    "  kl_u##W e = ((kl_u##W)kf - 0x4b400000u + 127u) << 23; \\\n"
+    "  kl_v##W y = kl_sel##W(x < lo, kl_bc##W(0.0f), p * (kl_v##W)e); \\\n"
+    "  return kl_sel##W(x != x, x, y); } \\\n"
+    "static inline kl_v##W kl_expn##W(kl_v##W v) \\\n"
+    "{ kl_v##W h = kl_bc##W(88.0f); return kl_exp##W(kl_sel##W(-v > h, h, "
+    "-v)); } \\\n"
+    "static inline kl_v##W kl_sigmoid##W(kl_v##W v) \\\n"
+    "{ return kl_bc##W(1.0f) / (1.0f + kl_expn##W(v)); } \\\n"
+    "static inline kl_v##W kl_silu##W(kl_v##W v) \\\n"
+    "{ return v / (1.0f + kl_expn##W(v)); } \\\n"
+    "static inline kl_v##W kl_hard_swish##W(kl_v##W v) \\\n"
+    "{ kl_v##W t = kl_min##W(kl_max##W(v + 3.0f, kl_bc##W(0.0f)), "
+    "kl_bc##W(6.0f)); \\\n"
+    "  return v * t / 6.0f; } \\\n"
+    "static inline kl_v##W kl_hard_sigmoid##W(kl_v##W v, float a, float b) \\\n"
+    "{ return kl_min##W(kl_max##W(v * a + b, kl_bc##W(0.0f)), kl_bc##W(1.0f)); "
+    "} \\\n"
+    "static inline kl_v##W kl_gelu_tanh##W(kl_v##W v) \\\n"
+    "{ kl_v##W h = kl_bc##W(88.0f), e = -1.595769122f * (v + 0.044715f * v * v "
+    "* v); \\\n"
+    "  return v / (1.0f + kl_exp##W(kl_sel##W(e > h, h, e))); }\n"
+    "KL_VACT(4)\n"
+    "KL_VACT(8)\n"
+    "KL_VACT(16)\n"
+    "#endif\n"
     "#endif\n";
 
 void kl_codegen__act_prelude_for(kl_buf_t *b, const kl_workload_t *w)
@@ -66,6 +112,19 @@ void kl_codegen__act_c(kl_buf_t *b, const kl_epilogue_t *ep, const char *v)
                       ep->lo, ep->hi);
     else
         kl_buf_printf(b, "kl_%sf(%s)", kl_act_name(ep->act), v);
+}
+
+bool kl_codegen__act_vec(kl_buf_t *b, const kl_epilogue_t *ep, int lanes,
+                         const char *v)
+{
+    if (ep->act == KL_ACT_GELU)
+        return false;
+    if (ep->act == KL_ACT_HARD_SIGMOID)
+        kl_buf_printf(b, "kl_hard_sigmoid%d(%s, (float)%.17g, (float)%.17g)",
+                      lanes, v, ep->lo, ep->hi);
+    else
+        kl_buf_printf(b, "kl_%s%d(%s)", kl_act_name(ep->act), lanes, v);
+    return true;
 }
 
 void kl_codegen__act_cuda(kl_buf_t *b, const kl_epilogue_t *ep, const char *v)
