@@ -27,8 +27,9 @@ void kl_codegen__act_prelude_for(kl_buf_t *b, const kl_workload_t *w);
 void kl_codegen__act_c(kl_buf_t *b, const kl_epilogue_t *ep, const char *v);
 
 /* Appends the expression of ep (a KL_EPI_ACT) on the kl_v<lanes> vector
- * v ("kl_silu16(xs)"), with the float prelude's vector helpers; false
- * (nothing appended) for gelu, which has no vector form. */
+ * v ("kl_silu16(xs)"), with the float prelude's vector helpers (gelu's
+ * with its own erf, within 1.5e-7); false (nothing appended) for an
+ * activation without a vector form (none now). */
 bool kl_codegen__act_vec(kl_buf_t *b, const kl_epilogue_t *ep, int lanes,
                          const char *v);
 

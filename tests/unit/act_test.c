@@ -339,6 +339,9 @@ static void test_kernels_c(void **state)
           "Y[i,j] += A[i,k] * B[k,j] | * 60 | gelu_tanh | sigmoid where "
           "i=16, j=32, k=8",
           "cpu", 1, "= kl_sigmoid", false);
+    /* gelu's own erf in the vector form, over [-12, 12] */
+    s_add(&b, "Y[i,j] += A[i,k] * B[k,j] | * 12 | gelu where i=16, j=64, k=1",
+          "cpu", 2, "= kl_gelu", false);
     s_add(&b, "conv2d N=1 C=16 H=8 W=8 K=16 R=3 S=3 pad=1 bias=1 act=gelu",
           "cpu/x86_64-avx512", 2, "= kl_gelu", true);
     /* the vector form (xs = kl_silu16(xs)) was among them */
