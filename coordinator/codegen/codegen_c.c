@@ -111,8 +111,8 @@ static bool s_has_act(const kl_workload_t *w)
 /* Accumulator k's lanes through an epilogue with an activation: the
  * operations between activations lane by lane into the vector xs (their
  * reads differ per lane), each activation on all of xs in vector
- * instructions (the prelude's kl_silu16 ...; gelu, which has no vector
- * form, lane by lane), then the stores. */
+ * instructions (the prelude's kl_silu16 ...; one without a vector form,
+ * kl_codegen__act_vec, would go lane by lane), then the stores. */
 static void s_store_lanes_act(cg_t *g, int64_t k)
 {
     const kl_workload_t *w = g->w;
