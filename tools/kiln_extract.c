@@ -62,7 +62,7 @@ static void s_table(const kl_model_t *m, const kl_model_opts_t *mo)
     int kernels = 0;
     for (int i = 0; i < n; i++)
         kernels += kl_model_task(m, i)->weight;
-    printf("Model %s%s%s%s: %d layers -> %d kernels (fused relu/add and "
+    printf("Model %s%s%s%s: %d layers -> %d kernels (fused activations/add and "
            "integer shortcuts: %d, views and untuned: %d) -> %d distinct "
            "tasks\n\n",
            kl_model_name(m), prec == KL_DT_F32 ? "" : ", precision ",

@@ -154,6 +154,9 @@ void kl_codegen__access_check(cg_t *g, const kl_access_t *a, int lane,
 void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
 /* Scalar epilogue applied to variable `var` at output lane `lane`. */
 void kl_codegen__epilogue(cg_t *g, const char *var, int lane);
+/* The same for operations from .. to - 1 only. */
+void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
+                                int to);
 /* One epilogue operation of w on var; idx is the flat index text of its
  * tensor read (*_TENSOR kinds). */
 void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,

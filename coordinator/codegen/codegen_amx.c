@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_emit.h"
 #include "cg_int.h"
 #include "cg_tz.h"
@@ -128,6 +129,7 @@ static void s_emit_head(amx_t *p)
     else
         kl_buf_printf(&p->b, "#define kl_cv(v) (v)\n%s",
                       kl_codegen__int_prelude());
+    kl_codegen__act_prelude_for(&p->b, p->w);
     kl_codegen__template(
         &p->b,
         "/* A as [Mp][Kp], zeros past M and K. */\n"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_priv.h"
 #include "kl_err.h"
 
@@ -98,8 +99,77 @@ static const char *s_vtype(const cg_t *g, char *buf)
     return buf;
 }
 
+/* Whether the epilogue has an activation (KL_EPI_ACT). */
+static bool s_has_act(const kl_workload_t *w)
+{
+    for (int i = 0; i < w->nepi; i++)
+        if (w->epi[i].kind == KL_EPI_ACT)
+            return true;
+    return false;
+}
+
+/* Accumulator k's lanes through an epilogue with an activation: the
+ * operations between activations lane by lane into the vector xs (their
+ * reads differ per lane), each activation on all of xs in vector
+ * instructions (the prelude's kl_silu16 ...; one without a vector form,
+ * kl_codegen__act_vec, would go lane by lane), then the stores. */
+static void s_store_lanes_act(cg_t *g, int64_t k)
+{
+    const kl_workload_t *w = g->w;
+    const char *on = w->tensors[kl_workload_output(w)].name;
+    kl_codegen__c_line(g, "{");
+    g->ind++;
+    kl_codegen__c_line(g, "kl_v%d xs;", g->lanes);
+    for (int i = 0;; i++) {
+        int j = i;
+        while (j < w->nepi && w->epi[j].kind != KL_EPI_ACT)
+            j++;
+        for (int e = 0; e < g->lanes; e++) {
+            kl_codegen__c_line(g, "{");
+            g->ind++;
+            if (i == 0) {
+                kl_codegen__c_line(g, "float x = acc%lld[%d];", (long long)k,
+                                   e);
+                if (s_max(g))
+                    kl_codegen__c_line(g, "x = x == -INFINITY ? 0.0f : x;");
+            } else {
+                kl_codegen__c_line(g, "float x = xs[%d];", e);
+            }
+            kl_codegen__epilogue_range(g, "x", e, i, j);
+            if (j < w->nepi) {
+                kl_codegen__c_line(g, "xs[%d] = x;", e);
+            } else {
+                kl_buf_t idx = {0};
+                kl_codegen__access_index(g, &w->out, e, false, &idx);
+                kl_codegen__c_line(g, "%s[%s] = x;", on, idx.data);
+                kl_buf_free(&idx);
+            }
+            g->ind--;
+            kl_codegen__c_line(g, "}");
+        }
+        if (j == w->nepi)
+            break;
+        kl_buf_t a = {0};
+        if (kl_codegen__act_vec(&a, &w->epi[j], g->lanes, "xs")) {
+            kl_codegen__c_line(g, "xs = %s;", a.data);
+        } else {
+            kl_codegen__act_c(&a, &w->epi[j], "xs[e]");
+            kl_codegen__c_line(g, "for (int e = 0; e < %d; e++)", g->lanes);
+            kl_codegen__c_line(g, "    xs[e] = %s;", a.data);
+        }
+        kl_buf_free(&a);
+        i = j;
+    }
+    g->ind--;
+    kl_codegen__c_line(g, "}");
+}
+
 static void s_store_lanes(cg_t *g, int64_t k, bool epi)
 {
+    if (epi && g->lanes > 1 && s_has_act(g->w)) {
+        s_store_lanes_act(g, k);
+        return;
+    }
     char x[32];
     const kl_access_t *o = &g->w->out;
     const char *on = g->w->tensors[kl_workload_output(g->w)].name;
@@ -503,8 +573,10 @@ void kl_codegen__emit_function(cg_t *g, const char *entry)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
-    if (!g->nested)
+    if (!g->nested) {
         kl_buf_puts(&g->b, kl_codegen__prelude);
+        kl_codegen__act_prelude_for(&g->b, w);
+    }
     if (g->prep_elems)
         kl_codegen__emit_prepare(g, entry);
     kl_buf_printf(&g->b, "\n%svoid %s(void *const *args)\n{\n",

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_cuda_priv.h"
 
 /* The value of part q of the loop at pos, as C text. */
@@ -59,6 +60,10 @@ void kl_codegen__cuda_epi(g_t *g, const kl_epilogue_t *ep, const char *value)
         kl_codegen__cuda_num(&y, ep->hi);
         kl_codegen__cuda_line(g, "v = fminf(fmaxf(v, %s), %s);", x.data,
                               y.data);
+        break;
+    case KL_EPI_ACT:
+        kl_codegen__act_cuda(&x, ep, "v");
+        kl_codegen__cuda_line(g, "v = %s;", x.data);
         break;
     }
     kl_buf_free(&x);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_priv.h"
 #include "kl_err.h"
 
@@ -448,7 +449,13 @@ void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
 
 void kl_codegen__epilogue(cg_t *g, const char *var, int lane)
 {
-    for (int i = 0; i < g->w->nepi; i++) {
+    kl_codegen__epilogue_range(g, var, lane, 0, g->w->nepi);
+}
+
+void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
+                                int to)
+{
+    for (int i = from; i < to; i++) {
         kl_buf_t idx = {0};
         const kl_epilogue_t *ep = &g->w->epi[i];
         if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
@@ -483,5 +490,12 @@ void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,
             g, "%s = kl_minf(kl_maxf(%s, (float)%.17g), (float)%.17g);", var,
             var, ep->lo, ep->hi);
         break;
+    case KL_EPI_ACT: {
+        kl_buf_t e = {0};
+        kl_codegen__act_c(&e, ep, var);
+        kl_codegen__c_line(g, "%s = %s;", var, e.data);
+        kl_buf_free(&e);
+        break;
+    }
     }
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_emit.h"
 #include "cg_tz.h"
 #include "cg_tz_conv.h"
@@ -776,6 +777,11 @@ int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
                           "x = x < (float)%.17g ? (float)%.17g : x > "
                           "(float)%.17g ? (float)%.17g : x;\n",
                           ep->lo, ep->lo, ep->hi, ep->hi);
+            break;
+        case KL_EPI_ACT:
+            kl_buf_puts(b, "x = ");
+            kl_codegen__act_c(b, ep, "x");
+            kl_buf_puts(b, ";\n");
             break;
         default:
             return kl_seterr(err, KL_ERR_INTERNAL,

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_emit.h"
 #include "cg_tz.h"
 #include "kl_codegen.h"
@@ -141,6 +142,7 @@ static void s_emit_head(bfp_t *p)
                       "/* Batch b's packed weights. */\n"
                       "#define KL_WBAT(b) ((b) * %lldLL)\n",
                       (long long)s_wbat(p));
+    kl_codegen__act_prelude_for(&p->b, p->w);
 }
 
 /* The packers. A: per row, 32 values a step (two kl_bf16v narrowed to

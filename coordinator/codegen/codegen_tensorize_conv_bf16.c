@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_emit.h"
 #include "cg_tz.h"
 #include "cg_tz_conv.h"
@@ -116,6 +117,7 @@ static void s_emit_head(cbf_t *c)
         "        return (x >> 16) | 0x40;\n"
         "    return (x + 0x7fffu + ((x >> 16) & 1)) >> 16;\n}\n\n",
         kv);
+    kl_codegen__act_prelude_for(&c->b, c->z.w);
 }
 
 /* ENTRY_prepare: the CPU check, the weights converted and packed. */

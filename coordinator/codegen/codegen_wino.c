@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg_act.h"
 #include "cg_priv.h"
 #include "kl_abi.h"
 #include "kl_err.h"
@@ -571,6 +572,7 @@ int kl_codegen__emit_winograd(cg_t *g, const char *entry)
     if (kl_workload_winograd(w, kl_sched_winograd_m(g->s), NULL, &z, e))
         return kl_codegen__c_fail(g, KL_ERR_INVAL, "%s", e);
     kl_buf_puts(&g->b, kl_codegen__prelude);
+    kl_codegen__act_prelude_for(&g->b, w);
     kl_buf_printf(&g->b,
                   "\n/* Winograd F(%dx%d,3x3) of %s: the product M[e] = V[e] "
                   "U[e] of\n * the %d transformed tiles (its schedule), "

@@ -74,8 +74,43 @@ static dnnl_memory_desc_t s_query(const_dnnl_primitive_desc_t pd,
     return *dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
+/* The post-op of a fused activation (kl_act): oneDNN 2.6's logistic,
+ * swish (alpha 1: x sigmoid(x)), hardswish, gelu_erf and gelu_tanh are
+ * the definitions exactly; hard_sigmoid, which 2.6 lacks, is linear
+ * (alpha x + beta) then clip to [0, 1]. */
+static void s_act_post_op(dnnl_post_ops_t po, const kl_mnode_t *nd)
+{
+    switch (nd->act) {
+    case KL_ACT_SIGMOID:
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0, 0);
+        break;
+    case KL_ACT_SILU:
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0);
+        break;
+    case KL_ACT_HARD_SWISH:
+        /* alpha, beta: ignored by 2.6; 1/6 and 1/2 from 3.0 on */
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish,
+                                     1.0f / 6.0f, 0.5f);
+        break;
+    case KL_ACT_HARD_SIGMOID:
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear,
+                                     (float)nd->alpha, (float)nd->beta);
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
+        break;
+    case KL_ACT_GELU:
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0, 0);
+        break;
+    case KL_ACT_GELU_TANH:
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0, 0);
+        break;
+    case KL_ACT_COUNT:
+        break;
+    }
+}
+
 /* The post-ops of layer nd: the residual (a sum into dst, when sum),
- * then its relu or clip (alpha lo, beta hi: max(lo, min(hi, x))). */
+ * then its relu or clip (alpha lo, beta hi: max(lo, min(hi, x))) or
+ * fused activation (s_act_post_op). */
 static dnnl_primitive_attr_t s_attr(bool sum, const kl_mnode_t *nd)
 {
     dnnl_primitive_attr_t a = NULL;
@@ -89,6 +124,8 @@ static dnnl_primitive_attr_t s_attr(bool sum, const kl_mnode_t *nd)
     if (nd->clip)
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, (float)nd->lo,
                                      (float)nd->hi);
+    if (nd->smooth)
+        s_act_post_op(po, nd);
     dnnl_primitive_attr_set_post_ops(a, po);
     dnnl_post_ops_destroy(po);
     return a;

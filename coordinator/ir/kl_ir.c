@@ -445,6 +445,11 @@ static void s_print_epilogue(kl_buf_t *b, const kl_workload_t *w,
     case KL_EPI_CLIP:
         kl_buf_printf(b, " | clip(%s, %s)", lo, hi);
         break;
+    case KL_EPI_ACT:
+        kl_buf_printf(b, " | %s", kl_act_name(ep->act));
+        if (ep->act == KL_ACT_HARD_SIGMOID)
+            kl_buf_printf(b, "(%s, %s)", lo, hi);
+        break;
     case KL_EPI_REQUANT:
         s_fmt_f32(lo, ep->lo);
         kl_buf_printf(b, " | requant(%s, %lld)", lo, (long long)ep->zp);

@@ -22,7 +22,9 @@
  *               v+c, ...), optionally wrapped as '(' affine ')' '/' INT for
  *               a strided gather (valid only where it divides exactly)
  *   epilogue := '+' access | '*' access | '*' NUMBER | '+' NUMBER |
- *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')' |
+ *               'relu' | 'clip' '(' NUMBER ',' NUMBER ')' | 'sigmoid' |
+ *               'silu' | 'hard_swish' | 'gelu' | 'gelu_tanh' |
+ *               'hard_sigmoid' [ '(' NUMBER ',' NUMBER ')' ] |
  *               'requant' '(' (access | NUMBER) ',' ['-'] INT ')'
  *   iters    := NAME '=' INT { ',' NAME '=' INT }
  *   decl     := NAME ':' [ 'const' ] dtype '[' INT { ',' INT } ']'
@@ -40,7 +42,10 @@
  * accesses may only use spatial iterators; epilogue operations apply in
  * order to the reduced value. Every iterator of 'where' must appear in an
  * index with a nonzero coefficient. Limits: integers and index constants up
- * to 2^40, divisors up to 2^20, tensors up to 2^40 elements.
+ * to 2^40, divisors up to 2^20, tensors up to 2^40 elements. The smooth
+ * activations (sigmoid ... gelu_tanh, kl_act below) are float-only;
+ * hard_sigmoid without bounds is hard_sigmoid(0.2, 0.5), and the canonical
+ * text always writes its alpha and beta.
  *
  * A `const` input's contents never change between calls (a model's weights
  * and biases; the named conv2d, depthwise_conv2d, conv2d_transpose and
@@ -192,21 +197,60 @@ typedef enum {
     KL_EPI_MUL_CONST,
     KL_EPI_RELU,
     KL_EPI_CLIP, /* lo, hi */
+    KL_EPI_ACT,  /* a smooth activation: act (kl_act); lo, hi its alpha,
+                  * beta (hard_sigmoid) */
 } kl_epi_kind;
+
+/* The activations an epilogue computes beyond relu and clip, with their
+ * epilogue names (the graph format's layer names, docs/models.md), each
+ * defined on the real x:
+ *   sigmoid       1 / (1 + e^-x)
+ *   silu          x * sigmoid(x)
+ *   hard_swish    x * clamp(x + 3, 0, 6) / 6
+ *   hard_sigmoid  clamp(alpha x + beta, 0, 1) (ONNX's alpha 0.2, beta 0.5
+ *                 unless written hard_sigmoid(ALPHA, BETA))
+ *   gelu          0.5 x (1 + erf(x / sqrt(2)))
+ *   gelu_tanh     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * Float workloads only. A kernel computes them in f32 (an exp or erf
+ * within a few ulp); the reference interpreter in double. */
+typedef enum {
+    KL_ACT_SIGMOID,
+    KL_ACT_SILU,
+    KL_ACT_HARD_SWISH,
+    KL_ACT_HARD_SIGMOID,
+    KL_ACT_GELU,
+    KL_ACT_GELU_TANH,
+    KL_ACT_COUNT
+} kl_act;
+
+#define KL_ACT_HSIG_ALPHA 0.2
+#define KL_ACT_HSIG_BETA 0.5
+
+/* The activation's name ("silu"); NULL for a bad value. */
+const char *kl_act_name(kl_act a);
+/* The activation named name; false when none is. */
+bool kl_act_parse(const char *name, kl_act *out);
+/* "sigmoid, silu, hard_swish, hard_sigmoid, gelu or gelu_tanh", for
+ * messages. */
+const char *kl_act_list(void);
+/* The activation at x, in double, from its definition above (alpha and
+ * beta used by hard_sigmoid only). */
+double kl_act_eval(kl_act a, double alpha, double beta, double x);
 
 /* Integer workloads only: v = nearbyintf((float)v * scale) + zp, the scale
  * a number (lo, an f32 value) or an f32 tensor (access). Defined beside the
  * enum, not in it, for now: the CUDA generator switches over kl_epi_kind
  * without a default and never sees an integer workload (its rules refuse
  * every non-f32 dtype); move them into the enum once it handles them. */
-#define KL_EPI_REQUANT ((kl_epi_kind)(KL_EPI_CLIP + 1))
-#define KL_EPI_REQUANT_TENSOR ((kl_epi_kind)(KL_EPI_CLIP + 2))
+#define KL_EPI_REQUANT ((kl_epi_kind)(KL_EPI_ACT + 1))
+#define KL_EPI_REQUANT_TENSOR ((kl_epi_kind)(KL_EPI_ACT + 2))
 
 typedef struct {
     kl_epi_kind kind;
     kl_access_t access; /* *_TENSOR */
-    double lo, hi;      /* CLIP; *_CONST and REQUANT use lo */
+    double lo, hi;      /* CLIP; *_CONST and REQUANT use lo; ACT */
     int64_t zp;         /* REQUANT*: the output zero point */
+    kl_act act;         /* ACT */
 } kl_epilogue_t;
 
 typedef struct {
@@ -280,7 +324,12 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  * epilogue order is bias, residual, relu. matmul, dense, conv2d and
  * depthwise_conv2d also take clip=LO,HI (two finite numbers, LO <= HI):
  * the epilogue clip(LO, HI) in relu's place, a clamp to [LO, HI] (ReLU6 is
- * clip=0,6); relu=1 and clip= together are an error. depthwise_conv2d
+ * clip=0,6); relu=1 and clip= together are an error. They take act=A
+ * too, A one of kl_act's names (sigmoid, silu, hard_swish, hard_sigmoid,
+ * gelu, gelu_tanh): the epilogue A in relu's place, the name ending "_A"
+ * (hard_sigmoid takes alpha= and beta=, default 0.2 and 0.5, and a name
+ * ending "_hard_sigmoid_aALPHA_bBETA" when they differ); act= with relu=1
+ * or clip= is an error, as is act= on a q-op. depthwise_conv2d
  * has weight [C*M,1,R,S] (M = multiplier; with M > 1, Y is
  * [N,C,M,P,Q]).
  * conv2d_transpose is PyTorch's ConvTranspose2d: weight [C,K,R,S],

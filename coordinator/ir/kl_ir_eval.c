@@ -310,6 +310,9 @@ static double s_apply_epilogue(s_eval_t *ev, const s_cload_t *epl, double v)
         case KL_EPI_CLIP:
             v = v < ep->lo ? ep->lo : (v > ep->hi ? ep->hi : v);
             break;
+        case KL_EPI_ACT:
+            v = kl_act_eval(ep->act, ep->lo, ep->hi, v);
+            break;
         }
     }
     return v;

@@ -277,15 +277,15 @@ static const struct {
     kl_ir__build_fn *build;
     const char *params;
 } s_ops[] = {
-    {"matmul", s_matmul, "M N K [bias=0 relu=0 clip=LO,HI in=f32]"},
+    {"matmul", s_matmul, "M N K [bias=0 relu=0 clip=LO,HI act=A in=f32]"},
     {"batch_matmul", s_batch_matmul, "B M N K [in=f32]"},
-    {"dense", s_dense, "N I O [bias=1 relu=0 clip=LO,HI in=f32]"},
+    {"dense", s_dense, "N I O [bias=1 relu=0 clip=LO,HI act=A in=f32]"},
     {"conv2d", kl_ir__conv2d,
      "N C H W K R S [stride=1 pad=0 dilation=1 groups=1 layout=NCHW|NHWC "
-     "bias=0 relu=0 clip=LO,HI residual=0]"},
+     "bias=0 relu=0 clip=LO,HI act=A residual=0]"},
     {"depthwise_conv2d", kl_ir__depthwise,
      "N C H W R S [stride=1 pad=0 dilation=1 multiplier=1 bias=0 relu=0 "
-     "clip=LO,HI residual=0]"},
+     "clip=LO,HI act=A residual=0]"},
     {"conv2d_transpose", kl_ir__conv2d_transpose,
      "N C H W K R S [stride=1 pad=0 output_pad=0]"},
     {"max_pool2d", s_pool, "N C H W R S [stride=R pad=0]"},

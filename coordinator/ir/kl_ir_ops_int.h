@@ -28,11 +28,15 @@ typedef struct {
 } kl_ir__spec_t;
 
 /* The activation of a layer's epilogue: relu=1, or clip=LO,HI (a clamp
- * to [LO, HI], as ReLU6 is clip=0,6); at most one of them. */
+ * to [LO, HI], as ReLU6 is clip=0,6), or act=NAME (a kl_act; with
+ * hard_sigmoid its alpha= and beta=); at most one of them. */
 typedef struct {
     int64_t relu;
     bool clip;
     double lo, hi;
+    bool smooth; /* act= */
+    kl_act act;
+    double alpha, beta; /* hard_sigmoid */
 } kl_ir__act_t;
 
 /* The quantization of a q-op (kl_ir.h, "Integer workloads"): activation
@@ -62,7 +66,7 @@ int kl_ir__spec_flag(kl_ir__spec_t *s, const char *key, int64_t def,
                      int64_t *out);
 /* Required number parameter key (a finite double). */
 int kl_ir__spec_num(kl_ir__spec_t *s, const char *key, double *out);
-/* relu= and clip= into a. */
+/* relu=, clip= and act= (alpha=, beta=) into a. */
 int kl_ir__spec_act(kl_ir__spec_t *s, kl_ir__act_t *a);
 /* in=f32|f16|bf16 (default f32). */
 int kl_ir__spec_in_dtype(kl_ir__spec_t *s, const char **out);

@@ -246,6 +246,36 @@ static int s_assign(kl_ir__parser_t *p)
     return 0;
 }
 
+/* An activation (kl_act) at the current identifier into ep: true when
+ * the identifier names one (p->rc then says whether its bounds parsed). */
+static bool s_epi_act(kl_ir__parser_t *p, kl_epilogue_t *ep)
+{
+    kl_act a = KL_ACT_SIGMOID;
+    bool hit = false;
+    for (int i = 0; i < KL_ACT_COUNT && !hit; i++)
+        if (kl_ir__ident_is(p, kl_act_name((kl_act)i))) {
+            a = (kl_act)i;
+            hit = true;
+        }
+    if (!hit)
+        return false;
+    ep->kind = KL_EPI_ACT;
+    ep->act = a;
+    kl_ir__next(p);
+    if (a != KL_ACT_HARD_SIGMOID)
+        return true;
+    ep->lo = KL_ACT_HSIG_ALPHA;
+    ep->hi = KL_ACT_HSIG_BETA;
+    if (p->tok == '(') /* a failure stays in p->rc */
+        (void)(kl_ir__expect(p, '(', "'(' after hard_sigmoid") ||
+               kl_ir__signed_num(p, &ep->lo) ||
+               kl_ir__expect(p, ',',
+                             "',' between hard_sigmoid's alpha and beta") ||
+               kl_ir__signed_num(p, &ep->hi) ||
+               kl_ir__expect(p, ')', "')' after hard_sigmoid's beta"));
+    return true;
+}
+
 static int s_epilogue(kl_ir__parser_t *p)
 {
     char d[48];
@@ -292,6 +322,9 @@ static int s_epilogue(kl_ir__parser_t *p)
             return p->rc;
         if (ep->lo > ep->hi)
             return kl_ir__fail(p, col, "clip bounds are reversed");
+    } else if (p->tok == T_IDENT && s_epi_act(p, ep)) {
+        if (p->rc)
+            return p->rc;
     } else if (kl_ir__ident_is(p, "requant")) {
         kl_ir__next(p);
         if (kl_ir__expect(p, '(', "'(' after requant"))
@@ -331,9 +364,10 @@ static int s_epilogue(kl_ir__parser_t *p)
             return p->rc;
     } else {
         return kl_ir__fail(p, p->col,
-                           "expected '+', '*', 'relu', 'clip(lo, hi)' or "
-                           "'requant(scale, zp)' after '|', got %s",
-                           kl_ir__desc(p, d));
+                           "expected '+', '*', 'relu', 'clip(lo, hi)', "
+                           "an activation (%s) or 'requant(scale, zp)' "
+                           "after '|', got %s",
+                           kl_act_list(), kl_ir__desc(p, d));
     }
     w->nepi++;
     return 0;
@@ -685,6 +719,11 @@ static int s_dtypes(kl_ir__parser_t *p)
                                    "an integer workload's epilogue constants "
                                    "are int32 integers");
             break;
+        case KL_EPI_ACT:
+            return kl_ir__fail(p, col,
+                               "%s is not allowed in an integer workload's "
+                               "epilogue (float workloads only)",
+                               kl_act_name(ep->act));
         case KL_EPI_REQUANT_TENSOR:
             if (t->dtype != KL_DT_F32)
                 return kl_ir__fail(p, col,

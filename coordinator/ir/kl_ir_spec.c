@@ -140,13 +140,53 @@ int kl_ir__spec_num(kl_ir__spec_t *s, const char *key, double *out)
     return KL_OK;
 }
 
+/* act=NAME (and hard_sigmoid's alpha= and beta=) into a, after relu=
+ * and clip=. */
+static int s_spec_smooth(kl_ir__spec_t *s, kl_ir__act_t *a)
+{
+    kl_ir__kv_t *kv = kl_ir__spec_find(s, "act");
+    kl_ir__kv_t *al = kl_ir__spec_find(s, "alpha");
+    kl_ir__kv_t *be = kl_ir__spec_find(s, "beta");
+    a->alpha = KL_ACT_HSIG_ALPHA;
+    a->beta = KL_ACT_HSIG_BETA;
+    if (!kv) {
+        if (al || be)
+            return kl_seterr(s->err, KL_ERR_INVAL,
+                             "%s: %s= without act=hard_sigmoid", s->op,
+                             al ? "alpha" : "beta");
+        return KL_OK;
+    }
+    if (!kl_act_parse(kv->val, &a->act))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for act (expected %s)", s->op,
+                         kv->val, kl_act_list());
+    if (a->relu || a->clip)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: %s and act=%s are both activations; give one",
+                         s->op, a->relu ? "relu=1" : "clip=", kv->val);
+    if ((al || be) && a->act != KL_ACT_HARD_SIGMOID)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: %s= is hard_sigmoid's, not act=%s's", s->op,
+                         al ? "alpha" : "beta", kv->val);
+    if (al && !s_strnum(al->val, &a->alpha))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for alpha (a finite number)",
+                         s->op, al->val);
+    if (be && !s_strnum(be->val, &a->beta))
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for beta (a finite number)", s->op,
+                         be->val);
+    a->smooth = true;
+    return KL_OK;
+}
+
 int kl_ir__spec_act(kl_ir__spec_t *s, kl_ir__act_t *a)
 {
     memset(a, 0, sizeof(*a));
     int rc = kl_ir__spec_flag(s, "relu", 0, &a->relu);
     kl_ir__kv_t *kv = rc ? NULL : kl_ir__spec_find(s, "clip");
     if (!kv)
-        return rc;
+        return rc ? rc : s_spec_smooth(s, a);
     char lo[64], *comma = strchr(kv->val, ',');
     size_t n = comma ? (size_t)(comma - kv->val) : 0;
     if (n < sizeof(lo)) {
@@ -165,7 +205,7 @@ int kl_ir__spec_act(kl_ir__spec_t *s, kl_ir__act_t *a)
                          "one (clip=0,HI clamps at zero too)",
                          s->op);
     a->clip = true;
-    return KL_OK;
+    return s_spec_smooth(s, a);
 }
 
 /* The inputs' dtype "in=f32|f16|bf16" (default f32; the output and any
@@ -192,6 +232,14 @@ void kl_ir__act_epilogue(kl_buf_t *b, const kl_ir__act_t *a)
     char lo[40], hi[40];
     if (a->relu)
         kl_buf_puts(b, " | relu");
+    if (a->smooth) {
+        kl_buf_printf(b, " | %s", kl_act_name(a->act));
+        if (a->act == KL_ACT_HARD_SIGMOID) {
+            kl_ir__num_text(lo, a->alpha);
+            kl_ir__num_text(hi, a->beta);
+            kl_buf_printf(b, "(%s, %s)", lo, hi);
+        }
+    }
     if (!a->clip)
         return;
     kl_ir__num_text(lo, a->lo);
@@ -205,6 +253,15 @@ void kl_ir__act_name(kl_buf_t *b, const kl_ir__act_t *a)
     char lo[40], hi[40];
     if (a->relu)
         kl_buf_puts(b, "_relu");
+    if (a->smooth) {
+        kl_buf_printf(b, "_%s", kl_act_name(a->act));
+        if (a->act == KL_ACT_HARD_SIGMOID &&
+            (a->alpha != KL_ACT_HSIG_ALPHA || a->beta != KL_ACT_HSIG_BETA)) {
+            kl_ir__num_text(lo, a->alpha);
+            kl_ir__num_text(hi, a->beta);
+            kl_buf_printf(b, "_a%s_b%s", lo, hi);
+        }
+    }
     if (!a->clip)
         return;
     kl_ir__num_text(lo, a->lo);
@@ -270,6 +327,11 @@ int kl_ir__spec_quant(kl_ir__spec_t *s, kl_ir__quant_t *q,
                       const kl_ir__act_t *act)
 {
     memset(q, 0, sizeof(*q));
+    if (act->smooth)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: act=%s is not supported by a quantized op "
+                         "(relu= and clip= are)",
+                         s->op, kl_act_name(act->act));
     q->on = true;
     q->out = KL_DT_U8;
     q->per_channel = true;

@@ -122,6 +122,11 @@ typedef struct {
      * was fused into it, with these bounds. */
     bool clip;
     double lo, hi;
+    /* On a producer: a sigmoid, silu, hard_swish, hard_sigmoid or gelu
+     * (either form) layer was fused into it, as act (hard_sigmoid's alpha
+     * and beta in alpha, beta: a producer has none of its own). */
+    bool smooth;
+    kl_act act;
     /* layer_norm: epsilon (default 1e-5) and affine (its own weight and
      * bias, each [last dim]). */
     double eps;
@@ -166,6 +171,12 @@ typedef struct {
     bool nhwc;
 } kl_mnode_t;
 
+/* The activation of kl_act that layer nd computes and extraction fuses
+ * into its producer (sigmoid, silu, hard_swish, hard_sigmoid, gelu in
+ * either form); false for every other layer (tanh, leaky_relu and elu
+ * included: no epilogue computes them). */
+bool kl_mgraph_fused_act(const kl_mnode_t *nd, kl_act *out);
+
 typedef struct {
     char *name; /* "model" line; NULL when none */
     kl_mnode_t *nodes;
@@ -185,9 +196,10 @@ int kl_mgraph_parse(const char *text, const char *source, kl_mgraph_t *g,
                     char *err);
 void kl_mgraph_free(kl_mgraph_t *g);
 
-/* Folds relu, clip and residual adds into their producers (kl_model.h;
- * a broadcasting add never is one, and nothing folds into a general op):
- * sets uses, owner, fused, relu, clip (lo, hi), res and res_from of g's
+/* Folds relu, clip, the activations of kl_mgraph_fused_act and residual
+ * adds into their producers (kl_model.h; a broadcasting add never is one,
+ * and nothing folds into a general op): sets uses, owner, fused, relu,
+ * clip (lo, hi), smooth (act, alpha, beta), res and res_from of g's
  * nodes. Task extraction
  * and export both call it, so a graph runs exactly as its tasks were
  * extracted. */

@@ -1,4 +1,5 @@
-/* kl_model.c - task extraction: fusion of relu, clip and residual add
+/* kl_model.c - task extraction: fusion of relu, clip, the activations
+ * (sigmoid, silu, hard_swish, hard_sigmoid, gelu) and residual add
  * into their producers, one workload per computing layer, identical
  * workloads merged into weighted tasks. The graph format itself is
  * kl_model_parse.c. */
@@ -45,22 +46,55 @@ static void s_count_uses(kl_mgraph_t *g)
         g->nodes[g->outputs[k]].uses++;
 }
 
-/* Folds relu, clip and residual adds into the producers (see
- * kl_model.h). A producer takes one activation, relu or clip, last. */
+bool kl_mgraph_fused_act(const kl_mnode_t *nd, kl_act *out)
+{
+    switch (nd->op) {
+    case KL_MOP_SIGMOID:
+        *out = KL_ACT_SIGMOID;
+        return true;
+    case KL_MOP_SILU:
+        *out = KL_ACT_SILU;
+        return true;
+    case KL_MOP_HARD_SWISH:
+        *out = KL_ACT_HARD_SWISH;
+        return true;
+    case KL_MOP_HARD_SIGMOID:
+        *out = KL_ACT_HARD_SIGMOID;
+        return true;
+    case KL_MOP_GELU:
+        *out = nd->gelu_tanh ? KL_ACT_GELU_TANH : KL_ACT_GELU;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Folds relu, clip, the activations and residual adds into the producers
+ * (see kl_model.h). A producer takes one activation (relu, clip or one
+ * of kl_mgraph_fused_act's), last. */
 void kl_mgraph_fuse(kl_mgraph_t *g)
 {
     s_count_uses(g);
     for (int i = 0; i < g->n; i++) {
         kl_mnode_t *nd = &g->nodes[i];
-        if (nd->op == KL_MOP_RELU || nd->op == KL_MOP_CLIP) {
+        kl_act act;
+        bool smooth = kl_mgraph_fused_act(nd, &act);
+        if (nd->op == KL_MOP_RELU || nd->op == KL_MOP_CLIP || smooth) {
             const kl_mnode_t *x = &g->nodes[nd->in[0]];
             kl_mnode_t *p = &g->nodes[x->owner];
-            if (s_fuses_relu(p->op) && !p->relu && !p->clip && x->uses == 1) {
+            if (s_fuses_relu(p->op) && !p->relu && !p->clip && !p->smooth &&
+                x->uses == 1) {
                 p->relu = nd->op == KL_MOP_RELU;
                 p->clip = nd->op == KL_MOP_CLIP;
                 if (p->clip) {
                     p->lo = nd->lo;
                     p->hi = nd->hi;
+                }
+                p->smooth = smooth;
+                if (smooth) {
+                    p->act = act;
+                    p->alpha = nd->alpha;
+                    p->beta = nd->beta;
                 }
                 nd->owner = x->owner;
                 nd->fused = true;
@@ -72,7 +106,7 @@ void kl_mgraph_fuse(kl_mgraph_t *g)
                 /* The residual must be computed before the layer it is
                  * fused into, which runs in node order. */
                 if (s_fuses_res(p->op) && !p->res && !p->relu && !p->clip &&
-                    x->uses == 1 && nd->in[1 - k] < x->owner) {
+                    !p->smooth && x->uses == 1 && nd->in[1 - k] < x->owner) {
                     p->res = true;
                     p->res_from = nd->in[1 - k];
                     nd->owner = x->owner;
@@ -101,12 +135,22 @@ static void s_num(char out[40], double v)
         snprintf(out, 40, "%.17g", v);
 }
 
-/* relu=1 or clip=LO,HI of a producer. */
+/* relu=1, clip=LO,HI or act=NAME (hard_sigmoid with its alpha= and
+ * beta= when they are not the defaults) of a producer. */
 static void s_activation(kl_buf_t *b, const kl_mnode_t *nd)
 {
     char lo[40], hi[40];
     if (nd->relu)
         kl_buf_puts(b, " relu=1");
+    if (nd->smooth) {
+        kl_buf_printf(b, " act=%s", kl_act_name(nd->act));
+        if (nd->act == KL_ACT_HARD_SIGMOID &&
+            (nd->alpha != KL_ACT_HSIG_ALPHA || nd->beta != KL_ACT_HSIG_BETA)) {
+            s_num(lo, nd->alpha);
+            s_num(hi, nd->beta);
+            kl_buf_printf(b, " alpha=%s beta=%s", lo, hi);
+        }
+    }
     if (nd->clip) {
         s_num(lo, nd->lo);
         s_num(hi, nd->hi);
@@ -299,7 +343,8 @@ static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
 }
 
 /* "softmax x1, layer_norm x2" over the layers without a named operator:
- * softmax, layer_norm, gelu, the activations, then the general ops
+ * softmax, layer_norm, gelu, the activations (those not fused into a
+ * producer), then the general ops
  * (a broadcasting add is "add (broadcast)"; const computes nothing and,
  * like a view, is not listed), then quantize and dequantize. */
 static char *s_untuned(const kl_mgraph_t *g)
@@ -314,8 +359,8 @@ static char *s_untuned(const kl_mgraph_t *g)
         if (op == KL_MOP_CONST || kl_mop_is_q((kl_mop)op))
             continue;
         int n = 0;
-        for (int i = 0; i < g->n; i++)
-            n += g->nodes[i].op == (kl_mop)op;
+        for (int i = 0; i < g->n; i++) /* a fused activation is tuned */
+            n += g->nodes[i].op == (kl_mop)op && !g->nodes[i].fused;
         if (n)
             kl_buf_printf(&b, "%s%s x%d", b.len ? ", " : "",
                           kl_mop_name((kl_mop)op), n);

@@ -17,20 +17,24 @@
  * layer from the inputs. Extraction then:
  *  1. fuses into its producer every `relu` or `clip` (one of them per
  *     producer; a clip becomes its clip=LO,HI) that follows a conv2d,
- *     depthwise_conv2d, dense or matmul, and every `add` of a conv2d or
- *     depthwise_conv2d output with a tensor of its shape (the residual; the
- *     first operand that qualifies gets it), when the producer's output has
- *     no other consumer; bias is an attribute of the producer itself. The
- *     epilogue order is bias, residual, relu (or clip), as kl_ir.h has it,
- *     so a relu or clip fused before an add stops the add from fusing;
+ *     depthwise_conv2d, dense or matmul, in relu's place a `sigmoid`,
+ *     `silu`, `hard_swish`, `hard_sigmoid` or `gelu` (either form) that
+ *     does (its act=NAME, kl_ir.h; hard_sigmoid with its alpha and beta),
+ *     and every `add` of a conv2d or depthwise_conv2d output with a tensor
+ *     of its shape (the residual; the first operand that qualifies gets
+ *     it), when the producer's output has no other consumer; bias is an
+ *     attribute of the producer itself. The epilogue order is bias,
+ *     residual, relu (or clip, or activation), as kl_ir.h has it, so a
+ *     relu, clip or activation fused before an add stops the add from
+ *     fusing;
  *  2. turns every remaining layer that computes into a workload with
  *     kl_workload_from_op (so a task's key is the key `kiln tune --op`
  *     gives the same operator); reshape, flatten and transpose are views,
- *     softmax, layer_norm, gelu, the activations (kl_mop_is_act) and the
- *     general ops (kl_mop_is_general: sub, mul, where, concat, slice,
- *     reduce_mean, ..., and an add of two shapes that broadcast) have no
- *     named operator and are counted as not tuned (a const layer is a
- *     parameter and computes nothing);
+ *     softmax, layer_norm, gelu and the activations (kl_mop_is_act) not
+ *     fused, and the general ops (kl_mop_is_general: sub, mul, where,
+ *     concat, slice, reduce_mean, ..., and an add of two shapes that
+ *     broadcast) have no named operator and are counted as not tuned (a
+ *     const layer is a parameter and computes nothing);
  *  3. merges the layers whose workloads have the same key into one task
  *     whose weight is their count, in order of first appearance.
  *

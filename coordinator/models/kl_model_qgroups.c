@@ -75,7 +75,7 @@ int kl_mgraph_qfuse_plan(const kl_mgraph_t *g, kl_qfuse_t *plan)
         return 0;
     for (int i = 0; i < g->n; i++) {
         const kl_mnode_t *nd = &g->nodes[i];
-        if (nd->fused || nd->res || nd->clip || nd->relu)
+        if (nd->fused || nd->res || nd->clip || nd->relu || nd->smooth)
             continue;
         if (nd->op == KL_MOP_ADD && nd->nin == 2 && !nd->bcast &&
             kl_mgraph_code_deq(g, nd->in[0]) &&

@@ -532,6 +532,55 @@ static void test_resource_hook(void **state)
     kl_workload_free(&w);
 }
 
+/* Each fused activation (kl_act) in the epilogue: the naive schedule and
+ * a sampled one of a conv2d per activation compile with NVRTC (where
+ * there is one) and match the interpreter on the CPU emulation. */
+static void test_activations(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN], spec[160];
+    enum { N = KL_ACT_COUNT * 2 };
+    kl_target_t tg;
+    assert_int_equal(kl_target_parse("cuda/sm_90", &tg, err), KL_OK);
+    kl_workload_t *ws[KL_ACT_COUNT];
+    const kl_workload_t *wk[N];
+    kl_kernel_t ks[N];
+    kl_cuda_plan_t plan;
+    for (int a = 0; a < KL_ACT_COUNT; a++) {
+        snprintf(spec, sizeof spec,
+                 "conv2d N=1 C=8 H=6 W=6 K=8 R=3 S=3 pad=1 bias=1 act=%s",
+                 kl_act_name((kl_act)a));
+        ws[a] = s_load(spec);
+        kl_sched_t *s = NULL;
+        assert_int_equal(kl_sched_create(&s, ws[a], err), KL_OK);
+        assert_int_equal(kl_postproc_cuda(&tg, s, err), KL_OK);
+        char entry[32];
+        snprintf(entry, sizeof entry, "act%d", a);
+        assert_int_equal(kl_codegen_cuda(s, &tg, entry, &ks[2 * a], err),
+                         KL_OK);
+        kl_sched_destroy(&s);
+        s_sample(ws[a], 50 + a, 1, &ks[2 * a + 1], &plan);
+        wk[2 * a] = wk[2 * a + 1] = ws[a];
+    }
+    assert_non_null(strstr(ks[2 * KL_ACT_GELU].source, "erff("));
+    assert_non_null(strstr(ks[2 * KL_ACT_GELU_TANH].source, "tanhf("));
+    kl_nvrtc_t *nv = kl_nvrtc_default(NULL);
+    if (nv) {
+        int rcs[N];
+        assert_int_equal(
+            kl_cuda_check_many(nv, ks, N, "sm_80", rcs, NULL, NULL, err),
+            KL_OK);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(rcs[i], KL_OK);
+    }
+    assert_int_equal(kl_emu_check_all(ks, N, wk, s_workdir, 5, 1e-4, 1e-5, err),
+                     KL_OK);
+    for (int i = 0; i < N; i++)
+        kl_kernel_free(&ks[i]);
+    for (int a = 0; a < KL_ACT_COUNT; a++)
+        kl_workload_free(&ws[a]);
+}
+
 int main(void)
 {
     if (!kl_test_mkdtemp(s_workdir, sizeof s_workdir,
@@ -543,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_postproc_rejects),
         cmocka_unit_test(test_sampled_within_limits),
         cmocka_unit_test(test_naive),
+        cmocka_unit_test(test_activations),
         cmocka_unit_test(test_emulated_sampled),
         cmocka_unit_test(test_emulated_handmade),
         cmocka_unit_test(test_nvrtc_sampled),

@@ -454,6 +454,106 @@ static void test_clip_naive_and_dnnl(void **state)
     s_naive_close(&nv);
 }
 
+/* An activation fused into each of six dense layers (all of kl_act, the
+ * hard_sigmoid with its own alpha and beta), summed by adds: the naive
+ * build (kernels with the epilogue) and the oneDNN graph (post-ops:
+ * logistic, swish, hardswish, linear + clip, gelu_erf, gelu_tanh) both
+ * match the definitions in double. */
+static const char s_act_graph[] = "model act\n"
+                                  "input x 2x16\n"
+                                  "d1 = dense x O=16\n"
+                                  "r1 = sigmoid d1\n"
+                                  "d2 = dense x O=16\n"
+                                  "r2 = silu d2\n"
+                                  "d3 = dense x O=16\n"
+                                  "r3 = hard_swish d3\n"
+                                  "d4 = dense x O=16\n"
+                                  "r4 = hard_sigmoid d4 alpha=0.25 beta=0.375\n"
+                                  "d5 = dense x O=16\n"
+                                  "r5 = gelu d5\n"
+                                  "d6 = dense x O=16\n"
+                                  "r6 = gelu d6 approximate=tanh\n"
+                                  "s1 = add r1 r2\n"
+                                  "s2 = add s1 r3\n"
+                                  "s3 = add s2 r4\n"
+                                  "s4 = add s3 r5\n"
+                                  "s5 = add s4 r6\n";
+
+static double s_act_ref(int v, double y)
+{
+    switch (v) {
+    case 0:
+        return 1 / (1 + exp(-y));
+    case 1:
+        return y / (1 + exp(-y));
+    case 2:
+        return y * fmin(fmax(y + 3, 0), 6) / 6;
+    case 3:
+        return fmin(fmax(0.25 * y + 0.375, 0), 1);
+    case 4:
+        return 0.5 * y * (1 + erf(y / sqrt(2)));
+    default:
+        return 0.5 * y *
+               (1 + tanh(sqrt(2 / M_PI) * (y + 0.044715 * y * y * y)));
+    }
+}
+
+static void test_fused_act_naive_and_dnnl(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    s_naive_t nv;
+    s_naive_open(&nv, "act", s_act_graph);
+    assert_int_equal(nv.nparams(), 13); /* x, then each dense's W and b */
+    static float x[32], w[6][256], b[6][16], got[32];
+    double want[32] = {0};
+    const float *p[13] = {x};
+    for (int k = 0; k < 32; k++)
+        x[k] = (float)(k % 7 - 3) * 0.25f; /* -0.75 .. 0.75 */
+    for (int v = 0; v < 6; v++) {
+        for (int o = 0; o < 16; o++) {
+            b[v][o] = 0.125f * (float)(v - 2);
+            for (int i = 0; i < 16; i++)
+                w[v][o * 16 + i] = (float)((o * 5 + i * 3 + v) % 9 - 4) * 0.25f;
+        }
+        p[1 + 2 * v] = w[v];
+        p[2 + 2 * v] = b[v];
+        for (int n = 0; n < 2; n++)
+            for (int o = 0; o < 16; o++) {
+                double y = b[v][o];
+                for (int i = 0; i < 16; i++)
+                    y += (double)x[n * 16 + i] * w[v][o * 16 + i];
+                want[n * 16 + o] += s_act_ref(v, y);
+            }
+    }
+    /* the activations are tasks' epilogues, not layers of their own */
+    int (*nlayers)(void) = NULL;
+    *(void **)&nlayers = dlsym(nv.h, "kiln_model_nlayers");
+    assert_non_null(nlayers);
+    assert_int_equal(nlayers(), 11);
+    assert_int_equal(nv.run((const float *const *)p, got), 0);
+    for (int k = 0; k < 32; k++)
+        if (fabs(got[k] - want[k]) > 1e-5 * (1 + fabs(want[k])))
+            fail_msg("output %d is %.9g, expected %.9g", k, got[k], want[k]);
+    kl_dnnl_net_t *net = NULL;
+    int rc = kl_export_dnnl_open(nv.gpath, (float *const *)p, 13, &net, err);
+    if (rc == KL_ERR_UNSUPPORTED && strstr(err, "built without libdnnl")) {
+        assert_null(net);
+    } else {
+        if (rc)
+            fail_msg("oneDNN: %s", err);
+        float wf[32];
+        for (int k = 0; k < 32; k++)
+            wf[k] = (float)want[k];
+        double rel = 1;
+        if (kl_export_dnnl_check(net, wf, 32, 1e-5, &rel, err))
+            fail_msg("oneDNN: %s", err);
+        assert_true(rel <= 1e-5);
+        kl_export_dnnl_close(net);
+    }
+    s_naive_close(&nv);
+}
+
 /* An attention-shaped graph as a transformer export gives it: a matmul of a
  * 3-D activation by a weight (shared over the leading dim), a 4-D batch
  * matmul, softmax, and a layer_norm with its own scale and shift. The
@@ -610,6 +710,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_model_bf16, setup, teardown),
         cmocka_unit_test(test_clip_naive_and_dnnl),
+        cmocka_unit_test(test_fused_act_naive_and_dnnl),
         cmocka_unit_test(test_dnnl_residual_and_wrong_reference),
         cmocka_unit_test(test_dnnl_nd_matmul_and_affine_layer_norm),
     };

@@ -518,7 +518,11 @@ static void test_untuned_layers(void **state)
 }
 
 /* The activations without a task, each of y = x + x, summed by adds
- * (tasks); against the ONNX definitions in double. */
+ * (tasks); then four 1x1 convolutions of y (B channels in, B out) with
+ * an activation fused into each (silu after the bias, gelu in both forms,
+ * hard_sigmoid with the layer's alpha and beta: tasks with act=, the
+ * activation layers not run on their own), added in; against the ONNX
+ * definitions in double, on the library's own (seeded) weights. */
 static const char s_acts_fmt[] = "model acts\n"
                                  "input x %dx%dx1x%d\n"
                                  "y = add x x\n"
@@ -536,7 +540,20 @@ static const char s_acts_fmt[] = "model acts\n"
                                  "s4 = add s3 a5\n"
                                  "s5 = add s4 a6\n"
                                  "s6 = add s5 a7\n"
-                                 "s7 = add s6 a8\n";
+                                 "s7 = add s6 a8\n"
+                                 "c1 = conv2d y K=%d R=1 bias=1\n"
+                                 "f1 = silu c1\n"
+                                 "c2 = conv2d y K=%d R=1\n"
+                                 "f2 = gelu c2 approximate=tanh\n"
+                                 "c3 = conv2d y K=%d R=1\n"
+                                 "f3 = gelu c3\n"
+                                 "c4 = conv2d y K=%d R=1 bias=1\n"
+                                 "f4 = hard_sigmoid c4 alpha=0.25 "
+                                 "beta=0.375\n"
+                                 "s8 = add s7 f1\n"
+                                 "s9 = add s8 f2\n"
+                                 "s10 = add s9 f3\n"
+                                 "s11 = add s10 f4\n";
 
 static double s_ref_acts(double x)
 {
@@ -548,18 +565,62 @@ static double s_ref_acts(double x)
            y / (1 + exp(-y)) + (y >= 0 ? y : 0.01 * y);
 }
 
+/* The data of l's parameter name. */
+static const float *s_pdata(const lib_t *l, const char *name)
+{
+    for (int i = 0; i < l->nparams(); i++)
+        if (l->pname(i) && strcmp(l->pname(i), name) == 0)
+            return l->pdata(i);
+    fail_msg("the library has no parameter %s", name);
+    return NULL;
+}
+
+/* The fused convolutions' part of output (n, k, w): ck = sum_c
+ * W[k][c] 2 x[n][c][w] (+ b[k]) through each one's activation. */
+static double s_ref_fused(const lib_t *l, const float *x, int B, int C,
+                          int64_t i)
+{
+    int64_t n = i / ((int64_t)B * C), k = i / C % B, w = i % C;
+    double s = 0;
+    for (int v = 1; v <= 4; v++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "c%d.weight", v);
+        const float *W = s_pdata(l, nm);
+        double c = 0;
+        if (v == 1 || v == 4) {
+            snprintf(nm, sizeof nm, "c%d.bias", v);
+            c = s_pdata(l, nm)[k];
+        }
+        for (int ci = 0; ci < B; ci++)
+            c += (double)W[k * B + ci] * 2.0 * x[(n * B + ci) * C + w];
+        if (v == 1)
+            s += c / (1 + exp(-c));
+        else if (v == 2)
+            s += 0.5 * c *
+                 (1 + tanh(sqrt(2 / M_PI) * (c + 0.044715 * c * c * c)));
+        else if (v == 3)
+            s += 0.5 * c * (1 + erf(c / sqrt(2)));
+        else
+            s += fmin(1, fmax(0, 0.25 * c + 0.375));
+    }
+    return s;
+}
+
 static void s_acts(fx_t *fx, int A, int B, int C)
 {
-    char *text = kl_xasprintf(s_acts_fmt, A, B, C);
+    char *text = kl_xasprintf(s_acts_fmt, A, B, C, B, B, B, B);
     char sub[32];
     snprintf(sub, sizeof sub, "a%d", A * B * C);
     if (s_export(fx, text, sub, NULL, true))
         fail_msg("%s", fx->err);
     lib_t l;
     s_open(fx, &l, sub);
-    assert_int_equal(l.nlayers(), 16);
+    /* 16 + four convolutions and their adds; no fused activation */
+    assert_int_equal(l.nlayers(), 24);
     assert_string_equal(l.lname(1), "a1");
     assert_string_equal(l.lname(7), "a7");
+    for (int i = 0; i < l.nlayers(); i++)
+        assert_int_not_equal(l.lname(i)[0], 'f');
     int64_t n = (int64_t)A * B * C;
     float *x = kl_xmalloc((size_t)n * sizeof *x);
     float *got = kl_xmalloc((size_t)n * sizeof *got);
@@ -567,7 +628,7 @@ static void s_acts(fx_t *fx, int A, int B, int C)
         x[i] = (float)((i * 37 + i / 11) % 97) / 12.0f - 4.0f;
     assert_int_equal(l.infer(x, got), 0);
     for (int64_t i = 0; i < n; i++) {
-        double want = s_ref_acts(x[i]);
+        double want = s_ref_acts(x[i]) + s_ref_fused(&l, x, B, C, i);
         if (!(fabs(got[i] - want) <= 2e-5 * (1 + fabs(want))))
             fail_msg("%s: output %lld (x %.9g) is %.9g, expected %.9g", sub,
                      (long long)i, x[i], got[i], want);

@@ -158,7 +158,7 @@ static void test_bert_seq(void **state)
      * task of weight 2 */
     s_has_task(m, "batch_matmul B=12 M=64 N=64 K=64", 2);
     s_has_task(m, "add shape=64x768", 2);
-    s_has_task(m, "dense N=64 I=768 O=3072 bias=1", 1);
+    s_has_task(m, "dense N=64 I=768 O=3072 bias=1 act=gelu", 1);
     s_has_task(m, "dense N=64 I=3072 O=768 bias=1", 1);
     kl_model_destroy(&m);
     m = s_load("bert_base", 1, 256);

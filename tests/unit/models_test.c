@@ -224,11 +224,12 @@ static void test_builtins(void **state)
      * first expansion of a stage is the last one of the stage before, and
      * a stride-1 stage start shares its depthwise layer), head 3: 32. */
     s_census("mobilenet_v2", 32, 54, 0.55e9, 0.65e9);
-    /* BERT layer: q, k, v, out (one task of weight 4), up, down, two batch
-     * matmuls, two adds (one task of weight 2). 2*128*768*768*4 +
-     * 2*128*768*3072*2 + 2*12*128*128*64*2 = 1,862,270,976 FLOPs, plus
-     * biases (5*128*768 + 128*3072) and adds (2*128*768): 1,863,352,320. */
-    s_census("bert_base", 6, 10, 1863352319.0, 1863352321.0);
+    /* BERT layer: q, k, v, out (one task of weight 4), up (with its gelu
+     * fused), down, two batch matmuls, two adds (one task of weight 2).
+     * 2*128*768*768*4 + 2*128*768*3072*2 + 2*12*128*128*64*2 =
+     * 1,862,270,976 FLOPs, plus biases (5*128*768 + 128*3072), adds
+     * (2*128*768) and the fused gelu (128*3072): 1,863,745,536. */
+    s_census("bert_base", 6, 10, 1863745535.0, 1863745537.0);
 }
 
 static void test_bert(void **state)
@@ -242,7 +243,7 @@ static void test_bert(void **state)
         {"batch_matmul B=12 M=128 N=128 K=64", "1"},
         {"batch_matmul B=12 M=128 N=64 K=128", "1"},
         {"add shape=128x768", "2"},
-        {"dense N=128 I=768 O=3072", "1"},
+        {"dense N=128 I=768 O=3072 act=gelu", "1"},
         {"dense N=128 I=3072 O=768", "1"},
     };
     assert_int_equal(kl_model_ntasks(m), 6);
@@ -255,8 +256,8 @@ static void test_bert(void **state)
         assert_int_equal(t->weight, atoi(want[i][1]));
         kl_workload_free(&w);
     }
-    assert_string_equal(kl_model_untuned(m), "softmax x1, layer_norm x2, "
-                                             "gelu x1");
+    /* the gelu fused into the up projection */
+    assert_string_equal(kl_model_untuned(m), "softmax x1, layer_norm x2");
     /* 22 layers and the two views that take the [1,128,768] input to
      * 128 tokens (x.seq, x.tokens) */
     assert_int_equal(kl_model_nlayers(m), 24);
@@ -558,13 +559,75 @@ static void test_precision(void **state)
     assert_null(m);
 }
 
+/* The activations fuse into their producer as act= (after bias and
+ * residual), one per producer, only into a sole consumer, never after a
+ * relu or clip, and a fused one stops a later add from fusing. */
+static void test_fusion_acts(void **state)
+{
+    (void)state;
+    kl_model_t *m = s_parse("input x 1x8x8x8\n"
+                            "a = conv2d x K=8 R=3 pad=1 bias=1\n"
+                            "s = add a x\n"
+                            "as = silu s\n"
+                            "b = conv2d as K=8 R=1\n"
+                            "bg = hard_sigmoid b alpha=0.25 beta=0.375\n"
+                            "c = depthwise_conv2d bg R=3 pad=1\n"
+                            "cs = hard_swish c\n"
+                            "cq = sigmoid cs\n"
+                            "f = flatten cq\n"
+                            "d = dense f O=16\n"
+                            "dg = gelu d approximate=tanh\n"
+                            "e = matmul dg N=4\n"
+                            "eg = gelu e\n");
+    assert_int_equal(kl_model_ntasks(m), 5);
+    const char *want[] = {
+        "bias=1 residual=1 act=silu",
+        "R=1 S=1 stride=1 pad=0 act=hard_sigmoid alpha=0.25 beta=0.375",
+        "pad=1 act=hard_swish",
+        "bias=1 act=gelu_tanh",
+        "N=4 K=16 act=gelu",
+    };
+    for (int i = 0; i < 5; i++)
+        if (!strstr(kl_model_task(m, i)->spec, want[i]))
+            fail_msg("task %d: %s lacks %s", i, kl_model_task(m, i)->spec,
+                     want[i]);
+    /* the second activation after the depthwise convolution stays */
+    assert_string_equal(kl_model_untuned(m), "sigmoid x1");
+    kl_model_destroy(&m);
+    /* a's output read twice: nothing fuses into a; not after a relu;
+     * a silu before an add keeps the add out. */
+    m = s_parse("input x 1x8x8x8\n"
+                "a = conv2d x K=8 R=3 pad=1\n"
+                "as = silu a\n"
+                "o = add as a\n"
+                "b = conv2d o K=8 R=1\n"
+                "br = relu b\n"
+                "bs = sigmoid br\n"
+                "c = conv2d bs K=8 R=1 bias=1\n"
+                "cs = silu c\n"
+                "r = add cs bs\n");
+    int nact = 0;
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const char *sp = kl_model_task(m, i)->spec;
+        assert_null(strstr(sp, "residual"));
+        if (strstr(sp, "act=")) {
+            assert_non_null(strstr(sp, "R=1 S=1 stride=1 pad=0 bias=1 "
+                                       "act=silu"));
+            nact++;
+        }
+    }
+    assert_int_equal(nact, 1); /* only c's silu */
+    assert_string_equal(kl_model_untuned(m), "sigmoid x1, silu x1");
+    kl_model_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resnet18),    cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_bert),        cmocka_unit_test(test_fusion_rules),
         cmocka_unit_test(test_clip_layers), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_precision),
+        cmocka_unit_test(test_precision),   cmocka_unit_test(test_fusion_acts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
