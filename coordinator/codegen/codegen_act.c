@@ -1,6 +1,7 @@
 /* codegen_act.c - the smooth activations in generated C and CUDA C
  * (cg_act.h). */
 #include "cg_act.h"
+#include "kl_codegen.h"
 
 const char kl_codegen__act_prelude[] =
     "#ifndef KL_ACT_PRELUDE_H\n"
@@ -106,6 +107,11 @@ const char kl_codegen__act_prelude[] =
     "KL_VACT(16)\n"
     "#endif\n"
     "#endif\n";
+
+const char *kl_codegen_act_helpers(void)
+{
+    return kl_codegen__act_prelude;
+}
 
 void kl_codegen__act_prelude_for(kl_buf_t *b, const kl_workload_t *w)
 {

@@ -67,6 +67,12 @@ int kl_codegen_reference_kernel(const kl_workload_t *w, const kl_target_t *t,
 /* The file extension of generated sources of a kind: "c", "cu". Static. */
 const char *kl_codegen_source_ext(kl_target_kind kind);
 
+/* The C helpers of the smooth activations that generated kernels carry
+ * (kl_expf: e^x in f32 in a form a loop vectorizes; kl_sigmoidf,
+ * kl_siluf, ...), guarded so a file may hold them twice: the exported
+ * library's own layers use the same kl_expf. */
+const char *kl_codegen_act_helpers(void);
+
 /* ---- replay: a trace to its kernel (codegen_replay.c) ----
  * The one way kiln turns a stored trace into source: the tuner's restored
  * records and its best's source (kl_task.h), `kiln db best --source` and

@@ -14,6 +14,7 @@
 
 #include "export_int.h"
 #include "kl_abi.h"
+#include "kl_codegen.h"
 #include "kl_err.h"
 #include "kl_util.h"
 
@@ -603,8 +604,8 @@ static char *s_model_c(s_gen_t *c)
                           "(void *const *args);\n",
                           t);
     }
-    kl_buf_printf(&b, "\n%s\n%s", c->decl.data ? c->decl.data : "",
-                  kl_export__helpers_c);
+    kl_buf_printf(&b, "\n%s\n%s%s", c->decl.data ? c->decl.data : "",
+                  kl_codegen_act_helpers(), kl_export__helpers_c);
     if (c->qcasts)
         kl_export__qcast_helpers(&b);
     for (int i = 0; i < g->n; i++)
