@@ -213,12 +213,22 @@ int kl_search__propose_evolve(kl_search_t *self, int n,
 {
     evo_t e = {.self = self, .known = known, .ctx = ctx, .cap = 2 * n};
     kl_search__pool_t best = {0}, rnd = {0}, cur = {0}, next = {0};
-    s_seed_best(self, &best);
-    int want = self->cfg.population - best.n;
-    if (want < self->cfg.init_min_unmeasured)
-        want = self->cfg.init_min_unmeasured;
-    if (want < n)
-        want = n;
+    /* Until the cost model is trained its scores are random, and evolving
+     * on them only drifts the population towards the larger sub-spaces
+     * (a branch with many distinct schedules outnumbers a small one
+     * however the space weighs them): the batch is then the first n
+     * random samples drawn, the design space's own distribution, and no
+     * population is built. */
+    bool trained = kl_search_model_trained(self);
+    int want = n;
+    if (trained) {
+        s_seed_best(self, &best);
+        want = self->cfg.population - best.n;
+        if (want < self->cfg.init_min_unmeasured)
+            want = self->cfg.init_min_unmeasured;
+        if (want < n)
+            want = n;
+    }
     char rerr[KL_ERRMSG_LEN] = "";
     int rc = kl_search__random(self, &rnd, want, known, ctx, &best.set, rerr);
     if (rc && rc != KL_ERR_EXHAUSTED) {
@@ -226,13 +236,8 @@ int kl_search__propose_evolve(kl_search_t *self, int n,
         kl_search__pool_free(&rnd);
         return kl_seterr(err, rc, "%s", rerr);
     }
-    /* Until the cost model is trained its scores are random, and evolving
-     * on them only drifts the population towards the larger sub-spaces
-     * (a branch with many distinct schedules outnumbers a small one
-     * however the space weighs them): the batch is then the random
-     * samples in the order drawn, the design space's own distribution. */
     gen_t g = {0};
-    if (kl_search_model_trained(self))
+    if (trained)
         s_gen_of(&g, &best, &rnd);
     for (int gen = 0; gen <= self->cfg.generations && g.n > 0; gen++) {
         s_score(&e, &g);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "bf16_fx.h"
 #include "kl_abi.h"
 #include "kl_cgrun.h"
 #include "kl_codegen.h"
@@ -311,22 +312,7 @@ static void test_space(void **state)
         }
         assert_true(wtz > 0);
         kl_space_destroy(&sp);
-        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
-                         KL_OK);
-        for (uint64_t seed = 1; seed <= 4; seed++) {
-            kl_rng_t rng;
-            kl_rng_seed(&rng, seed);
-            kl_trace_t *tr = NULL;
-            kl_sched_t *s = NULL;
-            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
-                fail_msg("%s (no +bf16): %s", specs[i], err);
-            char *text = kl_trace_to_text(tr);
-            assert_null(strstr(text, "avx512_bf16"));
-            free(text);
-            kl_trace_free(&tr);
-            kl_sched_destroy(&s);
-        }
-        kl_space_destroy(&sp);
+        fx_bf16_never_offered(w, specs[i], 4);
         kl_workload_free(&w);
     }
     print_message("conv bf16: %d tensorized (%d run), %d float samples\n", ntz,
