@@ -154,6 +154,11 @@ void kl_codegen__access_check(cg_t *g, const kl_access_t *a, int lane,
 void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out);
 /* Scalar epilogue applied to variable `var` at output lane `lane`. */
 void kl_codegen__epilogue(cg_t *g, const char *var, int lane);
+/* The whole epilogue on the vector variable var (g->lanes lanes) at the
+ * current point: tensor reads broadcast, loaded or gathered along the
+ * vector symbol, relu and clip as vector max / min, activations in their
+ * vector forms; the same values as kl_codegen__epilogue lane by lane. */
+void kl_codegen__epilogue_vec(cg_t *g, const char *var);
 /* The same for operations from .. to - 1 only. */
 void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
                                 int to);

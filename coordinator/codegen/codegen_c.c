@@ -99,66 +99,27 @@ static const char *s_vtype(const cg_t *g, char *buf)
     return buf;
 }
 
-/* Whether the epilogue has an activation (KL_EPI_ACT). */
-static bool s_has_act(const kl_workload_t *w)
-{
-    for (int i = 0; i < w->nepi; i++)
-        if (w->epi[i].kind == KL_EPI_ACT)
-            return true;
-    return false;
-}
-
-/* Accumulator k's lanes through an epilogue with an activation: the
- * operations between activations lane by lane into the vector xs (their
- * reads differ per lane), each activation on all of xs in vector
- * instructions (the prelude's kl_silu16 ...; one without a vector form,
- * kl_codegen__act_vec, would go lane by lane), then the stores. */
-static void s_store_lanes_act(cg_t *g, int64_t k)
+/* Accumulator k through the epilogue in vector instructions
+ * (kl_codegen__epilogue_vec), then one vector store when the output is
+ * contiguous along the vector symbol, else its lanes one by one (a
+ * channel-vector tile of an NCHW output). */
+static void s_store_vec(cg_t *g, int64_t k, bool vst)
 {
     const kl_workload_t *w = g->w;
     const char *on = w->tensors[kl_workload_output(w)].name;
     kl_codegen__c_line(g, "{");
     g->ind++;
-    kl_codegen__c_line(g, "kl_v%d xs;", g->lanes);
-    for (int i = 0;; i++) {
-        int j = i;
-        while (j < w->nepi && w->epi[j].kind != KL_EPI_ACT)
-            j++;
-        for (int e = 0; e < g->lanes; e++) {
-            kl_codegen__c_line(g, "{");
-            g->ind++;
-            if (i == 0) {
-                kl_codegen__c_line(g, "float x = acc%lld[%d];", (long long)k,
-                                   e);
-                if (s_max(g))
-                    kl_codegen__c_line(g, "x = x == -INFINITY ? 0.0f : x;");
-            } else {
-                kl_codegen__c_line(g, "float x = xs[%d];", e);
-            }
-            kl_codegen__epilogue_range(g, "x", e, i, j);
-            if (j < w->nepi) {
-                kl_codegen__c_line(g, "xs[%d] = x;", e);
-            } else {
-                kl_buf_t idx = {0};
-                kl_codegen__access_index(g, &w->out, e, false, &idx);
-                kl_codegen__c_line(g, "%s[%s] = x;", on, idx.data);
-                kl_buf_free(&idx);
-            }
-            g->ind--;
-            kl_codegen__c_line(g, "}");
-        }
-        if (j == w->nepi)
-            break;
-        kl_buf_t a = {0};
-        if (kl_codegen__act_vec(&a, &w->epi[j], g->lanes, "xs")) {
-            kl_codegen__c_line(g, "xs = %s;", a.data);
-        } else {
-            kl_codegen__act_c(&a, &w->epi[j], "xs[e]");
-            kl_codegen__c_line(g, "for (int e = 0; e < %d; e++)", g->lanes);
-            kl_codegen__c_line(g, "    xs[e] = %s;", a.data);
-        }
-        kl_buf_free(&a);
-        i = j;
+    kl_codegen__c_line(g, "kl_v%d xs = acc%lld;", g->lanes, (long long)k);
+    kl_codegen__epilogue_vec(g, "xs");
+    for (int e = 0; e < (vst ? 1 : g->lanes); e++) {
+        kl_buf_t idx = {0};
+        kl_codegen__access_index(g, &w->out, e, false, &idx);
+        if (vst)
+            kl_codegen__c_line(g, "kl_st%d(&%s[%s], xs);", g->lanes, on,
+                               idx.data);
+        else
+            kl_codegen__c_line(g, "%s[%s] = xs[%d];", on, idx.data, e);
+        kl_buf_free(&idx);
     }
     g->ind--;
     kl_codegen__c_line(g, "}");
@@ -166,10 +127,6 @@ static void s_store_lanes_act(cg_t *g, int64_t k)
 
 static void s_store_lanes(cg_t *g, int64_t k, bool epi)
 {
-    if (epi && g->lanes > 1 && s_has_act(g->w)) {
-        s_store_lanes_act(g, k);
-        return;
-    }
     char x[32];
     const kl_access_t *o = &g->w->out;
     const char *on = g->w->tensors[kl_workload_output(g->w)].name;
@@ -202,7 +159,13 @@ static void s_store_acc(cg_t *g, int64_t k, bool epi)
     const kl_access_t *o = &g->w->out;
     cg_lin_t ol;
     bool lin = kl_codegen__access_lin(g, o, false, &ol);
-    if (epi || g->lanes == 1 || !lin || kl_codegen__lin_vcoef(g, &ol) != 1) {
+    bool vst = g->lanes > 1 && lin && kl_codegen__lin_vcoef(g, &ol) == 1;
+    /* A MAX reduction's empty windows (-INFINITY -> 0) stay lane by lane. */
+    if (epi && g->lanes > 1 && !s_max(g)) {
+        s_store_vec(g, k, vst);
+        return;
+    }
+    if (epi || !vst) {
         s_store_lanes(g, k, epi);
         return;
     }
@@ -510,13 +473,19 @@ static void s_emit_loop(cg_t *g, int pos)
 
 /* ---- whole function ---- */
 
+/* Output elements from which the passes outside the write cache (the
+ * identity fill, the epilogue) are shared by the threads. */
+#define KL_CG_PAR_PASS 65536
+
 /* Output set to the reduction's identity (no write cache). */
 static void s_emit_prepass(cg_t *g)
 {
     const kl_workload_t *w = g->w;
     int o = kl_workload_output(w);
-    kl_codegen__c_line(g, "for (int64_t i = 0; i < %lld; ++i)",
-                       (long long)kl_tensor_numel(&w->tensors[o]));
+    int64_t n = kl_tensor_numel(&w->tensors[o]);
+    if (n >= KL_CG_PAR_PASS)
+        kl_codegen__c_line(g, "#pragma omp parallel for schedule(static)");
+    kl_codegen__c_line(g, "for (int64_t i = 0; i < %lld; ++i)", (long long)n);
     kl_codegen__c_line(g, "    %s[i] = %s;", w->tensors[o].name, s_ident(g));
 }
 
@@ -533,7 +502,19 @@ static void s_emit_postpass(cg_t *g)
     h->lanes = 1;
     h->in_acc = false;
     h->b = (kl_buf_t){0};
-    int opened = 0;
+    int opened = 0, nsp = 0;
+    int64_t total = 1;
+    for (int it = 0; it < w->niters; it++)
+        if (!w->iters[it].reduce) {
+            nsp++;
+            total *= w->iters[it].extent;
+        }
+    /* All but the innermost loop shared by the threads (collapsed: the
+     * outer ones are often 1, the batch), the innermost left to the
+     * compiler's vectorizer. */
+    if (total >= KL_CG_PAR_PASS)
+        kl_codegen__c_line(h, "#pragma omp parallel for collapse(%d)",
+                           nsp > 1 ? nsp - 1 : 1);
     for (int it = 0; it < w->niters; it++) {
         if (w->iters[it].reduce)
             continue;

@@ -465,6 +465,76 @@ void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
     }
 }
 
+/* The vector (lanes > 1) value of epilogue tensor access a at the
+ * current point: a broadcast when the vector symbol does not move it, a
+ * vector load when it walks it contiguously, else its lanes gathered. */
+static void s_epi_vec_load(cg_t *g, const kl_access_t *a, kl_buf_t *out)
+{
+    const char *tn = g->w->tensors[a->tensor].name;
+    cg_lin_t l;
+    kl_buf_t idx = {0};
+    int64_t vc = kl_codegen__access_lin(g, a, false, &l)
+                     ? kl_codegen__lin_vcoef(g, &l)
+                     : -1;
+    if (vc == 0 || vc == 1) {
+        kl_codegen__access_index(g, a, 0, false, &idx);
+        if (vc == 0)
+            kl_buf_printf(out, "kl_bc%d(%s[%s])", g->lanes, tn, idx.data);
+        else
+            kl_buf_printf(out, "kl_ld%d(&%s[%s])", g->lanes, tn, idx.data);
+        kl_buf_free(&idx);
+        return;
+    }
+    kl_buf_printf(out, "(kl_v%d){", g->lanes);
+    for (int e = 0; e < g->lanes; e++) {
+        kl_codegen__access_index(g, a, e, false, &idx);
+        kl_buf_printf(out, "%s%s[%s]", e ? ", " : "", tn, idx.data);
+        kl_buf_free(&idx);
+        idx = (kl_buf_t){0};
+    }
+    kl_buf_puts(out, "}");
+}
+
+void kl_codegen__epilogue_vec(cg_t *g, const char *var)
+{
+    int L = g->lanes;
+    for (int i = 0; i < g->w->nepi; i++) {
+        const kl_epilogue_t *ep = &g->w->epi[i];
+        kl_buf_t e = {0};
+        switch (ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+        case KL_EPI_MUL_TENSOR:
+            s_epi_vec_load(g, &ep->access, &e);
+            kl_codegen__c_line(g, "%s = %s %c %s;", var, var,
+                               ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
+                               e.data);
+            break;
+        case KL_EPI_ADD_CONST:
+        case KL_EPI_MUL_CONST:
+            kl_codegen__c_line(g, "%s = %s %c kl_bc%d((float)%.17g);", var, var,
+                               ep->kind == KL_EPI_ADD_CONST ? '+' : '*', L,
+                               ep->lo);
+            break;
+        case KL_EPI_RELU:
+            kl_codegen__c_line(g, "%s = kl_max%d(%s, kl_bc%d(0.0f));", var, L,
+                               var, L);
+            break;
+        case KL_EPI_CLIP:
+            kl_codegen__c_line(
+                g,
+                "%s = kl_min%d(kl_max%d(%s, kl_bc%d((float)%.17g)),"
+                " kl_bc%d((float)%.17g));",
+                var, L, L, var, L, ep->lo, L, ep->hi);
+            break;
+        case KL_EPI_ACT:
+            kl_codegen__act_vec(&e, ep, L, var);
+            kl_codegen__c_line(g, "%s = %s;", var, e.data);
+            break;
+        }
+        kl_buf_free(&e);
+    }
+}
+
 void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,
                              const kl_epilogue_t *ep, const char *var,
                              const char *idx)

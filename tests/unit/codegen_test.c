@@ -51,6 +51,14 @@ static const char *const s_shapes[] = {
     /* clip epilogues: both bounds reached by inputs in [-1, 1) */
     "clip shape=4x7x9 lo=-0.25 hi=0.5",
     "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1 bias=1 clip=0,0.5",
+    /* epilogues in vector instructions: a residual read along the
+     * vector (NCHW), a bias read along it (channel vectors), a tensor
+     * gathered across it (R transposed), a product, constants and an
+     * activation */
+    "conv2d N=1 C=24 H=14 W=14 K=40 R=1 S=1 bias=1 residual=1 relu=1",
+    "Y[i,j] += A[i,k] * B[k,j] | + R[j,i] | * S[i,j] | + 0.5 | * 2 | silu "
+    "| clip(-1, 1) where i=20, j=48, k=16; A: f32[20,16], B: f32[16,48], "
+    "R: f32[48,20], S: f32[20,48], Y: f32[20,48]",
     /* less than a vector a core: a squeeze-excite 1x1 conv on one pixel
      * and its dense form (their spaces had no sample at all) */
     "conv2d N=1 C=32 H=1 W=1 K=8 R=1 S=1 bias=1",
