@@ -51,10 +51,23 @@ int kl_codegen__tensorized_conv_bf16(const kl_sched_t *s,
                                      char *err);
 /* The f32 epilogue of the float x at the point named by i<iterator>,
  * then its store into the output, lines at indentation ind
- * (codegen_tensorize_base.c, under the bf16 products and convolutions;
+ * (codegen_tensorize_epi.c, under the bf16 products and convolutions;
  * the AMX kernels run it too). */
 int kl_codegen__bf16_epilogue(kl_buf_t *b, const kl_workload_t *w,
                               const char *ind, char *err);
+/* Whether the epilogue and store of w can run on 16 lanes at once along
+ * iterator it (kl_codegen__bf16_epilogue_vec): every tensor it reads and
+ * the output at a constant stride along it, and no activation. */
+bool kl_codegen__bf16_epilogue_vec_ok(const kl_workload_t *w, int it);
+/* The same epilogue and store on the 16 f32 lanes of the __m512 acc at
+ * once, lane q at i<it> + q for q < nv (a C expression), the other
+ * iterators at the point named by i<iterator>: bias and residual reads
+ * broadcast, loaded or gathered, relu and clip as max / min (the scalar
+ * form's values, NaN included), a masked store, or the lanes at the
+ * output's stride. Lines at indentation ind. */
+void kl_codegen__bf16_epilogue_vec(kl_buf_t *b, const kl_workload_t *w, int it,
+                                   const char *acc, const char *nv,
+                                   const char *ind);
 
 /* The product generators' shared plan and nest (codegen_tensorize.c:
  * int8, codegen_tensorize_bf16.c: bf16), defined in

@@ -335,6 +335,22 @@ static int s_emit_tile_store(bfp_t *p, char *err)
                                  kv);
             continue;
         }
+        if (kl_codegen__bf16_epilogue_vec_ok(p->w, p->tz->it_n)) {
+            kl_codegen__template(&p->b,
+                                 "${i}if (ok_${t}) {\n"
+                                 "${i}    const int64_t i${im} = m_${t}, "
+                                 "i${in} = n0_${t}${ib};\n",
+                                 kv);
+            char acc[32], nv[64], ind2[300];
+            snprintf(acc, sizeof acc, "c_%lld", (long long)t);
+            snprintf(nv, sizeof nv, "(%lld - n0_%lld)", (long long)p->N,
+                     (long long)t);
+            snprintf(ind2, sizeof ind2, "%s    ", p->ind);
+            kl_codegen__bf16_epilogue_vec(&p->b, p->w, p->tz->it_n, acc, nv,
+                                          ind2);
+            kl_buf_printf(&p->b, "%s}\n", p->ind);
+            continue;
+        }
         if (p->vstore)
             kl_codegen__template(&p->b,
                                  "${i}if (ok_${t} && n0_${t} + 16 <= ${N})\n"

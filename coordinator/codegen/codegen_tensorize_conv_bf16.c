@@ -233,12 +233,28 @@ static void s_emit_repack(cbf_t *c)
         kv);
 }
 
-/* Tile t's finished sums through the f32 epilogue into Y, lane by lane. */
+/* Tile t's finished sums through the f32 epilogue into Y: 16 lanes at
+ * once where kl_codegen__bf16_epilogue_vec_ok, else lane by lane. */
 static int s_emit_store(kl_buf_t *b, const conv_t *c, int64_t t,
                         const char *ind, char *err)
 {
     const kl_workload_t *w = c->w;
     int itn = c->tz->it_n;
+    if (kl_codegen__bf16_epilogue_vec_ok(w, itn)) {
+        kl_buf_printf(b, "%sif (ok_%lld) {\n", ind, (long long)t);
+        for (int it = 0; it < w->niters; it++)
+            if (!w->iters[it].reduce)
+                kl_buf_printf(b, "%s    const int64_t i%d = v%d_%lld;\n", ind,
+                              it, it, (long long)t);
+        char acc[32], nv[64], ind2[300];
+        snprintf(acc, sizeof acc, "c_%lld", (long long)t);
+        snprintf(nv, sizeof nv, "(%lld - v%d_%lld)",
+                 (long long)w->iters[itn].extent, itn, (long long)t);
+        snprintf(ind2, sizeof ind2, "%s    ", ind);
+        kl_codegen__bf16_epilogue_vec(b, w, itn, acc, nv, ind2);
+        kl_buf_printf(b, "%s}\n", ind);
+        return KL_OK;
+    }
     kl_buf_printf(b,
                   "%sif (ok_%lld) {\n%s    float lane[16];\n"
                   "%s    KL_VSTORE(lane, c_%lld);\n"

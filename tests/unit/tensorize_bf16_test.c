@@ -228,6 +228,12 @@ static void test_space(void **state)
         "matmul M=64 N=64 K=64 in=bf16 bias=1 relu=1",
         "dense N=8 I=70 O=48 in=bf16",
         "dense N=13 I=32 O=48 in=bf16 clip=-0.5,0.5",
+        /* the vector epilogue: a tensor loaded along the lanes, one
+         * gathered across them (S transposed), constants, a clip; N not
+         * a multiple of 16 (masked lanes) */
+        "Y[i,j] += A[i,k] * B[k,j] | + R[i,j] | * S[j,i] | + 0.25 | "
+        "clip(-1, 1) where i=20, j=40, k=32; A: bf16[20,32], B: const "
+        "bf16[32,40], R: f32[20,40], S: f32[40,20], Y: f32[20,40]",
     };
     int ntz = 0, nfl = 0, nran = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
