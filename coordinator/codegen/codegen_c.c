@@ -110,6 +110,11 @@ static void s_store_vec(cg_t *g, int64_t k, bool vst)
     kl_codegen__c_line(g, "{");
     g->ind++;
     kl_codegen__c_line(g, "kl_v%d xs = acc%lld;", g->lanes, (long long)k);
+    if (s_max(g)) /* an empty window's -INFINITY is 0, lane by lane */
+        kl_codegen__c_line(g,
+                           "xs = (kl_v%d)(~(xs == kl_bc%d(-INFINITY)) & "
+                           "(kl_m%d)xs);",
+                           g->lanes, g->lanes, g->lanes);
     kl_codegen__epilogue_vec(g, "xs");
     for (int e = 0; e < (vst ? 1 : g->lanes); e++) {
         kl_buf_t idx = {0};
@@ -160,8 +165,7 @@ static void s_store_acc(cg_t *g, int64_t k, bool epi)
     cg_lin_t ol;
     bool lin = kl_codegen__access_lin(g, o, false, &ol);
     bool vst = g->lanes > 1 && lin && kl_codegen__lin_vcoef(g, &ol) == 1;
-    /* A MAX reduction's empty windows (-INFINITY -> 0) stay lane by lane. */
-    if (epi && g->lanes > 1 && !s_max(g)) {
+    if (epi && g->lanes > 1) {
         s_store_vec(g, k, vst);
         return;
     }
