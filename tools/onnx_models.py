@@ -109,6 +109,15 @@ Subcommands:
       tiny_efficientnet.input.npy (the input of both) and each one's
       .ort.npy.
 
+  tiny-encoder OUTDIR
+      torch.nn.TransformerEncoder (torch seed 18): 2 layers, d_model 32, 2
+      heads, feed-forward 64 with GELU, batch_first, no dropout, weights
+      initialized as the encoder's below; input x 1x8x32. Exported with
+      the legacy exporter (opset 17, constant folding on) as
+      OUTDIR/tiny_encoder.onnx with tiny_encoder.input.npy and its
+      .ort.npy. Its attention's output projection reaches the residual
+      add through a Reshape and a Transpose of a size-1 dimension.
+
   tiny-gpt2-dyn OUTDIR
       One block of tiny-gpt2's decoder exported with its sequence axis
       dynamic (dynamic_axes, traced at 16): every shape after the input is
@@ -996,11 +1005,12 @@ def torchvision_model(name, out, exporter, keep_bn):
     export(model, x, out, exporter, keep_bn)
 
 
-def encoder(out, layers, exporter):
+def encoder_module(layers, d_model, heads, ff):
+    """torch.nn.TransformerEncoder (batch_first, GELU, no dropout), eval."""
     import torch
     torch.manual_seed(SEED)
     layer = torch.nn.TransformerEncoderLayer(
-        d_model=768, nhead=12, dim_feedforward=3072, activation="gelu",
+        d_model=d_model, nhead=heads, dim_feedforward=ff, activation="gelu",
         batch_first=True, dropout=0.0)
     model = torch.nn.TransformerEncoder(layer, num_layers=layers,
                                         enable_nested_tensor=False)
@@ -1015,10 +1025,22 @@ def encoder(out, layers, exporter):
                 p.uniform_(0.8, 1.2)
             else:
                 p.normal_(0.0, 0.02)
-    model.eval()
+    return model.eval()
+
+
+def encoder(out, layers, exporter):
+    import torch
+    model = encoder_module(layers, 768, 12, 3072)
     x = torch.randn(1, 128, 768, generator=torch.Generator()
                     .manual_seed(SEED))
     export(model, x, out, exporter, keep_bn=False)  # nothing to keep
+
+
+def tiny_encoder(outdir):
+    import torch
+    model = encoder_module(2, 32, 2, 64)
+    x = torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(SEED))
+    torch_case(outdir, model, x, [("tiny_encoder", False)])
 
 
 def tiny_efficientnet_module():
@@ -1317,6 +1339,8 @@ def main():
     p.add_argument("outdir")
     p = sub.add_parser("tiny-gpt2")
     p.add_argument("outdir")
+    p = sub.add_parser("tiny-encoder")
+    p.add_argument("outdir")
     p = sub.add_parser("tiny-gpt2-dyn")
     p.add_argument("outdir")
     p = sub.add_parser("gpt2")
@@ -1358,6 +1382,8 @@ def main():
         tiny_efficientnet(a.outdir)
     elif a.cmd == "tiny-gpt2":
         tiny_gpt2(a.outdir)
+    elif a.cmd == "tiny-encoder":
+        tiny_encoder(a.outdir)
     elif a.cmd == "tiny-gpt2-dyn":
         tiny_gpt2_dyn(a.outdir)
     elif a.cmd == "gpt2":

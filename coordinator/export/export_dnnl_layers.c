@@ -131,7 +131,8 @@ static dnnl_primitive_attr_t s_attr(bool sum, const kl_mnode_t *nd)
     return a;
 }
 
-/* The destination of convolution i with a residual sum, in layout dmd:
+/* The destination of layer i (a convolution, dense or matmul) with a
+ * residual sum, in layout dmd:
  * the residual's own buffer when i may write there (s_inplace), else a
  * new buffer that a copy (same layout) or reorder of the residual fills
  * before every run. *how says which. */
@@ -247,7 +248,7 @@ static bool s_gemm(kl_dnnl_net_t *n, int i)
                                       nd->bias ? &bias : NULL, &dst);
     if (st != dnnl_success)
         return false;
-    dnnl_primitive_attr_t attr = s_attr(false, nd);
+    dnnl_primitive_attr_t attr = s_attr(nd->res, nd);
     dnnl_primitive_desc_t pd = NULL;
     st = dnnl_primitive_desc_create(&pd, &od, attr, n->eng, NULL);
     dnnl_primitive_attr_destroy(attr);
@@ -262,13 +263,16 @@ static bool s_gemm(kl_dnnl_net_t *n, int i)
                        : w ? s_weights(n, pd, &wu, w)
                            : NULL;
     dnnl_memory_t bm = b ? kl_export__dnnl_mem(n, &bias, b) : NULL;
-    dnnl_memory_t dm = kl_export__dnnl_out(n, i, &dmd);
+    const char *how = NULL;
+    dnnl_memory_t dm =
+        nd->res ? s_res_dst(n, i, &dmd, &how) : kl_export__dnnl_out(n, i, &dmd);
     kl_export__dnnl_step_t *s = wm && sm && dm && (b || !nd->bias)
                                     ? kl_export__dnnl_add(n, pd, nd->name, NULL)
                                     : NULL;
     dnnl_primitive_desc_destroy(pd);
     if (!s)
         return false;
+    s->res = how;
     kl_export__dnnl_arg(s, DNNL_ARG_SRC, sm);
     kl_export__dnnl_arg(s, DNNL_ARG_WEIGHTS, wm);
     if (bm)

@@ -286,9 +286,13 @@ int kl_workload_parse(const char *text, kl_workload_t **out, char *err);
  *   "matmul M=1024 N=1024 K=1024"
  *   "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1"
  * Ops and parameters (defaults in brackets):
- *   matmul M N K [bias=0 relu=0 in=f32]    C[M,N] = A[M,K] B[K,N]
+ *   matmul M N K [bias=0 residual=0 relu=0 in=f32]
+ *                                          C[M,N] = A[M,K] B[K,N]
  *   batch_matmul B M N K [in=f32]          C[b,M,N] = A[b,M,K] B[b,K,N]
- *   dense N I O [bias=1 relu=0 in=f32]     Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ *   dense N I O [bias=1 residual=0 relu=0 in=f32]
+ *                                          Y[N,O] = X[N,I] W[O,I] (+ b[O])
+ * residual=1 adds Res (the output's shape, f32) after the bias and before
+ * the activation, as conv2d's does (names end "_res").
  * in=f16 or in=bf16 declares the two multiplied inputs with that dtype;
  * the output (and a bias) stay f32: the products are accumulated in f32
  * (the tensor-core form, docs/architecture.md). The name ends "_f16" /

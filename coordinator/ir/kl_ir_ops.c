@@ -69,19 +69,20 @@ static int s_qmatmul(kl_ir__spec_t *s, kl_workload_t **out)
 
 static int s_matmul(kl_ir__spec_t *s, kl_workload_t **out)
 {
-    int64_t M, N, K, bias;
+    int64_t M, N, K, bias, res;
     kl_ir__act_t act;
     const char *in;
     int rc = kl_ir__spec_int(s, "M", -1, 1, &M) ?: kl_ir__spec_int(s, "N", -1, 1, &N)
                                         ?: kl_ir__spec_int(s, "K", -1, 1, &K)
                                         ?: kl_ir__spec_flag(s, "bias", 0, &bias)
+                                        ?: kl_ir__spec_flag(s, "residual", 0, &res)
                                         ?: kl_ir__spec_act(s, &act)
                                         ?: kl_ir__spec_in_dtype(s, &in);
     if (rc)
         return rc;
     kl_buf_t t = {0}, n = {0};
-    kl_buf_printf(&t, "C[i,j] += A[i,k] * B[k,j]%s",
-                  bias ? " | + bias[j]" : "");
+    kl_buf_printf(&t, "C[i,j] += A[i,k] * B[k,j]%s%s",
+                  bias ? " | + bias[j]" : "", res ? " | + Res[i,j]" : "");
     kl_ir__act_epilogue(&t, &act);
     kl_buf_printf(&t, " where i=%lld, j=%lld, k=%lld", (long long)M,
                   (long long)N, (long long)K);
@@ -89,8 +90,8 @@ static int s_matmul(kl_ir__spec_t *s, kl_workload_t **out)
         kl_buf_printf(&t, "; A: %s[%lld,%lld], B: %s[%lld,%lld]", in,
                       (long long)M, (long long)K, in, (long long)K,
                       (long long)N);
-    kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s", (long long)M, (long long)N,
-                  (long long)K, bias ? "_bias" : "");
+    kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s%s", (long long)M, (long long)N,
+                  (long long)K, bias ? "_bias" : "", res ? "_res" : "");
     kl_ir__act_name(&n, &act);
     if (strcmp(in, "f32"))
         kl_buf_printf(&n, "_%s", in);
@@ -128,18 +129,20 @@ static int s_batch_matmul(kl_ir__spec_t *s, kl_workload_t **out)
 
 static int s_dense(kl_ir__spec_t *s, kl_workload_t **out)
 {
-    int64_t N, I, O, bias;
+    int64_t N, I, O, bias, res;
     kl_ir__act_t act;
     const char *in;
     int rc = kl_ir__spec_int(s, "N", -1, 1, &N) ?: kl_ir__spec_int(s, "I", -1, 1, &I)
                                         ?: kl_ir__spec_int(s, "O", -1, 1, &O)
                                         ?: kl_ir__spec_flag(s, "bias", 1, &bias)
+                                        ?: kl_ir__spec_flag(s, "residual", 0, &res)
                                         ?: kl_ir__spec_act(s, &act)
                                         ?: kl_ir__spec_in_dtype(s, &in);
     if (rc)
         return rc;
     kl_buf_t t = {0}, n = {0};
-    kl_buf_printf(&t, "Y[n,o] += X[n,i] * W[o,i]%s", bias ? " | + b[o]" : "");
+    kl_buf_printf(&t, "Y[n,o] += X[n,i] * W[o,i]%s%s", bias ? " | + b[o]" : "",
+                  res ? " | + Res[n,o]" : "");
     kl_ir__act_epilogue(&t, &act);
     kl_buf_printf(&t, " where n=%lld, o=%lld, i=%lld; W: const %s[%lld,%lld]",
                   (long long)N, (long long)O, (long long)I, in, (long long)O,
@@ -148,8 +151,8 @@ static int s_dense(kl_ir__spec_t *s, kl_workload_t **out)
         kl_buf_printf(&t, ", X: %s[%lld,%lld]", in, (long long)N, (long long)I);
     if (bias)
         kl_buf_printf(&t, ", b: const f32[%lld]", (long long)O);
-    kl_buf_printf(&n, "dense_%lld_%lld_%lld%s", (long long)N, (long long)I,
-                  (long long)O, bias ? "_bias" : "");
+    kl_buf_printf(&n, "dense_%lld_%lld_%lld%s%s", (long long)N, (long long)I,
+                  (long long)O, bias ? "_bias" : "", res ? "_res" : "");
     kl_ir__act_name(&n, &act);
     if (strcmp(in, "f32"))
         kl_buf_printf(&n, "_%s", in);
@@ -277,9 +280,11 @@ static const struct {
     kl_ir__build_fn *build;
     const char *params;
 } s_ops[] = {
-    {"matmul", s_matmul, "M N K [bias=0 relu=0 clip=LO,HI act=A in=f32]"},
+    {"matmul", s_matmul,
+     "M N K [bias=0 residual=0 relu=0 clip=LO,HI act=A in=f32]"},
     {"batch_matmul", s_batch_matmul, "B M N K [in=f32]"},
-    {"dense", s_dense, "N I O [bias=1 relu=0 clip=LO,HI act=A in=f32]"},
+    {"dense", s_dense,
+     "N I O [bias=1 residual=0 relu=0 clip=LO,HI act=A in=f32]"},
     {"conv2d", kl_ir__conv2d,
      "N C H W K R S [stride=1 pad=0 dilation=1 groups=1 layout=NCHW|NHWC "
      "bias=0 relu=0 clip=LO,HI act=A residual=0]"},

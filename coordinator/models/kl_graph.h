@@ -145,6 +145,8 @@ typedef struct {
      * end <= dim) and step (>= 1); gather: nidx indices into the axis,
      * idx[0..nidx). */
     int64_t axis, start, end, step;
+    /* transpose: output dim i is input dim perm[i]. */
+    int perm[KL_MODEL_MAX_DIMS];
     int nidx;
     int64_t idx[KL_MODEL_MAX_GATHER];
     /* reduce_mean, reduce_sum: bit a of axes set for each reduced axis a

@@ -34,7 +34,45 @@ static bool s_fuses_relu(kl_mop op)
 
 static bool s_fuses_res(kl_mop op)
 {
-    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE;
+    return op == KL_MOP_CONV2D || op == KL_MOP_DEPTHWISE ||
+           op == KL_MOP_DENSE || op == KL_MOP_MATMUL;
+}
+
+/* Whether node nd only renames its input's memory: a reshape, a flatten,
+ * or a transpose that moves dims of size 1 only (the others keep their
+ * order). */
+static bool s_keeps_order(const kl_mgraph_t *g, const kl_mnode_t *nd)
+{
+    if (nd->op == KL_MOP_RESHAPE || nd->op == KL_MOP_FLATTEN)
+        return true;
+    if (nd->op != KL_MOP_TRANSPOSE)
+        return false;
+    const kl_mnode_t *x = &g->nodes[nd->in[0]];
+    int last = -1;
+    for (int i = 0; i < nd->ndim; i++) {
+        if (x->shape[nd->perm[i]] == 1)
+            continue;
+        if (nd->perm[i] < last)
+            return false;
+        last = nd->perm[i];
+    }
+    return true;
+}
+
+/* The node whose output the add's operand v is: v itself, or, when v is
+ * read through views that keep the memory order and nothing else reads
+ * them, the dense or matmul under them (a transformer's projection
+ * reshaped back to [seq, batch, d] before its residual add). */
+static int s_res_producer(const kl_mgraph_t *g, int v)
+{
+    int u = v;
+    while (s_keeps_order(g, &g->nodes[u]) && g->nodes[u].uses == 1)
+        u = g->nodes[u].in[0];
+    if (u == v)
+        return v;
+    const kl_mnode_t *p = &g->nodes[u];
+    return (p->op == KL_MOP_DENSE || p->op == KL_MOP_MATMUL) && !p->fused ? u
+                                                                          : v;
 }
 
 static void s_count_uses(kl_mgraph_t *g)
@@ -101,7 +139,7 @@ void kl_mgraph_fuse(kl_mgraph_t *g)
             }
         } else if (nd->op == KL_MOP_ADD && !nd->bcast) {
             for (int k = 0; k < 2; k++) {
-                const kl_mnode_t *x = &g->nodes[nd->in[k]];
+                const kl_mnode_t *x = &g->nodes[s_res_producer(g, nd->in[k])];
                 kl_mnode_t *p = &g->nodes[x->owner];
                 /* The residual must be computed before the layer it is
                  * fused into, which runs in node order. */
@@ -254,6 +292,8 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     case KL_MOP_DENSE:
         kl_buf_printf(&b, "dense N=%lld I=%lld O=%lld bias=%d", (long long)s[0],
                       (long long)s[1], (long long)nd->O, nd->bias ? 1 : 0);
+        if (nd->res)
+            kl_buf_puts(&b, " residual=1");
         s_activation(&b, nd);
         break;
     case KL_MOP_MATMUL: {

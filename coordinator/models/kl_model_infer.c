@@ -234,8 +234,10 @@ static int s_views(kl_mgraph__ctx_t *c, int from, kl_mnode_t *nd)
         seen[d[i]] = true;
     }
     nd->ndim = n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         nd->shape[i] = x->shape[d[i]];
+        nd->perm[i] = (int)d[i];
+    }
     return KL_OK;
 }
 

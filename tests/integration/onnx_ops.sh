@@ -3,7 +3,8 @@
 # each committed model of tests/data/onnx (element-wise ops with
 # broadcasting, shape ops, a causal-mask attention core, the activation
 # family, a tiny EfficientNet with and without its BatchNormalizations, a
-# tiny GPT-2 decoder exported with and without constant folding) is
+# tiny GPT-2 decoder exported with and without constant folding, a tiny
+# nn.TransformerEncoder) is
 # imported, exported with its own weights (kiln export --fallback naive:
 # the reference kernels, so no tuning is needed) and run by kiln run on
 # its recorded input; the output must match ONNX Runtime's within 1e-4 of
@@ -16,7 +17,7 @@
 . "$(dirname "$0")/lib.sh"
 D=$(cd "$(dirname "$0")/../data/onnx" 2>/dev/null && pwd)
 MODELS="ew_broadcast shape_ops mask_ops act_ops tiny_efficientnet
-tiny_efficientnet_folded tiny_gpt2 tiny_gpt2_nofold"
+tiny_efficientnet_folded tiny_gpt2 tiny_gpt2_nofold tiny_encoder"
 for m in $MODELS; do
     in=${m%_folded}; in=${in%_nofold}
     for f in "$D/$m.onnx" "$D/$in.input.npy" "$D/$m.ort.npy"; do
@@ -63,6 +64,18 @@ grep -q ' = tanh ' "$T/gpt2.graph" && fail "tiny_gpt2: a tanh layer is left"
 [ "$(grep -c '_Split_output_[0-2] = matmul .* N=64 bias=1$' "$T/gpt2.graph")" -eq 6 ] ||
     fail "tiny_gpt2: the Splits are not six matmuls: $(grep Split "$T/gpt2.graph")"
 grep -q ' = slice ' "$T/gpt2.graph" && fail "tiny_gpt2: a slice layer is left"
+
+# Both residual adds of each encoder layer fold into the projection that
+# produces them: the feed-forward's matmul, and the attention's output
+# projection (a dense), whose output reaches the add through a Reshape and
+# a Transpose of a size-1 dimension. No add is left as a task of its own.
+"$KILN" extract --model "$D/tiny_encoder.onnx" >"$T/enc.tasks" 2>&1 ||
+    fail "kiln extract tiny_encoder exited $?"
+grep -q '| dense N=8 I=32 O=32 bias=1 residual=1$' "$T/enc.tasks" ||
+    fail "tiny_encoder: the attention's residual is not fused: $(cat "$T/enc.tasks")"
+grep -q '| matmul M=8 N=32 K=64 bias=1 residual=1$' "$T/enc.tasks" ||
+    fail "tiny_encoder: the feed-forward's residual is not fused: $(cat "$T/enc.tasks")"
+grep -q '| add ' "$T/enc.tasks" && fail "tiny_encoder: an add task is left"
 
 # The tiny EfficientNet tuned (its convolutions, depthwise ones and pools
 # get records) runs the same.

@@ -73,6 +73,8 @@ static const struct {
      "conv2d"},
     {"depthwise_conv2d N=1 C=32 H=56 W=56 R=3 S=3 pad=1 bias=1 clip=0,6",
      "depthwise_conv2d"},
+    {"matmul M=128 N=768 K=3072 bias=1 residual=1", "matmul"},
+    {"dense N=8 I=32 O=32 residual=1 act=gelu", "dense"},
 };
 
 static void test_ops_round_trip(void **state)
@@ -154,6 +156,22 @@ static void test_golden_keys(void **state)
     named = s_op("depthwise_conv2d N=1 C=32 H=56 W=56 R=3 S=3 pad=1 bias=1 "
                  "clip=0,6");
     assert_string_equal(hdr->canonical, named->canonical);
+    kl_workload_free(&hdr);
+    kl_workload_free(&named);
+    /* residual=1 on matmul and dense: Res, the output's shape, after the
+     * bias and before the activation; the name ends "_res" */
+    hdr = s_op("C[i,j] += A[i,k] * B[k,j] | + bias[j] | + Res[i,j] | relu "
+               "where i=4, j=8, k=3");
+    named = s_op("matmul M=4 N=8 K=3 bias=1 residual=1 relu=1");
+    assert_string_equal(hdr->canonical, named->canonical);
+    assert_string_equal(named->name, "matmul_4_8_3_bias_res_relu");
+    kl_workload_free(&hdr);
+    kl_workload_free(&named);
+    hdr = s_op("Y[n,o] += X[n,i] * W[o,i] | + b[o] | + Res[n,o] where n=2, "
+               "o=5, i=3; W: const f32[5,3], b: const f32[5]");
+    named = s_op("dense N=2 I=3 O=5 residual=1");
+    assert_string_equal(hdr->canonical, named->canonical);
+    assert_string_equal(named->name, "dense_2_3_5_bias_res");
     kl_workload_free(&hdr);
     kl_workload_free(&named);
     hdr = s_op("Y[d0,d1] = X[d0,d1] | clip(-0.5, 6) where d0=2, d1=3");
