@@ -2,6 +2,7 @@
  * part of the public contract). Calls go down only, from the top:
  *   codegen_cpu.c          kl_codegen_c, kl_codegen_reference (entries)
  *   codegen_wino.c         Winograd kernels around a nested product
+ *   codegen_dw.c           depthwise convolution kernels
  *   codegen_c.c            the scheduled nest (kl_codegen__emit_function)
  *   codegen_pack.c         the loops that fill packed buffers, prepare
  *   codegen_expr.c         tensor reads, the body, guards, epilogues
@@ -202,5 +203,10 @@ void kl_codegen__emit_function(cg_t *g, const char *entry);
 /* A Winograd kernel (codegen_wino.c): the derived product's nest as
  * ENTRY_gemm, wrapped in the transforms as ENTRY and ENTRY_prepare. */
 int kl_codegen__emit_winograd(cg_t *g, const char *entry);
+/* Depthwise kernels (codegen_dw.c): the family that the outermost loop's
+ * pragma_dw annotation names (rules_cpu_dw.c), 0 for none; the kernel
+ * of that family as ENTRY (and ENTRY_prepare for channel vectors). */
+int kl_codegen__dw_family(const kl_sched_t *s);
+int kl_codegen__emit_dw(cg_t *g, const char *entry);
 
 #endif
