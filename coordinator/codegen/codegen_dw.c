@@ -107,6 +107,45 @@ static int s_params(cg_t *g, dwk_t *k)
     return KL_OK;
 }
 
+/* Channel vectors with 16 lanes: the staging rows' pixels (the width
+ * in whole vectors). */
+static int64_t s_qx(const dwk_t *k)
+{
+    return (k->z.q + 15) / 16 * 16;
+}
+
+/* Channel vectors with 16 lanes: the task's staged rows back to NCHW, 16
+ * pixels x 16 channels through kl_tr16, the first nl channels. */
+static void s_unstage(cg_t *g, const dwk_t *k, const char *nl)
+{
+    const kl_dw_t *z = &k->z;
+    long long Q = z->q, PQ = z->p * z->q, QX = s_qx(k);
+    kl_codegen__c_line(g, "for (int64_t yy = 0; yy < y_hi - y_lo; ++yy) {");
+    g->ind++;
+    kl_codegen__c_line(
+        g, "float *kl_yr = %s + ((n * %lld + c) * %lld + y_lo + yy) * %lld;",
+        g->w->tensors[z->y].name, (long long)z->c, (long long)z->p, Q);
+    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", Q);
+    g->ind++;
+    kl_codegen__c_line(g, "kl_v16 v[16];");
+    kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l)");
+    kl_codegen__c_line(
+        g, "    v[l] = kl_ld16(kl_ob + (yy * %lld + x0 + l) * 16);", QX);
+    kl_codegen__c_line(g, "kl_tr16(v);");
+    kl_codegen__c_line(g, "for (int64_t l = 0; l < %s; ++l)", nl);
+    if (Q % 16 == 0)
+        kl_codegen__c_line(g, "    kl_st16(kl_yr + l * %lld + x0, v[l]);", PQ);
+    else
+        kl_codegen__c_line(g,
+                           "    memcpy(kl_yr + l * %lld + x0, &v[l], "
+                           "(size_t)kl_mini(16, %lld - x0) * 4);",
+                           PQ, Q);
+    g->ind--;
+    kl_codegen__c_line(g, "}");
+    g->ind--;
+    kl_codegen__c_line(g, "}");
+}
+
 /* Input rows a task of yb output rows reads. */
 static int64_t s_task_rows(const dwk_t *k)
 {
@@ -213,6 +252,24 @@ static bool s_tap_row(const dwk_t *k, int64_t i, int64_t j, int64_t *r)
     return *r < k->z.r;
 }
 
+/* Channel vectors: a tile's pixel (y, x) of L channels, after its
+ * epilogue, to NCHW: with 16 lanes into the task's staging rows (kl_ob,
+ * [rows][QX][16]) that s_unstage turns back; lane by lane otherwise. */
+static void s_store_chan(cg_t *g, const dwk_t *k, const char *var,
+                         const char *nl)
+{
+    if (k->L == 16) {
+        kl_codegen__c_line(g, "(void)kl_o;");
+        kl_codegen__c_line(g,
+                           "kl_st16(kl_ob + ((y - y_lo) * %lld + x) * 16, %s);",
+                           (long long)s_qx(k), var);
+        return;
+    }
+    kl_codegen__c_line(g, "for (int64_t l = 0; l < %s; ++l)", nl);
+    kl_codegen__c_line(g, "    kl_o[l * %lld] = %s[l];",
+                       (long long)(k->z.p * k->z.q), var);
+}
+
 /* One register tile: nr output rows from y0, nv vectors (row vectors)
  * or pixels (channel vectors) from x0, the last vector's lanes (row
  * vectors) last; loads, multiply-adds, epilogue, stores. */
@@ -299,9 +356,7 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
                 bool full = z->c % L == 0;
                 snprintf(nl, sizeof nl, full ? "%d" : "kl_nl", L);
                 s_epilogue(g, k, var, z->it[1], nl, full);
-                kl_codegen__c_line(g, "for (int64_t l = 0; l < %s; ++l)", nl);
-                kl_codegen__c_line(g, "    kl_o[l * %lld] = %s[l];",
-                                   (long long)(z->p * z->q), var);
+                s_store_chan(g, k, var, nl);
             }
             g->ind--;
             kl_codegen__c_line(g, "}");
@@ -387,6 +442,15 @@ static void s_pack_row_chan(cg_t *g, const dwk_t *k)
     if (k->wp > pw + W)
         kl_codegen__c_line(g, "memset(kl_d + %lld, 0, %lld);", (pw + W) * L,
                            (k->wp - pw - W) * L * 4);
+    if (L == 16) {
+        kl_codegen__c_line(g, "const float *src = kl_s;");
+        kl_codegen__c_line(g, "const int64_t c0 = c;");
+        kl_codegen__c_line(g, "(void)c0;");
+        kl_codegen__rows_to_pixels(g, g->w->tensors[z->x].name, z->c,
+                                   z->h * z->w, W, z->n * z->c * z->h * W,
+                                   "kl_d", pw, 16);
+        return;
+    }
     kl_codegen__c_line(g, "for (int64_t l = 0; l < %lld; ++l) {", L);
     g->ind++;
     kl_codegen__c_line(g, "float *kl_e = kl_d + %lld + l;", pw * L);
@@ -466,6 +530,8 @@ static void s_task(cg_t *g, const dwk_t *k)
         g->ind--;
         kl_codegen__c_line(g, "}");
     }
+    if (!row && L == 16)
+        s_unstage(g, k, z->c % 16 ? "kl_nl" : "16");
 }
 
 /* Channel vectors' ENTRY_prepare: the weights to [C/L][R][S][L]. */
@@ -515,6 +581,8 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
                   w->name ? w->name : "a depthwise convolution",
                   row ? "row vectors" : "channel vectors", (long long)k.rt,
                   (long long)k.xt, row ? "lanes" : "pixels", (long long)k.yb);
+    if (!row && k.L == 16)
+        kl_codegen__transpose16_fn(g);
     if (!row)
         s_prepare(g, &k, entry);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
@@ -532,6 +600,10 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     kl_codegen__c_line(
         g, "float *kl_buf = kl_alloc(%lld);",
         (long long)(s_task_rows(&k) * (row ? k.rs : k.wp * k.L)));
+    bool stage = !row && k.L == 16;
+    if (stage)
+        kl_codegen__c_line(g, "float *kl_ob = kl_alloc(%lld);",
+                           (long long)(k.yb * s_qx(&k) * 16));
     kl_codegen__c_line(g, "#pragma omp for schedule(static)");
     kl_codegen__c_line(g, "for (int64_t t = 0; t < %lld; ++t) {",
                        (long long)(z->n * k.cb * k.nb));
@@ -540,6 +612,8 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     g->ind--;
     kl_codegen__c_line(g, "}");
     kl_codegen__c_line(g, "free(kl_buf);");
+    if (stage)
+        kl_codegen__c_line(g, "free(kl_ob);");
     g->ind--;
     kl_codegen__c_line(g, "}");
     kl_buf_puts(&g->b, "}\n");
