@@ -62,11 +62,12 @@ int kl_codegen__dw_family(const kl_sched_t *s)
     return 0;
 }
 
-/* The extent of the loop part with stride 1 over iterator it below the
- * outermost loop, or 0. */
+/* The extent of the innermost loop part with stride 1 over iterator it
+ * below the outermost loop (the register tile's: with a tile of 1 row,
+ * the loop of tiles above it has stride 1 too), or 0. */
 static int64_t s_inner(const kl_sched_t *s, int it)
 {
-    for (int p = 1; p < kl_sched_nloops(s); p++) {
+    for (int p = kl_sched_nloops(s) - 1; p >= 1; p--) {
         const kl_loop_t *l = kl_sched_loop(s, p);
         for (int q = 0; q < l->nparts; q++)
             if (l->parts[q].iter == it && l->parts[q].stride == 1)

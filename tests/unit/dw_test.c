@@ -25,6 +25,7 @@
 #include "kl_test_tmp.h"
 #include "kl_trace.h"
 #include "kl_util.h"
+#include "space_fx.h"
 #include "wl_fx.h"
 
 /* The family a schedule's pragma_dw annotation names (0: none). */
@@ -92,18 +93,14 @@ static void test_space(void **state)
     };
     for (int o = 0; o < 4; o++) {
         kl_workload_t *w = fx_wl(ops[o]);
-        kl_space_t *sp = NULL;
+        kl_space_t *sp = fx_space(w, "cpu/x86_64-avx512");
         char err[KL_ERRMSG_LEN];
-        assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
-                         KL_OK);
         kl_rng_t rng;
         kl_rng_seed(&rng, 3);
         int per[3] = {0};
         for (int i = 0; i < 40; i++) {
             kl_trace_t *tr = NULL;
-            kl_sched_t *s = NULL;
-            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
-                fail_msg("%s: %s", ops[o], err);
+            kl_sched_t *s = fx_sample(sp, &rng, &tr);
             int f = s_family(s);
             assert_true(f >= 0 && f <= 2);
             per[f]++;
@@ -121,9 +118,17 @@ static void test_space(void **state)
                     kl_codegen_c(s2, kl_space_target(sp), "e", &k2, err),
                     KL_OK);
                 assert_string_equal(k1.source, k2.source);
-                if (f)
+                if (f) {
                     assert_non_null(strstr(
                         k1.source, f == 1 ? "row vectors" : "channel vectors"));
+                    /* The register tile is the innermost row loop's (a
+                     * tile of 1 row has a loop of tiles of stride 1 too):
+                     * 1 to 8 rows, never a whole block. */
+                    const char *t = strstr(k1.source, "tiles of ");
+                    assert_non_null(t);
+                    long rows = strtol(t + 9, NULL, 10);
+                    assert_true(rows >= 1 && rows <= (f == 1 ? 8 : 4));
+                }
                 kl_kernel_free(&k1);
                 kl_kernel_free(&k2);
                 kl_sched_destroy(&s2);
@@ -150,18 +155,15 @@ static void s_check(const char *op, const char *target, const char *dir,
 {
     enum { N = 3 };
     kl_workload_t *w = fx_wl(op);
-    kl_space_t *sp = NULL;
+    kl_space_t *sp = fx_space(w, target);
     char err[KL_ERRMSG_LEN];
-    assert_int_equal(kl_space_for_target(target, w, &sp, err), KL_OK);
     kl_rng_t rng;
     kl_rng_seed(&rng, seed);
     char *srcs[2 * N], *ents[2 * N];
     int n = 0, tries = 0, per[3] = {0};
     while (n < 2 * N && tries++ < 400) {
         kl_trace_t *tr = NULL;
-        kl_sched_t *s = NULL;
-        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
-            fail_msg("%s: %s", op, err);
+        kl_sched_t *s = fx_sample(sp, &rng, &tr);
         int f = s_family(s);
         if (f && per[f] < N) {
             per[f]++;
