@@ -46,18 +46,15 @@ static void test_takes(void **state)
     kl_dw_t z;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
-    assert_int_equal(z.n, 2);
-    assert_int_equal(z.c, 24);
-    assert_int_equal(z.h, 15);
-    assert_int_equal(z.w, 14);
-    assert_int_equal(z.r, 5);
-    assert_int_equal(z.s, 3);
-    assert_int_equal(z.sh, 2);
-    assert_int_equal(z.sw, 2);
-    assert_int_equal(z.dh, 1);
-    assert_int_equal(z.ph, 2);
-    assert_int_equal(z.p, 8); /* (15 + 4 - 5) / 2 + 1 */
-    assert_int_equal(z.q, 8); /* (14 + 4 - 3) / 2 + 1 */
+    /* Output 8 x 8: (15 + 4 - 5) / 2 + 1 rows, (14 + 4 - 3) / 2 + 1
+     * columns. */
+    const int64_t got[] = {z.n,  z.c,  z.h,  z.w,  z.r, z.s,
+                           z.sh, z.sw, z.dh, z.ph, z.p, z.q};
+    const int64_t want[] = {2, 24, 15, 14, 5, 3, 2, 2, 1, 2, 8, 8};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (got[i] != want[i])
+            fail_msg("field %zu: %lld, not %lld", i, (long long)got[i],
+                     (long long)want[i]);
     kl_workload_free(&w);
     w = fx_wl("depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 dilation=2 pad=2");
     assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
@@ -180,23 +177,7 @@ static void s_check(const char *op, const char *target, const char *dir,
         kl_trace_free(&tr);
     }
     assert_int_equal(n, 2 * N);
-    char *so = NULL;
-    if (kl_check_build_many((const char *const *)srcs, n, dir, &so, err))
-        fail_msg("%s: build: %s", op, err);
-    int rcs[2 * N];
-    double maxerr[2 * N];
-    if (kl_check_run_many(so, (const char *const *)ents, n, w, seed, 1e-4, 1e-4,
-                          maxerr, rcs, err))
-        fail_msg("%s: %s", op, err);
-    for (int i = 0; i < n; i++) {
-        if (rcs[i] != KL_OK || !(maxerr[i] < 1e-4))
-            fail_msg("%s: kernel %d (%s): rc %d, max error %g\n%s", op, i,
-                     ents[i], rcs[i], maxerr[i], srcs[i]);
-        free(srcs[i]);
-        free(ents[i]);
-    }
-    unlink(so);
-    free(so);
+    fx_check_kernels(srcs, ents, n, w, op, dir, seed, 1e-4);
     kl_space_destroy(&sp);
     kl_workload_free(&w);
 }
