@@ -2,6 +2,7 @@
  * part of the public contract). Calls go down only, from the top:
  *   codegen_cpu.c          kl_codegen_c, kl_codegen_reference (entries)
  *   codegen_wino.c         Winograd kernels around a nested product
+ *   codegen_dw.c           depthwise convolution kernels
  *   codegen_c.c            the scheduled nest (kl_codegen__emit_function)
  *   codegen_pack.c         the loops that fill packed buffers, prepare
  *   codegen_expr.c         tensor reads, the body, guards, epilogues
@@ -207,5 +208,21 @@ void kl_codegen__emit_function(cg_t *g, const char *entry);
 /* A Winograd kernel (codegen_wino.c): the derived product's nest as
  * ENTRY_gemm, wrapped in the transforms as ENTRY and ENTRY_prepare. */
 int kl_codegen__emit_winograd(cg_t *g, const char *entry);
+/* Appends `static inline void kl_tr16(kl_v16 *r)` (r[i][j] = r[j][i];
+ * guarded, so a file may hold it twice); codegen_wino.c. */
+void kl_codegen__transpose16_fn(cg_t *g);
+/* Emits the loop that turns one row (w floats) of 16 channels from c0
+ * (C variables src: channel c0's row, and c0) of tensor x (end floats;
+ * c channels, plane floats apart) into pixel vectors of 16 channels,
+ * through kl_tr16: pixel q goes to dst + (q + pw) * cs. Channels from c
+ * on read as zeros. */
+void kl_codegen__rows_to_pixels(cg_t *g, const char *x, long long c,
+                                long long plane, long long w, long long end,
+                                const char *dst, long long pw, long long cs);
+/* Depthwise kernels (codegen_dw.c): the family that the outermost loop's
+ * pragma_dw annotation names (rules_cpu_dw.c), 0 for none; the kernel
+ * of that family as ENTRY (and ENTRY_prepare for channel vectors). */
+int kl_codegen__dw_family(const kl_sched_t *s);
+int kl_codegen__emit_dw(cg_t *g, const char *entry);
 
 #endif

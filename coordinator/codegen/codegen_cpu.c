@@ -1,6 +1,7 @@
 /* codegen_cpu.c - the CPU target's entry points (kl_codegen.h): kl_codegen_c
- * chooses the tensorized generator, a Winograd kernel or the scheduled
- * nest (codegen_c.c) for a schedule; kl_codegen_reference is the naive
+ * chooses the tensorized generator, a Winograd kernel, a depthwise
+ * kernel (codegen_dw.c) or the scheduled nest (codegen_c.c) for a
+ * schedule; kl_codegen_reference is the naive
  * nest of a workload. The top of the C generator: it calls every part
  * below and nothing calls back up into it. */
 #include <stdlib.h>
@@ -158,10 +159,14 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     g->t = t;
     g->err = err;
     g->lin_ok = true;
-    int rc = s_setup(g);
-    if (!rc)
+    int rc = KL_OK;
+    if (kl_codegen__dw_family(s))
+        rc = kl_codegen__emit_dw(g, entry ? entry : "kl_main");
+    else
+        rc = s_setup(g);
+    if (!rc && !kl_codegen__dw_family(s))
         rc = kl_codegen__pack_setup(g);
-    if (!rc) {
+    if (!rc && !kl_codegen__dw_family(s)) {
         if (kl_sched_winograd_m(s))
             rc = kl_codegen__emit_winograd(g, entry ? entry : "kl_main");
         else

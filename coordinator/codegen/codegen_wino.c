@@ -258,10 +258,10 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
 }
 
 /* The 16 x 16 transpose the transforms use to turn rows of one channel
- * into vectors of 16 channels and back: four rounds of two-source
- * shuffles, each swapping one bit of the row index with the same bit of
- * the lane index. */
-static void s_transpose_fn(cg_t *g)
+ * into vectors of 16 channels and back (the depthwise channel vectors
+ * too, cg_priv.h): four rounds of two-source shuffles, each swapping one
+ * bit of the row index with the same bit of the lane index. */
+void kl_codegen__transpose16_fn(cg_t *g)
 {
     kl_buf_puts(&g->b,
                 "\n#ifndef KL_SHUF16\n#if defined(__clang__)\n"
@@ -340,36 +340,44 @@ static void s_input_copy(cg_t *g, const kl_workload_t *w, const kl_wino_t *z)
     kl_codegen__c_line(
         g, "const float *src = %s + ((n * %lld + c0) * %lld + y) * %lld;",
         X->name, C, H, W);
-    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", W);
+    kl_codegen__rows_to_pixels(g, X->name, C, H * W, W, end, "row", pw, CS);
+    s_close(g, 1);
+}
+
+void kl_codegen__rows_to_pixels(cg_t *g, const char *x, long long c,
+                                long long plane, long long w, long long end,
+                                const char *dst, long long pw, long long cs)
+{
+    kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += 16) {", w);
     g->ind++;
     kl_codegen__c_line(g, "kl_v16 v[16];");
     kl_codegen__c_line(g, "for (int l = 0; l < 16; ++l) {");
     g->ind++;
-    if (C % 16) {
+    if (c % 16) {
         kl_codegen__c_line(g, "v[l] = kl_bc16(0.0f);");
-        kl_codegen__c_line(g, "if (c0 + l >= %lld)", C);
+        kl_codegen__c_line(g, "if (c0 + l >= %lld)", c);
         kl_codegen__c_line(g, "    continue;");
     }
     /* A whole vector unless it would read past the end of X (the last
      * row of the last channel): the lanes past the row are never
      * stored. */
-    kl_codegen__c_line(g, "const float *s = src + l * %lld + x0;", H * W);
-    kl_codegen__c_line(g, "if (s + 16 <= %s + %lld) {", X->name, end);
+    kl_codegen__c_line(g, "const float *s = src + l * %lld + x0;", plane);
+    kl_codegen__c_line(g, "if (s + 16 <= %s + %lld) {", x, end);
     kl_codegen__c_line(g, "    v[l] = kl_ld16(s);");
     kl_codegen__c_line(g, "} else {");
     kl_codegen__c_line(g, "    kl_v16 t = kl_bc16(0.0f);");
-    kl_codegen__c_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);",
-                       X->name, end);
+    kl_codegen__c_line(g, "    memcpy(&t, s, (size_t)(%s + %lld - s) * 4);", x,
+                       end);
     kl_codegen__c_line(g, "    v[l] = t;");
     kl_codegen__c_line(g, "}");
     g->ind--;
     kl_codegen__c_line(g, "}");
     kl_codegen__c_line(g, "kl_tr16(v);");
     kl_codegen__c_line(g, "for (int64_t j = 0; j < 16 && x0 + j < %lld; ++j)",
-                       W);
-    kl_codegen__c_line(g, "    kl_st16(row + (x0 + j + %lld) * %lld, v[j]);",
-                       pw, CS);
-    s_close(g, 2);
+                       w);
+    kl_codegen__c_line(g, "    kl_st16(%s + (x0 + j + %lld) * %lld, v[j]);",
+                       dst, pw, cs);
+    s_close(g, 1);
 }
 
 /* Stores the 16 lanes of val at dst, or the first n (not a multiple of
@@ -579,7 +587,7 @@ int kl_codegen__emit_winograd(cg_t *g, const char *entry)
                   "wrapped in the transforms. */\n",
                   z.m, z.m, w->name ? w->name : "a convolution",
                   z.alpha * z.alpha);
-    s_transpose_fn(g);
+    kl_codegen__transpose16_fn(g);
     char *gemm = kl_xasprintf("%s_gemm", entry);
     g->nested = true;
     kl_codegen__emit_function(g, gemm);

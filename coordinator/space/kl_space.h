@@ -14,7 +14,8 @@
  * write cache (register-tile accumulators) at a sampled level, optional
  * packing of the reused operand(s), parallel fused outer tiles, a
  * vectorized innermost spatial loop, unrolled register tiles, auto-unroll
- * annotations.
+ * annotations; a float depthwise convolution also samples the row vector
+ * and channel vector families of rules_cpu_dw.c.
  *
  * CUDA (rules_cuda.c, postproc_cuda.c, kl_cuda_plan.h): blockIdx and
  * threadIdx tiles, virtual threads, shared-memory read caches, register

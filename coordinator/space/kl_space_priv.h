@@ -37,6 +37,13 @@ int kl_space__cpu_tz_conv(const kl_workload_t *w, const kl_target_t *t,
  * = 0 and tr untouched otherwise. */
 int kl_space__cpu_bf16_open(const kl_workload_t *w, const kl_target_t *t,
                             kl_trace_t *tr, int *open, char *err);
+/* Float depthwise convolutions (kl_dw.h; rules_cpu_dw.c): opens a sampled
+ * choice of three on tr, the row vector and the channel vector families
+ * in the first two branches, and leaves tr in the third (*open = 2: the
+ * caller writes the generic schedule there and ends both); *open = 0 and
+ * tr untouched for any other workload. */
+int kl_space__cpu_dw_open(const kl_workload_t *w, const kl_target_t *t,
+                          kl_trace_t *tr, int *open, char *err);
 /* The CUDA rule program for w (rules_cuda.c); contract as the CPU's. */
 int kl_space__rules_cuda(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err);

@@ -667,6 +667,12 @@ int kl_space__rules_cpu(const kl_workload_t *w, const kl_target_t *t,
     int rc = KL_OK, open = 0;
     /* bf16 products: the tensorized schedule, or (else) the float ones. */
     rc = kl_space__cpu_bf16_open(w, t, tr, &open, err);
+    /* Depthwise convolutions: the row and channel vector families, or
+     * (else) the tiling below (rules_cpu_dw.c). */
+    int dw = 0;
+    if (!rc)
+        rc = kl_space__cpu_dw_open(w, t, tr, &dw, err);
+    open += dw;
     if (!rc && wino) {
         int64_t vals[3] = {0, 1, 2};
         double ps[3] = {0.4, 0.3, 0.3};

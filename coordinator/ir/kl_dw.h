@@ -1,0 +1,35 @@
+/* kl_dw.h - recognising a float depthwise convolution (depthwise_conv2d,
+ * NCHW, multiplier 1) and its shape, for the depthwise design space
+ * (rules_cpu_dw.c) and its generator (codegen_dw.c):
+ *
+ *   Y[n,c,y,x] += X[n,c,y*sh+r*dh-ph, x*sw+s*dw-pw] * W[c,0,r,s]
+ *       | epilogue (bias, residual, relu, clip, act=)
+ *
+ * any stride, dilation and padding (rows and columns apart), W constant,
+ * every tensor f32. The quantized form (qdepthwise_conv2d) and a channel
+ * multiplier above 1 are not recognised: they keep the generic schedules.
+ */
+#ifndef KL_DW_H
+#define KL_DW_H
+
+#include <stdint.h>
+
+#include "kl_ir.h"
+
+typedef struct {
+    int x, wt, y;   /* tensor indices: input, weights, output */
+    int it[6];      /* iterators n, c, y, x, r, s */
+    int64_t n, c;   /* batch, channels */
+    int64_t h, w;   /* input height, width */
+    int64_t p, q;   /* output height, width */
+    int64_t r, s;   /* window rows, columns */
+    int64_t sh, sw; /* strides */
+    int64_t dh, dw; /* dilations */
+    int64_t ph, pw; /* padding (top, left) */
+} kl_dw_t;
+
+/* Whether w is such a convolution: 0 and its shape in *info (may be
+ * NULL), or KL_ERR_UNSUPPORTED with the reason in err (may be NULL). */
+int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err);
+
+#endif

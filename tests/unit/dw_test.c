@@ -1,0 +1,220 @@
+/* Unit tests of the depthwise design space (rules_cpu_dw.c) and its
+ * generator (codegen_dw.c): which workloads kl_workload_depthwise takes,
+ * the families the CPU space samples for them (and for no other op), a
+ * record's trace replaying to the same source, and generated kernels of
+ * both families checked against the reference on awkward shapes (widths
+ * that are no multiple of the vector, channels that are no multiple of
+ * 16, strides, dilation, two images, every epilogue kind). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kl_check.h"
+#include "kl_codegen.h"
+#include "kl_dw.h"
+#include "kl_err.h"
+#include "kl_ir.h"
+#include "kl_sched.h"
+#include "kl_space.h"
+#include "kl_test_tmp.h"
+#include "kl_trace.h"
+#include "kl_util.h"
+#include "space_fx.h"
+#include "wl_fx.h"
+
+/* The family a schedule's pragma_dw annotation names (0: none). */
+static int s_family(const kl_sched_t *s)
+{
+    const kl_loop_t *l = kl_sched_loop(s, 0);
+    for (int i = 0; i < l->nannots; i++)
+        if (!strcmp(l->annots[i].key, "pragma_dw"))
+            return (int)l->annots[i].value;
+    return 0;
+}
+
+static void test_takes(void **state)
+{
+    (void)state;
+    kl_workload_t *w = fx_wl("depthwise_conv2d N=2 C=24 H=15 W=14 R=5 S=3 "
+                             "stride=2 pad=2 bias=1 relu=1");
+    kl_dw_t z;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    /* Output 8 x 8: (15 + 4 - 5) / 2 + 1 rows, (14 + 4 - 3) / 2 + 1
+     * columns. */
+    const int64_t got[] = {z.n,  z.c,  z.h,  z.w,  z.r, z.s,
+                           z.sh, z.sw, z.dh, z.ph, z.p, z.q};
+    const int64_t want[] = {2, 24, 15, 14, 5, 3, 2, 2, 1, 2, 8, 8};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (got[i] != want[i])
+            fail_msg("field %zu: %lld, not %lld", i, (long long)got[i],
+                     (long long)want[i]);
+    kl_workload_free(&w);
+    w = fx_wl("depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 dilation=2 pad=2");
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    assert_int_equal(z.dh, 2);
+    assert_int_equal(z.dw, 2);
+    kl_workload_free(&w);
+    static const char *const no[] = {
+        "depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1 multiplier=2",
+        "qdepthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1",
+        "conv2d N=1 C=8 H=14 W=14 K=8 R=3 S=3 pad=1 groups=8",
+        "matmul M=64 N=64 K=64",
+    };
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+        w = fx_wl(no[i]);
+        assert_int_equal(kl_workload_depthwise(w, NULL, err),
+                         KL_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err, "depthwise: "));
+        kl_workload_free(&w);
+    }
+}
+
+/* Depthwise workloads sample all three branches; other ops none of the
+ * two families. A sample's trace, printed and parsed back, replays to
+ * the same source. */
+static void test_space(void **state)
+{
+    (void)state;
+    static const char *const ops[] = {
+        "depthwise_conv2d N=1 C=40 H=28 W=28 R=3 S=3 pad=1 bias=1",
+        "conv2d N=1 C=16 H=14 W=14 K=16 R=3 S=3 pad=1",
+        "depthwise_conv2d N=1 C=16 H=14 W=14 R=3 S=3 pad=1 multiplier=2",
+        "matmul M=64 N=64 K=64",
+    };
+    for (int o = 0; o < 4; o++) {
+        kl_workload_t *w = fx_wl(ops[o]);
+        kl_space_t *sp = fx_space(w, "cpu/x86_64-avx512");
+        char err[KL_ERRMSG_LEN];
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 3);
+        int per[3] = {0};
+        for (int i = 0; i < 40; i++) {
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = fx_sample(sp, &rng, &tr);
+            int f = s_family(s);
+            assert_true(f >= 0 && f <= 2);
+            per[f]++;
+            if (o == 0 && i < 12) {
+                char *text = kl_trace_to_text(tr);
+                kl_trace_t *back = NULL;
+                kl_sched_t *s2 = NULL;
+                kl_kernel_t k1, k2;
+                assert_int_equal(kl_trace_from_text(text, &back, err), KL_OK);
+                assert_int_equal(kl_space_replay(sp, back, &s2, err), KL_OK);
+                assert_int_equal(s_family(s2), f);
+                assert_int_equal(
+                    kl_codegen_c(s, kl_space_target(sp), "e", &k1, err), KL_OK);
+                assert_int_equal(
+                    kl_codegen_c(s2, kl_space_target(sp), "e", &k2, err),
+                    KL_OK);
+                assert_string_equal(k1.source, k2.source);
+                if (f) {
+                    assert_non_null(strstr(
+                        k1.source, f == 1 ? "row vectors" : "channel vectors"));
+                    /* The register tile is the innermost row loop's (a
+                     * tile of 1 row has a loop of tiles of stride 1 too):
+                     * 1 to 8 rows, never a whole block. */
+                    const char *t = strstr(k1.source, "tiles of ");
+                    assert_non_null(t);
+                    long rows = strtol(t + 9, NULL, 10);
+                    assert_true(rows >= 1 && rows <= (f == 1 ? 8 : 4));
+                }
+                kl_kernel_free(&k1);
+                kl_kernel_free(&k2);
+                kl_sched_destroy(&s2);
+                kl_trace_free(&back);
+                free(text);
+            }
+            kl_sched_destroy(&s);
+            kl_trace_free(&tr);
+        }
+        if (o == 0 && (per[1] < 8 || per[2] < 8 || per[0] < 1))
+            fail_msg("%s: %d generic, %d row, %d channel samples of 40", ops[o],
+                     per[0], per[1], per[2]);
+        if (o > 0)
+            assert_int_equal(per[1] + per[2], 0);
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+}
+
+/* N kernels of each family of op on target, built together and checked
+ * against the reference. */
+static void s_check(const char *op, const char *target, const char *dir,
+                    uint64_t seed)
+{
+    enum { N = 3 };
+    kl_workload_t *w = fx_wl(op);
+    kl_space_t *sp = fx_space(w, target);
+    char err[KL_ERRMSG_LEN];
+    kl_rng_t rng;
+    kl_rng_seed(&rng, seed);
+    char *srcs[2 * N], *ents[2 * N];
+    int n = 0, tries = 0, per[3] = {0};
+    while (n < 2 * N && tries++ < 400) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = fx_sample(sp, &rng, &tr);
+        int f = s_family(s);
+        if (f && per[f] < N) {
+            per[f]++;
+            char entry[32];
+            snprintf(entry, sizeof entry, "kl_dw%d", n);
+            kl_kernel_t k;
+            if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
+                fail_msg("%s: %s", op, err);
+            assert_int_equal(k.prepare, f == 2);
+            srcs[n] = k.source;
+            ents[n++] = k.entry;
+        }
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    assert_int_equal(n, 2 * N);
+    fx_check_kernels(srcs, ents, n, w, op, dir, seed, 1e-4);
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
+/* Generated kernels of both families against the reference. */
+static void test_kernels(void **state)
+{
+    (void)state;
+    static const char *const ops[] = {
+        "depthwise_conv2d N=2 C=24 H=14 W=14 R=3 S=3 pad=1 bias=1 relu=1",
+        "depthwise_conv2d N=2 C=40 H=28 W=28 R=5 S=5 stride=2 pad=2 bias=1 "
+        "clip=0,6",
+        "depthwise_conv2d N=2 C=17 H=7 W=7 R=5 S=5 pad=2 bias=1 act=silu",
+        "depthwise_conv2d N=2 C=24 H=56 W=56 R=3 S=3 stride=2 pad=1 "
+        "act=hard_swish",
+        "depthwise_conv2d N=1 C=8 H=112 W=112 R=3 S=3 pad=1 bias=1",
+        "depthwise_conv2d N=2 C=20 H=29 W=31 R=3 S=3 stride=2 bias=1 "
+        "residual=1 relu=1",
+        "depthwise_conv2d N=2 C=16 H=14 W=15 R=3 S=3 dilation=2 pad=2 "
+        "act=sigmoid",
+    };
+    char dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-dw-test-XXXXXX"));
+    for (int o = 0; o < (int)(sizeof ops / sizeof *ops); o++)
+        s_check(ops[o], "cpu", dir, 11 + (uint64_t)o);
+    /* 8 lanes (avx2): the same shapes in half-width vectors. */
+    s_check(ops[0], "cpu/x86_64-avx2", dir, 7);
+    s_check(ops[1], "cpu/x86_64-avx2", dir, 8);
+    kl_test_rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_takes),
+        cmocka_unit_test(test_space),
+        cmocka_unit_test(test_kernels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
