@@ -160,6 +160,10 @@ void kl_codegen__epilogue(cg_t *g, const char *var, int lane);
  * vector symbol, relu and clip as vector max / min, activations in their
  * vector forms; the same values as kl_codegen__epilogue lane by lane. */
 void kl_codegen__epilogue_vec(cg_t *g, const char *var);
+/* One operation of it on the vector var of L lanes; tv is the C vector
+ * expression of a tensor operation's operand (unused by the others). */
+void kl_codegen__epilogue_vec_op(cg_t *g, const kl_epilogue_t *ep,
+                                 const char *var, int L, const char *tv);
 /* The same for operations from .. to - 1 only. */
 void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
                                 int to);

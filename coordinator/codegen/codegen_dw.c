@@ -194,12 +194,12 @@ static void s_epilogue(cg_t *g, const dwk_t *k, const char *var, int vit,
             char op = ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*';
             const char *tn = w->tensors[ep->access.tensor].name;
             s_index(w, &k->z, &ep->access, vit, &a, &fc);
-            if (!fc) {
-                kl_codegen__c_line(g, "%s = %s %c %s[%s];", var, var, op, tn,
-                                   a.data);
-            } else if (fc == 1 && full) {
-                kl_codegen__c_line(g, "%s = %s %c kl_ld%d(%s + %s);", var, var,
-                                   op, L, tn, a.data);
+            if (!fc || (fc == 1 && full)) {
+                kl_buf_t tv = {0};
+                kl_buf_printf(&tv, !fc ? "kl_bc%d(%s[%s])" : "kl_ld%d(%s + %s)",
+                              L, tn, a.data);
+                kl_codegen__epilogue_vec_op(g, ep, var, L, tv.data);
+                kl_buf_free(&tv);
             } else {
                 kl_codegen__c_line(g, "{");
                 kl_codegen__c_line(g, "    kl_v%d kl_e = kl_bc%d(0.0f);", L, L);
@@ -212,30 +212,8 @@ static void s_epilogue(cg_t *g, const dwk_t *k, const char *var, int vit,
             }
             break;
         }
-        case KL_EPI_RELU:
-            kl_codegen__c_line(g, "%s = kl_max%d(%s, kl_bc%d(0.0f));", var, L,
-                               var, L);
-            break;
-        case KL_EPI_CLIP:
-            kl_codegen__c_line(
-                g,
-                "%s = kl_min%d(kl_max%d(%s, kl_bc%d((float)%.17g)"
-                "), kl_bc%d((float)%.17g));",
-                var, L, L, var, L, ep->lo, L, ep->hi);
-            break;
-        case KL_EPI_ACT:
-            if (kl_codegen__act_vec(&a, ep, L, var)) {
-                kl_codegen__c_line(g, "%s = %s;", var, a.data);
-            } else {
-                char lane[48];
-                snprintf(lane, sizeof lane, "%s[e]", var);
-                kl_codegen__act_c(&a, ep, lane);
-                kl_codegen__c_line(g, "for (int e = 0; e < %d; ++e)", L);
-                kl_codegen__c_line(g, "    %s[e] = %s;", var, a.data);
-            }
-            break;
-        default: /* the constants: a scalar operand as for one lane */
-            kl_codegen__epilogue_op(g, w, ep, var, "");
+        default: /* relu, clip, the constants, the activations */
+            kl_codegen__epilogue_vec_op(g, ep, var, L, NULL);
             break;
         }
         kl_buf_free(&a);

@@ -495,43 +495,48 @@ static void s_epi_vec_load(cg_t *g, const kl_access_t *a, kl_buf_t *out)
     kl_buf_puts(out, "}");
 }
 
+void kl_codegen__epilogue_vec_op(cg_t *g, const kl_epilogue_t *ep,
+                                 const char *var, int L, const char *tv)
+{
+    kl_buf_t e = {0};
+    switch (ep->kind) {
+    case KL_EPI_ADD_TENSOR:
+    case KL_EPI_MUL_TENSOR:
+        kl_codegen__c_line(g, "%s = %s %c %s;", var, var,
+                           ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*', tv);
+        break;
+    case KL_EPI_ADD_CONST:
+    case KL_EPI_MUL_CONST:
+        kl_codegen__c_line(g, "%s = %s %c kl_bc%d((float)%.17g);", var, var,
+                           ep->kind == KL_EPI_ADD_CONST ? '+' : '*', L, ep->lo);
+        break;
+    case KL_EPI_RELU:
+        kl_codegen__c_line(g, "%s = kl_max%d(%s, kl_bc%d(0.0f));", var, L, var,
+                           L);
+        break;
+    case KL_EPI_CLIP:
+        kl_codegen__c_line(g,
+                           "%s = kl_min%d(kl_max%d(%s, kl_bc%d((float)%.17g)),"
+                           " kl_bc%d((float)%.17g));",
+                           var, L, L, var, L, ep->lo, L, ep->hi);
+        break;
+    case KL_EPI_ACT:
+        kl_codegen__act_vec(&e, ep, L, var);
+        kl_codegen__c_line(g, "%s = %s;", var, e.data);
+        break;
+    }
+    kl_buf_free(&e);
+}
+
 void kl_codegen__epilogue_vec(cg_t *g, const char *var)
 {
-    int L = g->lanes;
     for (int i = 0; i < g->w->nepi; i++) {
         const kl_epilogue_t *ep = &g->w->epi[i];
-        kl_buf_t e = {0};
-        switch (ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-        case KL_EPI_MUL_TENSOR:
-            s_epi_vec_load(g, &ep->access, &e);
-            kl_codegen__c_line(g, "%s = %s %c %s;", var, var,
-                               ep->kind == KL_EPI_ADD_TENSOR ? '+' : '*',
-                               e.data);
-            break;
-        case KL_EPI_ADD_CONST:
-        case KL_EPI_MUL_CONST:
-            kl_codegen__c_line(g, "%s = %s %c kl_bc%d((float)%.17g);", var, var,
-                               ep->kind == KL_EPI_ADD_CONST ? '+' : '*', L,
-                               ep->lo);
-            break;
-        case KL_EPI_RELU:
-            kl_codegen__c_line(g, "%s = kl_max%d(%s, kl_bc%d(0.0f));", var, L,
-                               var, L);
-            break;
-        case KL_EPI_CLIP:
-            kl_codegen__c_line(
-                g,
-                "%s = kl_min%d(kl_max%d(%s, kl_bc%d((float)%.17g)),"
-                " kl_bc%d((float)%.17g));",
-                var, L, L, var, L, ep->lo, L, ep->hi);
-            break;
-        case KL_EPI_ACT:
-            kl_codegen__act_vec(&e, ep, L, var);
-            kl_codegen__c_line(g, "%s = %s;", var, e.data);
-            break;
-        }
-        kl_buf_free(&e);
+        kl_buf_t t = {0};
+        if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)
+            s_epi_vec_load(g, &ep->access, &t);
+        kl_codegen__epilogue_vec_op(g, ep, var, g->lanes, t.data);
+        kl_buf_free(&t);
     }
 }
 

@@ -24,14 +24,11 @@
  * Usage: bench_membound --lib-dir DIR [--max-intensity F] [--rounds N]
  *                       [--workdir DIR]
  */
-#include <dlfcn.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench_tune_util.h"
 #include "kl_err.h"
@@ -44,33 +41,13 @@ static void s_die(const char *what, const char *why)
     exit(2);
 }
 
-/* Compiles DIR/file into workdir and returns entry and entry_prepare. */
+/* Compiles DIR/file into workdir and returns entry and its prepare step. */
 static bt_kernel_t s_load(const char *dir, const char *file, const char *entry,
                           const char *workdir)
 {
     char *c = kl_xasprintf("%s/%s", dir, file);
-    char *so = kl_xasprintf("%s/%s.so", workdir, file);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execlp("cc", "cc", "-O3", "-march=native", "-fopenmp", "-shared",
-               "-fPIC", "-o", so, c, "-lm", (char *)NULL);
-        _exit(127);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) ||
-        WEXITSTATUS(st))
-        s_die(c, "cc failed");
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        s_die(so, dlerror());
-    char *pn = kl_xasprintf("%s_prepare", entry);
-    bt_kernel_t k = {.fn = (bt_kernel_fn)dlsym(h, entry),
-                     .prepare = (kl_abi_prepare_fn)dlsym(h, pn)};
-    if (!k.fn)
-        s_die(so, "no entry");
-    free(pn);
+    bt_kernel_t k = bt_load_entry(c, workdir, entry);
     free(c);
-    free(so);
     return k;
 }
 

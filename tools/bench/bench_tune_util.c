@@ -128,7 +128,7 @@ void bt_force_core(char **argv, const char *core, const char *why)
     perror("bench: re-exec failed");
 }
 
-bt_kernel_t bt_load_source(const char *c, const char *workdir)
+bt_kernel_t bt_load_entry(const char *c, const char *workdir, const char *entry)
 {
     char err[KL_ERRMSG_LEN];
     const char *base = strrchr(c, '/') ? strrchr(c, '/') + 1 : c;
@@ -149,12 +149,17 @@ bt_kernel_t bt_load_source(const char *c, const char *workdir)
     if (!h)
         s_die(so, dlerror());
     bt_kernel_t k;
-    *(void **)&k.fn = dlsym(h, "kl_main");
+    *(void **)&k.fn = dlsym(h, entry);
     if (!k.fn)
-        s_die(so, "no kl_main");
-    k.prepare = kl_abi_find_prepare(h, "kl_main");
+        s_die(so, "no entry symbol in it");
+    k.prepare = kl_abi_find_prepare(h, entry);
     free(so);
     return k;
+}
+
+bt_kernel_t bt_load_source(const char *c, const char *workdir)
+{
+    return bt_load_entry(c, workdir, "kl_main");
 }
 
 bt_kernel_t bt_load_best(const bt_run_t *r, const char *workdir)

@@ -60,6 +60,9 @@ bt_kernel_t bt_load_best(const bt_run_t *r, const char *workdir);
 /* Compiles C source file c (as the agent does) into workdir and returns
  * its kl_main and kl_main_prepare; exits with a message on error. */
 bt_kernel_t bt_load_source(const char *c, const char *workdir);
+/* The same for the entry symbol entry (and entry's prepare step). */
+bt_kernel_t bt_load_entry(const char *c, const char *workdir,
+                          const char *entry);
 
 /* The kernel's args for bufs (bt_alloc_bufs of w): w->ntensors + 1 slots,
  * the tensors, then the block of k's prepare. When k has a prepare, calls
