@@ -164,9 +164,6 @@ void kl_codegen__epilogue_vec(cg_t *g, const char *var);
  * expression of a tensor operation's operand (unused by the others). */
 void kl_codegen__epilogue_vec_op(cg_t *g, const kl_epilogue_t *ep,
                                  const char *var, int L, const char *tv);
-/* The same for operations from .. to - 1 only. */
-void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
-                                int to);
 /* One epilogue operation of w on var; idx is the flat index text of its
  * tensor read (*_TENSOR kinds). */
 void kl_codegen__epilogue_op(cg_t *g, const kl_workload_t *w,

@@ -110,7 +110,7 @@ static void s_store_vec(cg_t *g, int64_t k, bool vst)
     kl_codegen__c_line(g, "{");
     g->ind++;
     kl_codegen__c_line(g, "kl_v%d xs = acc%lld;", g->lanes, (long long)k);
-    if (s_max(g)) /* an empty window's -INFINITY is 0, lane by lane */
+    if (s_max(g)) /* an empty window's -INFINITY is 0 (a lane mask) */
         kl_codegen__c_line(g,
                            "xs = (kl_v%d)(~(xs == kl_bc%d(-INFINITY)) & "
                            "(kl_m%d)xs);",

@@ -449,13 +449,7 @@ void kl_codegen__guards(cg_t *g, bool spatial, bool reduce, kl_buf_t *out)
 
 void kl_codegen__epilogue(cg_t *g, const char *var, int lane)
 {
-    kl_codegen__epilogue_range(g, var, lane, 0, g->w->nepi);
-}
-
-void kl_codegen__epilogue_range(cg_t *g, const char *var, int lane, int from,
-                                int to)
-{
-    for (int i = from; i < to; i++) {
+    for (int i = 0; i < g->w->nepi; i++) {
         kl_buf_t idx = {0};
         const kl_epilogue_t *ep = &g->w->epi[i];
         if (ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_MUL_TENSOR)

@@ -125,24 +125,19 @@ static void s_vload(kl_buf_t *b, const kl_workload_t *w, const kl_access_t *a,
                     int it)
 {
     int64_t s = s_stride(w, a, it);
-    if (s == 0) {
+    if (s == 0)
         kl_buf_printf(b, "_mm512_set1_ps(t%d[", a->tensor);
-        s_bf16_offset(b, w, a);
-        kl_buf_puts(b, "])");
-    } else if (s == 1) {
+    else if (s == 1)
         kl_buf_printf(b, "_mm512_maskz_loadu_ps(m, t%d + ", a->tensor);
-        s_bf16_offset(b, w, a);
-        kl_buf_puts(b, ")");
-    } else {
+    else
         kl_buf_printf(b,
                       "_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, "
                       "_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, "
                       "6, 7, 8, 9, 10, 11, 12, 13, 14, 15), "
                       "_mm512_set1_epi32(%lld)), t%d + ",
                       (long long)s, a->tensor);
-        s_bf16_offset(b, w, a);
-        kl_buf_puts(b, ", 4)");
-    }
+    s_bf16_offset(b, w, a);
+    kl_buf_puts(b, s == 0 ? "])" : s == 1 ? ")" : ", 4)");
 }
 
 void kl_codegen__bf16_epilogue_vec(kl_buf_t *b, const kl_workload_t *w, int it,
@@ -182,7 +177,8 @@ void kl_codegen__bf16_epilogue_vec(kl_buf_t *b, const kl_workload_t *w, int it,
         }
     }
     int o = kl_workload_output(w);
-    if (s_stride(w, &w->out, it) == 1) {
+    int64_t ys = s_stride(w, &w->out, it);
+    if (ys == 1) {
         kl_buf_printf(b, "%s    _mm512_mask_storeu_ps(t%d + ", ind, o);
         s_bf16_offset(b, w, &w->out);
         kl_buf_printf(b, ", m, x);\n%s}\n", ind);
@@ -197,5 +193,5 @@ void kl_codegen__bf16_epilogue_vec(kl_buf_t *b, const kl_workload_t *w, int it,
     kl_buf_printf(b,
                   ";\n%s    for (int64_t q = 0; q < 16 && q < %s; q++)\n"
                   "%s        yp[q * %lldLL] = lane[q];\n%s}\n",
-                  ind, nv, ind, (long long)s_stride(w, &w->out, it), ind);
+                  ind, nv, ind, (long long)ys, ind);
 }
