@@ -39,10 +39,10 @@ typedef struct {
     const kl_model_t *m;
     const kl_kernel_t *kernels; /* [ntasks] */
     int *param;                 /* node -> its param index (inputs), -1 */
-    bool *view;    /* node -> a transpose that moves only dims of size 1 */
-    kl_buf_t decl; /* buffers, kernels' prototypes */
-    kl_buf_t run;  /* body of kiln_model_run */
-    kl_buf_t prun; /* body of kiln_model_run_profiled */
+    bool *view; /* node -> a transpose that moves only dims of size 1 */
+    kl_export__arena_t *arena; /* the intermediate values (b_I ...) */
+    kl_buf_t run;              /* body of kiln_model_run */
+    kl_buf_t prun;             /* body of kiln_model_run_profiled */
     kl_buf_t prep; /* body of s_prepare: one block per prepared layer */
     kl_export__param_t *params;
     int nparams, ninputs;
@@ -75,6 +75,15 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
 
 static void s_emit(s_gen_t *c, const char *name, int task, const char *code);
 
+/* Value NAME (b_I, bh_I, bn_I) of numel elements of type dt, in the
+ * arena (export_arena.c). */
+static void s_decl(s_gen_t *c, const char *name, kl_dtype dt, long long numel,
+                   const char *comment)
+{
+    kl_export__arena_decl(c->arena, name, kl_dtype_ctype(dt),
+                          numel * (long long)kl_dtype_size(dt), comment);
+}
+
 /* Node i's values as a reader that wants them NHWC (nhwc) or NCHW
  * reads them (kl_model_layout.c): i's own buffer when its layout is
  * that one or does not matter, else a copy in the other layout, made
@@ -104,11 +113,11 @@ static void s_inexpr(s_gen_t *c, int i, bool nhwc, char *out, size_t n)
     if (c->conv[i] & (nhwc ? 1 : 2))
         return;
     c->conv[i] |= nhwc ? 1 : 2;
-    kl_buf_printf(&c->decl, "static %s %s[%lld]; /* %s, %s */\n",
-                  kl_dtype_ctype(nd->dt), out, (long long)s_numel(nd), nd->name,
-                  nhwc ? "NHWC" : "NCHW");
     char name[KL_MODEL_MAX_NAME + 8];
     snprintf(name, sizeof name, "%s.%s", nd->name, nhwc ? "nhwc" : "nchw");
+    char what[KL_MODEL_MAX_NAME + 8];
+    snprintf(what, sizeof what, "%s, %s", nd->name, nhwc ? "NHWC" : "NCHW");
+    s_decl(c, out, nd->dt, (long long)s_numel(nd), what);
     int e = nd->dt == KL_DT_U8 || nd->dt == KL_DT_S8 ? 1 : 4;
     char *code = kl_xasprintf(
         "    s_to_%s(%s, %s, %lldLL, %lldLL, %lldLL, %d); /* %s */\n",
@@ -147,6 +156,7 @@ static int s_new_param(s_gen_t *c, const char *name, const char *what, int ndim,
  * kiln_model_run_profiled between two readings of the clock. */
 static void s_emit(s_gen_t *c, const char *name, int task, const char *code)
 {
+    kl_export__arena_use(c->arena, c->nlayers, code);
     kl_buf_puts(&c->run, code);
     kl_buf_printf(&c->prun,
                   "    t = s_now();\n%s    layer_s[%d] = s_now() - t;\n", code,
@@ -368,8 +378,9 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
                          c->src, nd->name, kl_dtype_name(x->dt));
     char in[64];
     s_inexpr(c, nd->in[0], false, in, sizeof in);
-    kl_buf_printf(&c->decl, "static float b_%d[%lld]; /* %s */\n", i,
-                  (long long)s_numel(nd), nd->name);
+    char bn[32];
+    snprintf(bn, sizeof bn, "b_%d", i);
+    s_decl(c, bn, KL_DT_F32, (long long)s_numel(nd), nd->name);
     kl_buf_t b = {0};
     kl_buf_printf(&b,
                   "    { /* %s */\n        static const long long "
@@ -449,9 +460,10 @@ static int s_layer(s_gen_t *c, int i, char *err)
         return KL_OK;
     if (c->qf[i].kind != KL_QF_NONE) {
         int q = c->qf[i].q;
-        kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
-                      kl_dtype_ctype(c->g->nodes[q].dt), q,
-                      (long long)s_numel(&c->g->nodes[q]), c->g->nodes[q].name);
+        char qn[32];
+        snprintf(qn, sizeof qn, "b_%d", q);
+        s_decl(c, qn, c->g->nodes[q].dt, (long long)s_numel(&c->g->nodes[q]),
+               c->g->nodes[q].name);
         char in[2][64], out[64];
         const char *ins[2] = {in[0], in[1]};
         for (int k = 0; k < nd->nin; k++)
@@ -463,8 +475,9 @@ static int s_layer(s_gen_t *c, int i, char *err)
         free(code);
         return KL_OK;
     }
-    kl_buf_printf(&c->decl, "static %s b_%d[%lld]; /* %s */\n",
-                  kl_dtype_ctype(nd->dt), i, (long long)s_numel(nd), nd->name);
+    char bn[32];
+    snprintf(bn, sizeof bn, "b_%d", i);
+    s_decl(c, bn, nd->dt, (long long)s_numel(nd), nd->name);
     if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
         s_qcast_call(c, i);
         return KL_OK;
@@ -604,8 +617,9 @@ static char *s_model_c(s_gen_t *c)
                           "(void *const *args);\n",
                           t);
     }
-    kl_buf_printf(&b, "\n%s\n%s%s", c->decl.data ? c->decl.data : "",
-                  kl_codegen_act_helpers(), kl_export__helpers_c);
+    kl_buf_puts(&b, "\n");
+    kl_export__arena_code(c->arena, &b);
+    kl_buf_printf(&b, "\n%s%s", kl_codegen_act_helpers(), kl_export__helpers_c);
     if (c->qcasts)
         kl_export__qcast_helpers(&b);
     for (int i = 0; i < g->n; i++)
@@ -698,6 +712,11 @@ static int s_gen(s_gen_t *c, const kl_model_params_t *ps, char **model_c,
     const kl_mgraph_t *g = c->g;
     s_inexpr(c, g->nout ? g->outputs[0] : g->n - 1, false, c->oex,
              sizeof c->oex);
+    /* the output lives on to the copy after the last layer */
+    kl_export__arena_use(c->arena, c->nlayers, c->oex);
+    /* KILN_EXPORT_NO_ARENA=1: one buffer per value (the tests' reference) */
+    const char *na = getenv("KILN_EXPORT_NO_ARENA");
+    kl_export__arena_plan(c->arena, !(na && !strcmp(na, "1")));
     int rc = kl_export__weights_plan(c->params, c->nparams, ps, c->src,
                                      &c->trained, err);
     if (rc)
@@ -712,7 +731,7 @@ static void s_gen_free(s_gen_t *c)
     free(c->view);
     free(c->qf);
     free(c->conv);
-    kl_buf_free(&c->decl);
+    kl_export__arena_free(c->arena);
     kl_buf_free(&c->run);
     kl_buf_free(&c->prun);
     kl_buf_free(&c->prep);
@@ -745,6 +764,7 @@ int kl_export_write_graph(const char *text, const char *source,
     c.view = kl_xcalloc((size_t)g.n, sizeof(bool));
     c.qf = kl_xcalloc((size_t)g.n, sizeof *c.qf);
     c.conv = kl_xcalloc((size_t)g.n, 1);
+    c.arena = kl_export__arena_new(g.n);
     kl_mgraph_qfuse_plan(&g, c.qf);
     char *model_c = NULL, **paths = NULL;
     int np = 0;

@@ -105,4 +105,26 @@ extern const char kl_export__amx_c[];
  * saturated to the type (NaN to its lowest); (x - zp) * scale back. */
 void kl_export__qcast_helpers(kl_buf_t *b);
 
+/* The arena of kiln_model.c's intermediate values (export_arena.c): the
+ * values b_I, bh_I and bn_I of a graph of nnodes nodes, declared with
+ * their C element type and size; each layer's code, in order, to find
+ * where each value is alive; then kl_export__arena_plan gives each an
+ * offset (values alive at the same layer never share bytes; with share
+ * false none do: one buffer per value) and returns
+ * the arena's size, and kl_export__arena_code writes the arena and one
+ * #define per value. _sum: the bytes one buffer per value would take;
+ * _offset: a value's offset after the plan, -1 for an undeclared name. */
+typedef struct kl_export__arena kl_export__arena_t;
+kl_export__arena_t *kl_export__arena_new(int nnodes);
+void kl_export__arena_free(kl_export__arena_t *a);
+void kl_export__arena_decl(kl_export__arena_t *a, const char *name,
+                           const char *ctype, long long bytes,
+                           const char *comment);
+void kl_export__arena_use(kl_export__arena_t *a, int layer, const char *code);
+long long kl_export__arena_plan(kl_export__arena_t *a, bool share);
+long long kl_export__arena_sum(const kl_export__arena_t *a);
+long long kl_export__arena_offset(const kl_export__arena_t *a,
+                                  const char *name);
+void kl_export__arena_code(const kl_export__arena_t *a, kl_buf_t *b);
+
 #endif
