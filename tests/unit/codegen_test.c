@@ -394,6 +394,67 @@ static void test_channel_blocks(void **state)
     kl_workload_free(&w);
 }
 
+/* Whether the nest of source src has a loop (l...) over the whole
+ * reduction of 576 channels, or over 576 / b of them with a channel block
+ * b of 4, 8 or 16 innermost. */
+static bool s_whole_576(const char *src)
+{
+    for (const char *p = strstr(src, "for (int64_t l"); p;
+         p = strstr(p + 1, "for (int64_t l")) {
+        const char *lt = strstr(p, " < ");
+        long n = lt ? strtol(lt + 3, NULL, 10) : 0;
+        if (n == 576 || n == 144 || n == 72 || n == 36)
+            return true;
+    }
+    return false;
+}
+
+/* Channel vectors over a reduction of 576 (MobileNetV2's 1x1
+ * projection): besides tiles of 32 and 64, the whole reduction may stay
+ * in the register tile, whose accumulators are then never loaded back
+ * (no "if (!(" reload guard); three such samples are built and checked. */
+static void test_channel_whole_reduction(void **state)
+{
+    (void)state;
+    kl_workload_t *w = fx_wl("conv2d N=1 C=576 H=7 W=7 K=32 R=1 S=1 bias=1");
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 5);
+    char *srcs[3], *ents[3];
+    int nb = 0;
+    for (int i = 0; i < 200 && nb < 3; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("sample %d: %s", i, err);
+        char entry[32];
+        snprintf(entry, sizeof entry, "kl_w%d", i);
+        kl_kernel_t k;
+        if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
+            fail_msg("codegen %d: %s", i, err);
+        if (s_whole_576(k.source)) {
+            assert_null(strstr(k.source, "if (!("));
+            srcs[nb] = k.source;
+            ents[nb++] = k.entry;
+        } else {
+            kl_kernel_free(&k);
+        }
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    assert_int_equal(nb, 3);
+    s_check_many(w, srcs, ents, nb, "whole reduction");
+    for (int i = 0; i < nb; i++) {
+        free(srcs[i]);
+        free(ents[i]);
+    }
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+}
+
 static void test_codegen_errors(void **state)
 {
     (void)state;
@@ -512,6 +573,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_random_small_sweep),
         cmocka_unit_test(test_constant_prepared_once),
         cmocka_unit_test(test_channel_blocks),
+        cmocka_unit_test(test_channel_whole_reduction),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
