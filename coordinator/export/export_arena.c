@@ -60,7 +60,8 @@ void kl_export__arena_free(kl_export__arena_t *a)
     free(a);
 }
 
-static s_val_t *s_slot(kl_export__arena_t *a, const char *name)
+/* The slot of value NAME (PREFIX_I), or -1 when it names none. */
+static int s_slot(const kl_export__arena_t *a, const char *name)
 {
     for (int k = 0; k < 3; k++) {
         size_t pl = strlen(s_prefix[k]);
@@ -69,20 +70,19 @@ static s_val_t *s_slot(kl_export__arena_t *a, const char *name)
             continue;
         char *e;
         long i = strtol(name + pl + 1, &e, 10);
-        if (*e || i < 0 || i >= a->n)
-            return NULL;
-        return &a->v[k * a->n + i];
+        return *e || i < 0 || i >= a->n ? -1 : k * a->n + (int)i;
     }
-    return NULL;
+    return -1;
 }
 
 void kl_export__arena_decl(kl_export__arena_t *a, const char *name,
                            const char *ctype, long long bytes,
                            const char *comment)
 {
-    s_val_t *v = s_slot(a, name);
-    if (!v)
+    int k = s_slot(a, name);
+    if (k < 0)
         return;
+    s_val_t *v = &a->v[k];
     v->ctype = ctype;
     v->bytes = bytes > 0 ? bytes : 1;
     free(v->comment);
@@ -107,23 +107,15 @@ void kl_export__arena_use(kl_export__arena_t *a, int layer, const char *code)
             continue;
         memcpy(id, t, len);
         id[len] = 0;
-        s_val_t *v = s_slot(a, id);
-        if (!v)
+        int k = s_slot(a, id);
+        if (k < 0)
             continue;
+        s_val_t *v = &a->v[k];
         if (layer < v->first)
             v->first = layer;
         if (layer > v->last)
             v->last = layer;
     }
-}
-
-static int s_by_size(const void *x, const void *y, void *ctx)
-{
-    const s_val_t *v = ctx;
-    const s_val_t *p = &v[*(const int *)x], *q = &v[*(const int *)y];
-    if (p->bytes != q->bytes)
-        return p->bytes < q->bytes ? 1 : -1;
-    return *(const int *)x - *(const int *)y;
 }
 
 static bool s_alive_together(const s_val_t *p, const s_val_t *q)
@@ -132,16 +124,14 @@ static bool s_alive_together(const s_val_t *p, const s_val_t *q)
            q->first <= p->last;
 }
 
-/* qsort_r is GNU; an insertion sort keeps this portable and the values
- * are a few thousand at most. */
+/* The slots ix by decreasing size, a stable insertion sort (qsort would
+ * need the values as context; they are a few thousand at most). */
 static void s_sort(int *ix, int n, const s_val_t *v)
 {
     for (int i = 1; i < n; i++) {
         int x = ix[i], j = i;
-        while (j > 0 && s_by_size(&ix[j - 1], &x, (void *)v) > 0) {
+        for (; j > 0 && v[ix[j - 1]].bytes < v[x].bytes; j--)
             ix[j] = ix[j - 1];
-            j--;
-        }
         ix[j] = x;
     }
 }
@@ -191,8 +181,8 @@ long long kl_export__arena_sum(const kl_export__arena_t *a)
 
 long long kl_export__arena_offset(const kl_export__arena_t *a, const char *name)
 {
-    s_val_t *v = s_slot((kl_export__arena_t *)a, name);
-    return v && v->decl ? v->off : -1;
+    int k = s_slot(a, name);
+    return k >= 0 && a->v[k].decl ? a->v[k].off : -1;
 }
 
 void kl_export__arena_code(const kl_export__arena_t *a, kl_buf_t *b)

@@ -75,11 +75,13 @@ static void s_bufexpr(const s_gen_t *c, int i, char *out, size_t n)
 
 static void s_emit(s_gen_t *c, const char *name, int task, const char *code);
 
-/* Value NAME (b_I, bh_I, bn_I) of numel elements of type dt, in the
- * arena (export_arena.c). */
-static void s_decl(s_gen_t *c, const char *name, kl_dtype dt, long long numel,
-                   const char *comment)
+/* Value PREFIX_I (b_I, or the layout copies bh_I, bn_I) of numel
+ * elements of type dt, in the arena (export_arena.c). */
+static void s_decl(s_gen_t *c, const char *prefix, int i, kl_dtype dt,
+                   long long numel, const char *comment)
 {
+    char name[32];
+    snprintf(name, sizeof name, "%s_%d", prefix, i);
     kl_export__arena_decl(c->arena, name, kl_dtype_ctype(dt),
                           numel * (long long)kl_dtype_size(dt), comment);
 }
@@ -117,7 +119,7 @@ static void s_inexpr(s_gen_t *c, int i, bool nhwc, char *out, size_t n)
     snprintf(name, sizeof name, "%s.%s", nd->name, nhwc ? "nhwc" : "nchw");
     char what[KL_MODEL_MAX_NAME + 8];
     snprintf(what, sizeof what, "%s, %s", nd->name, nhwc ? "NHWC" : "NCHW");
-    s_decl(c, out, nd->dt, (long long)s_numel(nd), what);
+    s_decl(c, nhwc ? "bh" : "bn", i, nd->dt, (long long)s_numel(nd), what);
     int e = nd->dt == KL_DT_U8 || nd->dt == KL_DT_S8 ? 1 : 4;
     char *code = kl_xasprintf(
         "    s_to_%s(%s, %s, %lldLL, %lldLL, %lldLL, %d); /* %s */\n",
@@ -378,9 +380,7 @@ static int s_transpose_call(s_gen_t *c, int i, char *err)
                          c->src, nd->name, kl_dtype_name(x->dt));
     char in[64];
     s_inexpr(c, nd->in[0], false, in, sizeof in);
-    char bn[32];
-    snprintf(bn, sizeof bn, "b_%d", i);
-    s_decl(c, bn, KL_DT_F32, (long long)s_numel(nd), nd->name);
+    s_decl(c, "b", i, KL_DT_F32, (long long)s_numel(nd), nd->name);
     kl_buf_t b = {0};
     kl_buf_printf(&b,
                   "    { /* %s */\n        static const long long "
@@ -460,10 +460,8 @@ static int s_layer(s_gen_t *c, int i, char *err)
         return KL_OK;
     if (c->qf[i].kind != KL_QF_NONE) {
         int q = c->qf[i].q;
-        char qn[32];
-        snprintf(qn, sizeof qn, "b_%d", q);
-        s_decl(c, qn, c->g->nodes[q].dt, (long long)s_numel(&c->g->nodes[q]),
-               c->g->nodes[q].name);
+        s_decl(c, "b", q, c->g->nodes[q].dt,
+               (long long)s_numel(&c->g->nodes[q]), c->g->nodes[q].name);
         char in[2][64], out[64];
         const char *ins[2] = {in[0], in[1]};
         for (int k = 0; k < nd->nin; k++)
@@ -475,9 +473,7 @@ static int s_layer(s_gen_t *c, int i, char *err)
         free(code);
         return KL_OK;
     }
-    char bn[32];
-    snprintf(bn, sizeof bn, "b_%d", i);
-    s_decl(c, bn, nd->dt, (long long)s_numel(nd), nd->name);
+    s_decl(c, "b", i, nd->dt, (long long)s_numel(nd), nd->name);
     if (nd->op == KL_MOP_QUANTIZE || nd->op == KL_MOP_DEQUANTIZE) {
         s_qcast_call(c, i);
         return KL_OK;

@@ -197,24 +197,24 @@ static void s_tile(rule_t *r)
         int64_t vals[6];
         double ps[6];
         int n = 0;
-        /* Channel vectors may keep the whole reduction in the tile (a
-         * conv2d's 256 channels): its accumulators, stored lane by lane,
-         * are then never loaded back. */
         for (int i = 0; i < 5; i++)
-            if (ext % kc[i] == 0 && (ext > kc[i] || (r->fit && ext == kc[i]))) {
+            if (ext % kc[i] == 0 && ext > kc[i]) {
                 vals[n] = kc[i];
                 ps[n++] = kp[i];
             }
-        /* So may any other extent up to 1024 (MobileNetV2's 1x1
-         * projections reduce over 144, 384, 576 or 960 channels): split
-         * in 32s, every part reloaded and stored again each of the 16
-         * lanes of its accumulators at the output's stride, which cost
-         * more than the multiply-adds (0.32 ms for 576 -> 96 at 14x14,
-         * 68 GFLOP/s). */
-        if (r->fit && ext > 16 && ext <= 1024 && ext % 16 == 0 &&
-            (n == 0 || vals[n - 1] != ext)) {
+        /* A channel product may keep its whole reduction, up to 1024, in
+         * the tile (a conv2d's 256 channels, or MobileNetV2's 1x1
+         * projections over 144, 384, 576 or 960): its accumulators,
+         * stored lane by lane at the output's stride, are then never
+         * loaded back. Split in 32s, 576 -> 96 at 14x14 reloaded and
+         * stored them again every part and ran at 68 GFLOP/s. A whole
+         * extent that is a cache block keeps that block's probability. */
+        if (r->fit && ext > 16 && ext <= 1024 && ext % 16 == 0) {
+            double p = 0.35;
+            for (int i = 0; i < 5; i++)
+                p = kc[i] == ext ? kp[i] : p;
             vals[n] = ext;
-            ps[n++] = 0.35;
+            ps[n++] = p;
         }
         if (n >= 2 || (n == 1 && vals[0] == ext)) {
             int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);

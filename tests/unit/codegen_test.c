@@ -348,34 +348,35 @@ static void test_constant_prepared_once(void **state)
     kl_workload_free(&w);
 }
 
-/* Channel vectors with blocks of input channels: some samples of a
- * conv2d whose channels fill vectors lay the input out [c / b][h][w][c %
- * b] and walk the block innermost; six of them are built and checked. */
-static void test_channel_blocks(void **state)
+/* Samples schedules of workload spec in the avx512 space (seeded with
+ * seed, at most tries of them), keeps the kernels whose source keep
+ * accepts until want are kept (exactly want must be), and builds and
+ * checks those against the reference; tag names their entries and the
+ * check. */
+static void s_sample_check(const char *spec, uint64_t seed, int tries, int want,
+                           bool (*keep)(const char *), const char *tag)
 {
-    (void)state;
-    kl_workload_t *w = fx_wl("conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1");
+    kl_workload_t *w = fx_wl(spec);
     kl_space_t *sp = NULL;
     char err[KL_ERRMSG_LEN];
     assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
                      KL_OK);
     kl_rng_t rng;
-    kl_rng_seed(&rng, 11);
-    char *srcs[6], *ents[6];
+    kl_rng_seed(&rng, seed);
+    char *srcs[8], *ents[8];
     int nb = 0;
-    /* 40% of a 3x3 convolution's samples are direct (rules_cpu.c). */
-    for (int i = 0; i < 120 && nb < 6; i++) {
+    assert_true(want <= 8);
+    for (int i = 0; i < tries && nb < want; i++) {
         kl_trace_t *tr = NULL;
         kl_sched_t *s = NULL;
         if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
             fail_msg("sample %d: %s", i, err);
         char entry[32];
-        snprintf(entry, sizeof entry, "kl_b%d", i);
+        snprintf(entry, sizeof entry, "kl_%s%d", tag, i);
         kl_kernel_t k;
         if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
             fail_msg("codegen %d: %s", i, err);
-        if (strstr(k.source, "channel blocks innermost")) {
-            assert_non_null(strstr(k.source, "for (int64_t qb = 0; qb < "));
+        if (keep(k.source)) {
             srcs[nb] = k.source;
             ents[nb++] = k.entry;
         } else {
@@ -384,8 +385,8 @@ static void test_channel_blocks(void **state)
         kl_sched_destroy(&s);
         kl_trace_free(&tr);
     }
-    assert_int_equal(nb, 6);
-    s_check_many(w, srcs, ents, nb, "channel blocks");
+    assert_int_equal(nb, want);
+    s_check_many(w, srcs, ents, nb, tag);
     for (int i = 0; i < nb; i++) {
         free(srcs[i]);
         free(ents[i]);
@@ -394,65 +395,53 @@ static void test_channel_blocks(void **state)
     kl_workload_free(&w);
 }
 
+/* A kernel that walks a block of input channels innermost. */
+static bool s_blocked(const char *src)
+{
+    if (!strstr(src, "channel blocks innermost"))
+        return false;
+    assert_non_null(strstr(src, "for (int64_t qb = 0; qb < "));
+    return true;
+}
+
+/* Channel vectors with blocks of input channels: some samples of a
+ * conv2d whose channels fill vectors lay the input out [c / b][h][w][c %
+ * b] and walk the block innermost; six of them are built and checked
+ * (40% of a 3x3 convolution's samples are direct, rules_cpu.c). */
+static void test_channel_blocks(void **state)
+{
+    (void)state;
+    s_sample_check("conv2d N=1 C=128 H=7 W=7 K=32 R=3 S=3 pad=1", 11, 120, 6,
+                   s_blocked, "b");
+}
+
 /* Whether the nest of source src has a loop (l...) over the whole
  * reduction of 576 channels, or over 576 / b of them with a channel block
- * b of 4, 8 or 16 innermost. */
+ * b of 4, 8 or 16 innermost; such a nest never reloads its accumulators
+ * (no "if (!(" guard). */
 static bool s_whole_576(const char *src)
 {
     for (const char *p = strstr(src, "for (int64_t l"); p;
          p = strstr(p + 1, "for (int64_t l")) {
         const char *lt = strstr(p, " < ");
         long n = lt ? strtol(lt + 3, NULL, 10) : 0;
-        if (n == 576 || n == 144 || n == 72 || n == 36)
+        if (n == 576 || n == 144 || n == 72 || n == 36) {
+            assert_null(strstr(src, "if (!("));
             return true;
+        }
     }
     return false;
 }
 
 /* Channel vectors over a reduction of 576 (MobileNetV2's 1x1
  * projection): besides tiles of 32 and 64, the whole reduction may stay
- * in the register tile, whose accumulators are then never loaded back
- * (no "if (!(" reload guard); three such samples are built and checked. */
+ * in the register tile, whose accumulators are then never loaded back;
+ * three such samples are built and checked. */
 static void test_channel_whole_reduction(void **state)
 {
     (void)state;
-    kl_workload_t *w = fx_wl("conv2d N=1 C=576 H=7 W=7 K=32 R=1 S=1 bias=1");
-    kl_space_t *sp = NULL;
-    char err[KL_ERRMSG_LEN];
-    assert_int_equal(kl_space_for_target("cpu/x86_64-avx512", w, &sp, err),
-                     KL_OK);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, 5);
-    char *srcs[3], *ents[3];
-    int nb = 0;
-    for (int i = 0; i < 200 && nb < 3; i++) {
-        kl_trace_t *tr = NULL;
-        kl_sched_t *s = NULL;
-        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
-            fail_msg("sample %d: %s", i, err);
-        char entry[32];
-        snprintf(entry, sizeof entry, "kl_w%d", i);
-        kl_kernel_t k;
-        if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
-            fail_msg("codegen %d: %s", i, err);
-        if (s_whole_576(k.source)) {
-            assert_null(strstr(k.source, "if (!("));
-            srcs[nb] = k.source;
-            ents[nb++] = k.entry;
-        } else {
-            kl_kernel_free(&k);
-        }
-        kl_sched_destroy(&s);
-        kl_trace_free(&tr);
-    }
-    assert_int_equal(nb, 3);
-    s_check_many(w, srcs, ents, nb, "whole reduction");
-    for (int i = 0; i < nb; i++) {
-        free(srcs[i]);
-        free(ents[i]);
-    }
-    kl_space_destroy(&sp);
-    kl_workload_free(&w);
+    s_sample_check("conv2d N=1 C=576 H=7 W=7 K=32 R=1 S=1 bias=1", 5, 200, 3,
+                   s_whole_576, "w");
 }
 
 static void test_codegen_errors(void **state)

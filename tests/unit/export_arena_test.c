@@ -172,8 +172,9 @@ typedef struct {
 static int s_setup(void **state)
 {
     fx_t *fx = kl_xcalloc(1, sizeof *fx);
-    assert_non_null(
-        kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-export-arena-XXXXXX"));
+    char *dir =
+        kl_test_mkdtemp(fx->dir, sizeof fx->dir, "kiln-export-arena-XXXXXX");
+    assert_non_null(dir);
     *state = fx;
     return 0;
 }
