@@ -26,9 +26,11 @@
  *     the contents of a constant tensor.
  * A kernel without ENTRY_prepare ignores args[ntensors]. The time spent in
  * ENTRY_prepare is not part of a measured latency. A kernel may keep its
- * per-call scratch in the block too (a Winograd kernel does); calls that
- * share one block may still run at the same time: such a kernel then
- * gives the later call buffers of its own.
+ * per-call scratch in the block too (an int8 tensorized convolution with
+ * NCHW input does), or in the library's one scratch that all its kernels
+ * share (a Winograd kernel: kl_scratch_claim in the C prelude); calls
+ * that share one block or library may still run at the same time: such
+ * a kernel then gives the later call buffers of its own.
  */
 #ifndef KL_ABI_H
 #define KL_ABI_H

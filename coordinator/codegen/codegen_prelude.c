@@ -1,6 +1,7 @@
 /* codegen_prelude.c - the prelude every generated C kernel starts with
  * (cg_priv.h): the vector types and their loads, stores and max/min,
- * per-call scratch (kl_alloc) and prepared blocks (kl_alloc_block). */
+ * per-call scratch (kl_alloc, and the library's shared kl_scratch_claim)
+ * and prepared blocks (kl_alloc_block). */
 #include "cg_priv.h"
 
 const char kl_codegen__prelude[] =
@@ -48,4 +49,29 @@ const char kl_codegen__prelude[] =
     "  if (p) madvise(p, n, MADV_HUGEPAGE);\n"
     "#endif\n"
     "  return (float *)p; }\n"
+    "/* The library's per-call scratch: one object for all of its kernels\n"
+    " * (each translation unit's weak definition is the same one), so the\n"
+    " * layers of a model reuse lines still in cache instead of each writing\n"
+    " * its own. kl_scratch_claim(n): the scratch, grown to n bytes, or NULL\n"
+    " * while another call holds it (that call then allocates its own) or\n"
+    " * when memory ran out; kl_scratch_release gives it back. */\n"
+    "struct kl_scratch { int busy; size_t n; void *p; };\n"
+    "__attribute__((weak, visibility(\"hidden\"))) struct kl_scratch "
+    "kl_scratch_g;\n"
+    "static inline void *kl_scratch_claim(size_t n)\n"
+    "{ if (__atomic_exchange_n(&kl_scratch_g.busy, 1, __ATOMIC_ACQUIRE))\n"
+    "      return NULL;\n"
+    "  if (kl_scratch_g.n < n) {\n"
+    "      free(kl_scratch_g.p);\n"
+    "      kl_scratch_g.p = kl_alloc_block(n);\n"
+    "      kl_scratch_g.n = kl_scratch_g.p ? n : 0; }\n"
+    "  if (!kl_scratch_g.p)\n"
+    "      __atomic_store_n(&kl_scratch_g.busy, 0, __ATOMIC_RELEASE);\n"
+    "  return kl_scratch_g.p; }\n"
+    "static inline void kl_scratch_release(void)\n"
+    "{ __atomic_store_n(&kl_scratch_g.busy, 0, __ATOMIC_RELEASE); }\n"
+    "/* Freed when the library is unloaded (every unit's copy of this runs;\n"
+    " * the second finds nothing left). */\n"
+    "__attribute__((destructor)) static void kl_scratch_fini(void)\n"
+    "{ free(kl_scratch_g.p); kl_scratch_g.p = NULL; kl_scratch_g.n = 0; }\n"
     "#endif\n";
