@@ -28,6 +28,11 @@
  * reads is the vector at (x sw + s dw) L: one load per input pixel of the
  * tile, whichever taps read it. The results go to NCHW lane by lane.
  *
+ * Pooling (kl_dw.h: max_pool2d, avg_pool2d) runs through both families
+ * too, without weights: the padding holds -inf for a max (0 for a sum),
+ * the accumulators start there, and each tap is a max (or an add) in
+ * place of the multiply-add; avg's 1/(R S) is its epilogue.
+ *
  * Loops over the data have constant trip counts printed into the source. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +109,11 @@ static int s_params(cg_t *g, dwk_t *k)
     int64_t qv = (z->q + k->L - 1) / k->L * k->L;
     k->wph = qv + (z->s - 1) * z->dw / z->sw;
     k->rs = z->sw * k->wph;
+    /* The pixels the taps read, and at least the whole input row the
+     * pack copies (a stride-2 window of 2 over 11 columns reads 10). */
     k->wp = (z->q - 1) * z->sw + (z->s - 1) * z->dw + 1;
+    if (k->wp < z->pw + z->w)
+        k->wp = z->pw + z->w;
     return KL_OK;
 }
 
@@ -249,6 +258,26 @@ static void s_store_chan(cg_t *g, const dwk_t *k, const char *var,
                        (long long)(k->z.p * k->z.q), var);
 }
 
+/* One tap into accumulator a<j>_<v> from the input vector kl_t: times
+ * the weight at kl_w + w (a scalar, or a vector when vw), or a max or an
+ * add for a pooling. */
+static void s_tap(kl_buf_t *b, const dwk_t *k, int64_t j, int64_t v, int64_t w,
+                  bool vw)
+{
+    long long jj = (long long)j, vv = (long long)v;
+    if (k->z.pool == 1)
+        kl_buf_printf(b, " a%lld_%lld = kl_max%d(a%lld_%lld, kl_t);", jj, vv,
+                      k->L, jj, vv);
+    else if (k->z.pool)
+        kl_buf_printf(b, " a%lld_%lld += kl_t;", jj, vv);
+    else if (vw)
+        kl_buf_printf(b, " a%lld_%lld += kl_t * kl_ld%d(kl_w + %lld);", jj, vv,
+                      k->L, (long long)w);
+    else
+        kl_buf_printf(b, " a%lld_%lld += kl_t * kl_w[%lld];", jj, vv,
+                      (long long)w);
+}
+
 /* One register tile: nr output rows from y0, nv vectors (row vectors)
  * or pixels (channel vectors) from x0, the last vector's lanes (row
  * vectors) last; loads, multiply-adds, epilogue, stores. */
@@ -262,8 +291,9 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
     g->ind++;
     for (int64_t j = 0; j < nr; j++)
         for (int64_t v = 0; v < nv; v++)
-            kl_codegen__c_line(g, "kl_v%d a%lld_%lld = kl_bc%d(0.0f);", L,
-                               (long long)j, (long long)v, L);
+            kl_codegen__c_line(g, "kl_v%d a%lld_%lld = kl_bc%d(%s);", L,
+                               (long long)j, (long long)v, L,
+                               z->pool == 1 ? "-INFINITY" : "0.0f");
     int64_t nin = (nr - 1) * z->sh + (z->r - 1) * z->dh + 1;
     /* Input columns (channel vectors: pixels past the tile's first
      * one's x0 sw) a tile reads; row vectors: taps x vectors. */
@@ -277,19 +307,14 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
                     continue;
                 if (row) {
                     int64_t s = u / nv, v = u % nv;
-                    kl_buf_printf(&fma, " a%lld_%lld += kl_t * kl_w[%lld];",
-                                  (long long)j, (long long)v,
-                                  (long long)(r * z->s + s));
+                    s_tap(&fma, k, j, v, (r * z->s + s), false);
                     continue;
                 }
                 for (int64_t p = 0; p < nv; p++) {
                     int64_t s = (u - p * z->sw) / z->dw;
                     if (u < p * z->sw || (u - p * z->sw) % z->dw || s >= z->s)
                         continue;
-                    kl_buf_printf(&fma,
-                                  " a%lld_%lld += kl_t * kl_ld%d(kl_w + %lld);",
-                                  (long long)j, (long long)p, L,
-                                  (long long)((r * z->s + s) * L));
+                    s_tap(&fma, k, j, p, (r * z->s + s) * L, true);
                 }
             }
             if (!fma.len) {
@@ -377,6 +402,18 @@ static void s_row_tiles(cg_t *g, const dwk_t *k, int64_t nr)
     kl_codegen__c_line(g, "}");
 }
 
+/* n floats of padding at kl_d + off: zeros, or -inf for a max pooling. */
+static void s_pad(cg_t *g, const dwk_t *k, long long off, long long n)
+{
+    if (k->z.pool == 1)
+        kl_codegen__c_line(g,
+                           "for (int64_t j = 0; j < %lld; ++j) kl_d[%lld + j] "
+                           "= -INFINITY;",
+                           n, off);
+    else
+        kl_codegen__c_line(g, "memset(kl_d + %lld, 0, %lld);", off, n * 4);
+}
+
 /* Row vectors: packs input row yi (kl_d) as its column phases. */
 static void s_pack_row_phases(cg_t *g, const dwk_t *k)
 {
@@ -391,8 +428,7 @@ static void s_pack_row_phases(cg_t *g, const dwk_t *k)
             hi++;
         long long base = ph * k->wph;
         if (lo)
-            kl_codegen__c_line(g, "memset(kl_d + %lld, 0, %lld);", base,
-                               (long long)lo * 4);
+            s_pad(g, k, base, (long long)lo);
         if (z->sw == 1)
             kl_codegen__c_line(g, "memcpy(kl_d + %lld, kl_s + %lld, %lld);",
                                base + lo, (long long)(lo + ph - z->pw),
@@ -405,8 +441,7 @@ static void s_pack_row_phases(cg_t *g, const dwk_t *k)
                 (long long)lo, (long long)hi, base, (long long)z->sw,
                 (long long)(ph - z->pw));
         if (hi < k->wph)
-            kl_codegen__c_line(g, "memset(kl_d + %lld, 0, %lld);", base + hi,
-                               (long long)(k->wph - hi) * 4);
+            s_pad(g, k, base + hi, (long long)(k->wph - hi));
     }
 }
 
@@ -417,10 +452,9 @@ static void s_pack_row_chan(cg_t *g, const dwk_t *k)
     const kl_dw_t *z = &k->z;
     long long L = k->L, W = z->w, pw = z->pw;
     if (pw)
-        kl_codegen__c_line(g, "memset(kl_d, 0, %lld);", pw * L * 4);
+        s_pad(g, k, 0, pw * L);
     if (k->wp > pw + W)
-        kl_codegen__c_line(g, "memset(kl_d + %lld, 0, %lld);", (pw + W) * L,
-                           (k->wp - pw - W) * L * 4);
+        s_pad(g, k, (pw + W) * L, (k->wp - pw - W) * L);
     if (L == 16) {
         kl_codegen__c_line(g, "const float *src = kl_s;");
         kl_codegen__c_line(g, "const int64_t c0 = c;");
@@ -467,10 +501,10 @@ static void s_task(cg_t *g, const dwk_t *k)
     if (!row && z->c % L)
         kl_codegen__c_line(g, "const int64_t kl_nl = kl_mini(%lld, %lld - c);",
                            L, (long long)z->c);
-    if (row)
+    if (!z->pool && row)
         kl_codegen__c_line(g, "const float *kl_w = %s + c * %lld;",
                            g->w->tensors[z->wt].name, (long long)(z->r * z->s));
-    else
+    else if (!z->pool)
         kl_codegen__c_line(g, "const float *kl_w = kl_pre + c * %lld;",
                            (long long)(z->r * z->s));
     kl_codegen__c_line(g,
@@ -482,8 +516,10 @@ static void s_task(cg_t *g, const dwk_t *k)
                        (long long)z->sh, (long long)z->ph);
     kl_codegen__c_line(g, "float *kl_d = kl_buf + i * %lld;", stride);
     kl_codegen__c_line(g, "if (yi < 0 || yi >= %lld) {", (long long)z->h);
-    kl_codegen__c_line(g, "    memset(kl_d, 0, %lld);", stride * 4);
-    kl_codegen__c_line(g, "    continue;");
+    g->ind++;
+    s_pad(g, k, 0, stride);
+    kl_codegen__c_line(g, "continue;");
+    g->ind--;
     kl_codegen__c_line(g, "}");
     kl_codegen__c_line(
         g, "const float *kl_s = %s + ((n * %lld + c) * %lld + yi) * %lld;",
@@ -562,7 +598,7 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
                   (long long)k.xt, row ? "lanes" : "pixels", (long long)k.yb);
     if (!row && k.L == 16)
         kl_codegen__transpose16_fn(g);
-    if (!row)
+    if (!row && !z->pool)
         s_prepare(g, &k, entry);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
     g->ind = 1;
@@ -570,7 +606,7 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
         kl_codegen__c_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
                            t == z->y ? "" : "const ", w->tensors[t].name,
                            t == z->y ? "" : "const ", t);
-    if (!row)
+    if (!row && !z->pool)
         kl_codegen__c_line(g, "const float *kl_pre = (const float *)args[%d];",
                            w->ntensors);
     kl_codegen__c_line(g, "#pragma omp parallel");

@@ -1,5 +1,5 @@
 /* kl_dw.h - recognising a float depthwise convolution (depthwise_conv2d,
- * NCHW, multiplier 1) and its shape, for the depthwise design space
+ * NCHW, multiplier 1) or pooling and its shape, for the depthwise design space
  * (rules_cpu_dw.c) and its generator (codegen_dw.c):
  *
  *   Y[n,c,y,x] += X[n,c,y*sh+r*dh-ph, x*sw+s*dw-pw] * W[c,0,r,s]
@@ -8,6 +8,16 @@
  * any stride, dilation and padding (rows and columns apart), W constant,
  * every tensor f32. The quantized form (qdepthwise_conv2d) and a channel
  * multiplier above 1 are not recognised: they keep the generic schedules.
+ *
+ * Pooling has the same shape without weights, and is recognised too:
+ *
+ *   Y[n,c,y,x] max= X[n,c,y*sh+r*dh-ph, x*sw+s*dw-pw]      (max_pool2d)
+ *   Y[n,c,y,x] += X[n,c,y*sh+r*dh-ph, x*sw+s*dw-pw] | * k  (avg_pool2d)
+ *
+ * (pool 1 and 2, wt -1). The op kinds are those (a "custom" workload,
+ * read back from its text, by its structure alone). A max pooling whose window
+ * lies wholly in the padding at some output is refused (the reference gives 0
+ * there, which the kernels' -inf padding would not).
  */
 #ifndef KL_DW_H
 #define KL_DW_H
@@ -17,7 +27,8 @@
 #include "kl_ir.h"
 
 typedef struct {
-    int x, wt, y;   /* tensor indices: input, weights, output */
+    int x, wt, y;   /* tensor indices: input, weights (-1: pooling), output */
+    int pool;       /* 0 convolution, 1 max pooling, 2 sum (avg) pooling */
     int it[6];      /* iterators n, c, y, x, r, s */
     int64_t n, c;   /* batch, channels */
     int64_t h, w;   /* input height, width */

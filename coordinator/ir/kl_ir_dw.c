@@ -1,4 +1,5 @@
-/* kl_ir_dw.c - recognising a float depthwise convolution (kl_dw.h). */
+/* kl_ir_dw.c - recognising a float depthwise convolution or pooling
+ * (kl_dw.h). */
 #include <string.h>
 
 #include "kl_dw.h"
@@ -18,22 +19,95 @@ static bool s_form(const kl_workload_t *w, const kl_affine_t *f, int a, int b)
     return f->coef[a] > 0 && (b < 0 || f->coef[b] > 0);
 }
 
+/* The iterator other than skip that index f of the input reads, or -1. */
+static int s_other(const kl_workload_t *w, const kl_affine_t *f, int skip)
+{
+    for (int i = 0; i < w->niters; i++)
+        if (f->coef[i] && i != skip)
+            return i;
+    return -1;
+}
+
+/* W[c,0,r,s]: the window's iterators from the weights' last two indices. */
+static int s_weights(const kl_workload_t *w, kl_dw_t *z, const kl_access_t *wa,
+                     char *err)
+{
+    const kl_tensor_t *W = &w->tensors[z->wt];
+    if (W->ndim != 4 || !W->is_const)
+        return NO("W is not 4-D, or not const");
+    z->it[4] = z->it[5] = -1;
+    for (int i = 0; i < w->niters; i++) {
+        if (wa->idx[2].coef[i])
+            z->it[4] = i;
+        if (wa->idx[3].coef[i])
+            z->it[5] = i;
+    }
+    if (z->it[4] < 0 || z->it[5] < 0 || !s_form(w, &wa->idx[0], z->it[1], -1) ||
+        !s_form(w, &wa->idx[2], z->it[4], -1) ||
+        !s_form(w, &wa->idx[3], z->it[5], -1) || wa->idx[0].offset ||
+        wa->idx[2].offset || wa->idx[3].offset || wa->idx[1].offset ||
+        wa->idx[0].coef[z->it[1]] != 1 || wa->idx[2].coef[z->it[4]] != 1 ||
+        wa->idx[3].coef[z->it[5]] != 1 || W->shape[1] != 1)
+        return NO("weights not read as W[c,0,r,s]");
+    for (int i = 0; i < w->niters; i++)
+        if (wa->idx[1].coef[i])
+            return NO("weights not read as W[c,0,r,s]");
+    if (W->shape[0] != z->c)
+        return NO("W does not match the iterators");
+    return KL_OK;
+}
+
+/* Whether every output index o < n along one axis reads a point in
+ * [0, len) for some tap t < taps. */
+static bool s_covered(int64_t n, int64_t taps, int64_t st, int64_t dil,
+                      int64_t pad, int64_t len)
+{
+    for (int64_t o = 0; o < n; o++) {
+        bool any = false;
+        for (int64_t t = 0; t < taps && !any; t++) {
+            int64_t i = o * st + t * dil - pad;
+            any = i >= 0 && i < len;
+        }
+        if (!any)
+            return false;
+    }
+    return true;
+}
+
 int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
 {
     kl_dw_t z;
     memset(&z, 0, sizeof z);
     z.y = kl_workload_output(w);
-    if (strcmp(w->op_kind, "depthwise_conv2d"))
-        return NO("op %s is not depthwise_conv2d", w->op_kind);
+    z.wt = -1;
+    /* A workload read back from its text (a record's, kiln db best
+     * --source) is "custom": its structure decides. */
+    bool custom = !strcmp(w->op_kind, "custom");
+    bool load = w->body && w->body->kind == KL_EX_LOAD;
+    if (!strcmp(w->op_kind, "max_pool2d") ||
+        (custom && load && w->reduce == KL_RED_MAX))
+        z.pool = 1;
+    else if (!strcmp(w->op_kind, "avg_pool2d") || (custom && load))
+        z.pool = 2;
+    else if (strcmp(w->op_kind, "depthwise_conv2d") && !custom)
+        return NO("op %s is not depthwise_conv2d or a pooling", w->op_kind);
     for (int t = 0; t < w->ntensors; t++)
         if (w->tensors[t].dtype != KL_DT_F32)
             return NO("tensor %s is not f32", w->tensors[t].name);
     const kl_expr_t *b = w->body;
-    if (w->reduce != KL_RED_SUM || !b || b->kind != KL_EX_MUL ||
-        b->a->kind != KL_EX_LOAD || b->b->kind != KL_EX_LOAD ||
-        w->niters != 6 || w->tensors[z.y].ndim != 4)
+    if (z.pool) {
+        if (!b || b->kind != KL_EX_LOAD ||
+            w->reduce != (z.pool == 1 ? KL_RED_MAX : KL_RED_SUM) ||
+            w->niters != 6 || w->tensors[z.y].ndim != 4)
+            return NO("a pooling that is not one input's %s over a 4-D "
+                      "output",
+                      z.pool == 1 ? "max" : "sum");
+    } else if (w->reduce != KL_RED_SUM || !b || b->kind != KL_EX_MUL ||
+               b->a->kind != KL_EX_LOAD || b->b->kind != KL_EX_LOAD ||
+               w->niters != 6 || w->tensors[z.y].ndim != 4) {
         return NO("a channel multiplier above 1, or not a sum of products "
                   "over a 4-D output");
+    }
     for (int d = 0; d < 4; d++) {
         z.it[d] = -1;
         for (int i = 0; i < w->niters; i++)
@@ -43,30 +117,23 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
             w->out.idx[d].coef[z.it[d]] != 1 || w->out.idx[d].offset)
             return NO("output index %d is not one iterator", d);
     }
-    const kl_access_t *xa = &b->a->access, *wa = &b->b->access;
+    const kl_access_t *xa = z.pool ? &b->access : &b->a->access;
     z.x = xa->tensor;
-    z.wt = wa->tensor;
-    const kl_tensor_t *X = &w->tensors[z.x], *W = &w->tensors[z.wt];
-    if (X->ndim != 4 || W->ndim != 4 || !W->is_const)
-        return NO("X or W is not 4-D, or W is not const");
-    /* W[c,0,r,s]: its last two indices name the window's iterators. */
-    z.it[4] = z.it[5] = -1;
-    for (int i = 0; i < w->niters; i++) {
-        if (wa->idx[2].coef[i])
-            z.it[4] = i;
-        if (wa->idx[3].coef[i])
-            z.it[5] = i;
+    const kl_tensor_t *X = &w->tensors[z.x];
+    if (X->ndim != 4)
+        return NO("X is not 4-D");
+    z.c = w->iters[z.it[1]].extent;
+    if (z.pool) {
+        z.it[4] = s_other(w, &xa->idx[2], z.it[2]);
+        z.it[5] = s_other(w, &xa->idx[3], z.it[3]);
+        if (z.it[4] < 0 || z.it[5] < 0)
+            return NO("input not read as X[n,c,y*sh+r*dh-ph,x*sw+s*dw-pw]");
+    } else {
+        z.wt = b->b->access.tensor;
+        int rc = s_weights(w, &z, &b->b->access, err);
+        if (rc)
+            return rc;
     }
-    if (z.it[4] < 0 || z.it[5] < 0 || !s_form(w, &wa->idx[0], z.it[1], -1) ||
-        !s_form(w, &wa->idx[2], z.it[4], -1) ||
-        !s_form(w, &wa->idx[3], z.it[5], -1) || wa->idx[0].offset ||
-        wa->idx[2].offset || wa->idx[3].offset || wa->idx[1].offset ||
-        wa->idx[0].coef[z.it[1]] != 1 || wa->idx[2].coef[z.it[4]] != 1 ||
-        wa->idx[3].coef[z.it[5]] != 1 || W->shape[1] != 1)
-        return NO("weights not read as W[c,0,r,s]");
-    for (int i = 0; i < w->niters; i++)
-        if (wa->idx[1].coef[i])
-            return NO("weights not read as W[c,0,r,s]");
     if (!s_form(w, &xa->idx[0], z.it[0], -1) ||
         !s_form(w, &xa->idx[1], z.it[1], -1) || xa->idx[0].offset ||
         xa->idx[1].offset || xa->idx[0].coef[z.it[0]] != 1 ||
@@ -76,7 +143,6 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
         xa->idx[3].offset > 0)
         return NO("input not read as X[n,c,y*sh+r*dh-ph,x*sw+s*dw-pw]");
     z.n = w->iters[z.it[0]].extent;
-    z.c = w->iters[z.it[1]].extent;
     z.p = w->iters[z.it[2]].extent;
     z.q = w->iters[z.it[3]].extent;
     z.r = w->iters[z.it[4]].extent;
@@ -89,8 +155,11 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
     z.sw = xa->idx[3].coef[z.it[3]];
     z.dw = xa->idx[3].coef[z.it[5]];
     z.pw = -xa->idx[3].offset;
-    if (X->shape[0] != z.n || X->shape[1] != z.c || W->shape[0] != z.c)
-        return NO("X or W does not match the iterators");
+    if (X->shape[0] != z.n || X->shape[1] != z.c)
+        return NO("X does not match the iterators");
+    if (z.pool == 1 && (!s_covered(z.p, z.r, z.sh, z.dh, z.ph, z.h) ||
+                        !s_covered(z.q, z.s, z.sw, z.dw, z.pw, z.w)))
+        return NO("a max pooling window lies wholly in the padding");
     if (info)
         *info = z;
     return KL_OK;

@@ -4,7 +4,8 @@
  * record's trace replaying to the same source, and generated kernels of
  * both families checked against the reference on awkward shapes (widths
  * that are no multiple of the vector, channels that are no multiple of
- * 16, strides, dilation, two images, every epilogue kind). */
+ * 16, strides, dilation, two images, every epilogue kind), max and
+ * average pooling through the same families. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,6 +75,42 @@ static void test_takes(void **state)
         assert_non_null(strstr(err, "depthwise: "));
         kl_workload_free(&w);
     }
+    /* Pooling: no weights. */
+    w = fx_wl("max_pool2d N=1 C=64 H=112 W=112 R=3 S=3 stride=2 pad=1");
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    assert_int_equal(z.pool, 1);
+    assert_int_equal(z.wt, -1);
+    const int64_t gp[] = {z.c, z.h, z.r, z.s, z.sh, z.sw, z.ph, z.pw, z.p, z.q};
+    const int64_t wp[] = {64, 112, 3, 3, 2, 2, 1, 1, 56, 56};
+    for (size_t i = 0; i < sizeof wp / sizeof *wp; i++)
+        if (gp[i] != wp[i])
+            fail_msg("max pool field %zu: %lld, not %lld", i, (long long)gp[i],
+                     (long long)wp[i]);
+    kl_workload_free(&w);
+    w = fx_wl("avg_pool2d N=1 C=1280 H=7 W=7 R=7 S=7");
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    assert_int_equal(z.pool, 2);
+    assert_int_equal(z.p * z.q, 1);
+    kl_workload_free(&w);
+    /* Written as an expression ("custom"), as a record's workload reads
+     * back: its structure decides. A max whose bottom windows read only
+     * padding (its reference gives 0 there) is refused; named ops never
+     * make one. */
+    w = fx_wl("Y[n,c,y,x] max= X[n,c,y+r-1,x+s-1] where n=1, c=4, y=6, x=4, "
+              "r=2, s=2; X: f32[1,4,4,4]");
+    assert_string_equal(w->op_kind, "custom");
+    assert_int_equal(kl_workload_depthwise(w, NULL, err), KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "wholly in the padding"));
+    w->iters[2].extent = 4; /* y < 4: every window reads a row */
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    assert_int_equal(z.pool, 1);
+    kl_workload_free(&w);
+    w = fx_wl("Y[n,c,y,x] += X[n,c,y+r,x+s] * W[c,0,r,s] where n=1, c=4, "
+              "y=4, x=4, r=3, s=3; X: f32[1,4,6,6], W: const f32[4,1,3,3]");
+    assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+    assert_int_equal(z.pool, 0);
+    assert_int_equal(z.wt, 1);
+    kl_workload_free(&w);
 }
 
 /* Depthwise workloads sample all three branches; other ops none of the
@@ -150,6 +187,7 @@ static void test_space(void **state)
 static void s_check(const char *op, const char *target, const char *dir,
                     uint64_t seed)
 {
+    bool pool = strstr(op, "_pool2d") != NULL;
     enum { N = 3 };
     kl_workload_t *w = fx_wl(op);
     kl_space_t *sp = fx_space(w, target);
@@ -169,7 +207,7 @@ static void s_check(const char *op, const char *target, const char *dir,
             kl_kernel_t k;
             if (kl_codegen_c(s, kl_space_target(sp), entry, &k, err))
                 fail_msg("%s: %s", op, err);
-            assert_int_equal(k.prepare, f == 2);
+            assert_int_equal(k.prepare, f == 2 && !pool);
             srcs[n] = k.source;
             ents[n++] = k.entry;
         }
@@ -198,6 +236,15 @@ static void test_kernels(void **state)
         "residual=1 relu=1",
         "depthwise_conv2d N=2 C=16 H=14 W=15 R=3 S=3 dilation=2 pad=2 "
         "act=sigmoid",
+        /* 11 columns of which a stride-2 window of 2 reads 10: the
+         * channel family's packed row still holds all 11. */
+        "depthwise_conv2d N=1 C=20 H=9 W=11 R=2 S=2 stride=2 bias=1",
+        /* Inputs in [-1, 1): a zero in place of -inf padding shows. */
+        "max_pool2d N=2 C=24 H=112 W=112 R=3 S=3 stride=2 pad=1",
+        "max_pool2d N=1 C=17 H=15 W=13 R=3 S=3 stride=2 pad=1",
+        "max_pool2d N=1 C=20 H=9 W=11 R=2 S=2",
+        "avg_pool2d N=2 C=20 H=14 W=14 R=3 S=3 stride=1 pad=1",
+        "avg_pool2d N=1 C=32 H=7 W=7 R=7 S=7",
     };
     char dir[256];
     assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-dw-test-XXXXXX"));
