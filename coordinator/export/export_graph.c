@@ -506,18 +506,8 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
                   "*from[%d];\n} s_prep_t;\n\nstatic s_prep_t s_prep[%d];\n\n",
                   KL_IR_MAX_TENSORS, c->nprep > 0 ? c->nprep : 1);
     if (c->nprep)
-        kl_buf_puts(
-            b,
-            "static int s_prepared(s_prep_t *s, void *(*fn)(void *const *),\n"
-            "                      void *const *k, int n)\n{\n"
-            "    int same = s->block != 0;\n"
-            "    for (int i = 0; i < n; i++)\n"
-            "        same = same && s->from[i] == k[i];\n"
-            "    if (same)\n        return 0;\n    free(s->block);\n"
-            "    memset(s, 0, sizeof *s);\n    s->block = fn(k);\n"
-            "    if (!s->block)\n        return 1;\n"
-            "    for (int i = 0; i < n; i++)\n        s->from[i] = k[i];\n"
-            "    return 0;\n}\n\n");
+        kl_buf_puts(b, kl_export__prepared_c);
+    kl_buf_puts(b, kl_export__scratch_c);
     kl_buf_printf(b,
                   "static int s_prepare(const float *const *p)\n"
                   "{\n    (void)p;\n%s%s    return 0;\n}\n\n"
@@ -526,7 +516,8 @@ static void s_prep_code(const s_gen_t *c, kl_buf_t *b)
                   "    for (int i = 0; i < %d; i++) {\n"
                   "        free(s_prep[i].block);\n"
                   "        memset(&s_prep[i], 0, sizeof s_prep[i]);\n"
-                  "    }\n}\n\n"
+                  "    }\n    free(kl_scratch_g.p);\n"
+                  "    kl_scratch_g.p = NULL;\n    kl_scratch_g.n = 0;\n}\n\n"
                   "int kiln_model_prepare(const float *const *params)\n{\n"
                   "    kiln_model_release();\n"
                   "    return s_prepare(params);\n}\n\n"

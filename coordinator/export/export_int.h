@@ -97,6 +97,12 @@ extern const char kl_export__act_helpers_c[];
  * 0, or 3 with the reason in kiln_model_amx_error. */
 extern const char kl_export__amx_h[];
 extern const char kl_export__amx_c[];
+/* s_prepared, the helper of the prepared blocks (kiln_model.h, "Constant
+ * inputs"), and the kernels' shared per-call scratch (the C prelude's
+ * kl_scratch_claim: the same object, named in kiln_model.c so that
+ * kiln_model_release frees it with the blocks). */
+extern const char kl_export__prepared_c[];
+extern const char kl_export__scratch_c[];
 
 /* Appends kiln_model.c's quantize / dequantize helpers for u8 and s8
  * (after S_PAR; ONNX QuantizeLinear and DequantizeLinear, per tensor):

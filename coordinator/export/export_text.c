@@ -267,7 +267,8 @@ const char kl_export__model_h[] =
     " * the layer's weight or bias pointer differs from the one it was\n"
     " * prepared from. A weight changed in place (same pointer) is not\n"
     " * noticed: call kiln_model_prepare again after changing one.\n"
-    " * kiln_model_release frees the blocks (so does process exit: the\n"
+    " * kiln_model_release frees the blocks and the kernels' shared\n"
+    " * per-call scratch (so does process exit: the\n"
     " * library is linked -z nodelete, dlclose leaves it loaded). Nothing\n"
     " * here prints; out of memory is a return value.\n"
     " *\n"
@@ -406,3 +407,22 @@ const char kl_export__act_helpers_c[] =
     "S_ACT(elu, v >= 0.0f ? v : a * (expf(v) - 1.0f))\n"
     "S_ACT(silu, v / (1.0f + s_expn(v)))\n"
     "\n";
+
+const char kl_export__prepared_c[] =
+    "static int s_prepared(s_prep_t *s, void *(*fn)(void *const *),\n"
+    "                      void *const *k, int n)\n{\n"
+    "    int same = s->block != 0;\n"
+    "    for (int i = 0; i < n; i++)\n"
+    "        same = same && s->from[i] == k[i];\n"
+    "    if (same)\n        return 0;\n    free(s->block);\n"
+    "    memset(s, 0, sizeof *s);\n    s->block = fn(k);\n"
+    "    if (!s->block)\n        return 1;\n"
+    "    for (int i = 0; i < n; i++)\n        s->from[i] = k[i];\n"
+    "    return 0;\n}\n\n";
+
+const char kl_export__scratch_c[] =
+    "/* The kernels' shared per-call scratch (their prelude's\n"
+    " * kl_scratch_claim): the same object, freed with the blocks. */\n"
+    "struct kl_scratch {\n    int busy;\n    size_t n;\n    void *p;\n};\n"
+    "__attribute__((weak, visibility(\"hidden\"))) struct kl_scratch "
+    "kl_scratch_g;\n\n";

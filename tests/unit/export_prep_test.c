@@ -10,7 +10,8 @@
  *    before the parallel loop, stored as that task's best, exported through
  *    the generator, and the library's output checked;
  *  - AMX: a record under a "+amx" target makes the library ask for the
- *    tile state first, and refuse cleanly where it is not granted. */
+ *    tile state first, and refuse cleanly where it is not granted;
+ *  - kiln_model_release frees the kernels' shared scratch too. */
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
@@ -288,6 +289,63 @@ static void test_graph_code_prepares_per_layer(void **state)
     free(nvd);
 }
 
+/* The kernels' shared scratch (the C prelude's kl_scratch_claim) is
+ * freed by kiln_model_release with the blocks: a probe appended to a
+ * generated kernel's unit claims 1 MB of it and reads its size. */
+static void test_release_frees_scratch(void **state)
+{
+    fx_t *fx = *state;
+    kl_model_t *m = NULL;
+    assert_int_equal(kl_model_parse(s_graph, fx->gpath, &m, fx->err), KL_OK);
+    kl_kernel_t ks[2] = {{0}};
+    for (int t = 0; t < 2; t++) {
+        char entry[32];
+        snprintf(entry, sizeof entry, "kiln_task_%02d", t);
+        assert_int_equal(kl_codegen_reference(kl_model_task(m, t)->w, entry,
+                                              &ks[t], fx->err),
+                         KL_OK);
+    }
+    assert_non_null(strstr(ks[1].source, "kl_scratch_claim"));
+    char *src = kl_xasprintf(
+        "%s\nsize_t kl_probe_n(void) { return kl_scratch_g.n; }\n"
+        "int kl_probe_claim(void)\n{\n"
+        "    if (!kl_scratch_claim((size_t)1 << 20))\n        return 1;\n"
+        "    kl_scratch_release();\n    return 0;\n}\n",
+        ks[1].source);
+    free(ks[1].source);
+    ks[1].source = src;
+    char *out = kl_xasprintf("%s/scratch", fx->dir);
+    assert_int_equal(kl_mkdirs(out, fx->err), KL_OK);
+    assert_int_equal(kl_export_write_graph(s_graph, fx->gpath, m, ks, false,
+                                           NULL, out, true, NULL, fx->err),
+                     KL_OK);
+    lib_t lib;
+    s_open(&lib, out);
+    size_t (*probe_n)(void);
+    int (*probe_claim)(void);
+    *(void **)&probe_n = dlsym(lib.h, "kl_probe_n");
+    *(void **)&probe_claim = dlsym(lib.h, "kl_probe_claim");
+    assert_true(probe_n && probe_claim);
+    assert_int_equal(probe_n(), 0);
+    assert_int_equal(probe_claim(), 0);
+    assert_int_equal(probe_n(), (size_t)1 << 20);
+    lib.release();
+    assert_int_equal(probe_n(), 0);
+    float **p = s_params(&lib, 3);
+    float *o = kl_xmalloc((size_t)lib.onumel() * sizeof(float));
+    assert_int_equal(lib.run((const float *const *)p, o), 0);
+    assert_int_equal(probe_claim(), 0); /* grows again after a release */
+    assert_int_equal(probe_n(), (size_t)1 << 20);
+    lib.release();
+    free(o);
+    s_free_params(&lib, p);
+    dlclose(lib.h);
+    for (int i = 0; i < 2; i++)
+        kl_kernel_free(&ks[i]);
+    kl_model_destroy(&m);
+    free(out);
+}
+
 /* The trace of a dense schedule whose constant weight W is packed before
  * the parallel loop: o split in two, its outer part outermost and
  * parallel, cache_read(tensor="W", scope="packed") left at the root. */
@@ -505,6 +563,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_packed_weight_exported, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_amx_export, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_frees_scratch, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
