@@ -39,6 +39,15 @@ static int s_family(const kl_sched_t *s)
     return 0;
 }
 
+/* The recognised shape's fields against the expected ones. */
+static void s_fields(const int64_t *got, const int64_t *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("field %zu: %lld, not %lld", i, (long long)got[i],
+                     (long long)want[i]);
+}
+
 static void test_takes(void **state)
 {
     (void)state;
@@ -52,10 +61,7 @@ static void test_takes(void **state)
     const int64_t got[] = {z.n,  z.c,  z.h,  z.w,  z.r, z.s,
                            z.sh, z.sw, z.dh, z.ph, z.p, z.q};
     const int64_t want[] = {2, 24, 15, 14, 5, 3, 2, 2, 1, 2, 8, 8};
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-        if (got[i] != want[i])
-            fail_msg("field %zu: %lld, not %lld", i, (long long)got[i],
-                     (long long)want[i]);
+    s_fields(got, want, sizeof want / sizeof *want);
     kl_workload_free(&w);
     w = fx_wl("depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 dilation=2 pad=2");
     assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
@@ -82,10 +88,7 @@ static void test_takes(void **state)
     assert_int_equal(z.wt, -1);
     const int64_t gp[] = {z.c, z.h, z.r, z.s, z.sh, z.sw, z.ph, z.pw, z.p, z.q};
     const int64_t wp[] = {64, 112, 3, 3, 2, 2, 1, 1, 56, 56};
-    for (size_t i = 0; i < sizeof wp / sizeof *wp; i++)
-        if (gp[i] != wp[i])
-            fail_msg("max pool field %zu: %lld, not %lld", i, (long long)gp[i],
-                     (long long)wp[i]);
+    s_fields(gp, wp, sizeof wp / sizeof *wp);
     kl_workload_free(&w);
     w = fx_wl("avg_pool2d N=1 C=1280 H=7 W=7 R=7 S=7");
     assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
