@@ -144,7 +144,7 @@ int kl_codegen_c(const kl_sched_t *s, const kl_target_t *t, const char *entry,
     int trc = kl_sched_tensorized(s, &tz, err);
     if (trc != KL_ERR_NOTFOUND)
         return trc ? trc : kl_codegen_tensorized(s, entry, out, err);
-    if (kl_workload_is_int(sw))
+    if (kl_workload_is_int(sw) && !kl_codegen__dw_family(s))
         return kl_seterr(
             err, KL_ERR_UNSUPPORTED,
             "codegen: %s has %s output %s: scheduled C is f32 "

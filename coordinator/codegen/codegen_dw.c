@@ -28,6 +28,11 @@
  * reads is the vector at (x sw + s dw) L: one load per input pixel of the
  * tile, whichever taps read it. The results go to NCHW lane by lane.
  *
+ * The quantized form (kl_dw.h: qdepthwise_conv2d) takes the row family
+ * alone: rows packed as int32 x - za, int32 multiply-adds, and the q-op
+ * epilogue in int32 lanes (s_qprelude, s_qstore), equal to the reference
+ * byte for byte.
+ *
  * Pooling (kl_dw.h: max_pool2d, avg_pool2d) runs through both families
  * too, without weights: the padding holds -inf for a max (0 for a sum),
  * the accumulators start there, and each tap is a max (or an add) in
@@ -103,6 +108,10 @@ static int s_params(cg_t *g, dwk_t *k)
         return kl_codegen__c_fail(
             g, KL_ERR_INVAL,
             "depthwise: the nest is not one of rules_cpu_dw.c's families");
+    if (z->quant && k->fam != 1)
+        return kl_codegen__c_fail(
+            g, KL_ERR_INVAL,
+            "depthwise: the quantized form has the row-vector family only");
     k->yb = l0->parts[2].stride;
     k->nb = l0->parts[2].extent;
     k->cb = l0->parts[1].extent;
@@ -154,6 +163,13 @@ static void s_unstage(cg_t *g, const dwk_t *k, const char *nl)
     kl_codegen__c_line(g, "}");
     g->ind--;
     kl_codegen__c_line(g, "}");
+}
+
+/* The packed rows' element type: (x - za) as int32 for the quantized
+ * form, else float. */
+static const char *s_bt(const dwk_t *k)
+{
+    return k->z.quant ? "int32_t" : "float";
 }
 
 /* Input rows a task of yb output rows reads. */
@@ -273,9 +289,102 @@ static void s_tap(kl_buf_t *b, const dwk_t *k, int64_t j, int64_t v, int64_t w,
     else if (vw)
         kl_buf_printf(b, " a%lld_%lld += kl_t * kl_ld%d(kl_w + %lld);", jj, vv,
                       k->L, (long long)w);
+    else if (k->z.quant)
+        kl_buf_printf(b, " a%lld_%lld += kl_t * (int32_t)kl_w[%lld];", jj, vv,
+                      (long long)w);
     else
         kl_buf_printf(b, " a%lld_%lld += kl_t * kl_w[%lld];", jj, vv,
                       (long long)w);
+}
+
+/* The quantized form's helpers for L lanes of int32: loads, the clamp,
+ * the bias add saturating at the int32 range (|x| <= a: plain int32 when
+ * the bias leaves room, through int64 lanes otherwise), and requant, the
+ * float round to nearest even of |f| <= 65536 by adding and taking away
+ * 1.5 * 2^23 (never contracted into the multiply: the clamp is between,
+ * nor reassociated without -ffast-math). */
+static void s_qprelude(cg_t *g, int L)
+{
+    kl_codegen__template(
+        &g->b,
+        "typedef int64_t kl_q${L} __attribute__((vector_size(${L8})));\n"
+        "typedef uint8_t kl_qu${L} __attribute__((vector_size(${L})));\n"
+        "typedef int8_t kl_qs${L} __attribute__((vector_size(${L})));\n"
+        "static inline kl_m${L} kl_ldi${L}(const int32_t *p)\n"
+        "{ kl_m${L} v; memcpy(&v, p, sizeof v); return v; }\n"
+        "static inline kl_m${L} kl_qclamp${L}(kl_m${L} x, int32_t lo, "
+        "int32_t hi)\n"
+        "{ kl_m${L} l = (kl_m${L}){0} + lo, h = (kl_m${L}){0} + hi;\n"
+        "  kl_m${L} m = x < l; x = (m & l) | (~m & x);\n"
+        "  m = x > h; return (m & h) | (~m & x); }\n"
+        "static inline kl_m${L} kl_qadd${L}(kl_m${L} x, int32_t b, "
+        "int64_t a)\n"
+        "{ if ((int64_t)b >= (int64_t)INT32_MIN + a && "
+        "(int64_t)b <= (int64_t)INT32_MAX - a)\n"
+        "      return x + b;\n"
+        "  kl_q${L} q = __builtin_convertvector(x, kl_q${L}) + b;\n"
+        "  kl_q${L} l = (kl_q${L}){0} + INT32_MIN, h = (kl_q${L}){0} + "
+        "INT32_MAX;\n"
+        "  kl_q${L} m = q < l; q = (m & l) | (~m & q);\n"
+        "  m = q > h; q = (m & h) | (~m & q);\n"
+        "  return __builtin_convertvector(q, kl_m${L}); }\n"
+        "static inline kl_m${L} kl_qrequant${L}(kl_m${L} x, float sc, "
+        "int32_t zp)\n"
+        "{ kl_v${L} f = __builtin_convertvector(x, kl_v${L}) * sc;\n"
+        "  f = kl_min${L}(kl_max${L}(f, kl_bc${L}(-65536.0f)), "
+        "kl_bc${L}(65536.0f));\n"
+        "  f = (f + 12582912.0f) - 12582912.0f;\n"
+        "  return __builtin_convertvector(f, kl_m${L}) + zp; }\n",
+        (const kl_codegen__kv_t[]){KL_CG_I("L", L), KL_CG_I("L8", 8 * L),
+                                   KL_CG_END});
+}
+
+/* The quantized form's epilogue and store of the accumulator var (n of
+ * its L lanes, along the output row, at kl_o), in int32 lanes: the sum is
+ * exact there (|sum| <= R S 255 128), the bias add saturates as the
+ * reference's sum does (kl_dw.h admits one, before any requant), and
+ * every later step stays in range; clamped to Y's type, then narrowed. */
+static void s_qstore(cg_t *g, const dwk_t *k, const char *var, int64_t n)
+{
+    const kl_workload_t *w = g->w;
+    int L = k->L;
+    kl_dtype yt = w->tensors[k->z.y].dtype;
+    kl_codegen__c_line(g, "kl_m%d q = %s;", L, var);
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        const char *tn = w->tensors[ep->access.tensor].name;
+        long long lo = ep->lo < INT32_MIN ? INT32_MIN : (long long)ep->lo;
+        long long hi = ep->hi > INT32_MAX ? INT32_MAX : (long long)ep->hi;
+        switch ((int)ep->kind) {
+        case KL_EPI_ADD_TENSOR:
+            kl_codegen__c_line(g, "q = kl_qadd%d(q, %s[c], %lldLL);", L, tn,
+                               (long long)(k->z.r * k->z.s * 255 * 128));
+            break;
+        case KL_EPI_REQUANT:
+            kl_codegen__c_line(g, "q = kl_qrequant%d(q, (float)%.17g, %lld);",
+                               L, ep->lo, (long long)ep->zp);
+            break;
+        case KL_EPI_REQUANT_TENSOR:
+            kl_codegen__c_line(g, "q = kl_qrequant%d(q, %s[c], %lld);", L, tn,
+                               (long long)ep->zp);
+            break;
+        case KL_EPI_RELU:
+            kl_codegen__c_line(g, "q = kl_qclamp%d(q, 0, INT32_MAX);", L);
+            break;
+        default: /* KL_EPI_CLIP (kl_dw.h admits no other) */
+            kl_codegen__c_line(g, "q = kl_qclamp%d(q, %lld, %lld);", L, lo, hi);
+            break;
+        }
+    }
+    if (yt != KL_DT_S32)
+        kl_codegen__c_line(g, "q = kl_qclamp%d(q, %d, %d);", L,
+                           yt == KL_DT_U8 ? 0 : -128,
+                           yt == KL_DT_U8 ? 255 : 127);
+    const char *vt = yt == KL_DT_U8 ? "qu" : yt == KL_DT_S8 ? "qs" : "m";
+    kl_codegen__c_line(g, "kl_%s%d o = __builtin_convertvector(q, kl_%s%d);",
+                       vt, L, vt, L);
+    kl_codegen__c_line(g, "memcpy(kl_o, &o, %lld);",
+                       (long long)(n * (yt == KL_DT_S32 ? 4 : 1)));
 }
 
 /* One register tile: nr output rows from y0, nv vectors (row vectors)
@@ -291,9 +400,13 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
     g->ind++;
     for (int64_t j = 0; j < nr; j++)
         for (int64_t v = 0; v < nv; v++)
-            kl_codegen__c_line(g, "kl_v%d a%lld_%lld = kl_bc%d(%s);", L,
-                               (long long)j, (long long)v, L,
-                               z->pool == 1 ? "-INFINITY" : "0.0f");
+            if (z->quant)
+                kl_codegen__c_line(g, "kl_m%d a%lld_%lld = {0};", L,
+                                   (long long)j, (long long)v);
+            else
+                kl_codegen__c_line(g, "kl_v%d a%lld_%lld = kl_bc%d(%s);", L,
+                                   (long long)j, (long long)v, L,
+                                   z->pool == 1 ? "-INFINITY" : "0.0f");
     int64_t nin = (nr - 1) * z->sh + (z->r - 1) * z->dh + 1;
     /* Input columns (channel vectors: pixels past the tile's first
      * one's x0 sw) a tile reads; row vectors: taps x vectors. */
@@ -329,8 +442,10 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
             } else {
                 off = (i * k->wp + u) * L;
             }
-            kl_codegen__c_line(g, "{ kl_v%d kl_t = kl_ld%d(kl_b + %lld);%s }",
-                               L, L, (long long)off, fma.data);
+            kl_codegen__c_line(g,
+                               "{ kl_%c%d kl_t = kl_ld%s%d(kl_b + %lld);%s }",
+                               z->quant ? 'm' : 'v', L, z->quant ? "i" : "", L,
+                               (long long)off, fma.data);
             kl_buf_free(&fma);
         }
     }
@@ -345,9 +460,12 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
                                (long long)j, (long long)(row ? v * L : v));
             kl_codegen__c_line(g, "(void)y;");
             kl_codegen__c_line(
-                g, "float *kl_o = %s + ((n * %lld + c) * %lld + y) * %lld + x;",
-                on, (long long)z->c, (long long)z->p, (long long)z->q);
-            if (row) {
+                g, "%s *kl_o = %s + ((n * %lld + c) * %lld + y) * %lld + x;",
+                kl_dtype_ctype(g->w->tensors[z->y].dtype), on, (long long)z->c,
+                (long long)z->p, (long long)z->q);
+            if (row && z->quant) {
+                s_qstore(g, k, var, v == nv - 1 ? last : L);
+            } else if (row) {
                 int64_t n = v == nv - 1 ? last : L;
                 snprintf(nl, sizeof nl, "%lld", (long long)n);
                 s_epilogue(g, k, var, z->it[3], nl, n == L);
@@ -376,12 +494,13 @@ static void s_row_tiles(cg_t *g, const dwk_t *k, int64_t nr)
     bool row = k->fam == 1;
     int64_t step = row ? k->xt : k->xt * z->sw * k->L, nf = z->q / k->xt,
             rem = z->q % k->xt;
-    kl_codegen__c_line(g, "const float *kl_b0 = kl_buf + (y0 - y_lo) * %lld;",
+    kl_codegen__c_line(g, "const %s *kl_b0 = kl_buf + (y0 - y_lo) * %lld;",
+                       s_bt(k),
                        (long long)(z->sh * (row ? k->rs : k->wp * k->L)));
     kl_codegen__c_line(g, "for (int64_t x0 = 0; x0 < %lld; x0 += %lld) {",
                        (long long)(nf * k->xt), (long long)k->xt);
     g->ind++;
-    kl_codegen__c_line(g, "const float *kl_b = kl_b0 + x0 / %lld * %lld;",
+    kl_codegen__c_line(g, "const %s *kl_b = kl_b0 + x0 / %lld * %lld;", s_bt(k),
                        (long long)k->xt, (long long)step);
     s_tile(g, k, nr, row ? k->xt / k->L : k->xt, k->L);
     g->ind--;
@@ -391,7 +510,7 @@ static void s_row_tiles(cg_t *g, const dwk_t *k, int64_t nr)
     kl_codegen__c_line(g, "{");
     g->ind++;
     kl_codegen__c_line(g, "const int64_t x0 = %lld;", (long long)(nf * k->xt));
-    kl_codegen__c_line(g, "const float *kl_b = kl_b0 + %lld;",
+    kl_codegen__c_line(g, "const %s *kl_b = kl_b0 + %lld;", s_bt(k),
                        (long long)(nf * step));
     if (row)
         s_tile(g, k, nr, (rem + k->L - 1) / k->L,
@@ -429,7 +548,14 @@ static void s_pack_row_phases(cg_t *g, const dwk_t *k)
         long long base = ph * k->wph;
         if (lo)
             s_pad(g, k, base, (long long)lo);
-        if (z->sw == 1)
+        if (z->quant)
+            kl_codegen__c_line(
+                g,
+                "for (int64_t j = %lld; j < %lld; ++j) kl_d[%lld "
+                "+ j] = (int32_t)kl_s[j * %lld + %lld] - %lld;",
+                (long long)lo, (long long)hi, base, (long long)z->sw,
+                (long long)(ph - z->pw), (long long)z->za);
+        else if (z->sw == 1)
             kl_codegen__c_line(g, "memcpy(kl_d + %lld, kl_s + %lld, %lld);",
                                base + lo, (long long)(lo + ph - z->pw),
                                (long long)(hi - lo) * 4);
@@ -502,7 +628,8 @@ static void s_task(cg_t *g, const dwk_t *k)
         kl_codegen__c_line(g, "const int64_t kl_nl = kl_mini(%lld, %lld - c);",
                            L, (long long)z->c);
     if (!z->pool && row)
-        kl_codegen__c_line(g, "const float *kl_w = %s + c * %lld;",
+        kl_codegen__c_line(g, "const %s *kl_w = %s + c * %lld;",
+                           kl_dtype_ctype(g->w->tensors[z->wt].dtype),
                            g->w->tensors[z->wt].name, (long long)(z->r * z->s));
     else if (!z->pool)
         kl_codegen__c_line(g, "const float *kl_w = kl_pre + c * %lld;",
@@ -514,7 +641,7 @@ static void s_task(cg_t *g, const dwk_t *k)
     g->ind++;
     kl_codegen__c_line(g, "const int64_t yi = y_lo * %lld - %lld + i;",
                        (long long)z->sh, (long long)z->ph);
-    kl_codegen__c_line(g, "float *kl_d = kl_buf + i * %lld;", stride);
+    kl_codegen__c_line(g, "%s *kl_d = kl_buf + i * %lld;", s_bt(k), stride);
     kl_codegen__c_line(g, "if (yi < 0 || yi >= %lld) {", (long long)z->h);
     g->ind++;
     s_pad(g, k, 0, stride);
@@ -522,9 +649,9 @@ static void s_task(cg_t *g, const dwk_t *k)
     g->ind--;
     kl_codegen__c_line(g, "}");
     kl_codegen__c_line(
-        g, "const float *kl_s = %s + ((n * %lld + c) * %lld + yi) * %lld;",
-        g->w->tensors[z->x].name, (long long)z->c, (long long)z->h,
-        (long long)z->w);
+        g, "const %s *kl_s = %s + ((n * %lld + c) * %lld + yi) * %lld;",
+        kl_dtype_ctype(g->w->tensors[z->x].dtype), g->w->tensors[z->x].name,
+        (long long)z->c, (long long)z->h, (long long)z->w);
     if (row)
         s_pack_row_phases(g, k);
     else
@@ -590,6 +717,8 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     bool row = k.fam == 1;
     kl_buf_puts(&g->b, kl_codegen__prelude);
     kl_codegen__act_prelude_for(&g->b, w);
+    if (z->quant)
+        s_qprelude(g, k.L);
     kl_buf_printf(&g->b,
                   "\n/* %s: depthwise, %s, tiles of %lld rows x %lld %s, "
                   "%lld rows a task. */\n",
@@ -602,10 +731,12 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
         s_prepare(g, &k, entry);
     kl_buf_printf(&g->b, "\nvoid %s(void *const *args)\n{\n", entry);
     g->ind = 1;
-    for (int t = 0; t < w->ntensors; t++)
-        kl_codegen__c_line(g, "%sfloat *restrict %s = (%sfloat *)args[%d];",
-                           t == z->y ? "" : "const ", w->tensors[t].name,
-                           t == z->y ? "" : "const ", t);
+    for (int t = 0; t < w->ntensors; t++) {
+        const char *ct = kl_dtype_ctype(w->tensors[t].dtype);
+        kl_codegen__c_line(g, "%s%s *restrict %s = (%s%s *)args[%d];",
+                           t == z->y ? "" : "const ", ct, w->tensors[t].name,
+                           t == z->y ? "" : "const ", ct, t);
+    }
     if (!row && !z->pool)
         kl_codegen__c_line(g, "const float *kl_pre = (const float *)args[%d];",
                            w->ntensors);
@@ -613,7 +744,7 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     kl_codegen__c_line(g, "{");
     g->ind++;
     kl_codegen__c_line(
-        g, "float *kl_buf = kl_alloc(%lld);",
+        g, "%s *kl_buf = (%s *)kl_alloc(%lld);", s_bt(&k), s_bt(&k),
         (long long)(s_task_rows(&k) * (row ? k.rs : k.wp * k.L)));
     bool stage = !row && k.L == 16;
     if (stage)

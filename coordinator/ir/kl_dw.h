@@ -6,8 +6,18 @@
  *       | epilogue (bias, residual, relu, clip, act=)
  *
  * any stride, dilation and padding (rows and columns apart), W constant,
- * every tensor f32. The quantized form (qdepthwise_conv2d) and a channel
- * multiplier above 1 are not recognised: they keep the generic schedules.
+ * every tensor f32. A channel multiplier above 1 is not recognised: it
+ * keeps the generic schedules.
+ *
+ * The quantized form (qdepthwise_conv2d, quant 1):
+ *
+ *   Y[n,c,y,x] += (X[...] - za) * W[c,0,r,s] | + bias[c]
+ *       | requant(scale[c] or a number, zo) | relu, clip
+ *
+ * X u8, W const s8, bias s32, Y u8 or s8 (s32 without requant); every
+ * epilogue read indexed by the channel alone. Padding contributes
+ * nothing (the reference skips the point), so a packed (x - za) is 0
+ * there.
  *
  * Pooling has the same shape without weights, and is recognised too:
  *
@@ -29,6 +39,8 @@
 typedef struct {
     int x, wt, y;   /* tensor indices: input, weights (-1: pooling), output */
     int pool;       /* 0 convolution, 1 max pooling, 2 sum (avg) pooling */
+    int quant;      /* 1: qdepthwise_conv2d (below) */
+    int64_t za;     /* quant: X's zero point */
     int it[6];      /* iterators n, c, y, x, r, s */
     int64_t n, c;   /* batch, channels */
     int64_t h, w;   /* input height, width */

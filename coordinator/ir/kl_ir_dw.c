@@ -74,6 +74,50 @@ static bool s_covered(int64_t n, int64_t taps, int64_t st, int64_t dil,
     return true;
 }
 
+/* Whether a reads a 1-D tensor at the channel iterator c alone. */
+static bool s_per_channel(const kl_workload_t *w, const kl_access_t *a, int c)
+{
+    const kl_tensor_t *t = &w->tensors[a->tensor];
+    return t->ndim == 1 && s_form(w, &a->idx[0], c, -1) &&
+           a->idx[0].coef[c] == 1 && !a->idx[0].offset;
+}
+
+/* The quantized form's dtypes and epilogue (kl_dw.h). */
+static int s_quant(const kl_workload_t *w, const kl_dw_t *z, char *err)
+{
+    kl_dtype yt = w->tensors[z->y].dtype;
+    if (w->tensors[z->x].dtype != KL_DT_U8 ||
+        w->tensors[z->wt].dtype != KL_DT_S8 ||
+        (yt != KL_DT_U8 && yt != KL_DT_S8 && yt != KL_DT_S32))
+        return NO("quantized: X u8, W s8 and Y u8, s8 or s32 expected");
+    if (z->za < 0 || z->za > 255)
+        return NO("quantized: the zero point %lld is not a u8",
+                  (long long)z->za);
+    bool requant = false, bias = false;
+    for (int i = 0; i < w->nepi; i++) {
+        const kl_epilogue_t *ep = &w->epi[i];
+        if (ep->kind == KL_EPI_ADD_TENSOR && (bias || requant))
+            return NO("quantized: a second bias, or one after the requant");
+        bias |= ep->kind == KL_EPI_ADD_TENSOR;
+        requant |=
+            ep->kind == KL_EPI_REQUANT || ep->kind == KL_EPI_REQUANT_TENSOR;
+        bool tensor =
+            ep->kind == KL_EPI_ADD_TENSOR || ep->kind == KL_EPI_REQUANT_TENSOR;
+        bool kind = tensor || ep->kind == KL_EPI_REQUANT ||
+                    ep->kind == KL_EPI_RELU || ep->kind == KL_EPI_CLIP;
+        kl_dtype want = ep->kind == KL_EPI_ADD_TENSOR ? KL_DT_S32 : KL_DT_F32;
+        if (!kind || (tensor && (!s_per_channel(w, &ep->access, z->it[1]) ||
+                                 w->tensors[ep->access.tensor].dtype != want)))
+            return NO("quantized: epilogue %d is not a per-channel bias, "
+                      "a requant, relu or clip",
+                      i);
+        if ((ep->kind == KL_EPI_REQUANT || ep->kind == KL_EPI_REQUANT_TENSOR) &&
+            yt == KL_DT_S32)
+            return NO("quantized: a requant into an s32 output");
+    }
+    return KL_OK;
+}
+
 int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
 {
     kl_dw_t z;
@@ -84,17 +128,25 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
      * --source) is "custom": its structure decides. */
     bool custom = !strcmp(w->op_kind, "custom");
     bool load = w->body && w->body->kind == KL_EX_LOAD;
+    z.quant = !strcmp(w->op_kind, "qdepthwise_conv2d") ||
+              (custom && kl_workload_is_int(w) && !load);
     if (!strcmp(w->op_kind, "max_pool2d") ||
         (custom && load && w->reduce == KL_RED_MAX))
         z.pool = 1;
     else if (!strcmp(w->op_kind, "avg_pool2d") || (custom && load))
         z.pool = 2;
-    else if (strcmp(w->op_kind, "depthwise_conv2d") && !custom)
+    else if (strcmp(w->op_kind, "depthwise_conv2d") && !custom && !z.quant)
         return NO("op %s is not depthwise_conv2d or a pooling", w->op_kind);
-    for (int t = 0; t < w->ntensors; t++)
+    for (int t = 0; t < w->ntensors && !z.quant; t++)
         if (w->tensors[t].dtype != KL_DT_F32)
             return NO("tensor %s is not f32", w->tensors[t].name);
     const kl_expr_t *b = w->body;
+    /* The quantized body: (X - za) * W, or X * W when za is 0. */
+    const kl_expr_t *xe = b && b->kind == KL_EX_MUL ? b->a : NULL;
+    if (z.quant && xe && xe->kind == KL_EX_SUB && xe->b->kind == KL_EX_CONST) {
+        z.za = (int64_t)xe->b->value;
+        xe = xe->a;
+    }
     if (z.pool) {
         if (!b || b->kind != KL_EX_LOAD ||
             w->reduce != (z.pool == 1 ? KL_RED_MAX : KL_RED_SUM) ||
@@ -103,7 +155,7 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
                       "output",
                       z.pool == 1 ? "max" : "sum");
     } else if (w->reduce != KL_RED_SUM || !b || b->kind != KL_EX_MUL ||
-               b->a->kind != KL_EX_LOAD || b->b->kind != KL_EX_LOAD ||
+               xe->kind != KL_EX_LOAD || b->b->kind != KL_EX_LOAD ||
                w->niters != 6 || w->tensors[z.y].ndim != 4) {
         return NO("a channel multiplier above 1, or not a sum of products "
                   "over a 4-D output");
@@ -117,7 +169,7 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
             w->out.idx[d].coef[z.it[d]] != 1 || w->out.idx[d].offset)
             return NO("output index %d is not one iterator", d);
     }
-    const kl_access_t *xa = z.pool ? &b->access : &b->a->access;
+    const kl_access_t *xa = z.pool ? &b->access : &xe->access;
     z.x = xa->tensor;
     const kl_tensor_t *X = &w->tensors[z.x];
     if (X->ndim != 4)
@@ -160,6 +212,11 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
     if (z.pool == 1 && (!s_covered(z.p, z.r, z.sh, z.dh, z.ph, z.h) ||
                         !s_covered(z.q, z.s, z.sw, z.dw, z.pw, z.w)))
         return NO("a max pooling window lies wholly in the padding");
+    if (z.quant) {
+        int rc = s_quant(w, &z, err);
+        if (rc)
+            return rc;
+    }
     if (info)
         *info = z;
     return KL_OK;

@@ -44,6 +44,11 @@ int kl_space__cpu_bf16_open(const kl_workload_t *w, const kl_target_t *t,
  * tr untouched for any other workload. */
 int kl_space__cpu_dw_open(const kl_workload_t *w, const kl_target_t *t,
                           kl_trace_t *tr, int *open, char *err);
+/* The quantized depthwise program (kl_dw.h's quant form): the row-vector
+ * family alone, int32 lanes (rules_cpu_dw.c; opened by the integer rules,
+ * rules_cpu_int.c). KL_ERR_UNSUPPORTED with the reason otherwise. */
+int kl_space__cpu_qdw(const kl_workload_t *w, const kl_target_t *t,
+                      kl_trace_t *tr, char *err);
 /* The CUDA rule program for w (rules_cuda.c); contract as the CPU's. */
 int kl_space__rules_cuda(const kl_workload_t *w, const kl_target_t *t,
                          kl_trace_t **out, char *err);

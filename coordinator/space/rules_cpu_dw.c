@@ -169,7 +169,7 @@ int kl_space__cpu_dw_open(const kl_workload_t *w, const kl_target_t *t,
 {
     *open = 0;
     kl_dw_t z;
-    if (kl_workload_depthwise(w, &z, NULL) || t->vec_lanes < 4 ||
+    if (kl_workload_depthwise(w, &z, NULL) || z.quant || t->vec_lanes < 4 ||
         z.r * z.s > 64)
         return KL_OK;
     dw_rule_t r = {&z, t, tr, err};
@@ -192,4 +192,19 @@ int kl_space__cpu_dw_open(const kl_workload_t *w, const kl_target_t *t,
         rc = kl_tr_else(tr, err);
     *open = rc ? 0 : 2;
     return rc;
+}
+
+int kl_space__cpu_qdw(const kl_workload_t *w, const kl_target_t *t,
+                      kl_trace_t *tr, char *err)
+{
+    kl_dw_t z;
+    int rc = kl_workload_depthwise(w, &z, err);
+    if (rc)
+        return rc;
+    if (!z.quant || t->vec_lanes < 4 || z.r * z.s > 64)
+        return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                         "depthwise: not a quantized one of at most 64 taps "
+                         "on a target of 4 lanes or more");
+    dw_rule_t r = {&z, t, tr, err};
+    return s_row_family(&r);
 }

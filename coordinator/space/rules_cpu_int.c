@@ -352,14 +352,22 @@ int kl_space__rules_cpu_int(const kl_workload_t *w, const kl_target_t *t,
                          "CPU design space has integer schedules on "
                          "x86_64-avx512 and x86_64-avx2 only)",
                          t->name);
-    if (!strcmp(w->op_kind, "qdepthwise_conv2d"))
-        return kl_seterr(err, KL_ERR_UNSUPPORTED,
-                         "%s: %s is a depthwise convolution: %s sums 4 "
-                         "input channels per output channel and a "
-                         "depthwise one reads a single input channel, so "
-                         "the CPU design space has no integer schedule for "
-                         "it (the reference kernel runs it)",
-                         t->name, w->name ? w->name : "?", in->name);
+    if (!strcmp(w->op_kind, "qdepthwise_conv2d")) {
+        /* One input channel per output channel: nothing for in->name to
+         * sum 4 of; int32 lanes along the output row instead. */
+        kl_trace_t *tr = kl_trace_new(t->name);
+        char why[KL_ERRMSG_LEN];
+        int rc = kl_space__cpu_qdw(w, t, tr, why);
+        if (rc) {
+            kl_trace_free(&tr);
+            return kl_seterr(err, KL_ERR_UNSUPPORTED,
+                             "%s: %s is a depthwise convolution the CPU "
+                             "design space has no integer schedule for (the "
+                             "reference kernel runs it): %s",
+                             t->name, w->name ? w->name : "?", why);
+        }
+        return s_try(w, t, tr, out, err);
+    }
     int nsp = 0;
     for (int i = 0; i < w->niters; i++)
         nsp += !w->iters[i].reduce;

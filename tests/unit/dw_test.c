@@ -5,7 +5,8 @@
  * both families checked against the reference on awkward shapes (widths
  * that are no multiple of the vector, channels that are no multiple of
  * 16, strides, dilation, two images, every epilogue kind), max and
- * average pooling through the same families. */
+ * average pooling through the same families, and the quantized form
+ * (qdepthwise_conv2d) in the row family against the exact reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "kl_cgrun.h"
 #include "kl_check.h"
 #include "kl_codegen.h"
 #include "kl_dw.h"
@@ -70,7 +72,6 @@ static void test_takes(void **state)
     kl_workload_free(&w);
     static const char *const no[] = {
         "depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1 multiplier=2",
-        "qdepthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1",
         "conv2d N=1 C=8 H=14 W=14 K=8 R=3 S=3 pad=1 groups=8",
         "matmul M=64 N=64 K=64",
     };
@@ -259,12 +260,93 @@ static void test_kernels(void **state)
     kl_test_rmdir(dir);
 }
 
+/* Biases at the ends of the int32 range (the kernel's add then goes
+ * through int64 lanes and saturates, as the reference's sum does): the
+ * kernel again on a, the interpreter on b, equal byte for byte. */
+static void s_bias_extremes(const kl_cgrun_t *r, const kl_workload_t *w,
+                            void **a, void **b)
+{
+    int t = 0;
+    while (t < w->ntensors && strcmp(w->tensors[t].name, "bias"))
+        t++;
+    assert_true(t < w->ntensors);
+    const int32_t ext[3] = {INT32_MAX - 3, INT32_MIN + 5, 2147483000};
+    for (int i = 0; i < 3; i++)
+        ((int32_t *)a[t])[i] = ((int32_t *)b[t])[i] = ext[i];
+    kl_workload_eval_typed(w, b);
+    assert_true(kl_cgrun_again(r, w, a, b));
+    /* Channel 0 (its plane first in Y) saturates somewhere. */
+    int o = kl_workload_output(w);
+    const kl_tensor_t *Y = &w->tensors[o];
+    int64_t plane = Y->shape[2] * Y->shape[3], sat = 0;
+    for (int64_t i = 0; i < plane; i++)
+        sat += ((int32_t *)b[o])[i] == INT32_MAX;
+    assert_true(sat > 0);
+}
+
+/* qdepthwise_conv2d: the integer space samples the row family alone, and
+ * its kernels equal the reference interpreter byte for byte (u8, s8 and
+ * s32 outputs, per-channel and per-tensor scales, zero points, strides,
+ * relu and clip, widths that are no multiple of 16). */
+static void test_quant(void **state)
+{
+    (void)state;
+    static const char *const ops[] = {
+        "qdepthwise_conv2d N=1 C=24 H=14 W=14 R=3 S=3 pad=1 za=3 zo=5 bias=1 "
+        "relu=1",
+        "qdepthwise_conv2d N=2 C=16 H=29 W=31 R=3 S=3 stride=2 pad=1 za=128 "
+        "zo=-3 out=s8 bias=1",
+        "qdepthwise_conv2d N=1 C=8 H=20 W=20 R=5 S=5 pad=2 zo=17 "
+        "scale=0.0123 clip=20,200",
+        "qdepthwise_conv2d N=1 C=16 H=7 W=7 R=3 S=3 pad=1 za=7 out=s32 bias=1",
+    };
+    char dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-qdw-test-XXXXXX"));
+    for (int o = 0; o < (int)(sizeof ops / sizeof *ops); o++) {
+        kl_workload_t *w = fx_wl(ops[o]);
+        kl_dw_t z;
+        char err[KL_ERRMSG_LEN];
+        assert_int_equal(kl_workload_depthwise(w, &z, err), KL_OK);
+        assert_int_equal(z.quant, 1);
+        kl_space_t *sp = fx_space(w, "cpu/x86_64-avx512+vnni");
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 21 + (uint64_t)o);
+        for (int i = 0; i < 3; i++) {
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = fx_sample(sp, &rng, &tr);
+            assert_int_equal(s_family(s), 1);
+            kl_kernel_t k;
+            if (kl_codegen_c(s, kl_space_target(sp), "kl_q", &k, err))
+                fail_msg("%s: %s", ops[o], err);
+            kl_cgrun_t r;
+            if (kl_cgrun_load(&r, k.source, "kl_q", dir, err))
+                fail_msg("%s: %s", ops[o], err);
+            void **a = NULL, **b = NULL;
+            if (kl_cgrun_compare(&r, w, 5 + (uint64_t)i, &a, &b, err))
+                fail_msg("%s, sample %d: %s", ops[o], i, err);
+            assert_true(kl_cgrun_varied(w, a));
+            if (strstr(ops[o], "out=s32") && i == 0)
+                s_bias_extremes(&r, w, a, b);
+            kl_cgrun_free(w, a);
+            kl_cgrun_free(w, b);
+            kl_cgrun_close(&r);
+            kl_kernel_free(&k);
+            kl_sched_destroy(&s);
+            kl_trace_free(&tr);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+    kl_test_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_takes),
         cmocka_unit_test(test_space),
         cmocka_unit_test(test_kernels),
+        cmocka_unit_test(test_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
