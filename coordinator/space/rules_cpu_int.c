@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kl_dw.h"
 #include "kl_err.h"
 #include "kl_intrin.h"
 #include "kl_space_priv.h"
@@ -352,7 +353,9 @@ int kl_space__rules_cpu_int(const kl_workload_t *w, const kl_target_t *t,
                          "CPU design space has integer schedules on "
                          "x86_64-avx512 and x86_64-avx2 only)",
                          t->name);
-    if (!strcmp(w->op_kind, "qdepthwise_conv2d")) {
+    kl_dw_t dz;
+    if (!strcmp(w->op_kind, "qdepthwise_conv2d") ||
+        (kl_workload_depthwise(w, &dz, NULL) == KL_OK && dz.quant)) {
         /* One input channel per output channel: nothing for in->name to
          * sum 4 of; int32 lanes along the output row instead. */
         kl_trace_t *tr = kl_trace_new(t->name);

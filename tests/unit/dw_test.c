@@ -302,6 +302,25 @@ static void test_quant(void **state)
     };
     char dir[256];
     assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-qdw-test-XXXXXX"));
+    /* Read back from its canonical text (op "custom", as a record's
+     * workload is, kiln db best --source): the same space. */
+    {
+        kl_workload_t *w = fx_wl(ops[0]), *c = NULL;
+        char err[KL_ERRMSG_LEN];
+        assert_int_equal(kl_workload_parse(w->canonical, &c, err), KL_OK);
+        assert_string_equal(c->op_kind, "custom");
+        kl_space_t *sp = fx_space(c, "cpu/x86_64-avx512+vnni");
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 2);
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = fx_sample(sp, &rng, &tr);
+        assert_int_equal(s_family(s), 1);
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+        kl_space_destroy(&sp);
+        kl_workload_free(&c);
+        kl_workload_free(&w);
+    }
     /* The last round: the first op again on an AVX2 target (8 lanes). */
     int nops = (int)(sizeof ops / sizeof *ops);
     for (int o = 0; o <= nops; o++) {
