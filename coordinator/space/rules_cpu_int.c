@@ -1,7 +1,7 @@
 /* rules_cpu_int.c - the CPU design space of integer workloads
  * (docs/architecture.md, "Integer types and quantized operators" and "The
- * tensorize primitive"): every schedule is tensorized with the target's
- * int8 intrinsic (kl_intrin.h).
+ * tensorize primitive"): every product and convolution schedule is
+ * tensorized with the target's int8 intrinsic (kl_intrin.h).
  *
  *   products (qmatmul, qdense): (mo . no0) mi no1 ko0 ko1 [ni ki]
  *   convolutions (qconv2d NHWC or NCHW, groups 1, any R, S, stride,
@@ -19,8 +19,10 @@
  *     sampled (pixels outer, or channel blocks outer: a block's packed
  *     weights reused over every pixel of a thread's share).
  *
- * Anything else integer (grouped convolutions, depthwise ones, pooling)
- * is refused with the reason. */
+ * A quantized depthwise convolution (kl_dw.h) takes the depthwise
+ * row-vector family in int32 lanes instead (rules_cpu_dw.c,
+ * kl_space__cpu_qdw). Anything else integer (grouped convolutions,
+ * pooling) is refused with the reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
