@@ -40,6 +40,15 @@
 /* The prepare function's name is the entry's name with this suffix. */
 #define KL_ABI_PREPARE_SUFFIX "_prepare"
 
+/* C text declaring the library's shared per-call scratch: one weak,
+ * hidden object, so that every unit of a library naming it (each kernel's
+ * prelude, which claims it with kl_scratch_claim, and kiln_model.c, whose
+ * kiln_model_release frees it) names the same one. */
+#define KL_ABI_SCRATCH_DECL                                                    \
+    "struct kl_scratch { int busy; size_t n; void *p; };\n"                    \
+    "__attribute__((weak, visibility(\"hidden\"))) struct kl_scratch "         \
+    "kl_scratch_g;\n"
+
 typedef void (*kl_abi_kernel_fn)(void *const *args);
 typedef void *(*kl_abi_prepare_fn)(void *const *args);
 

@@ -353,8 +353,6 @@ static void s_qstore(cg_t *g, const dwk_t *k, const char *var, int64_t n)
     for (int i = 0; i < w->nepi; i++) {
         const kl_epilogue_t *ep = &w->epi[i];
         const char *tn = w->tensors[ep->access.tensor].name;
-        long long lo = ep->lo < INT32_MIN ? INT32_MIN : (long long)ep->lo;
-        long long hi = ep->hi > INT32_MAX ? INT32_MAX : (long long)ep->hi;
         switch ((int)ep->kind) {
         case KL_EPI_ADD_TENSOR:
             kl_codegen__c_line(g, "q = kl_qadd%d(q, %s[c], %lldLL);", L, tn,
@@ -372,7 +370,10 @@ static void s_qstore(cg_t *g, const dwk_t *k, const char *var, int64_t n)
             kl_codegen__c_line(g, "q = kl_qclamp%d(q, 0, INT32_MAX);", L);
             break;
         default: /* KL_EPI_CLIP (kl_dw.h admits no other) */
-            kl_codegen__c_line(g, "q = kl_qclamp%d(q, %lld, %lld);", L, lo, hi);
+            kl_codegen__c_line(
+                g, "q = kl_qclamp%d(q, %lld, %lld);", L,
+                ep->lo < INT32_MIN ? (long long)INT32_MIN : (long long)ep->lo,
+                ep->hi > INT32_MAX ? (long long)INT32_MAX : (long long)ep->hi);
             break;
         }
     }

@@ -3,6 +3,7 @@
  * per-call scratch (kl_alloc, and the library's shared kl_scratch_claim)
  * and prepared blocks (kl_alloc_block). */
 #include "cg_priv.h"
+#include "kl_abi.h"
 
 const char kl_codegen__prelude[] =
     "#ifndef KL_PRELUDE_H\n"
@@ -54,10 +55,8 @@ const char kl_codegen__prelude[] =
     " * layers of a model reuse lines still in cache instead of each writing\n"
     " * its own. kl_scratch_claim(n): the scratch, grown to n bytes, or NULL\n"
     " * while another call holds it (that call then allocates its own) or\n"
-    " * when memory ran out; kl_scratch_release gives it back. */\n"
-    "struct kl_scratch { int busy; size_t n; void *p; };\n"
-    "__attribute__((weak, visibility(\"hidden\"))) struct kl_scratch "
-    "kl_scratch_g;\n"
+    " * when memory ran out; kl_scratch_release gives it back. "
+    "*/\n" KL_ABI_SCRATCH_DECL
     "static inline void *kl_scratch_claim(size_t n)\n"
     "{ if (__atomic_exchange_n(&kl_scratch_g.busy, 1, __ATOMIC_ACQUIRE))\n"
     "      return NULL;\n"

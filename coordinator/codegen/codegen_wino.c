@@ -179,13 +179,13 @@ static int64_t s_xt_elems(const kl_wino_t *z)
     return z->n * s_xt_rows(z) * s_xt_cols(z) * s_xt_stride(z);
 }
 
-/* Offsets (floats) into the prepared block and its size: the product's
- * packs of U when it has any (U itself then only lives during the prepare
- * step), else U; and into the per-call scratch (kl_scratch_claim: V, M, 16
+/* The prepared block's size (floats): the product's packs of U when it
+ * has any (U itself then only lives during the prepare step), else U; and
+ * the offsets into the per-call scratch (kl_scratch_claim: V at 0, M, 16
  * floats longer since the last block of channels is read as a whole
  * vector, then xt) and its size. 16-float (64-byte) aligned. */
 typedef struct {
-    int64_t pk, size, v, m, xt, scratch;
+    int64_t size, m, xt, scratch;
 } wlay_t;
 
 static int64_t s_up(int64_t n)
@@ -197,10 +197,8 @@ static wlay_t s_layout(const cg_t *g, const kl_wino_t *z)
 {
     wlay_t l;
     int64_t e = (int64_t)z->alpha * z->alpha;
-    l.pk = 0;
     l.size = g->prep_elems ? s_up(g->prep_elems) : s_up(e * z->c * z->k);
-    l.v = 0;
-    l.m = l.v + s_up(e * z->tiles * z->c);
+    l.m = s_up(e * z->tiles * z->c);
     l.xt = l.m + s_up(e * z->tiles * z->k + 16);
     l.scratch = l.xt + s_up(s_xt_elems(z));
     return l;
@@ -266,8 +264,7 @@ static void s_prepare(cg_t *g, const kl_workload_t *w, const kl_wino_t *z,
     g->ind = 1;
     if (g->prep_elems) {
         kl_codegen__c_line(g, "void *kl_ga[4] = {NULL, kl_u, NULL, NULL};");
-        kl_codegen__c_line(g, "%s_gemm_prepare_into(kl_ga, kl_pre + %lld);",
-                           entry, (long long)lay->pk);
+        kl_codegen__c_line(g, "%s_gemm_prepare_into(kl_ga, kl_pre);", entry);
         kl_codegen__c_line(g, "free(kl_u);");
     }
     kl_codegen__c_line(g, "return kl_pre;");
@@ -622,9 +619,8 @@ int kl_codegen__emit_winograd(cg_t *g, const char *entry)
     kl_codegen__c_line(g, "float *kl_scr = (float *)kl_scratch_claim(%lld);",
                        (long long)(lay.scratch * 4));
     kl_codegen__c_line(g, "int kl_own = !kl_scr;");
-    kl_codegen__c_line(
-        g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_scr + %lld;",
-        (long long)(z.alpha * z.alpha * z.tiles * z.c), (long long)lay.v);
+    kl_codegen__c_line(g, "float *kl_wv = kl_own ? kl_alloc(%lld) : kl_scr;",
+                       (long long)(z.alpha * z.alpha * z.tiles * z.c));
     kl_codegen__c_line(
         g, "float *kl_wm = kl_own ? kl_alloc(%lld) : kl_scr + %lld;",
         (long long)(z.alpha * z.alpha * z.tiles * z.k + 16), (long long)lay.m);
@@ -632,8 +628,8 @@ int kl_codegen__emit_winograd(cg_t *g, const char *entry)
         g, "float *kl_xt = kl_own ? kl_alloc(%lld) : kl_scr + %lld;",
         (long long)s_xt_elems(&z), (long long)lay.xt);
     s_input(g, w, &z);
-    kl_codegen__c_line(g, "void *kl_ga[4] = {kl_wv, %s, kl_wm, kl_pre + %lld};",
-                       g->prep_elems ? "NULL" : "kl_pre", (long long)lay.pk);
+    kl_codegen__c_line(g, "void *kl_ga[4] = {kl_wv, %s, kl_wm, kl_pre};",
+                       g->prep_elems ? "NULL" : "kl_pre");
     kl_codegen__c_line(g, "%s_gemm(kl_ga);", entry);
     s_output(g, w, &z);
     kl_codegen__c_line(g, "if (kl_own) {");

@@ -3,6 +3,8 @@
  * quantize / dequantize ones and the AMX tile state's request included. */
 #include "export_int.h"
 
+#include "kl_abi.h"
+
 const char kl_export__helpers_c[] =
     "static double s_now(void)\n"
     "{\n"
@@ -422,7 +424,5 @@ const char kl_export__prepared_c[] =
 
 const char kl_export__scratch_c[] =
     "/* The kernels' shared per-call scratch (their prelude's\n"
-    " * kl_scratch_claim): the same object, freed with the blocks. */\n"
-    "struct kl_scratch {\n    int busy;\n    size_t n;\n    void *p;\n};\n"
-    "__attribute__((weak, visibility(\"hidden\"))) struct kl_scratch "
-    "kl_scratch_g;\n\n";
+    " * kl_scratch_claim): the same object, freed with the blocks. "
+    "*/\n" KL_ABI_SCRATCH_DECL "\n";

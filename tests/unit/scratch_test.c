@@ -35,10 +35,7 @@
 
 /* Reads the scratch object of the library it is linked into. */
 static const char s_probe_src[] =
-    "#include <stddef.h>\n"
-    "struct kl_scratch { int busy; size_t n; void *p; };\n"
-    "extern __attribute__((visibility(\"hidden\"))) struct kl_scratch "
-    "kl_scratch_g;\n"
+    "#include <stddef.h>\n" KL_ABI_SCRATCH_DECL
     "size_t kl_probe_n(void) { return kl_scratch_g.n; }\n"
     "int kl_probe_busy(void) { return kl_scratch_g.busy; }\n";
 
