@@ -15,7 +15,9 @@
  *    outside the tensor. The loop layout would copy each input element
  *    R x S times (an im2col); this one copies it once and removes the
  *    padding tests from the body. Used when the box is not larger than
- *    the loop layout.
+ *    the loop layout, and, for a trivial window (a 1x1 convolution's),
+ *    unless the schedule's "loop_layout_T" annotation asks for the loop
+ *    layout.
  * A constant tensor (kl_ir.h) packed before the parallel loop is packed
  * once, by ENTRY_prepare (kl_abi.h), into the block the caller then passes
  * to every call: a deployed model lays its weights out once, at load.
@@ -86,6 +88,21 @@ void kl_codegen__pack_dim_parts(const cg_t *g, const kl_access_t *a, int d,
         }
 }
 
+/* Whether a loop of the nest carries "loop_layout_T" for tensor t: its
+ * trivial window (kl_access_window_trivial) packed in the loop layout
+ * (rules_cpu.c samples it). */
+static bool s_loop_layout(const cg_t *g, int t)
+{
+    char key[32];
+    snprintf(key, sizeof key, "loop_layout_%d", t);
+    for (int p = 0; p < g->n; p++)
+        for (int i = 0; i < g->L[p]->nannots; i++)
+            if (!strcmp(g->L[p]->annots[i].key, key) &&
+                g->L[p]->annots[i].value)
+                return true;
+    return false;
+}
+
 /* Whether a's packed buffer takes the window layout; fills, per tensor
  * dimension, the lowest index the loops below the attach point add and
  * the extent of the box. */
@@ -93,7 +110,8 @@ static bool s_window(const cg_t *g, const kl_access_t *a, int64_t *ilo,
                      int64_t *ext)
 {
     const kl_tensor_t *t = &g->w->tensors[a->tensor];
-    if (!kl_access_is_window(g->w, a))
+    if (!kl_access_is_window(g->w, a) ||
+        (kl_access_window_trivial(g->w, a) && s_loop_layout(g, a->tensor)))
         return false;
     for (int d = 0; d < t->ndim; d++)
         if (a->idx[d].div != 1)

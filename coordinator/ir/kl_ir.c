@@ -100,6 +100,18 @@ bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a)
     return false;
 }
 
+bool kl_access_window_trivial(const kl_workload_t *w, const kl_access_t *a)
+{
+    for (int d = 0; d < w->tensors[a->tensor].ndim; d++) {
+        int n = 0;
+        for (int it = 0; it < w->niters; it++)
+            n += a->idx[d].coef[it] != 0 && w->iters[it].extent > 1;
+        if (n >= 2)
+            return false;
+    }
+    return true;
+}
+
 int64_t kl_tensor_numel(const kl_tensor_t *t)
 {
     int64_t n = 1;

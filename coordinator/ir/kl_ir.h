@@ -368,6 +368,10 @@ int64_t kl_tensor_numel(const kl_tensor_t *t);
 /* Whether a reads its tensor through a window: some dimension indexed by
  * two iterators or more (conv2d's h + r). */
 bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);
+/* Whether a's window, if any, is trivial: no dimension indexed by two
+ * iterators of more than one point (a 1x1 convolution reads X[n, c, y +
+ * r, x + s] with r and s of extent 1: the pixels directly). */
+bool kl_access_window_trivial(const kl_workload_t *w, const kl_access_t *a);
 size_t kl_dtype_size(kl_dtype dt);
 const char *kl_dtype_name(kl_dtype dt); /* "f32", "u8", "s32" */
 /* The C type of an element of dt in generated C: "uint8_t", "int8_t",

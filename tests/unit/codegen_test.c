@@ -444,6 +444,66 @@ static void test_channel_whole_reduction(void **state)
                    s_whole_576, "w");
 }
 
+/* A 1x1 convolution's input packed in the loop layout (its panels in
+ * the register tile's order), as the "loop_layout_0" annotation asks. */
+static bool s_x_loop_layout(const char *src)
+{
+    return strstr(src, "/* pack X */") != NULL;
+}
+
+/* The same input packed in its own layout: traces without the
+ * annotation, a record's from before it among them. */
+static bool s_x_window(const char *src)
+{
+    return strstr(src, "/* pack X (window") != NULL;
+}
+
+/* Whether some of n samples of spec carry the "loop_layout" annotation. */
+static int s_count_loop_layout(const char *spec, int n)
+{
+    kl_workload_t *w = fx_wl(spec);
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_space_for_target("cpu/x86_64-avx2", w, &sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 9);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("sample %d: %s", i, err);
+        char *text = kl_trace_to_text(tr);
+        found += strstr(text, "key=\"loop_layout_0\", value=1)") != NULL;
+        free(text);
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+    return found;
+}
+
+/* A 1x1 convolution reads its input through a trivial window (r and s
+ * of extent 1): the space samples its pack's layout, and both layouts
+ * build and match the reference; a 3x3 window never gets the choice. */
+static void test_trivial_window_layout(void **state)
+{
+    (void)state;
+    const char *spec = "conv2d N=1 C=64 H=7 W=7 K=32 R=1 S=1 bias=1";
+    s_sample_check(spec, 3, 200, 4, s_x_loop_layout, "ll");
+    s_sample_check(spec, 3, 200, 3, s_x_window, "lw");
+    s_sample_check("conv2d N=1 C=16 H=14 W=14 K=24 R=1 S=1 bias=1 "
+                   "residual=1 relu=1",
+                   4, 200, 3, s_x_loop_layout, "ls");
+    assert_true(s_count_loop_layout(spec, 40) > 0);
+    assert_int_equal(s_count_loop_layout("conv2d N=1 C=64 H=7 W=7 K=32 R=3 "
+                                         "S=3 pad=1 bias=1",
+                                         40),
+                     0);
+}
+
 static void test_codegen_errors(void **state)
 {
     (void)state;
@@ -563,6 +623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_constant_prepared_once),
         cmocka_unit_test(test_channel_blocks),
         cmocka_unit_test(test_channel_whole_reduction),
+        cmocka_unit_test(test_trivial_window_layout),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
