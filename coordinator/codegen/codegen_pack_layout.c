@@ -94,7 +94,7 @@ void kl_codegen__pack_dim_parts(const cg_t *g, const kl_access_t *a, int d,
 static bool s_loop_layout(const cg_t *g, int t)
 {
     char key[32];
-    snprintf(key, sizeof key, "loop_layout_%d", t);
+    snprintf(key, sizeof key, KL_ANNOT_LOOP_LAYOUT, t);
     for (int p = 0; p < g->n; p++)
         for (int i = 0; i < g->L[p]->nannots; i++)
             if (!strcmp(g->L[p]->annots[i].key, key) &&

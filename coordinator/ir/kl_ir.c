@@ -88,28 +88,29 @@ int kl_workload_ninputs(const kl_workload_t *w)
     return w->ntensors - 1;
 }
 
-bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a)
+/* Whether some dimension of a's tensor is indexed by two iterators or
+ * more of at least min_extent points each. */
+static bool s_shared_dim(const kl_workload_t *w, const kl_access_t *a,
+                         int64_t min_extent)
 {
     for (int d = 0; d < w->tensors[a->tensor].ndim; d++) {
         int n = 0;
         for (int it = 0; it < w->niters; it++)
-            n += a->idx[d].coef[it] != 0;
+            n += a->idx[d].coef[it] != 0 && w->iters[it].extent >= min_extent;
         if (n >= 2)
             return true;
     }
     return false;
 }
 
+bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a)
+{
+    return s_shared_dim(w, a, 1);
+}
+
 bool kl_access_window_trivial(const kl_workload_t *w, const kl_access_t *a)
 {
-    for (int d = 0; d < w->tensors[a->tensor].ndim; d++) {
-        int n = 0;
-        for (int it = 0; it < w->niters; it++)
-            n += a->idx[d].coef[it] != 0 && w->iters[it].extent > 1;
-        if (n >= 2)
-            return false;
-    }
-    return true;
+    return !s_shared_dim(w, a, 2);
 }
 
 int64_t kl_tensor_numel(const kl_tensor_t *t)

@@ -234,10 +234,14 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
 /* Sets (or replaces) an annotation on a loop. Keys: "unroll_max_step"
  * (codegen puts `#pragma GCC unroll value` on that loop), "prefetch" (C:
  * each iteration prefetches the packed buffers read below the loop value
- * floats ahead of where it reads them), "pragma_..." (free-form hints). At
- * most KL_LOOP_MAX_ANNOTS per loop. */
+ * floats ahead of where it reads them), KL_ANNOT_LOOP_LAYOUT with tensor
+ * T's index, value 1 (C: T, read through a trivial window, is packed in
+ * the loop layout, not its own; codegen_pack_layout.c), "pragma_..."
+ * (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);
+/* printf format of the loop-layout key, of one int: the tensor's index. */
+#define KL_ANNOT_LOOP_LAYOUT "loop_layout_%d"
 
 /* Rewrites a naive schedule of a 3x3 stride-1 convolution into Winograd
  * form with output tile m (kl_wino.h): its workload becomes the derived

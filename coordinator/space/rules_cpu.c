@@ -344,34 +344,34 @@ static int s_reused(const kl_workload_t *w, int *out)
 
 static int s_pack_at(rule_t *r, int t, int64_t v);
 
+/* Whether some read of tensor t in e satisfies pred. */
+static bool s_some_read(const kl_workload_t *w, const kl_expr_t *e, int t,
+                        bool (*pred)(const kl_workload_t *,
+                                     const kl_access_t *))
+{
+    if (!e)
+        return false;
+    if (e->kind == KL_EX_LOAD && e->access.tensor == t && pred(w, &e->access))
+        return true;
+    return s_some_read(w, e->a, t, pred) || s_some_read(w, e->b, t, pred);
+}
+
+static bool s_nontrivial(const kl_workload_t *w, const kl_access_t *a)
+{
+    return !kl_access_window_trivial(w, a);
+}
+
 /* Whether e reads tensor t through a window (kl_access_is_window). */
 static bool s_window(const kl_workload_t *w, const kl_expr_t *e, int t)
 {
-    if (!e)
-        return false;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t &&
-        kl_access_is_window(w, &e->access))
-        return true;
-    return s_window(w, e->a, t) || s_window(w, e->b, t);
+    return s_some_read(w, e, t, kl_access_is_window);
 }
 
-/* Whether e reads tensor t through a trivial window: every dimension
- * indexed by at most one iterator of more than one point (a 1x1
- * convolution's X[n, c, y + r, x + s], r and s of extent 1). */
-static bool s_trivial_window(const kl_workload_t *w, const kl_expr_t *e, int t)
-{
-    if (!e)
-        return true;
-    if (e->kind == KL_EX_LOAD && e->access.tensor == t &&
-        !kl_access_window_trivial(w, &e->access))
-        return false;
-    return s_trivial_window(w, e->a, t) && s_trivial_window(w, e->b, t);
-}
-
-/* A packed tensor read through a trivial window: its pack in the loop
- * layout (panels in the register tile's order) or in the window layout
- * (the tensor's own order), a sampled annotation "loop_layout_T" on the
- * parallel loop (T: the tensor's index) that the C generator follows
+/* A packed tensor read only through a trivial window (a 1x1
+ * convolution's X[n, c, y + r, x + s], kl_access_window_trivial): its
+ * pack in the loop layout (panels in the register tile's order) or in
+ * the window layout (the tensor's own order), a sampled annotation
+ * KL_ANNOT_LOOP_LAYOUT on the parallel loop that the C generator follows
  * (codegen_pack_layout.c). A 1x1 convolution's channel product over a
  * 7x7 image reads 7 rows at a stride of 7 from the window layout, 3
  * lines for 28 bytes, and streams its whole input from L2 for every
@@ -382,14 +382,14 @@ static bool s_trivial_window(const kl_workload_t *w, const kl_expr_t *e, int t)
 static int s_pack_layout(rule_t *r, int t, int64_t par)
 {
     if (!s_window(r->w, r->w->body, t) ||
-        !s_trivial_window(r->w, r->w->body, t))
+        s_some_read(r->w, r->w->body, t, s_nontrivial))
         return KL_OK;
     int64_t vals[2] = {0, 1};
     double ps[2] = {0.4, 0.6};
     int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
     char pred[64], key[32];
     snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
-    snprintf(key, sizeof key, "loop_layout_%d", t);
+    snprintf(key, sizeof key, KL_ANNOT_LOOP_LAYOUT, t);
     int rc = kl_tr_if(r->tr, pred, r->err);
     if (rc)
         return rc;
