@@ -3,6 +3,7 @@
  *   codegen_cpu.c          kl_codegen_c, kl_codegen_reference (entries)
  *   codegen_wino.c         Winograd kernels around a nested product
  *   codegen_dw.c           depthwise convolution kernels
+ *   codegen_dw_q.c         their quantized form's int32 epilogue
  *   codegen_c.c            the scheduled nest (kl_codegen__emit_function)
  *   codegen_pack.c         the loops that fill packed buffers, prepare
  *   codegen_expr.c         tensor reads, the body, guards, epilogues
@@ -225,5 +226,11 @@ void kl_codegen__rows_to_pixels(cg_t *g, const char *x, long long c,
  * of that family as ENTRY (and ENTRY_prepare for channel vectors). */
 int kl_codegen__dw_family(const kl_sched_t *s);
 int kl_codegen__emit_dw(cg_t *g, const char *entry);
+/* The quantized form's (codegen_dw_q.c): the int32 helpers for L lanes,
+ * and the epilogue and store of accumulator var (n of its L lanes, at
+ * kl_o) for a window of taps points. */
+void kl_codegen__dw_qprelude(cg_t *g, int L);
+void kl_codegen__dw_qstore(cg_t *g, int L, int64_t taps, const char *var,
+                           int64_t n);
 
 #endif

@@ -26,11 +26,14 @@
  * packs the const weights to [C/L][R][S][L] (zeros past C); a packed row
  * is [Wp][L], Wp the padded width, so the pixel that output x's tap s
  * reads is the vector at (x sw + s dw) L: one load per input pixel of the
- * tile, whichever taps read it. The results go to NCHW lane by lane.
+ * tile, whichever taps read it. The results go to NCHW lane by lane (with
+ * 16 lanes, staged and transposed). An NHWC workload (kl_dw.h: nhwc) has
+ * this family alone: a pixel's L channels are packed as one vector and
+ * stored as one (in part for a last block past C).
  *
  * The quantized form (kl_dw.h: qdepthwise_conv2d) takes the row family
  * alone: rows packed as int32 x - za, int32 multiply-adds, and the q-op
- * epilogue in int32 lanes (s_qprelude, s_qstore), equal to the reference
+ * epilogue in int32 lanes (codegen_dw_q.c), equal to the reference
  * byte for byte.
  *
  * Pooling (kl_dw.h: max_pool2d, avg_pool2d) runs through both families
@@ -100,11 +103,11 @@ static int s_params(cg_t *g, dwk_t *k)
     k->xt = s_inner(g->s, z->it[3]);
     if (k->fam == 2)
         k->L = (int)s_inner(g->s, z->it[1]);
-    if ((k->fam != 1 && k->fam != 2) || l0->kind != KL_LOOP_PARALLEL ||
-        l0->nparts != 3 || l0->parts[0].iter != z->it[0] ||
-        l0->parts[1].iter != z->it[1] || l0->parts[2].iter != z->it[2] ||
-        k->rt < 1 || k->xt < 1 || (k->L != 4 && k->L != 8 && k->L != 16) ||
-        (k->fam == 1 && k->xt % k->L))
+    if ((k->fam != 1 && k->fam != 2) || (z->nhwc && k->fam != 2) ||
+        l0->kind != KL_LOOP_PARALLEL || l0->nparts != 3 ||
+        l0->parts[0].iter != z->it[0] || l0->parts[1].iter != z->it[1] ||
+        l0->parts[2].iter != z->it[2] || k->rt < 1 || k->xt < 1 ||
+        (k->L != 4 && k->L != 8 && k->L != 16) || (k->fam == 1 && k->xt % k->L))
         return kl_codegen__c_fail(
             g, KL_ERR_INVAL,
             "depthwise: the nest is not one of rules_cpu_dw.c's families");
@@ -257,11 +260,20 @@ static bool s_tap_row(const dwk_t *k, int64_t i, int64_t j, int64_t *r)
 }
 
 /* Channel vectors: a tile's pixel (y, x) of L channels, after its
- * epilogue, to NCHW: with 16 lanes into the task's staging rows (kl_ob,
+ * epilogue, to NHWC: one vector (the first nl lanes of the last block);
+ * to NCHW: with 16 lanes into the task's staging rows (kl_ob,
  * [rows][QX][16]) that s_unstage turns back; lane by lane otherwise. */
 static void s_store_chan(cg_t *g, const dwk_t *k, const char *var,
                          const char *nl)
 {
+    if (k->z.nhwc && k->z.c % k->L == 0) {
+        kl_codegen__c_line(g, "kl_st%d(kl_o, %s);", k->L, var);
+        return;
+    }
+    if (k->z.nhwc) {
+        kl_codegen__c_line(g, "memcpy(kl_o, &%s, (size_t)%s * 4);", var, nl);
+        return;
+    }
     if (k->L == 16) {
         kl_codegen__c_line(g, "(void)kl_o;");
         kl_codegen__c_line(g,
@@ -295,97 +307,6 @@ static void s_tap(kl_buf_t *b, const dwk_t *k, int64_t j, int64_t v, int64_t w,
     else
         kl_buf_printf(b, " a%lld_%lld += kl_t * kl_w[%lld];", jj, vv,
                       (long long)w);
-}
-
-/* The quantized form's helpers for L lanes of int32: loads, the clamp,
- * the bias add saturating at the int32 range (|x| <= a: plain int32 when
- * the bias leaves room, through int64 lanes otherwise), and requant, the
- * float round to nearest even of |f| <= 65536 by adding and taking away
- * 1.5 * 2^23 (never contracted into the multiply: the clamp is between,
- * nor reassociated without -ffast-math). */
-static void s_qprelude(cg_t *g, int L)
-{
-    kl_codegen__template(
-        &g->b,
-        "typedef int64_t kl_q${L} __attribute__((vector_size(${L8})));\n"
-        "typedef uint8_t kl_qu${L} __attribute__((vector_size(${L})));\n"
-        "typedef int8_t kl_qs${L} __attribute__((vector_size(${L})));\n"
-        "static inline kl_m${L} kl_ldi${L}(const int32_t *p)\n"
-        "{ kl_m${L} v; memcpy(&v, p, sizeof v); return v; }\n"
-        "static inline kl_m${L} kl_qclamp${L}(kl_m${L} x, int32_t lo, "
-        "int32_t hi)\n"
-        "{ kl_m${L} l = (kl_m${L}){0} + lo, h = (kl_m${L}){0} + hi;\n"
-        "  kl_m${L} m = x < l; x = (m & l) | (~m & x);\n"
-        "  m = x > h; return (m & h) | (~m & x); }\n"
-        "static inline kl_m${L} kl_qadd${L}(kl_m${L} x, int32_t b, "
-        "int64_t a)\n"
-        "{ if ((int64_t)b >= (int64_t)INT32_MIN + a && "
-        "(int64_t)b <= (int64_t)INT32_MAX - a)\n"
-        "      return x + b;\n"
-        "  kl_q${L} q = __builtin_convertvector(x, kl_q${L}) + b;\n"
-        "  kl_q${L} l = (kl_q${L}){0} + INT32_MIN, h = (kl_q${L}){0} + "
-        "INT32_MAX;\n"
-        "  kl_q${L} m = q < l; q = (m & l) | (~m & q);\n"
-        "  m = q > h; q = (m & h) | (~m & q);\n"
-        "  return __builtin_convertvector(q, kl_m${L}); }\n"
-        "static inline kl_m${L} kl_qrequant${L}(kl_m${L} x, float sc, "
-        "int32_t zp)\n"
-        "{ kl_v${L} f = __builtin_convertvector(x, kl_v${L}) * sc;\n"
-        "  f = kl_min${L}(kl_max${L}(f, kl_bc${L}(-65536.0f)), "
-        "kl_bc${L}(65536.0f));\n"
-        "  f = (f + 12582912.0f) - 12582912.0f;\n"
-        "  return __builtin_convertvector(f, kl_m${L}) + zp; }\n",
-        (const kl_codegen__kv_t[]){KL_CG_I("L", L), KL_CG_I("L8", 8 * L),
-                                   KL_CG_END});
-}
-
-/* The quantized form's epilogue and store of the accumulator var (n of
- * its L lanes, along the output row, at kl_o), in int32 lanes: the sum is
- * exact there (|sum| <= R S 255 128), the bias add saturates as the
- * reference's sum does (kl_dw.h admits one, before any requant), and
- * every later step stays in range; clamped to Y's type, then narrowed. */
-static void s_qstore(cg_t *g, const dwk_t *k, const char *var, int64_t n)
-{
-    const kl_workload_t *w = g->w;
-    int L = k->L;
-    kl_dtype yt = w->tensors[k->z.y].dtype;
-    kl_codegen__c_line(g, "kl_m%d q = %s;", L, var);
-    for (int i = 0; i < w->nepi; i++) {
-        const kl_epilogue_t *ep = &w->epi[i];
-        const char *tn = w->tensors[ep->access.tensor].name;
-        switch ((int)ep->kind) {
-        case KL_EPI_ADD_TENSOR:
-            kl_codegen__c_line(g, "q = kl_qadd%d(q, %s[c], %lldLL);", L, tn,
-                               (long long)(k->z.r * k->z.s * 255 * 128));
-            break;
-        case KL_EPI_REQUANT:
-            kl_codegen__c_line(g, "q = kl_qrequant%d(q, (float)%.17g, %lld);",
-                               L, ep->lo, (long long)ep->zp);
-            break;
-        case KL_EPI_REQUANT_TENSOR:
-            kl_codegen__c_line(g, "q = kl_qrequant%d(q, %s[c], %lld);", L, tn,
-                               (long long)ep->zp);
-            break;
-        case KL_EPI_RELU:
-            kl_codegen__c_line(g, "q = kl_qclamp%d(q, 0, INT32_MAX);", L);
-            break;
-        default: /* KL_EPI_CLIP (kl_dw.h admits no other) */
-            kl_codegen__c_line(
-                g, "q = kl_qclamp%d(q, %lld, %lld);", L,
-                ep->lo < INT32_MIN ? (long long)INT32_MIN : (long long)ep->lo,
-                ep->hi > INT32_MAX ? (long long)INT32_MAX : (long long)ep->hi);
-            break;
-        }
-    }
-    if (yt != KL_DT_S32)
-        kl_codegen__c_line(g, "q = kl_qclamp%d(q, %d, %d);", L,
-                           yt == KL_DT_U8 ? 0 : -128,
-                           yt == KL_DT_U8 ? 255 : 127);
-    const char *vt = yt == KL_DT_U8 ? "qu" : yt == KL_DT_S8 ? "qs" : "m";
-    kl_codegen__c_line(g, "kl_%s%d o = __builtin_convertvector(q, kl_%s%d);",
-                       vt, L, vt, L);
-    kl_codegen__c_line(g, "memcpy(kl_o, &o, %lld);",
-                       (long long)(n * (yt == KL_DT_S32 ? 4 : 1)));
 }
 
 /* One register tile: nr output rows from y0, nv vectors (row vectors)
@@ -460,12 +381,21 @@ static void s_tile(cg_t *g, const dwk_t *k, int64_t nr, int64_t nv,
             kl_codegen__c_line(g, "const int64_t y = y0 + %lld, x = x0 + %lld;",
                                (long long)j, (long long)(row ? v * L : v));
             kl_codegen__c_line(g, "(void)y;");
-            kl_codegen__c_line(
-                g, "%s *kl_o = %s + ((n * %lld + c) * %lld + y) * %lld + x;",
-                kl_dtype_ctype(g->w->tensors[z->y].dtype), on, (long long)z->c,
-                (long long)z->p, (long long)z->q);
+            if (z->nhwc)
+                kl_codegen__c_line(g,
+                                   "float *kl_o = %s + ((n * %lld + y) * %lld "
+                                   "+ x) * %lld + c;",
+                                   on, (long long)z->p, (long long)z->q,
+                                   (long long)z->c);
+            else
+                kl_codegen__c_line(
+                    g,
+                    "%s *kl_o = %s + ((n * %lld + c) * %lld + y) * %lld + x;",
+                    kl_dtype_ctype(g->w->tensors[z->y].dtype), on,
+                    (long long)z->c, (long long)z->p, (long long)z->q);
             if (row && z->quant) {
-                s_qstore(g, k, var, v == nv - 1 ? last : L);
+                kl_codegen__dw_qstore(g, L, z->r * z->s, var,
+                                      v == nv - 1 ? last : L);
             } else if (row) {
                 int64_t n = v == nv - 1 ? last : L;
                 snprintf(nl, sizeof nl, "%lld", (long long)n);
@@ -582,6 +512,26 @@ static void s_pack_row_chan(cg_t *g, const dwk_t *k)
         s_pad(g, k, 0, pw * L);
     if (k->wp > pw + W)
         s_pad(g, k, (pw + W) * L, (k->wp - pw - W) * L);
+    if (z->nhwc) { /* each pixel's L channels are contiguous already */
+        kl_codegen__c_line(g, "for (int64_t xi = 0; xi < %lld; ++xi) {", W);
+        if (z->c % L) {
+            kl_codegen__c_line(g,
+                               "    memcpy(kl_d + (%lld + xi) * %lld, "
+                               "kl_s + xi * %lld, (size_t)kl_nl * 4);",
+                               pw, L, (long long)z->c);
+            kl_codegen__c_line(g,
+                               "    memset(kl_d + (%lld + xi) * %lld + "
+                               "kl_nl, 0, (size_t)(%lld - kl_nl) * 4);",
+                               pw, L, L);
+        } else {
+            kl_codegen__c_line(g,
+                               "    kl_st%lld(kl_d + (%lld + xi) * %lld, "
+                               "kl_ld%lld(kl_s + xi * %lld));",
+                               L, pw, L, L, (long long)z->c);
+        }
+        kl_codegen__c_line(g, "}");
+        return;
+    }
     if (L == 16) {
         kl_codegen__c_line(g, "const float *src = kl_s;");
         kl_codegen__c_line(g, "const int64_t c0 = c;");
@@ -649,10 +599,16 @@ static void s_task(cg_t *g, const dwk_t *k)
     kl_codegen__c_line(g, "continue;");
     g->ind--;
     kl_codegen__c_line(g, "}");
-    kl_codegen__c_line(
-        g, "const %s *kl_s = %s + ((n * %lld + c) * %lld + yi) * %lld;",
-        kl_dtype_ctype(g->w->tensors[z->x].dtype), g->w->tensors[z->x].name,
-        (long long)z->c, (long long)z->h, (long long)z->w);
+    if (z->nhwc)
+        kl_codegen__c_line(
+            g, "const float *kl_s = %s + (n * %lld + yi) * %lld + c;",
+            g->w->tensors[z->x].name, (long long)z->h,
+            (long long)(z->w * z->c));
+    else
+        kl_codegen__c_line(
+            g, "const %s *kl_s = %s + ((n * %lld + c) * %lld + yi) * %lld;",
+            kl_dtype_ctype(g->w->tensors[z->x].dtype), g->w->tensors[z->x].name,
+            (long long)z->c, (long long)z->h, (long long)z->w);
     if (row)
         s_pack_row_phases(g, k);
     else
@@ -673,7 +629,7 @@ static void s_task(cg_t *g, const dwk_t *k)
         g->ind--;
         kl_codegen__c_line(g, "}");
     }
-    if (!row && L == 16)
+    if (!row && L == 16 && !z->nhwc)
         s_unstage(g, k, z->c % 16 ? "kl_nl" : "16");
 }
 
@@ -719,14 +675,14 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     kl_buf_puts(&g->b, kl_codegen__prelude);
     kl_codegen__act_prelude_for(&g->b, w);
     if (z->quant)
-        s_qprelude(g, k.L);
+        kl_codegen__dw_qprelude(g, k.L);
     kl_buf_printf(&g->b,
                   "\n/* %s: depthwise, %s, tiles of %lld rows x %lld %s, "
                   "%lld rows a task. */\n",
                   w->name ? w->name : "a depthwise convolution",
                   row ? "row vectors" : "channel vectors", (long long)k.rt,
                   (long long)k.xt, row ? "lanes" : "pixels", (long long)k.yb);
-    if (!row && k.L == 16)
+    if (!row && k.L == 16 && !z->nhwc)
         kl_codegen__transpose16_fn(g);
     if (!row && !z->pool)
         s_prepare(g, &k, entry);
@@ -747,7 +703,7 @@ int kl_codegen__emit_dw(cg_t *g, const char *entry)
     kl_codegen__c_line(
         g, "%s *kl_buf = (%s *)kl_alloc(%lld);", s_bt(&k), s_bt(&k),
         (long long)(s_task_rows(&k) * (row ? k.rs : k.wp * k.L)));
-    bool stage = !row && k.L == 16;
+    bool stage = !row && k.L == 16 && !z->nhwc;
     if (stage)
         kl_codegen__c_line(g, "float *kl_ob = kl_alloc(%lld);",
                            (long long)(k.yb * s_qx(&k) * 16));

@@ -6,8 +6,9 @@
  *       | epilogue (bias, residual, relu, clip, act=)
  *
  * any stride, dilation and padding (rows and columns apart), W constant,
- * every tensor f32. A channel multiplier above 1 is not recognised: it
- * keeps the generic schedules.
+ * every tensor f32; or its NHWC form (layout=NHWC), X[n,y*sh+..,x*sw+..,c]
+ * into Y[n,y,x,c], the weights the same. A channel multiplier above 1 is not
+ * recognised: it keeps the generic schedules.
  *
  * The quantized form (qdepthwise_conv2d, quant 1):
  *
@@ -40,6 +41,7 @@ typedef struct {
     int x, wt, y;   /* tensor indices: input, weights (-1: pooling), output */
     int pool;       /* 0 convolution, 1 max pooling, 2 sum (avg) pooling */
     int quant;      /* 1: qdepthwise_conv2d (below) */
+    int nhwc;       /* 1: X [N,H,W,C] and Y [N,P,Q,C] (layout=NHWC, float) */
     int64_t za;     /* quant: X's zero point */
     int it[6];      /* iterators n, c, y, x, r, s */
     int64_t n, c;   /* batch, channels */

@@ -160,20 +160,29 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
         return NO("a channel multiplier above 1, or not a sum of products "
                   "over a 4-D output");
     }
-    for (int d = 0; d < 4; d++) {
-        z.it[d] = -1;
-        for (int i = 0; i < w->niters; i++)
-            if (w->out.idx[d].coef[i])
-                z.it[d] = i;
-        if (z.it[d] < 0 || !s_form(w, &w->out.idx[d], z.it[d], -1) ||
-            w->out.idx[d].coef[z.it[d]] != 1 || w->out.idx[d].offset)
-            return NO("output index %d is not one iterator", d);
-    }
     const kl_access_t *xa = z.pool ? &b->access : &xe->access;
     z.x = xa->tensor;
     const kl_tensor_t *X = &w->tensors[z.x];
     if (X->ndim != 4)
         return NO("X is not 4-D");
+    /* NHWC: X's second index is the window's rows (two iterators), not
+     * the channel; d[] is the dimension of n, c, y, x in X and Y. */
+    int nz = 0;
+    for (int i = 0; i < w->niters; i++)
+        nz += xa->idx[1].coef[i] != 0;
+    z.nhwc = nz > 1 && !z.pool && !z.quant;
+    const int d_nchw[4] = {0, 1, 2, 3}, d_nhwc[4] = {0, 3, 1, 2};
+    const int *dm = z.nhwc ? d_nhwc : d_nchw;
+    for (int d = 0; d < 4; d++) {
+        const kl_affine_t *o = &w->out.idx[dm[d]];
+        z.it[d] = -1;
+        for (int i = 0; i < w->niters; i++)
+            if (o->coef[i])
+                z.it[d] = i;
+        if (z.it[d] < 0 || !s_form(w, o, z.it[d], -1) ||
+            o->coef[z.it[d]] != 1 || o->offset)
+            return NO("output index %d is not one iterator", dm[d]);
+    }
     z.c = w->iters[z.it[1]].extent;
     if (z.pool) {
         z.it[4] = s_other(w, &xa->idx[2], z.it[2]);
@@ -186,28 +195,28 @@ int kl_workload_depthwise(const kl_workload_t *w, kl_dw_t *info, char *err)
         if (rc)
             return rc;
     }
-    if (!s_form(w, &xa->idx[0], z.it[0], -1) ||
-        !s_form(w, &xa->idx[1], z.it[1], -1) || xa->idx[0].offset ||
-        xa->idx[1].offset || xa->idx[0].coef[z.it[0]] != 1 ||
-        xa->idx[1].coef[z.it[1]] != 1 ||
-        !s_form(w, &xa->idx[2], z.it[2], z.it[4]) ||
-        !s_form(w, &xa->idx[3], z.it[3], z.it[5]) || xa->idx[2].offset > 0 ||
-        xa->idx[3].offset > 0)
-        return NO("input not read as X[n,c,y*sh+r*dh-ph,x*sw+s*dw-pw]");
+    const kl_affine_t *xn = &xa->idx[0], *xc = &xa->idx[dm[1]],
+                      *xy = &xa->idx[dm[2]], *xx = &xa->idx[dm[3]];
+    if (!s_form(w, xn, z.it[0], -1) || !s_form(w, xc, z.it[1], -1) ||
+        xn->offset || xc->offset || xn->coef[z.it[0]] != 1 ||
+        xc->coef[z.it[1]] != 1 || !s_form(w, xy, z.it[2], z.it[4]) ||
+        !s_form(w, xx, z.it[3], z.it[5]) || xy->offset > 0 || xx->offset > 0)
+        return NO("input not read as X[n,c,y*sh+r*dh-ph,x*sw+s*dw-pw] "
+                  "(or its NHWC form)");
     z.n = w->iters[z.it[0]].extent;
     z.p = w->iters[z.it[2]].extent;
     z.q = w->iters[z.it[3]].extent;
     z.r = w->iters[z.it[4]].extent;
     z.s = w->iters[z.it[5]].extent;
-    z.h = X->shape[2];
-    z.w = X->shape[3];
-    z.sh = xa->idx[2].coef[z.it[2]];
-    z.dh = xa->idx[2].coef[z.it[4]];
-    z.ph = -xa->idx[2].offset;
-    z.sw = xa->idx[3].coef[z.it[3]];
-    z.dw = xa->idx[3].coef[z.it[5]];
-    z.pw = -xa->idx[3].offset;
-    if (X->shape[0] != z.n || X->shape[1] != z.c)
+    z.h = X->shape[dm[2]];
+    z.w = X->shape[dm[3]];
+    z.sh = xy->coef[z.it[2]];
+    z.dh = xy->coef[z.it[4]];
+    z.ph = -xy->offset;
+    z.sw = xx->coef[z.it[3]];
+    z.dw = xx->coef[z.it[5]];
+    z.pw = -xx->offset;
+    if (X->shape[0] != z.n || X->shape[dm[1]] != z.c)
         return NO("X does not match the iterators");
     if (z.pool == 1 && (!s_covered(z.p, z.r, z.sh, z.dh, z.ph, z.h) ||
                         !s_covered(z.q, z.s, z.sw, z.dw, z.pw, z.w)))

@@ -91,6 +91,19 @@ static char *s_conv_name(const char *op, const s_conv_t *c, bool has_k)
     return kl_buf_take(&b);
 }
 
+/* layout=NCHW (the default) or NHWC into c->nhwc. */
+static int s_layout(kl_ir__spec_t *s, s_conv_t *c)
+{
+    kl_ir__kv_t *lay = kl_ir__spec_find(s, "layout");
+    if (lay && strcmp(lay->val, "NHWC") == 0)
+        c->nhwc = true;
+    else if (lay && strcmp(lay->val, "NCHW") != 0)
+        return kl_seterr(s->err, KL_ERR_INVAL,
+                         "%s: bad value '%s' for layout (NCHW or NHWC)", s->op,
+                         lay->val);
+    return KL_OK;
+}
+
 /* conv2d. With groups > 1 the output channel is split into (g, f) so that
  * the output access stays a list of iterators: Y is then declared
  * [N,G,K/G,P,Q] (NCHW) or [N,P,Q,G,K/G] (NHWC), the same memory as the
@@ -106,13 +119,8 @@ int kl_ir__conv2d(kl_ir__spec_t *s, kl_workload_t **out)
         rc = kl_ir__spec_in_dtype(s, &c.in);
     if (rc)
         return rc;
-    kl_ir__kv_t *lay = kl_ir__spec_find(s, "layout");
-    if (lay && strcmp(lay->val, "NHWC") == 0)
-        c.nhwc = true;
-    else if (lay && strcmp(lay->val, "NCHW") != 0)
-        return kl_seterr(s->err, KL_ERR_INVAL,
-                         "%s: bad value '%s' for layout (NCHW or NHWC)", s->op,
-                         lay->val);
+    if ((rc = s_layout(s, &c)))
+        return rc;
     if (c.C % c.groups)
         return kl_seterr(s->err, KL_ERR_INVAL,
                          "%s: groups=%lld does not divide C=%lld", s->op,
@@ -203,15 +211,23 @@ int kl_ir__conv2d(kl_ir__spec_t *s, kl_workload_t **out)
                               s_conv_name(s->op, &c, true), out);
 }
 
-/* depthwise_conv2d (NCHW): each input channel c makes `multiplier`
- * output channels c*M+m, weight [C*M,1,R,S]. With M > 1 the output is
- * declared [N,C,M,P,Q], the same memory as [N,C*M,P,Q]. */
+/* depthwise_conv2d: each input channel c makes `multiplier` output
+ * channels c*M+m, weight [C*M,1,R,S]. With M > 1 the output is declared
+ * [N,C,M,P,Q], the same memory as [N,C*M,P,Q]. layout=NHWC (float,
+ * multiplier 1) reads X [N,H,W,C] and writes Y [N,P,Q,C], the weight
+ * unchanged; the iterators keep the order n, c, y, x, r, s. */
 int kl_ir__depthwise(kl_ir__spec_t *s, kl_workload_t **out)
 {
     s_conv_t c = {0};
     int64_t M, P = 0, Q = 0;
     int rc = s_conv_params(s, &c, false)
-                 ?: kl_ir__spec_int(s, "multiplier", 1, 1, &M);
+                 ?: kl_ir__spec_int(s, "multiplier", 1, 1, &M)
+                 ?: s_layout(s, &c);
+    if (!rc && c.nhwc && (M > 1 || c.q.on))
+        rc = kl_seterr(s->err, KL_ERR_INVAL,
+                       "%s: layout=NHWC is for the float depthwise_conv2d of "
+                       "multiplier 1",
+                       s->op);
     if (rc ||
         (rc = kl_ir__spec_outsize(s, "height", c.H, c.R, c.stride, c.pad, c.dil,
                                   &P)) ||
@@ -223,9 +239,12 @@ int kl_ir__depthwise(kl_ir__spec_t *s, kl_workload_t **out)
     char ch[64] = "c";
     if (M > 1)
         snprintf(ch, sizeof(ch), "c*%lld+m", (long long)M);
-    const char *oi = M > 1 ? "n,c,m,y,x" : "n,c,y,x";
+    const char *oi = M > 1 ? "n,c,m,y,x" : c.nhwc ? "n,y,x,c" : "n,c,y,x";
     kl_buf_t b = {0}, xa = {0};
-    kl_buf_printf(&xa, "X[n,c,%s,%s]", iy, ix);
+    if (c.nhwc)
+        kl_buf_printf(&xa, "X[n,%s,%s,c]", iy, ix);
+    else
+        kl_buf_printf(&xa, "X[n,c,%s,%s]", iy, ix);
     kl_buf_printf(&b, "Y[%s] += ", oi);
     if (c.q.on)
         kl_ir__qinput(&b, &c.q, xa.data);
@@ -240,10 +259,14 @@ int kl_ir__depthwise(kl_ir__spec_t *s, kl_workload_t **out)
                   (long long)c.R, (long long)c.S);
     if (M > 1)
         kl_buf_printf(&b, ", m=%lld", (long long)M);
-    kl_buf_printf(
-        &b, "; X: %s[%lld,%lld,%lld,%lld], W: const %s[%lld,1,%lld,%lld]", xt,
-        (long long)c.N, (long long)c.C, (long long)c.H, (long long)c.W, wt,
-        (long long)(c.C * M), (long long)c.R, (long long)c.S);
+    if (c.nhwc)
+        kl_buf_printf(&b, "; X: %s[%lld,%lld,%lld,%lld]", xt, (long long)c.N,
+                      (long long)c.H, (long long)c.W, (long long)c.C);
+    else
+        kl_buf_printf(&b, "; X: %s[%lld,%lld,%lld,%lld]", xt, (long long)c.N,
+                      (long long)c.C, (long long)c.H, (long long)c.W);
+    kl_buf_printf(&b, ", W: const %s[%lld,1,%lld,%lld]", wt,
+                  (long long)(c.C * M), (long long)c.R, (long long)c.S);
     if (c.q.on) {
         char *ysh =
             M > 1 ? kl_xasprintf("%lld,%lld,%lld,%lld,%lld", (long long)c.N,

@@ -1,5 +1,5 @@
 /* rules_cpu_dw.c - the CPU design space of float depthwise convolutions
- * (kl_dw.h: depthwise_conv2d, NCHW, multiplier 1, any stride, padding
+ * (kl_dw.h: depthwise_conv2d, NCHW or NHWC, multiplier 1, any stride, padding
  * and dilation; docs/architecture.md, "Depthwise convolutions").
  *
  * A depthwise convolution has one input plane per output plane and a few
@@ -31,7 +31,10 @@
  * (channels innermost, padding materialized), the register tile RT x PT
  * output pixels of L channels each, one load per input pixel shared by
  * every tap that reads it; the tile goes back to NCHW lane by lane. It
- * wins where rows are short and channels many (14x14, 7x7).
+ * wins where rows are short and channels many (14x14, 7x7). An NHWC
+ * workload (layout=NHWC) samples it (p 0.9) or the generic tiling: its
+ * rows of one channel would be gathers. The loops are taken in the
+ * roles' order (s_loops), whatever the workload's order.
  *
  * Both run the whole epilogue (bias, residual, relu, clip, act=) on the
  * registers before the store. The sampled numbers (RT, the vectors or
@@ -91,6 +94,23 @@ static int s_rows(dw_rule_t *r, int64_t ly, int64_t maxrt, int64_t *out)
     return rc;
 }
 
+/* The six loops in the roles' order n, c, y, x, r, s (kl_dw.h): the
+ * naive nest holds the iterators in the workload's order, which an NHWC
+ * output changes (n, y, x, c). */
+static void s_loops(dw_rule_t *r, int64_t *l)
+{
+    int64_t g[6];
+    kl_tr_get_loops(r->tr, 6, g);
+    int pos[6] = {0}, np = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 6; i++)
+            for (int k = 0; k < 6; k++)
+                if (r->z->it[k] == i && (k >= 4) == (pass == 1))
+                    pos[np++] = k;
+    for (int j = 0; j < 6; j++)
+        l[pos[j]] = g[j];
+}
+
 /* The fused parallel loop of the three outer loops, the tile's loops
  * unrolled (inner[0..ni-1], reductions included) and the last one
  * vectorized, the family's annotation. */
@@ -110,7 +130,7 @@ static int s_row_family(dw_rule_t *r)
 {
     int64_t l[6], y[3], x[2];
     int L = r->t->vec_lanes;
-    kl_tr_get_loops(r->tr, 6, l);
+    s_loops(r, l);
     int64_t xv[4] = {L, 2 * L, 3 * L, 4 * L};
     double px[4] = {0.3, 0.35, 0.15, 0.2};
     int64_t qv = (r->z->q + L - 1) / L * L;
@@ -138,7 +158,7 @@ static int s_chan_family(dw_rule_t *r)
 {
     int64_t l[6], y[3], x[2], c[2];
     int L = r->t->vec_lanes;
-    kl_tr_get_loops(r->tr, 6, l);
+    s_loops(r, l);
     int64_t fc[2] = {KL_SPLIT_INFER, -(int64_t)L};
     kl_tr_split(r->tr, l[1], fc, 2, c);
     /* Pixels a tile: a few, or the whole of a short row. */
@@ -173,9 +193,15 @@ int kl_space__cpu_dw_open(const kl_workload_t *w, const kl_target_t *t,
         z.r * z.s > 64)
         return KL_OK;
     dw_rule_t r = {&z, t, tr, err};
+    /* NHWC: channel vectors read and write whole vectors of channels;
+     * rows of one channel would gather. */
     int64_t vals[3] = {0, 1, 2};
     double ps[3] = {0.1, 0.45, 0.45};
-    int64_t v = kl_tr_sample_categorical(tr, vals, ps, 3);
+    if (z.nhwc) {
+        vals[1] = 2;
+        ps[1] = 0.9;
+    }
+    int64_t v = kl_tr_sample_categorical(tr, vals, ps, z.nhwc ? 2 : 3);
     char pred[48];
     snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
     int rc = kl_tr_if(tr, pred, err);

@@ -5,8 +5,9 @@
  * both families checked against the reference on awkward shapes (widths
  * that are no multiple of the vector, channels that are no multiple of
  * 16, strides, dilation, two images, every epilogue kind), max and
- * average pooling through the same families, and the quantized form
- * (qdepthwise_conv2d) in the row family against the exact reference. */
+ * average pooling through the same families, the quantized form
+ * (qdepthwise_conv2d) in the row family against the exact reference, and
+ * the NHWC form (layout=NHWC) in the channel family. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -192,6 +193,8 @@ static void s_check(const char *op, const char *target, const char *dir,
                     uint64_t seed)
 {
     bool pool = strstr(op, "_pool2d") != NULL;
+    /* NHWC: the channel family alone */
+    bool nhwc = strstr(op, "layout=NHWC") != NULL;
     enum { N = 3 };
     kl_workload_t *w = fx_wl(op);
     kl_space_t *sp = fx_space(w, target);
@@ -200,10 +203,12 @@ static void s_check(const char *op, const char *target, const char *dir,
     kl_rng_seed(&rng, seed);
     char *srcs[2 * N], *ents[2 * N];
     int n = 0, tries = 0, per[3] = {0};
-    while (n < 2 * N && tries++ < 400) {
+    int want = nhwc ? N : 2 * N;
+    while (n < want && tries++ < 400) {
         kl_trace_t *tr = NULL;
         kl_sched_t *s = fx_sample(sp, &rng, &tr);
         int f = s_family(s);
+        assert_false(nhwc && f == 1);
         if (f && per[f] < N) {
             per[f]++;
             char entry[32];
@@ -218,7 +223,7 @@ static void s_check(const char *op, const char *target, const char *dir,
         kl_sched_destroy(&s);
         kl_trace_free(&tr);
     }
-    assert_int_equal(n, 2 * N);
+    assert_int_equal(n, want);
     fx_check_kernels(srcs, ents, n, w, op, dir, seed, 1e-4);
     kl_space_destroy(&sp);
     kl_workload_free(&w);
@@ -257,6 +262,82 @@ static void test_kernels(void **state)
     /* 8 lanes (avx2): the same shapes in half-width vectors. */
     s_check(ops[0], "cpu/x86_64-avx2", dir, 7);
     s_check(ops[1], "cpu/x86_64-avx2", dir, 8);
+    kl_test_rmdir(dir);
+}
+
+/* layout=NHWC (X [N,H,W,C], Y [N,P,Q,C]): recognised as such, with the
+ * same fields as its NCHW form, also read back from its text; sampled in
+ * the channel family (or the generic tiling), never in rows of one
+ * channel; its kernels against the reference: channels no multiple of
+ * the vector (a part-filled last block, loaded and stored in part), a
+ * stride, a residual read as vectors, on both vector widths. The
+ * multiplier and the quantized form refuse it. */
+static void test_nhwc(void **state)
+{
+    (void)state;
+    const char *op = "depthwise_conv2d N=2 C=24 H=15 W=14 R=5 S=3 stride=2 "
+                     "pad=2 bias=1 relu=1";
+    char err[KL_ERRMSG_LEN], lop[160];
+    snprintf(lop, sizeof lop, "%s layout=NHWC", op);
+    kl_workload_t *a = fx_wl(op), *b = fx_wl(lop), *c = NULL;
+    kl_dw_t za, zb, zc;
+    assert_int_equal(kl_workload_depthwise(a, &za, err), KL_OK);
+    assert_int_equal(kl_workload_depthwise(b, &zb, err), KL_OK);
+    assert_int_equal(za.nhwc, 0);
+    assert_int_equal(zb.nhwc, 1);
+    const int64_t ga[] = {za.n,  za.c,  za.h,  za.w,  za.r, za.s,
+                          za.sh, za.sw, za.ph, za.pw, za.p, za.q};
+    const int64_t gb[] = {zb.n,  zb.c,  zb.h,  zb.w,  zb.r, zb.s,
+                          zb.sh, zb.sw, zb.ph, zb.pw, zb.p, zb.q};
+    s_fields(gb, ga, sizeof ga / sizeof *ga);
+    assert_non_null(strstr(b->canonical, "Y[n,y,x,c]"));
+    assert_int_equal(kl_workload_parse(b->canonical, &c, err), KL_OK);
+    assert_int_equal(kl_workload_depthwise(c, &zc, err), KL_OK);
+    assert_int_equal(zc.nhwc, 1);
+    assert_int_equal(zc.c, 24);
+    kl_workload_free(&c);
+    kl_space_t *sp = fx_space(b, "cpu/x86_64-avx2");
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 5);
+    int per[3] = {0};
+    for (int i = 0; i < 30; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = fx_sample(sp, &rng, &tr);
+        per[s_family(s)]++;
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    if (per[1] || per[2] < 20)
+        fail_msg("NHWC: %d generic, %d row, %d channel samples of 30", per[0],
+                 per[1], per[2]);
+    kl_space_destroy(&sp);
+    kl_workload_free(&a);
+    kl_workload_free(&b);
+    static const char *const bad[] = {
+        "depthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1 multiplier=2 "
+        "layout=NHWC",
+        "qdepthwise_conv2d N=1 C=8 H=14 W=14 R=3 S=3 pad=1 za=3 zo=5 "
+        "layout=NHWC",
+    };
+    for (int i = 0; i < 2; i++) {
+        kl_workload_t *w = NULL;
+        assert_int_equal(kl_workload_from_op(bad[i], &w, err), KL_ERR_INVAL);
+        assert_non_null(strstr(err, "layout=NHWC is for the float"));
+    }
+    static const char *const ops[] = {
+        "depthwise_conv2d N=2 C=24 H=15 W=14 R=5 S=3 stride=2 pad=2 bias=1 "
+        "relu=1 layout=NHWC",
+        "depthwise_conv2d N=1 C=20 H=29 W=31 R=3 S=3 stride=2 pad=1 bias=1 "
+        "residual=1 clip=0,6 layout=NHWC",
+        "depthwise_conv2d N=1 C=32 H=7 W=7 R=3 S=3 pad=1 bias=1 residual=1 "
+        "act=hard_swish layout=NHWC",
+    };
+    char dir[256];
+    assert_non_null(kl_test_mkdtemp(dir, sizeof dir, "kiln-dwn-test-XXXXXX"));
+    for (int o = 0; o < 3; o++) {
+        s_check(ops[o], "cpu", dir, 31 + (uint64_t)o);
+        s_check(ops[o], "cpu/x86_64-avx2", dir, 41 + (uint64_t)o);
+    }
     kl_test_rmdir(dir);
 }
 
@@ -367,10 +448,9 @@ static void test_quant(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),
-        cmocka_unit_test(test_space),
-        cmocka_unit_test(test_kernels),
-        cmocka_unit_test(test_quant),
+        cmocka_unit_test(test_takes),   cmocka_unit_test(test_space),
+        cmocka_unit_test(test_kernels), cmocka_unit_test(test_quant),
+        cmocka_unit_test(test_nhwc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
