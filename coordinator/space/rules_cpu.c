@@ -44,6 +44,11 @@
  * loops): the weights packed [.., c-block, k-vector] and the input's
  * window pack [c / block][h][w][c % block] walk it contiguously.
  *
+ * A float NHWC convolution (layout=NHWC) vectorizes its output
+ * channels K, the output's last dimension, which its input does not
+ * index: its nest is the same channel product (s_nhwc_product), with
+ * the same row tiles (a 7x7 image's whole rows) and whole reductions.
+ *
  * Winograd. A 3x3 stride-1 convolution with constant weights (kl_wino.h)
  * first samples its algorithm: the direct nest above (p 0.4), or
  * winograd(m=2) (p 0.3) or winograd(m=4) (p 0.3) and then the same rules
@@ -580,6 +585,29 @@ static bool s_vec_operand_reads(const rule_t *r, int it)
     return false;
 }
 
+/* Whether w is a float product whose vector iterator vit is the output
+ * channel of a convolution in NHWC: one operand read through a window
+ * (the input) does not index it. Its nest is then a channel product, as
+ * the channel-vector branch's is (rule_t.fit): rows of a 7-wide image
+ * are tiled whole, the reduction may stay whole. */
+static bool s_nhwc_product(const kl_workload_t *w, int vit)
+{
+    const kl_access_t *acc[2];
+    if (vit < 0 || !s_operands(w, acc))
+        return false;
+    for (int t = 0; t < w->ntensors; t++)
+        if (w->tensors[t].dtype != KL_DT_F32)
+            return false;
+    for (int o = 0; o < 2; o++) {
+        bool reads = false;
+        for (int d = 0; d < w->tensors[acc[o]->tensor].ndim; d++)
+            reads = reads || acc[o]->idx[d].coef[vit];
+        if (!reads && kl_access_is_window(w, acc[o]))
+            return true;
+    }
+    return false;
+}
+
 /* Whether an operand reads iterator it with a stride (X[.., 2x + s]) or,
  * when window, also through a window (X[.., y + r]): vectors along it
  * would gather their inputs. */
@@ -647,6 +675,7 @@ static int s_program(const kl_workload_t *w, const kl_target_t *t,
         return kl_seterr(err, KL_ERR_UNSUPPORTED,
                          "cpu rules: workload %s has no spatial iterator",
                          w->name ? w->name : "?");
+    r.fit = r.fit || s_nhwc_product(w, vit);
     /* 4 loops per spatial and 2 per reduction iterator must fit. */
     if (4 * r.nsp + 2 * r.nrd + 2 > KL_SCHED_MAX_LOOPS)
         return kl_seterr(err, KL_ERR_UNSUPPORTED,

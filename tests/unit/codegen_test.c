@@ -419,6 +419,11 @@ static void test_channel_blocks(void **state)
  * reduction of 576 channels, or over 576 / b of them with a channel block
  * b of 4, 8 or 16 innermost; such a nest never reloads its accumulators
  * (no "if (!(" guard). */
+static bool s_any(const char *src)
+{
+    return src != NULL;
+}
+
 static bool s_whole_576(const char *src)
 {
     for (const char *p = strstr(src, "for (int64_t l"); p;
@@ -502,6 +507,55 @@ static void test_trivial_window_layout(void **state)
                                          "S=3 pad=1 bias=1",
                                          40),
                      0);
+}
+
+/* How many of n samples of spec (AVX2) offer row tiles up to the whole
+ * 7-wide row. */
+static int s_count_row7(const char *spec, int n)
+{
+    kl_workload_t *w = fx_wl(spec);
+    kl_space_t *sp = NULL;
+    char err[KL_ERRMSG_LEN];
+    assert_int_equal(kl_space_for_target("cpu/x86_64-avx2", w, &sp, err),
+                     KL_OK);
+    kl_rng_t rng;
+    kl_rng_seed(&rng, 4);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        kl_trace_t *tr = NULL;
+        kl_sched_t *s = NULL;
+        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+            fail_msg("sample %d: %s", i, err);
+        char *text = kl_trace_to_text(tr);
+        found += strstr(text, "values=[1, 2, 3, 4, 6, 7]") != NULL;
+        free(text);
+        kl_sched_destroy(&s);
+        kl_trace_free(&tr);
+    }
+    kl_space_destroy(&sp);
+    kl_workload_free(&w);
+    return found;
+}
+
+/* A float NHWC convolution vectorizes its output channels, which its
+ * input does not index: a channel product (rules_cpu.c), so a 7x7 image's
+ * rows are tiled up to whole (they were 1 pixel, 7 being prime) and the
+ * reduction may stay whole; its kernels match the reference. The NCHW
+ * form's spatial vectors are unchanged. */
+static void test_nhwc_channel_product(void **state)
+{
+    (void)state;
+    const char *spec = "conv2d N=1 C=576 H=7 W=7 K=32 R=1 S=1 bias=1 "
+                       "layout=NHWC";
+    assert_int_equal(s_count_row7(spec, 20), 20);
+    assert_int_equal(s_count_row7("conv2d N=1 C=96 H=7 W=7 K=64 R=1 S=1 "
+                                  "bias=1 residual=1 layout=NHWC",
+                                  20),
+                     20);
+    s_sample_check(spec, 5, 200, 3, s_whole_576, "nw");
+    s_sample_check("conv2d N=1 C=96 H=7 W=7 K=64 R=1 S=1 bias=1 residual=1 "
+                   "relu=1 layout=NHWC",
+                   6, 200, 4, s_any, "nr");
 }
 
 static void test_codegen_errors(void **state)
@@ -624,6 +678,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_channel_blocks),
         cmocka_unit_test(test_channel_whole_reduction),
         cmocka_unit_test(test_trivial_window_layout),
+        cmocka_unit_test(test_nhwc_channel_product),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
