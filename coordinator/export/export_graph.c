@@ -191,9 +191,10 @@ static void s_push_param(s_gen_t *c, s_args_t *a, const kl_mnode_t *nd,
      * float * and converts it (in its prepare step) */
     kl_dtype dt = t->dtype == KL_DT_BF16 ? KL_DT_F32 : t->dtype;
     int pi = s_new_param(c, nd->name, what, t->ndim, t->shape, dt);
-    /* an NHWC q-conv's weight: [R,S,C,K] from the model's [K,C,R,S] */
-    if (nd->nhwc && nd->op == KL_MOP_QCONV2D && !strcmp(what, "weight") &&
-        t->ndim == 4) {
+    /* an NHWC conv's weight: [R,S,C,K] from the model's [K,C,R,S] (a
+     * depthwise one keeps [C,1,R,S]) */
+    if (nd->nhwc && (nd->op == KL_MOP_QCONV2D || nd->op == KL_MOP_CONV2D) &&
+        !strcmp(what, "weight") && t->ndim == 4) {
         kl_export__param_t *q = &c->params[pi];
         q->kcrs[0] = t->shape[3];
         q->kcrs[1] = t->shape[2];

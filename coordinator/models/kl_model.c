@@ -261,6 +261,7 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     if (kl_mop_is_q(nd->op)) {
         kl_mnode_t base = *nd;
         base.op = kl_mop_base(nd->op);
+        base.nhwc = false; /* said once, below */
         char *f = s_spec(g, &base);
         kl_buf_printf(&b, "q%s", f);
         free(f);
@@ -288,6 +289,8 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
         if (nd->mult > 1)
             kl_buf_printf(&b, " multiplier=%lld", (long long)nd->mult);
         s_epilogue(&b, nd);
+        if (nd->nhwc)
+            kl_buf_puts(&b, " layout=NHWC");
         break;
     case KL_MOP_DENSE:
         kl_buf_printf(&b, "dense N=%lld I=%lld O=%lld bias=%d", (long long)s[0],

@@ -13,7 +13,9 @@
  * layer reads NCHW (the general ops too: a broadcasting add, concat,
  * reduce_mean ... index the NCHW shape the graph gives); kiln export converts a
  * value where a reader wants the other layout (one transpose, shared by the
- * readers that want it). */
+ * readers that want it). With KILN_LAYOUT_F32=NHWC an f32 graph's
+ * convolutions and depthwise convolutions compute NHWC as well
+ * (s_nhwc_float). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +60,24 @@ static bool s_nhwc_conv(const kl_mgraph_t *g, const kl_mnode_t *nd)
            x->ndim == 4 && x->shape[1] % 4 == 0 && x->shape[1] >= 16;
 }
 
+/* A float convolution that computes NHWC, with KILN_LAYOUT_F32=NHWC in
+ * the environment: in an f32 graph, conv2d not grouped and
+ * depthwise_conv2d of multiplier 1 (its channel vectors then load and
+ * store whole vectors, and a 1x1 conv2d's reduction walks a pixel's
+ * channels contiguously). Not the default yet: it changes the tasks'
+ * keys, so a store tuned NCHW does not export it. */
+static bool s_nhwc_float(const kl_mgraph_t *g, const kl_mnode_t *nd)
+{
+    const char *e = getenv("KILN_LAYOUT_F32");
+    if (!e || strcmp(e, "NHWC"))
+        return false;
+    const kl_mnode_t *x = &g->nodes[nd->in[0]];
+    bool op = (nd->op == KL_MOP_CONV2D && nd->groups <= 1) ||
+              (nd->op == KL_MOP_DEPTHWISE && nd->mult <= 1);
+    return op && !nd->fused && g->prec == KL_DT_F32 && x->dt == KL_DT_F32 &&
+           nd->dt == KL_DT_F32 && x->ndim == 4;
+}
+
 void kl_mgraph_layout(kl_mgraph_t *g)
 {
     if (getenv("KILN_LAYOUT_NCHW")) {
@@ -72,7 +92,7 @@ void kl_mgraph_layout(kl_mgraph_t *g)
         nd->nhwc = false;
         if (nd->fused)
             nd->nhwc = g->nodes[nd->owner].nhwc;
-        else if (s_nhwc_conv(g, nd))
+        else if (s_nhwc_conv(g, nd) || s_nhwc_float(g, nd))
             nd->nhwc = true;
         else if (s_follows(g, i))
             for (int k = 0; k < nd->nin; k++)

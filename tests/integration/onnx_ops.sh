@@ -10,7 +10,8 @@
 # its recorded input; the output must match ONNX Runtime's within 1e-4 of
 # its largest magnitude. One of them, the tiny EfficientNet, is also tuned
 # on a local fleet (one real kiln-agent, a tiny replay budget) and its
-# tuned library must match too. A malformed model is refused with an
+# tuned library must match too, and once more with its f32 values NHWC
+# (KILN_LAYOUT_F32=NHWC). A malformed model is refused with an
 # error that names the problem and exits 2.
 #
 # SKIP (77) only while the test data is not in the tree.
@@ -96,6 +97,34 @@ if [ -n "$TGT" ]; then
         --no-dnnl --input "$D/$m.input.npy" --expect "$D/$m.ort.npy" --rtol 1e-4 \
         >"$T/tuned.run.out" 2>"$T/tuned.run.log" ||
         fail "the tuned $m against ONNX Runtime exited $?: $(cat "$T/tuned.run.log")"
+    # With f32 values NHWC (KILN_LAYOUT_F32=NHWC): its convolutions and
+    # depthwise convolutions are layout=NHWC tasks, their kernels the
+    # channel-vector family and the generic tiling over NHWC, and the
+    # tuned library runs the same.
+    KILN_LAYOUT_F32=NHWC "$KILN" extract --model "$D/$m.onnx" >"$T/nhwc.tasks" 2>&1 ||
+        fail "kiln extract $m with NHWC values exited $?"
+    grep -q '| depthwise_conv2d .* layout=NHWC$' "$T/nhwc.tasks" ||
+        fail "$m: no NHWC depthwise task: $(cat "$T/nhwc.tasks")"
+    grep -q '| conv2d .* R=1 S=1 .* layout=NHWC$' "$T/nhwc.tasks" ||
+        fail "$m: no NHWC 1x1 conv2d task: $(cat "$T/nhwc.tasks")"
+    KILN_LAYOUT_F32=NHWC "$KILN" tune --model "$D/$m.onnx" --target "$TGT" \
+        --max-trials-per-task 3 --trials-per-iter 3 --db "$T/db_nhwc" \
+        --strategy replay --quiet --repeat 3 --min-repeat-ms 0 \
+        --timeout-ms 5000 --no-flush >"$T/tune_nhwc.out" 2>"$T/tune_nhwc.log" ||
+        fail "kiln tune --model $m.onnx with NHWC values exited $?"
+    KILN_LAYOUT_F32=NHWC "$KILN" export --db "$T/db_nhwc" --model "$D/$m.onnx" \
+        --target cpu --out "$T/nhwc" >"$T/nhwc.export.out" 2>"$T/nhwc.export.log" ||
+        fail "kiln export of $m with NHWC values exited $?: $(cat "$T/nhwc.export.log")"
+    grep -q 'channel vectors' "$T"/nhwc/task_*.c ||
+        fail "$m with NHWC values: no depthwise kernel of the channel family"
+    KILN_LAYOUT_F32=NHWC "$KILN" run --lib "$T/nhwc/libkiln_model.so" \
+        --model "$D/$m.onnx" --repeat 1 --no-dnnl --input "$D/$m.input.npy" \
+        --expect "$D/$m.ort.npy" --rtol 1e-4 >"$T/nhwc.run.out" 2>"$T/nhwc.run.log" ||
+        fail "$m with NHWC values against ONNX Runtime exited $?: $(cat "$T/nhwc.run.log")"
+    # The same store does not export the default (NCHW) tasks: loud.
+    "$KILN" export --db "$T/db_nhwc" --model "$D/$m.onnx" --target cpu \
+        --out "$T/nchw_from_nhwc" >"$T/x.out" 2>"$T/x.log" &&
+        fail "an NHWC store exported the NCHW tasks without a word"
 fi
 
 # A truncated model: a clear error, exit 2, nothing written.

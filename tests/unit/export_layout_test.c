@@ -6,9 +6,12 @@
  * weights permuted, its inputs and outputs converted where a reader wants
  * the other layout (both directions, 16 x 16 transposes and their
  * edges), a max pool and a residual add on NHWC codes. Broken
- * conversions and a broken weight permutation must differ. */
+ * conversions and a broken weight permutation must differ. And an f32
+ * graph with KILN_LAYOUT_F32=NHWC: its convolutions and depthwise
+ * convolutions NHWC, the export equal to the NCHW one within 1e-5. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -78,6 +81,7 @@ static int teardown(void **state)
     s_rmrf(fx->dir);
     free(fx);
     unsetenv("KILN_LAYOUT_NCHW");
+    unsetenv("KILN_LAYOUT_F32");
     return 0;
 }
 
@@ -233,12 +237,124 @@ static void test_layout_weights(void **state)
     assert_true(memcmp(wa, wb, 32 * 16 * 9) != 0);
 }
 
+/* f32 with KILN_LAYOUT_F32=NHWC: a 3-channel stem, a depthwise and a
+ * 1x1 conv with a fused residual, a strided depthwise, then NCHW readers
+ * (a max pool, flatten). */
+static const char s_f32[] =
+    "model layout_f32\n"
+    "input x 2x3x17x17\n"
+    "c0 = conv2d x K=16 R=3 S=3 stride=2 pad=1 bias=1\n"
+    "r0 = clip c0 lo=0 hi=6\n"
+    "d1 = depthwise_conv2d r0 R=3 S=3 pad=1 bias=1 relu=1\n"
+    "c2 = conv2d d1 K=16 R=1 S=1 bias=1\n"
+    "s = add c2 r0\n"
+    "d3 = depthwise_conv2d s R=3 S=3 stride=2 pad=1 bias=1\n"
+    "p = max_pool2d d3 R=2 S=2 stride=2\n"
+    "f = flatten p\n"
+    "y = dense f O=8\n";
+
+/* How many of the rounds give outputs within 1e-5 of the largest. */
+static int s_close(const fx_lib_t *a, const fx_lib_t *b, int n, int rounds)
+{
+    static float x[2 * 3 * 17 * 17];
+    float ya[16], yb[16];
+    uint64_t seed = 5;
+    int close = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[i] = (float)((double)(seed >> 11) / 9007199254740992.0) * 2 - 1;
+        }
+        assert_int_equal(a->infer(x, ya), 0);
+        assert_int_equal(b->infer(x, yb), 0);
+        float big = 0, diff = 0;
+        for (int i = 0; i < 16; i++) {
+            big = fmaxf(big, fabsf(ya[i]));
+            diff = fmaxf(diff, fabsf(ya[i] - yb[i]));
+        }
+        close += big > 0 && diff <= 1e-5f * big;
+    }
+    return close;
+}
+
+static void test_layout_f32(void **state)
+{
+    fx_t *fx = *state;
+    kl_mgraph_t g;
+    /* off by default */
+    assert_int_equal(kl_mgraph_parse(s_f32, "f32", &g, fx->err), KL_OK);
+    kl_mgraph_fuse(&g);
+    for (int i = 0; i < g.n; i++)
+        assert_false(g.nodes[i].nhwc);
+    kl_mgraph_free(&g);
+    setenv("KILN_LAYOUT_F32", "NHWC", 1);
+    assert_int_equal(kl_mgraph_parse(s_f32, "f32", &g, fx->err), KL_OK);
+    kl_mgraph_fuse(&g);
+    static const char *nhwc[] = {"c0", "d1", "c2", "d3"};
+    static const char *nchw[] = {"x", "p", "f", "y"};
+    for (size_t k = 0; k < 4; k++) {
+        const kl_mnode_t *nd = &g.nodes[s_node(&g, nhwc[k])];
+        if (!nd->nhwc)
+            fail_msg("%s is not NHWC", nhwc[k]);
+        char *sp = kl_mgraph_spec(&g, nd);
+        assert_non_null(strstr(sp, " layout=NHWC"));
+        free(sp);
+        if (g.nodes[s_node(&g, nchw[k])].nhwc)
+            fail_msg("%s is NHWC", nchw[k]);
+    }
+    kl_mgraph_free(&g);
+    /* bf16 keeps NCHW */
+    assert_int_equal(kl_mgraph_parse(s_f32, "f32", &g, fx->err), KL_OK);
+    kl_mgraph_set_precision(&g, KL_DT_BF16);
+    kl_mgraph_fuse(&g);
+    for (int i = 0; i < g.n; i++)
+        assert_false(g.nodes[i].nhwc);
+    kl_mgraph_free(&g);
+    /* the NHWC export against the NCHW one (reference kernels; the
+     * conversions: x to NHWC, d3 back for the pool) */
+    fx_lib_t a, b;
+    char *ta =
+        fx_export(fx->dir, "f32_nchw", s_f32, "KILN_LAYOUT_NCHW", true, &a);
+    char *tb =
+        fx_export(fx->dir, "f32_nhwc", s_f32, "KILN_LAYOUT_NCHW", false, &b);
+    unsetenv("KILN_LAYOUT_F32");
+    assert_int_equal(s_count(ta, "    s_to_n"), 0);
+    assert_int_equal(s_count(tb, "/* x.nhwc */"), 2);
+    assert_int_equal(s_count(tb, "/* d3.nchw */"), 2);
+    assert_int_equal(s_close(&a, &b, 2 * 3 * 17 * 17, 10), 10);
+    /* c2's weight permuted to [R,S,C,K]; d1's kept [C,1,R,S] */
+    int (*shb)(int, long long *) =
+        (int (*)(int, long long *))dlsym(b.h, "kiln_model_param_shape");
+    const char *(*nm)(int) =
+        (const char *(*)(int))dlsym(b.h, "kiln_model_param_name");
+    assert_true(shb && nm);
+    long long sh[4];
+    for (int i = 0; nm(i); i++) {
+        if (!strcmp(nm(i), "c0.weight")) {
+            assert_int_equal(shb(i, sh), 4);
+            assert_true(sh[0] == 3 && sh[1] == 3 && sh[2] == 3 && sh[3] == 16);
+        }
+        if (!strcmp(nm(i), "d1.weight")) {
+            assert_int_equal(shb(i, sh), 4);
+            assert_true(sh[0] == 16 && sh[1] == 1 && sh[2] == 3 && sh[3] == 3);
+        }
+    }
+    /* a wrong conversion differs */
+    fx_lib_t v;
+    fx_variant(fx->dir, "f32_nhwc", "memcpy(y + (c * sy + r) * E,",
+               "memcpy(y + (c * sy + (r ? r - 1 : r)) * E,", 2, &v);
+    assert_int_equal(s_close(&a, &v, 2 * 3 * 17 * 17, 4), 0);
+    free(ta);
+    free(tb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_layout_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_equal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_weights, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout_f32, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
