@@ -5,7 +5,8 @@
  * wants NHWC and its producer wrote NCHW, or the other way round
  * (kl_model_layout.c says which), is copied once into the other layout.
  * 16 x 16 blocks of bytes go through an SSE2 transpose (four rounds of
- * unpacks); the edges of a block and 4-byte elements go one at a time. */
+ * unpacks); the edges of a block go one at a time, 4-byte elements (f32
+ * values) as moves of a constant size. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,12 @@ const char kl_export__layout_helpers_c[] =
     "                for (long long c = c0; c < cols; c++)\n"
     "                    y[c * sy + r] = x[r * sx + c];\n"
     "        }\n"
+    "    if (E == 4) { /* f32: a constant size, one move, not a call */\n"
+    "        for (long long r = r0; r < rows; r++)\n"
+    "            for (long long c = 0; c < cols; c++)\n"
+    "                memcpy(y + (c * sy + r) * 4, x + (r * sx + c) * 4, 4);\n"
+    "        return;\n"
+    "    }\n"
     "    for (long long r = r0; r < rows; r++)\n"
     "        for (long long c = 0; c < cols; c++)\n"
     "            memcpy(y + (c * sy + r) * E, x + (r * sx + c) * E, "

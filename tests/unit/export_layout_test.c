@@ -341,8 +341,8 @@ static void test_layout_f32(void **state)
     }
     /* a wrong conversion differs */
     fx_lib_t v;
-    fx_variant(fx->dir, "f32_nhwc", "memcpy(y + (c * sy + r) * E,",
-               "memcpy(y + (c * sy + (r ? r - 1 : r)) * E,", 2, &v);
+    fx_variant(fx->dir, "f32_nhwc", "memcpy(y + (c * sy + r) * 4,",
+               "memcpy(y + (c * sy + (r ? r - 1 : r)) * 4,", 2, &v);
     assert_int_equal(s_close(&a, &v, 2 * 3 * 17 * 17, 4), 0);
     free(ta);
     free(tb);
