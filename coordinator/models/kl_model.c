@@ -261,13 +261,10 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     if (kl_mop_is_q(nd->op)) {
         kl_mnode_t base = *nd;
         base.op = kl_mop_base(nd->op);
-        base.nhwc = false; /* said once, below */
         char *f = s_spec(g, &base);
         kl_buf_printf(&b, "q%s", f);
         free(f);
         s_qspec(&b, nd);
-        if (nd->nhwc && nd->op == KL_MOP_QCONV2D)
-            kl_buf_puts(&b, " layout=NHWC");
         return kl_buf_take(&b);
     }
     switch (nd->op) {

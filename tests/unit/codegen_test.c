@@ -463,8 +463,9 @@ static bool s_x_window(const char *src)
     return strstr(src, "/* pack X (window") != NULL;
 }
 
-/* Whether some of n samples of spec carry the "loop_layout" annotation. */
-static int s_count_loop_layout(const char *spec, int n)
+/* How many of n samples of spec (AVX2, seed) have needle in their trace. */
+static int s_count_traces(const char *spec, int n, uint64_t seed,
+                          const char *needle)
 {
     kl_workload_t *w = fx_wl(spec);
     kl_space_t *sp = NULL;
@@ -472,7 +473,7 @@ static int s_count_loop_layout(const char *spec, int n)
     assert_int_equal(kl_space_for_target("cpu/x86_64-avx2", w, &sp, err),
                      KL_OK);
     kl_rng_t rng;
-    kl_rng_seed(&rng, 9);
+    kl_rng_seed(&rng, seed);
     int found = 0;
     for (int i = 0; i < n; i++) {
         kl_trace_t *tr = NULL;
@@ -480,7 +481,7 @@ static int s_count_loop_layout(const char *spec, int n)
         if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
             fail_msg("sample %d: %s", i, err);
         char *text = kl_trace_to_text(tr);
-        found += strstr(text, "key=\"loop_layout_0\", value=1)") != NULL;
+        found += strstr(text, needle) != NULL;
         free(text);
         kl_sched_destroy(&s);
         kl_trace_free(&tr);
@@ -488,6 +489,12 @@ static int s_count_loop_layout(const char *spec, int n)
     kl_space_destroy(&sp);
     kl_workload_free(&w);
     return found;
+}
+
+/* How many of n samples of spec carry the "loop_layout" annotation. */
+static int s_count_loop_layout(const char *spec, int n)
+{
+    return s_count_traces(spec, n, 9, "key=\"loop_layout_0\", value=1)");
 }
 
 /* A 1x1 convolution reads its input through a trivial window (r and s
@@ -509,32 +516,11 @@ static void test_trivial_window_layout(void **state)
                      0);
 }
 
-/* How many of n samples of spec (AVX2) offer row tiles up to the whole
- * 7-wide row. */
+/* How many of n samples of spec offer row tiles up to the whole 7-wide
+ * row. */
 static int s_count_row7(const char *spec, int n)
 {
-    kl_workload_t *w = fx_wl(spec);
-    kl_space_t *sp = NULL;
-    char err[KL_ERRMSG_LEN];
-    assert_int_equal(kl_space_for_target("cpu/x86_64-avx2", w, &sp, err),
-                     KL_OK);
-    kl_rng_t rng;
-    kl_rng_seed(&rng, 4);
-    int found = 0;
-    for (int i = 0; i < n; i++) {
-        kl_trace_t *tr = NULL;
-        kl_sched_t *s = NULL;
-        if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
-            fail_msg("sample %d: %s", i, err);
-        char *text = kl_trace_to_text(tr);
-        found += strstr(text, "values=[1, 2, 3, 4, 6, 7]") != NULL;
-        free(text);
-        kl_sched_destroy(&s);
-        kl_trace_free(&tr);
-    }
-    kl_space_destroy(&sp);
-    kl_workload_free(&w);
-    return found;
+    return s_count_traces(spec, n, 4, "values=[1, 2, 3, 4, 6, 7]");
 }
 
 /* A float NHWC convolution vectorizes its output channels, which its
