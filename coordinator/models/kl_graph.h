@@ -211,10 +211,20 @@ void kl_mgraph_fuse(kl_mgraph_t *g);
  * spec says layout=NHWC); quantize, dequantize, relu, clip, a same-shape
  * add and a max pool on codes (kl_mgraph_code_pool) follow their input
  * when a reader of theirs reads NHWC; everything else is NCHW. Called by
- * kl_mgraph_fuse, after the folds. The environment variable
- * KILN_LAYOUT_NCHW (any value) keeps every value NCHW (both tuning and
- * export must see it: it changes the q-convs' workloads). */
+ * kl_mgraph_fuse, after the folds. In an f32 graph with a depthwise
+ * convolution, the convolutions and depthwise convolutions compute NHWC
+ * too when the plan's conversions move at most an eighth of what they
+ * write; KILN_LAYOUT_F32=NHWC or NCHW decides instead. The environment
+ * variable KILN_LAYOUT_NCHW (any value) keeps every value NCHW (tuning and
+ * export must see the same environment: it changes the workloads). */
 void kl_mgraph_layout(kl_mgraph_t *g);
+/* KL_OK, or KL_ERR_INVAL naming a KILN_LAYOUT_F32 that is not NHWC, NCHW,
+ * auto or empty. */
+int kl_mgraph_layout_f32_env(char *err);
+/* The elements kiln export converts between layouts under g's plan
+ * (each value at most once a direction; the graph's outputs are read
+ * NCHW). */
+int64_t kl_mgraph_layout_converted(const kl_mgraph_t *g);
 /* Whether a value's layout changes its memory: 4-D with C > 1 and
  * H * W > 1. */
 bool kl_mgraph_layout_matters(const kl_mnode_t *nd);

@@ -481,8 +481,8 @@ int kl_model_parse_prec(const char *text, const char *source, kl_dtype prec,
                          "%s: precision %s (expected f32 or bf16)", src,
                          kl_dtype_name(prec));
     kl_mgraph_t g;
-    int rc = kl_mgraph_parse(text, src, &g, err);
-    if (rc)
+    int rc = kl_mgraph_layout_f32_env(err);
+    if (rc || (rc = kl_mgraph_parse(text, src, &g, err)))
         return rc;
     kl_mgraph_set_precision(&g, prec);
     kl_model_t *m = kl_xcalloc(1, sizeof(*m));

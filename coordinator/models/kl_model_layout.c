@@ -13,13 +13,23 @@
  * layer reads NCHW (the general ops too: a broadcasting add, concat,
  * reduce_mean ... index the NCHW shape the graph gives); kiln export converts a
  * value where a reader wants the other layout (one transpose, shared by the
- * readers that want it). With KILN_LAYOUT_F32=NHWC an f32 graph's
- * convolutions and depthwise convolutions compute NHWC as well
- * (s_nhwc_float). */
+ * readers that want it).
+ *
+ * An f32 graph's convolutions and depthwise convolutions compute NHWC too
+ * when that is cheap (s_f32_mode): the graph has a depthwise convolution
+ * (a MobileNet: its 1x1 convolutions then read a pixel's channels
+ * contiguously and the depthwise kernels load and store whole channel
+ * vectors), and the conversions the plan needs move at most an eighth of
+ * the elements those layers write (so an EfficientNet, whose
+ * squeeze-excite reads every expanded value NCHW, stays NCHW, and a
+ * ResNet, with no depthwise layer, keeps its NCHW Winograd kernels).
+ * KILN_LAYOUT_F32=NHWC or NCHW decides instead. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kl_model_int.h"
+#include "kl_err.h"
+#include "kl_util.h"
 
 bool kl_mgraph_layout_matters(const kl_mnode_t *nd)
 {
@@ -60,17 +70,10 @@ static bool s_nhwc_conv(const kl_mgraph_t *g, const kl_mnode_t *nd)
            x->ndim == 4 && x->shape[1] % 4 == 0 && x->shape[1] >= 16;
 }
 
-/* A float convolution that computes NHWC, with KILN_LAYOUT_F32=NHWC in
- * the environment: in an f32 graph, conv2d not grouped and
- * depthwise_conv2d of multiplier 1 (its channel vectors then load and
- * store whole vectors, and a 1x1 conv2d's reduction walks a pixel's
- * channels contiguously). Not the default yet: it changes the tasks'
- * keys, so a store tuned NCHW does not export it. */
+/* A float convolution that may compute NHWC: in an f32 graph, conv2d
+ * not grouped and depthwise_conv2d of multiplier 1. */
 static bool s_nhwc_float(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
-    const char *e = getenv("KILN_LAYOUT_F32");
-    if (!e || strcmp(e, "NHWC"))
-        return false;
     const kl_mnode_t *x = &g->nodes[nd->in[0]];
     bool op = (nd->op == KL_MOP_CONV2D && nd->groups <= 1) ||
               (nd->op == KL_MOP_DEPTHWISE && nd->mult <= 1);
@@ -78,13 +81,69 @@ static bool s_nhwc_float(const kl_mgraph_t *g, const kl_mnode_t *nd)
            nd->dt == KL_DT_F32 && x->ndim == 4;
 }
 
-void kl_mgraph_layout(kl_mgraph_t *g)
+int kl_mgraph_layout_f32_env(char *err)
 {
-    if (getenv("KILN_LAYOUT_NCHW")) {
-        for (int i = 0; i < g->n; i++)
-            g->nodes[i].nhwc = false;
-        return;
+    const char *e = getenv("KILN_LAYOUT_F32");
+    if (!e || !*e || !strcmp(e, "NHWC") || !strcmp(e, "NCHW") ||
+        !strcmp(e, "auto"))
+        return KL_OK;
+    return kl_seterr(err, KL_ERR_INVAL,
+                     "KILN_LAYOUT_F32: bad value '%s' (NHWC, NCHW or auto)", e);
+}
+
+static int64_t s_numel(const kl_mnode_t *nd)
+{
+    int64_t n = 1;
+    for (int k = 0; k < nd->ndim; k++)
+        n *= nd->shape[k];
+    return n;
+}
+
+/* The node whose buffer holds value i (a fused layer's is its owner's). */
+static int s_holder(const kl_mgraph_t *g, int i)
+{
+    const kl_mnode_t *nd = &g->nodes[i];
+    return nd->op != KL_MOP_INPUT && nd->fused ? nd->owner : i;
+}
+
+/* Marks value i converted when a reader wants it in layout nhwc. */
+static void s_read(const kl_mgraph_t *g, int i, bool nhwc, unsigned char *cv)
+{
+    i = s_holder(g, i);
+    const kl_mnode_t *nd = &g->nodes[i];
+    if (nd->nhwc != nhwc && kl_mgraph_layout_matters(nd))
+        cv[i] |= nhwc ? 1 : 2;
+}
+
+/* The elements the plan converts (each value at most once a direction,
+ * as kiln export does), as kiln export's readers read them: a computing
+ * layer its inputs and residual in its own layout, a view and every
+ * output NCHW. */
+int64_t kl_mgraph_layout_converted(const kl_mgraph_t *g)
+{
+    unsigned char *cv = kl_xcalloc((size_t)g->n + 1, 1);
+    for (int j = 0; j < g->n; j++) {
+        const kl_mnode_t *nd = &g->nodes[j];
+        if (nd->op == KL_MOP_INPUT || nd->op == KL_MOP_CONST || nd->fused)
+            continue;
+        for (int k = 0; k < nd->nin; k++)
+            s_read(g, nd->in[k], nd->nhwc, cv);
+        if (nd->res)
+            s_read(g, nd->res_from, nd->nhwc, cv);
     }
+    for (int o = 0; o < g->nout; o++)
+        s_read(g, g->outputs[o], false, cv);
+    int64_t n = 0;
+    for (int i = 0; i < g->n; i++)
+        n += ((cv[i] & 1) + (cv[i] >> 1)) * s_numel(&g->nodes[i]);
+    free(cv);
+    return n;
+}
+
+/* The plan: q-convs NHWC, f32 convolutions too when f32, and the
+ * layers between them following. */
+static void s_plan(kl_mgraph_t *g, bool f32)
+{
     /* Forward: a q-conv is NHWC; a layer that follows its input is NHWC
      * when one of its inputs is (the others converted). */
     for (int i = 0; i < g->n; i++) {
@@ -92,7 +151,7 @@ void kl_mgraph_layout(kl_mgraph_t *g)
         nd->nhwc = false;
         if (nd->fused)
             nd->nhwc = g->nodes[nd->owner].nhwc;
-        else if (s_nhwc_conv(g, nd) || s_nhwc_float(g, nd))
+        else if (s_nhwc_conv(g, nd) || (f32 && s_nhwc_float(g, nd)))
             nd->nhwc = true;
         else if (s_follows(g, i))
             for (int k = 0; k < nd->nin; k++)
@@ -116,4 +175,36 @@ void kl_mgraph_layout(kl_mgraph_t *g)
                 any = false;
         nd->nhwc = any;
     }
+}
+
+/* Whether the f32 convolutions compute NHWC: KILN_LAYOUT_F32's word, else
+ * (auto) a depthwise layer and the plan's conversions at most an eighth
+ * of what the NHWC layers write. */
+static bool s_f32_mode(kl_mgraph_t *g)
+{
+    const char *e = getenv("KILN_LAYOUT_F32");
+    if (e && (!strcmp(e, "NHWC") || !strcmp(e, "NCHW")))
+        return !strcmp(e, "NHWC");
+    bool dw = false;
+    for (int i = 0; i < g->n && !dw; i++)
+        dw =
+            g->nodes[i].op == KL_MOP_DEPTHWISE && s_nhwc_float(g, &g->nodes[i]);
+    if (!dw)
+        return false;
+    s_plan(g, true);
+    int64_t written = 0;
+    for (int i = 0; i < g->n; i++)
+        if (s_nhwc_float(g, &g->nodes[i]))
+            written += s_numel(&g->nodes[i]);
+    return 8 * kl_mgraph_layout_converted(g) <= written;
+}
+
+void kl_mgraph_layout(kl_mgraph_t *g)
+{
+    if (getenv("KILN_LAYOUT_NCHW")) {
+        for (int i = 0; i < g->n; i++)
+            g->nodes[i].nhwc = false;
+        return;
+    }
+    s_plan(g, s_f32_mode(g));
 }

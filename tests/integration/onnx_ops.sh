@@ -11,7 +11,9 @@
 # its largest magnitude. One of them, the tiny EfficientNet, is also tuned
 # on a local fleet (one real kiln-agent, a tiny replay budget) and its
 # tuned library must match too, and once more with its f32 values NHWC
-# (KILN_LAYOUT_F32=NHWC). A malformed model is refused with an
+# (KILN_LAYOUT_F32=NHWC; by default its squeeze-excite keeps it NCHW).
+# kiln run refuses a library exported in other layouts than its own
+# naive build. A malformed model is refused with an
 # error that names the problem and exits 2.
 #
 # SKIP (77) only while the test data is not in the tree.
@@ -121,10 +123,20 @@ if [ -n "$TGT" ]; then
         --model "$D/$m.onnx" --repeat 1 --no-dnnl --input "$D/$m.input.npy" \
         --expect "$D/$m.ort.npy" --rtol 1e-4 >"$T/nhwc.run.out" 2>"$T/nhwc.run.log" ||
         fail "$m with NHWC values against ONNX Runtime exited $?: $(cat "$T/nhwc.run.log")"
-    # The same store does not export the default (NCHW) tasks: loud.
+    # The same store does not export the default tasks (NCHW: the tiny
+    # EfficientNet's squeeze-excite would convert every expanded value):
+    # loud.
     "$KILN" export --db "$T/db_nhwc" --model "$D/$m.onnx" --target cpu \
         --out "$T/nchw_from_nhwc" >"$T/x.out" 2>"$T/x.log" &&
         fail "an NHWC store exported the NCHW tasks without a word"
+    # kiln run in another environment than the export's: the naive
+    # build's weights are [K,C,R,S], the library's [R,S,C,K]; an error
+    # that says so, not a wrong comparison.
+    "$KILN" run --lib "$T/nhwc/libkiln_model.so" --model "$D/$m.onnx" \
+        --repeat 1 --no-dnnl >"$T/x.out" 2>"$T/x.log" &&
+        fail "kiln run compared an NHWC library with the NCHW naive build"
+    grep -q "in the naive build of .*other value layouts (KILN_LAYOUT_F32" "$T/x.log" ||
+        fail "kiln run, layouts differing: $(cat "$T/x.log")"
 fi
 
 # A truncated model: a clear error, exit 2, nothing written.

@@ -6,9 +6,12 @@
  * weights permuted, its inputs and outputs converted where a reader wants
  * the other layout (both directions, 16 x 16 transposes and their
  * edges), a max pool and a residual add on NHWC codes. Broken
- * conversions and a broken weight permutation must differ. And an f32
+ * conversions and a broken weight permutation must differ. An f32
  * graph with KILN_LAYOUT_F32=NHWC: its convolutions and depthwise
- * convolutions NHWC, the export equal to the NCHW one within 1e-5. */
+ * convolutions NHWC, the export equal to the NCHW one within 1e-5. And
+ * the f32 layout chosen per graph: NHWC for MobileNetV2, NCHW for a
+ * ResNet, a bf16 graph and an EfficientNet (whose squeeze-excite would
+ * convert every expanded value twice). */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -25,6 +28,7 @@
 #include "kl_err.h"
 #include "kl_export.h"
 #include "kl_graph.h"
+#include "kl_model.h"
 #include "kl_test_tmp.h"
 #include "kl_util.h"
 
@@ -286,15 +290,18 @@ static void test_layout_f32(void **state)
 {
     fx_t *fx = *state;
     kl_mgraph_t g;
-    /* off by default */
+    /* NCHW by default: NHWC would convert x and d3 (1734 + 800
+     * elements), more than an eighth of the 8576 its layers write */
     assert_int_equal(kl_mgraph_parse(s_f32, "f32", &g, fx->err), KL_OK);
     kl_mgraph_fuse(&g);
     for (int i = 0; i < g.n; i++)
         assert_false(g.nodes[i].nhwc);
+    assert_int_equal(kl_mgraph_layout_converted(&g), 0);
     kl_mgraph_free(&g);
     setenv("KILN_LAYOUT_F32", "NHWC", 1);
     assert_int_equal(kl_mgraph_parse(s_f32, "f32", &g, fx->err), KL_OK);
     kl_mgraph_fuse(&g);
+    assert_int_equal(kl_mgraph_layout_converted(&g), 1734 + 800);
     static const char *nhwc[] = {"c0", "d1", "c2", "d3"};
     static const char *nchw[] = {"x", "p", "f", "y"};
     for (size_t k = 0; k < 4; k++) {
@@ -353,6 +360,64 @@ static void test_layout_f32(void **state)
     free(tb);
 }
 
+/* How many of m's tasks are convolutions (conv2d, depthwise_conv2d),
+ * and how many of those say layout=NHWC. */
+static void s_conv_tasks(const char *model, kl_dtype prec, int *conv, int *nhwc)
+{
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = NULL;
+    if (kl_model_load_prec(model, prec, &m, err))
+        fail_msg("%s: %s", model, err);
+    *conv = *nhwc = 0;
+    for (int i = 0; i < kl_model_ntasks(m); i++) {
+        const kl_model_task_t *t = kl_model_task(m, i);
+        if (strncmp(t->w->op_kind, "conv2d", 6) &&
+            strcmp(t->w->op_kind, "depthwise_conv2d"))
+            continue;
+        (*conv)++;
+        *nhwc += strstr(t->spec, " layout=NHWC") != NULL;
+    }
+    kl_model_destroy(&m);
+}
+
+/* The f32 layout chosen per graph, and KILN_LAYOUT_F32 deciding. */
+static void test_layout_f32_auto(void **state)
+{
+    (void)state;
+    const char *eff = KL_TEST_DATA "/onnx/tiny_efficientnet.onnx";
+    int conv, nhwc;
+    unsetenv("KILN_LAYOUT_F32");
+    s_conv_tasks("mobilenet_v2", KL_DT_F32, &conv, &nhwc);
+    assert_true(conv > 20);
+    assert_int_equal(nhwc, conv);
+    s_conv_tasks("mobilenet_v2", KL_DT_BF16, &conv, &nhwc);
+    assert_int_equal(nhwc, 0);
+    s_conv_tasks("resnet18", KL_DT_F32, &conv, &nhwc);
+    assert_true(conv > 10);
+    assert_int_equal(nhwc, 0);
+    s_conv_tasks(eff, KL_DT_F32, &conv, &nhwc);
+    assert_true(conv > 10);
+    assert_int_equal(nhwc, 0);
+    /* KILN_LAYOUT_F32 decides; auto is the default */
+    setenv("KILN_LAYOUT_F32", "NCHW", 1);
+    s_conv_tasks("mobilenet_v2", KL_DT_F32, &conv, &nhwc);
+    assert_int_equal(nhwc, 0);
+    setenv("KILN_LAYOUT_F32", "NHWC", 1);
+    s_conv_tasks("resnet18", KL_DT_F32, &conv, &nhwc);
+    assert_int_equal(nhwc, conv);
+    setenv("KILN_LAYOUT_F32", "auto", 1);
+    s_conv_tasks("mobilenet_v2", KL_DT_F32, &conv, &nhwc);
+    assert_int_equal(nhwc, conv);
+    /* a bad value is an error naming it */
+    setenv("KILN_LAYOUT_F32", "nhwc", 1);
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = NULL;
+    assert_int_equal(kl_model_load("mobilenet_v2", &m, err), KL_ERR_INVAL);
+    assert_null(m);
+    assert_non_null(strstr(err, "KILN_LAYOUT_F32: bad value 'nhwc'"));
+    unsetenv("KILN_LAYOUT_F32");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +425,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_layout_equal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_f32, setup, teardown),
+        cmocka_unit_test(test_layout_f32_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

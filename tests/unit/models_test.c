@@ -547,9 +547,13 @@ static void test_precision(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
-    s_prec_pair("resnet18", 16);     /* 15 conv2d + the dense */
-    s_prec_pair("bert_base", 6);     /* 4 dense, 2 batch_matmul */
+    s_prec_pair("resnet18", 16); /* 15 conv2d + the dense */
+    s_prec_pair("bert_base", 6); /* 4 dense, 2 batch_matmul */
+    /* in the layout of the bf16 graph (f32 MobileNetV2 is NHWC by
+     * default: export_layout_test) */
+    setenv("KILN_LAYOUT_F32", "NCHW", 1);
     s_prec_pair("mobilenet_v2", 21); /* conv2d, dense; not depthwise */
+    unsetenv("KILN_LAYOUT_F32");
     kl_model_t *m = NULL;
     assert_int_equal(kl_model_load_prec("mobilenet_v2", KL_DT_BF16, &m, err),
                      KL_OK);
