@@ -105,8 +105,10 @@ typedef struct {
     uint32_t magic, kind;
     uint32_t status, code; /* CALLED: status; EXIT: kla_cand_end, code */
     uint32_t number;       /* DONE / SAMPLE */
-    uint32_t pad;
-    double t_c;     /* DONE / SAMPLE: the harness's claim, seconds */
+    uint32_t gap_us;       /* SAMPLE: the warden's wall time, microseconds
+                              (saturating), from the harness's last CALLED or
+                              DONE to this sample's READY: its flush */
+    double t_c;            /* DONE / SAMPLE: the harness's claim, seconds */
     double t_w;     /* SAMPLE: the warden's wall time around the sample */
     double u;       /* SAMPLE: harness CPU seconds in it; EXIT: total */
     double wall;    /* EXIT: fork to reap, seconds */

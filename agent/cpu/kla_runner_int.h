@@ -23,6 +23,12 @@
  * the harness's own messages: CPU time no claim has to account for. */
 #define KLA_RUNNER__SPIN_CPU_S 0.025
 #define KLA_RUNNER__HANDOFF_CPU_S 0.002
+/* A thread that runs is charged its CPU time at the scheduler's tick or
+ * when it stops, so another process's CPU clock lags a running thread's
+ * by up to a tick (10 ms at HZ=100, 4 ms at 250). OpenMP's threads that
+ * spin through a flush before a sample are charged inside the sample:
+ * up to this much per CPU, and never more than the flush lasted. */
+#define KLA_RUNNER__TICK_S 0.010
 
 typedef struct kla_runner__ref {
     uint8_t key[16];

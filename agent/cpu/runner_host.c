@@ -39,6 +39,12 @@ static double s_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Seconds as whole microseconds, 0 .. UINT32_MAX. */
+static uint32_t s_us(double s)
+{
+    return !(s > 0) ? 0 : s >= 4294.0 ? UINT32_MAX : (uint32_t)(s * 1e6);
+}
+
 /* ---- the warden -------------------------------------------------------- */
 
 typedef struct {
@@ -319,6 +325,7 @@ static int s_warden_run(s_warden_t *w)
         return s_finish(w, KLA_CE_PROTOCOL, "stopped by the agent");
     kla_runner__cand_send(w->harness, &go, sizeof go, NULL, 0);
     uint32_t samples = 0;
+    double t_last = s_now(); /* the last call's end, about */
     for (;;) {
         rc = s_wait_harness(w, &m);
         if (rc != 1)
@@ -344,7 +351,9 @@ static int s_warden_run(s_warden_t *w)
                             .number = m.number,
                             .t_c = m.t_c,
                             .t_w = t1 - t0,
-                            .u = u1 - u0};
+                            .u = u1 - u0,
+                            .gap_us = s_us(t0 - t_last)};
+        t_last = t1;
         kla_runner__cand_send(w->agent, &s, sizeof s, NULL, 0);
         samples++;
     }

@@ -324,6 +324,9 @@ static bool s_check_sample(const kla_runner_t *r, const s_run_t *run,
      * Under it, a claim the machine's own clocks bear out. */
     double rest = m->t_w - t;
     double spin = rest < KLA_RUNNER__SPIN_CPU_S ? rest : KLA_RUNNER__SPIN_CPU_S;
+    /* and what they spun before it, charged late (KLA_RUNNER__TICK_S) */
+    double gap = m->gap_us * 1e-6;
+    spin += gap < KLA_RUNNER__TICK_S ? gap : KLA_RUNNER__TICK_S;
     if (!r->spin_unbounded &&
         m->u > r->ncpu * (1.1 * t + spin) + KLA_RUNNER__HANDOFF_CPU_S) {
         snprintf(out->error, sizeof out->error,
