@@ -2,7 +2,8 @@
  * (export_int.h; kl_mop_is_general but const, which is a parameter, and
  * an add of two shapes that broadcast): each layer's shapes reduced at
  * export to what its helper (export_text_general.c) loops over, the
- * helper called on NCHW values. */
+ * helper called on NCHW values, or on NHWC ones (a squeeze-excite's
+ * layers with f32 values NHWC, kl_model_layout.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +72,10 @@ static void s_list(kl_buf_t *b, const char *name, const long long *v, int n)
 }
 
 /* add (broadcast), the binary ops, where, expand. */
-static void s_bcast(kl_buf_t *b, const kl_mgraph_t *g, const kl_mnode_t *nd,
-                    const char *const *in, const char *out)
+static void s_bcast(kl_buf_t *b, const kl_mnode_t *nd,
+                    const kl_mnode_t *const *ops, const char *const *in,
+                    const char *out)
 {
-    const kl_mnode_t *ops[3];
-    for (int k = 0; k < nd->nin; k++)
-        ops[k] = &g->nodes[nd->in[k]];
     long long sh[KL_MODEL_MAX_DIMS], st[3 * KL_MODEL_MAX_DIMS];
     int n = s_bdims(nd, nd->nin, ops, sh, st);
     kl_buf_puts(b, "        static const long long ");
@@ -175,17 +174,52 @@ static void s_take(kl_buf_t *b, const kl_mnode_t *nd, const kl_mnode_t *x,
                   (long long)(nd->op == KL_MOP_SLICE ? nd->step : 1), ix);
 }
 
+/* A node as the NHWC values it is stored in: a 4-D shape as [N,H,W,C],
+ * and (a reduction's, of its 4-D input) the reduced axes likewise. */
+static void s_nhwc(kl_mnode_t *nd)
+{
+    static const int from[4] = {0, 2, 3, 1};
+    int64_t sh[4];
+    unsigned axes = 0;
+    for (int d = 0; d < 4; d++) {
+        sh[d] = nd->shape[from[d]];
+        axes |= (nd->axes >> from[d] & 1u) << d;
+    }
+    if (nd->ndim == 4)
+        memcpy(nd->shape, sh, sizeof sh);
+    nd->axes = axes;
+}
+
 char *kl_export__general_call(const kl_mgraph_t *g, int i,
                               const char *const *in, const char *out)
 {
     const kl_mnode_t *nd = &g->nodes[i];
-    const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
+    /* A layer that computes NHWC (kl_model_layout.c: a squeeze-excite's
+     * pool, reduction or scale) runs on [N,H,W,C] shapes: its 4-D
+     * operands' values are NHWC, or of a layout that does not matter
+     * ([N,C,1,1]: the same memory as [N,1,1,C]). A global average pool is
+     * a reduce_mean over H and W. */
+    kl_mnode_t me = *nd, ops[3];
+    const kl_mnode_t *opp[3];
+    if (nd->op == KL_MOP_GLOBAL_AVG_POOL) {
+        me.op = KL_MOP_REDUCE_MEAN;
+        me.axes = 1u << 2 | 1u << 3;
+    }
+    if (nd->nhwc)
+        s_nhwc(&me);
+    for (int k = 0; k < nd->nin && k < 3; k++) {
+        ops[k] = g->nodes[nd->in[k]];
+        if (nd->nhwc)
+            s_nhwc(&ops[k]);
+        opp[k] = &ops[k];
+    }
+    const kl_mnode_t *x = nd->nin ? opp[0] : NULL;
     kl_buf_t b = {0};
     kl_buf_printf(&b, "    { /* %s: %s%s */\n", nd->name, kl_mop_name(nd->op),
                   nd->op == KL_MOP_ADD ? " (broadcast)" : "");
     if (nd->op == KL_MOP_ADD || nd->op == KL_MOP_WHERE ||
         nd->op == KL_MOP_EXPAND || kl_mop_is_binary(nd->op)) {
-        s_bcast(&b, g, nd, in, out);
+        s_bcast(&b, &me, opp, in, out);
     } else if (kl_mop_is_unary(nd->op)) {
         kl_buf_printf(&b, "        s_ew_%s(%s, %s, %lldLL);\n",
                       kl_mop_name(nd->op), in[0], out,
@@ -201,8 +235,8 @@ char *kl_export__general_call(const kl_mgraph_t *g, int i,
                       (long long)s_prod(y->shape, a, y->ndim));
     } else if (nd->op == KL_MOP_SLICE || nd->op == KL_MOP_GATHER) {
         s_take(&b, nd, x, in[0], out);
-    } else if (nd->op == KL_MOP_REDUCE_MEAN || nd->op == KL_MOP_REDUCE_SUM) {
-        s_reduce(&b, nd, x, in[0], out);
+    } else if (me.op == KL_MOP_REDUCE_MEAN || me.op == KL_MOP_REDUCE_SUM) {
+        s_reduce(&b, &me, x, in[0], out);
     }
     kl_buf_puts(&b, "    }\n");
     return kl_buf_take(&b);
@@ -214,6 +248,7 @@ bool kl_export__general_used(const kl_mgraph_t *g)
         const kl_mnode_t *nd = &g->nodes[i];
         if ((kl_mop_is_general(nd->op) && nd->op != KL_MOP_CONST) ||
             (nd->op == KL_MOP_ADD && nd->bcast) ||
+            (nd->op == KL_MOP_GLOBAL_AVG_POOL && nd->nhwc) ||
             (nd->op == KL_MOP_GELU && nd->gelu_tanh))
             return true;
     }

@@ -409,7 +409,7 @@ static void s_general_call(s_gen_t *c, int i)
     char in[3][64], out[64];
     const char *ins[3] = {in[0], in[1], in[2]};
     for (int k = 0; k < nd->nin; k++)
-        s_inexpr(c, nd->in[k], false, in[k], sizeof in[k]);
+        s_inexpr(c, nd->in[k], nd->nhwc, in[k], sizeof in[k]);
     s_bufexpr(c, i, out, sizeof out);
     char *code = kl_export__general_call(c->g, i, ins, out);
     s_emit(c, nd->name, -1, code);
@@ -479,7 +479,8 @@ static int s_layer(s_gen_t *c, int i, char *err)
         s_qcast_call(c, i);
         return KL_OK;
     }
-    if (kl_mop_is_general(nd->op) || nd->bcast) {
+    if (kl_mop_is_general(nd->op) || nd->bcast ||
+        (nd->op == KL_MOP_GLOBAL_AVG_POOL && nd->nhwc)) {
         s_general_call(c, i);
         return KL_OK;
     }

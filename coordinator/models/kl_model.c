@@ -1,8 +1,7 @@
 /* kl_model.c - task extraction: fusion of relu, clip, the activations
- * (sigmoid, silu, hard_swish, hard_sigmoid, gelu) and residual add
- * into their producers, one workload per computing layer, identical
- * workloads merged into weighted tasks. The graph format itself is
- * kl_model_parse.c. */
+ * (sigmoid, silu, hard_swish, hard_sigmoid, gelu) and residual add into
+ * their producers, one workload per computing layer, identical workloads
+ * merged into weighted tasks. The graph format is kl_model_parse.c. */
 #include "kl_model_int.h"
 
 #include <errno.h>
@@ -239,10 +238,11 @@ static bool s_takes_prec(kl_mop op)
 static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
 
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
- * ops without a named operator (a broadcasting add among them). */
+ * ops without a named operator (a broadcasting add among them, and a
+ * global pool of NHWC values: a reduction of the export). */
 char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
-    if (nd->bcast) /* a broadcasting add (or binary op): none */
+    if (nd->bcast || (nd->op == KL_MOP_GLOBAL_AVG_POOL && nd->nhwc))
         return NULL;
     char *f = s_spec(g, nd);
     if (!f || g->prec == KL_DT_F32 || !s_takes_prec(nd->op))

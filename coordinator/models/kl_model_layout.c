@@ -60,6 +60,32 @@ static bool s_follows(const kl_mgraph_t *g, int i)
     }
 }
 
+/* With f32 values NHWC (s_f32_mode), a squeeze-excite's layers follow
+ * too: a global average pool and a reduce_mean / reduce_sum over H and W
+ * with C kept (their [N,C,1,1] or [N,C] output is the same memory in
+ * either layout), and the element-wise general ops whose operands are
+ * all 4-D (a [N,C,1,1] scale broadcasts over the pixels in either
+ * layout). kiln export computes them on [N,H,W,C] shapes
+ * (export_general.c); the pool is then no task. */
+static bool s_follows_f32(const kl_mgraph_t *g, const kl_mnode_t *nd)
+{
+    const kl_mnode_t *x = &g->nodes[nd->in[0]];
+    if (nd->fused || nd->nin < 1 || x->ndim != 4 || x->dt != KL_DT_F32)
+        return false;
+    if (nd->op == KL_MOP_GLOBAL_AVG_POOL)
+        return true;
+    if (nd->op == KL_MOP_REDUCE_MEAN || nd->op == KL_MOP_REDUCE_SUM)
+        return (nd->axes & 0xeu) == 0xcu; /* H, W reduced; C kept */
+    if (nd->ndim != 4 ||
+        !(kl_mop_is_binary(nd->op) || kl_mop_is_unary(nd->op) ||
+          (nd->op == KL_MOP_ADD && nd->bcast)))
+        return false;
+    for (int k = 0; k < nd->nin; k++)
+        if (g->nodes[nd->in[k]].ndim != 4)
+            return false;
+    return true;
+}
+
 /* A q-convolution that computes NHWC: not grouped, and C a multiple of 4
  * of at least 16 (a C = 3 stem stays NCHW, where its kernel reads whole
  * rows of one channel). */
@@ -156,6 +182,11 @@ static void s_plan(kl_mgraph_t *g, bool f32)
         else if (s_follows(g, i))
             for (int k = 0; k < nd->nin; k++)
                 nd->nhwc = nd->nhwc || g->nodes[nd->in[k]].nhwc;
+        else if (f32 && s_follows_f32(g, nd)) /* by the inputs that matter */
+            for (int k = 0; k < nd->nin; k++) {
+                const kl_mnode_t *x = &g->nodes[nd->in[k]];
+                nd->nhwc = nd->nhwc || (x->nhwc && kl_mgraph_layout_matters(x));
+            }
     }
     /* Backward: a following layer none of whose readers reads NHWC (an
      * output is read NCHW) computes NCHW, converting its input instead
@@ -163,7 +194,10 @@ static void s_plan(kl_mgraph_t *g, bool f32)
      * bytes). */
     for (int i = g->n - 1; i >= 0; i--) {
         kl_mnode_t *nd = &g->nodes[i];
-        if (!nd->nhwc || !s_follows(g, i))
+        if (!nd->nhwc || !(s_follows(g, i) || (f32 && s_follows_f32(g, nd))))
+            continue;
+        /* a reduction to [N,C,1,1] reads its NHWC input as it is */
+        if (!kl_mgraph_layout_matters(nd))
             continue;
         bool any = false;
         for (int j = i + 1; j < g->n && !any; j++)

@@ -8,10 +8,11 @@
  * edges), a max pool and a residual add on NHWC codes. Broken
  * conversions and a broken weight permutation must differ. An f32
  * graph with KILN_LAYOUT_F32=NHWC: its convolutions and depthwise
- * convolutions NHWC, the export equal to the NCHW one within 1e-5. And
- * the f32 layout chosen per graph: NHWC for MobileNetV2, NCHW for a
- * ResNet, a bf16 graph and an EfficientNet (whose squeeze-excite would
- * convert every expanded value twice). */
+ * convolutions NHWC, the export equal to the NCHW one within 1e-5; a
+ * squeeze-excite block (global pool, scale, reduce_mean) on NHWC values
+ * with nothing converted but the input. And the f32 layout chosen per
+ * graph: NHWC for MobileNetV2 and the tiny EfficientNet, NCHW for a
+ * ResNet and a bf16 graph. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -286,6 +287,24 @@ static int s_close(const fx_lib_t *a, const fx_lib_t *b, int rounds)
     return close;
 }
 
+/* graph exported all NCHW (a, its source ta) and with its f32 values
+ * NHWC (b, tb): reference kernels; the input converted to NHWC in b, and
+ * the two equal within 1e-5 on 10 random inputs. */
+static void s_pair(fx_t *fx, const char *name, const char *graph, fx_lib_t *a,
+                   fx_lib_t *b, char **ta, char **tb)
+{
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s_nchw", name);
+    *ta = fx_export(fx->dir, nm, graph, "KILN_LAYOUT_NCHW", true, a);
+    snprintf(nm, sizeof nm, "%s_nhwc", name);
+    setenv("KILN_LAYOUT_F32", "NHWC", 1);
+    *tb = fx_export(fx->dir, nm, graph, "KILN_LAYOUT_NCHW", false, b);
+    unsetenv("KILN_LAYOUT_F32");
+    assert_int_equal(s_count(*ta, "    s_to_n"), 0);
+    assert_int_equal(s_count(*tb, "/* x.nhwc */"), 2);
+    assert_int_equal(s_close(a, b, 10), 10);
+}
+
 static void test_layout_f32(void **state)
 {
     fx_t *fx = *state;
@@ -325,15 +344,9 @@ static void test_layout_f32(void **state)
     /* the NHWC export against the NCHW one (reference kernels; the
      * conversions: x to NHWC, d3 back for the pool) */
     fx_lib_t a, b;
-    char *ta =
-        fx_export(fx->dir, "f32_nchw", s_f32, "KILN_LAYOUT_NCHW", true, &a);
-    char *tb =
-        fx_export(fx->dir, "f32_nhwc", s_f32, "KILN_LAYOUT_NCHW", false, &b);
-    unsetenv("KILN_LAYOUT_F32");
-    assert_int_equal(s_count(ta, "    s_to_n"), 0);
-    assert_int_equal(s_count(tb, "/* x.nhwc */"), 2);
+    char *ta, *tb;
+    s_pair(fx, "f32", s_f32, &a, &b, &ta, &tb);
     assert_int_equal(s_count(tb, "/* d3.nchw */"), 2);
-    assert_int_equal(s_close(&a, &b, 10), 10);
     /* c2's weight permuted to [R,S,C,K]; d1's kept [C,1,R,S] */
     int (*shb)(int, long long *) =
         (int (*)(int, long long *))dlsym(b.h, "kiln_model_param_shape");
@@ -355,6 +368,64 @@ static void test_layout_f32(void **state)
     fx_lib_t v;
     fx_variant(fx->dir, "f32_nhwc", "memcpy(y + (c * sy + r) * 4,",
                "memcpy(y + (c * sy + (r ? r - 1 : r)) * 4,", 2, &v);
+    assert_int_equal(s_close(&a, &v, 4), 0);
+    free(ta);
+    free(tb);
+}
+
+/* A squeeze-excite block between NHWC convolutions: a global pool, two
+ * 1x1 convolutions on [N,C,1,1], the scale broadcast over the pixels,
+ * and a reduce_mean over H and W to the classifier. */
+static const char s_se[] = "model layout_se\n"
+                           "input x 2x3x17x17\n"
+                           "c0 = conv2d x K=16 R=3 S=3 stride=2 pad=1 bias=1\n"
+                           "a0 = silu c0\n"
+                           "d1 = depthwise_conv2d a0 R=3 S=3 pad=1 bias=1\n"
+                           "p1 = global_avg_pool d1\n"
+                           "e1 = conv2d p1 K=4 R=1 S=1 bias=1 relu=1\n"
+                           "e2 = conv2d e1 K=16 R=1 S=1 bias=1\n"
+                           "g2 = sigmoid e2\n"
+                           "m = mul d1 g2\n"
+                           "c3 = conv2d m K=16 R=1 S=1 bias=1\n"
+                           "q = reduce_mean c3 axes=2,3 keepdims=0\n"
+                           "y = dense q O=8\n";
+
+/* The squeeze-excite's layers follow NHWC values: the pool is a reduction
+ * of the export (no task), nothing but the input is converted, and the
+ * export equals the all-NCHW one. */
+static void test_layout_se(void **state)
+{
+    fx_t *fx = *state;
+    kl_mgraph_t g;
+    setenv("KILN_LAYOUT_F32", "NHWC", 1);
+    assert_int_equal(kl_mgraph_parse(s_se, "se", &g, fx->err), KL_OK);
+    kl_mgraph_fuse(&g);
+    static const char *nhwc[] = {"c0", "d1", "p1", "m", "c3", "q"};
+    for (size_t k = 0; k < 6; k++)
+        if (!g.nodes[s_node(&g, nhwc[k])].nhwc)
+            fail_msg("%s is not NHWC", nhwc[k]);
+    assert_null(kl_mgraph_spec(&g, &g.nodes[s_node(&g, "p1")]));
+    assert_int_equal(kl_mgraph_layout_converted(&g), 2 * 3 * 17 * 17);
+    kl_mgraph_free(&g);
+    /* NCHW: the pool is a task */
+    setenv("KILN_LAYOUT_F32", "NCHW", 1);
+    assert_int_equal(kl_mgraph_parse(s_se, "se", &g, fx->err), KL_OK);
+    kl_mgraph_fuse(&g);
+    char *sp = kl_mgraph_spec(&g, &g.nodes[s_node(&g, "p1")]);
+    assert_non_null(sp);
+    assert_non_null(strstr(sp, "avg_pool2d N=2 C=16 H=9 W=9 R=9 S=9"));
+    free(sp);
+    kl_mgraph_free(&g);
+    fx_lib_t a, b;
+    char *ta, *tb;
+    s_pair(fx, "se", s_se, &a, &b, &ta, &tb);
+    assert_int_equal(s_count(tb, "    s_to_nchw("), 0);
+    assert_int_equal(s_count(tb, "/* p1: global_avg_pool */"), 2);
+    /* every channel scaled by the first one's scale differs */
+    fx_lib_t v;
+    fx_variant(fx->dir, "se_nhwc",
+               "sh[] = {2, 81, 16}, st[] = {1296, 16, 1, 16, 0, 1}",
+               "sh[] = {2, 81, 16}, st[] = {1296, 16, 1, 16, 0, 0}", 3, &v);
     assert_int_equal(s_close(&a, &v, 4), 0);
     free(ta);
     free(tb);
@@ -397,7 +468,7 @@ static void test_layout_f32_auto(void **state)
     assert_int_equal(nhwc, 0);
     s_conv_tasks(eff, KL_DT_F32, &conv, &nhwc);
     assert_true(conv > 10);
-    assert_int_equal(nhwc, 0);
+    assert_int_equal(nhwc, conv);
     /* KILN_LAYOUT_F32 decides; auto is the default */
     setenv("KILN_LAYOUT_F32", "NCHW", 1);
     s_conv_tasks("mobilenet_v2", KL_DT_F32, &conv, &nhwc);
@@ -425,6 +496,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_layout_equal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_f32, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout_se, setup, teardown),
         cmocka_unit_test(test_layout_f32_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
