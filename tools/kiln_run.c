@@ -147,56 +147,6 @@ static int s_open(s_lib_t *l, const char *path, char *err)
     return KL_OK;
 }
 
-static int s_pshape(const s_lib_t *l, int i, int64_t *dims);
-
-/* A shape as [a,b,...]. */
-static void s_shape_str(const int64_t *d, int nd, char *out, size_t n)
-{
-    size_t k = (size_t)snprintf(out, n, "[");
-    for (int i = 0; i < nd && k < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? "," : "",
-                              (long long)d[i]);
-    if (k < n)
-        snprintf(out + k, n - k, "]");
-}
-
-/* The two builds must have the same parameters, of the same shapes, and
- * output. A weight of another shape (the same elements) is a library
- * exported with other value layouts: an NHWC convolution's weight is
- * [R,S,C,K]. */
-static int s_same(const s_lib_t *a, const s_lib_t *b, const char *lib,
-                  const char *model, char *err)
-{
-    bool same = a->nparams() == b->nparams() && a->onumel() == b->onumel() &&
-                !strcmp(a->name(), b->name());
-    for (int i = 0; same && i < a->nparams(); i++)
-        same =
-            a->pnumel(i) == b->pnumel(i) && !strcmp(a->pname(i), b->pname(i));
-    if (!same)
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "%s (model %s, %d parameters) was not exported from "
-                         "model %s (%d parameters)",
-                         lib, a->name(), a->nparams(), model, b->nparams());
-    for (int i = 0; i < a->nparams(); i++) {
-        int64_t da[8], db[8];
-        int na = s_pshape(a, i, da), nb = s_pshape(b, i, db);
-        if (na == nb && !memcmp(da, db, (size_t)na * sizeof da[0]))
-            continue;
-        if (na == 1 || nb == 1) /* a library from before shapes */
-            continue;
-        char sa[128], sb[128];
-        s_shape_str(da, na, sa, sizeof sa);
-        s_shape_str(db, nb, sb, sizeof sb);
-        return kl_seterr(err, KL_ERR_INVAL,
-                         "parameter '%s' is %s in %s but %s in the naive "
-                         "build of %s: the library was exported with other "
-                         "value layouts (KILN_LAYOUT_F32, KILN_LAYOUT_NCHW); "
-                         "run kiln run in the environment kiln export ran in",
-                         a->pname(i), sa, lib, sb, model);
-    }
-    return KL_OK;
-}
-
 /* The parameters of one run: the library's embedded weights (borrowed),
  * the inputs of the --input files, and random values for the rest
  * (inputs in [-1, 1), the weights of a library without embedded ones
@@ -236,6 +186,43 @@ static int s_pshape(const s_lib_t *l, int i, int64_t *dims)
     for (int k = 0; k < nd; k++)
         dims[k] = d[k];
     return nd;
+}
+
+/* The two builds must have the same parameters, of the same shapes, and
+ * output. A weight of another shape (the same elements) is a library
+ * exported with other value layouts: an NHWC convolution's weight is
+ * [R,S,C,K]. */
+static int s_same(const s_lib_t *a, const s_lib_t *b, const char *lib,
+                  const char *model, char *err)
+{
+    bool same = a->nparams() == b->nparams() && a->onumel() == b->onumel() &&
+                !strcmp(a->name(), b->name());
+    for (int i = 0; same && i < a->nparams(); i++)
+        same =
+            a->pnumel(i) == b->pnumel(i) && !strcmp(a->pname(i), b->pname(i));
+    if (!same)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "%s (model %s, %d parameters) was not exported from "
+                         "model %s (%d parameters)",
+                         lib, a->name(), a->nparams(), model, b->nparams());
+    for (int i = 0; i < a->nparams(); i++) {
+        int64_t da[8], db[8];
+        int na = s_pshape(a, i, da), nb = s_pshape(b, i, db);
+        if (na == nb && !memcmp(da, db, (size_t)na * sizeof da[0]))
+            continue;
+        if (na == 1 || nb == 1) /* a library from before shapes */
+            continue;
+        char sa[128], sb[128];
+        kl_npy_shape_str(da, na, sa, sizeof sa);
+        kl_npy_shape_str(db, nb, sb, sizeof sb);
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "parameter '%s' is %s in %s but %s in the naive "
+                         "build of %s: the library was exported with other "
+                         "value layouts (KILN_LAYOUT_F32, KILN_LAYOUT_NCHW); "
+                         "run kiln run in the environment kiln export ran in",
+                         a->pname(i), sa, lib, sb, model);
+    }
+    return KL_OK;
 }
 
 static int s_params(const s_lib_t *l, kl_opts_t *o, s_params_t *ps, char *err)

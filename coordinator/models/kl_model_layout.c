@@ -19,11 +19,11 @@
  * when that is cheap (s_f32_mode): the graph has a depthwise convolution
  * (a MobileNet: its 1x1 convolutions then read a pixel's channels
  * contiguously and the depthwise kernels load and store whole channel
- * vectors), and the conversions the plan needs move at most an eighth of
- * the elements those layers write (so an EfficientNet, whose
- * squeeze-excite reads every expanded value NCHW, stays NCHW, and a
- * ResNet, with no depthwise layer, keeps its NCHW Winograd kernels).
- * KILN_LAYOUT_F32=NHWC or NCHW decides instead. */
+ * vectors, and an EfficientNet's squeeze-excite follows: s_follows_f32),
+ * and the conversions the plan needs move at most an eighth of the
+ * elements those layers write (a ResNet, with no depthwise layer, keeps
+ * its NCHW Winograd kernels). KILN_LAYOUT_F32=NHWC or NCHW decides
+ * instead. */
 #include <stdlib.h>
 #include <string.h>
 
