@@ -14,6 +14,13 @@ void kl_eval_default(Kiln__Evaluator *e)
     e->flush_cache = KL_EVAL_DEF_FLUSH;
 }
 
+void kl_eval_cold(Kiln__Evaluator *e)
+{
+    e->flush_cache = 1;
+    e->number = 1;
+    e->min_repeat_ms = 0;
+}
+
 void kl_eval_from_opts(const kl_opts_t *o, Kiln__Evaluator *e)
 {
     kl_eval_default(e);

@@ -53,6 +53,11 @@ void kl_eval_default(Kiln__Evaluator *e);
      "seed of the input data"},
 /* clang-format on */
 
+/* Makes e measure cold latencies (kl_record.h): caches flushed before
+ * every sample of one run (flush on, number 1, min_repeat_ms 0); the
+ * rest of e is kept. */
+void kl_eval_cold(Kiln__Evaluator *e);
+
 /* Sets e from the KL_EVAL_OPTS rows of o (which must be in its table);
  * kl_eval_default first. */
 void kl_eval_from_opts(const kl_opts_t *o, Kiln__Evaluator *e);

@@ -23,9 +23,12 @@ static const kl_opt_t s_opts[] = {
      "exact target of the records: cpu (this machine's exact CPU target), "
      "cpu/x86_64-avx512, cuda/sm_90, ...; records of any other target are "
      "never used"},
-    {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold",
+    {"condition", KL_OPT_STR, "warm", KL_NOBOUNDS, "warm|cold|auto",
      "measurement condition of the records: warm, or cold (caches flushed "
-     "before every sample of one run); the two are never compared"},
+     "before every sample of one run); the two are never compared; auto "
+     "(--model): cold for the tasks whose layers' parameters take 1 MiB or "
+     "more, warm for the others, as kiln tune --condition auto measured "
+     "them"},
     {"out", KL_OPT_STR, NULL, KL_NOBOUNDS, "DIR", "output directory"},
     {"fallback", KL_OPT_STR, NULL, KL_NOBOUNDS, "naive",
      "tasks without a record get their reference kernel (one warning "
@@ -46,7 +49,7 @@ static const char s_usage[] =
     "usage: kiln export --db DIR (--model NAME | --op TEXT) [--target cpu] "
     "--out DIR\n"
     "                   [--precision f32|bf16] [--batch N] [--seq N]\n"
-    "                   [--condition warm|cold]\n"
+    "                   [--condition warm|cold|auto]\n"
     "                   [--fallback naive] [--no-build]\n"
     "Writes the best record of every task on the exact target as source, a "
     "manifest.json,\nand for CPU targets libkiln_model.so with kiln_model_run "
@@ -97,14 +100,16 @@ static int s_op(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, const char *out,
     return rc == KL_ERR_NOTFOUND ? 3 : rc == KL_ERR_INVAL ? 2 : rc ? 1 : 0;
 }
 
-static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, kl_dtype prec,
-                   const char *out, char *err)
+static int s_model(kl_store_t *st, kl_opts_t *o, kl_model_cond_t mcond,
+                   kl_dtype prec, const char *out, char *err)
 {
+    kl_cond_t cond = mcond == KL_MODEL_COND_COLD ? KL_COND_COLD : KL_COND_WARM;
     kl_export_cfg_t cfg = {
         .precision = prec,
         .model = kl_opts_str(o, "model"),
         .target = kl_opts_str(o, "target"),
         .cond = cond,
+        .cond_auto = mcond == KL_MODEL_COND_AUTO,
         .out_dir = out,
         .fallback_naive = kl_opts_given(o, "fallback"),
         .build = !kl_opts_bool(o, "no-build"),
@@ -122,12 +127,18 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, kl_dtype prec,
     if (rc) {
         fprintf(stderr, "kiln export: %s\n", err);
     } else {
+        char how[64];
+        if (cfg.cond_auto)
+            snprintf(how, sizeof how, "auto: %d cold, %d warm", res.ncold,
+                     res.ntasks - res.ncold);
+        else
+            snprintf(how, sizeof how, "%s", kl_cond_name(cond));
         printf("model %s on %s: %d tasks, %d tuned, %d naive, %d with a "
                "prepare step; sum of weighted task latencies %.3f ms (tuned "
                "tasks, %s)\n",
                res.model ? res.model : cfg.model, kl_export_target(cfg.target),
                res.ntasks, res.ntasks - res.nmissing, res.nmissing,
-               res.nprepare, res.tuned_s * 1e3, kl_cond_name(cond));
+               res.nprepare, res.tuned_s * 1e3, how);
         if (kl_target_kind_of(kl_export_target(cfg.target), &kind) == KL_OK &&
             kind == KL_TARGET_CPU) {
             if (res.trained)
@@ -169,14 +180,18 @@ int kiln_cmd_export(int argc, char **argv)
     const char *db = kl_opts_str(o, "db"), *out = kl_opts_str(o, "out");
     const char *fb = kl_opts_str(o, "fallback");
     bool model = kl_opts_given(o, "model"), op = kl_opts_given(o, "op");
-    kl_cond_t cond = KL_COND_WARM;
+    kl_model_cond_t mcond = KL_MODEL_COND_WARM;
     kl_dtype prec = KL_DT_F32;
     char perr[KL_ERRMSG_LEN];
-    bool bad_cond = kl_cond_parse(kl_opts_str(o, "condition"), &cond, err);
+    bool bad_cond =
+        kl_model_cond_parse(kl_opts_str(o, "condition"), &mcond, err);
     bool bad_prec =
         kl_model_precision(kl_opts_str(o, "precision"), &prec, perr) != KL_OK;
     const char *bad = bad_cond   ? err
                       : bad_prec ? perr
+                      : op && mcond == KL_MODEL_COND_AUTO
+                          ? "--condition auto goes with --model (an --op is "
+                            "one task: give warm or cold)"
                       : op && kl_opts_given(o, "precision")
                           ? "--precision goes with --model (an --op takes "
                             "in=bf16 itself)"
@@ -202,8 +217,10 @@ int kiln_cmd_export(int argc, char **argv)
         kl_opts_free(&o);
         return rc == KL_ERR_NOTFOUND ? 3 : 1;
     }
-    rc =
-        op ? s_op(st, o, cond, out, err) : s_model(st, o, cond, prec, out, err);
+    rc = op ? s_op(st, o,
+                   mcond == KL_MODEL_COND_COLD ? KL_COND_COLD : KL_COND_WARM,
+                   out, err)
+            : s_model(st, o, mcond, prec, out, err);
     kl_store_close(&st);
     kl_opts_free(&o);
     return rc;

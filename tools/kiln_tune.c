@@ -22,6 +22,7 @@
 #include "kl_model.h"
 #include "kl_opt.h"
 #include "kl_port_fleet.h"
+#include "kl_record.h"
 #include "kl_space.h"
 #include "kl_store.h"
 #include "kl_target.h"
@@ -43,6 +44,12 @@ static const kl_opt_t s_opts[] = {
      "dense, matmul and batch_matmul tasks in their in=bf16 forms "
      "(docs/cli.md)"},
     KILN_DIM_OPTS,
+    {"condition", KL_OPT_STR, NULL, KL_NOBOUNDS, "warm|cold|auto",
+     "measurement condition (docs/cli.md): warm, the evaluator options as "
+     "given; cold, one run on flushed caches a sample (--min-repeat-ms 0) "
+     "for every task; auto (--model), cold for the tasks whose layers' "
+     "parameters take 1 MiB or more, warm for the others (default: as the "
+     "evaluator options say)"},
     {"max-trials-per-task", KL_OPT_INT, NULL, 0, 1e12, "N",
      "hard cap on each task, records already in --db included; a failed "
      "candidate counts as a trial (default: " KL_OPT_DEF(
@@ -73,6 +80,7 @@ static const kl_opt_t s_opts[] = {
 static const char s_usage[] =
     "usage: kiln tune (--op TEXT | --model NAME|FILE [--precision f32|bf16]\n"
     "                  [--batch N] [--seq N])\n"
+    "                 [--condition warm|cold|auto]\n"
     "                 [--target cpu]\n"
     "                 [--max-trials-per-task N] [--max-trials-global N] "
     "[--trials-per-iter K]\n"
@@ -107,7 +115,8 @@ typedef struct {
     kl_port_t port;
     kl_port_fleet_t *head; /* --fleet */
     kl_job_t *job;
-    int *mtask; /* --model: the model's task of each job task */
+    int *mtask;           /* --model: the model's task of each job task */
+    kl_model_cond_t cond; /* --condition; warm when not given */
     int64_t global;
     double last_print;
     kl_metrics_t *metrics; /* --http */
@@ -325,12 +334,33 @@ static bool s_tunable(cmd_t *c, int i, const char *target)
     return false;
 }
 
+/* --model --condition auto: which tasks are measured cold. */
+static void s_print_cold(const cmd_t *c)
+{
+    if (c->cond != KL_MODEL_COND_AUTO)
+        return;
+    kl_buf_t b = {0};
+    int n = kl_job_ntasks(c->job), ncold = 0;
+    for (int i = 0; i < n; i++) {
+        const kl_model_task_t *mt = kl_model_task(c->model, c->mtask[i]);
+        if (!kl_model_task_cold(mt, c->cond))
+            continue;
+        kl_buf_printf(&b, "%s%s (%.1f MiB)", ncold++ ? ", " : "", mt->w->name,
+                      (double)mt->param_bytes / (1 << 20));
+    }
+    fprintf(stderr,
+            "kiln tune: --condition auto: %d of %d tasks measured cold "
+            "(parameters of 1 MiB or more)%s%s\n",
+            ncold, n, ncold ? ": " : "", ncold ? b.data : "");
+    kl_buf_free(&b);
+}
+
 /* The job's tasks and caps from --op or --model. */
 static int s_job(cmd_t *c, char *err)
 {
     kl_opts_t *o = c->o;
     int n = 1;
-    kl_job_task_t one = {kl_opts_str(o, "op"), 1.0}, *tasks = &one;
+    kl_job_task_t one = {kl_opts_str(o, "op"), 1.0, false}, *tasks = &one;
     if (c->model) {
         const char *target = kl_opts_str(o, "target");
         int nm = kl_model_ntasks(c->model);
@@ -342,7 +372,8 @@ static int s_job(cmd_t *c, char *err)
             if (!s_tunable(c, i, target))
                 continue;
             c->mtask[n] = i;
-            tasks[n++] = (kl_job_task_t){mt->spec, (double)mt->weight};
+            tasks[n++] = (kl_job_task_t){mt->spec, (double)mt->weight,
+                                         kl_model_task_cold(mt, c->cond)};
         }
         if (!n) {
             free(tasks);
@@ -367,6 +398,8 @@ static int s_job(cmd_t *c, char *err)
                        "--max-trials-per-task must be >= 1 with --op");
     if (!rc)
         rc = kl_job_cfg_from_opts(o, c->global, c->model ? per : 0, &cfg, err);
+    if (!rc && c->cond == KL_MODEL_COND_COLD)
+        kl_eval_cold(&cfg.task.evaluator);
     /* Keyed apart (kl_target.h); kl_task_new copies the target and
      * resolves "sim/cpu" per workload (an integer one gets the features
      * of this CPU). */
@@ -420,6 +453,39 @@ static void s_cmd_free(cmd_t *c)
     kl_opts_free(&c->o);
 }
 
+/* --condition into c->cond, and what it excludes: auto with --op (one
+ * task is warm or cold), --no-flush with cold or auto (cold is flushed),
+ * warm or auto with evaluator options that measure cold (auto's warm
+ * tasks would be cold too). */
+static int s_parse_cond(cmd_t *c, char *err)
+{
+    const char *text = kl_opts_str(c->o, "condition");
+    c->cond = KL_MODEL_COND_WARM;
+    if (!text)
+        return KL_OK;
+    int rc = kl_model_cond_parse(text, &c->cond, err);
+    if (rc)
+        return rc;
+    Kiln__Evaluator e;
+    kl_eval_from_opts(c->o, &e);
+    if (c->cond == KL_MODEL_COND_AUTO && kl_opts_str(c->o, "op"))
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--condition auto goes with --model (an --op is "
+                         "one task: give warm or cold)");
+    if (c->cond != KL_MODEL_COND_WARM && !e.flush_cache)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--condition %s measures on flushed caches: it "
+                         "excludes --no-flush",
+                         text);
+    if (c->cond != KL_MODEL_COND_COLD && kl_cond_of(&e) == KL_COND_COLD)
+        return kl_seterr(err, KL_ERR_INVAL,
+                         "--condition %s, but --min-repeat-ms 0 with the "
+                         "flush and --number 1 measures cold (give "
+                         "--min-repeat-ms above 0 for warm tasks)",
+                         text);
+    return KL_OK;
+}
+
 /* Parses and checks the arguments; 0, or the exit code of a usage error
  * (messages printed). */
 static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
@@ -457,6 +523,8 @@ static int s_parse(cmd_t *c, int argc, char **argv, bool *help)
                        "--batch and --seq go with --model (an --op gives "
                        "its own dimensions)");
     else
+        rc = s_parse_cond(c, err);
+    if (!rc)
         rc = kl_fleet_head_check(c->o, true, err);
     kl_dtype prec = KL_DT_F32;
     if (!rc && model)
@@ -509,6 +577,7 @@ int kiln_cmd_tune(int argc, char **argv)
                 kl_model_name(c.model), kl_job_ntasks(c.job),
                 kl_opts_str(c.o, "scheduler"),
                 (long long)kl_ts_total_trials(kl_job_tasksched(c.job)));
+        s_print_cold(&c);
         s_warn_unreached(&c);
     } else if (!rc && kl_task_restored(kl_job_task(c.job, 0)) > 0) {
         fprintf(stderr,

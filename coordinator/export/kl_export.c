@@ -268,13 +268,19 @@ static int s_manifest(const kl_model_t *m, const kl_export_cfg_t *cfg,
 }
 
 /* Looks up every task's record; lists the missing ones in res. */
-static int s_lookup(kl_store_t *store, const kl_model_t *m, const char *target,
-                    kl_cond_t cond, s_tasks_t *ts, kl_export_result_t *res,
-                    char *err)
+static int s_lookup(kl_store_t *store, const kl_model_t *m,
+                    const kl_export_cfg_t *cfg, s_tasks_t *ts,
+                    kl_export_result_t *res, char *err)
 {
+    const char *target = cfg->target;
     kl_buf_t names = {0};
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
+        kl_cond_t cond = !cfg->cond_auto ? cfg->cond
+                         : kl_model_task_cold(t, KL_MODEL_COND_AUTO)
+                             ? KL_COND_COLD
+                             : KL_COND_WARM;
+        res->ncold += cond == KL_COND_COLD;
         char e2[KL_ERRMSG_LEN];
         int rc = kl_export_best(store, t->w, target, cond, &ts->recs[i], e2);
         if (rc == KL_ERR_NOTFOUND) {
@@ -388,7 +394,7 @@ static int s_export(kl_store_t *store, const kl_export_cfg_t *cfg,
                          target);
     const s_kind_t *how = &s_kinds[kind];
     /* Each task resolves the user's target itself (kl_export_best). */
-    int rc = s_lookup(store, m, cfg->target, cfg->cond, ts, res, err);
+    int rc = s_lookup(store, m, cfg, ts, res, err);
     if (rc == KL_ERR_INVAL)
         return rc; /* a simulated target: no fallback either */
     if (rc == KL_ERR_NOTFOUND && cfg->fallback_naive && how->naive)

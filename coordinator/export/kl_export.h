@@ -95,6 +95,9 @@ typedef struct {
     const char *model;  /* built-in, graph file or ONNX model (kl_model_load) */
     const char *target; /* user target ("cpu" allowed) */
     kl_cond_t cond;     /* records of this condition; 0 is warm */
+    /* --condition auto: each task's records of its own condition
+     * (kl_model_task_cold with KL_MODEL_COND_AUTO), cond ignored. */
+    bool cond_auto;
     const char *out_dir;
     bool fallback_naive; /* reference kernels where a record is missing */
     bool build;          /* build libkiln_model.so (CPU targets) */
@@ -117,6 +120,7 @@ typedef struct {
     int nmissing;   /* tasks without a record (fallback used when set) */
     char **missing; /* one line per missing task: "N NAME (workload)" */
     double tuned_s; /* sum over tasks of weight * record latency */
+    int ncold;      /* tasks whose records were picked cold */
     int nprepare;   /* tasks whose kernel has a prepare step (kl_abi.h) */
     char *lib_path; /* the library when built, else NULL */
     char *model;    /* the model's name */
@@ -135,13 +139,12 @@ void kl_export_result_free(kl_export_result_t *r);
  * come from kl_model_params(cfg->model) when it gives any: every
  * parameter of the graph that is not an input must be there (else
  * KL_ERR_INTERNAL naming it; a size mismatch names both sizes). Every task
- * needs a valid
- * record of cfg->cond on the exact target (a simulated target is
- * KL_ERR_INVAL): when some have none and fallback_naive is off,
- * nothing is written, res->missing lists each of them and the error is
- * KL_ERR_NOTFOUND naming them all. With fallback_naive, those tasks get
- * their reference kernel and res->missing still lists them (the caller
- * warns); reference kernels are C, so on a CUDA target the fallback does
+ * needs a valid record of cfg->cond (cond_auto: of its own) on the exact
+ * target (a simulated target is KL_ERR_INVAL): when some have none and
+ * fallback_naive is off, nothing is written, res->missing lists each of them
+ * and the error is KL_ERR_NOTFOUND naming them all. With fallback_naive, those
+ * tasks get their reference kernel and res->missing still lists them (the
+ * caller warns); reference kernels are C, so on a CUDA target the fallback does
  * not apply and missing tasks stay an error. A compiler failure is
  * KL_ERR_COMPILE with the log's tail. res is the caller's
  * (kl_export_result_free). */

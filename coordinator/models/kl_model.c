@@ -362,7 +362,7 @@ static bool s_is_view(kl_mop op)
 
 /* Adds w to the tasks (merging by key); takes w and spec. */
 static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
-                       const char *layer)
+                       const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
     m->flop += w->flop;
     for (int i = 0; i < m->ntasks; i++) {
@@ -377,8 +377,12 @@ static void s_add_task(kl_model_t *m, kl_workload_t *w, char *spec,
                            (size_t)(m->ntasks + 1) * sizeof(kl_model_task_t));
     m->layers =
         kl_xrealloc(m->layers, (size_t)(m->ntasks + 1) * sizeof(char *));
-    m->layers[m->ntasks] = kl_xstrdup(layer);
-    m->tasks[m->ntasks] = (kl_model_task_t){w, spec, 1, m->layers[m->ntasks]};
+    m->layers[m->ntasks] = kl_xstrdup(nd->name);
+    int64_t pw, pb;
+    kl_model_param_sizes(g, nd, &pw, &pb);
+    int64_t bytes = kl_mop_is_q(nd->op) ? pw + 4 * pb : 4 * (pw + pb);
+    m->tasks[m->ntasks] =
+        (kl_model_task_t){w, spec, 1, m->layers[m->ntasks], bytes};
     m->ntasks++;
 }
 
@@ -442,7 +446,7 @@ static int s_extract(kl_model_t *m, kl_mgraph_t *g, const char *src, char *err)
                              nd->name, werr);
         }
         m->ntuned++;
-        s_add_task(m, w, spec, nd->name);
+        s_add_task(m, w, spec, g, nd);
     }
     free(qf);
     if (m->ntasks == 0)
@@ -617,6 +621,27 @@ int kl_model_load_opts(const char *name_or_path, const kl_model_opts_t *opts,
     return rc;
 }
 
+/* ---- the measurement condition of each task ---- */
+
+int kl_model_cond_parse(const char *text, kl_model_cond_t *out, char *err)
+{
+    static const char *const names[] = {"warm", "cold", "auto"};
+    for (int i = 0; i < 3; i++)
+        if (text && !strcmp(text, names[i])) {
+            *out = (kl_model_cond_t)i;
+            return KL_OK;
+        }
+    return kl_seterr(err, KL_ERR_INVAL,
+                     "condition '%s': expected warm, cold or auto",
+                     text ? text : "");
+}
+
+bool kl_model_task_cold(const kl_model_task_t *t, kl_model_cond_t c)
+{
+    return c == KL_MODEL_COND_COLD ||
+           (c == KL_MODEL_COND_AUTO && t->param_bytes >= KL_MODEL_COLD_BYTES);
+}
+
 /* ---- accessors ---- */
 
 const char *kl_model_name(const kl_model_t *m)
@@ -660,94 +685,6 @@ const char *kl_model_untuned(const kl_model_t *m)
 }
 
 /* ---- parameters ---- */
-
-/* The values layer nd's weight and bias need (0: it has none); a q-op's
- * are s8 and s32, and a per-channel q-op has a scale (f32, one a
- * channel: its bias's count). */
-static void s_param_sizes(const kl_mgraph_t *g, const kl_mnode_t *nd,
-                          int64_t *w, int64_t *b)
-{
-    const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
-    int64_t last = x && x->ndim ? x->shape[x->ndim - 1] : 0;
-    *w = *b = 0;
-    switch (kl_mop_base(nd->op)) {
-    case KL_MOP_CONV2D:
-        *w = nd->K * (x->shape[1] / nd->groups) * nd->R * nd->S;
-        *b = nd->K;
-        break;
-    case KL_MOP_DEPTHWISE:
-        *w = x->shape[1] * nd->mult * nd->R * nd->S;
-        *b = x->shape[1] * nd->mult;
-        break;
-    case KL_MOP_DENSE:
-        *w = nd->O * last;
-        *b = nd->O;
-        break;
-    case KL_MOP_MATMUL:
-        *w = nd->nin == 1 ? last * nd->N : 0;
-        *b = nd->nin == 1 ? nd->N : 0;
-        break;
-    case KL_MOP_LAYER_NORM:
-        *w = *b = nd->affine ? last : 0;
-        return;
-    case KL_MOP_CONST: /* its values */
-        *w = 1;
-        for (int k = 0; k < nd->ndim; k++)
-            *w *= nd->shape[k];
-        return;
-    default:
-        return;
-    }
-    if (!nd->bias)
-        *b = 0;
-}
-
-/* Every parameter the graph's layers need is in ps with its size, and
- * nothing else: the import's text and parameters agree. */
-static int s_params_check(const char *text, const char *src,
-                          const kl_model_params_t *ps, char *err)
-{
-    kl_mgraph_t g;
-    int rc = kl_mgraph_parse(text, src, &g, err), n = 0;
-    for (int i = 0; !rc && i < g.n; i++) {
-        const kl_mnode_t *nd = &g.nodes[i];
-        int64_t want[3];
-        bool q = kl_mop_is_q(nd->op);
-        s_param_sizes(&g, nd, &want[0], &want[1]);
-        want[2] = q && nd->qout != KL_DT_S32 && nd->per_channel
-                      ? (nd->op == KL_MOP_QDENSE || nd->op == KL_MOP_QMATMUL
-                             ? nd->shape[nd->ndim - 1]
-                             : nd->shape[1])
-                      : 0;
-        static const char *const what[] = {"weight", "bias", "scale"};
-        const kl_dtype types[] = {q ? KL_DT_S8 : KL_DT_F32,
-                                  q ? KL_DT_S32 : KL_DT_F32, KL_DT_F32};
-        for (int k = 0; k < 3 && !rc; k++) {
-            if (!want[k])
-                continue;
-            char name[KL_MODEL_MAX_NAME + 8];
-            snprintf(name, sizeof name, "%s.%s", nd->name, what[k]);
-            const kl_model_param_t *p = kl_model_params_find(ps, name);
-            n++;
-            if (!p || p->numel != want[k] || p->dtype != types[k])
-                rc = kl_seterr(err, KL_ERR_INTERNAL,
-                               "%s: layer '%s' needs %lld %s values in "
-                               "'%s', the import gave %lld %s",
-                               src, nd->name, (long long)want[k],
-                               kl_dtype_name(types[k]), name,
-                               p ? (long long)p->numel : 0LL,
-                               p ? kl_dtype_name(p->dtype) : "");
-        }
-    }
-    if (!rc && n != ps->n)
-        rc = kl_seterr(err, KL_ERR_INTERNAL,
-                       "%s: the import gave %d parameters, the layers need "
-                       "%d",
-                       src, ps->n, n);
-    kl_mgraph_free(&g); /* zeroed by a failed parse */
-    return rc;
-}
-
 int kl_model_text_params(const char *name_or_path, char **text,
                          kl_model_params_t *params, char *err)
 {
@@ -760,7 +697,7 @@ int kl_model_text_params_opts(const char *name_or_path,
 {
     int rc = s_text_params(name_or_path, opts, text, params, err);
     if (!rc && params->n)
-        rc = s_params_check(*text, name_or_path, params, err);
+        rc = kl_model_params_check(*text, name_or_path, params, err);
     if (rc) {
         kl_model_params_free(params);
         free(*text);
@@ -775,26 +712,4 @@ int kl_model_params(const char *name_or_path, kl_model_params_t *out, char *err)
     int rc = kl_model_text_params(name_or_path, &text, out, err);
     free(text);
     return rc;
-}
-
-const kl_model_param_t *kl_model_params_find(const kl_model_params_t *ps,
-                                             const char *name)
-{
-    for (int i = 0; ps && i < ps->n; i++)
-        if (strcmp(ps->p[i].name, name) == 0)
-            return &ps->p[i];
-    return NULL;
-}
-
-void kl_model_params_free(kl_model_params_t *ps)
-{
-    for (int i = 0; ps && i < ps->n; i++) {
-        free(ps->p[i].name);
-        free(ps->p[i].data);
-        free(ps->p[i].idata);
-    }
-    if (ps) {
-        free(ps->p);
-        memset(ps, 0, sizeof *ps);
-    }
 }

@@ -58,6 +58,10 @@ typedef struct {
     char *spec;        /* the kl_workload_from_op form ("conv2d N=1 ...") */
     int weight;        /* how many layers of the model run it, >= 1 */
     const char *layer; /* the first layer that runs it */
+    /* Bytes of one of its layers' weight and bias as the model stores
+     * them (f32 4 bytes a value; a q-op's s8 weight 1, s32 bias 4); 0 for
+     * a layer without parameters (batch_matmul, pools, ...). */
+    int64_t param_bytes;
 } kl_model_task_t;
 
 typedef struct kl_model_s kl_model_t;
@@ -258,6 +262,33 @@ kl_dtype kl_model_prec(const kl_model_t *m);
 int kl_model_ntasks(const kl_model_t *m);
 /* Task i, borrowed until kl_model_destroy. */
 const kl_model_task_t *kl_model_task(const kl_model_t *m, int i);
+
+/* ---- the measurement condition of each task --------------------------------
+ *
+ * kl_record.h's warm and cold are two ways to measure a kernel; a model
+ * runs some of its layers closer to one, some closer to the other. A
+ * layer's weights were last read one inference earlier, after every other
+ * layer's: when they are larger than a core's L2 (512 KiB to 2 MiB on
+ * today's server cores) they come from L3 or memory in the model, as in a
+ * cold measurement, where a warm one finds them in the L2 on every call
+ * after the first. Its input was just written by the layer before, in
+ * cache as in a warm measurement. So `--condition auto` (kiln tune
+ * --model, kiln export --model) measures and picks cold exactly the tasks
+ * whose layers' parameters take KL_MODEL_COLD_BYTES or more, and warm the
+ * others; warm and cold apply one condition to every task. */
+#define KL_MODEL_COLD_BYTES ((int64_t)1 << 20)
+
+typedef enum {
+    KL_MODEL_COND_WARM = 0,
+    KL_MODEL_COND_COLD,
+    KL_MODEL_COND_AUTO,
+} kl_model_cond_t;
+
+/* Parses "warm", "cold" or "auto"; KL_ERR_INVAL naming text otherwise. */
+int kl_model_cond_parse(const char *text, kl_model_cond_t *out, char *err);
+/* Whether task t is measured (and picked) cold under c. */
+bool kl_model_task_cold(const kl_model_task_t *t, kl_model_cond_t c);
+
 /* Layers in the graph (inputs not counted), and how many of them became
  * part of a task (fused ones included). */
 int kl_model_nlayers(const kl_model_t *m);

@@ -33,6 +33,16 @@ int kl_model_dims_apply(const kl_model_opts_t *opts, const char *where,
                         const char *name, const char *shape, int64_t *d, int n,
                         char *err);
 
+/* kl_model_params.c: the values layer nd's weight and bias need (0: it
+ * has none; a q-op's are s8 and s32), and whether ps holds exactly the
+ * parameters text's layers need, with their sizes and types
+ * (KL_ERR_INTERNAL naming the first that differs: the import's text and
+ * parameters must agree). */
+void kl_model_param_sizes(const kl_mgraph_t *g, const kl_mnode_t *nd,
+                          int64_t *w, int64_t *b);
+int kl_model_params_check(const char *text, const char *src,
+                          const kl_model_params_t *ps, char *err);
+
 /* Generated at build time from graphs/ (embed_graphs.py). */
 typedef struct {
     const char *name;

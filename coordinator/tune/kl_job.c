@@ -161,7 +161,10 @@ int kl_job_new(kl_job_t **out, const kl_job_task_t *tasks, int n,
     kl_job_t *j = s_alloc(cfg, store, n);
     int rc = KL_OK;
     for (int i = 0; i < n && !rc; i++) {
-        rc = kl_task_new(&j->tasks[i], tasks[i].spec, &cfg->task, store, err);
+        kl_task_cfg_t tc = cfg->task;
+        if (tasks[i].cold)
+            kl_eval_cold(&tc.evaluator);
+        rc = kl_task_new(&j->tasks[i], tasks[i].spec, &tc, store, err);
         if (!rc)
             j->props[i] = s_task_proposer(j->tasks[i]);
     }

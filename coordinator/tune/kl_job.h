@@ -49,6 +49,8 @@
 typedef struct {
     const char *spec; /* workload text (kl_workload_from_string) */
     double weight;    /* > 0: how many times the model runs it */
+    bool cold;        /* measured cold (kl_eval_cold) whatever the job's
+                       * evaluator says */
 } kl_job_task_t;
 
 typedef struct {

@@ -19,6 +19,7 @@
 #include "kl_err.h"
 #include "kl_hashset.h"
 #include "kl_job.h"
+#include "kl_record.h"
 #include "kl_store.h"
 #include "kl_task.h"
 #include "kl_test_tmp.h"
@@ -89,7 +90,7 @@ static void test_job_op(void **state)
     (void)state;
     char err[KL_ERRMSG_LEN];
     fx_tune_t *f = fx_tune_new(2);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
+    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1, false};
     kl_job_cfg_t cfg = s_cfg(40, 0, 8);
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
@@ -130,16 +131,34 @@ static void test_job_op(void **state)
     fx_tune_free(f);
 }
 
+/* Records by condition: n[0] warm, n[1] cold, n[2] cold ones of key. */
+typedef struct {
+    uint8_t key[16];
+    int64_t n[3];
+} s_cond_count_t;
+
+static int s_count_cond(const Kiln__TuningRecord *rec, void *arg)
+{
+    s_cond_count_t *c = arg;
+    kl_cond_t k = kl_record_cond(rec);
+    c->n[k]++;
+    c->n[2] += k == KL_COND_COLD && rec->workload_key.len == 16 &&
+               !memcmp(rec->workload_key.data, c->key, 16);
+    return 0;
+}
+
 /* Three tasks, round-robin, one round at a time: the global cap is shared,
- * no task passes its own cap, every trial is one record. */
+ * no task passes its own cap, every trial is one record; the task asked
+ * to be cold is measured cold (its records say so), the others with the
+ * job's warm evaluator. */
 static void test_job_model(void **state)
 {
     (void)state;
     char err[KL_ERRMSG_LEN];
     fx_tune_t *f = fx_tune_new(2);
-    kl_job_task_t tasks[] = {{"matmul M=64 N=64 K=64", 1},
-                             {"dense N=1 I=64 O=32 bias=1", 2},
-                             {"matmul M=32 N=48 K=16", 1}};
+    kl_job_task_t tasks[] = {{"matmul M=64 N=64 K=64", 1, false},
+                             {"dense N=1 I=64 O=32 bias=1", 2, true},
+                             {"matmul M=32 N=48 K=16", 1, false}};
     kl_job_cfg_t cfg = s_cfg(30, 12, 5);
     cfg.ts.kind = KL_TS_ROUND_ROBIN;
     kl_job_t *job = NULL;
@@ -157,10 +176,18 @@ static void test_job_model(void **state)
     assert_int_equal(sum, 30);
     assert_int_equal(e.max_out, 1);
     assert_int_equal(e.spent, 30);
+    s_cond_count_t cc = {0};
+    memcpy(cc.key, kl_task_workload(kl_job_task(job, 1))->key, 16);
     kl_job_destroy(&job);
     size_t dups = 0;
     assert_int_equal(s_records(f->st, &dups), 30);
     assert_int_equal(dups, 0);
+    assert_int_equal(
+        kl_store_foreach_record(f->st, NULL, NULL, s_count_cond, &cc, err),
+        KL_OK);
+    assert_true(cc.n[1] >= 5);
+    assert_int_equal(cc.n[2], cc.n[1]);
+    assert_int_equal(cc.n[0] + cc.n[1], 30);
     fx_tune_free(f);
 }
 
@@ -171,7 +198,7 @@ static void test_job_stop(void **state)
     (void)state;
     char err[KL_ERRMSG_LEN];
     fx_tune_t *f = fx_tune_new(1);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
+    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1, false};
     kl_job_cfg_t cfg = s_cfg(400, 0, 16);
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, f->st, err), KL_OK);
@@ -193,12 +220,12 @@ static void test_job_errors(void **state)
     (void)state;
     char err[KL_ERRMSG_LEN];
     fx_tune_t *f = fx_tune_new(0);
-    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1};
+    kl_job_task_t task = {"matmul M=64 N=64 K=64", 1, false};
     kl_job_cfg_t cfg = s_cfg(8, 0, 8);
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 0, &cfg, f->st, err),
                      KL_ERR_INVAL);
-    kl_job_task_t bad = {"matmul M=64 N=64", 1};
+    kl_job_task_t bad = {"matmul M=64 N=64", 1, false};
     assert_int_equal(kl_job_new(&job, &bad, 1, &cfg, f->st, err), KL_ERR_INVAL);
     assert_null(job);
     cfg.ts.trials_per_iter = 0;

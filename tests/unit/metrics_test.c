@@ -318,7 +318,7 @@ static void test_collect(void **state)
     kl_job_cfg_t cfg;
     kl_job_cfg_default(&cfg);
     cfg.ts.max_trials_global = 17;
-    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1};
+    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1, false};
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, st, err), KL_OK);
     kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};
@@ -395,7 +395,7 @@ static void test_update_cost(void **state)
     assert_int_equal(kl_store_open(&st, dir, KL_STORE_NOSYNC, err), KL_OK);
     kl_job_cfg_t cfg;
     kl_job_cfg_default(&cfg);
-    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1};
+    kl_job_task_t task = {"matmul M=16 N=16 K=16", 1, false};
     kl_job_t *job = NULL;
     assert_int_equal(kl_job_new(&job, &task, 1, &cfg, st, err), KL_OK);
     kl_dispatch_config_t dc = {.endpoint = "tcp://127.0.0.1:*"};

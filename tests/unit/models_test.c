@@ -665,6 +665,63 @@ static void test_fusion_acts(void **state)
     kl_model_destroy(&m);
 }
 
+/* Each task's parameter bytes (one layer's weight and bias, f32 4 bytes,
+ * a q-op's s8 weight 1 and s32 bias 4) and the condition --condition
+ * auto gives it: cold from KL_MODEL_COLD_BYTES (1 MiB) up. */
+static void test_task_cond(void **state)
+{
+    (void)state;
+    char err[KL_ERRMSG_LEN];
+    kl_model_t *m = s_parse("input x 1x1024\n"
+                            "d = dense x O=256 bias=1\n"
+                            "e = dense d O=255\n"
+                            "f = matmul e N=1028\n");
+    assert_int_equal(kl_model_ntasks(m), 3);
+    /* (a dense has a bias unless bias=0) */
+    const int64_t bytes[] = {(1024 * 256 + 256) * 4, (256 * 255 + 255) * 4,
+                             255 * 1028 * 4};
+    /* 1 MiB and 1 KiB; 255 KiB; 16 bytes under 1 MiB */
+    const bool cold[] = {true, false, false};
+    for (int i = 0; i < 3; i++) {
+        const kl_model_task_t *t = kl_model_task(m, i);
+        assert_int_equal(t->param_bytes, bytes[i]);
+        assert_int_equal(kl_model_task_cold(t, KL_MODEL_COND_AUTO), cold[i]);
+        assert_false(kl_model_task_cold(t, KL_MODEL_COND_WARM));
+        assert_true(kl_model_task_cold(t, KL_MODEL_COND_COLD));
+    }
+    /* the threshold itself is cold, one byte less is not */
+    kl_model_task_t t = {.param_bytes = KL_MODEL_COLD_BYTES};
+    assert_true(kl_model_task_cold(&t, KL_MODEL_COND_AUTO));
+    t.param_bytes--;
+    assert_false(kl_model_task_cold(&t, KL_MODEL_COND_AUTO));
+    kl_model_destroy(&m);
+    /* a q-op: s8 weight, s32 bias */
+    m = s_parse("input x 1x16x8x8\n"
+                "qx = quantize x scale=0.05 zp=128\n"
+                "c = qconv2d qx K=32 R=3 S=3 pad=1 za=128 zo=3 scale=0.002 "
+                "bias=1\n");
+    assert_int_equal(kl_model_task(m, 0)->param_bytes, 32 * 16 * 9 + 32 * 4);
+    kl_model_destroy(&m);
+    /* ResNet-18's largest 3x3 convolution: 512 x 512 x 3 x 3 f32 weights
+     * and a bias (folded batch norm), and no layer without parameters
+     * has any */
+    assert_int_equal(kl_model_load("resnet18", &m, err), KL_OK);
+    int64_t most = 0;
+    for (int i = 0; i < kl_model_ntasks(m); i++)
+        if (kl_model_task(m, i)->param_bytes > most)
+            most = kl_model_task(m, i)->param_bytes;
+    assert_int_equal(most, (512 * 512 * 9 + 512) * 4);
+    kl_model_destroy(&m);
+
+    kl_model_cond_t c = KL_MODEL_COND_WARM;
+    assert_int_equal(kl_model_cond_parse("auto", &c, err), KL_OK);
+    assert_int_equal(c, KL_MODEL_COND_AUTO);
+    assert_int_equal(kl_model_cond_parse("cold", &c, err), KL_OK);
+    assert_int_equal(c, KL_MODEL_COND_COLD);
+    assert_int_equal(kl_model_cond_parse("hot", &c, err), KL_ERR_INVAL);
+    assert_string_equal(err, "condition 'hot': expected warm, cold or auto");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -672,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_bert),        cmocka_unit_test(test_fusion_rules),
         cmocka_unit_test(test_clip_layers), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_precision),   cmocka_unit_test(test_fusion_acts),
+        cmocka_unit_test(test_task_cond),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
