@@ -67,15 +67,19 @@ static int s_qmatmul(kl_ir__spec_t *s, kl_workload_t **out)
     return kl_ir__spec_finish(s, kl_buf_take(&t), s->op, kl_buf_take(&n), out);
 }
 
+/* matmul: C = A x B. const_b=1 declares B (and the bias) const, as a
+ * model's matmul by a weight has them: a kernel may pack them once in
+ * its prepare step (docs/architecture.md, "constant inputs"). */
 static int s_matmul(kl_ir__spec_t *s, kl_workload_t **out)
 {
-    int64_t M, N, K, bias, res;
+    int64_t M, N, K, bias, res, cb;
     kl_ir__act_t act;
     const char *in;
     int rc = kl_ir__spec_int(s, "M", -1, 1, &M) ?: kl_ir__spec_int(s, "N", -1, 1, &N)
                                         ?: kl_ir__spec_int(s, "K", -1, 1, &K)
                                         ?: kl_ir__spec_flag(s, "bias", 0, &bias)
                                         ?: kl_ir__spec_flag(s, "residual", 0, &res)
+                                        ?: kl_ir__spec_flag(s, "const_b", 0, &cb)
                                         ?: kl_ir__spec_act(s, &act)
                                         ?: kl_ir__spec_in_dtype(s, &in);
     if (rc)
@@ -86,12 +90,17 @@ static int s_matmul(kl_ir__spec_t *s, kl_workload_t **out)
     kl_ir__act_epilogue(&t, &act);
     kl_buf_printf(&t, " where i=%lld, j=%lld, k=%lld", (long long)M,
                   (long long)N, (long long)K);
-    if (strcmp(in, "f32"))
-        kl_buf_printf(&t, "; A: %s[%lld,%lld], B: %s[%lld,%lld]", in,
-                      (long long)M, (long long)K, in, (long long)K,
-                      (long long)N);
-    kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s%s", (long long)M, (long long)N,
-                  (long long)K, bias ? "_bias" : "", res ? "_res" : "");
+    bool half = strcmp(in, "f32") != 0;
+    if (half)
+        kl_buf_printf(&t, "; A: %s[%lld,%lld]", in, (long long)M, (long long)K);
+    if (half || cb)
+        kl_buf_printf(&t, "%s B: %s%s[%lld,%lld]", half ? "," : ";",
+                      cb ? "const " : "", in, (long long)K, (long long)N);
+    if (cb && bias)
+        kl_buf_printf(&t, ", bias: const f32[%lld]", (long long)N);
+    kl_buf_printf(&n, "matmul_%lld_%lld_%lld%s%s%s", (long long)M, (long long)N,
+                  (long long)K, bias ? "_bias" : "", res ? "_res" : "",
+                  cb ? "_constb" : "");
     kl_ir__act_name(&n, &act);
     if (strcmp(in, "f32"))
         kl_buf_printf(&n, "_%s", in);
@@ -281,7 +290,7 @@ static const struct {
     const char *params;
 } s_ops[] = {
     {"matmul", s_matmul,
-     "M N K [bias=0 residual=0 relu=0 clip=LO,HI act=A in=f32]"},
+     "M N K [bias=0 residual=0 const_b=0 relu=0 clip=LO,HI act=A in=f32]"},
     {"batch_matmul", s_batch_matmul, "B M N K [in=f32]"},
     {"dense", s_dense,
      "N I O [bias=1 residual=0 relu=0 clip=LO,HI act=A in=f32]"},

@@ -235,7 +235,7 @@ static bool s_takes_prec(kl_mop op)
            op == KL_MOP_BATCH_MATMUL;
 }
 
-static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd);
+static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd, bool q);
 
 /* The kl_workload_from_op spec of layer nd, NULL for views and for the
  * ops without a named operator (a broadcasting add among them, and a
@@ -244,7 +244,7 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 {
     if (nd->bcast || (nd->op == KL_MOP_GLOBAL_AVG_POOL && nd->nhwc))
         return NULL;
-    char *f = s_spec(g, nd);
+    char *f = s_spec(g, nd, false);
     if (!f || g->prec == KL_DT_F32 || !s_takes_prec(nd->op))
         return f;
     char *r = kl_xasprintf("%s in=%s", f, kl_dtype_name(g->prec));
@@ -253,7 +253,8 @@ char *kl_mgraph_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
 }
 
 /* kl_mgraph_spec in f32. */
-static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
+/* q: nd is the float form of a q-op (whose weight is always const) */
+static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd, bool q)
 {
     const kl_mnode_t *x = nd->nin ? &g->nodes[nd->in[0]] : NULL;
     const int64_t *s = x ? x->shape : NULL;
@@ -261,7 +262,7 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
     if (kl_mop_is_q(nd->op)) {
         kl_mnode_t base = *nd;
         base.op = kl_mop_base(nd->op);
-        char *f = s_spec(g, &base);
+        char *f = s_spec(g, &base, true);
         kl_buf_printf(&b, "q%s", f);
         free(f);
         s_qspec(&b, nd);
@@ -303,6 +304,8 @@ static char *s_spec(const kl_mgraph_t *g, const kl_mnode_t *nd)
             m *= s[i];
         kl_buf_printf(&b, "matmul M=%lld N=%lld K=%lld", (long long)m,
                       (long long)nd->N, (long long)s[x->ndim - 1]);
+        if (nd->nin == 1 && !q) /* B is the layer's weight */
+            kl_buf_puts(&b, " const_b=1");
         s_epilogue(&b, nd);
         break;
     }

@@ -75,7 +75,7 @@ grep -q ' = slice ' "$T/gpt2.graph" && fail "tiny_gpt2: a slice layer is left"
     fail "kiln extract tiny_encoder exited $?"
 grep -q '| dense N=8 I=32 O=32 bias=1 residual=1$' "$T/enc.tasks" ||
     fail "tiny_encoder: the attention's residual is not fused: $(cat "$T/enc.tasks")"
-grep -q '| matmul M=8 N=32 K=64 bias=1 residual=1$' "$T/enc.tasks" ||
+grep -q '| matmul M=8 N=32 K=64 const_b=1 bias=1 residual=1$' "$T/enc.tasks" ||
     fail "tiny_encoder: the feed-forward's residual is not fused: $(cat "$T/enc.tasks")"
 grep -q '| add ' "$T/enc.tasks" && fail "tiny_encoder: an add task is left"
 

@@ -618,6 +618,43 @@ static void test_op_errors(void **state)
 /* Every operator of the table is a named op to _from_string (its missing
  * parameter is named, it does not go to the parser) and has a parameter
  * list. */
+/* The tensor of w called name (fails when there is none). */
+static const kl_tensor_t *s_tensor(const kl_workload_t *w, const char *name)
+{
+    for (int i = 0; i < w->ntensors; i++)
+        if (!strcmp(w->tensors[i].name, name))
+            return &w->tensors[i];
+    fail_msg("%s: no tensor %s", w->canonical, name);
+    return NULL;
+}
+
+/* matmul const_b=1: B and the bias const (a model's matmul by a weight),
+ * A and the output not; its own name and key; in=bf16 keeps B's dtype. */
+static void test_matmul_const_b(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_op("matmul M=4 N=6 K=5 const_b=1 bias=1");
+    kl_workload_t *v = s_op("matmul M=4 N=6 K=5 bias=1");
+    assert_string_equal(w->name, "matmul_4_6_5_bias_constb");
+    assert_true(s_tensor(w, "B")->is_const);
+    assert_true(s_tensor(w, "bias")->is_const);
+    assert_false(s_tensor(w, "A")->is_const);
+    assert_false(s_tensor(v, "B")->is_const);
+    assert_false(s_tensor(v, "bias")->is_const);
+    assert_memory_not_equal(w->key, v->key, 16);
+    assert_true(w->flop == v->flop);
+    kl_workload_free(&w);
+    kl_workload_free(&v);
+    w = s_op("matmul M=4 N=6 K=5 const_b=1 residual=1 in=bf16");
+    assert_string_equal(w->name, "matmul_4_6_5_res_constb_bf16");
+    assert_true(s_tensor(w, "B")->is_const);
+    assert_int_equal(s_tensor(w, "B")->dtype, KL_DT_BF16);
+    assert_int_equal(s_tensor(w, "A")->dtype, KL_DT_BF16);
+    assert_false(s_tensor(w, "A")->is_const);
+    assert_false(s_tensor(w, "Res")->is_const);
+    kl_workload_free(&w);
+}
+
 static void test_op_table(void **state)
 {
     (void)state;
@@ -757,6 +794,7 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_op_errors),
         cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_matmul_const_b),
         cmocka_unit_test(test_conv2d_bf16),
         cmocka_unit_test(test_bf16_rtol),
     };

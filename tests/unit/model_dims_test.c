@@ -324,7 +324,7 @@ static void test_onnx_computed(void **state)
     s_text_has_opts(path, &o, "mask = const shape=8x8\n");
     s_text_has_opts(path, &o, "reshape ctt shape=2x8x8\n");
     kl_model_t *m = s_load(path, 2, 8);
-    s_has_task(m, "matmul M=16 N=8 K=8", 4); /* q, k, v, the output */
+    s_has_task(m, "matmul M=16 N=8 K=8 const_b=1", 4); /* q, k, v, the output */
     s_has_task(m, "batch_matmul B=4 M=8 N=8 K=4", 1);
     s_has_task(m, "batch_matmul B=4 M=8 N=4 K=8", 1);
     kl_model_destroy(&m);
@@ -369,7 +369,7 @@ static void test_onnx_constant_shapes(void **state)
     (void)state;
     const char *path = s_attention(true, true);
     kl_model_t *m = s_load(path, 0, 0);
-    s_has_task(m, "matmul M=4 N=8 K=8", 4);
+    s_has_task(m, "matmul M=4 N=8 K=8 const_b=1", 4);
     kl_model_destroy(&m);
     m = s_load(path, 0, 4); /* its own size */
     kl_model_destroy(&m);

@@ -347,7 +347,7 @@ static void test_fusion_rules(void **state)
     assert_int_equal(kl_model_ntasks(m), 2);
     assert_int_equal(kl_model_task(m, 0)->weight, 2);
     assert_string_equal(kl_model_task(m, 1)->spec,
-                        "matmul M=4 N=64 K=64 relu=1");
+                        "matmul M=4 N=64 K=64 const_b=1 relu=1");
     kl_model_destroy(&m);
 
     /* A transformer's residual adds fold into the dense or matmul that
@@ -366,7 +366,7 @@ static void test_fusion_rules(void **state)
     assert_string_equal(kl_model_task(m, 0)->spec,
                         "dense N=4 I=8 O=8 bias=1 residual=1");
     assert_string_equal(kl_model_task(m, 1)->spec,
-                        "matmul M=4 N=8 K=8 bias=1 residual=1");
+                        "matmul M=4 N=8 K=8 const_b=1 bias=1 residual=1");
     kl_model_destroy(&m);
     m = s_parse("input x 8x1x4\n"
                 "f = reshape x shape=8x4\n"
@@ -629,7 +629,7 @@ static void test_fusion_acts(void **state)
         "R=1 S=1 stride=1 pad=0 act=hard_sigmoid alpha=0.25 beta=0.375",
         "pad=1 act=hard_swish",
         "bias=1 act=gelu_tanh",
-        "N=4 K=16 act=gelu",
+        "N=4 K=16 const_b=1 act=gelu",
     };
     for (int i = 0; i < 5; i++)
         if (!strstr(kl_model_task(m, i)->spec, want[i]))

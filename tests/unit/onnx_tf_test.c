@@ -163,7 +163,8 @@ static void test_onnx_attention_split(void **state)
     if (kl_model_load(path, &m, err))
         fail_msg("%s", err);
     assert_int_equal(kl_model_ntasks(m), 2);
-    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=4 N=8 K=8 bias=1");
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "matmul M=4 N=8 K=8 const_b=1 bias=1");
     assert_int_equal(kl_model_task(m, 0)->weight, 3);
     assert_string_equal(kl_model_task(m, 1)->spec,
                         "batch_matmul B=2 M=4 N=4 K=4");
@@ -204,7 +205,8 @@ static void test_graph_nd_matmul_layer_norm(void **state)
                             "r = relu n\n"
                             "b = matmul y z\n");
     assert_int_equal(kl_model_ntasks(m), 3);
-    assert_string_equal(kl_model_task(m, 0)->spec, "matmul M=6 N=4 K=8 bias=1");
+    assert_string_equal(kl_model_task(m, 0)->spec,
+                        "matmul M=6 N=4 K=8 const_b=1 bias=1");
     assert_string_equal(kl_model_task(m, 2)->spec,
                         "batch_matmul B=2 M=8 N=4 K=5");
     kl_model_destroy(&m);
