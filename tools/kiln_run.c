@@ -513,10 +513,11 @@ static int s_bench(const s_lib_t *lib, kl_dnnl_net_t *d, float *const *p,
             c[i] = s_time_dnnl(d, out, &rc, err);
     }
     double ma = kl_median(a, (size_t)repeat);
-    const char *th = getenv("OMP_NUM_THREADS");
+    const char *th = getenv("OMP_NUM_THREADS"), *bind = getenv("OMP_PROC_BIND");
     printf("end-to-end latency, median of %d runs (min .. max), "
-           "OMP_NUM_THREADS=%s:\n",
-           repeat, th ? th : "(OpenMP default)");
+           "OMP_NUM_THREADS=%s, OMP_PROC_BIND=%s:\n",
+           repeat, th ? th : "(OpenMP default)",
+           bind ? bind : "(unset: threads not pinned)");
     s_line("kiln (exported)", a, repeat);
     printf("\n");
     if (d && !rc) {

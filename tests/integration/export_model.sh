@@ -136,6 +136,15 @@ P
     >"$T/run.out" 2>"$T/run.log" || fail "kiln run exited $?"
 grep -q "^prepared the constant inputs of $nprep layer(s) with kiln_model_prepare in [0-9.]* ms (outside the timed runs)" \
     "$T/run.out" || fail "kiln run: no prepare line for $nprep layers: $(cat "$T/run.out")"
+# The latency line names the threads' settings, pinned or not.
+env -u OMP_PROC_BIND "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --repeat 1 --no-dnnl >"$T/run_free.out" 2>"$T/run_free.log" || fail "kiln run (not pinned) exited $?"
+grep -q "^end-to-end latency, median of 1 runs (min .. max), OMP_NUM_THREADS=.*, OMP_PROC_BIND=(unset: threads not pinned):$" \
+    "$T/run_free.out" || fail "kiln run: the latency line does not say the threads are not pinned"
+OMP_PROC_BIND=close "$KILN" run --lib "$T/out/libkiln_model.so" --model "$T/tiny.graph" \
+    --repeat 1 --no-dnnl >"$T/run_bind.out" 2>"$T/run_bind.log" || fail "kiln run (pinned) exited $?"
+grep -q "OMP_PROC_BIND=close:$" "$T/run_bind.out" ||
+    fail "kiln run: the latency line does not name OMP_PROC_BIND=close"
 # oneDNN (when kiln was built with libdnnl): its output checked against
 # the naive build's, its median (min .. max) and the ratio to kiln's, one
 # line per primitive with its implementation and layouts (the residual of
