@@ -100,16 +100,14 @@ static int s_op(kl_store_t *st, kl_opts_t *o, kl_cond_t cond, const char *out,
     return rc == KL_ERR_NOTFOUND ? 3 : rc == KL_ERR_INVAL ? 2 : rc ? 1 : 0;
 }
 
-static int s_model(kl_store_t *st, kl_opts_t *o, kl_model_cond_t mcond,
+static int s_model(kl_store_t *st, kl_opts_t *o, kl_model_cond_t cond,
                    kl_dtype prec, const char *out, char *err)
 {
-    kl_cond_t cond = mcond == KL_MODEL_COND_COLD ? KL_COND_COLD : KL_COND_WARM;
     kl_export_cfg_t cfg = {
         .precision = prec,
         .model = kl_opts_str(o, "model"),
         .target = kl_opts_str(o, "target"),
         .cond = cond,
-        .cond_auto = mcond == KL_MODEL_COND_AUTO,
         .out_dir = out,
         .fallback_naive = kl_opts_given(o, "fallback"),
         .build = !kl_opts_bool(o, "no-build"),
@@ -128,11 +126,12 @@ static int s_model(kl_store_t *st, kl_opts_t *o, kl_model_cond_t mcond,
         fprintf(stderr, "kiln export: %s\n", err);
     } else {
         char how[64];
-        if (cfg.cond_auto)
+        if (cond == KL_MODEL_COND_AUTO)
             snprintf(how, sizeof how, "auto: %d cold, %d warm", res.ncold,
                      res.ntasks - res.ncold);
         else
-            snprintf(how, sizeof how, "%s", kl_cond_name(cond));
+            snprintf(how, sizeof how, "%s",
+                     cond == KL_MODEL_COND_COLD ? "cold" : "warm");
         printf("model %s on %s: %d tasks, %d tuned, %d naive, %d with a "
                "prepare step; sum of weighted task latencies %.3f ms (tuned "
                "tasks, %s)\n",

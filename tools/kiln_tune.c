@@ -360,7 +360,9 @@ static int s_job(cmd_t *c, char *err)
 {
     kl_opts_t *o = c->o;
     int n = 1;
-    kl_job_task_t one = {kl_opts_str(o, "op"), 1.0, false}, *tasks = &one;
+    kl_job_task_t one = {kl_opts_str(o, "op"), 1.0,
+                         c->cond == KL_MODEL_COND_COLD},
+                  *tasks = &one;
     if (c->model) {
         const char *target = kl_opts_str(o, "target");
         int nm = kl_model_ntasks(c->model);
@@ -398,8 +400,6 @@ static int s_job(cmd_t *c, char *err)
                        "--max-trials-per-task must be >= 1 with --op");
     if (!rc)
         rc = kl_job_cfg_from_opts(o, c->global, c->model ? per : 0, &cfg, err);
-    if (!rc && c->cond == KL_MODEL_COND_COLD)
-        kl_eval_cold(&cfg.task.evaluator);
     /* Keyed apart (kl_target.h); kl_task_new copies the target and
      * resolves "sim/cpu" per workload (an integer one gets the features
      * of this CPU). */

@@ -276,10 +276,8 @@ static int s_lookup(kl_store_t *store, const kl_model_t *m,
     kl_buf_t names = {0};
     for (int i = 0; i < kl_model_ntasks(m); i++) {
         const kl_model_task_t *t = kl_model_task(m, i);
-        kl_cond_t cond = !cfg->cond_auto ? cfg->cond
-                         : kl_model_task_cold(t, KL_MODEL_COND_AUTO)
-                             ? KL_COND_COLD
-                             : KL_COND_WARM;
+        kl_cond_t cond =
+            kl_model_task_cold(t, cfg->cond) ? KL_COND_COLD : KL_COND_WARM;
         res->ncold += cond == KL_COND_COLD;
         char e2[KL_ERRMSG_LEN];
         int rc = kl_export_best(store, t->w, target, cond, &ts->recs[i], e2);

@@ -94,10 +94,9 @@ int kl_export_replay(const kl_workload_t *w, const Kiln__TuningRecord *rec,
 typedef struct {
     const char *model;  /* built-in, graph file or ONNX model (kl_model_load) */
     const char *target; /* user target ("cpu" allowed) */
-    kl_cond_t cond;     /* records of this condition; 0 is warm */
-    /* --condition auto: each task's records of its own condition
-     * (kl_model_task_cold with KL_MODEL_COND_AUTO), cond ignored. */
-    bool cond_auto;
+    /* The records' condition: warm (0), cold, or auto, each task's own
+     * (kl_model_task_cold). */
+    kl_model_cond_t cond;
     const char *out_dir;
     bool fallback_naive; /* reference kernels where a record is missing */
     bool build;          /* build libkiln_model.so (CPU targets) */
@@ -139,7 +138,7 @@ void kl_export_result_free(kl_export_result_t *r);
  * come from kl_model_params(cfg->model) when it gives any: every
  * parameter of the graph that is not an input must be there (else
  * KL_ERR_INTERNAL naming it; a size mismatch names both sizes). Every task
- * needs a valid record of cfg->cond (cond_auto: of its own) on the exact
+ * needs a valid record of its condition (cfg->cond) on the exact
  * target (a simulated target is KL_ERR_INVAL): when some have none and
  * fallback_naive is off, nothing is written, res->missing lists each of them
  * and the error is KL_ERR_NOTFOUND naming them all. With fallback_naive, those

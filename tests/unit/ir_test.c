@@ -618,43 +618,6 @@ static void test_op_errors(void **state)
 /* Every operator of the table is a named op to _from_string (its missing
  * parameter is named, it does not go to the parser) and has a parameter
  * list. */
-/* The tensor of w called name (fails when there is none). */
-static const kl_tensor_t *s_tensor(const kl_workload_t *w, const char *name)
-{
-    for (int i = 0; i < w->ntensors; i++)
-        if (!strcmp(w->tensors[i].name, name))
-            return &w->tensors[i];
-    fail_msg("%s: no tensor %s", w->canonical, name);
-    return NULL;
-}
-
-/* matmul const_b=1: B and the bias const (a model's matmul by a weight),
- * A and the output not; its own name and key; in=bf16 keeps B's dtype. */
-static void test_matmul_const_b(void **state)
-{
-    (void)state;
-    kl_workload_t *w = s_op("matmul M=4 N=6 K=5 const_b=1 bias=1");
-    kl_workload_t *v = s_op("matmul M=4 N=6 K=5 bias=1");
-    assert_string_equal(w->name, "matmul_4_6_5_bias_constb");
-    assert_true(s_tensor(w, "B")->is_const);
-    assert_true(s_tensor(w, "bias")->is_const);
-    assert_false(s_tensor(w, "A")->is_const);
-    assert_false(s_tensor(v, "B")->is_const);
-    assert_false(s_tensor(v, "bias")->is_const);
-    assert_memory_not_equal(w->key, v->key, 16);
-    assert_true(w->flop == v->flop);
-    kl_workload_free(&w);
-    kl_workload_free(&v);
-    w = s_op("matmul M=4 N=6 K=5 const_b=1 residual=1 in=bf16");
-    assert_string_equal(w->name, "matmul_4_6_5_res_constb_bf16");
-    assert_true(s_tensor(w, "B")->is_const);
-    assert_int_equal(s_tensor(w, "B")->dtype, KL_DT_BF16);
-    assert_int_equal(s_tensor(w, "A")->dtype, KL_DT_BF16);
-    assert_false(s_tensor(w, "A")->is_const);
-    assert_false(s_tensor(w, "Res")->is_const);
-    kl_workload_free(&w);
-}
-
 static void test_op_table(void **state)
 {
     (void)state;
@@ -673,6 +636,37 @@ static void test_op_table(void **state)
     }
     assert_int_equal(n, 15);
     assert_null(kl_workload_op(-1, NULL));
+}
+
+/* matmul const_b=1: B and the bias const (a model's matmul by a weight),
+ * A and the output not; its own name and key; in=bf16 keeps B's dtype. */
+static void test_matmul_const_b(void **state)
+{
+    (void)state;
+    kl_workload_t *w = s_op("matmul M=4 N=6 K=5 const_b=1 bias=1");
+    kl_workload_t *v = s_op("matmul M=4 N=6 K=5 bias=1");
+    assert_string_equal(w->name, "matmul_4_6_5_bias_constb");
+    const char *names[] = {"A", "B", "bias"};
+    for (int t = 0; t < 3; t++) {
+        assert_string_equal(w->tensors[t].name, names[t]);
+        assert_string_equal(v->tensors[t].name, names[t]);
+        assert_int_equal(w->tensors[t].is_const, t > 0); /* B, bias */
+        assert_false(v->tensors[t].is_const);
+    }
+    assert_memory_not_equal(w->key, v->key, 16);
+    assert_true(w->flop == v->flop);
+    kl_workload_free(&w);
+    kl_workload_free(&v);
+    w = s_op("matmul M=4 N=6 K=5 const_b=1 residual=1 in=bf16");
+    assert_string_equal(w->name, "matmul_4_6_5_res_constb_bf16");
+    assert_string_equal(w->tensors[1].name, "B");
+    assert_true(w->tensors[1].is_const);
+    assert_int_equal(w->tensors[1].dtype, KL_DT_BF16);
+    assert_int_equal(w->tensors[0].dtype, KL_DT_BF16); /* A */
+    assert_false(w->tensors[0].is_const);
+    assert_string_equal(w->tensors[2].name, "Res");
+    assert_false(w->tensors[2].is_const);
+    kl_workload_free(&w);
 }
 
 /* conv2d in=bf16: X and W bf16 (NCHW and NHWC, grouped), the bias, the
