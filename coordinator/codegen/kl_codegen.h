@@ -68,7 +68,8 @@ int kl_codegen_reference_kernel(const kl_workload_t *w, const kl_target_t *t,
 const char *kl_codegen_source_ext(kl_target_kind kind);
 
 /* The C helpers of the smooth activations that generated kernels carry
- * (kl_expf: e^x in f32 in a form a loop vectorizes; kl_sigmoidf,
+ * (kl_expf: e^x in f32 in a form a loop vectorizes when compiled without
+ * trapping math, as kiln export compiles kiln_model.c; kl_sigmoidf,
  * kl_siluf, ...), guarded so a file may hold them twice: the exported
  * library's own layers use the same kl_expf. */
 const char *kl_codegen_act_helpers(void);

@@ -596,7 +596,7 @@ static char *s_model_c(s_gen_t *c)
         "by kiln export. */\n#define _POSIX_C_SOURCE 200809L\n"
         "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include "
         "<string.h>\n#include <time.h>\n\n#include "
-        "\"kiln_model.h\"\n\n",
+        "\"kiln_model.h\"\n\n" KL_EXPORT_NO_TRAP,
         kl_model_name(c->m));
     for (int t = 0; t < kl_model_ntasks(c->m); t++) {
         kl_buf_printf(&b, "void kiln_task_%02d(void *const *args);\n", t);

@@ -20,7 +20,8 @@ const char kl_export__helpers_c[] =
     "\n"
     "/* e^x: kl_expf of the generated kernels' activation helpers (printed\n"
     " * before these; Cephes' polynomial after a range reduction, in a form\n"
-    " * a loop vectorizes, which expf is not without -ffast-math). */\n"
+    " * a loop vectorizes without trapping math, as this file compiles,\n"
+    " * which expf is not without -ffast-math). */\n"
     "#define s_expf kl_expf\n"
     "\n"
     "static void s_softmax(const float *restrict x, float *restrict y, long "
@@ -394,7 +395,7 @@ const char kl_export__act_helpers_c[] =
     "            y[i] = (__VA_ARGS__); \\\n"
     "        } \\\n"
     "    }\n"
-    "/* e^-v for sigmoid and silu: s_expf (vectorizable), its argument\n"
+    "/* e^-v for sigmoid and silu: s_expf (vectorized), its argument\n"
     " * held at 88 (e^88 is finite; beyond it the result is 0 or -0 to\n"
     " * float precision anyway), NaN kept. */\n"
     "static inline float s_expn(float v)\n"
@@ -406,7 +407,7 @@ const char kl_export__act_helpers_c[] =
     "S_ACT(hard_sigmoid, fmaxf(0.0f, fminf(1.0f, a * v + b)))\n"
     "S_ACT(hard_swish, v * fmaxf(0.0f, fminf(1.0f, v / 6.0f + 0.5f)))\n"
     "S_ACT(leaky_relu, v >= 0.0f ? v : a * v)\n"
-    "S_ACT(elu, v >= 0.0f ? v : a * (expf(v) - 1.0f))\n"
+    "S_ACT(elu, v >= 0.0f ? v : a * (s_expf(v) - 1.0f))\n"
     "S_ACT(silu, v / (1.0f + s_expn(v)))\n"
     "\n";
 
