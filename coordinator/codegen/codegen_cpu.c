@@ -4,6 +4,7 @@
  * schedule; kl_codegen_reference is the naive
  * nest of a workload. The top of the C generator: it calls every part
  * below and nothing calls back up into it. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,16 @@ static int s_setup_loops(cg_t *g)
                                           l->id);
             g->vpos = p;
         }
+        /* A fused loop's parts: the last varies fastest, unless the
+         * parallel loop says the first does (KL_ANNOT_PARALLEL_ORDER). */
+        bool first = false;
+        for (int i = 0; l->kind == KL_LOOP_PARALLEL && i < l->nannots; i++)
+            first =
+                first || (!strcmp(l->annots[i].key, KL_ANNOT_PARALLEL_ORDER) &&
+                          l->annots[i].value == 1);
         int64_t inner = 1;
-        for (int q = l->nparts - 1; q >= 0; q--) {
+        for (int k = 0; k < l->nparts; k++) {
+            int q = first ? k : l->nparts - 1 - k;
             if (g->nsym + l->nparts > CG_MAXSYM)
                 return kl_codegen__c_fail(g, KL_ERR_UNSUPPORTED,
                                           "too many loop parts");

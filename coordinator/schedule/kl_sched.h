@@ -236,12 +236,18 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
  * each iteration prefetches the packed buffers read below the loop value
  * floats ahead of where it reads them), KL_ANNOT_LOOP_LAYOUT with tensor
  * T's index, value 1 (C: T, read through a trivial window, is packed in
- * the loop layout, not its own; codegen_pack_layout.c), "pragma_..."
- * (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
+ * the loop layout, not its own; codegen_pack_layout.c),
+ * KL_ANNOT_PARALLEL_ORDER value 1 on a fused parallel loop (C: its first
+ * part varies fastest, not its last, so each thread's static chunk is a
+ * range of the last part: a matmul fused (rows, columns) splits the
+ * columns between the threads, and each reads only its columns of B),
+ * "pragma_..." (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);
 /* printf format of the loop-layout key, of one int: the tensor's index. */
 #define KL_ANNOT_LOOP_LAYOUT "loop_layout_%d"
+/* The fused parallel loop's part order (value 1: the first fastest). */
+#define KL_ANNOT_PARALLEL_ORDER "parallel_order"
 
 /* Rewrites a naive schedule of a 3x3 stride-1 convolution into Winograd
  * form with output tile m (kl_wino.h): its workload becomes the derived

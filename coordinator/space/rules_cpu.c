@@ -6,8 +6,9 @@
  * Tiling. Every spatial iterator s is split into s0 s1 s2 s3 and every
  * reduction r into r0 r1; the nest becomes
  *     S0 S1 R0 S2 R1 S3
- * S0 is fused and parallel; S3 is the register tile: the vector iterator
- * (the one indexing the output's last dimension) is innermost and
+ * S0 is fused and parallel, split between the threads by its first or
+ * (sampled) its last iterator; S3 is the register tile: the vector
+ * iterator (the one indexing the output's last dimension) is innermost and
  * vectorized, with a sampled multiple of the vector width; the "row"
  * iterator (the largest other spatial one) gets a sampled row count,
  * which may not divide its extent (an imperfect, guarded split), so that
@@ -525,6 +526,19 @@ static int s_build(rule_t *r)
     if ((rc = kl_tr_reject_if(tr, pred, r->err)))
         return rc;
     kl_tr_parallel(tr, par);
+    /* How the threads split the parallel tiles (KL_ANNOT_PARALLEL_ORDER):
+     * a matmul's rows (each reads all of B) or its columns (each reads
+     * its part of B once, for all rows: a model's weights from memory). */
+    if (r->nsp > 1) {
+        double pp[2] = {0.6, 0.4};
+        int64_t po = kl_tr_sample_categorical(tr, vals, pp, 2);
+        snprintf(pred, sizeof pred, "v%lld == 1", (long long)po);
+        if ((rc = kl_tr_if(tr, pred, r->err)))
+            return rc;
+        kl_tr_annotate(tr, par, KL_ANNOT_PARALLEL_ORDER, 1);
+        if ((rc = kl_tr_end(tr, r->err)))
+            return rc;
+    }
     for (int i = 0; i < r->nsp; i++)
         if (i != r->vec)
             kl_tr_unroll(tr, r->s[i][3]);

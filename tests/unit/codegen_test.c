@@ -465,6 +465,34 @@ static bool s_x_window(const char *src)
     return strstr(src, "/* pack X (window") != NULL;
 }
 
+/* The threads split a fused (rows, columns) parallel loop, both parts
+ * longer than 1, by rows (its last part varies fastest: cols false) or
+ * (KL_ANNOT_PARALLEL_ORDER) by columns (its first part fastest). */
+static bool s_split(const char *src, bool cols)
+{
+    long long in[2], ext[2];
+    for (int q = 0; q < 2; q++) {
+        char needle[32];
+        snprintf(needle, sizeof needle, "l0_%d = l0 / ", q);
+        const char *p = strstr(src, needle);
+        if (!p ||
+            sscanf(p + strlen(needle), "%lld %% %lld", &in[q], &ext[q]) != 2 ||
+            ext[q] < 2)
+            return false;
+    }
+    return cols ? in[0] == 1 && in[1] == ext[0] : in[1] == 1 && in[0] == ext[1];
+}
+
+static bool s_split_rows(const char *src)
+{
+    return s_split(src, false);
+}
+
+static bool s_split_cols(const char *src)
+{
+    return s_split(src, true);
+}
+
 /* How many of n samples of spec (AVX2, seed) have needle in their trace. */
 static int s_count_traces(const char *spec, int n, uint64_t seed,
                           const char *needle)
@@ -516,6 +544,16 @@ static void test_trivial_window_layout(void **state)
                                          "S=3 pad=1 bias=1",
                                          40),
                      0);
+}
+
+/* A model's matmul samples both splits of its parallel tiles between the
+ * threads, and both kinds of kernel match the reference. */
+static void test_parallel_order(void **state)
+{
+    (void)state;
+    const char *spec = "matmul M=50 N=48 K=33 const_b=1 bias=1";
+    s_sample_check(spec, 9, 200, 3, s_split_rows, "pr");
+    s_sample_check(spec, 9, 200, 3, s_split_cols, "pc");
 }
 
 /* How many of n samples of spec offer row tiles up to the whole 7-wide
@@ -666,6 +704,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_channel_blocks),
         cmocka_unit_test(test_channel_whole_reduction),
         cmocka_unit_test(test_trivial_window_layout),
+        cmocka_unit_test(test_parallel_order),
         cmocka_unit_test(test_nhwc_channel_product),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
