@@ -113,6 +113,30 @@ bool kl_access_window_trivial(const kl_workload_t *w, const kl_access_t *a)
     return !s_shared_dim(w, a, 2);
 }
 
+/* The bytes of the largest constant tensor that e reads without
+ * iterator it. */
+static int64_t s_const_across(const kl_workload_t *w, const kl_expr_t *e,
+                              int it)
+{
+    if (!e)
+        return 0;
+    int64_t a = s_const_across(w, e->a, it), b = s_const_across(w, e->b, it);
+    int64_t m = a > b ? a : b;
+    if (e->kind != KL_EX_LOAD || !w->tensors[e->access.tensor].is_const)
+        return m;
+    const kl_tensor_t *t = &w->tensors[e->access.tensor];
+    for (int d = 0; d < t->ndim; d++)
+        if (e->access.idx[d].coef[it])
+            return m;
+    int64_t n = kl_tensor_numel(t) * (int64_t)kl_dtype_size(t->dtype);
+    return n > m ? n : m;
+}
+
+int64_t kl_workload_const_across(const kl_workload_t *w, int it)
+{
+    return it < 0 || it >= w->niters ? 0 : s_const_across(w, w->body, it);
+}
+
 int64_t kl_tensor_numel(const kl_tensor_t *t)
 {
     int64_t n = 1;

@@ -365,6 +365,10 @@ kl_workload_t *kl_workload_clone(const kl_workload_t *w);
 int kl_workload_output(const kl_workload_t *w);  /* tensor index */
 int kl_workload_ninputs(const kl_workload_t *w); /* = ntensors - 1 */
 int64_t kl_tensor_numel(const kl_tensor_t *t);
+/* The bytes of the largest constant input that w's body reads without
+ * iterator it (a matmul's B across its rows: every row tile reads all of
+ * it again), 0 when there is none. */
+int64_t kl_workload_const_across(const kl_workload_t *w, int it);
 /* Whether a reads its tensor through a window: some dimension indexed by
  * two iterators or more (conv2d's h + r). */
 bool kl_access_is_window(const kl_workload_t *w, const kl_access_t *a);

@@ -336,15 +336,24 @@ void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin)
     s_str(in, intrin);
 }
 
-void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
-                               int64_t max_innermost, int64_t *outs)
+void kl_tr_sample_perfect_tile_whole(kl_trace_t *t, int64_t loop, int n,
+                                     int64_t max_innermost, int64_t whole,
+                                     int64_t *outs)
 {
     kl_inst_t *in = kl_trace__append(t, KL_OP_SAMPLE_PERFECT_TILE);
     in->in[in->nin++] = loop;
     in->ints[in->nints++] = n;
     in->ints[in->nints++] = max_innermost;
+    if (whole > 0)
+        in->ints[in->nints++] = whole;
     for (int i = 0; i < n && i < KL_INST_MAX; i++)
         outs[i] = in->out[in->nout++] = s_rv(t);
+}
+
+void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
+                               int64_t max_innermost, int64_t *outs)
+{
+    kl_tr_sample_perfect_tile_whole(t, loop, n, max_innermost, 0, outs);
 }
 
 int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,

@@ -112,8 +112,12 @@ typedef struct kl_inst_s kl_inst_t;
  *   cache_write             strs[0]: scope; out: stage
  *   compute_at, reverse_compute_at in: stage, loop
  *   annotate                in: loop; strs[0]: key; ints[0]: value
- *   sample_perfect_tile     in: loop; ints: n, max_innermost; out: n ints;
- *                           decision: the n factors
+ *   sample_perfect_tile     in: loop; ints: n, max_innermost[, whole];
+ *                           out: n ints; decision: the n factors. whole
+ *                           (text `whole=P`, absent when 0): the percent
+ *                           chance that a draw puts the whole extent
+ *                           innermost ([1, .., 1, extent]) instead of
+ *                           spreading its prime factors at random
  *   sample_categorical      ints: values; floats: probs; out: one int;
  *                           decision: [index into values]
  *   sample_compute_location in: stage, candidate loops; out: loop;
@@ -191,6 +195,11 @@ void kl_tr_winograd(kl_trace_t *t, int m);
 void kl_tr_tensorize(kl_trace_t *t, int64_t loop, const char *intrin);
 void kl_tr_sample_perfect_tile(kl_trace_t *t, int64_t loop, int n,
                                int64_t max_innermost, int64_t *outs);
+/* The same with whole: the percent chance (0..100) of the whole extent
+ * innermost (a matmul's rows all below a weight panel's loops). */
+void kl_tr_sample_perfect_tile_whole(kl_trace_t *t, int64_t loop, int n,
+                                     int64_t max_innermost, int64_t whole,
+                                     int64_t *outs);
 int64_t kl_tr_sample_categorical(kl_trace_t *t, const int64_t *values,
                                  const double *probs, int n);
 int64_t kl_tr_sample_compute_location(kl_trace_t *t, int64_t stage,

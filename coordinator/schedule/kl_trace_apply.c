@@ -95,8 +95,15 @@ static int s_pred(ex_t *ex, const kl_inst_t *in, int64_t *v)
 /* Draws n factors of extent whose innermost is <= max_inner: each prime
  * factor goes to a uniformly chosen position. */
 static void s_draw_tile(kl_rng_t *rng, int64_t extent, int n, int64_t max_inner,
-                        int64_t *f)
+                        int64_t whole, int64_t *f)
 {
+    if (whole > 0 && (max_inner <= 0 || extent <= max_inner) &&
+        (int64_t)kl_rng_below(rng, 100) < whole) {
+        for (int i = 0; i < n; i++)
+            f[i] = 1;
+        f[n - 1] = extent;
+        return;
+    }
     int64_t primes[64];
     int np = 0;
     int64_t e = extent;
@@ -135,7 +142,8 @@ static int s_sample_tile(ex_t *ex, kl_inst_t *in)
     if (!in->has_decision) {
         if (!ex->rng)
             return s_err(ex, in, "no decision to replay and no RNG");
-        s_draw_tile(ex->rng, l->extent, n, in->ints[1], in->dec);
+        s_draw_tile(ex->rng, l->extent, n, in->ints[1],
+                    in->nints > 2 ? in->ints[2] : 0, in->dec);
         in->ndec = n;
         in->has_decision = true;
     }

@@ -112,6 +112,8 @@ static void s_print_inst(kl_buf_t *b, const kl_inst_t *in)
     case KL_OP_SAMPLE_PERFECT_TILE:
         kl_buf_printf(b, ", n=%lld, max_innermost=%lld", (long long)in->ints[0],
                       (long long)in->ints[1]);
+        if (in->nints > 2)
+            kl_buf_printf(b, ", whole=%lld", (long long)in->ints[2]);
         break;
     case KL_OP_SAMPLE_CATEGORICAL:
         kl_buf_puts(b, "values=[");
@@ -324,7 +326,7 @@ static int s_keyword_arg(tp_t *tp, kl_inst_t *in, const char *key)
         return s_string(tp, in->strs[in->nstrs++], sizeof in->strs[0]);
     }
     if (!strcmp(key, "n") || !strcmp(key, "max_innermost") ||
-        !strcmp(key, "value") || !strcmp(key, "m")) {
+        !strcmp(key, "whole") || !strcmp(key, "value") || !strcmp(key, "m")) {
         if (in->nints >= KL_INST_MAX)
             return s_fail(tp, "too many integer arguments");
         return s_int(tp, &in->ints[in->nints++]);

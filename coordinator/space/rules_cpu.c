@@ -121,6 +121,19 @@ static void s_channel_block(rule_t *r, int k)
     r->cb = o[1];
 }
 
+/* Spatial iterator k: a register tile of c (o[1]), the rest in three
+ * perfect tiles S0 S1 S2 (whole: sample_perfect_tile's percent for all
+ * of them in S2). */
+static void s_split4(rule_t *r, int k, int64_t c, int64_t whole)
+{
+    int64_t f[2] = {KL_SPLIT_INFER, c}, o[2], v[3];
+    kl_tr_split(r->tr, r->loop[r->sp[k]], f, 2, o);
+    kl_tr_sample_perfect_tile_whole(r->tr, o[0], 3, 0, whole, v);
+    kl_tr_split(r->tr, o[0], v, 3, r->s[k]);
+    r->s[k][3] = o[1];
+    r->s3v[k] = c;
+}
+
 /* Tiles every iterator; fills r->s, r->r, r->s3v. */
 static void s_tile(rule_t *r)
 {
@@ -128,7 +141,7 @@ static void s_tile(rule_t *r)
     int L = r->t->vec_lanes;
     for (int k = 0; k < r->nsp; k++) {
         int it = r->sp[k];
-        int64_t ext = r->w->iters[it].extent, v[4], rest[3];
+        int64_t ext = r->w->iters[it].extent, v[4];
         /* The widest vector (of at least 4 lanes) whose width divides the
          * extent, e.g. 8 lanes for 56 on a 16-lane target. */
         int U = L;
@@ -145,15 +158,7 @@ static void s_tile(rule_t *r)
             double ps[4];
             for (int i = 0; i < n; i++)
                 ps[i] = probs[vals[i] / U - 1];
-            int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
-            int64_t f[2] = {KL_SPLIT_INFER, c};
-            int64_t o[2];
-            kl_tr_split(tr, r->loop[it], f, 2, o);
-            kl_tr_sample_perfect_tile(tr, o[0], 3, 0, v);
-            kl_tr_split(tr, o[0], v, 3, rest);
-            r->s[k][0] = rest[0], r->s[k][1] = rest[1], r->s[k][2] = rest[2];
-            r->s[k][3] = o[1];
-            r->s3v[k] = c;
+            s_split4(r, k, kl_tr_sample_categorical(tr, vals, ps, n), 0);
         } else if (k == r->row && (ext >= 8 || (r->fit && ext >= 5))) {
             int64_t vals[16] = {1, 2, 3, 4, 6, 8, 12, 16};
             double ps[16] = {0.02, 0.05, 0.05, 0.15, 0.18, 0.2, 0.25, 0.1};
@@ -177,15 +182,10 @@ static void s_tile(rule_t *r)
                     ps[have] = 0.3;
                 }
             }
-            int64_t c = kl_tr_sample_categorical(tr, vals, ps, n);
-            int64_t f[2] = {KL_SPLIT_INFER, c};
-            int64_t o[2];
-            kl_tr_split(tr, r->loop[it], f, 2, o);
-            kl_tr_sample_perfect_tile(tr, o[0], 3, 0, v);
-            kl_tr_split(tr, o[0], v, 3, rest);
-            r->s[k][0] = rest[0], r->s[k][1] = rest[1], r->s[k][2] = rest[2];
-            r->s[k][3] = o[1];
-            r->s3v[k] = c;
+            /* A weight of 1 MiB or more read across the rows (a matmul's
+             * B): p 0.3 for all row tiles in S2, its panels used by all. */
+            s_split4(r, k, kl_tr_sample_categorical(tr, vals, ps, n),
+                     kl_workload_const_across(r->w, it) >= (1 << 20) ? 30 : 0);
         } else {
             int64_t maxin = k == r->vec ? 4 * L : 4;
             kl_tr_sample_perfect_tile(tr, r->loop[it], 4, maxin, v);

@@ -37,6 +37,8 @@ static const char *const s_shapes[] = {
     "matmul M=50 N=48 K=33",
     /* B and the bias const: packed once in the prepare step */
     "matmul M=50 N=48 K=33 const_b=1 bias=1",
+    /* a B of 1 MiB or more: its row tiles sampled whole in S2 */
+    "matmul M=20 N=1024 K=272 const_b=1 bias=1",
     "batch_matmul B=2 M=12 N=32 K=24",
     "dense N=8 I=64 O=100 bias=1 relu=1",
     "conv2d N=1 C=8 H=14 W=14 K=16 R=3 S=3 stride=1 pad=1",

@@ -287,6 +287,98 @@ static void test_perfect_tile_and_decisions(void **state)
     kl_workload_free(&w);
 }
 
+/* sample_perfect_tile's whole: the percent chance of [1, .., extent];
+ * kept through text and proto, and absent from the text when 0. */
+static void test_perfect_tile_whole(void **state)
+{
+    (void)state;
+    kl_workload_t *w = fx_wl("matmul M=360 N=8 K=8");
+    int64_t pct[3] = {100, 50, 0}, got[3] = {0, 0, 0};
+    for (int c = 0; c < 3; c++) {
+        kl_trace_t *p = kl_trace_new("test");
+        int64_t l[3], v[3], o[3];
+        kl_tr_get_loops(p, 3, l);
+        kl_tr_sample_perfect_tile_whole(p, l[0], 3, 0, pct[c], v);
+        kl_tr_split(p, l[0], v, 3, o);
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 5);
+        for (int i = 0; i < 200; i++) {
+            kl_trace_t *ex = s_run(w, p, &rng, NULL);
+            const kl_inst_t *in = kl_trace_inst_c(ex, 1);
+            assert_int_equal(in->dec[0] * in->dec[1] * in->dec[2], 360);
+            got[c] += in->dec[2] == 360;
+            kl_trace_free(&ex);
+        }
+        char *txt = kl_trace_to_text(p), err[KL_ERRMSG_LEN];
+        assert_int_equal(strstr(txt, "whole=") != NULL, pct[c] > 0);
+        kl_trace_t *t2 = NULL, *t3 = NULL;
+        assert_int_equal(kl_trace_from_text(txt, &t2, err), KL_OK);
+        uint8_t *buf;
+        size_t len;
+        kl_trace_to_proto(t2, &buf, &len);
+        assert_int_equal(kl_trace_from_proto(buf, len, &t3, err), KL_OK);
+        char *txt3 = kl_trace_to_text(t3);
+        assert_string_equal(txt, txt3);
+        free(buf);
+        free(txt);
+        free(txt3);
+        kl_trace_free(&t2);
+        kl_trace_free(&t3);
+        kl_trace_free(&p);
+    }
+    /* 360 = 2^3 3^2 5: spread at random, all six primes land innermost
+     * with chance 3^-6. */
+    assert_int_equal(got[0], 200);
+    assert_in_range(got[1], 70, 130);
+    assert_in_range(got[2], 0, 3);
+    kl_workload_free(&w);
+}
+
+/* A model's matmul (B const, 1 MiB or more) samples its rows' tiles with
+ * whole=30: some schedules keep every row tile below the outer loops. A
+ * matmul whose B is a plain input, or small, does not. */
+static void test_cpu_whole_rows(void **state)
+{
+    (void)state;
+    const char *ops[] = {"matmul M=128 N=768 K=768 const_b=1 bias=1",
+                         "matmul M=128 N=768 K=768 bias=1",
+                         "matmul M=128 N=64 K=64 const_b=1", NULL};
+    for (int o = 0; ops[o]; o++) {
+        kl_workload_t *w = fx_wl(ops[o]);
+        kl_space_t *sp = NULL;
+        char err[KL_ERRMSG_LEN];
+        assert_int_equal(kl_space_for_target("cpu/x86_64-avx2", w, &sp, err),
+                         KL_OK);
+        kl_rng_t rng;
+        kl_rng_seed(&rng, 11);
+        int marked = 0, whole = 0;
+        for (int i = 0; i < 40; i++) {
+            kl_trace_t *tr = NULL;
+            kl_sched_t *s = NULL;
+            if (kl_space_sample(sp, &rng, &tr, &s, 0, NULL, err))
+                fail_msg("%s: %s", ops[o], err);
+            for (int k = 0; k < kl_trace_ninsts(tr); k++) {
+                const kl_inst_t *in = kl_trace_inst_c(tr, k);
+                if (in->op != KL_OP_SAMPLE_PERFECT_TILE || in->nints < 3)
+                    continue;
+                assert_int_equal(in->ints[2], 30);
+                marked++;
+                whole += in->dec[0] == 1 && in->dec[1] == 1;
+            }
+            kl_sched_destroy(&s);
+            kl_trace_free(&tr);
+        }
+        if (o == 0) {
+            assert_int_equal(marked, 40);
+            assert_in_range(whole, 6, 24);
+        } else {
+            assert_int_equal(marked, 0);
+        }
+        kl_space_destroy(&sp);
+        kl_workload_free(&w);
+    }
+}
+
 /* The CPU space: samples replay to byte-identical source, through text
  * and proto; stripped decisions sample afresh. */
 static void test_cpu_space_replay(void **state)
@@ -544,6 +636,8 @@ int main(void)
         cmocka_unit_test(test_if_else),
         cmocka_unit_test(test_text_proto_round_trip),
         cmocka_unit_test(test_perfect_tile_and_decisions),
+        cmocka_unit_test(test_perfect_tile_whole),
+        cmocka_unit_test(test_cpu_whole_rows),
         cmocka_unit_test(test_cpu_space_replay),
         cmocka_unit_test(test_cpu_channel_vectors),
         cmocka_unit_test(test_cpu_row_tile_of_seven),
