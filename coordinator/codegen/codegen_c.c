@@ -400,14 +400,6 @@ static void s_emit_body(cg_t *g, int pos)
         s_emit_loop(g, pos + 1);
 }
 
-static int64_t s_annot(const kl_loop_t *l, const char *key)
-{
-    for (int i = 0; i < l->nannots; i++)
-        if (!strcmp(l->annots[i].key, key))
-            return l->annots[i].value;
-    return 0;
-}
-
 static void s_emit_loop(cg_t *g, int pos)
 {
     if (pos == g->n) {
@@ -453,9 +445,9 @@ static void s_emit_loop(cg_t *g, int pos)
                                                           : "parallel for");
     else if (l->kind == KL_LOOP_UNROLL)
         kl_codegen__c_line(g, "#pragma GCC unroll %lld", (long long)l->extent);
-    else if (s_annot(l, "unroll_max_step") > 0)
+    else if (kl_loop_annot(l, "unroll_max_step") > 0)
         kl_codegen__c_line(g, "#pragma GCC unroll %lld",
-                           (long long)s_annot(l, "unroll_max_step"));
+                           (long long)kl_loop_annot(l, "unroll_max_step"));
     kl_codegen__c_line(g, "for (int64_t %s = 0; %s < %lld; ++%s) {", var, var,
                        (long long)l->extent, var);
     g->ind++;
@@ -467,8 +459,8 @@ static void s_emit_loop(cg_t *g, int pos)
                                s->name, var, (long long)s->inner,
                                (long long)s->extent);
         }
-    if (s_annot(l, "prefetch") > 0)
-        kl_codegen__emit_prefetch(g, pos, s_annot(l, "prefetch"));
+    if (kl_loop_annot(l, "prefetch") > 0)
+        kl_codegen__emit_prefetch(g, pos, kl_loop_annot(l, "prefetch"));
     s_emit_body(g, pos);
     kl_codegen__unset_loop(g, pos);
     g->ind--;

@@ -35,11 +35,8 @@ static int s_setup_loops(cg_t *g)
         }
         /* A fused loop's parts: the last varies fastest, unless the
          * parallel loop says the first does (KL_ANNOT_PARALLEL_ORDER). */
-        bool first = false;
-        for (int i = 0; l->kind == KL_LOOP_PARALLEL && i < l->nannots; i++)
-            first =
-                first || (!strcmp(l->annots[i].key, KL_ANNOT_PARALLEL_ORDER) &&
-                          l->annots[i].value == 1);
+        bool first = l->kind == KL_LOOP_PARALLEL &&
+                     kl_loop_annot(l, KL_ANNOT_PARALLEL_ORDER) == 1;
         int64_t inner = 1;
         for (int k = 0; k < l->nparts; k++) {
             int q = first ? k : l->nparts - 1 - k;

@@ -270,11 +270,8 @@ static int64_t s_unroll_budget(const g_t *g, int pos)
 {
     int64_t best = 0;
     for (int i = 0; i < pos; i++) {
-        const kl_loop_t *l = s_L(g, i);
-        for (int a = 0; a < l->nannots; a++)
-            if (!strcmp(l->annots[a].key, "unroll_max_step") &&
-                l->annots[a].value > best)
-                best = l->annots[a].value;
+        int64_t u = kl_loop_annot(s_L(g, i), "unroll_max_step");
+        best = u > best ? u : best;
     }
     return best;
 }

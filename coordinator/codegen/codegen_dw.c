@@ -68,11 +68,9 @@ typedef struct {
 /* The annotation's family on the outermost loop of s, 0 when none. */
 int kl_codegen__dw_family(const kl_sched_t *s)
 {
-    const kl_loop_t *l = kl_sched_nloops(s) ? kl_sched_loop(s, 0) : NULL;
-    for (int i = 0; l && i < l->nannots; i++)
-        if (!strcmp(l->annots[i].key, "pragma_dw"))
-            return (int)l->annots[i].value;
-    return 0;
+    return kl_sched_nloops(s)
+               ? (int)kl_loop_annot(kl_sched_loop(s, 0), "pragma_dw")
+               : 0;
 }
 
 /* The extent of the innermost loop part with stride 1 over iterator it

@@ -96,10 +96,8 @@ static bool s_loop_layout(const cg_t *g, int t)
     char key[32];
     snprintf(key, sizeof key, KL_ANNOT_LOOP_LAYOUT, t);
     for (int p = 0; p < g->n; p++)
-        for (int i = 0; i < g->L[p]->nannots; i++)
-            if (!strcmp(g->L[p]->annots[i].key, key) &&
-                g->L[p]->annots[i].value)
-                return true;
+        if (kl_loop_annot(g->L[p], key))
+            return true;
     return false;
 }
 

@@ -635,6 +635,14 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err)
     return KL_OK;
 }
 
+int64_t kl_loop_annot(const kl_loop_t *l, const char *key)
+{
+    for (int i = 0; i < l->nannots; i++)
+        if (!strcmp(l->annots[i].key, key))
+            return l->annots[i].value;
+    return 0;
+}
+
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err)
 {

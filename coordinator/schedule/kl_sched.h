@@ -244,6 +244,8 @@ int kl_sched_reverse_compute_at(kl_sched_t *s, int stage, int loop, char *err);
  * "pragma_..." (free-form hints). At most KL_LOOP_MAX_ANNOTS per loop. */
 int kl_sched_annotate(kl_sched_t *s, int loop, const char *key, int64_t value,
                       char *err);
+/* The value of l's annotation key, 0 when it has none. */
+int64_t kl_loop_annot(const kl_loop_t *l, const char *key);
 /* printf format of the loop-layout key, of one int: the tensor's index. */
 #define KL_ANNOT_LOOP_LAYOUT "loop_layout_%d"
 /* The fused parallel loop's part order (value 1: the first fastest). */

@@ -193,14 +193,6 @@ static bool s_staged(const kl_stage_t *st)
     return st->scope == KL_SCOPE_PACKED || st->scope == KL_SCOPE_SHARED;
 }
 
-static int64_t s_annot(const kl_loop_t *l, const char *key)
-{
-    for (int i = 0; i < l->nannots; i++)
-        if (!strcmp(l->annots[i].key, key))
-            return l->annots[i].value;
-    return 0;
-}
-
 typedef struct {
     int par, reg, red, inner; /* level positions */
 } levels_t;
@@ -303,7 +295,7 @@ static void s_global(const ctx_t *c, const kl_target_t *t, const levels_t *L,
             vec_ext = l->extent;
         if (l->reduce && first_red < 0)
             first_red = q;
-        int64_t u = s_annot(l, "unroll_max_step");
+        int64_t u = kl_loop_annot(l, "unroll_max_step");
         unroll_step = u > unroll_step ? u : unroll_step;
         annotated += l->nannots; /* unroll steps, prefetches */
     }

@@ -158,11 +158,9 @@ static bool s_relaxed(const kl_loop_t *l, int pos, int attach)
 static int64_t s_smem_pad(const kl_sched_t *s, const kl_cuda_plan_t *p)
 {
     for (int pos = 0; pos < p->prefix; pos++) {
-        const kl_loop_t *l = kl_sched_loop(s, pos);
-        for (int a = 0; a < l->nannots; a++)
-            if (!strcmp(l->annots[a].key, "smem_pad") &&
-                l->annots[a].value > 0 && l->annots[a].value <= 32)
-                return l->annots[a].value;
+        int64_t v = kl_loop_annot(kl_sched_loop(s, pos), "smem_pad");
+        if (v > 0 && v <= 32)
+            return v;
     }
     return 0;
 }
@@ -413,11 +411,7 @@ bool kl_cuda_mma_match(const kl_workload_t *w, kl_cuda_mma_match_t *m)
 
 static bool s_mma_annotated(const kl_loop_t *l)
 {
-    for (int a = 0; a < l->nannots; a++)
-        if (!strcmp(l->annots[a].key, KL_CUDA_MMA_ANNOT) &&
-            l->annots[a].value == 1)
-            return true;
-    return false;
+    return kl_loop_annot(l, KL_CUDA_MMA_ANNOT) == 1;
 }
 
 /* Loop at pos is one part of iterator it with stride and (when ext > 0)
@@ -493,10 +487,8 @@ int kl_cuda_mma_plan(const kl_sched_t *s, const kl_target_t *t,
                          "(k0, k1, 16)",
                          KL_CUDA_MMA_ANNOT);
     p->grid = blk->extent;
-    for (int a = 0; a < blk->nannots; a++)
-        if (!strcmp(blk->annots[a].key, KL_CUDA_LDMATRIX_ANNOT) &&
-            blk->annots[a].value == 1)
-            p->ldmatrix = true;
+    if (kl_loop_annot(blk, KL_CUDA_LDMATRIX_ANNOT) == 1)
+        p->ldmatrix = true;
     p->threads = 32 * p->warps_m * p->warps_n;
     p->pitch = p->bk + 8;
     p->smem_bytes = (p->bm + p->bn) * p->pitch * 2;

@@ -373,6 +373,22 @@ static bool s_window(const kl_workload_t *w, const kl_expr_t *e, int t)
     return s_some_read(w, e, t, kl_access_is_window);
 }
 
+/* A sampled flag (p0: off, p1: on): on, annotation key = 1 on loop. */
+static int s_annot_flag(rule_t *r, int64_t loop, const char *key, double p0,
+                        double p1)
+{
+    int64_t vals[2] = {0, 1};
+    double ps[2] = {p0, p1};
+    int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
+    char pred[64];
+    snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+    int rc = kl_tr_if(r->tr, pred, r->err);
+    if (rc)
+        return rc;
+    kl_tr_annotate(r->tr, loop, key, 1);
+    return kl_tr_end(r->tr, r->err);
+}
+
 /* A packed tensor read only through a trivial window (a 1x1
  * convolution's X[n, c, y + r, x + s], kl_access_window_trivial): its
  * pack in the loop layout (panels in the register tile's order) or in
@@ -390,17 +406,9 @@ static int s_pack_layout(rule_t *r, int t, int64_t par)
     if (!s_window(r->w, r->w->body, t) ||
         s_some_read(r->w, r->w->body, t, s_nontrivial))
         return KL_OK;
-    int64_t vals[2] = {0, 1};
-    double ps[2] = {0.4, 0.6};
-    int64_t v = kl_tr_sample_categorical(r->tr, vals, ps, 2);
-    char pred[64], key[32];
-    snprintf(pred, sizeof pred, "v%lld == 1", (long long)v);
+    char key[32];
     snprintf(key, sizeof key, KL_ANNOT_LOOP_LAYOUT, t);
-    int rc = kl_tr_if(r->tr, pred, r->err);
-    if (rc)
-        return rc;
-    kl_tr_annotate(r->tr, par, key, 1);
-    return kl_tr_end(r->tr, r->err);
+    return s_annot_flag(r, par, key, 0.4, 0.6);
 }
 
 static int s_pack(rule_t *r, int64_t par)
@@ -526,19 +534,11 @@ static int s_build(rule_t *r)
     if ((rc = kl_tr_reject_if(tr, pred, r->err)))
         return rc;
     kl_tr_parallel(tr, par);
-    /* How the threads split the parallel tiles (KL_ANNOT_PARALLEL_ORDER):
-     * a matmul's rows (each reads all of B) or its columns (each reads
-     * its part of B once, for all rows: a model's weights from memory). */
-    if (r->nsp > 1) {
-        double pp[2] = {0.6, 0.4};
-        int64_t po = kl_tr_sample_categorical(tr, vals, pp, 2);
-        snprintf(pred, sizeof pred, "v%lld == 1", (long long)po);
-        if ((rc = kl_tr_if(tr, pred, r->err)))
-            return rc;
-        kl_tr_annotate(tr, par, KL_ANNOT_PARALLEL_ORDER, 1);
-        if ((rc = kl_tr_end(tr, r->err)))
-            return rc;
-    }
+    /* Threads split a matmul's rows (each reads all of B) or, annotated,
+     * its columns (each reads its part of B once: weights from memory). */
+    if (r->nsp > 1 &&
+        (rc = s_annot_flag(r, par, KL_ANNOT_PARALLEL_ORDER, 0.6, 0.4)))
+        return rc;
     for (int i = 0; i < r->nsp; i++)
         if (i != r->vec)
             kl_tr_unroll(tr, r->s[i][3]);
